@@ -1,0 +1,75 @@
+"""``harness`` command line: a thin layer over the stage functions.
+
+Subcommands live in ``harness/commands/<name>.py``; each module defines ``HELP``,
+``add_arguments(parser)`` and ``main(args) -> int``. ``COMMANDS`` is the registry. Command
+modules import jax only inside ``main`` so that ``--devices`` can set ``XLA_FLAGS`` first.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+
+from harness.errors import HarnessError
+
+COMMANDS: dict[str, str] = {
+    "run": "harness.commands.run",
+    "trace": "harness.commands.trace",
+    "predict": "harness.commands.predict",
+}
+
+DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
+def set_host_device_count(n: int) -> None:
+    """Ask XLA's CPU backend for ``n`` virtual devices. Must run before jax is imported."""
+    if "jax" in sys.modules:
+        logging.getLogger(__name__).warning("jax already imported; --devices %d has no effect", n)
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(DEVICE_COUNT_FLAG)]
+    flags.append(f"{DEVICE_COUNT_FLAG}={n}")
+    os.environ["XLA_FLAGS"] = " ".join(flags)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="harness",
+        description="Measure JAX programs per XLA op against first-principles roofline predictions.",
+    )
+    parser.add_argument("--devices", type=int, default=8, metavar="N",
+                        help="virtual CPU devices when running on CPU (default 8)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if args.devices < 1:
+        parser.error(f"--devices must be >= 1, got {args.devices}")
+    set_host_device_count(args.devices)
+    try:
+        return int(args._module.main(args) or 0)
+    except (HarnessError, ValueError, KeyError) as e:
+        # predictions/ and workloads/ raise ValueError/KeyError naming the valid choices.
+        if args.verbose:
+            raise
+        message = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"harness {args.command}: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"harness {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per ``harness`` subcommand; the registry is ``harness.cli.COMMANDS``."""

@@ -1,0 +1,10 @@
+"""The one error type the CLI turns into a one-line message and exit code 2."""
+from __future__ import annotations
+
+
+class HarnessError(Exception):
+    """Bad input or an unusable artefact. The message is one line naming what was wrong."""
+
+
+class TraceError(HarnessError):
+    """A profiler trace that is missing, truncated, corrupt or holds no XLA ops."""

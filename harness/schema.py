@@ -1,0 +1,79 @@
+"""Column names of the tables that flow between stages: the one source of truth.
+
+Units live in the names: ``_s`` seconds, ``_ns`` raw trace times, ``_bytes`` bytes.
+Every stage imports the constants from here; no other module spells a column as a string.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+from harness.errors import HarnessError
+
+# --- identifiers --------------------------------------------------------------------------
+PROGRAM = "program"          # HLO module name, e.g. "jit_train_step"
+OP = "op"                    # HLO instruction name as it appears in the trace ("fusion.12")
+DEVICE = "device"            # global device id
+HOST = "host"                # process index (multi-host runs)
+STEP = "step"                # measured step number, 0-based
+START_NS = "start_ns"        # event start, trace clock
+DURATION_NS = "duration_ns"  # event duration
+OPCODE = "opcode"
+CATEGORY = "category"
+
+# --- measured -----------------------------------------------------------------------------
+COUNT = "count"              # executions per step (per device)
+MEASURED_S = "measured_s"    # median over steps of the time per step, median over devices
+MEASURED_MIN_S = "measured_min_s"  # min over devices of the per-device median
+MEASURED_MAX_S = "measured_max_s"  # max over devices of the per-device median
+DEVICES = "devices"          # number of devices the op ran on
+STEP_SAMPLES = "step_samples_s"  # per-step totals (median over devices), for noise-aware compares
+
+# --- predicted ----------------------------------------------------------------------------
+FLOPS = "flops"              # per device, one execution
+HBM_BYTES = "hbm_bytes"
+COMM_BYTES = "comm_bytes"
+COLLECTIVE = "collective"    # collective kind, or "" for none
+GROUP_SIZE = "group_size"    # devices in each replica group
+T_COMPUTE_S = "t_compute_s"
+T_MEMORY_S = "t_memory_s"
+T_COMM_S = "t_comm_s"
+PREDICTED_S = "predicted_s"  # max of the terms times count (book: T_lower)
+BOUND = "bound"              # "compute" | "memory" | "comm" | "unmodeled"
+
+# --- compared -----------------------------------------------------------------------------
+EFFICIENCY = "efficiency"    # predicted_s / measured_s, 1.0 = at the roofline
+GAP_S = "gap_s"              # measured_s - predicted_s
+SHARE = "share"              # measured_s / measured step time
+
+UNMODELED = "unmodeled"
+BOUNDS = ("compute", "memory", "comm", UNMODELED)
+CATEGORIES = ("matmul", "attention", "collective", "elementwise", "reduction", "copy", "other")
+
+# --- tables -------------------------------------------------------------------------------
+EVENTS = (PROGRAM, OP, DEVICE, STEP, START_NS, DURATION_NS)
+OPS_MEASURED = (PROGRAM, OP, COUNT, MEASURED_S, MEASURED_MIN_S, MEASURED_MAX_S, DEVICES)
+OPS_PREDICTED = (PROGRAM, OP, OPCODE, CATEGORY, COUNT, FLOPS, HBM_BYTES, COMM_BYTES, COLLECTIVE,
+                 GROUP_SIZE, T_COMPUTE_S, T_MEMORY_S, T_COMM_S, PREDICTED_S, BOUND)
+OPS = (PROGRAM, OP, OPCODE, CATEGORY, COUNT, MEASURED_S, PREDICTED_S, EFFICIENCY, GAP_S, SHARE,
+       BOUND, FLOPS, HBM_BYTES, COMM_BYTES, T_COMPUTE_S, T_MEMORY_S, T_COMM_S)
+
+
+class SchemaError(HarnessError):
+    """A table handed to a stage lacks columns that stage needs."""
+
+
+def validate(df: pd.DataFrame, columns: Sequence[str], *, where: str = "table") -> pd.DataFrame:
+    """Return ``df`` unchanged if it has every column in ``columns``; raise SchemaError otherwise."""
+    if not isinstance(df, pd.DataFrame):
+        raise SchemaError(f"{where}: expected a pandas DataFrame, got {type(df).__name__}")
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise SchemaError(f"{where}: missing columns {missing}; has {list(df.columns)}")
+    return df
+
+
+def empty(columns: Sequence[str]) -> pd.DataFrame:
+    """An empty frame with the given columns."""
+    return pd.DataFrame({c: [] for c in columns})
