@@ -14,10 +14,10 @@ import sys
 
 from harness.errors import HarnessError
 
-COMMANDS: dict[str, str] = {
-    "run": "harness.commands.run",
-    "trace": "harness.commands.trace",
-    "predict": "harness.commands.predict",
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("harness.commands.run", "run a registered workload under the profiler, report per op"),
+    "trace": ("harness.commands.trace", "per-op table of an existing profiler trace"),
+    "predict": ("harness.commands.predict", "answer the book's questions: step times, bounds"),
 }
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
@@ -32,7 +32,8 @@ def set_host_device_count(n: int) -> None:
     os.environ["XLA_FLAGS"] = " ".join(flags)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    """The parser; only the chosen command's module is imported (and adds its arguments)."""
     parser = argparse.ArgumentParser(
         prog="harness",
         description="Measure JAX programs per XLA op against first-principles roofline predictions.",
@@ -41,16 +42,19 @@ def build_parser() -> argparse.ArgumentParser:
                         help="virtual CPU devices when running on CPU (default 8)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, module_name in COMMANDS.items():
-        module = importlib.import_module(module_name)
-        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
-        module.add_arguments(p)
-        p.set_defaults(_module=module)
+    chosen = next((a for a in argv if a in COMMANDS), None)
+    for name, (module_name, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:
+            module = importlib.import_module(module_name)
+            module.add_arguments(p)
+            p.set_defaults(_module=module)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")

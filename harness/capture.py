@@ -1,0 +1,130 @@
+"""Run a jitted function under the XLA profiler: warm up, then trace N measured steps.
+
+Each measured step runs inside ``jax.profiler.StepTraceAnnotation`` and is waited on before the
+next starts, so steps never overlap. The compiled HLO text and ``cost_analysis()`` are saved next
+to the trace (``module.hlo.txt``, ``capture.json``) so that later stages can cost the same program
+that ran.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import os
+import platform
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata as _md
+from pathlib import Path
+
+from harness.errors import HarnessError
+
+log = logging.getLogger(__name__)
+
+HLO_FILE = "module.hlo.txt"
+CAPTURE_FILE = "capture.json"
+STEP_NAME = "step"
+
+
+@dataclass
+class Capture:
+    """What one capture produced. ``meta`` is plain JSON-able data."""
+
+    trace_dir: Path
+    hlo_text: str
+    cost_analysis: dict
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def program(self) -> str:
+        return self.meta.get("program", "")
+
+
+def _version(dist: str) -> str:
+    try:
+        return _md.version(dist)
+    except _md.PackageNotFoundError:
+        return ""
+
+
+def environment(devices: Sequence | None = None) -> dict:
+    """Backend, devices and versions of the running process (jax imported here)."""
+    import jax
+
+    devices = list(devices) if devices is not None else jax.devices()
+    return {
+        "backend": jax.default_backend(),
+        "device_kind": devices[0].device_kind if devices else "",
+        "platform": devices[0].platform if devices else "",
+        "device_count": len(devices),
+        "process_count": jax.process_count(),
+        "process_index": jax.process_index(),
+        "jax_version": jax.__version__,
+        "jaxlib_version": _version("jaxlib"),
+        "xprof_version": _version("xprof"),
+        "host": platform.node(),
+        "python": platform.python_version(),
+    }
+
+
+def _cost_dict(compiled) -> dict:
+    try:
+        ca = compiled.cost_analysis()
+    except Exception as e:  # some backends do not implement it
+        log.warning("cost_analysis() unavailable: %s", e)
+        return {}
+    if isinstance(ca, (list, tuple)):  # older jax returned one dict per program
+        ca = ca[0] if ca else {}
+    return {k: float(v) for k, v in (ca or {}).items()}
+
+
+def _module_name(hlo_text: str) -> str:
+    first = hlo_text.split("\n", 1)[0]
+    return first.split()[1].rstrip(",") if first.startswith("HloModule ") else ""
+
+
+def capture(fn: Callable, args: Sequence, *, warmup: int = 2, steps: int = 5,
+            out_dir: str | os.PathLike, mesh=None,
+            carry: Callable | None = None) -> Capture:
+    """Compile ``fn(*args)``, run ``warmup`` untraced steps, then trace ``steps`` steps.
+
+    ``carry(args, out) -> args`` feeds a step's outputs into the next step's arguments (a
+    training step that returns new parameters); by default every step reuses ``args``.
+    """
+    import jax
+
+    if steps < 1 or warmup < 0:
+        raise HarnessError(f"need steps >= 1 and warmup >= 0, got steps={steps} warmup={warmup}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+    log.info("compiling")
+    compiled = jitted.lower(*args).compile()
+    hlo_text = compiled.as_text()
+    args = tuple(args)
+
+    def one_step(a):
+        res = compiled(*a)
+        jax.block_until_ready(res)
+        return carry(a, res) if carry else a
+
+    for _ in range(warmup):
+        args = one_step(args)
+    log.info("tracing %d steps into %s", steps, out)
+    jax.profiler.start_trace(str(out))
+    try:
+        for i in range(steps):
+            with jax.profiler.StepTraceAnnotation(STEP_NAME, step_num=i):
+                args = one_step(args)
+    finally:
+        jax.profiler.stop_trace()
+
+    meta = environment()
+    meta.update(program=_module_name(hlo_text), warmup=warmup, steps=steps,
+                time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    if mesh is not None:
+        meta["mesh"] = {str(k): int(v) for k, v in dict(mesh.shape).items()}
+    cost = _cost_dict(compiled)
+    (out / HLO_FILE).write_text(hlo_text)
+    (out / CAPTURE_FILE).write_text(json.dumps({"meta": meta, "cost_analysis": cost}, indent=2))
+    return Capture(trace_dir=out, hlo_text=hlo_text, cost_analysis=cost, meta=meta)

@@ -1,0 +1,117 @@
+"""Profiler trace -> EVENTS: one row per device op execution, attributed to a measured step.
+
+``load_events(source)`` accepts a ``*.xplane.pb`` path, a directory holding one (searched
+recursively, newest first), or the serialized bytes. The layout is detected per trace from a
+registry (``harness.layouts.LAYOUTS``): CPU (`/host:CPU` thread lines), TPU (`/device:TPU:n`,
+line ``XLA Ops``) and GPU (`/device:GPU:n`, per-stream kernel lines).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from google.protobuf.message import DecodeError
+
+from harness import schema
+from harness.errors import TraceError
+from harness.layouts import LAYOUTS, Columns
+from harness.xplane import XSpaceLazy as XSpace
+
+log = logging.getLogger(__name__)
+
+TRACE_SUFFIX = ".xplane.pb"
+
+
+def find_trace_file(path: str | os.PathLike) -> Path:
+    """The ``*.xplane.pb`` at ``path``, or the newest one below a directory."""
+    p = Path(path)
+    if not p.exists():
+        raise TraceError(f"{p}: no such file or directory")
+    if p.is_file():
+        return p
+    found = sorted(p.rglob(f"*{TRACE_SUFFIX}"), key=lambda f: f.stat().st_mtime)
+    if not found:
+        raise TraceError(f"{p}: no *{TRACE_SUFFIX} trace below this directory")
+    if len(found) > 1:
+        log.info("%s: %d traces found, using the newest %s", p, len(found), found[-1])
+    return found[-1]
+
+
+def read_xspace(source: str | os.PathLike | bytes) -> tuple[XSpace, str]:
+    """Parse an XSpace; returns it with a label naming where it came from (for errors)."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data, label = bytes(source), "<bytes>"
+    else:
+        path = find_trace_file(source)
+        data, label = path.read_bytes(), str(path)
+    if not data:
+        raise TraceError(f"{label}: empty trace file")
+    try:
+        space = XSpace.FromString(data)
+    except DecodeError as e:
+        raise TraceError(f"{label}: truncated or corrupt XSpace protobuf ({e})") from None
+    if not space.planes:
+        raise TraceError(f"{label}: not an XSpace trace (no planes)")
+    return space, label
+
+
+def detect_layout(space: XSpace, label: str = "<trace>") -> str:
+    """Name of the first registered layout that recognises the trace."""
+    for name, layout in LAYOUTS.items():
+        if layout.detect(space):
+            return name
+    planes = [p.name for p in space.planes]
+    raise TraceError(f"{label}: no XLA op timeline found (planes {planes}); "
+                     f"known layouts: {list(LAYOUTS)}")
+
+
+def _categorical(values: list, names: dict) -> pd.Categorical:
+    """Names (or integer codes translated by ``names``) as a Categorical, factorized once."""
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "iu":
+        arr = np.asarray(values, dtype=object)
+    codes, uniques = pd.factorize(arr)
+    labels = np.asarray([str(names.get(u, u)) for u in uniques.tolist()], dtype=object)
+    label_codes, categories = pd.factorize(labels)
+    return pd.Categorical.from_codes(label_codes[codes] if len(codes) else codes,
+                                     categories=categories)
+
+
+def load_events(source: str | os.PathLike | bytes, *, warmup_steps: int = 0) -> pd.DataFrame:
+    """The EVENTS table of a trace: one row per op execution inside a measured step.
+
+    Op executions outside every step annotation (warm-up, compilation) are dropped; so are the
+    first ``warmup_steps`` annotated steps. Steps are renumbered from 0.
+    """
+    space, label = read_xspace(source)
+    layout_name = detect_layout(space, label)
+    try:
+        cols: Columns = LAYOUTS[layout_name].extract(space)
+    except DecodeError as e:  # lines are decoded lazily, so corruption inside one shows here
+        raise TraceError(f"{label}: corrupt XSpace line ({e})") from None
+    if not cols.op:
+        raise TraceError(f"{label}: trace has no XLA op executions ({layout_name} layout)")
+    df = pd.DataFrame({
+        schema.PROGRAM: _categorical(cols.program, cols.program_names),
+        schema.OP: _categorical(cols.op, cols.op_names),
+        schema.DEVICE: np.asarray(cols.device, dtype=np.int32),
+        schema.STEP: np.asarray(cols.step, dtype=np.int32),
+        schema.START_NS: np.asarray(cols.start_ns, dtype=np.int64),
+        schema.DURATION_NS: np.asarray(cols.duration_ns, dtype=np.int64),
+    })
+    df = df[df[schema.STEP] >= 0]
+    steps = sorted(df[schema.STEP].unique())
+    if warmup_steps:
+        steps = steps[warmup_steps:]
+        df = df[df[schema.STEP].isin(steps)]
+    if df.empty:
+        raise TraceError(f"{label}: no XLA op executions inside a measured step "
+                         f"({layout_name} layout, warmup_steps={warmup_steps})")
+    df = df.assign(**{schema.STEP: df[schema.STEP].map({s: i for i, s in enumerate(steps)})
+                      .astype("int32")})
+    df.attrs["layout"] = layout_name
+    df.attrs["source"] = label
+    return df.reset_index(drop=True)

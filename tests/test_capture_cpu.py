@@ -1,0 +1,66 @@
+"""A real sharded matmul captured on 8 virtual CPU devices."""
+import re
+
+import pytest
+
+from harness import schema
+from harness.capture import CAPTURE_FILE, HLO_FILE, capture
+from harness.ops import op_times
+from harness.trace import load_events
+
+
+@pytest.fixture(scope="module")
+def matmul_capture(tmp_path_factory):
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = jax.make_mesh((8,), ("X",), axis_types=(jax.sharding.AxisType.Auto,))
+    # sharding.md case 3: both operands sharded on the contracting dim -> partial sums + AllReduce
+    x_BD = jax.device_put(jnp.ones((128, 512), jnp.float32), NamedSharding(mesh, P(None, "X")))
+    w_DF = jax.device_put(jnp.ones((512, 256), jnp.float32), NamedSharding(mesh, P("X", None)))
+    f = jax.jit(lambda x, w: x @ w, out_shardings=NamedSharding(mesh, P()))
+    return capture(f, (x_BD, w_DF), warmup=1, steps=3, out_dir=tmp_path_factory.mktemp("cap"),
+                   mesh=mesh)
+
+
+def _entry_instructions(hlo_text):
+    entry = hlo_text[hlo_text.index("\nENTRY"):]
+    return dict(re.findall(r"%([\w.\-]+) = \S+ ([\w\-]+)\(", entry))
+
+
+def test_every_device_runs_the_dot_fusion_and_the_all_reduce(matmul_capture):
+    events = load_events(matmul_capture.trace_dir)
+    instrs = _entry_instructions(matmul_capture.hlo_text)
+    collectives = {n for n, opc in instrs.items() if opc == "all-reduce"}
+    fusions = {n for n, opc in instrs.items() if opc == "fusion"}
+    assert collectives and fusions, instrs
+    program = matmul_capture.program
+    for device in range(8):
+        mine = events[(events[schema.DEVICE] == device)]
+        names = set(mine[schema.OP])
+        assert collectives <= names, (device, names)
+        assert names & fusions, (device, names)
+        assert set(mine[schema.PROGRAM]) == {program}
+    assert sorted(events[schema.STEP].unique()) == [0, 1, 2]  # warm-up not traced
+
+
+def test_op_names_in_trace_match_compiled_hlo(matmul_capture):
+    ops = op_times(load_events(matmul_capture.trace_dir))
+    instrs = _entry_instructions(matmul_capture.hlo_text)
+    assert set(ops[schema.OP]) <= set(instrs), (set(ops[schema.OP]) - set(instrs))
+    assert (ops[schema.DEVICES] == 8).all()
+    assert (ops[schema.MEASURED_S] > 0).all()
+    assert (ops[schema.MEASURED_MIN_S] <= ops[schema.MEASURED_S]).all()
+    assert (ops[schema.MEASURED_S] <= ops[schema.MEASURED_MAX_S]).all()
+
+
+def test_capture_saves_hlo_cost_analysis_and_meta(matmul_capture):
+    d = matmul_capture.trace_dir
+    assert (d / HLO_FILE).read_text() == matmul_capture.hlo_text
+    assert (d / CAPTURE_FILE).exists()
+    meta = matmul_capture.meta
+    assert meta["device_count"] == 8 and meta["backend"] == "cpu"
+    assert meta["mesh"] == {"X": 8}
+    # per-device dot: [128, 64] @ [64, 256] -> 2 * 128 * 64 * 256 FLOPs (plus the all-reduce adds)
+    assert matmul_capture.cost_analysis["flops"] >= 2 * 128 * 64 * 256
