@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("harness.commands.run", "run a registered workload under the profiler, report per op"),
     "trace": ("harness.commands.trace", "per-op table of an existing profiler trace"),
     "predict": ("harness.commands.predict", "answer the book's questions: step times, bounds"),
+    "compare": ("harness.commands.compare", "baseline vs candidate run: per-op regressions"),
 }
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"

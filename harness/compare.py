@@ -1,0 +1,102 @@
+"""OPS[measured] + OPS[predicted] -> OPS: efficiency and gap per op, summaries per category.
+
+The book's method (`profiling.md`): cost each op from its per-device HLO shapes, set the roofline
+time against the measured duration, and rank ops by how much time they lose. ``predicted_s`` is
+per step (one execution's roofline time times the executions per step), like ``measured_s``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from harness import schema
+
+_KEYS = [schema.PROGRAM, schema.OP]
+
+
+def compare(measured: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
+    """The OPS table: every measured op, with its prediction or ``bound == "unmodeled"``.
+
+    Ops that the HLO lists but the trace never shows (bitcasts, parameters, constants) cost
+    nothing measurable and are left out. Sorted by ``gap_s``, largest first.
+    """
+    schema.validate(measured, schema.OPS_MEASURED, where="compare(measured)")
+    schema.validate(predicted, schema.OPS_PREDICTED, where="compare(predicted)")
+    pred = predicted.drop(columns=[schema.COUNT]).drop_duplicates(_KEYS)
+    ops = measured.merge(pred, on=_KEYS, how="left", validate="one_to_one")
+    missing = ops[schema.BOUND].isna()
+    ops.loc[missing, schema.BOUND] = schema.UNMODELED
+    ops.loc[missing, schema.CATEGORY] = "other"
+    ops.loc[missing, schema.OPCODE] = ""
+    unmodeled = ops[schema.BOUND] == schema.UNMODELED
+    for col in (schema.PREDICTED_S, schema.T_COMPUTE_S, schema.T_MEMORY_S, schema.T_COMM_S,
+                schema.FLOPS, schema.HBM_BYTES, schema.COMM_BYTES):
+        ops[col] = ops[col].astype(float)
+    ops.loc[unmodeled, schema.PREDICTED_S] = np.nan
+    m = ops[schema.MEASURED_S]
+    ops[schema.EFFICIENCY] = ops[schema.PREDICTED_S] / m.where(m > 0)
+    ops[schema.GAP_S] = m - ops[schema.PREDICTED_S].fillna(0.0)
+    total = m.sum()
+    ops[schema.SHARE] = m / total if total > 0 else np.nan
+    ops = ops.sort_values(schema.GAP_S, ascending=False, kind="stable").reset_index(drop=True)
+    extra = [c for c in ops.columns if c not in schema.OPS]
+    return ops[list(schema.OPS) + extra]
+
+
+def by_category(ops: pd.DataFrame) -> pd.DataFrame:
+    """Measured and predicted time per category; unmodeled ops count in ``unmodeled_s``."""
+    schema.validate(ops, schema.OPS, where="by_category(ops)")
+    modeled = ops[schema.BOUND] != schema.UNMODELED
+    g = ops.assign(_mod_meas=ops[schema.MEASURED_S].where(modeled, 0.0),
+                   _unmod=ops[schema.MEASURED_S].where(~modeled, 0.0),
+                   _pred=ops[schema.PREDICTED_S].fillna(0.0))
+    out = g.groupby(schema.CATEGORY).agg(
+        ops=(schema.OP, "count"),
+        **{schema.MEASURED_S: (schema.MEASURED_S, "sum"),
+           schema.PREDICTED_S: ("_pred", "sum"),
+           "modeled_measured_s": ("_mod_meas", "sum"),
+           "unmodeled_s": ("_unmod", "sum")}).reset_index()
+    out[schema.EFFICIENCY] = out[schema.PREDICTED_S] / out["modeled_measured_s"].where(
+        out["modeled_measured_s"] > 0)
+    total = out[schema.MEASURED_S].sum()
+    out[schema.SHARE] = out[schema.MEASURED_S] / total if total > 0 else np.nan
+    order = {c: i for i, c in enumerate(schema.CATEGORIES)}
+    out = out.sort_values(schema.CATEGORY, key=lambda s: s.map(order).fillna(99))
+    return out.drop(columns=["modeled_measured_s"]).reset_index(drop=True)
+
+
+def coverage(ops: pd.DataFrame) -> float:
+    """Share of measured time spent in ops that some rule predicts (1.0 = all modeled)."""
+    total = ops[schema.MEASURED_S].sum()
+    if total <= 0:
+        return float("nan")
+    unmodeled = ops.loc[ops[schema.BOUND] == schema.UNMODELED, schema.MEASURED_S].sum()
+    return float(1.0 - unmodeled / total)
+
+
+def summary(ops: pd.DataFrame, *, step_s: float, peak_flops_per_s: float, devices: int,
+            model_flops: float | None = None, analytic_s: float | None = None) -> dict:
+    """Workload-level figures for one step.
+
+    ``step_s``: measured step time. ``peak_flops_per_s``: one device's peak. ``model_flops``:
+    the step's useful FLOPs over all devices (e.g. 6·P·tokens for training, `transformers.md`);
+    MFU = model_flops / (step_s · devices · peak), next to the hardware FLOPs utilisation from
+    the HLO's own FLOPs (per device, counted per execution times count).
+    """
+    hlo_flops = float((ops[schema.FLOPS].fillna(0.0) * ops[schema.COUNT]).sum())
+    out = {
+        "step_s": step_s,
+        "measured_ops_s": float(ops[schema.MEASURED_S].sum()),
+        "predicted_ops_s": float(ops[schema.PREDICTED_S].fillna(0.0).sum()),
+        "coverage": coverage(ops),
+        "hlo_flops_per_device": hlo_flops,
+        "hfu": hlo_flops / (step_s * peak_flops_per_s) if step_s > 0 else float("nan"),
+        "devices": devices,
+    }
+    if model_flops is not None:
+        out["model_flops"] = model_flops
+        out["mfu"] = model_flops / (step_s * devices * peak_flops_per_s) if step_s > 0 else \
+            float("nan")
+    if analytic_s is not None:
+        out["analytic_s"] = analytic_s
+    return out

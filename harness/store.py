@@ -1,0 +1,150 @@
+"""Runs on disk: ``results/<run-id>/`` with meta.json, ops.parquet/.csv, steps.parquet, reports.
+
+A run is written into a temporary sibling directory and renamed into place, so a crash never
+leaves a half-written run; a directory without ``meta.json`` is not a run.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from harness.errors import HarnessError
+
+log = logging.getLogger(__name__)
+
+META = "meta.json"
+OPS_PARQUET = "ops.parquet"
+OPS_CSV = "ops.csv"
+STEPS_PARQUET = "steps.parquet"
+CATEGORIES_CSV = "categories.csv"
+TRACE_DIR = "trace"
+TMP_PREFIX = ".tmp-"
+
+
+@dataclass
+class StoredRun:
+    """A run as saved: metadata, the OPS table, per-step samples, per-category summary."""
+
+    path: Path
+    meta: dict
+    ops: pd.DataFrame
+    steps: pd.DataFrame = field(default_factory=pd.DataFrame)
+    categories: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+
+def git_sha() -> str:
+    """The working tree's commit, or "" outside a git checkout."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                             text=True, timeout=5, cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() if out.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (str, int, float, bool)) or obj is None:
+        return obj
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    return str(obj)
+
+
+def save(path: str | os.PathLike, meta: dict, ops: pd.DataFrame, *,
+         steps: pd.DataFrame | None = None, categories: pd.DataFrame | None = None,
+         reports: dict[str, str | bytes] | None = None,
+         trace_dir: str | os.PathLike | None = None) -> Path:
+    """Write a run atomically to ``path``; ``reports`` maps file name -> content.
+
+    ``trace_dir`` (a capture's output) is moved into the run's ``trace/``.
+    """
+    final = Path(path)
+    if final.exists():
+        raise HarnessError(f"{final}: a run with this id already exists")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX + final.name + "-", dir=final.parent))
+    try:
+        (tmp / META).write_text(json.dumps(_jsonable(meta), indent=2) + "\n")
+        ops.to_parquet(tmp / OPS_PARQUET, index=False)
+        ops.to_csv(tmp / OPS_CSV, index=False)
+        if steps is not None:
+            steps.to_parquet(tmp / STEPS_PARQUET, index=False)
+        if categories is not None:
+            categories.to_csv(tmp / CATEGORIES_CSV, index=False)
+        for name, content in (reports or {}).items():
+            mode = "wb" if isinstance(content, bytes) else "w"
+            with open(tmp / name, mode) as f:
+                f.write(content)
+        if trace_dir is not None and Path(trace_dir).exists():
+            shutil.move(str(trace_dir), tmp / TRACE_DIR)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info("saved run %s", final)
+    return final
+
+
+def load(path: str | os.PathLike) -> StoredRun:
+    """Read a stored run; a missing or damaged run directory raises HarnessError (one line)."""
+    p = Path(path)
+    if not p.is_dir():
+        raise HarnessError(f"{p}: no such run directory")
+    try:
+        meta = json.loads((p / META).read_text())
+    except FileNotFoundError:
+        raise HarnessError(f"{p}: not a run (no {META})") from None
+    except json.JSONDecodeError as e:
+        raise HarnessError(f"{p / META}: corrupt JSON ({e})") from None
+    try:
+        ops = pd.read_parquet(p / OPS_PARQUET)
+        steps = pd.read_parquet(p / STEPS_PARQUET) if (p / STEPS_PARQUET).exists() else \
+            pd.DataFrame()
+        cats = pd.read_csv(p / CATEGORIES_CSV) if (p / CATEGORIES_CSV).exists() else \
+            pd.DataFrame()
+    except FileNotFoundError:
+        raise HarnessError(f"{p}: run is missing {OPS_PARQUET}") from None
+    except Exception as e:  # pyarrow raises several types for a damaged file
+        raise HarnessError(f"{p}: unreadable run table ({type(e).__name__}: {e})") from None
+    return StoredRun(path=p, meta=meta, ops=ops, steps=steps, categories=cats)
+
+
+def resolve(ref: str | os.PathLike, root: str | os.PathLike = "results") -> Path:
+    """A run given as a path, or as a run id (or unique prefix) under ``root``."""
+    p = Path(ref)
+    if p.is_dir():
+        return p
+    matches = sorted(d for d in Path(root).glob(f"{ref}*") if (d / META).exists())
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise HarnessError(f"{ref}: no such run (not a directory, and no run id under {root}/)")
+    raise HarnessError(f"{ref}: ambiguous run id, matches {[m.name for m in matches]}")
+
+
+def list_runs(root: str | os.PathLike = "results") -> list[StoredRun]:
+    """Every complete run under ``root``, oldest first (temporary and damaged ones skipped)."""
+    runs = []
+    for d in sorted(Path(root).glob("*")):
+        if d.is_dir() and not d.name.startswith(TMP_PREFIX) and (d / META).exists():
+            try:
+                runs.append(load(d))
+            except HarnessError as e:
+                log.warning("skipping %s", e)
+    return runs
