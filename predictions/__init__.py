@@ -1,4 +1,5 @@
-"""The book *How To Scale Your Model* as a library: pure Python, SI units.
+"""The book *How To Scale Your Model* as a library: pure Python (stdlib only), SI units.
 
-Modules: hardware, roofline, collectives, transformer, training, inference, rules.
+Modules: hardware (chips), roofline, collectives, transformer, training, inference,
+costs (OpDesc/Cost types) and rules (per-opcode costs, ``RULES``).
 """

@@ -12,113 +12,214 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-# Bytes per element (`transformers.md` §1.1 of the reference). HLO spellings.
-DTYPE_BYTES: dict[str, float] = {
-    "pred": 1, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "s32": 4, "u32": 4,
-    "s64": 8, "u64": 8, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1, "f8e5m2fnuz": 1,
-    "f8e4m3fnuz": 1, "f8e4m3b11fnuz": 1, "f8e3m4": 1, "f8e8m0fnu": 1, "f4e2m1fn": 0.5,
-    "bf16": 2, "f16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16, "token": 0,
+# The types live in predictions.costs; importing them from here is supported.
+from predictions.costs import DTYPE_BYTES, UNMODELED, Cost, OpDesc, Shape
+
+__all__ = ["DTYPE_BYTES", "UNMODELED", "Cost", "OpDesc", "Shape", "RULES", "CATEGORY", "Rule",
+           "category", "cost", "fusion_cost"]
+
+
+Rule = Callable[[OpDesc], Cost]
+
+
+# --- helpers -----------------------------------------------------------------------------------
+def _io_bytes(op: OpDesc) -> float:
+    # roofline.md: an op reads its operands and writes its result to HBM once
+    return op.operand_bytes + op.result_bytes
+
+
+def _out_elements(op: OpDesc) -> int:
+    return sum(s.elements for s in op.results)
+
+
+def _zero(op: OpDesc) -> Cost:
+    return Cost()  # bookkeeping: no FLOPs, no bytes moved
+
+
+def _elementwise(op: OpDesc) -> Cost:
+    # 1 FLOP per output element (transcendentals too; they run on the VPU/EUP, tpus.md)
+    return Cost(flops=_out_elements(op), hbm_bytes=_io_bytes(op))
+
+
+def _move(op: OpDesc) -> Cost:
+    return Cost(hbm_bytes=_io_bytes(op))  # data movement: 0 FLOPs, read operands + write result
+
+
+def _read_result(op: OpDesc) -> Cost:
+    # slice / dynamic-slice / gather read only what lands in the result (+ index operands)
+    return Cost(hbm_bytes=2 * op.result_bytes + sum(s.nbytes for s in op.operands[1:]))
+
+
+def _dynamic_update_slice(op: OpDesc) -> Cost:
+    # in place: read + write the update (operand 1), read the start indices; the rest stays put
+    update = op.operands[1].nbytes if len(op.operands) > 1 else op.result_bytes
+    return Cost(hbm_bytes=2 * update + sum(s.nbytes for s in op.operands[2:]))
+
+
+def _scatter(op: OpDesc) -> Cost:
+    # in place like dynamic-update-slice: (operands..., indices, updates...), n operands
+    n = max(1, (len(op.operands) - 1) // 2)
+    indices = op.operands[n].nbytes if len(op.operands) > n else 0.0
+    return Cost(hbm_bytes=indices + 2 * _updated_in_place(op))
+
+
+def _inputs(op: OpDesc) -> tuple[Shape, ...]:
+    # reduce / reduce-window: (inputs..., init values...), half each
+    return op.operands[: max(1, len(op.operands) // 2)]
+
+
+def _reduce(op: OpDesc) -> Cost:
+    # 1 FLOP per input element (the harness convention; the book gives no reduction formula)
+    return Cost(flops=sum(s.elements for s in _inputs(op)), hbm_bytes=_io_bytes(op))
+
+
+def _sort(op: OpDesc) -> Cost:
+    # n log2 n compares along the sort dimension (default: the last), times the other dims
+    # (a convention: the book gives no sort formula; XLA sorts run on the VPU, tpus.md)
+    dims = op.operands[0].dims if op.operands else ()
+    n = dims[op.dimensions[0]] if dims and op.dimensions else (dims[-1] if dims else 1)
+    elements = op.operands[0].elements if op.operands else 0
+    return Cost(flops=elements * math.ceil(math.log2(n)) if n > 1 else 0,
+                hbm_bytes=_io_bytes(op))
+
+
+def _dot(op: OpDesc) -> Cost:
+    if len(op.operands) < 2:
+        return replace(UNMODELED, notes=("dot without two operand shapes",))
+    lhs, rhs = op.operands[0], op.operands[1]
+    free_rhs = [d for i, d in enumerate(rhs.dims)
+                if i not in op.rhs_contracting and i not in op.rhs_batch]
+    # roofline.md: 2 x product of every distinct dim (batch and contracted counted once);
+    # nothing contracted = an elementwise product, 1 FLOP per output element
+    factor = 2 if op.lhs_contracting else 1
+    return Cost(flops=factor * lhs.elements * math.prod(free_rhs), hbm_bytes=_io_bytes(op))
+
+
+def _convolution(op: OpDesc) -> Cost:
+    # a dot over the kernel: 2 x output elements x (kernel dims each output contracts)
+    if len(op.operands) < 2 or not op.results or not op.operands[1].dims:
+        return replace(UNMODELED, notes=("convolution without shapes",))
+    kernel = op.operands[1]
+    contracted = op.rhs_contracting
+    notes: tuple[str, ...] = ()
+    if not contracted:  # guess: XLA's canonical HWIO puts the output features last
+        contracted = tuple(range(len(kernel.dims) - 1))
+        notes = ("convolution: kernel output-feature dim guessed (last)",)
+    per_output = math.prod(kernel.dims[i] for i in contracted)
+    return Cost(flops=2 * op.results[0].elements * per_output, hbm_bytes=_io_bytes(op),
+                notes=notes)
+
+
+# --- collectives -------------------------------------------------------------------------------
+def _outputs(op: OpDesc) -> tuple[Shape, ...]:
+    # "-start" forms return (operands..., outputs...) as one tuple; keep the outputs
+    if op.opcode.endswith("-start") and len(op.results) > len(op.operands):
+        return op.results[len(op.operands):]
+    return op.results
+
+
+def _collective(kind: str, comm: Callable[[OpDesc, float], float], reduces: bool = False) -> Rule:
+    def rule(op: OpDesc) -> Cost:
+        out = sum(s.nbytes for s in _outputs(op))
+        n = op.group_size
+        # sharding.md: ReduceScatter/AllReduce also do the additions, (n-1)/n of the elements
+        flops = sum(s.elements for s in op.operands) * (n - 1) / n if reduces else 0.0
+        return Cost(flops=flops, hbm_bytes=op.operand_bytes + out, comm_bytes=comm(op, out),
+                    collective=kind, group_axes=op.group_axes)
+    return rule
+
+
+COLLECTIVE_RULES: dict[str, Rule] = {
+    # predictions.collectives convention: V after an all-gather, before a reduce-scatter,
+    # the reduced array for all-reduce, the whole exchanged array (group x local) for all-to-all
+    "all-gather": _collective("all-gather", lambda op, out: out),
+    "reduce-scatter": _collective("reduce-scatter", lambda op, out: op.operand_bytes, True),
+    "all-reduce": _collective("all-reduce", lambda op, out: op.operand_bytes, True),
+    "all-to-all": _collective("all-to-all", lambda op, out: op.group_size * op.operand_bytes),
+    "collective-permute": _collective("collective-permute", lambda op, out: op.operand_bytes),
+}
+for _name in ("all-gather", "all-reduce", "collective-permute"):
+    COLLECTIVE_RULES[_name + "-start"] = COLLECTIVE_RULES[_name]
+for _name in ("all-gather", "all-reduce", "collective-permute", "reduce-scatter", "all-to-all"):
+    COLLECTIVE_RULES[_name + "-done"] = _zero  # the work is charged to the start
+
+ELEMENTWISE = (
+    "add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "power", "atan2",
+    "and", "or", "xor", "not", "shift-left", "shift-right-arithmetic", "shift-right-logical",
+    "compare", "select", "clamp", "convert", "negate", "abs", "sign", "floor", "ceil",
+    "round-nearest-afz", "round-nearest-even", "exponential", "exponential-minus-one", "log",
+    "log-plus-one", "tanh", "logistic", "rsqrt", "sqrt", "cbrt", "cosine", "sine", "tan", "erf",
+    "is-finite", "popcnt", "count-leading-zeros", "real", "imag", "complex", "reduce-precision",
+    "stochastic-convert", "map", "rng", "rng-bit-generator",
+)
+MOVEMENT = ("copy", "copy-start", "transpose", "broadcast", "concatenate", "pad", "reverse",
+            "iota")
+ZERO_COST = ("parameter", "constant", "tuple", "get-tuple-element", "bitcast", "reshape",
+             "after-all", "partition-id", "replica-id", "opt-barrier", "add-dependency", "domain",
+             "copy-done", "get-dimension-size", "set-dimension-size", "async-update", "async-done")
+
+RULES: dict[str, Rule] = {
+    **{name: _elementwise for name in ELEMENTWISE},
+    **{name: _move for name in MOVEMENT},
+    # reshape is a copy on some backends; treated as a bitcast (free), as XLA usually lowers it
+    **{name: _zero for name in ZERO_COST},
+    "bitcast-convert": _move,  # a reinterpretation: bytes, no arithmetic
+    "slice": _read_result, "dynamic-slice": _read_result, "gather": _read_result,
+    "dynamic-update-slice": _dynamic_update_slice, "scatter": _scatter,
+    "reduce": _reduce, "reduce-window": _reduce, "select-and-scatter": _reduce,
+    "sort": _sort, "dot": _dot, "convolution": _convolution,
+    **COLLECTIVE_RULES,
+}
+
+# HLO opcode -> report category (harness.schema.CATEGORIES); fusions are classified by the HLO
+# layer from their contents.
+CATEGORY: dict[str, str] = {
+    **{name: "elementwise" for name in ELEMENTWISE + ("bitcast-convert",)},
+    **{name: "copy" for name in MOVEMENT + ("slice", "dynamic-slice", "gather",
+                                            "dynamic-update-slice", "scatter", "sort")},
+    **{name: "reduction" for name in ("reduce", "reduce-window", "select-and-scatter")},
+    **{name: "collective" for name in COLLECTIVE_RULES},
+    "dot": "matmul", "convolution": "matmul",
 }
 
 
-@dataclass(frozen=True)
-class Shape:
-    """An array shape as HLO prints it: ``f32[512,256]`` -> Shape("f32", (512, 256))."""
-
-    dtype: str
-    dims: tuple[int, ...] = ()
-
-    @property
-    def elements(self) -> int:
-        return math.prod(self.dims)
-
-    @property
-    def nbytes(self) -> float:
-        if self.dtype not in DTYPE_BYTES:
-            raise KeyError(f"unknown dtype {self.dtype!r}; known: {sorted(DTYPE_BYTES)}")
-        return self.elements * DTYPE_BYTES[self.dtype]
-
-
-@dataclass(frozen=True)
-class OpDesc:
-    """One HLO instruction, as numbers.
-
-    ``results``/``operands``: per-device shapes (a tuple result lists its leaves).
-    ``lhs_contracting``/``rhs_contracting``/``lhs_batch``/``rhs_batch``: dot dimension numbers.
-    ``group_axes``: for collectives, the sizes of the mesh axes one replica group spans
-    (product = group size); () for non-collectives.
-    """
-
-    opcode: str
-    results: tuple[Shape, ...] = ()
-    operands: tuple[Shape, ...] = ()
-    lhs_contracting: tuple[int, ...] = ()
-    rhs_contracting: tuple[int, ...] = ()
-    lhs_batch: tuple[int, ...] = ()
-    rhs_batch: tuple[int, ...] = ()
-    group_axes: tuple[int, ...] = ()
-
-    @property
-    def group_size(self) -> int:
-        return math.prod(self.group_axes) if self.group_axes else 1
-
-    @property
-    def operand_bytes(self) -> float:
-        return sum(s.nbytes for s in self.operands)
-
-    @property
-    def result_bytes(self) -> float:
-        return sum(s.nbytes for s in self.results)
-
-
-@dataclass(frozen=True)
-class Cost:
-    """Per-device cost of one execution. Costs add (``+``) and scale (``*`` by a count).
-
-    ``collective`` names the collective kind ("all-gather", "reduce-scatter", "all-reduce",
-    "all-to-all", "collective-permute") when ``comm_bytes`` moves over the interconnect;
-    ``comm_bytes`` follows ``predictions.collectives``' convention for that kind.
-    """
-
-    flops: float = 0.0
-    hbm_bytes: float = 0.0
-    comm_bytes: float = 0.0
-    collective: str = ""
-    group_axes: tuple[int, ...] = ()
-    modeled: bool = True
-    notes: tuple[str, ...] = field(default=(), compare=False)
-
-    def __add__(self, other: "Cost") -> "Cost":
-        if not isinstance(other, Cost):
-            return NotImplemented
-        return Cost(
-            flops=self.flops + other.flops,
-            hbm_bytes=self.hbm_bytes + other.hbm_bytes,
-            comm_bytes=self.comm_bytes + other.comm_bytes,
-            collective=self.collective or other.collective,
-            group_axes=self.group_axes or other.group_axes,
-            modeled=self.modeled and other.modeled,
-            notes=self.notes + other.notes,
-        )
-
-    def __mul__(self, k: float) -> "Cost":
-        if not isinstance(k, (int, float)):
-            return NotImplemented
-        return replace(self, flops=self.flops * k, hbm_bytes=self.hbm_bytes * k,
-                       comm_bytes=self.comm_bytes * k)
-
-    __rmul__ = __mul__
-
-
-UNMODELED = Cost(modeled=False)
-
-Rule = Callable[[OpDesc], Cost]
-RULES: dict[str, Rule] = {}
+def category(opcode: str) -> str:
+    return CATEGORY.get(opcode, "other")
 
 
 def cost(op: OpDesc) -> Cost:
     """The cost of one instruction by its opcode's rule; ``UNMODELED`` when no rule covers it."""
     rule = RULES.get(op.opcode)
-    return rule(op) if rule is not None else UNMODELED
+    if rule is None:
+        return replace(UNMODELED, notes=(f"no rule for opcode {op.opcode!r}",))
+    return rule(op)
+
+
+def _updated_in_place(op: OpDesc) -> float:
+    # bytes an in-place update writes: the update of a dynamic-update-slice, a scatter's updates
+    if op.opcode == "dynamic-update-slice" and len(op.operands) > 1:
+        return op.operands[1].nbytes
+    n = max(1, (len(op.operands) - 1) // 2)
+    return sum(s.nbytes for s in op.operands[n + 1:])
+
+
+def fusion_cost(outer: OpDesc, inner: list[OpDesc]) -> Cost:
+    """A fusion: the FLOPs (and any collective) of its inner instructions, the HBM bytes of the
+    outer operands + results only (profiling.md: inner values stay on chip). A fusion whose
+    result is an in-place dynamic-update-slice/scatter of one of its operands (a KV-cache write)
+    moves only the update, not the whole buffer twice. Nested fusions must be flattened by the
+    caller. Unmodeled inner instructions make the fusion unmodeled (numbers kept)."""
+    total = Cost()
+    for op in inner:
+        total = total + replace(cost(op), hbm_bytes=0.0)
+    nbytes = _io_bytes(outer)
+    for op in inner:
+        if op.opcode in ("dynamic-update-slice", "scatter") and op.results \
+                and op.results[0] in outer.results and op.results[0] in outer.operands:
+            nbytes += _updated_in_place(op) - 2 * op.results[0].nbytes
+            break
+    return replace(total, hbm_bytes=max(nbytes, 0.0))
+
+

@@ -6,7 +6,6 @@ from pathlib import Path
 from harness import tables
 from harness.errors import HarnessError
 
-HELP = "run a registered workload under the profiler and report it per op"
 
 
 def parse_sets(items: list[str]) -> dict[str, str]:

@@ -5,7 +5,6 @@ from pathlib import Path
 
 from harness import schema, tables
 
-HELP = "print the per-op table of a profiler trace (*.xplane.pb or a directory holding one)"
 
 
 def add_arguments(p) -> None:

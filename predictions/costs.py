@@ -1,0 +1,114 @@
+"""Cost-description types: an HLO instruction as numbers (``OpDesc``) and its per-device cost
+(``Cost``, with ``+`` and ``*``). Re-exported by ``predictions.rules``, which prices them.
+
+Conventions (`roofline.md`, `profiling.md`): shapes are per device (post-SPMD); one multiply-add
+is 2 FLOPs; an op reads each operand and writes its result to HBM once.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+# Bytes per element (`transformers.md` §1.1 of the reference). HLO spellings.
+DTYPE_BYTES: dict[str, float] = {
+    "pred": 1, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "s32": 4, "u32": 4,
+    "s64": 8, "u64": 8, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1, "f8e5m2fnuz": 1,
+    "f8e4m3fnuz": 1, "f8e4m3b11fnuz": 1, "f8e3m4": 1, "f8e8m0fnu": 1, "f4e2m1fn": 0.5,
+    "bf16": 2, "f16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16, "token": 0,
+}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """An array shape as HLO prints it: ``f32[512,256]`` -> Shape("f32", (512, 256))."""
+
+    dtype: str
+    dims: tuple[int, ...] = ()
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.dims)
+
+    @property
+    def nbytes(self) -> float:
+        if self.dtype not in DTYPE_BYTES:
+            raise KeyError(f"unknown dtype {self.dtype!r}; known: {sorted(DTYPE_BYTES)}")
+        return self.elements * DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True)
+class OpDesc:
+    """One HLO instruction, as numbers.
+
+    ``results``/``operands``: per-device shapes (a tuple result lists its leaves).
+    ``lhs_contracting``/``rhs_contracting``/``lhs_batch``/``rhs_batch``: dot dimension numbers.
+    ``group_axes``: for collectives, the sizes of the mesh axes one replica group spans
+    (product = group size); () for non-collectives.
+    ``dimensions``: the instruction's ``dimensions={...}`` attribute where it has one (sort
+    dimension; reduce dimensions). A convolution is described as a dot over its kernel:
+    ``rhs_contracting`` = every kernel dim but the output features.
+    """
+
+    opcode: str
+    results: tuple[Shape, ...] = ()
+    operands: tuple[Shape, ...] = ()
+    lhs_contracting: tuple[int, ...] = ()
+    rhs_contracting: tuple[int, ...] = ()
+    lhs_batch: tuple[int, ...] = ()
+    rhs_batch: tuple[int, ...] = ()
+    group_axes: tuple[int, ...] = ()
+    dimensions: tuple[int, ...] = ()
+
+    @property
+    def group_size(self) -> int:
+        return math.prod(self.group_axes) if self.group_axes else 1
+
+    @property
+    def operand_bytes(self) -> float:
+        return sum(s.nbytes for s in self.operands)
+
+    @property
+    def result_bytes(self) -> float:
+        return sum(s.nbytes for s in self.results)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Per-device cost of one execution. Costs add (``+``) and scale (``*`` by a count).
+
+    ``collective`` names the collective kind ("all-gather", "reduce-scatter", "all-reduce",
+    "all-to-all", "collective-permute") when ``comm_bytes`` moves over the interconnect;
+    ``comm_bytes`` follows ``predictions.collectives``' convention for that kind.
+    """
+
+    flops: float = 0.0
+    hbm_bytes: float = 0.0
+    comm_bytes: float = 0.0
+    collective: str = ""
+    group_axes: tuple[int, ...] = ()
+    modeled: bool = True
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    def __add__(self, other: "Cost") -> "Cost":
+        if not isinstance(other, Cost):
+            return NotImplemented
+        return Cost(
+            flops=self.flops + other.flops,
+            hbm_bytes=self.hbm_bytes + other.hbm_bytes,
+            comm_bytes=self.comm_bytes + other.comm_bytes,
+            collective=self.collective or other.collective,
+            group_axes=self.group_axes or other.group_axes,
+            modeled=self.modeled and other.modeled,
+            notes=self.notes + other.notes,
+        )
+
+    def __mul__(self, k: float) -> "Cost":
+        if not isinstance(k, (int, float)):
+            return NotImplemented
+        return replace(self, flops=self.flops * k, hbm_bytes=self.hbm_bytes * k,
+                       comm_bytes=self.comm_bytes * k)
+
+    __rmul__ = __mul__
+
+
+UNMODELED = Cost(modeled=False)

@@ -1,0 +1,305 @@
+"""Chips: peak FLOPs, memory and interconnect numbers from the book (SI units).
+
+``CHIPS`` is the registry; ``chip(name)`` looks an entry up, ``chip_for(device)`` maps a JAX
+device's ``device_kind`` to one, ``register(chip)`` installs a calibrated entry at run time.
+Values follow the newest edition of the book (tpus.md, gpus.md spec tables); where the book
+disagrees with itself the choice is commented on the entry.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+# Spellings accepted by ``Chip.flops_per_s``: HLO and numpy names map to the book's columns.
+# fp16 runs at the bf16 MXU/Tensor Core rate.
+DTYPE_ALIASES: dict[str, str] = {
+    **dict.fromkeys(("bf16", "bfloat16", "f16", "fp16", "float16"), "bf16"),
+    **dict.fromkeys(("fp32", "f32", "float32"), "fp32"),
+    **dict.fromkeys(("int8", "s8", "u8"), "int8"),
+    **dict.fromkeys(("fp8", "f8e4m3fn", "f8e5m2", "f8e4m3", "f8e4m3fnuz", "f8e5m2fnuz",
+                     "f8e4m3b11fnuz"), "fp8"),
+    **dict.fromkeys(("int4", "s4", "u4"), "int4"),
+    **dict.fromkeys(("fp4", "f4e2m1fn"), "fp4"),
+}
+
+
+@dataclass(frozen=True)
+class Chip:
+    """One accelerator (per chip / per GPU). All rates are dense peaks, SI units.
+
+    ``ici_bytes_per_s``: TPUs, one-way bandwidth of one ICI link; GPUs, NVLink egress per GPU
+    (one direction); CPU, the effective collective bandwidth of the placeholder ring model.
+    ``torus_dims``: 2 or 3 for TPUs, 0 for a switched GPU network, 1 for the CPU ring.
+    ``max_slice``: the largest ICI-connected slice, one size per torus axis (``()`` = no limit).
+    ``wrap_rule``: key into ``WRAP_RULES`` (which axes of a slice have wraparound links).
+    ``chips_per_node``: TPU chips per host; GPUs per NVLink node.
+    ``node_bytes_per_s``: GPUs only, the node's scale-out (InfiniBand) egress.
+    ``None`` marks a figure the book does not give.
+    """
+
+    name: str
+    kind: str  # "tpu" | "gpu" | "cpu"
+    description: str
+    peak_flops: tuple[tuple[str, float], ...]
+    hbm_bytes: float
+    hbm_bytes_per_s: float
+    ici_bytes_per_s: float
+    ici_links: int
+    torus_dims: int
+    max_slice: tuple[int, ...]
+    wrap_rule: str
+    hop_latency_s: float
+    chips_per_node: int
+    dcn_bytes_per_s: float | None = None
+    pcie_bytes_per_s: float | None = None
+    node_bytes_per_s: float | None = None
+
+    def flops_per_s(self, dtype: str = "bf16") -> float:
+        """Peak FLOP/s (OP/s for integers) at ``dtype``; KeyError lists the dtypes given."""
+        table = dict(self.peak_flops)
+        key = DTYPE_ALIASES.get(str(dtype).lower())
+        if key not in table:
+            raise KeyError(f"{self.name} has no peak FLOP/s for dtype {dtype!r} in the book; "
+                           f"known for this chip: {sorted(table)}")
+        return table[key]
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        return tuple(d for d, _ in self.peak_flops)
+
+    @property
+    def ici_bidi_bytes_per_s(self) -> float:
+        """Both directions of one link (tpus.md: bidirectional = 2 x one-way)."""
+        return 2 * self.ici_bytes_per_s
+
+    @property
+    def axis_bytes_per_s(self) -> float:
+        """What a collective sees along one mesh axis: TPUs the bidirectional link
+        (sharding.md), GPUs the NVLink egress (gpus.md), the CPU placeholder its ring bandwidth."""
+        return self.ici_bidi_bytes_per_s if self.kind == "tpu" else self.ici_bytes_per_s
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.chips_per_node
+
+
+# --- wraparound rules (tpus.md): which axes of a slice wrap ------------------------------------
+WrapRule = Callable[[Chip, tuple[int, ...], "tuple[int, ...] | None"], tuple[bool, ...]]
+
+
+def _wrap_full_axis(chip: Chip, axes: tuple[int, ...], slice_shape) -> tuple[bool, ...]:
+    # tpus.md: v5e/v6e pods are one 16x16 torus; an axis wraps only at the pod's full length (16).
+    return tuple(n == max(chip.max_slice) for n in axes)
+
+
+def _wrap_cube(chip: Chip, axes: tuple[int, ...], slice_shape) -> tuple[bool, ...]:
+    # tpus.md: v4p/v5p slices of whole 4x4x4 cubes wrap on every axis, sub-cube slices on none
+    # (the "multiple of 4 per axis" wording clashes with the no-wrap 2x2x4 slice; whole-cube wins).
+    # Without a slice shape, the collective's own axes are taken to be the slice.
+    shape = tuple(slice_shape) if slice_shape else axes
+    whole_cubes = all(n % 4 == 0 for n in shape)
+    return tuple(whole_cubes and n % 4 == 0 for n in axes)
+
+
+def _wrap_always(chip: Chip, axes: tuple[int, ...], slice_shape) -> tuple[bool, ...]:
+    return tuple(True for _ in axes)  # switched networks and the CPU ring: no topology penalty
+
+
+WRAP_RULES: dict[str, WrapRule] = {
+    "full-axis": _wrap_full_axis,
+    "cube": _wrap_cube,
+    "always": _wrap_always,
+}
+
+
+def wraps(chip: Chip | str, axes: Sequence[int], slice_shape: Sequence[int] | None = None
+          ) -> tuple[bool, ...]:
+    """Whether each axis has a wraparound link, by the chip's topology rule."""
+    c = chip_entry(chip)
+    return WRAP_RULES[c.wrap_rule](c, tuple(axes), tuple(slice_shape) if slice_shape else None)
+
+
+def check_axes(chip: Chip | str, axes: Sequence[int]) -> tuple[int, ...]:
+    """Validate mesh axis sizes against the chip's largest ICI slice; return them as a tuple.
+
+    Each physical axis must fit one dimension of the largest slice (sorted largest to largest).
+    """
+    c = chip_entry(chip)
+    axes = tuple(axes)
+    for n in axes:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"axis sizes must be positive integers, got {axes!r}")
+    if not c.max_slice:
+        return axes
+    live = sorted((n for n in axes if n > 1), reverse=True)
+    dims = sorted(c.max_slice, reverse=True)
+    shape = "x".join(map(str, c.max_slice))
+    if len(live) > len(dims) or any(n > d for n, d in zip(live, dims)):
+        raise ValueError(
+            f"axes {'x'.join(map(str, axes))} do not fit {c.name}'s largest ICI slice {shape} "
+            f"({math.prod(c.max_slice)} chips, at most {max(dims)} per axis, {len(dims)} axes); "
+            f"beyond one slice chips talk over DCN")
+    return axes
+
+
+def physical_axes(chip: Chip | str, axes: Sequence[int]) -> tuple[int, ...]:
+    """Lay mesh axes onto the slice's physical torus axes: axes that fit are kept; otherwise the
+    group is split over the slice dimensions, largest first (sharding.md: a mesh axis may span
+    several physical axes, M_X). ValueError when the group exceeds the largest slice."""
+    c = chip_entry(chip)
+    try:
+        return check_axes(c, axes)
+    except ValueError:
+        pass
+    remaining, out = math.prod(axes), []
+    for d in sorted(c.max_slice, reverse=True):
+        f = max(k for k in range(1, min(d, remaining) + 1) if remaining % k == 0)
+        out.append(f)
+        remaining //= f
+    if remaining != 1:
+        check_axes(c, axes)  # raises, naming the limit
+    return tuple(n for n in out if n > 1) or (1,)
+
+
+_TPU = dict(kind="tpu", hop_latency_s=1e-6)  # tpus.md: ~1 us per ICI hop, every generation
+
+CHIPS: dict[str, Chip] = {
+    "tpu-v3": Chip(
+        "tpu-v3", description="TPU v3 (2 TensorCores, exposed as separate devices)",
+        peak_flops=(("bf16", 1.4e14), ("int8", 1.4e14)), hbm_bytes=32e9, hbm_bytes_per_s=9.0e11,
+        ici_bytes_per_s=1.0e11, ici_links=4, torus_dims=2, max_slice=(32, 32),
+        wrap_rule="full-axis",  # assumption: the book gives no v3 rule; like the v5e pod torus
+        chips_per_node=8, **_TPU),
+    "tpu-v4p": Chip(
+        "tpu-v4p", description="TPU v4p (megacore)",
+        peak_flops=(("bf16", 2.75e14), ("int8", 2.75e14)),
+        hbm_bytes=32e9, hbm_bytes_per_s=1.2e12,  # table value; a tpus.md exercise uses 1.23e12
+        ici_bytes_per_s=4.5e10, ici_links=6, torus_dims=3, max_slice=(16, 16, 16),
+        wrap_rule="cube", chips_per_node=4, pcie_bytes_per_s=1.6e10, **_TPU),
+    "tpu-v5p": Chip(
+        "tpu-v5p", description="TPU v5p (megacore)",
+        # table 4.59e14; training.md prose rounds to 4.6e14 and its DCN paragraph uses 4.46e14
+        peak_flops=(("bf16", 4.59e14), ("int8", 9.18e14)), hbm_bytes=96e9, hbm_bytes_per_s=2.8e12,
+        ici_bytes_per_s=9.0e10, ici_links=6, torus_dims=3, max_slice=(16, 20, 28),
+        wrap_rule="cube", chips_per_node=4, dcn_bytes_per_s=6.25e9, pcie_bytes_per_s=1.6e10,
+        **_TPU),
+    "tpu-v5e": Chip(
+        "tpu-v5e", description="TPU v5e (1 TensorCore)",
+        peak_flops=(("bf16", 1.97e14), ("int8", 3.94e14)),
+        hbm_bytes=16e9, hbm_bytes_per_s=8.2e11,  # newest edition (Feb 2025: 8.1e11)
+        ici_bytes_per_s=4.5e10, ici_links=4, torus_dims=2, max_slice=(16, 16),
+        wrap_rule="full-axis", chips_per_node=8, dcn_bytes_per_s=3.125e9,
+        pcie_bytes_per_s=1.6e10, **_TPU),
+    "tpu-v6e": Chip(
+        "tpu-v6e", description="TPU v6e Trillium (1 TensorCore)",
+        peak_flops=(("bf16", 9.2e14), ("int8", 1.84e15)),  # table; roofline.md prose says 9.1e14
+        hbm_bytes=32e9, hbm_bytes_per_s=1.6e12,
+        ici_bytes_per_s=9.0e10, ici_links=4, torus_dims=2, max_slice=(16, 16),
+        wrap_rule="full-axis", chips_per_node=8, dcn_bytes_per_s=1.25e10,
+        pcie_bytes_per_s=3.2e10, **_TPU),
+    "tpu-7x": Chip(
+        "tpu-7x", description="TPU7x Ironwood (2 TensorCores, no megacore)",
+        peak_flops=(("bf16", 2.30e15), ("int8", 4.61e15)), hbm_bytes=192e9, hbm_bytes_per_s=7.4e12,
+        ici_bytes_per_s=9.0e10, ici_links=6, torus_dims=3, max_slice=(4, 4, 576),
+        wrap_rule="cube",  # assumption: the book states no 7x rule; treated like v5p
+        chips_per_node=4, dcn_bytes_per_s=1.25e10, **_TPU),
+    # gpus.md. hop_latency_s: the book gives no GPU per-hop latency; 1 us is an assumption.
+    "a100": Chip(
+        "a100", kind="gpu", description="NVIDIA A100 (Ampere, NVLink 3, 8 per node)",
+        peak_flops=(("bf16", 3.1e14), ("fp8", 6.2e14), ("int8", 6.2e14)),
+        hbm_bytes=80e9, hbm_bytes_per_s=2.0e12, ici_bytes_per_s=300e9, ici_links=12,
+        torus_dims=0, max_slice=(), wrap_rule="always", hop_latency_s=1e-6, chips_per_node=8),
+    "h100": Chip(
+        "h100", kind="gpu", description="NVIDIA H100 SXM (Hopper, NVLink 4, DGX node of 8)",
+        # the book computes with 9.89e14 and 3.35e12 (critical batch 295); its table rounds to
+        # 9.9e14 and 3.4e12. fp8/int8 = 2x bf16 (table: 2.0e15).
+        peak_flops=(("bf16", 9.89e14), ("fp8", 1.978e15), ("int8", 1.978e15)),
+        hbm_bytes=80e9, hbm_bytes_per_s=3.35e12, ici_bytes_per_s=450e9, ici_links=18,
+        torus_dims=0, max_slice=(), wrap_rule="always", hop_latency_s=1e-6, chips_per_node=8,
+        dcn_bytes_per_s=50e9, node_bytes_per_s=400e9),
+    "h200": Chip(
+        "h200", kind="gpu", description="NVIDIA H200 (Hopper; NVLink as H100)",
+        peak_flops=(("bf16", 9.89e14), ("fp8", 1.978e15), ("int8", 1.978e15)),
+        hbm_bytes=141e9, hbm_bytes_per_s=4.8e12, ici_bytes_per_s=450e9, ici_links=18,
+        torus_dims=0, max_slice=(), wrap_rule="always", hop_latency_s=1e-6, chips_per_node=8,
+        dcn_bytes_per_s=50e9, node_bytes_per_s=400e9),
+    "b200": Chip(
+        "b200", kind="gpu", description="NVIDIA B200 (Blackwell, NVLink 5, DGX node of 8)",
+        # calculations use 2.25e15 (critical batch 281); the table says 2.3e15
+        peak_flops=(("bf16", 2.25e15), ("fp8", 4.5e15), ("int8", 4.5e15), ("fp4", 9.0e15)),
+        hbm_bytes=192e9, hbm_bytes_per_s=8.0e12, ici_bytes_per_s=900e9, ici_links=18,
+        torus_dims=0, max_slice=(), wrap_rule="always", hop_latency_s=1e-6, chips_per_node=8,
+        dcn_bytes_per_s=50e9, node_bytes_per_s=400e9),
+    # PLACEHOLDER, not from the book: a conservative shared-core host. `harness calibrate`
+    # measures the real numbers and installs them with register(..., replace=True).
+    "cpu": Chip(
+        "cpu", kind="cpu", description="host CPU (placeholder until `harness calibrate`)",
+        peak_flops=(("fp32", 1e11), ("bf16", 1e11)), hbm_bytes=16e9, hbm_bytes_per_s=2e10,
+        ici_bytes_per_s=1e10, ici_links=1, torus_dims=1, max_slice=(), wrap_rule="always",
+        hop_latency_s=1e-5, chips_per_node=8),
+}
+
+
+def chip_entry(name: Chip | str) -> Chip:
+    """A Chip passes through; a name is looked up (KeyError lists the known names)."""
+    if isinstance(name, Chip):
+        return name
+    try:
+        return CHIPS[str(name).lower()]
+    except KeyError:
+        raise KeyError(f"unknown chip {name!r}; known chips: {', '.join(CHIPS)}") from None
+
+
+chip = chip_entry
+
+
+def register(entry: Chip, replace: bool = False) -> Chip:
+    """Install ``entry`` under its name (e.g. a calibrated ``cpu``)."""
+    if not isinstance(entry, Chip):
+        raise ValueError(f"register() takes a Chip, got {type(entry).__name__}")
+    if entry.name in CHIPS and not replace:
+        raise ValueError(f"chip {entry.name!r} is already registered; pass replace=True")
+    if entry.wrap_rule not in WRAP_RULES:
+        raise ValueError(f"unknown wrap_rule {entry.wrap_rule!r}; known: {sorted(WRAP_RULES)}")
+    CHIPS[entry.name] = entry
+    log.info("registered chip %s", entry.name)
+    return entry
+
+
+# device_kind strings as JAX reports them (lower-cased, full match) -> registry name.
+DEVICE_KINDS: dict[str, str] = {
+    r"tpu v5( ?lite|e)": "tpu-v5e",
+    r"tpu v5p?": "tpu-v5p",  # v5p reports itself as "TPU v5"
+    r"tpu v4p?": "tpu-v4p",
+    r"tpu v6( ?lite|e)": "tpu-v6e",
+    r"tpu ?(v7x?|7x)( .*)?": "tpu-7x",
+    r"tpu v3.*": "tpu-v3",
+    r"(nvidia )?a100.*": "a100",
+    r"(nvidia )?h100.*": "h100",
+    r"(nvidia )?h200.*": "h200",
+    r"(nvidia )?b200.*": "b200",
+    r"cpu": "cpu",
+}
+
+
+def chip_for(device: object) -> Chip:
+    """The registry entry for a JAX device (anything with ``.device_kind``/``.platform``) or a
+    ``device_kind`` string. KeyError names the kind and the known chips."""
+    kind = device if isinstance(device, str) else getattr(device, "device_kind", None)
+    if kind is None:
+        raise KeyError(f"{device!r} has no device_kind; known chips: {', '.join(CHIPS)}")
+    norm = " ".join(str(kind).lower().split())
+    if norm in CHIPS:
+        return CHIPS[norm]
+    for pattern, name in DEVICE_KINDS.items():
+        if re.fullmatch(pattern, norm):
+            return CHIPS[name]
+    if getattr(device, "platform", None) == "cpu":
+        return CHIPS["cpu"]
+    raise KeyError(f"no chip entry for device kind {kind!r}; known chips: {', '.join(CHIPS)} "
+                   f"(register one with predictions.hardware.register)")

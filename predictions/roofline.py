@@ -1,0 +1,158 @@
+"""Rooflines (roofline.md): compute vs memory vs communication time, critical intensities.
+
+``op_time`` turns a per-instruction ``rules.Cost`` into the three roofline terms on a chip;
+``matmul`` is the book's X[B,D] . Y[D,F] example; ``critical_intensity`` is alpha = C / W.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from predictions import collectives, hardware
+from predictions.hardware import Chip
+from predictions.rules import Cost
+
+
+def _gpu_or(field: str, gpu_field: str) -> Callable[[Chip], float | None]:
+    return lambda c: getattr(c, gpu_field) if c.kind == "gpu" else getattr(c, field)
+
+
+# Which bandwidth each "over" means. roofline.md: HBM; sharding.md/training.md: bidirectional
+# ICI per axis (GPUs: NVLink egress, gpus.md); DCN per chip (GPUs: the node's scale-out egress,
+# which gpus.md compares C with); PCIe per chip.
+BANDWIDTHS: dict[str, Callable[[Chip], float | None]] = {
+    "hbm": lambda c: c.hbm_bytes_per_s,
+    "ici": lambda c: c.axis_bytes_per_s,
+    "dcn": _gpu_or("dcn_bytes_per_s", "node_bytes_per_s"),
+    "pcie": lambda c: c.pcie_bytes_per_s,
+}
+
+
+def bandwidth(chip: Chip | str, over: str = "hbm") -> float:
+    """Bytes/s of the link named by ``over`` (hbm, ici, dcn, pcie)."""
+    c = hardware.chip_entry(chip)
+    if over not in BANDWIDTHS:
+        raise ValueError(f"unknown link {over!r}; choose one of {', '.join(BANDWIDTHS)}")
+    w = BANDWIDTHS[over](c)
+    if not w:
+        have = [name for name, ch in hardware.CHIPS.items() if BANDWIDTHS[over](ch)]
+        raise ValueError(f"the book gives no {over} bandwidth for {c.name}; "
+                         f"chips with one: {', '.join(have)}")
+    return w
+
+
+def critical_intensity(chip: Chip | str, dtype: str = "bf16", over: str = "hbm") -> float:
+    """alpha = C / W in FLOPs per byte (roofline.md); over="ici" uses bidirectional per-axis W."""
+    c = hardware.chip_entry(chip)
+    return c.flops_per_s(dtype) / bandwidth(c, over)  # roofline.md: critical intensity C/W
+
+
+def _bound(terms: dict[str, float]) -> str:
+    return max(terms, key=terms.get)  # ties go to the first term (compute)
+
+
+@dataclass(frozen=True)
+class MatmulEstimate:
+    """roofline.md: the terms of one matmul X[B,D] . W[D,F] -> Z[B,F] on one chip."""
+
+    flops: float
+    bytes: float
+    t_compute_s: float
+    t_memory_s: float
+    t_lower_s: float
+    t_upper_s: float
+    bound: str
+    intensity: float
+    critical_intensity: float
+
+
+def _positive(name: str, value: float) -> float:
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    return value
+
+
+# Bytes per element of the book's dtype columns (transformers.md / roofline.md).
+ELEMENT_BYTES: dict[str, float] = {"bf16": 2, "fp32": 4, "int8": 1, "fp8": 1, "int4": 0.5,
+                                   "fp4": 0.5}
+
+
+def _dtype_bytes(dtype: str) -> float:
+    key = hardware.DTYPE_ALIASES.get(str(dtype).lower())
+    if key is None:
+        raise KeyError(f"unknown dtype {dtype!r}; known: {', '.join(hardware.DTYPE_ALIASES)}")
+    return ELEMENT_BYTES[key]
+
+
+def matmul(B: float, D: float, F: float, chip: Chip | str, dtype: str = "bf16",
+           weight_dtype: str | None = None) -> MatmulEstimate:
+    """Roofline of X[B,D] . W[D,F]; activations and output in ``dtype`` (the compute dtype),
+    weights in ``weight_dtype`` (default ``dtype``)."""
+    c = hardware.chip_entry(chip)
+    for name, v in (("B", B), ("D", D), ("F", F)):
+        _positive(name, v)
+    s_x = _dtype_bytes(dtype)
+    s_w = _dtype_bytes(weight_dtype or dtype)
+    flops = 2 * B * D * F  # roofline.md: 2BDF FLOPs
+    nbytes = s_x * B * D + s_w * D * F + s_x * B * F  # roofline.md: s_x*BD + s_w*DF + s_out*BF
+    t_c = flops / c.flops_per_s(dtype)  # roofline.md: T_math = FLOPs / C
+    t_m = nbytes / c.hbm_bytes_per_s  # roofline.md: T_comms = bytes / W_hbm
+    return MatmulEstimate(
+        flops=flops, bytes=nbytes, t_compute_s=t_c, t_memory_s=t_m,
+        t_lower_s=max(t_c, t_m),  # roofline.md: lower bound, perfect overlap
+        t_upper_s=t_c + t_m,  # roofline.md: upper bound, no overlap
+        bound="compute" if t_c >= t_m else "memory", intensity=flops / nbytes,
+        critical_intensity=critical_intensity(c, dtype, "hbm"))
+
+
+@dataclass(frozen=True)
+class OpTime:
+    """Roofline terms of one instruction; ``predicted_s`` = max of the three (book: T_lower)."""
+
+    t_compute_s: float
+    t_memory_s: float
+    t_comm_s: float
+    predicted_s: float
+    bound: str  # "compute" | "memory" | "comm" | "unmodeled"
+
+
+UNMODELED_TIME = OpTime(0.0, 0.0, 0.0, 0.0, "unmodeled")
+
+
+def comm_time(cost: Cost, chip: Chip | str) -> float:
+    """Seconds of a cost's collective on ``chip`` over ``cost.group_axes``."""
+    if not cost.comm_bytes or not cost.collective:
+        return 0.0
+    if cost.collective != "collective-permute" and math.prod(cost.group_axes) == 1:
+        return 0.0  # a group of one device moves nothing
+    if cost.collective not in collectives.TIME_BY_COLLECTIVE:
+        raise ValueError(f"unknown collective {cost.collective!r}; "
+                         f"known: {', '.join(collectives.TIME_BY_COLLECTIVE)}")
+    axes = hardware.physical_axes(chip, cost.group_axes or (1,))
+    return collectives.TIME_BY_COLLECTIVE[cost.collective](cost.comm_bytes, axes, chip)
+
+
+def peak_flops(chip: Chip | str, dtype: str) -> float:
+    """C for an op of element type ``dtype``; for types the book gives no peak for (fp32 and
+    integers on TPUs/GPUs, pred) it falls back to fp32 where listed, else the bf16 peak (an
+    optimistic lower bound: TPUs run f32 matmuls as bf16 passes by default)."""
+    c = hardware.chip_entry(chip)
+    for candidate in (dtype, "fp32", "bf16"):
+        if hardware.DTYPE_ALIASES.get(str(candidate).lower()) in c.dtypes:
+            return c.flops_per_s(candidate)
+    return c.flops_per_s("bf16")
+
+
+def op_time(cost: Cost, chip: Chip | str, dtype: str = "bf16") -> OpTime:
+    """roofline.md: T_math = FLOPs/C, T_hbm = bytes/W_hbm, T_comm by sharding.md; max of them."""
+    if not cost.modeled:
+        return UNMODELED_TIME
+    c = hardware.chip_entry(chip)
+    terms = {
+        "compute": cost.flops / peak_flops(c, dtype) if cost.flops else 0.0,
+        "memory": cost.hbm_bytes / c.hbm_bytes_per_s,
+        "comm": comm_time(cost, c),
+    }
+    return OpTime(terms["compute"], terms["memory"], terms["comm"], max(terms.values()),
+                  _bound(terms))
