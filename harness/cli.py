@@ -1,8 +1,9 @@
 """``harness`` command line: a thin layer over the stage functions.
 
-Subcommands live in ``harness/commands/<name>.py``; each module defines ``HELP``,
-``add_arguments(parser)`` and ``main(args) -> int``. ``COMMANDS`` is the registry. Command
-modules import jax only inside ``main`` so that ``--devices`` can set ``XLA_FLAGS`` first.
+Subcommands live in ``harness/commands/<name>.py``; each module defines
+``add_arguments(parser)`` and ``main(args) -> int``. ``COMMANDS`` is the registry (module and
+help text); only the chosen command's module is imported. Command modules import jax only inside
+``main`` so that ``--devices`` can set ``XLA_FLAGS`` first.
 """
 from __future__ import annotations
 
