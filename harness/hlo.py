@@ -1,0 +1,27 @@
+"""Compiled HLO: parse it, find what runs and how often, and cost each op (`profiling.md`).
+
+The public face of ``hlo_*``::
+
+    module = parse_module(compiled.as_text())      # Module / Computation / Instruction
+    executed(module)                               # [(instruction, executions per step)]
+    category(module, instr)                        # one of schema.CATEGORIES
+    to_desc(instr, module)                         # predictions.rules.OpDesc
+    hlo_costs(text, "cpu")                         # predicted OPS table (schema.OPS_PREDICTED)
+    module_totals(module), cross_check(module, compiled.cost_analysis())
+
+Every malformed or truncated input raises :class:`HloParseError` (a ``HarnessError``).
+"""
+from harness.hlo_attrs import HloParseError, ReplicaGroups
+from harness.hlo_category import category
+from harness.hlo_cost import (compute_dtype, cross_check, hlo_costs, instruction_cost,
+                              module_totals)
+from harness.hlo_desc import to_desc
+from harness.hlo_exec import CONTAINERS, STRUCTURAL, TripCount, executed, fused_instructions, trip_count
+from harness.hlo_ir import Computation, Instruction, Module
+from harness.hlo_parse import parse_module
+
+__all__ = [
+    "HloParseError", "ReplicaGroups", "Computation", "Instruction", "Module", "TripCount",
+    "CONTAINERS", "STRUCTURAL", "parse_module", "executed", "trip_count", "fused_instructions", "category",
+    "to_desc", "instruction_cost", "compute_dtype", "hlo_costs", "module_totals", "cross_check",
+]

@@ -1,0 +1,160 @@
+"""Per-instruction costs of a compiled HLO module: the predicted OPS table.
+
+``to_desc`` turns an instruction into a ``predictions.rules.OpDesc`` (plain numbers);
+``instruction_cost`` prices it through ``predictions.rules`` (a fusion through
+``rules.fusion_cost``: the FLOPs of what it holds, HBM bytes of its operands and result only —
+`profiling.md`: what stays inside a fusion never touches HBM); ``hlo_costs`` adds the roofline
+terms on a chip, one row per instruction that runs as its own op, with ``count`` = executions
+per step (while-loop trip counts multiplied through). ``module_totals`` and ``cross_check`` set
+the module's sums against ``compiled.cost_analysis()``.
+
+Row conventions: ``flops``/``hbm_bytes``/``comm_bytes`` are per execution; ``t_*_s`` and
+``predicted_s`` are per step (one execution's time x ``count``), like ``measured_s``.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+
+import pandas as pd
+
+from harness import schema
+from harness.hlo_attrs import HloParseError
+from harness.hlo_category import category
+from harness.hlo_desc import ASYNC_KINDS, to_desc
+from harness.hlo_exec import STRUCTURAL, executed, fused_instructions, trip_count
+from harness.hlo_ir import Instruction, Module
+from harness.hlo_parse import parse_module
+from predictions import rules
+from predictions.rules import Cost
+
+log = logging.getLogger(__name__)
+
+# Ops with no work of their own: control flow (their bodies are rows), the waiting half of an
+# async pair (the ``-start`` carries the cost), device-id reads.
+ZERO_COST = frozenset({"while", "call", "conditional", "async-update", "async-done",
+                       "partition-id", "replica-id", "send-done", "recv-done",
+                       *(f"{c}-done" for c in ASYNC_KINDS)})
+
+
+def instruction_cost(instr: Instruction, module: Module) -> Cost:
+    """One execution's cost; ``rules.UNMODELED`` when no rule covers the opcode."""
+    costs = module.cache.setdefault("cost", {})
+    key = (instr.computation, instr.name)
+    if key not in costs:
+        costs[key] = _cost(instr, module)
+    return costs[key]
+
+
+def _cost(instr: Instruction, module: Module) -> Cost:
+    if instr.opcode in STRUCTURAL or instr.opcode in ZERO_COST:
+        return Cost()
+    if instr.opcode == "async-start":
+        instr = module.computation(instr.called("calls")[0]).root
+    if instr.opcode == "fusion":
+        inner = [to_desc(i, module) for i in fused_instructions(module, instr)]
+        return rules.fusion_cost(to_desc(instr, module), inner)
+    return rules.cost(to_desc(instr, module))
+
+
+def compute_dtype(instr: Instruction, module: Module) -> str:
+    """The element type that sets the peak FLOP/s: a dot's (or a fusion's dot's) left operand,
+    otherwise the first result leaf."""
+    candidates = [instr]
+    if instr.opcode == "fusion":
+        candidates = [i for i in fused_instructions(module, instr)
+                      if i.opcode in ("dot", "convolution")] or [instr]
+    first = candidates[0]
+    if first.opcode in ("dot", "convolution") and first.operand_shapes:
+        return first.operand_shapes[0][0].dtype
+    shapes = first.shapes or _leaves(first)
+    return shapes[0].dtype if shapes else "f32"
+
+
+def _as_module(hlo: str | Module) -> Module:
+    return hlo if isinstance(hlo, Module) else parse_module(hlo)
+
+
+def hlo_costs(hlo_text: str | Module, chip, dtype: str | None = None) -> pd.DataFrame:
+    """The predicted OPS table (``schema.OPS_PREDICTED``) of a compiled module on ``chip`` (a
+    name or a ``predictions.hardware`` chip). ``dtype`` fixes the peak FLOP/s for every op;
+    by default each op's own compute dtype is used. Unmodeled ops keep their row with zero
+    times and ``bound == "unmodeled"`` (the coverage figure counts them)."""
+    from predictions import hardware, roofline
+    module, chip = _as_module(hlo_text), hardware.chip_entry(chip)
+    rows = []
+    for instr, count in executed(module):
+        if instr.opcode in STRUCTURAL:
+            continue
+        cost = instruction_cost(instr, module)
+        t = roofline.op_time(cost, chip, dtype or compute_dtype(instr, module))
+        rows.append({
+            schema.PROGRAM: module.name, schema.OP: instr.name, schema.OPCODE: instr.opcode,
+            schema.CATEGORY: category(module, instr), schema.COUNT: count,
+            schema.FLOPS: cost.flops, schema.HBM_BYTES: cost.hbm_bytes,
+            schema.COMM_BYTES: cost.comm_bytes, schema.COLLECTIVE: cost.collective,
+            schema.GROUP_SIZE: math.prod(cost.group_axes) if cost.group_axes else 1,
+            schema.T_COMPUTE_S: t.t_compute_s * count, schema.T_MEMORY_S: t.t_memory_s * count,
+            schema.T_COMM_S: t.t_comm_s * count, schema.PREDICTED_S: t.predicted_s * count,
+            schema.BOUND: t.bound if cost.modeled else schema.UNMODELED,
+        })
+    return pd.DataFrame(rows, columns=list(schema.OPS_PREDICTED))
+
+
+def module_totals(module: str | Module, *, loops_once: bool = False) -> tuple[float, float]:
+    """(FLOPs, HBM bytes) per device for one run of the module, every executed op x count.
+
+    ``loops_once=True`` counts each while body and condition once, as XLA's
+    ``HloCostAnalysis`` does (it cannot know trip counts in general)."""
+    module = _as_module(module)
+    flops = nbytes = 0.0
+    for instr, count in executed(module, loops_once=loops_once):
+        if instr.opcode in STRUCTURAL:
+            continue
+        cost = instruction_cost(instr, module)
+        flops += count * cost.flops
+        nbytes += count * cost.hbm_bytes
+    return flops, nbytes
+
+
+def _rel(ours: float, theirs: float | None) -> float | None:
+    if theirs is None:
+        return None
+    if theirs == 0:
+        return 0.0 if ours == 0 else math.inf
+    return (ours - theirs) / theirs
+
+
+def cross_check(module: str | Module, cost_analysis: Mapping | list) -> dict:
+    """Our module FLOPs/bytes against ``compiled.cost_analysis()`` (``'flops'``,
+    ``'bytes accessed'``), with relative differences ``(ours - xla) / xla``.
+
+    Also reported with loop bodies counted once (``*_loops_once``): when that agrees and the
+    full figure does not, the difference is the trip counts XLA's analysis leaves out.
+    ``xla_*`` is None when cost_analysis lacks the key (it omits 'flops' for some modules).
+    """
+    module = _as_module(module)
+    ca = cost_analysis[0] if isinstance(cost_analysis, (list, tuple)) and cost_analysis else cost_analysis
+    if not isinstance(ca, Mapping):
+        raise HloParseError(f"cost_analysis: expected a dict, got {type(cost_analysis).__name__}")
+    xla_flops, xla_bytes = ca.get("flops"), ca.get("bytes accessed")
+    flops, nbytes = module_totals(module)
+    flops1, nbytes1 = module_totals(module, loops_once=True)
+    loops = {i.name: trip_count(module, i) for i, _ in executed(module) if i.opcode == "while"}
+    unmodeled = sorted({i.name for i, _ in executed(module)
+                        if i.opcode not in STRUCTURAL and not instruction_cost(i, module).modeled})
+    report = {
+        "program": module.name,
+        "flops": flops, "xla_flops": xla_flops, "flops_rel_diff": _rel(flops, xla_flops),
+        "flops_loops_once": flops1, "flops_loops_once_rel_diff": _rel(flops1, xla_flops),
+        "hbm_bytes": nbytes, "xla_bytes": xla_bytes, "bytes_rel_diff": _rel(nbytes, xla_bytes),
+        "hbm_bytes_loops_once": nbytes1,
+        "bytes_loops_once_rel_diff": _rel(nbytes1, xla_bytes),
+        "loops": {name: (t.n, t.source) for name, t in loops.items()},
+        "unmodeled": unmodeled,
+    }
+    log.info("%s: FLOPs ours %.4g vs cost_analysis %s (rel %s; loops once %s); bytes ours %.4g "
+             "vs %s (rel %s)", module.name, flops, xla_flops, report["flops_rel_diff"],
+             report["flops_loops_once_rel_diff"], nbytes, xla_bytes, report["bytes_rel_diff"])
+    return report

@@ -1,0 +1,261 @@
+"""What runs, and how often: while-loop trip counts, the executed-instruction walk, fusion bodies.
+
+The trace names ops by the instructions of the entry computation and of the computations it
+runs through control flow (while bodies, ``call``, conditional branches) — `profiling.md`: the
+"XLA Ops" row lists HLO instruction names. Instructions inside a fusion, or inside a reduction's
+``to_apply``, do not run as separate ops; a fusion is costed from its body instead.
+
+Trip counts: ``backend_config={"known_trip_count":{"n":"5"}}`` when XLA proved it; otherwise the
+condition's induction pattern ``compare(get-tuple-element(param, k), constant(N)), direction=LT``
+(possibly wrapped in a fusion), with the initial value from the loop's init tuple and the step
+from the body's ``add(get-tuple-element(param, k), constant(s))``. Unknown: counted once, with
+a warning. A body runs ``n`` times, its condition ``n + 1`` (the CPU backend skips evaluating the
+condition of a loop with a known trip count, so those rows may have no trace events). Every
+branch of a ``conditional`` is counted as taken: an upper bound.
+
+``while``/``call``/``conditional`` themselves are containers: on CPU their trace events enclose
+the events of the ops they run.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from harness.hlo_attrs import HloParseError
+from harness.hlo_ir import Computation, Instruction, Module
+
+log = logging.getLogger(__name__)
+
+# Control flow: on CPU their trace events enclose the events of the ops they run, so their
+# measured time is their bodies' time again; reports leave them out.
+CONTAINERS = frozenset({"while", "call", "conditional"})
+# Instructions that only name or regroup buffers; no kernel runs for them.
+STRUCTURAL = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast",
+                        "after-all", "add-dependency", "opt-barrier", "domain"})
+MAX_TRIPS = 1 << 40  # beyond this a "trip count" is a misread, not a loop that runs in a step
+# Looked through when tracing a loop bound or step back to its constant.
+_TRANSPARENT = frozenset({"copy", "convert", "bitcast", "reshape", "broadcast"})
+
+
+@dataclass(frozen=True)
+class TripCount:
+    """``n``: iterations per execution of the loop; ``source``: "backend_config" | "induction" | "unknown"."""
+
+    n: int
+    source: str
+
+
+def _int_literal(instr: Instruction) -> int | None:
+    text = instr.literal.strip()
+    if text in ("true", "false"):
+        return int(text == "true")
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return int(value) if math.isfinite(value) and value == int(value) else None
+
+
+def _through(comp: Computation, instr: Instruction | None) -> Instruction | None:
+    """Follow copies/converts/bitcasts back to the value's source (bounded: malformed text may
+    name an instruction as its own operand)."""
+    for _ in range(16):
+        if instr is None or instr.opcode not in _TRANSPARENT or not instr.operand_names:
+            return instr
+        instr = comp.by_name.get(instr.operand_names[0])
+    return None
+
+
+def _constant(comp: Computation, name: str) -> int | None:
+    instr = _through(comp, comp.by_name.get(name))
+    return _int_literal(instr) if instr is not None and instr.opcode == "constant" else None
+
+
+def _tuple_index(comp: Computation, name: str) -> int | None:
+    """k when ``name`` is get-tuple-element(<the computation's parameter>, index=k)."""
+    instr = _through(comp, comp.by_name.get(name))
+    if instr is None or instr.opcode != "get-tuple-element":
+        return None
+    src = comp.by_name.get(instr.operand_names[0]) if instr.operand_names else None
+    return instr.attrs.get("index") if src is not None and src.opcode == "parameter" else None
+
+
+def _unwrap(module: Module, comp: Computation, instr: Instruction,
+            opcode: str) -> tuple[Computation, Instruction, dict[str, str]] | None:
+    """``instr`` if it has ``opcode``; or a fusion whose root has it, with the fusion's
+    parameter names mapped to its operands in ``comp``."""
+    if instr.opcode == opcode:
+        return comp, instr, {}
+    if instr.opcode != "fusion" or not instr.called("calls"):
+        return None
+    body = module.computation(instr.called("calls")[0])
+    if body.root is None or body.root.opcode != opcode:
+        return None
+    params = {p.name: instr.operand_names[int(p.literal)] for p in body.instructions
+              if p.opcode == "parameter" and int(p.literal) < len(instr.operand_names)}
+    return body, body.root, params
+
+
+def _side(module: Module, outer: Computation, inner: Computation, mapping: dict[str, str],
+          name: str) -> tuple[int | None, int | None]:
+    """(tuple index, constant) for one operand of the compare/add, looking through a fusion."""
+    if name in mapping:
+        name, inner = mapping[name], outer
+    return _tuple_index(inner, name), _constant(inner, name)
+
+
+def _induction(module: Module, loop: Instruction, parent: Computation) -> int | None:
+    cond = module.computation(loop.called("condition")[0])
+    found = _unwrap(module, cond, cond.root, "compare")
+    if found is None or len(found[1].operand_names) != 2:
+        return None
+    inner, cmp, mapping = found
+    (ka, ca), (kb, cb) = (_side(module, cond, inner, mapping, n) for n in cmp.operand_names)
+    direction = cmp.attrs.get("direction", "")
+    if ka is not None and cb is not None:
+        k, bound = ka, cb
+    elif kb is not None and ca is not None:  # constant on the left: flip the comparison
+        k, bound = kb, ca
+        direction = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE"}.get(direction, direction)
+    else:
+        return None
+    if k < 0:
+        return None
+    init_tuple = parent.by_name.get(loop.operand_names[0]) if loop.operand_names else None
+    init = None
+    if init_tuple is not None and init_tuple.opcode == "tuple" and k < len(init_tuple.operand_names):
+        init = _constant(parent, init_tuple.operand_names[k])
+    step = _step(module, loop, k)
+    if init is None or step is None or step == 0:
+        return None
+    span = {"LT": bound - init, "LE": bound - init + 1, "GT": init - bound,
+            "GE": init - bound + 1, "NE": bound - init}.get(direction)
+    if span is None:
+        return None
+    return max(0, -(-span // abs(step)))  # ceil, in integers
+
+
+def _step(module: Module, loop: Instruction, k: int) -> int | None:
+    body = module.computation(loop.called("body")[0])
+    root = body.root
+    if root is None or root.opcode != "tuple" or k >= len(root.operand_names):
+        return None
+    update = _through(body, body.by_name.get(root.operand_names[k]))
+    found = _unwrap(module, body, update, "add") if update is not None else None
+    if found is None or len(found[1].operand_names) != 2:
+        return None
+    inner, add, mapping = found
+    (ka, ca), (kb, cb) = (_side(module, body, inner, mapping, n) for n in add.operand_names)
+    if ka == k and cb is not None:
+        return cb
+    if kb == k and ca is not None:
+        return ca
+    return None
+
+
+def trip_count(module: Module, loop: Instruction, parent: Computation | None = None) -> TripCount:
+    """Iterations of one ``while`` instruction (module docstring)."""
+    key = ("trip", loop.computation, loop.name)
+    if key not in module.cache:
+        module.cache[key] = _trip_count(module, loop, parent)
+    return module.cache[key]
+
+
+def _trip_count(module: Module, loop: Instruction, parent: Computation | None) -> TripCount:
+    known = loop.backend_config().get("known_trip_count")
+    if isinstance(known, dict):
+        try:
+            n = int(known.get("n"))
+        except (TypeError, ValueError):
+            n = None
+        if n is not None and 0 <= n <= MAX_TRIPS:
+            return TripCount(n, "backend_config")
+    parent = parent or module.computation(loop.computation)
+    n = _induction(module, loop, parent)
+    if n is not None and n <= MAX_TRIPS:
+        return TripCount(n, "induction")
+    log.warning("while loop %s: trip count unknown; its body is counted once", loop.name)
+    return TripCount(1, "unknown")
+
+
+def _children(module: Module, comp: Computation, instr: Instruction, count: int,
+              loops_once: bool) -> Iterator[tuple[str, int]]:
+    """(computation, count) pairs whose instructions run as ops because ``instr`` runs ``count`` times."""
+    if instr.opcode == "while":
+        if loops_once:
+            yield instr.called("condition")[0], count
+            yield instr.called("body")[0], count
+            return
+        trips = trip_count(module, instr, comp).n
+        yield instr.called("condition")[0], count * (trips + 1)  # checked once more than run
+        yield instr.called("body")[0], count * trips
+    elif instr.opcode == "call":
+        yield instr.called("to_apply")[0], count
+    elif instr.opcode == "conditional":
+        # Every branch counted as if taken: an upper bound (the branch is chosen at run time).
+        for attr in ("branch_computations", "true_computation", "false_computation"):
+            for name in instr.called(attr):
+                yield name, count
+
+
+def executed(module: Module, *, loops_once: bool = False) -> list[tuple[Instruction, int]]:
+    """Every instruction that runs as its own op, with executions per module run (trip counts
+    multiplied through nested loops), in program order; structural ones included.
+    ``loops_once``: count every loop body and condition once (as XLA's cost analysis does)."""
+    key = ("executed", loops_once)
+    if key in module.cache:
+        return module.cache[key]
+    out: list[tuple[Instruction, int]] = []
+    active: set[str] = set()
+
+    def walk(comp: Computation, count: int) -> None:
+        if comp.name in active:
+            raise HloParseError(f"line {comp.line}: computation {comp.name} calls itself")
+        active.add(comp.name)
+        for instr in comp.instructions:
+            out.append((instr, count))
+            for callee, n in _children(module, comp, instr, count, loops_once):
+                walk(module.computation(callee), n)
+        active.discard(comp.name)
+
+    walk(module.entry, 1)
+    module.cache[key] = out
+    return out
+
+
+def fused_instructions(module: Module, fusion: Instruction) -> list[Instruction]:
+    """The non-structural instructions inside a fusion, nested fusions flattened."""
+    key = ("fused", fusion.called("calls"))
+    if key in module.cache:
+        return module.cache[key]
+    out: list[Instruction] = []
+    active: set[str] = set()
+
+    def walk(name: str) -> None:
+        if name in active:
+            raise HloParseError(f"line {module.computation(name).line}: fused computation "
+                                f"{name} contains itself")
+        active.add(name)
+        for instr in module.computation(name).instructions:
+            if instr.opcode == "fusion" and instr.called("calls"):
+                walk(instr.called("calls")[0])
+            elif instr.opcode not in STRUCTURAL:
+                out.append(instr)
+        active.discard(name)
+
+    for name in fusion.called("calls"):
+        walk(name)
+    module.cache[key] = out
+    return out
+
+
+def async_done(module: Module, start: Instruction) -> Instruction | None:
+    """The ``-done`` consuming an async ``-start`` (``all-gather-start`` -> ``all-gather-done``)."""
+    key = ("done", start.computation)
+    if key not in module.cache:
+        module.cache[key] = {i.operand_names[0]: i for i in module.computation(start.computation)
+                             .instructions if i.opcode.endswith("-done") and i.operand_names}
+    done = module.cache[key].get(start.name)
+    return done if done is not None and done.opcode == start.opcode[:-6] + "-done" else None
