@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
+from harness.hlo_exec import CONTAINERS
 
 _KEYS = [schema.PROGRAM, schema.OP]
 
@@ -18,12 +19,15 @@ def compare(measured: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
     """The OPS table: every measured op, with its prediction or ``bound == "unmodeled"``.
 
     Ops that the HLO lists but the trace never shows (bitcasts, parameters, constants) cost
-    nothing measurable and are left out. Sorted by ``gap_s``, largest first.
+    nothing measurable and are left out; so are control-flow containers (``while``, ``call``,
+    ``conditional``), whose measured time is that of the ops they run, already listed.
+    Sorted by ``gap_s``, largest first.
     """
     schema.validate(measured, schema.OPS_MEASURED, where="compare(measured)")
     schema.validate(predicted, schema.OPS_PREDICTED, where="compare(predicted)")
     pred = predicted.drop(columns=[schema.COUNT]).drop_duplicates(_KEYS)
     ops = measured.merge(pred, on=_KEYS, how="left", validate="one_to_one")
+    ops = ops[~ops[schema.OPCODE].isin(CONTAINERS)]
     missing = ops[schema.BOUND].isna()
     ops.loc[missing, schema.BOUND] = schema.UNMODELED
     ops.loc[missing, schema.CATEGORY] = "other"

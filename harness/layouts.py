@@ -129,7 +129,7 @@ def _plane(space: XSpace, name: str):
 
 
 def _host_steps(space: XSpace, idx: PlaneIndex | None = None) -> tuple[StepWindows, dict]:
-    """Step annotations on the host plane, and run_id -> step for executions inside them.
+    """Step annotations on the host plane, and run_id -> step of each ``Execute`` event.
 
     Annotations and ``Execute`` events are made by the Python thread, so XLA's own thread-pool
     lines (``tf_*``), which hold the op executions, are not searched.
@@ -149,11 +149,12 @@ def _host_steps(space: XSpace, idx: PlaneIndex | None = None) -> tuple[StepWindo
                 elif st.metadata_id == run_id and ev.metadata_id in execute_ids:
                     executes.append((start, int(idx.value(st))))
     steps = StepWindows(windows)
-    run_step = {}
+    # Every run an Execute event names gets an entry: -1 when it ran outside the steps.
+    run_step: dict[int, int] = {}
     for start, rid in executes:
         s = steps.step_at(start)
-        if s >= 0:
-            run_step.setdefault(rid, s)
+        if run_step.get(rid, -1) < 0:
+            run_step[rid] = s
     return steps, run_step
 
 
@@ -238,8 +239,24 @@ def _cpu_extract(space: XSpace) -> Columns:
         order = {r: i for i, r in enumerate(sorted(set(cols.runs)))}
         cols.step = array("q", [order[r] for r in cols.runs])
     else:
+        _steps_by_first_op(cols, steps, run_step)
         cols.step = array("q", [run_step.get(r, -1) for r in cols.runs])
     return cols
+
+
+def _steps_by_first_op(cols: Columns, steps: StepWindows, run_step: dict) -> None:
+    """Tie runs no ``Execute`` event names (single-device dispatch carries no run_id) to the
+    step whose annotation last opened before the run's first op; runs before any step stay out.
+    """
+    first: dict[int, int] = {}
+    for run, start in zip(cols.runs, cols.start_ns):
+        if run not in run_step and start < first.get(run, start + 1):
+            first[run] = start
+    if not first:
+        return
+    opened = StepWindows(zip(steps.starts, steps.ends, steps.steps), open_ended=True)
+    for run, start in first.items():
+        run_step[run] = opened.step_at(start)
 
 
 # --- TPU ----------------------------------------------------------------------------------

@@ -1,34 +1,23 @@
-"""The pipeline on a registered workload: build -> capture -> parse -> per-op table."""
+"""A registered workload end to end: build -> capture -> analyse -> store in results/<run-id>/."""
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import logging
 import secrets
-from dataclasses import dataclass, field
+import tempfile
 from pathlib import Path
 
 import pandas as pd
 
-from harness.capture import Capture, capture
-from harness.ops import op_times
-from harness.trace import load_events
+from harness import report as report_mod
+from harness import store
+from harness.analysis import Analysis, analyze_capture
+from harness.capture import capture
 
 log = logging.getLogger(__name__)
 
-
-@dataclass
-class Run:
-    path: Path
-    capture: Capture
-    events: pd.DataFrame
-    ops: pd.DataFrame
-    meta: dict = field(default_factory=dict)
-
-    @property
-    def title(self) -> str:
-        m = self.meta
-        return (f"{m.get('workload', '')} on {m.get('device_count', '?')}x "
-                f"{m.get('device_kind', '?')} mesh {m.get('mesh', {})}")
+REPORT_FORMATS = {"report.md": "md", "report.html": "html"}
 
 
 def new_run_id(workload: str) -> str:
@@ -40,22 +29,54 @@ def list_workloads() -> pd.DataFrame:
     import workloads
 
     return pd.DataFrame([{"workload": w.name, "presets": ", ".join(w.presets),
-                          "description": w.description} for w in workloads.WORKLOADS.values()])
+                          "default mesh": w.default_mesh, "description": w.description}
+                         for w in workloads.WORKLOADS.values()])
+
+
+def save_analysis(a: Analysis, path: Path) -> Path:
+    """Store an analysis as a run directory (atomically), with its reports and plots."""
+    reports: dict[str, str | bytes] = {name: report_mod.render(a.report, fmt)
+                                       for name, fmt in REPORT_FORMATS.items()}
+    reports.update(a.report.plots)
+    meta = dict(a.meta, summary=a.summary, cross_check=a.cross_check, git_sha=store.git_sha())
+    return store.save(path, meta, a.ops, steps=a.steps, categories=a.categories,
+                      reports=reports, trace_dir=a.capture.trace_dir)
 
 
 def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = None,
                  mesh: str | None = None, steps: int = 5, warmup: int = 2,
-                 out: Path = Path("results")) -> Run:
+                 out: Path = Path("results"), chip=None) -> tuple[Analysis, Path]:
+    """Run workload ``name`` and store it under ``out``; returns the analysis and the run path."""
     import workloads
     from workloads.mesh import make_mesh
 
     wl = workloads.get(name)
     cfg = workloads.make_config(name, preset, overrides or {})
-    jmesh = make_mesh(mesh, axis_names=wl.mesh_axes)
+    jmesh = make_mesh(mesh or wl.default_mesh, axis_names=wl.mesh_axes)
     fn, args = wl.build(cfg, jmesh)
-    path = Path(out) / new_run_id(name)
-    log.info("running %s into %s", name, path)
-    cap = capture(fn, args, warmup=warmup, steps=steps, out_dir=path / "trace", mesh=jmesh)
-    events = load_events(cap.trace_dir)
-    meta = dict(cap.meta, workload=name, preset=preset, overrides=overrides or {})
-    return Run(path=path, capture=cap, events=events, ops=op_times(events), meta=meta)
+    run_id = new_run_id(name)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    # Capture into a scratch directory beside the run; store.save moves it into place.
+    scratch = Path(tempfile.mkdtemp(prefix=store.TMP_PREFIX + "capture-", dir=out))
+    try:
+        log.info("running %s (%s) on mesh %s", name, preset, dict(jmesh.shape))
+        cap = capture(fn, args, warmup=warmup, steps=steps, out_dir=scratch / "trace",
+                      mesh=jmesh)
+        meta = {"workload": name, "preset": preset, "overrides": overrides or {},
+                "config": _config_dict(cfg)}
+        analysis = analyze_capture(cap, chip=chip, meta=meta,
+                                   expected_collectives=wl.expected_collectives(cfg, jmesh),
+                                   title=f"{name} ({preset}) on mesh {dict(jmesh.shape)}")
+        path = save_analysis(analysis, out / run_id)
+    finally:
+        import shutil
+
+        shutil.rmtree(scratch, ignore_errors=True)
+    return analysis, path
+
+
+def _config_dict(cfg) -> dict:
+    if dataclasses.is_dataclass(cfg):
+        return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    return {"repr": repr(cfg)}

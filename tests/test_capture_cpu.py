@@ -64,3 +64,18 @@ def test_capture_saves_hlo_cost_analysis_and_meta(matmul_capture):
     assert meta["mesh"] == {"X": 8}
     # per-device dot: [128, 64] @ [64, 256] -> 2 * 128 * 64 * 256 FLOPs (plus the all-reduce adds)
     assert matmul_capture.cost_analysis["flops"] >= 2 * 128 * 64 * 256
+
+
+def test_single_device_program_is_captured(tmp_path):
+    # single-device dispatch names no run_id on the host; ops are tied to steps by time
+    import jax
+    import jax.numpy as jnp
+
+    f = jax.jit(lambda a: jnp.tanh(a @ a))
+    cap = capture(f, (jnp.ones((128, 128)),), warmup=1, steps=3, out_dir=tmp_path)
+    events = load_events(cap.trace_dir)
+    assert sorted(events[schema.STEP].unique()) == [0, 1, 2]
+    assert set(events[schema.DEVICE]) == {0}
+    instrs = _entry_instructions(cap.hlo_text)
+    assert set(events[schema.OP]) <= set(instrs)
+    assert (op_times(events)[schema.COUNT] == 1).all()

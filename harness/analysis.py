@@ -1,0 +1,146 @@
+"""The whole pipeline on one capture: parse -> predict -> compare -> report.
+
+``analyze(fn, *args)`` runs it on any jitted function (what a user tries on their own model);
+``analyze_capture(capture)`` on a capture that already exists (what ``harness run`` does).
+"""
+from __future__ import annotations
+
+import logging
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from harness import plots, schema
+from harness.capture import Capture, capture
+from harness.compare import by_category, compare, summary
+from harness.hlo import cross_check, hlo_costs, parse_module
+from harness.ops import op_times, step_samples, step_time
+from harness.report import CATEGORIES_PNG, ROOFLINE_PNG, Report
+from harness.sharding import unexpected_collectives
+from harness.trace import load_events
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Analysis:
+    """One analysed capture: the tables, the summary figures and the report."""
+
+    capture: Capture
+    events: pd.DataFrame
+    ops: pd.DataFrame
+    steps: pd.DataFrame
+    categories: pd.DataFrame
+    summary: dict
+    report: Report
+    chip: object
+    cross_check: dict = field(default_factory=dict)
+
+    @property
+    def meta(self) -> dict:
+        return self.report.meta
+
+
+def resolve_chip(chip=None, device=None) -> tuple[object, list[str]]:
+    """The chip to predict for, and notes about how it was chosen.
+
+    ``chip``: a name or a ``predictions.hardware.Chip``; None picks the chip of ``device`` (the
+    first JAX device by default). On CPU the calibrated ``cpu`` entry is used (a quick
+    calibration runs when this host has none).
+    """
+    from predictions import hardware
+
+    if chip is not None:
+        return hardware.chip_entry(chip), []
+    if device is None:
+        import jax
+
+        device = jax.devices()[0]
+    entry = hardware.chip_for(device)
+    notes = []
+    if entry.name == "cpu":
+        try:
+            from harness.calibrate import ensure_cpu_chip
+        except ImportError:
+            notes.append("cpu chip: uncalibrated placeholder numbers (no calibration module)")
+        else:
+            import jax
+
+            entry, _, measured = ensure_cpu_chip(jax.device_count())
+            if measured:
+                notes.append("cpu chip: no saved calibration for this host; ran a quick one "
+                             "(`harness calibrate` measures a full one)")
+        notes.append("CPU run: the virtual devices share the host's cores, so collectives "
+                     "mostly measure rendezvous skew between device threads, not a network")
+    return entry, notes
+
+
+def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
+                    model_flops: float | None = None, analytic_s: float | None = None,
+                    expected_collectives: dict[str, int] | None = None,
+                    meta: dict | None = None) -> Analysis:
+    """Parse, predict and compare one capture; build its report (with plots)."""
+    entry, notes = resolve_chip(chip)
+    events = load_events(cap.trace_dir)
+    measured = op_times(events)
+    module = parse_module(cap.hlo_text)
+    predicted = hlo_costs(module, entry)
+    # The trace may hold other programs (e.g. a user's helper jits); compare the captured one.
+    program = cap.program or (measured[schema.PROGRAM].iloc[0] if len(measured) else "")
+    measured = measured[measured[schema.PROGRAM] == program]
+    ops = compare(measured, predicted)
+    cats = by_category(ops)
+    devices = int(cap.meta.get("device_count", events[schema.DEVICE].nunique()))
+    t_step = step_time(events[events[schema.PROGRAM] == program])
+    summ = summary(ops, step_s=t_step, peak_flops_per_s=entry.flops_per_s(_peak_dtype(entry)),
+                   devices=devices, model_flops=model_flops, analytic_s=analytic_s)
+    check = cross_check(module, cap.cost_analysis) if cap.cost_analysis else {}
+    if check.get("flops_rel_diff") is not None:
+        summ["flops_vs_cost_analysis"] = check["flops_rel_diff"]
+    if summ["coverage"] < 0.95:
+        notes.append(f"only {summ['coverage']:.0%} of measured time is in ops a rule predicts")
+    unexpected = None
+    if expected_collectives is not None:
+        unexpected = unexpected_collectives(ops, expected_collectives)
+        if not unexpected.empty:
+            notes.append(f"{len(unexpected)} collective op(s) the layout did not call for; "
+                         f"expected {expected_collectives or 'none'}")
+    full_meta = dict(cap.meta, **(meta or {}), chip=entry.name)
+    figures = {}
+    png = plots.roofline(ops, peak_flops_per_s=entry.flops_per_s(_peak_dtype(entry)),
+                         hbm_bytes_per_s=entry.hbm_bytes_per_s, chip_name=entry.name)
+    if png:
+        figures[ROOFLINE_PNG] = png
+    png = plots.category_bars(cats)
+    if png:
+        figures[CATEGORIES_PNG] = png
+    report = Report(title=title or f"{program} on {devices}x {cap.meta.get('device_kind', '?')}"
+                    f" (predicted for {entry.name})", ops=ops, categories=cats, summary=summ,
+                    meta=full_meta, notes=notes, unexpected=unexpected, plots=figures)
+    return Analysis(capture=cap, events=events, ops=ops, steps=step_samples(events),
+                    categories=cats, summary=summ, report=report, chip=entry, cross_check=check)
+
+
+def _peak_dtype(entry) -> str:
+    """The dtype whose peak the summary quotes: fp32 on a host CPU, else bf16 where listed."""
+    for dtype in (("fp32", "bf16") if entry.kind == "cpu" else ("bf16", "fp32")):
+        try:
+            if entry.flops_per_s(dtype) > 0:
+                return dtype
+        except (KeyError, ValueError):
+            continue
+    return "bf16"
+
+
+def analyze(fn, *args, chip=None, steps: int = 5, warmup: int = 2,
+            out_dir: str | Path | None = None, **kwargs) -> Analysis:
+    """Capture ``fn(*args)`` (jitted, any shardings) and analyse it per op.
+
+    ``chip``: predict for this chip (default: the chip the program runs on). The trace goes to
+    ``out_dir`` (a temporary directory by default). ``kwargs`` go to ``analyze_capture``.
+    """
+    out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="harness-"))
+    cap = capture(fn, args, warmup=warmup, steps=steps, out_dir=out)
+    return analyze_capture(cap, chip=chip, **kwargs)

@@ -1,0 +1,139 @@
+"""A run's report: the op table ranked by gap, per-category summary, workload figures, plots.
+
+``render(report, fmt)`` gives text (terminal), md, html, csv or json. Markdown references the
+plot files written next to it; HTML embeds them, so a report.html is one self-contained file.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from harness import schema, tables
+from harness.errors import HarnessError
+
+OP_COLUMNS = (schema.OP, schema.CATEGORY, schema.BOUND, schema.COUNT, schema.MEASURED_S,
+              schema.PREDICTED_S, schema.EFFICIENCY, schema.GAP_S, schema.SHARE)
+CATEGORY_COLUMNS = (schema.CATEGORY, "ops", schema.MEASURED_S, schema.PREDICTED_S,
+                    "unmodeled_s", schema.EFFICIENCY, schema.SHARE)
+ROOFLINE_PNG = "roofline.png"
+CATEGORIES_PNG = "categories.png"
+
+
+@dataclass
+class Report:
+    """Everything a rendered report shows."""
+
+    title: str
+    ops: pd.DataFrame
+    categories: pd.DataFrame
+    summary: dict
+    meta: dict
+    notes: list[str] = field(default_factory=list)
+    unexpected: pd.DataFrame | None = None  # collectives the layout did not call for
+    plots: dict[str, bytes] = field(default_factory=dict)  # file name -> PNG
+
+
+def _fmt_summary(summary: dict) -> list[tuple[str, str]]:
+    def show(k, v):
+        if isinstance(v, float) and math.isnan(v):
+            return "-"
+        if k.endswith("_s"):
+            return tables.fmt_seconds(v)
+        if k in ("coverage", "mfu", "hfu"):
+            return f"{v:.1%}"
+        return tables.fmt_number(v) if isinstance(v, (int, float)) else str(v)
+    return [(k, show(k, v)) for k, v in summary.items()]
+
+
+def _meta_line(meta: dict) -> str:
+    keys = ("workload", "preset", "chip", "device_kind", "device_count", "mesh", "backend",
+            "jax_version", "git_sha", "time")
+    return ", ".join(f"{k}={meta[k]}" for k in keys if meta.get(k) not in (None, "", {}))
+
+
+def to_text(r: Report, top: int = 20) -> str:
+    parts = [tables.render(r.ops.head(top) if top else r.ops, "text", OP_COLUMNS)]
+    parts.append(tables.render(r.categories, "text", CATEGORY_COLUMNS))
+    parts.append("  ".join(f"{k}: {v}" for k, v in _fmt_summary(r.summary)) + "\n")
+    if r.unexpected is not None and not r.unexpected.empty:
+        parts.append("Collectives the layout did not call for:\n"
+                     + tables.render(r.unexpected, "text"))
+    parts += [f"note: {n}\n" for n in r.notes]
+    return f"{r.title}\n" + "".join(parts)
+
+
+def to_markdown(r: Report, top: int = 30) -> str:
+    out = [f"# {r.title}\n", f"_{_meta_line(r.meta)}_\n"]
+    out.append("## Summary\n")
+    out.append("| figure | value |\n|---|---|\n" +
+               "".join(f"| {k} | {v} |\n" for k, v in _fmt_summary(r.summary)))
+    if r.notes:
+        out.append("\n" + "".join(f"> {n}\n>\n" for n in r.notes))
+    if r.unexpected is not None and not r.unexpected.empty:
+        out.append("\n## Collectives the layout did not call for\n\n")
+        out.append(tables.to_markdown(r.unexpected))
+    out.append(f"\n## Ops ranked by gap (top {top})\n\n")
+    out.append(tables.render(r.ops.head(top), "md", OP_COLUMNS))
+    out.append("\n## By category\n\n")
+    out.append(tables.render(r.categories, "md", CATEGORY_COLUMNS))
+    for name in (ROOFLINE_PNG, CATEGORIES_PNG):
+        if name in r.plots:
+            out.append(f"\n![{name[:-4]}]({name})\n")
+    return "".join(out)
+
+
+def _html_table(df: pd.DataFrame, columns) -> str:
+    shown = df[[c for c in columns if c in df.columns]]
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in shown.columns)
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(tables.formatter(c)(v))}</td>"
+                         for c, v in zip(shown.columns, row)) + "</tr>"
+        for row in shown.itertuples(index=False))
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+def to_html(r: Report, top: int = 50) -> str:
+    style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}"
+             "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;"
+             "padding:3px 8px;text-align:right}th{background:#f4f4f4}"
+             "td:first-child{text-align:left}.note{color:#8a5a00}")
+    summary = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
+                      for k, v in _fmt_summary(r.summary))
+    body = [f"<h1>{html.escape(r.title)}</h1><p><i>{html.escape(_meta_line(r.meta))}</i></p>",
+            f"<h2>Summary</h2><table>{summary}</table>"]
+    body += [f"<p class=note>{html.escape(n)}</p>" for n in r.notes]
+    if r.unexpected is not None and not r.unexpected.empty:
+        body.append("<h2>Collectives the layout did not call for</h2>"
+                    + _html_table(r.unexpected, r.unexpected.columns))
+    for name in (ROOFLINE_PNG, CATEGORIES_PNG):
+        if name in r.plots:
+            b64 = base64.b64encode(r.plots[name]).decode()
+            body.append(f'<p><img alt="{name}" src="data:image/png;base64,{b64}"></p>')
+    body.append(f"<h2>Ops ranked by gap (top {top})</h2>" + _html_table(r.ops.head(top), OP_COLUMNS))
+    body.append("<h2>By category</h2>" + _html_table(r.categories, CATEGORY_COLUMNS))
+    return (f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(r.title)}"
+            f"</title><style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+
+
+def to_json(r: Report) -> str:
+    return json.dumps({"title": r.title, "meta": r.meta, "summary": r.summary,
+                       "notes": r.notes, "ops": json.loads(r.ops.to_json(orient="records")),
+                       "categories": json.loads(r.categories.to_json(orient="records"))},
+                      indent=1, default=str) + "\n"
+
+
+FORMATS = {
+    "text": to_text, "md": to_markdown, "html": to_html, "json": to_json,
+    "csv": lambda r: tables.to_csv(r.ops),
+}
+
+
+def render(r: Report, fmt: str = "text") -> str:
+    if fmt not in FORMATS:
+        raise HarnessError(f"unknown report format {fmt!r}; choose from {sorted(FORMATS)}")
+    return FORMATS[fmt](r)

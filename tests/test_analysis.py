@@ -1,0 +1,78 @@
+"""The whole pipeline on a user's jitted function and on a registered workload."""
+import json
+
+import pytest
+
+import harness
+from harness import report, schema, store
+
+
+@pytest.fixture(scope="module")
+def analysis(tmp_path_factory):
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = jax.make_mesh((4, 2), ("X", "Y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+    def mlp(x_BD, w_in_DF, w_out_FD):  # a Megatron-style MLP (training.md TP layout)
+        return jnp.tanh(x_BD @ w_in_DF) @ w_out_FD
+
+    x = jax.device_put(jnp.ones((256, 512)), NamedSharding(mesh, P("X", None)))
+    w_in = jax.device_put(jnp.ones((512, 1024)) * 0.01, NamedSharding(mesh, P(None, "Y")))
+    w_out = jax.device_put(jnp.ones((1024, 512)) * 0.01, NamedSharding(mesh, P("Y", None)))
+    fn = jax.jit(mlp, out_shardings=NamedSharding(mesh, P("X", None)))
+    return harness.analyze(fn, x, w_in, w_out, steps=3, warmup=1,
+                           out_dir=tmp_path_factory.mktemp("an"))
+
+
+def test_every_measured_op_is_predicted_or_unmodeled(analysis):
+    ops = analysis.ops
+    assert len(ops) > 0
+    modeled = ops[schema.BOUND] != schema.UNMODELED
+    assert (ops.loc[modeled, schema.PREDICTED_S] >= 0).all()
+    assert ops.loc[~modeled, schema.PREDICTED_S].isna().all()
+    assert analysis.summary["coverage"] >= 0.95
+    assert set(ops[schema.CATEGORY]) >= {"matmul"}
+    # the TP layout's partial sums over Y are reduced by a collective
+    assert (ops[schema.CATEGORY] == "collective").any()
+
+
+def test_ops_ranked_by_gap(analysis):
+    gaps = list(analysis.ops[schema.GAP_S])
+    assert gaps == sorted(gaps, reverse=True)
+
+
+def test_reports_render(analysis):
+    md = report.render(analysis.report, "md")
+    assert "## Ops ranked by gap" in md and "roofline.png" in md
+    html = report.render(analysis.report, "html")
+    assert html.startswith("<!doctype html>") and "data:image/png;base64," in html
+    data = json.loads(report.render(analysis.report, "json"))
+    assert len(data["ops"]) == len(analysis.ops)
+    with pytest.raises(harness.errors.HarnessError, match="choose from"):
+        report.render(analysis.report, "pdf")
+
+
+def test_saved_run_round_trips(analysis, tmp_path):
+    from harness.runner import save_analysis
+
+    path = save_analysis(analysis, tmp_path / "run-1")
+    for name in ("meta.json", "ops.parquet", "ops.csv", "steps.parquet", "report.md",
+                 "report.html", "trace"):
+        assert (path / name).exists(), name
+    loaded = store.load(path)
+    assert list(loaded.ops[schema.OP]) == list(analysis.ops[schema.OP])
+    assert loaded.meta["chip"] == analysis.chip.name
+    assert not list(tmp_path.glob(store.TMP_PREFIX + "*"))  # nothing half-written left
+
+
+def test_damaged_runs_give_one_line_errors(tmp_path):
+    with pytest.raises(harness.errors.HarnessError, match="no such run"):
+        store.load(tmp_path / "nope")
+    (tmp_path / "r").mkdir()
+    with pytest.raises(harness.errors.HarnessError, match="not a run"):
+        store.load(tmp_path / "r")
+    (tmp_path / "r" / "meta.json").write_text("{")
+    with pytest.raises(harness.errors.HarnessError, match="corrupt JSON"):
+        store.load(tmp_path / "r")

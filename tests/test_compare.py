@@ -1,0 +1,82 @@
+"""compare(), by_category(), coverage() and the sharding check on hand-made tables."""
+import math
+
+import pandas as pd
+import pytest
+
+from harness import schema
+from harness.compare import by_category, compare, coverage
+from harness.sharding import unexpected_collectives
+
+
+def measured():
+    return pd.DataFrame({
+        schema.PROGRAM: ["p"] * 4, schema.OP: ["dot.1", "all-reduce.2", "fusion.3", "mystery.4"],
+        schema.COUNT: [1, 2, 1, 1],
+        schema.MEASURED_S: [10e-6, 8e-6, 1e-6, 1e-6],
+        schema.MEASURED_MIN_S: [9e-6, 7e-6, 1e-6, 1e-6],
+        schema.MEASURED_MAX_S: [11e-6, 9e-6, 1e-6, 1e-6],
+        schema.DEVICES: [8] * 4,
+    })
+
+
+def predicted():
+    rows = [("dot.1", "dot", "matmul", 1, 5e-6, "compute", ""),
+            ("all-reduce.2", "all-reduce", "collective", 2, 2e-6, "comm", "all-reduce"),
+            ("fusion.3", "fusion", "elementwise", 1, 1e-6, "memory", ""),
+            ("bitcast.9", "bitcast", "other", 1, 0.0, "memory", "")]  # never in the trace
+    return pd.DataFrame({
+        schema.PROGRAM: "p", schema.OP: [r[0] for r in rows], schema.OPCODE: [r[1] for r in rows],
+        schema.CATEGORY: [r[2] for r in rows], schema.COUNT: [r[3] for r in rows],
+        schema.FLOPS: 1.0, schema.HBM_BYTES: 1.0, schema.COMM_BYTES: 0.0,
+        schema.COLLECTIVE: [r[6] for r in rows], schema.GROUP_SIZE: 1,
+        schema.T_COMPUTE_S: 0.0, schema.T_MEMORY_S: 0.0, schema.T_COMM_S: 0.0,
+        schema.PREDICTED_S: [r[4] for r in rows], schema.BOUND: [r[5] for r in rows]})
+
+
+def test_efficiency_gap_share_and_ranking():
+    ops = compare(measured(), predicted())
+    assert list(ops[schema.OP]) == ["all-reduce.2", "dot.1", "mystery.4", "fusion.3"]  # by gap
+    row = ops.set_index(schema.OP)
+    assert row.loc["dot.1", schema.EFFICIENCY] == pytest.approx(5e-6 / 10e-6)
+    assert row.loc["all-reduce.2", schema.GAP_S] == pytest.approx(8e-6 - 2e-6)
+    assert row.loc["fusion.3", schema.EFFICIENCY] == pytest.approx(1.0)
+    assert row[schema.SHARE].sum() == pytest.approx(1.0)
+    assert row.loc["dot.1", schema.SHARE] == pytest.approx(10 / 20)
+    assert "bitcast.9" not in row.index  # predicted but never measured
+
+
+def test_unmodeled_ops_are_listed_not_zero():
+    ops = compare(measured(), predicted()).set_index(schema.OP)
+    assert ops.loc["mystery.4", schema.BOUND] == schema.UNMODELED
+    assert math.isnan(ops.loc["mystery.4", schema.PREDICTED_S])
+    assert ops.loc["mystery.4", schema.GAP_S] == pytest.approx(1e-6)
+    assert coverage(ops.reset_index()) == pytest.approx(1 - 1 / 20)
+
+
+def test_by_category_sums():
+    cats = by_category(compare(measured(), predicted())).set_index(schema.CATEGORY)
+    assert cats.loc["matmul", schema.MEASURED_S] == pytest.approx(10e-6)
+    assert cats.loc["other", "unmodeled_s"] == pytest.approx(1e-6)
+    assert cats.loc["collective", schema.EFFICIENCY] == pytest.approx(2 / 8)
+    assert cats[schema.SHARE].sum() == pytest.approx(1.0)
+
+
+def test_unexpected_collectives():
+    ops = compare(measured(), predicted())
+    assert unexpected_collectives(ops, {"all-reduce": 1}).empty
+    extra = unexpected_collectives(ops, {"all-gather": 1})
+    assert list(extra[schema.OP]) == ["all-reduce.2"]
+    assert extra.loc[0, "expected"] == 0 and extra.loc[0, "found"] == 1
+
+
+def test_control_flow_containers_are_left_out():
+    # a while loop's trace event encloses its body's ops; counting it would double the time
+    m = measured()
+    m.loc[len(m)] = ["p", "while.7", 1, 15e-6, 15e-6, 15e-6, 8]
+    p = predicted()
+    p.loc[len(p)] = ["p", "while.7", "while", "other", 1, 0.0, 0.0, 0.0, "", 1, 0.0, 0.0, 0.0,
+                     0.0, "compute"]
+    ops = compare(m, p)
+    assert "while.7" not in set(ops[schema.OP])
+    assert ops[schema.MEASURED_S].sum() == pytest.approx(20e-6)
