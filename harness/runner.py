@@ -5,6 +5,7 @@ import dataclasses
 import datetime as _dt
 import logging
 import secrets
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -43,10 +44,28 @@ def save_analysis(a: Analysis, path: Path) -> Path:
                       reports=reports, trace_dir=a.capture.trace_dir)
 
 
-def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = None,
-                 mesh: str | None = None, steps: int = 5, warmup: int = 2,
-                 out: Path = Path("results"), chip=None) -> tuple[Analysis, Path]:
-    """Run workload ``name`` and store it under ``out``; returns the analysis and the run path."""
+@dataclasses.dataclass
+class Built:
+    """A workload ready to run: its record, config, mesh, and ``fn(*args)``."""
+
+    workload: object
+    cfg: object
+    mesh: object
+    fn: object
+    args: tuple
+
+    @property
+    def meta(self) -> dict:
+        return {"workload": self.workload.name, "config": _config_dict(self.cfg),
+                "mesh": {str(k): int(v) for k, v in dict(self.mesh.shape).items()}}
+
+    def expected_collectives(self) -> dict[str, int] | None:
+        return self.workload.expected_collectives(self.cfg, self.mesh)
+
+
+def build_workload(name: str, preset: str = "tiny", overrides: dict | None = None,
+                   mesh: str | None = None) -> Built:
+    """Build registered workload ``name`` on ``mesh`` (default: the workload's own)."""
     import workloads
     from workloads.mesh import make_mesh
 
@@ -54,24 +73,28 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
     cfg = workloads.make_config(name, preset, overrides or {})
     jmesh = make_mesh(mesh or wl.default_mesh, axis_names=wl.mesh_axes)
     fn, args = wl.build(cfg, jmesh)
-    run_id = new_run_id(name)
+    return Built(wl, cfg, jmesh, fn, tuple(args))
+
+
+def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = None,
+                 mesh: str | None = None, steps: int = 5, warmup: int = 2,
+                 out: Path = Path("results"), chip=None) -> tuple[Analysis, Path]:
+    """Run workload ``name`` and store it under ``out``; returns the analysis and the run path."""
+    built = build_workload(name, preset, overrides, mesh)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     # Capture into a scratch directory beside the run; store.save moves it into place.
     scratch = Path(tempfile.mkdtemp(prefix=store.TMP_PREFIX + "capture-", dir=out))
     try:
-        log.info("running %s (%s) on mesh %s", name, preset, dict(jmesh.shape))
-        cap = capture(fn, args, warmup=warmup, steps=steps, out_dir=scratch / "trace",
-                      mesh=jmesh)
-        meta = {"workload": name, "preset": preset, "overrides": overrides or {},
-                "config": _config_dict(cfg)}
+        log.info("running %s (%s) on mesh %s", name, preset, dict(built.mesh.shape))
+        cap = capture(built.fn, built.args, warmup=warmup, steps=steps,
+                      out_dir=scratch / "trace", mesh=built.mesh)
+        meta = dict(built.meta, preset=preset, overrides=overrides or {})
         analysis = analyze_capture(cap, chip=chip, meta=meta,
-                                   expected_collectives=wl.expected_collectives(cfg, jmesh),
-                                   title=f"{name} ({preset}) on mesh {dict(jmesh.shape)}")
-        path = save_analysis(analysis, out / run_id)
+                                   expected_collectives=built.expected_collectives(),
+                                   title=f"{name} ({preset}) on mesh {meta['mesh']}")
+        path = save_analysis(analysis, out / new_run_id(name))
     finally:
-        import shutil
-
         shutil.rmtree(scratch, ignore_errors=True)
     return analysis, path
 

@@ -28,7 +28,6 @@ MEASURED_S = "measured_s"    # median over steps of the time per step, median ov
 MEASURED_MIN_S = "measured_min_s"  # min over devices of the per-device median
 MEASURED_MAX_S = "measured_max_s"  # max over devices of the per-device median
 DEVICES = "devices"          # number of devices the op ran on
-STEP_SAMPLES = "step_samples_s"  # per-step totals (median over devices), for noise-aware compares
 
 # --- predicted ----------------------------------------------------------------------------
 FLOPS = "flops"              # per device, one execution
@@ -47,6 +46,22 @@ EFFICIENCY = "efficiency"    # predicted_s / measured_s, 1.0 = at the roofline
 GAP_S = "gap_s"              # measured_s - predicted_s
 SHARE = "share"              # measured_s / measured step time
 
+# --- baseline vs candidate (harness compare) ------------------------------------------------
+BASELINE_S = "baseline_s"          # baseline measured_s
+CANDIDATE_S = "candidate_s"        # candidate measured_s
+DELTA_S = "delta_s"                # candidate_s - baseline_s
+CHANGE = "change"                  # candidate_s / baseline_s - 1 (+1.0 = 2x slower)
+BASELINE_EFFICIENCY = "baseline_efficiency"
+CANDIDATE_EFFICIENCY = "candidate_efficiency"
+BASELINE_SHARE = "baseline_share"
+CANDIDATE_SHARE = "candidate_share"
+BASELINE_STEPS = "baseline_steps"  # per-step samples behind the test
+CANDIDATE_STEPS = "candidate_steps"
+P_VALUE = "p_value"                # Mann-Whitney U, two-sided, on the per-step samples
+VERDICT = "verdict"                # see harness.regress.VERDICTS
+NOTE = "note"                      # why a verdict is what it is (too few steps, below min_share)
+EXPLANATION = "explanation"        # one line in the book's terms, for regressions/improvements
+
 UNMODELED = "unmodeled"
 BOUNDS = ("compute", "memory", "comm", UNMODELED)
 CATEGORIES = ("matmul", "attention", "collective", "elementwise", "reduction", "copy", "other")
@@ -58,6 +73,10 @@ OPS_PREDICTED = (PROGRAM, OP, OPCODE, CATEGORY, COUNT, FLOPS, HBM_BYTES, COMM_BY
                  GROUP_SIZE, T_COMPUTE_S, T_MEMORY_S, T_COMM_S, PREDICTED_S, BOUND)
 OPS = (PROGRAM, OP, OPCODE, CATEGORY, COUNT, MEASURED_S, PREDICTED_S, EFFICIENCY, GAP_S, SHARE,
        BOUND, FLOPS, HBM_BYTES, COMM_BYTES, T_COMPUTE_S, T_MEMORY_S, T_COMM_S)
+
+REGRESS = (PROGRAM, OP, CATEGORY, BOUND, COLLECTIVE, GROUP_SIZE, BASELINE_S, CANDIDATE_S,
+           DELTA_S, CHANGE, BASELINE_EFFICIENCY, CANDIDATE_EFFICIENCY, BASELINE_SHARE,
+           CANDIDATE_SHARE, BASELINE_STEPS, CANDIDATE_STEPS, P_VALUE, VERDICT, NOTE, EXPLANATION)
 
 
 class SchemaError(HarnessError):

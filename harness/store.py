@@ -130,6 +130,8 @@ def resolve(ref: str | os.PathLike, root: str | os.PathLike = "results") -> Path
     p = Path(ref)
     if p.is_dir():
         return p
+    if p.is_absolute() or len(p.parts) > 1:
+        raise HarnessError(f"{ref}: no such run directory")
     matches = sorted(d for d in Path(root).glob(f"{ref}*") if (d / META).exists())
     if len(matches) == 1:
         return matches[0]

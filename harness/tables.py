@@ -19,7 +19,8 @@ def fmt_seconds(x: float) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
     for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
-        if abs(x) >= scale:
+        # compare after rounding to 3 figures, so 999.8 us shows as 1 ms, not 1e+03 us
+        if abs(float(f"{x:.3g}")) >= scale:
             return f"{x / scale:.3g} {unit}"
     return f"{x * 1e9:.3g} ns"
 

@@ -76,3 +76,17 @@ def test_damaged_runs_give_one_line_errors(tmp_path):
     (tmp_path / "r" / "meta.json").write_text("{")
     with pytest.raises(harness.errors.HarnessError, match="corrupt JSON"):
         store.load(tmp_path / "r")
+
+
+def test_seconds_format_at_unit_boundaries():
+    from harness.tables import fmt_seconds
+
+    assert fmt_seconds(999.8e-6) == "1 ms"
+    assert fmt_seconds(1.5e-6) == "1.5 us"
+    assert fmt_seconds(2.0) == "2 s"
+    assert fmt_seconds(3e-9) == "3 ns"
+
+
+def test_resolve_rejects_missing_paths(tmp_path):
+    with pytest.raises(harness.errors.HarnessError, match="no such run"):
+        store.resolve(tmp_path / "absent", root=tmp_path)

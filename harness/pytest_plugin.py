@@ -1,0 +1,162 @@
+"""pytest plugin: the ``harness_run`` fixture profiles a workload (or any jitted fn) in a test.
+
+    def test_matmul(benchmark, harness_run):
+        result = harness_run("matmul", preset="tiny", overrides={"case": "allreduce"})
+        assert result.step_s > 0
+
+``harness_run(target, *args, ...)`` captures ``steps`` profiled steps after ``warmup`` and runs
+the whole pipeline (``harness.analysis.analyze``): per-op times against each op's roofline time
+(`roofline.md`). If the test also asks for pytest-benchmark's ``benchmark`` fixture, the compiled
+step is timed with ``benchmark.pedantic`` outside the profiler (so ``--benchmark-autosave`` and
+``--benchmark-compare`` see wall-clock step times) and the harness figures go into
+``benchmark.extra_info`` under ``harness_*`` keys (``harness_step_s``, ``harness_efficiency``...);
+pass ``time=False`` to time it yourself. ``--harness-save DIR`` also stores every profiled run
+as ``DIR/<run-id>/`` so that ``harness compare`` can set two nights against each other.
+
+Importing this module imports pytest and the standard library only (jax, pandas and the
+pipeline load when the fixture runs), so the package registers it as a ``pytest11`` entry point.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+log = logging.getLogger(__name__)
+
+PREFIX = "harness_"
+TOP_OPS = 5  # ops listed in extra_info, slowest first
+
+
+@dataclass
+class HarnessResult:
+    """What one profiled run gave: the analysis, its step time (s) and efficiency."""
+
+    analysis: Any                 # harness.analysis.Analysis
+    path: Path | None = None      # the stored run, with --harness-save
+
+    @property
+    def ops(self):
+        return self.analysis.ops
+
+    @property
+    def summary(self) -> dict:
+        return self.analysis.summary
+
+    @property
+    def meta(self) -> dict:
+        return self.analysis.meta
+
+    @property
+    def step_s(self) -> float:
+        return float(self.summary.get("step_s", math.nan))
+
+    @property
+    def efficiency(self) -> float | None:
+        return roofline_efficiency(self.ops)
+
+    def extra_info(self) -> dict:
+        """JSON-able figures for pytest-benchmark's ``extra_info`` (NaN becomes None)."""
+        from harness import schema
+
+        info = {"step_s": self.step_s, "ops_s": float(self.ops[schema.MEASURED_S].sum()),
+                "efficiency": self.efficiency,
+                "device_kind": self.meta.get("device_kind"),
+                "devices": self.meta.get("device_count"),
+                "workload": self.meta.get("workload"), "chip": self.meta.get("chip")}
+        for key in ("coverage", "hfu", "mfu"):
+            if key in self.summary:
+                info[key] = self.summary[key]
+        cols = [c for c in (schema.OP, schema.CATEGORY, schema.MEASURED_S, schema.EFFICIENCY)
+                if c in self.ops.columns]
+        top = self.ops.sort_values(schema.MEASURED_S, ascending=False).head(TOP_OPS)[cols]
+        info["top_ops"] = [{c: _plain(v) for c, v in row.items()}
+                           for row in top.to_dict("records")]
+        if self.path is not None:
+            info["run"] = str(self.path)
+        if self.analysis.report.notes:
+            info["notes"] = list(self.analysis.report.notes)
+        return {PREFIX + k: _plain(v) for k, v in info.items() if v is not None}
+
+
+def _plain(v):
+    if isinstance(v, (list, dict, str, bool)) or v is None:
+        return v
+    if hasattr(v, "item"):  # numpy scalar
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def roofline_efficiency(ops) -> float | None:
+    """Sum of roofline times over the measured time of the ops a rule predicts (compare.py)."""
+    from harness import schema
+
+    modeled = ops[schema.PREDICTED_S].notna()
+    measured = float(ops.loc[modeled, schema.MEASURED_S].sum())
+    return float(ops.loc[modeled, schema.PREDICTED_S].sum()) / measured if measured > 0 else None
+
+
+def pytest_addoption(parser) -> None:
+    group = parser.getgroup("harness", "scaling-harness")
+    group.addoption("--harness-save", metavar="DIR", default=None,
+                    help="store every harness_run profile as DIR/<run-id>/ for `harness compare`")
+    group.addoption("--harness-devices", metavar="N", type=int, default=None,
+                    help="virtual CPU devices (sets XLA_FLAGS; only before jax is imported)")
+
+
+def pytest_configure(config) -> None:
+    n = config.getoption("--harness-devices", default=None)
+    if n:
+        from harness.cli import set_host_device_count
+
+        set_host_device_count(n)
+
+
+@pytest.fixture
+def harness_run(request, tmp_path):
+    """``harness_run(workload_or_fn, *args, preset=, overrides=, mesh=, steps=, warmup=, chip=,
+    rounds=, time=True) -> HarnessResult``; fills ``benchmark.extra_info`` when present."""
+    benchmark = request.getfixturevalue("benchmark") if "benchmark" in request.fixturenames \
+        else None
+    save_root = request.config.getoption("--harness-save", default=None)
+
+    def run(target, *args, preset: str = "tiny", overrides: dict | None = None,
+            mesh: str | None = None, steps: int = 5, warmup: int = 2, chip=None,
+            rounds: int | None = None, time: bool = True) -> HarnessResult:
+        import jax
+
+        from harness.analysis import analyze
+        from harness.runner import build_workload, new_run_id, save_analysis
+
+        meta = {"test": request.node.nodeid}
+        expected = None
+        if isinstance(target, str):
+            built = build_workload(target, preset, overrides, mesh)
+            fn, args = built.fn, built.args
+            meta.update(built.meta, preset=preset, overrides=dict(overrides or {}))
+            expected = built.expected_collectives()
+        else:
+            fn = target
+        analysis = analyze(fn, *args, chip=chip, steps=steps, warmup=warmup,
+                           out_dir=tmp_path / "trace", meta=meta,
+                           expected_collectives=expected)
+        result = HarnessResult(analysis)
+        if save_root:
+            name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name).strip("_")[:80]
+            result.path = save_analysis(analysis, Path(save_root) / new_run_id(name))
+        if benchmark is not None:
+            benchmark.extra_info.update(result.extra_info())
+            if time:
+                jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+                benchmark.pedantic(lambda: jax.block_until_ready(jitted(*args)),
+                                   rounds=rounds or max(steps, 5), warmup_rounds=1)
+        return result
+
+    return run
