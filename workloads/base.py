@@ -1,0 +1,103 @@
+"""The ``Workload`` record, ``WorkloadError``, and config coercion shared by every family.
+
+Plain Python: nothing here imports jax, so the record and the coercion can be used before
+``XLA_FLAGS`` is settled.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class WorkloadError(ValueError):
+    """Bad workload input. The message is one line naming what was wrong and the valid choices."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One runnable family member: ``build(cfg, mesh, abstract=False) -> (fn, args)``.
+
+    ``fn`` is a ``jax.jit``-wrapped function and ``fn(*args)`` runs one step. With
+    ``abstract=True`` the args are ``jax.ShapeDtypeStruct`` carrying shardings, for ahead-of-time
+    lowering. ``expected_collectives(cfg, mesh)`` gives the HLO collective opcodes the book says
+    the layout needs (``{"all-gather": 1}``), or None when the workload makes no claim.
+    """
+
+    name: str
+    Config: type
+    build: Callable[..., tuple[Callable[..., Any], tuple[Any, ...]]]
+    presets: Mapping[str, Any]
+    description: str
+    mesh_axes: tuple[str, ...] = ("X", "Y")
+    default_mesh: str = "4x2"
+    expected_collectives: Callable[[Any, Any], dict[str, int] | None] = field(
+        default=lambda cfg, mesh: None)
+
+
+# Canonical dtype names (numpy/jax spelling) and the aliases the CLI accepts.
+DTYPE_ALIASES: dict[str, str] = {
+    "bf16": "bfloat16", "bfloat16": "bfloat16",
+    "f32": "float32", "fp32": "float32", "float32": "float32",
+    "f16": "float16", "fp16": "float16", "float16": "float16",
+    "int8": "int8", "s8": "int8", "i8": "int8",
+}
+_BOOL_WORDS: dict[str, bool] = {"true": True, "1": True, "yes": True, "on": True,
+                                "false": False, "0": False, "no": False, "off": False}
+
+
+def check_choice(what: str, value: str, choices: Mapping[str, Any] | tuple[str, ...]) -> None:
+    """Raise ``WorkloadError`` unless ``value`` is one of ``choices`` (dict keys or names)."""
+    if value not in choices:
+        raise WorkloadError(f"unknown {what} {value!r}; valid: {', '.join(sorted(choices))}")
+
+
+def canonical_dtype(value: str, field_name: str = "dtype") -> str:
+    """``"bf16"`` -> ``"bfloat16"``; unknown names raise ``WorkloadError``."""
+    key = str(value).lower()
+    if key not in DTYPE_ALIASES:
+        valid = ", ".join(sorted(set(DTYPE_ALIASES.values())))
+        raise WorkloadError(f"unknown {field_name} {value!r}; valid: {valid} (or bf16, fp32, f16)")
+    return DTYPE_ALIASES[key]
+
+
+def _coerce(cls: type, name: str, raw: Any, current: Any) -> Any:
+    """Coerce a string from the command line to the type of the field's current value."""
+    if not isinstance(raw, str):
+        return raw
+    kind = type(current)
+    try:
+        if kind is bool:
+            if raw.lower() not in _BOOL_WORDS:
+                raise ValueError
+            return _BOOL_WORDS[raw.lower()]
+        if kind is int:
+            return int(raw)
+        if kind is float:
+            return float(raw)
+    except ValueError:
+        valid = "true/false" if kind is bool else kind.__name__
+        raise WorkloadError(f"{cls.__name__}.{name}={raw!r} is not a valid {valid}") from None
+    if name.endswith("dtype"):
+        return canonical_dtype(raw, name)
+    return raw
+
+
+def replace_config(cfg: Any, overrides: Mapping[str, Any] | None) -> Any:
+    """A copy of the frozen ``cfg`` with ``overrides`` applied (strings coerced per field)."""
+    if not overrides:
+        return cfg
+    cls = type(cfg)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = [k for k in overrides if k not in names]
+    if unknown:
+        raise WorkloadError(f"{cls.__name__} has no parameter {unknown[0]!r}; "
+                            f"valid: {', '.join(names)}")
+    values = {k: _coerce(cls, k, v, getattr(cfg, k)) for k, v in overrides.items()}
+    return dataclasses.replace(cfg, **values)
+
+
+def config_dict(cfg: Any) -> dict[str, Any]:
+    """The config as a plain dict (for ``meta.json``)."""
+    return dataclasses.asdict(cfg)

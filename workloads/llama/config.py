@@ -1,0 +1,70 @@
+"""LLaMA-3 dimensions (book letters, reference §1.2 and §9) and the real and scaled-down sizes.
+
+``Dims`` holds the architecture; each workload's config (train / prefill / decode) extends it with
+run fields, so ``--set D=128`` and ``--set parallelism=fsdp_tp`` go through one flat namespace.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from workloads.base import WorkloadError, canonical_dtype
+
+
+@dataclass(frozen=True)
+class Dims:
+    """L layers, D d_model, F MLP width, N query heads, K KV heads, H head dim, V vocab."""
+
+    L: int = 2
+    D: int = 64
+    F: int = 128
+    N: int = 8
+    K: int = 4
+    H: int = 8
+    V: int = 256
+    rope_theta: float = 500000.0  # LLaMA-3's RoPE base
+    norm_eps: float = 1e-5
+
+    def check_dims(self) -> None:
+        for name in ("L", "D", "F", "N", "K", "H", "V"):
+            if getattr(self, name) < 1:
+                raise WorkloadError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.N % self.K:
+            raise WorkloadError(f"grouped-query attention needs K | N; got N={self.N}, K={self.K}")
+        if self.H % 2:
+            raise WorkloadError(f"RoPE rotates pairs, so H must be even; got H={self.H}")
+
+    @property
+    def G(self) -> int:
+        """Query heads per KV head (book: G = N/K)."""
+        return self.N // self.K
+
+
+def dims_of(cfg: Dims) -> Dims:
+    """The architecture part of a workload config."""
+    return Dims(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(Dims)})
+
+
+# Real configs: 70B from the book (applied-training.md); 8B and 405B are the public HF configs
+# (reference §9: "not from the book").
+MODEL_DIMS: dict[str, Dims] = {
+    "tiny": Dims(),
+    # ~102M parameters: L(3DF + 2D(N+K)H + 2D) + D + 2DV = 51.9M + 50.3M
+    "100m": Dims(L=8, D=768, F=2048, N=16, K=8, H=48, V=32768),
+    "8b": Dims(L=32, D=4096, F=14336, N=32, K=8, H=128, V=128256),
+    "70b": Dims(L=80, D=8192, F=28672, N=64, K=8, H=128, V=128256),
+    "405b": Dims(L=126, D=16384, F=53248, N=128, K=8, H=128, V=128256),
+}
+
+
+FLOAT_DTYPES = ("bfloat16", "float16", "float32")
+
+
+def fix_dtypes(cfg, *names: str) -> None:
+    """Canonicalise float dtype fields of a frozen config in ``__post_init__``."""
+    for name in names:
+        value = canonical_dtype(getattr(cfg, name), name)
+        if value not in FLOAT_DTYPES:
+            raise WorkloadError(f"{name} must be a float type, got {value!r}; valid: "
+                                f"{', '.join(FLOAT_DTYPES)} (for int8 set int8_weights, int8_kv)")
+        object.__setattr__(cfg, name, value)

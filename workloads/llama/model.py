@@ -1,0 +1,233 @@
+"""LLaMA-3: pre-norm blocks of RMSNorm, RoPE, grouped-query attention and a SwiGLU MLP, with
+untied input embedding and output projection and no biases (`transformers.md`, reference §5).
+
+Parameters are a dict; the L layers are stacked along a leading axis (``params["layers"]``) so a
+``lax.scan`` over them compiles one layer body whatever L is:
+
+    embed_VD, final_norm_D, unembed_DV,
+    layers/{attn_norm_D, w_q_DNH, w_k_DKH, w_v_DKH, w_o_NHD,
+            mlp_norm_D, w_gate_DF, w_up_DF, w_down_FD}
+
+That is L(3DF + 2D(N+K)H + 2D) + D + 2DV parameters (reference §5.1 plus two norm vectors per
+layer and the final norm). int8 weights are ``{"q8": int8[...], "scale": [output dims]}``.
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from workloads.llama.config import Dims
+from workloads.llama.sharding import LAYER_KEYS, SCALE_DIMS, Sharder, letters
+
+NORM_KEYS = ("attn_norm_D", "mlp_norm_D", "final_norm_D")
+
+
+def param_shapes(d: Dims) -> dict:
+    """Shapes by key, layer params with their leading L."""
+    sizes = {"L": d.L, "D": d.D, "F": d.F, "N": d.N, "K": d.K, "H": d.H, "V": d.V}
+    shape = lambda name: tuple(sizes[c] for c in letters(name))  # noqa: E731
+    return {
+        "embed_VD": shape("embed_VD"),
+        "layers": {k: (d.L,) + shape(k) for k in LAYER_KEYS},
+        "final_norm_D": shape("final_norm_D"),
+        "unembed_DV": shape("unembed_DV"),
+    }
+
+
+def _fan_in(name: str, shape: tuple[int, ...]) -> int:
+    """Contracted size of a weight: everything but its output dims."""
+    kept = math.prod(shape[-len(letters(name)):][i] for i in SCALE_DIMS[name])
+    return math.prod(shape[-len(letters(name)):]) // kept
+
+
+def init_params(d: Dims, key: int | np.random.Generator | jax.Array = 0,
+                dtype=jnp.bfloat16) -> dict:
+    """Host (NumPy) arrays: norm weights 1, matrices N(0, 1/fan_in), embedding N(0, 1).
+
+    ``key`` is a NumPy seed or Generator (a jax key is turned into a seed): jax's threefry takes
+    seconds to compile for a dozen shapes, NumPy takes microseconds. ``jax.device_put(params, shardings)`` places them.
+    """
+    if isinstance(key, jax.Array):   # a jax PRNG key: draw a NumPy seed from it
+        key = int(jax.random.randint(key, (), 0, 2**31 - 1))
+    rng = np.random.default_rng(key)
+    np_dtype = jnp.dtype(dtype)
+
+    def leaf(path, shape):
+        name = path[-1].key
+        if name in NORM_KEYS:
+            return np.ones(shape, np_dtype)
+        std = 1.0 if name == "embed_VD" else _fan_in(name, shape) ** -0.5
+        return (std * rng.standard_normal(shape, dtype=np.float32)).astype(np_dtype)
+
+    return jax.tree_util.tree_map_with_path(leaf, param_shapes(d),
+                                            is_leaf=lambda s: isinstance(s, tuple))
+
+
+def abstract_params(d: Dims, dtype=jnp.bfloat16) -> dict:
+    """``jax.ShapeDtypeStruct`` leaves of ``init_params``' tree, without allocating."""
+    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s, jnp.dtype(dtype)), param_shapes(d),
+                        is_leaf=lambda s: isinstance(s, tuple))
+
+
+def count_params(tree) -> int:
+    """Elements over all leaves (arrays or ShapeDtypeStructs); int8 trees include their scales."""
+    return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(tree))
+
+
+def quantize(params: dict) -> dict:
+    """Symmetric per-output-channel int8: ``q8 = round(w / scale)``, ``scale = max|w| / 127``."""
+    def q(path, w):
+        name = path[-1].key
+        if name in NORM_KEYS:
+            return w
+        lead = 1 if name in LAYER_KEYS else 0
+        kept = {lead + i for i in SCALE_DIMS[name]} | set(range(lead))
+        reduce = tuple(i for i in range(w.ndim) if i not in kept)
+        w32 = w.astype(jnp.float32)
+        scale = jnp.maximum(jnp.max(jnp.abs(w32), axis=reduce, keepdims=True), 1e-12) / 127.0
+        q8 = jnp.clip(jnp.round(w32 / scale), -127, 127).astype(jnp.int8)
+        return {"q8": q8, "scale": jnp.squeeze(scale, reduce).astype(w.dtype)}
+    return jax.tree_util.tree_map_with_path(q, params)
+
+
+def abstract_quantized(params: dict) -> dict:
+    return jax.eval_shape(quantize, params)
+
+
+# --- building blocks --------------------------------------------------------------------------
+
+def project(eq: str, x, w):
+    """``einsum(eq, x, w)`` for a float or int8 weight (dequantised by its per-channel scale)."""
+    if isinstance(w, dict):
+        y = jnp.einsum(eq, x, w["q8"].astype(x.dtype))
+        return y * w["scale"].astype(x.dtype)
+    return jnp.einsum(eq, x, w)
+
+
+def embed(table, tokens_BT):
+    if isinstance(table, dict):
+        rows = jnp.take(table["q8"], tokens_BT, axis=0)
+        return rows.astype(table["scale"].dtype) * jnp.take(table["scale"], tokens_BT)[..., None]
+    return jnp.take(table, tokens_BT, axis=0)
+
+
+def rms_norm(x_BTD, w_D, eps: float):
+    x = x_BTD.astype(jnp.float32)
+    y = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps)
+    return (y * w_D.astype(jnp.float32)).astype(x_BTD.dtype)
+
+
+def rope(x_BTnH, pos_BT, theta: float):
+    """Rotary embedding, LLaMA's half-split layout: pair (i, i + H/2) turns by pos·θ^(-2i/H)."""
+    half = x_BTnH.shape[-1] // 2
+    inv_freq = theta ** (-jnp.arange(half, dtype=jnp.float32) / half)
+    angle = pos_BT.astype(jnp.float32)[..., None, None] * inv_freq   # [B, T, 1, H/2]
+    cos, sin = jnp.cos(angle), jnp.sin(angle)
+    x = x_BTnH.astype(jnp.float32)
+    x1, x2 = x[..., :half], x[..., half:]
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).astype(x_BTnH.dtype)
+
+
+def attention(q_BTNH, k_BSKH, v_BSKH, q_pos_BT, kv_len, sh: Sharder):
+    """Causal grouped-query attention: query head n uses KV head n // G.
+
+    Key s is visible to query t iff s <= q_pos[t] and s < kv_len (cache slots past the written
+    prefix are masked). Scores and softmax in fp32.
+    """
+    B, T, N, H = q_BTNH.shape
+    S, K = k_BSKH.shape[1], k_BSKH.shape[2]
+    if sh.kv_repeat > 1:   # KV replicated past K-way: repeat heads so K' = K·r splits evenly
+        k_BSKH = jnp.repeat(k_BSKH, sh.kv_repeat, axis=2)
+        v_BSKH = jnp.repeat(v_BSKH, sh.kv_repeat, axis=2)
+        K = K * sh.kv_repeat
+    q = q_BTNH.reshape(B, T, K, N // K, H)
+    s_BKGTS = jnp.einsum("btkgh,bskh->bkgts", q, k_BSKH,
+                         preferred_element_type=jnp.float32) * (H ** -0.5)
+    s_idx = jnp.arange(S)
+    visible_BTS = (s_idx[None, None, :] <= q_pos_BT[:, :, None]) & (s_idx < kv_len)
+    s_BKGTS = jnp.where(visible_BTS[:, None, None], s_BKGTS, -jnp.inf)
+    p = jax.nn.softmax(s_BKGTS, axis=-1).astype(v_BSKH.dtype)
+    o = jnp.einsum("bkgts,bskh->btkgh", p, v_BSKH)
+    return o.reshape(B, T, N, H)
+
+
+def mlp(h_BTD, w, sh: Sharder):
+    """SwiGLU: W_out(silu(h W_gate) * h W_up) (`transformers.md`: gated MLP, 3DF params)."""
+    g_BTF = sh.act(project("btd,df->btf", h_BTD, w["w_gate_DF"]), "BTF")
+    u_BTF = sh.act(project("btd,df->btf", h_BTD, w["w_up_DF"]), "BTF")
+    return project("btf,fd->btd", jax.nn.silu(g_BTF) * u_BTF, w["w_down_FD"])
+
+
+def qkv(h_BTD, w, pos_BT, d: Dims, sh: Sharder):
+    q = sh.act(project("btd,dnh->btnh", h_BTD, w["w_q_DNH"]), "BTNH")
+    k = sh.act(project("btd,dkh->btkh", h_BTD, w["w_k_DKH"]), "BTKH")
+    v = sh.act(project("btd,dkh->btkh", h_BTD, w["w_v_DKH"]), "BTKH")
+    return rope(q, pos_BT, d.rope_theta), rope(k, pos_BT, d.rope_theta), v
+
+
+def block(x_BTD, w, pos_BT, d: Dims, sh: Sharder, kv_fn=None):
+    """One pre-norm layer: x + attn(norm(x)), then + mlp(norm(x)).
+
+    ``kv_fn(k, v) -> (k_all, v_all, kv_len, extra)`` lets prefill/decode write a KV cache and
+    attend over it; without it the layer attends over its own T keys (training).
+    """
+    h = rms_norm(x_BTD, w["attn_norm_D"], d.norm_eps)
+    q, k, v = qkv(h, w, pos_BT, d, sh)
+    extra = None
+    if kv_fn is None:
+        k_all, v_all, kv_len = k, v, k.shape[1]
+    else:
+        k_all, v_all, kv_len, extra = kv_fn(k, v)
+    o = sh.act(attention(q, k_all, v_all, pos_BT, kv_len, sh), "BTNH")
+    x_BTD = sh.act(x_BTD + project("btnh,nhd->btd", o, w["w_o_NHD"]), "BTD")
+    h = rms_norm(x_BTD, w["mlp_norm_D"], d.norm_eps)
+    return sh.act(x_BTD + mlp(h, w, sh), "BTD"), extra
+
+
+def logits(params, x_BTD, d: Dims, sh: Sharder):
+    h = rms_norm(x_BTD, params["final_norm_D"], d.norm_eps)
+    return sh.act(project("btd,dv->btv", h, params["unembed_DV"]), "BTV")
+
+
+def layer_at(layers: dict, i: int) -> dict:
+    return jax.tree.map(lambda a: a[i], layers)
+
+
+# Rematerialisation policies for the layer body (`transformers.md`, reference §5.2).
+REMAT_POLICIES = {
+    "none": None,                                                   # keep every intermediate
+    "full": jax.checkpoint_policies.nothing_saveable,               # block remat: keep layer inputs
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,  # keep the big matmul outputs
+}
+
+
+def run_layers(body, x, xs, scan: bool, remat: str = "none"):
+    """``body(x, xs_l) -> (x, ys_l)`` over the stacked layers: ``lax.scan`` or an unrolled loop."""
+    if REMAT_POLICIES[remat] is not None:
+        body = jax.checkpoint(body, policy=REMAT_POLICIES[remat])
+    if scan:
+        return jax.lax.scan(body, x, xs)
+    n = jax.tree.leaves(xs)[0].shape[0]
+    ys = []
+    for i in range(n):
+        x, y = body(x, layer_at(xs, i))
+        ys.append(y)
+    stacked = None if ys[0] is None else jax.tree.map(lambda *a: jnp.stack(a), *ys)
+    return x, stacked
+
+
+def forward(params, tokens_BT, d: Dims, sh: Sharder, dtype, scan: bool = True,
+            remat: str = "none"):
+    """Logits [B, T, V] in ``dtype`` for a full causal pass over ``tokens_BT`` (training)."""
+    B, T = tokens_BT.shape
+    x = sh.act(embed(params["embed_VD"], tokens_BT).astype(dtype), "BTD")
+    pos_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+
+    def body(x, w):
+        return block(x, w, pos_BT, d, sh)[0], None
+
+    x, _ = run_layers(body, x, params["layers"], scan, remat)
+    return logits(params, x, d, sh)

@@ -1,0 +1,247 @@
+"""``llama_prefill`` and ``llama_decode``: LLaMA-3 inference with a KV cache (`inference.md`).
+
+- prefill: ``fn(params, tokens_BT) -> (logits_BV, cache)`` runs the whole prompt, writes K/V for
+  positions [0, T) into a fresh cache of S slots and keeps the last token's logits (§7.1).
+- decode: ``fn(params, cache, tokens_B1, pos) -> (logits_BV, cache)`` appends one token per
+  sequence at slot ``pos`` (the same for every sequence) and attends over slots [0, pos].
+
+The cache is ``{"k_LBSKH", "v_LBSKH"}``, sharded [B_batch, S, K_model, H] (reference §7.4); with
+``int8_kv`` it holds int8 values plus per-(token, head) scales ``k_scale_LBSK``/``v_scale_LBSK``.
+``int8_weights`` stores every matrix as int8 with a per-output-channel scale and dequantises in
+the matmul. Default parallelism ``dp_tp``: batch over X, heads/F over Y — model parallelism for
+decode, since FSDP would move the weights every step (reference §7.4). Nothing is donated.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from workloads.base import Workload, WorkloadError, check_choice
+from workloads.llama import model
+from workloads.llama.config import MODEL_DIMS, Dims, dims_of, fix_dtypes
+from workloads.llama.sharding import PARALLELISMS, Sharder
+from workloads.mesh import AnyMesh, named
+
+
+@dataclass(frozen=True)
+class ServeConfig(Dims):
+    """Model dims plus B sequences, T prompt tokens (prefill), S cache slots, ``pos`` (decode slot,
+    -1 = S - 1: attend over the full context), dtypes and parallelism."""
+
+    B: int = 8
+    T: int = 16
+    S: int = 32
+    pos: int = -1
+    dtype: str = "bfloat16"
+    int8_weights: bool = False
+    int8_kv: bool = False
+    parallelism: str = "dp_tp"
+    scan_layers: bool = True
+    seed: int = 0
+
+    def __post_init__(self):
+        self.check_dims()
+        fix_dtypes(self, "dtype")
+        check_choice("parallelism", self.parallelism, PARALLELISMS)
+        if self.T > self.S:
+            raise WorkloadError(f"prompt T={self.T} does not fit the cache of S={self.S} slots")
+        if not -1 <= self.pos < self.S:
+            raise WorkloadError(f"pos={self.pos} must be a cache slot in [0, {self.S}) or -1")
+
+    @property
+    def decode_pos(self) -> int:
+        return self.S - 1 if self.pos < 0 else self.pos
+
+
+def _preset(name: str, **run) -> ServeConfig:
+    return ServeConfig(**{**vars(MODEL_DIMS[name]), **run})
+
+
+PRESETS: dict[str, ServeConfig] = {
+    "tiny": _preset("tiny"),
+    "100m": _preset("100m", B=16, T=512, S=1024),
+    # reference §10 AI-3: LLaMA-3 70B decode at batch 32 with 8192-token contexts
+    "8b": _preset("8b", B=32, T=2048, S=8192),
+    "70b": _preset("70b", B=32, T=2048, S=8192),
+    "405b": _preset("405b", B=32, T=2048, S=8192),
+}
+
+
+# --- KV cache --------------------------------------------------------------------------------
+
+def cache_shapes(cfg: ServeConfig) -> dict:
+    dtype = jnp.int8 if cfg.int8_kv else jnp.dtype(cfg.dtype)
+    kv = (cfg.L, cfg.B, cfg.S, cfg.K, cfg.H)
+    out = {"k_LBSKH": jax.ShapeDtypeStruct(kv, dtype), "v_LBSKH": jax.ShapeDtypeStruct(kv, dtype)}
+    if cfg.int8_kv:
+        scale = jax.ShapeDtypeStruct(kv[:-1], jnp.dtype(cfg.dtype))
+        out.update(k_scale_LBSK=scale, v_scale_LBSK=scale)
+    return out
+
+
+def cache_specs(cfg: ServeConfig, sh: Sharder) -> dict:
+    bskh = tuple(sh.spec("BSKH"))
+    return {k: P(None, *bskh[:len(v.shape) - 1]) for k, v in cache_shapes(cfg).items()}
+
+
+def _quantize_kv(x_BTKH):
+    scale = jnp.maximum(jnp.max(jnp.abs(x_BTKH.astype(jnp.float32)), axis=-1), 1e-12) / 127.0
+    q8 = jnp.clip(jnp.round(x_BTKH.astype(jnp.float32) / scale[..., None]), -127, 127)
+    return q8.astype(jnp.int8), scale.astype(x_BTKH.dtype)
+
+
+def _write(c: dict, k_BTKH, v_BTKH, pos) -> dict:
+    """Write the new tokens' K/V into one layer's cache at slot ``pos``."""
+    at = lambda buf, new: jax.lax.dynamic_update_slice_in_dim(buf, new, pos, axis=1)  # noqa: E731
+    if "k_scale_LBSK" not in c:
+        return {"k_LBSKH": at(c["k_LBSKH"], k_BTKH.astype(c["k_LBSKH"].dtype)),
+                "v_LBSKH": at(c["v_LBSKH"], v_BTKH.astype(c["v_LBSKH"].dtype))}
+    out = {}
+    for name, x in (("k", k_BTKH), ("v", v_BTKH)):
+        q8, scale = _quantize_kv(x)
+        out[f"{name}_LBSKH"] = at(c[f"{name}_LBSKH"], q8)
+        out[f"{name}_scale_LBSK"] = at(c[f"{name}_scale_LBSK"], scale)
+    return out
+
+
+def _read(c: dict, name: str, dtype):
+    x = c[f"{name}_LBSKH"]
+    if f"{name}_scale_LBSK" in c:
+        return x.astype(dtype) * c[f"{name}_scale_LBSK"][..., None].astype(dtype)
+    return x.astype(dtype)
+
+
+def extend(params, cache, tokens_BT, pos, cfg: ServeConfig, sh: Sharder):
+    """Run T new tokens at slots [pos, pos + T): returns (logits_BTV, updated cache)."""
+    d = dims_of(cfg)
+    dtype = jnp.dtype(cfg.dtype)
+    B, T = tokens_BT.shape
+    x = sh.act(model.embed(params["embed_VD"], tokens_BT).astype(dtype), "BTD")
+    pos_BT = pos + jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+
+    def body(x, w_and_cache):
+        w, c = w_and_cache
+
+        def kv_fn(k, v):
+            c_new = {n: sh.act(a, "BSKH"[:a.ndim]) for n, a in _write(c, k, v, pos).items()}
+            return _read(c_new, "k", dtype), _read(c_new, "v", dtype), pos + T, c_new
+
+        return model.block(x, w, pos_BT, d, sh, kv_fn)
+
+    x, cache = model.run_layers(body, x, (params["layers"], cache), cfg.scan_layers)
+    return model.logits(params, x, d, sh), cache
+
+
+# --- building ---------------------------------------------------------------------------------
+
+def _setup(cfg: ServeConfig, mesh: AnyMesh | None):
+    d = dims_of(cfg)
+    sh = Sharder(mesh, cfg.parallelism, d)
+    p_abs = model.abstract_params(d, cfg.dtype)
+    if cfg.int8_weights:
+        p_abs = model.abstract_quantized(p_abs)
+    if mesh is not None:
+        sh.check_params(p_abs)
+        sh.check_act("BSKH", (cfg.B, cfg.S, cfg.K, cfg.H))
+        sh.check_act("BTD", (cfg.B, 1, cfg.D))
+    return d, sh, p_abs
+
+
+def _shard(mesh, tree):
+    return None if mesh is None else jax.tree.map(lambda s: named(mesh, s), tree,
+                                                  is_leaf=lambda x: isinstance(x, P))
+
+
+def _args(cfg, mesh, abstract, abs_tree, shardings, host_fn):
+    if abstract:
+        if shardings is None:
+            return abs_tree
+        return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                            abs_tree, shardings)
+    host = host_fn()
+    return jax.device_put(host, shardings) if shardings is not None else jax.device_put(host)
+
+
+def host_params(cfg: ServeConfig):
+    params = model.init_params(dims_of(cfg), cfg.seed, cfg.dtype)
+    return jax.device_get(jax.jit(model.quantize)(params)) if cfg.int8_weights else params
+
+
+def tokens(cfg: ServeConfig, T: int) -> np.ndarray:
+    return np.random.default_rng(cfg.seed + 1).integers(0, cfg.V, size=(cfg.B, T), dtype=np.int32)
+
+
+def build_prefill(cfg: ServeConfig, mesh: AnyMesh | None, abstract: bool = False):
+    """``(prefill, (params, tokens_BT))``."""
+    d, sh, p_abs = _setup(cfg, mesh)
+    c_specs = cache_specs(cfg, sh)
+
+    def prefill(params, tokens_BT):
+        cache = {n: jnp.zeros(s.shape, s.dtype) for n, s in cache_shapes(cfg).items()}
+        if mesh is not None:
+            cache = {n: jax.lax.with_sharding_constraint(a, named(mesh, c_specs[n]))
+                     for n, a in cache.items()}
+        logits_BTV, cache = extend(params, cache, tokens_BT, 0, cfg, sh)
+        return logits_BTV[:, -1], cache
+
+    tok_abs = jax.ShapeDtypeStruct((cfg.B, cfg.T), jnp.int32)
+    if mesh is None:
+        fn, shardings = jax.jit(prefill), None
+    else:
+        shardings = (sh.param_shardings(p_abs), sh.sharding("BT"))
+        out = (named(mesh, P(sh.batch, sh.model)), _shard(mesh, c_specs))
+        fn = jax.jit(prefill, in_shardings=shardings, out_shardings=out)
+    args = _args(cfg, mesh, abstract, (p_abs, tok_abs), shardings,
+                 lambda: (host_params(cfg), tokens(cfg, cfg.T)))
+    return fn, tuple(args)
+
+
+def build_decode(cfg: ServeConfig, mesh: AnyMesh | None, abstract: bool = False):
+    """``(decode, (params, cache, tokens_B1, pos))`` with a zero cache and ``pos = decode_pos``."""
+    d, sh, p_abs = _setup(cfg, mesh)
+    c_specs = cache_specs(cfg, sh)
+
+    def decode(params, cache, tokens_B1, pos):
+        logits_BTV, cache = extend(params, cache, tokens_B1, pos, cfg, sh)
+        return logits_BTV[:, -1], cache
+
+    abs_tree = (p_abs, cache_shapes(cfg), jax.ShapeDtypeStruct((cfg.B, 1), jnp.int32),
+                jax.ShapeDtypeStruct((), jnp.int32))
+    if mesh is None:
+        fn, shardings = jax.jit(decode), None
+    else:
+        c_sh = _shard(mesh, c_specs)
+        shardings = (sh.param_shardings(p_abs), c_sh, sh.sharding("BT"), named(mesh, P()))
+        fn = jax.jit(decode, in_shardings=shardings,
+                     out_shardings=(named(mesh, P(sh.batch, sh.model)), c_sh))
+
+    def host():
+        cache = {n: np.zeros(s.shape, s.dtype) for n, s in cache_shapes(cfg).items()}
+        return host_params(cfg), cache, tokens(cfg, 1), np.int32(cfg.decode_pos)
+
+    return fn, tuple(_args(cfg, mesh, abstract, abs_tree, shardings, host))
+
+
+PREFILL = Workload(
+    name="llama_prefill",
+    Config=ServeConfig,
+    build=build_prefill,
+    presets=PRESETS,
+    description="LLaMA-3 prefill: B prompts of T tokens into a fresh KV cache of S slots",
+    mesh_axes=("X", "Y"),
+    default_mesh="4x2",
+)
+
+DECODE = Workload(
+    name="llama_decode",
+    Config=ServeConfig,
+    build=build_decode,
+    presets=PRESETS,
+    description="LLaMA-3 decode: one token for each of B sequences against a KV cache of S slots",
+    mesh_axes=("X", "Y"),
+    default_mesh="4x2",
+)

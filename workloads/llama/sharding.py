@@ -1,0 +1,185 @@
+"""Partition specs for LLaMA-3 under DP, FSDP, TP and their mixes (reference §6.1 and §7.4).
+
+A parallelism names the role of each mesh axis: ``batch`` axes split the batch, ``fsdp`` axes
+split the weights' D dim (ZeRO-3: gathered just in time, gradients reduce-scattered), ``model``
+axes split heads, F and V (Megatron TP). With the book's letters, for the MLP:
+
+| parallelism | In / residual | W_in       | W_out      | book, `training.md`            |
+|-------------|---------------|------------|------------|--------------------------------|
+| dp          | [B_XY, D]     | [D, F]     | [F, D]     | DP: gradient AllReduce         |
+| fsdp        | [B_XY, D]     | [D_XY, F]  | [F, D_XY]  | FSDP / ZeRO-3                  |
+| tp          | [B, D_XY]     | [D, F_XY]  | [F_XY, D]  | TP: AG before W_in, RS after W_out |
+| fsdp_tp     | [B_X, D_Y]    | [D_X, F_Y] | [F_Y, D_X] | FSDP + TP on separate axes     |
+| dp_tp       | [B_X, D_Y]    | [D, F_Y]   | [F_Y, D]   | replicas x model parallel (§7.4 decode) |
+
+Attention follows Megatron: W_Q[D, N_Y, H], W_K/W_V[D, K_Y, H], W_O[N_Y, H, D]. When the model
+axes outnumber the KV heads, K/V are replicated beyond K-way (`inference.md`, reference §7.4) and
+each KV head is repeated ``kv_repeat`` times so the grouped heads still split evenly. The KV cache
+is [B_batch, S, K_model, H] (reference §7.4: KV[2, B_Z, S, K_Y, H]).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import jax
+from jax.sharding import PartitionSpec as P
+
+from workloads.base import WorkloadError, check_choice
+from workloads.mesh import AnyMesh, axis_size, check_spec, named
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Mesh axes per role. Empty tuples mean "not split" (None in a PartitionSpec)."""
+
+    batch: tuple[str, ...]
+    fsdp: tuple[str, ...]
+    model: tuple[str, ...]
+
+
+def _mixed(axes: tuple[str, ...], name: str, fsdp: bool) -> Layout:
+    """X for data (and FSDP), the remaining axes for the model (§6.1 FSDP + TP)."""
+    if len(axes) < 2:
+        raise WorkloadError(f"{name} needs a 2-D mesh (X for data, Y for model), got axes "
+                            f"{', '.join(axes)}; use a mesh like 4x2")
+    data, model = tuple(axes[:1]), tuple(axes[1:])
+    return Layout(batch=data, fsdp=data if fsdp else (), model=model)
+
+
+PARALLELISMS: dict[str, Callable[[tuple[str, ...]], Layout]] = {
+    "dp": lambda a: Layout(batch=a, fsdp=(), model=()),
+    "fsdp": lambda a: Layout(batch=a, fsdp=a, model=()),
+    "tp": lambda a: Layout(batch=(), fsdp=(), model=a),
+    "fsdp_tp": lambda a: _mixed(a, "fsdp_tp", fsdp=True),
+    "dp_tp": lambda a: _mixed(a, "dp_tp", fsdp=False),
+}
+
+
+def _axes(t: tuple[str, ...]):
+    """A PartitionSpec entry: None, one axis name, or a tuple of names."""
+    return None if not t else (t[0] if len(t) == 1 else t)
+
+
+class Sharder:
+    """Specs for params, activations and the KV cache of one model on one mesh and parallelism.
+
+    ``Sharder(None, ...)`` is the unsharded reference: every constraint is a no-op.
+    """
+
+    def __init__(self, mesh: AnyMesh | None, parallelism: str, dims):
+        check_choice("parallelism", parallelism, PARALLELISMS)
+        self.mesh = mesh
+        self.dims = dims
+        names = tuple(mesh.axis_names) if mesh is not None else ()
+        self.layout = PARALLELISMS[parallelism](names) if mesh is not None else Layout((), (), ())
+        n_model = axis_size(mesh, self.layout.model) if mesh is not None else 1
+        if dims.N % n_model:
+            raise WorkloadError(f"{parallelism}: N={dims.N} query heads are not divisible by "
+                                f"{n_model} model devices; the model axes must divide N")
+        kv_split = dims.K % n_model == 0
+        if not kv_split and n_model % dims.K:
+            raise WorkloadError(f"{parallelism}: K={dims.K} KV heads and {n_model} model devices: "
+                                f"one must divide the other to shard or replicate K/V")
+        # Beyond K-way, replicate K/V and repeat each head (reference §7.4).
+        self.kv_repeat = 1 if kv_split else n_model // dims.K
+        b, f, m = (_axes(t) for t in (self.layout.batch, self.layout.fsdp, self.layout.model))
+        kv = m if kv_split else None
+        self.batch, self.fsdp, self.model, self.kv = b, f, m, kv
+        # Activation specs by book letters; the residual stream is [B, T, D_model] (§6.1 TP).
+        self.act_specs: dict[str, P] = {
+            "BT": P(b, None),
+            "BTD": P(b, None, m),
+            "BTF": P(b, None, m),
+            "BTV": P(b, None, m),
+            "BTNH": P(b, None, m, None),
+            "BTKH": P(b, None, kv, None),
+            "BSKH": P(b, None, kv, None),
+            "BSK": P(b, None, kv),                 # int8 KV-cache scales
+        }
+
+    # --- parameters -------------------------------------------------------------------------
+    def param_spec(self, name: str) -> P:
+        """Spec for a parameter by its key; stacked layer params get a leading unsplit L."""
+        f, m, kv = self.fsdp, self.model, self.kv
+        both = _axes(self.layout.fsdp + self.layout.model)
+        table: dict[str, P] = {
+            "embed_VD": P(None, both),    # lookup output lands D-split, like the residual
+            "unembed_DV": P(f, m),        # vocab-parallel logits, D FSDP-split
+            "final_norm_D": P(None),
+            "attn_norm_D": P(None),
+            "mlp_norm_D": P(None),
+            "w_q_DNH": P(f, m, None),     # heads over the model axes (Megatron)
+            "w_k_DKH": P(f, kv, None),
+            "w_v_DKH": P(f, kv, None),
+            "w_o_NHD": P(m, None, f),
+            "w_gate_DF": P(f, m),         # W_in[D_X, F_Y] (training.md, FSDP + TP)
+            "w_up_DF": P(f, m),
+            "w_down_FD": P(m, f),         # W_out[F_Y, D_X]
+        }
+        spec = tuple(table[name])
+        return P(None, *spec) if name in LAYER_KEYS else P(*spec)
+
+    def scale_spec(self, name: str) -> P:
+        """An int8 weight's scale keeps the weight's output dims (``SCALE_DIMS``) and split."""
+        spec = tuple(self.param_spec(name))
+        lead = 1 if name in LAYER_KEYS else 0
+        return P(*spec[:lead], *(spec[lead + i] for i in SCALE_DIMS[name]))
+
+    def param_specs(self, params) -> dict:
+        def spec_of(path, leaf):
+            keys = [k.key for k in path if hasattr(k, "key")]
+            name = keys[1] if keys[0] == "layers" else keys[0]
+            return self.scale_spec(name) if keys[-1] == "scale" else self.param_spec(name)
+        return jax.tree_util.tree_map_with_path(spec_of, params)
+
+    def param_shardings(self, params):
+        return jax.tree.map(lambda s: named(self.mesh, s), self.param_specs(params),
+                            is_leaf=lambda x: isinstance(x, P))
+
+    def check_params(self, params) -> None:
+        """Every parameter dim divides by the axes that split it (``WorkloadError`` otherwise)."""
+        specs = self.param_specs(params)
+        for (path, leaf), spec in zip(jax.tree_util.tree_leaves_with_path(params),
+                                      jax.tree.leaves(specs, is_leaf=lambda x: isinstance(x, P))):
+            keys = [str(k.key) for k in path]
+            name = keys[1] if keys[0] == "layers" else keys[0]
+            dims = letters(name)
+            if keys[-1] == "scale":
+                dims = "".join(dims[i] for i in SCALE_DIMS[name])
+            dims = ("L" if name in LAYER_KEYS else "") + dims
+            check_spec(self.mesh, f"parameter {'/'.join(keys)}", leaf.shape, spec, dims)
+
+    # --- activations --------------------------------------------------------------------------
+    def spec(self, letters_: str) -> P:
+        return self.act_specs[letters_]
+
+    def sharding(self, letters_: str):
+        return named(self.mesh, self.act_specs[letters_])
+
+    def act(self, x, letters_: str):
+        """Constrain activation ``x`` (named by its letters) to this layout; no-op unsharded."""
+        if self.mesh is None:
+            return x
+        return jax.lax.with_sharding_constraint(x, named(self.mesh, self.act_specs[letters_]))
+
+    def check_act(self, letters_: str, shape) -> None:
+        if self.mesh is not None:
+            check_spec(self.mesh, f"activation {letters_}", shape, self.act_specs[letters_],
+                       letters_)
+
+
+LAYER_KEYS = ("attn_norm_D", "mlp_norm_D", "w_q_DNH", "w_k_DKH", "w_v_DKH", "w_o_NHD",
+              "w_gate_DF", "w_up_DF", "w_down_FD")
+
+
+# Output dims (of the unstacked weight) that an int8 per-channel scale keeps.
+SCALE_DIMS: dict[str, tuple[int, ...]] = {
+    "embed_VD": (0,), "unembed_DV": (1,), "w_q_DNH": (1, 2), "w_k_DKH": (1, 2),
+    "w_v_DKH": (1, 2), "w_o_NHD": (2,), "w_gate_DF": (1,), "w_up_DF": (1,), "w_down_FD": (1,),
+}
+
+
+def letters(name: str) -> str:
+    """``"w_q_DNH"`` -> ``"DNH"``: the book letters a key ends with."""
+    return name.rsplit("_", 1)[1]

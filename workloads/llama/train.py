@@ -1,0 +1,164 @@
+"""``llama_train``: one LLaMA-3 training step — forward, backward, AdamW — under DP, FSDP, TP,
+FSDP x TP or DP x TP (reference §6.1; specs in ``workloads.llama.sharding``).
+
+``fn(params, opt_state, inputs_BT, targets_BT) -> (params, opt_state, loss)``. B counts
+sequences of T tokens (the book's B is tokens: B·T here). Params and activations are
+``param_dtype`` (bf16 by default), AdamW moments ``opt_dtype`` (fp32): 2 + 4 + 4 = 10 bytes per
+parameter as in `training.md` (reference §6.3); no fp32 master copy. Optimizer state is sharded
+like the params (ZeRO-3 under FSDP). Arguments are not donated, so the harness can call
+``fn(*args)`` repeatedly with the same inputs.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from workloads.base import Workload, check_choice
+from workloads.llama import model
+from workloads.llama.config import MODEL_DIMS, Dims, dims_of, fix_dtypes
+from workloads.llama.sharding import PARALLELISMS, Sharder
+from workloads.mesh import AnyMesh, named
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainConfig(Dims):
+    """Model dims plus B sequences of T tokens, dtypes, parallelism, remat and AdamW settings."""
+
+    B: int = 8
+    T: int = 16
+    param_dtype: str = "bfloat16"
+    opt_dtype: str = "float32"
+    parallelism: str = "fsdp_tp"
+    remat: str = "none"
+    scan_layers: bool = True
+    lr: float = 1e-3
+    b1: float = 0.9
+    b2: float = 0.95
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    seed: int = 0
+
+    def __post_init__(self):
+        self.check_dims()
+        fix_dtypes(self, "param_dtype", "opt_dtype")
+        check_choice("parallelism", self.parallelism, PARALLELISMS)
+        check_choice("remat", self.remat, model.REMAT_POLICIES)
+
+
+def _preset(name: str, **run) -> TrainConfig:
+    return TrainConfig(**{**vars(MODEL_DIMS[name]), **run})
+
+
+PRESETS: dict[str, TrainConfig] = {
+    "tiny": _preset("tiny"),
+    "100m": _preset("100m", B=16, T=512),
+    # real sizes: 1M-token batches of 4k sequences, block remat (reference §5.2)
+    "8b": _preset("8b", B=256, T=4096, remat="full"),
+    "70b": _preset("70b", B=256, T=4096, remat="full"),
+    "405b": _preset("405b", B=256, T=4096, remat="full"),
+}
+
+
+def loss_fn(params, inputs_BT, targets_BT, cfg: TrainConfig, sh: Sharder):
+    """Mean next-token cross-entropy (fp32 log-softmax over the vocab)."""
+    logits_BTV = model.forward(params, inputs_BT, dims_of(cfg), sh, jnp.dtype(cfg.param_dtype),
+                               cfg.scan_layers, cfg.remat).astype(jnp.float32)
+    logp_BTV = jax.nn.log_softmax(logits_BTV, axis=-1)
+    picked_BT = jnp.take_along_axis(logp_BTV, targets_BT[..., None], axis=-1)[..., 0]
+    return -jnp.mean(picked_BT)
+
+
+def init_opt_state(params, cfg: TrainConfig) -> dict:
+    """Zero AdamW moments in ``opt_dtype`` (host arrays)."""
+    zeros = lambda p: np.zeros(p.shape, jnp.dtype(cfg.opt_dtype))  # noqa: E731
+    return {"mu": jax.tree.map(zeros, params), "nu": jax.tree.map(zeros, params),
+            "step": np.zeros((), np.int32)}
+
+
+def adamw(params, grads, opt, cfg: TrainConfig):
+    """AdamW (decoupled weight decay, none on norm weights), moments in ``opt_dtype``."""
+    step = opt["step"] + 1
+    t = step.astype(jnp.float32)
+    c1, c2 = 1 - cfg.b1 ** t, 1 - cfg.b2 ** t
+    odt = jnp.dtype(cfg.opt_dtype)
+
+    def update(path, p, g, mu, nu):
+        g = g.astype(odt)
+        mu = cfg.b1 * mu + (1 - cfg.b1) * g
+        nu = cfg.b2 * nu + (1 - cfg.b2) * g * g
+        p32 = p.astype(jnp.float32)
+        decay = 0.0 if path[-1].key in model.NORM_KEYS else cfg.weight_decay
+        u = (mu / c1) / (jnp.sqrt(nu / c2) + cfg.eps) + decay * p32
+        return (p32 - cfg.lr * u).astype(p.dtype), mu, nu
+
+    out = jax.tree_util.tree_map_with_path(update, params, grads, opt["mu"], opt["nu"])
+    is_triple = lambda x: isinstance(x, tuple)  # noqa: E731
+    pick = lambda i: jax.tree.map(lambda o: o[i], out, is_leaf=is_triple)  # noqa: E731
+    return pick(0), {"mu": pick(1), "nu": pick(2), "step": step}
+
+
+def make_step(cfg: TrainConfig, sh: Sharder):
+    def train_step(params, opt_state, inputs_BT, targets_BT):
+        loss, grads = jax.value_and_grad(loss_fn)(params, inputs_BT, targets_BT, cfg, sh)
+        params, opt_state = adamw(params, grads, opt_state, cfg)
+        return params, opt_state, loss
+    return train_step
+
+
+def batch(cfg: TrainConfig) -> tuple[np.ndarray, np.ndarray]:
+    """A fixed random batch: inputs [B, T] and their next tokens [B, T]."""
+    rng = np.random.default_rng(cfg.seed)
+    seq = rng.integers(0, cfg.V, size=(cfg.B, cfg.T + 1), dtype=np.int32)
+    return seq[:, :-1], seq[:, 1:]
+
+
+def build(cfg: TrainConfig, mesh: AnyMesh | None, abstract: bool = False):
+    """``(train_step, (params, opt_state, inputs_BT, targets_BT))``; ``mesh=None`` is unsharded."""
+    d = dims_of(cfg)
+    sh = Sharder(mesh, cfg.parallelism, d)
+    p_abs = model.abstract_params(d, cfg.param_dtype)
+    moment = lambda p: jax.ShapeDtypeStruct(p.shape, jnp.dtype(cfg.opt_dtype))  # noqa: E731
+    o_abs = {"mu": jax.tree.map(moment, p_abs), "nu": jax.tree.map(moment, p_abs),
+             "step": jax.ShapeDtypeStruct((), jnp.int32)}
+    step = make_step(cfg, sh)
+    if mesh is None:
+        shardings = None
+        fn = jax.jit(step)
+    else:
+        sh.check_params(p_abs)
+        sh.check_act("BTD", (cfg.B, cfg.T, cfg.D))
+        p_sh = sh.param_shardings(p_abs)
+        o_sh = {"mu": p_sh, "nu": p_sh, "step": named(mesh, P())}
+        tok = sh.sharding("BT")
+        shardings = (p_sh, o_sh, tok, tok)
+        fn = jax.jit(step, in_shardings=shardings, out_shardings=(p_sh, o_sh, named(mesh, P())))
+    if abstract:
+        tok_abs = jax.ShapeDtypeStruct((cfg.B, cfg.T), jnp.int32)
+        tree = (p_abs, o_abs, tok_abs, tok_abs)
+        if shardings is None:
+            return fn, tree
+        return fn, jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                                tree, shardings)
+    params = model.init_params(d, cfg.seed, cfg.param_dtype)
+    host = (params, init_opt_state(params, cfg), *batch(cfg))
+    args = jax.device_put(host, shardings) if shardings else jax.device_put(host)
+    log.debug("llama_train %s on %s", cfg.parallelism, None if mesh is None else mesh.shape)
+    return fn, args
+
+
+WORKLOAD = Workload(
+    name="llama_train",
+    Config=TrainConfig,
+    build=build,
+    presets=PRESETS,
+    description="LLaMA-3 training step (forward, backward, AdamW) under dp/fsdp/tp/fsdp_tp/dp_tp",
+    mesh_axes=("X", "Y"),
+    default_mesh="4x2",
+)

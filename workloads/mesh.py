@@ -1,0 +1,157 @@
+"""Device meshes named with the book's letters (`sharding.md`: axes X, Y, Z).
+
+- ``make_mesh("4x2")`` builds a concrete ``jax.sharding.Mesh`` over the live devices, checking
+  that the shape uses exactly the devices there are (or a prefix, with ``allow_subset=True``).
+- ``abstract_mesh("8x8")`` builds a ``jax.sharding.AbstractMesh``: no devices needed. A workload
+  built on it with ``abstract=True`` can be *lowered* (``lower_abstract``) to StableHLO for any
+  device count, but in jax 0.10 an executable (post-SPMD HLO) needs concrete devices:
+  ``Lowered.compile()`` on an AbstractMesh lowering fails with "device_assignment cannot be None",
+  and ``jax.experimental.topologies`` has no CPU topology. For compiled HLO of a big mesh, run
+  in a process with that many virtual CPU devices: ``workloads.aot.compile_in_subprocess``.
+
+Workloads use Auto axis types by default, so XLA's SPMD partitioner chooses the collectives from
+the operands' shardings (the book's "automatic" mode, `jax-stuff.md`); jax 0.10's
+``jax.make_mesh`` would otherwise default to Explicit axes.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
+
+from workloads.base import WorkloadError, check_choice
+
+BOOK_AXES: tuple[str, ...] = ("X", "Y", "Z")
+AXIS_TYPES: dict[str, AxisType] = {
+    "auto": AxisType.Auto, "explicit": AxisType.Explicit, "manual": AxisType.Manual,
+}
+AnyMesh = Mesh | AbstractMesh
+
+
+def parse_shape(shape: str | int | Sequence[int]) -> tuple[int, ...]:
+    """``"4x2"`` -> ``(4, 2)``; ``8`` -> ``(8,)``; a tuple passes through (validated)."""
+    if isinstance(shape, int):
+        dims: tuple[int, ...] = (shape,)
+    elif isinstance(shape, str):
+        try:
+            dims = tuple(int(p) for p in shape.lower().replace("*", "x").split("x"))
+        except ValueError:
+            raise WorkloadError(f"mesh shape {shape!r} is not like '8', '4x2' or '2x2x2'") from None
+    else:
+        dims = tuple(int(d) for d in shape)
+    if not dims or any(d < 1 for d in dims):
+        raise WorkloadError(f"mesh shape {shape!r} needs positive sizes, like '8', '4x2', '2x2x2'")
+    return dims
+
+
+def shape_str(dims: Sequence[int]) -> str:
+    return "x".join(str(d) for d in dims)
+
+
+def valid_shapes(n: int) -> list[str]:
+    """1-D and 2-D mesh shapes that use exactly ``n`` devices."""
+    return [str(n)] + [f"{a}x{n // a}" for a in range(1, n + 1) if n % a == 0]
+
+
+def _names_for(ndim: int, axis_names: Sequence[str] | None) -> tuple[str, ...]:
+    """Names for ``ndim`` axes: the first ``ndim`` of ``axis_names`` (a workload's defaults may
+    name more axes than a mesh has), topped up with unused book letters X, Y, Z."""
+    given = tuple(axis_names or ())[:ndim]
+    spare = [a for a in BOOK_AXES if a not in given]
+    if len(given) + len(spare) < ndim:
+        raise WorkloadError(f"a {ndim}-D mesh needs {ndim} axis names; got "
+                            f"{', '.join(given) or 'none'} and the defaults cover X, Y, Z")
+    return given + tuple(spare[:ndim - len(given)])
+
+
+def _axis_setup(shape, axis_names, axis_types):
+    dims = parse_shape(shape)
+    names = _names_for(len(dims), axis_names)
+    if len(set(names)) != len(names):
+        raise WorkloadError(f"mesh axis names must differ, got {', '.join(names)}")
+    check_choice("axis type", axis_types, AXIS_TYPES)
+    return dims, names, (AXIS_TYPES[axis_types],) * len(dims)
+
+
+def make_mesh(shape: str | int | Sequence[int], axis_names: Sequence[str] | None = None,
+              devices: Sequence[Any] | None = None, axis_types: str = "auto",
+              allow_subset: bool = False) -> Mesh:
+    """A concrete mesh of the given shape over ``devices`` (default: all of ``jax.devices()``).
+
+    Axis names default to the book's X, Y, Z; ``axis_names`` may list more names than the mesh
+    has axes (a workload's ``mesh_axes``), the first ones are used.
+
+    The shape must use every device, unless ``allow_subset`` is set, in which case the first
+    ``prod(shape)`` devices are used.
+    """
+    dims, names, types = _axis_setup(shape, axis_names, axis_types)
+    pool = list(devices) if devices is not None else jax.devices()
+    need = math.prod(dims)
+    if need > len(pool) or (need != len(pool) and not allow_subset):
+        raise WorkloadError(f"mesh {shape_str(dims)} needs {need} devices but {len(pool)} are "
+                            f"available; valid shapes: {', '.join(valid_shapes(len(pool)))}")
+    return jax.make_mesh(dims, names, axis_types=types, devices=pool[:need])
+
+
+def abstract_mesh(shape: str | int | Sequence[int], axis_names: Sequence[str] | None = None,
+                  axis_types: str = "auto") -> AbstractMesh:
+    """A device-free mesh for ahead-of-time lowering of configs bigger than the host."""
+    dims, names, types = _axis_setup(shape, axis_names, axis_types)
+    return AbstractMesh(dims, names, axis_types=types)
+
+
+def axis_size(mesh: AnyMesh, axes: str | Sequence[str] | None) -> int:
+    """Devices along ``axes`` (one name, several, or None for 1)."""
+    if axes is None:
+        return 1
+    if isinstance(axes, str):
+        axes = (axes,)
+    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
+    for a in axes:
+        check_choice("mesh axis", a, tuple(sizes))
+    return math.prod(sizes[a] for a in axes)
+
+
+def check_spec(mesh: AnyMesh, what: str, shape: Sequence[int], spec: PartitionSpec,
+               letters: str | None = None) -> None:
+    """Raise ``WorkloadError`` unless each dim of ``shape`` divides by the axes that split it."""
+    for i, (dim, axes) in enumerate(zip(shape, tuple(spec) + (None,) * len(shape))):
+        n = axis_size(mesh, axes)
+        if dim % n:
+            letter = letters[i] if letters else f"dim {i}"
+            axes_t = (axes,) if isinstance(axes, str) else tuple(axes)
+            ok = ", ".join(shape_str(s) for s in _fitting(dim, mesh, axes_t))
+            raise WorkloadError(f"{what}: {letter}={dim} is not divisible by mesh axis "
+                                f"{'x'.join(axes_t)} of size {n}; {letter} must be a multiple of "
+                                f"{n}" + (f", or use a mesh like {ok}" if ok else ""))
+
+
+def _fitting(dim: int, mesh: AnyMesh, axes: tuple[str, ...]) -> list[tuple[int, ...]]:
+    """Same-device-count 2-D meshes whose ``axes`` size divides ``dim`` (for error hints)."""
+    total = math.prod(mesh.axis_sizes)
+    if len(mesh.axis_sizes) != 2 or len(axes) != 1:
+        return []
+    pos = mesh.axis_names.index(axes[0])
+    out = []
+    for a in range(1, total + 1):
+        if total % a == 0:
+            dims = (a, total // a)
+            if dim % dims[pos] == 0:
+                out.append(dims)
+    return out[:4]
+
+
+def named(mesh: AnyMesh, spec: PartitionSpec) -> NamedSharding:
+    return NamedSharding(mesh, spec)
+
+
+def lower_abstract(fn: Any, args: Sequence[Any], platform: str = "cpu") -> Any:
+    """Lower a workload built on an ``AbstractMesh`` (``abstract=True``) for ``platform``.
+
+    Returns a ``jax.stages.Lowered``; ``.as_text()`` is StableHLO with Shardy shardings (before
+    SPMD partitioning). Compiling needs concrete devices (see module docstring).
+    """
+    return fn.trace(*args).lower(lowering_platforms=(platform,))
