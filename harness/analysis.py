@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,10 +80,23 @@ def resolve_chip(chip=None, device=None) -> tuple[object, list[str]]:
 
 def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
                     model_flops: float | None = None, analytic_s: float | None = None,
+                    book: Callable | None = None,
                     expected_collectives: dict[str, int] | None = None,
                     meta: dict | None = None) -> Analysis:
-    """Parse, predict and compare one capture; build its report (with plots)."""
+    """Parse, predict and compare one capture; build its report (with plots).
+
+    ``model_flops``: the step's useful FLOPs over all devices (gives MFU); ``analytic_s``: the
+    book's step time. ``book(chip) -> harness.analytic.Analytic`` supplies both for the chip.
+    """
     entry, notes = resolve_chip(chip)
+    formula = None
+    if book is not None:
+        try:
+            est = book(entry)
+        except (ValueError, KeyError) as e:  # e.g. a mesh axis the chip's topology cannot hold
+            notes.append(f"no workload-level prediction on {entry.name}: {e}")
+        else:
+            model_flops, analytic_s, formula = est.model_flops, est.analytic_s, est.formula
     events = load_events(cap.trace_dir)
     measured = op_times(events)
     module = parse_module(cap.hlo_text)
@@ -96,9 +110,13 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
     t_step = step_time(events[events[schema.PROGRAM] == program])
     summ = summary(ops, step_s=t_step, peak_flops_per_s=entry.flops_per_s(_peak_dtype(entry)),
                    devices=devices, model_flops=model_flops, analytic_s=analytic_s)
+    if formula:
+        summ["analytic_formula"] = formula
     check = cross_check(module, cap.cost_analysis) if cap.cost_analysis else {}
     if check.get("flops_rel_diff") is not None:
         summ["flops_vs_cost_analysis"] = check["flops_rel_diff"]
+        if check.get("loops"):  # XLA's analysis counts a loop body once
+            summ["flops_vs_cost_analysis_loops_once"] = check["flops_loops_once_rel_diff"]
     if summ["coverage"] < 0.95:
         notes.append(f"only {summ['coverage']:.0%} of measured time is in ops a rule predicts")
     unexpected = None

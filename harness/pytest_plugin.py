@@ -136,16 +136,16 @@ def harness_run(request, tmp_path):
         from harness.runner import build_workload, new_run_id, save_analysis
 
         meta = {"test": request.node.nodeid}
-        expected = None
+        expected = book = None
         if isinstance(target, str):
             built = build_workload(target, preset, overrides, mesh)
             fn, args = built.fn, built.args
             meta.update(built.meta, preset=preset, overrides=dict(overrides or {}))
-            expected = built.expected_collectives()
+            expected, book = built.expected_collectives(), built.book
         else:
             fn = target
         analysis = analyze(fn, *args, chip=chip, steps=steps, warmup=warmup,
-                           out_dir=tmp_path / "trace", meta=meta,
+                           out_dir=tmp_path / "trace", meta=meta, book=book,
                            expected_collectives=expected)
         result = HarnessResult(analysis)
         if save_root:

@@ -14,6 +14,7 @@ import pandas as pd
 from harness import report as report_mod
 from harness import store
 from harness.analysis import Analysis, analyze_capture
+from harness.analytic import Analytic, analytic
 from harness.capture import capture
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,10 @@ class Built:
     def expected_collectives(self) -> dict[str, int] | None:
         return self.workload.expected_collectives(self.cfg, self.mesh)
 
+    def book(self, chip) -> Analytic | None:
+        """The book's workload-level figures on ``chip`` (`harness.analytic`)."""
+        return analytic(self.workload.name, self.cfg, self.mesh, chip)
+
 
 def build_workload(name: str, preset: str = "tiny", overrides: dict | None = None,
                    mesh: str | None = None) -> Built:
@@ -90,7 +95,7 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
         cap = capture(built.fn, built.args, warmup=warmup, steps=steps,
                       out_dir=scratch / "trace", mesh=built.mesh)
         meta = dict(built.meta, preset=preset, overrides=overrides or {})
-        analysis = analyze_capture(cap, chip=chip, meta=meta,
+        analysis = analyze_capture(cap, chip=chip, meta=meta, book=built.book,
                                    expected_collectives=built.expected_collectives(),
                                    title=f"{name} ({preset}) on mesh {meta['mesh']}")
         path = save_analysis(analysis, out / new_run_id(name))

@@ -1,0 +1,113 @@
+"""Workload-level predictions from the book, next to the per-op sum: one entry per workload.
+
+Each entry maps a workload's config and mesh to ``Analytic(model_flops, analytic_s, formula)``:
+the step's useful FLOPs over all devices (for MFU) and the book's step-time estimate on a chip.
+Workloads without an entry get neither figure.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from predictions import collectives, inference, training, transformer
+
+
+@dataclass(frozen=True)
+class Analytic:
+    model_flops: float | None
+    analytic_s: float | None
+    formula: str
+
+
+def _model(cfg) -> transformer.Config:
+    return transformer.Config(L=cfg.L, D=cfg.D, F=cfg.F, N=cfg.N, K=cfg.K, H=cfg.H, V=cfg.V)
+
+
+def _mesh_sizes(mesh) -> tuple[int, ...]:
+    return tuple(int(n) for n in dict(mesh.shape).values())
+
+
+def _dtype(cfg, field: str = "dtype") -> str:
+    """The book's dtype name for a workload dtype field (bf16 / fp32)."""
+    name = str(getattr(cfg, field, "bfloat16"))
+    return {"bfloat16": "bf16", "float32": "fp32", "float16": "bf16"}.get(name, "bf16")
+
+
+def _matmul(cfg, mesh, chip) -> Analytic:
+    # roofline.md: 2BDF FLOPs for X[B, D] @ Y[D, F], over all devices
+    return Analytic(2.0 * cfg.B * cfg.D * cfg.F, None, "2*B*D*F (roofline.md)")
+
+
+# Bytes per device in the predictions.collectives convention, from the workload's input bytes
+# per device (``nbytes``) and the group size ``n`` (sharding.md's V).
+_COLLECTIVE_V: dict[str, Callable[[float, int], float]] = {
+    "all_gather": lambda b, n: b * n,      # V = the gathered output per device
+    "reduce_scatter": lambda b, n: b,      # V = the unreduced input per device
+    "all_reduce": lambda b, n: b,          # V = the array being reduced
+    "all_to_all": lambda b, n: b * n,      # V = the whole array exchanged across the group
+}
+
+
+def _collective(cfg, mesh, chip) -> Analytic:
+    sizes = dict(mesh.shape)
+    axes = tuple(int(sizes[a.strip()]) for a in str(cfg.axes).split(",") if a.strip())
+    n = math.prod(axes)
+    if cfg.kind == "ppermute":
+        # sharding.md: a point-to-point shift moves the whole buffer over one link
+        return Analytic(0.0, collectives.ppermute(cfg.nbytes, chip), "bytes/W_1 (sharding.md)")
+    kind = cfg.kind.replace("_", "-")
+    t = collectives.estimate(kind, _COLLECTIVE_V[cfg.kind](cfg.nbytes, n), axes, chip)
+    return Analytic(0.0, t.seconds, f"{t.formula} (sharding.md)")
+
+
+# A dp_tp mesh moves DP's gradient bytes over X and TP's activations over Y: costed as the
+# book's FSDP+TP model on the same X and Y (training.md).
+_STRATEGY = {"dp": "dp", "fsdp": "fsdp", "tp": "tp", "fsdp_tp": "fsdp_tp", "dp_tp": "fsdp_tp"}
+
+
+def _train(cfg, mesh, chip) -> Analytic:
+    model, sizes = _model(cfg), _mesh_sizes(mesh)
+    n = math.prod(sizes)
+    tokens = cfg.B * cfg.T
+    strategy = _STRATEGY[cfg.parallelism]
+    X, Y = {"dp": (n, 1), "fsdp": (n, 1), "tp": (1, n)}.get(
+        strategy, (sizes[0], n // sizes[0]))
+    st = training.step_time(model, tokens, chip, n, strategy=strategy, X=X, Y=Y,
+                            dtype=_dtype(cfg, "param_dtype"), seq_len=cfg.T)
+    # transformers.md: 6 * P * tokens plus attention for training
+    flops = transformer.train_flops(model, tokens, seq_len=cfg.T)
+    return Analytic(flops, st.t_step_s, f"training.md {strategy} step, X={X} Y={Y}")
+
+
+def _prefill(cfg, mesh, chip) -> Analytic:
+    model, n = _model(cfg), math.prod(_mesh_sizes(mesh))
+    tokens = cfg.B * cfg.T
+    est = inference.prefill(model, chip, n, tokens, weight_bytes=1 if cfg.int8_weights else 2,
+                            dtype=_dtype(cfg), seq_len=cfg.T)
+    return Analytic(est.flops, est.seconds, "2*P*tokens/(N*C) vs W_bytes/(N*W_hbm) (inference.md)")
+
+
+def _decode(cfg, mesh, chip) -> Analytic:
+    model, n = _model(cfg), math.prod(_mesh_sizes(mesh))
+    step = inference.decode_step(model, chip, n, cfg.B, cfg.S,
+                                 weight_bytes=1 if cfg.int8_weights else 2,
+                                 kv_bytes=1 if cfg.int8_kv else 2, dtype=_dtype(cfg))
+    # inference.md: a decode step is 2 * P FLOPs per sequence
+    return Analytic(2.0 * transformer.param_count(model) * cfg.B, step.step_s,
+                    "B*KV/(N*W_hbm) + max(2*B*P/(N*C), W/(N*W_hbm)) (inference.md)")
+
+
+ANALYTIC: dict[str, Callable] = {
+    "matmul": _matmul,
+    "collective": _collective,
+    "llama_train": _train,
+    "llama_prefill": _prefill,
+    "llama_decode": _decode,
+}
+
+
+def analytic(workload: str, cfg, mesh, chip) -> Analytic | None:
+    """The book's figures for a workload step, or None when the workload has no entry."""
+    fn = ANALYTIC.get(workload)
+    return fn(cfg, mesh, chip) if fn else None
