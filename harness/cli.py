@@ -19,7 +19,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("harness.commands.run", "run a registered workload under the profiler, report per op"),
     "trace": ("harness.commands.trace", "per-op table of an existing profiler trace"),
     "predict": ("harness.commands.predict", "answer the book's questions: step times, bounds"),
+    "predict-hlo": ("harness.commands.predict_hlo",
+                    "compile a (real-size) workload on a virtual mesh and cost its HLO on a chip"),
     "compare": ("harness.commands.compare", "baseline vs candidate run: per-op regressions"),
+    "calibrate": ("harness.commands.calibrate",
+                  "measure this host's matmul, memory and collective peaks as the cpu chip"),
 }
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"

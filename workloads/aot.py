@@ -6,7 +6,7 @@ concrete devices, and XLA's CPU device count is fixed when jax is first imported
 ``compile_in_subprocess`` starts ``python -m workloads.aot`` with
 ``--xla_force_host_platform_device_count=<prod(mesh)>``; the child builds the workload with
 ``abstract=True`` (``jax.ShapeDtypeStruct`` arguments: nothing is allocated), lowers, compiles and
-writes the compiled HLO text and timings into a directory.
+writes the compiled HLO text, ``cost_analysis()`` and timings into a directory.
 
     result = compile_in_subprocess("llama_train", "70b", {"parallelism": "fsdp_tp"}, "8x8")
     result.hlo_text, result.lower_s, result.compile_s
@@ -38,6 +38,7 @@ class AotResult:
     lower_s: float
     compile_s: float
     devices: int
+    cost_analysis: dict
 
 
 def compile_here(name: str, preset: str, overrides: Mapping[str, str] | None, mesh_shape: str):
@@ -85,7 +86,7 @@ def compile_in_subprocess(name: str, preset: str = "tiny",
             raise WorkloadError(f"AOT compile of {name}/{preset} on {mesh_shape} failed: {last}")
         timings = json.loads(Path(out, "timings.json").read_text())
         return AotResult(Path(out, "compiled.hlo.txt").read_text(), timings["lower_s"],
-                         timings["compile_s"], devices)
+                         timings["compile_s"], devices, timings.get("cost_analysis", {}))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,7 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "compiled.hlo.txt").write_text(compiled.as_text())
-    (out / "timings.json").write_text(json.dumps({"lower_s": lower_s, "compile_s": compile_s}))
+    cost = compiled.cost_analysis() or {}
+    if isinstance(cost, (list, tuple)):  # older jax: one dict per program
+        cost = cost[0] if cost else {}
+    (out / "timings.json").write_text(json.dumps({
+        "lower_s": lower_s, "compile_s": compile_s,
+        "cost_analysis": {k: float(v) for k, v in cost.items()}}))
     return 0
 
 

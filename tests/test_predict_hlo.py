@@ -1,0 +1,59 @@
+"""harness predict-hlo: ahead-of-time compile in a child process, cost the HLO on chips."""
+import json
+
+import pytest
+
+from harness import schema
+from harness.cli import main
+from harness.hlo import parse_module
+from harness.predict_hlo import predict_module
+
+HLO = """HloModule jit_f, entry_computation_layout={(f32[128,256]{1,0}, f32[256,512]{1,0})->f32[128,512]{1,0}}
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %sum = f32[] add(%x, %y)
+}
+
+ENTRY %main (p0: f32[128,256], p1: f32[256,512]) -> f32[128,512] {
+  %p0 = f32[128,256]{1,0} parameter(0)
+  %p1 = f32[256,512]{1,0} parameter(1)
+  %dot.1 = f32[128,512]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %all-reduce.2 = f32[128,512]{1,0} all-reduce(%dot.1), replica_groups={{0,1,2,3}}, to_apply=%add
+}
+"""
+
+
+def test_predict_module_totals_are_sums_of_op_terms():
+    pred = predict_module(parse_module(HLO), "tpu-v5p")
+    ops = pred.ops.set_index(schema.OP)
+    # roofline.md: the dot is 2*128*256*512 FLOPs at v5p's fp32 peak (the chip lists bf16 only,
+    # so fp32 falls back to the bf16 peak) or its bytes over HBM, whichever is larger
+    flops = 2 * 128 * 256 * 512
+    nbytes = 4 * (128 * 256 + 256 * 512 + 128 * 512)
+    assert ops.loc["dot.1", schema.FLOPS] == flops
+    assert ops.loc["dot.1", schema.PREDICTED_S] == pytest.approx(max(flops / 4.59e14,
+                                                                     nbytes / 2.8e12))
+    assert pred.totals["predicted_step_s"] == pytest.approx(ops[schema.PREDICTED_S].sum())
+    assert pred.categories[schema.PREDICTED_S].sum() == pytest.approx(
+        pred.totals["predicted_step_s"])
+    assert set(pred.categories[schema.CATEGORY]) == {"matmul", "collective"}
+
+
+def test_cli_compiles_tiny_train_step_on_16_devices(capsys):
+    rc = main(["predict-hlo", "llama_train", "--mesh", "4x4", "--chip", "tpu-v5e",
+               "--chip", "h100", "--format", "json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [c["chip"] for c in out["chips"]] == ["tpu-v5e", "h100"]
+    for c in out["chips"]:
+        assert c["totals"]["predicted_step_s"] > 0 and c["totals"]["unmodeled_ops"] == 0
+        assert c["totals"]["book_step_s"] > 0
+    assert abs(out["cross_check"]["flops_loops_once_rel_diff"]) < 0.02
+
+
+def test_cli_unknown_chip_is_one_line(capsys):
+    assert main(["predict-hlo", "llama_train", "--chip", "tpu-v9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "known chips" in err[0]
