@@ -38,6 +38,21 @@ class Report:
     plots: dict[str, bytes] = field(default_factory=dict)  # file name -> PNG
 
 
+def from_stored(run) -> Report:
+    """Rebuild a stored run's report (``store.StoredRun``): tables, summary, notes, plots."""
+    from harness import store
+
+    unexpected = None
+    if (run.path / store.UNEXPECTED_CSV).exists():
+        unexpected = pd.read_csv(run.path / store.UNEXPECTED_CSV)
+    plots = {name: (run.path / name).read_bytes() for name in (ROOFLINE_PNG, CATEGORIES_PNG)
+             if (run.path / name).exists()}
+    meta = {k: v for k, v in run.meta.items() if k not in ("summary", "notes", "cross_check")}
+    return Report(title=run.meta.get("title", run.run_id), ops=run.ops,
+                  categories=run.categories, summary=run.meta.get("summary", {}), meta=meta,
+                  notes=list(run.meta.get("notes", [])), unexpected=unexpected, plots=plots)
+
+
 def _fmt_summary(summary: dict) -> list[tuple[str, str]]:
     def show(k, v):
         if isinstance(v, float) and math.isnan(v):

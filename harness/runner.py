@@ -40,7 +40,10 @@ def save_analysis(a: Analysis, path: Path) -> Path:
     reports: dict[str, str | bytes] = {name: report_mod.render(a.report, fmt)
                                        for name, fmt in REPORT_FORMATS.items()}
     reports.update(a.report.plots)
-    meta = dict(a.meta, summary=a.summary, cross_check=a.cross_check, git_sha=store.git_sha())
+    if a.report.unexpected is not None and not a.report.unexpected.empty:
+        reports[store.UNEXPECTED_CSV] = a.report.unexpected.to_csv(index=False)
+    meta = dict(a.meta, title=a.report.title, summary=a.summary, notes=a.report.notes,
+                cross_check=a.cross_check, git_sha=store.git_sha())
     return store.save(path, meta, a.ops, steps=a.steps, categories=a.categories,
                       reports=reports, trace_dir=a.capture.trace_dir)
 
@@ -85,6 +88,10 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
                  mesh: str | None = None, steps: int = 5, warmup: int = 2,
                  out: Path = Path("results"), chip=None) -> tuple[Analysis, Path]:
     """Run workload ``name`` and store it under ``out``; returns the analysis and the run path."""
+    if chip is not None:  # a bad chip name fails before anything is compiled
+        from predictions import hardware
+
+        chip = hardware.chip_entry(chip)
     built = build_workload(name, preset, overrides, mesh)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ OPS_PARQUET = "ops.parquet"
 OPS_CSV = "ops.csv"
 STEPS_PARQUET = "steps.parquet"
 CATEGORIES_CSV = "categories.csv"
+UNEXPECTED_CSV = "unexpected_collectives.csv"
 TRACE_DIR = "trace"
 TMP_PREFIX = ".tmp-"
 

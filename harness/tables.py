@@ -39,11 +39,15 @@ def fmt_fraction(x: float) -> str:
     return f"{x:.0%}" if abs(x) < 10 else f"{x:.3g}x"
 
 
+# Columns holding a fraction of something (shown as a percentage).
+FRACTIONS = frozenset({"efficiency", "share", "coverage", "mfu", "hfu"})
+
+
 def formatter(column: str) -> Callable[[object], str]:
     """Display formatter chosen by the column's unit suffix."""
     if column.endswith("_s"):
         return fmt_seconds
-    if column in ("efficiency", "share"):
+    if column in FRACTIONS:
         return fmt_fraction
     return lambda v: fmt_number(v) if isinstance(v, (int, float)) else str(v)
 
