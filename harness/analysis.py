@@ -44,8 +44,9 @@ class Analysis:
         return self.report.meta
 
 
-def resolve_chip(chip=None, device=None) -> tuple[object, list[str]]:
-    """The chip to predict for, and notes about how it was chosen.
+def resolve_chip(chip=None, device=None) -> tuple[object, list[str], dict]:
+    """The chip to predict for, notes about how it was chosen, and metadata to keep with the
+    run (the host calibration behind a ``cpu`` chip).
 
     ``chip``: a name or a ``predictions.hardware.Chip``; None picks the chip of ``device`` (the
     first JAX device by default). On CPU the calibrated ``cpu`` entry is used (a quick
@@ -54,28 +55,26 @@ def resolve_chip(chip=None, device=None) -> tuple[object, list[str]]:
     from predictions import hardware
 
     if chip is not None:
-        return hardware.chip_entry(chip), []
+        return hardware.chip_entry(chip), [], {}
     if device is None:
         import jax
 
         device = jax.devices()[0]
     entry = hardware.chip_for(device)
-    notes = []
+    notes, meta = [], {}
     if entry.name == "cpu":
-        try:
-            from harness.calibrate import ensure_cpu_chip
-        except ImportError:
-            notes.append("cpu chip: uncalibrated placeholder numbers (no calibration module)")
-        else:
-            import jax
+        import jax
 
-            entry, _, measured = ensure_cpu_chip(jax.device_count())
-            if measured:
-                notes.append("cpu chip: no saved calibration for this host; ran a quick one "
-                             "(`harness calibrate` measures a full one)")
+        from harness.calibrate import ensure_cpu_chip
+
+        entry, cal, measured = ensure_cpu_chip(jax.device_count())
+        meta["calibration"] = {k: v for k, v in cal.to_dict().items() if k != "samples"}
+        if measured:
+            notes.append("cpu chip: no saved calibration for this host; ran a quick one "
+                         "(`harness calibrate` measures a full one)")
         notes.append("CPU run: the virtual devices share the host's cores, so collectives "
                      "mostly measure rendezvous skew between device threads, not a network")
-    return entry, notes
+    return entry, notes, meta
 
 
 def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
@@ -88,7 +87,7 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
     ``model_flops``: the step's useful FLOPs over all devices (gives MFU); ``analytic_s``: the
     book's step time. ``book(chip) -> harness.analytic.Analytic`` supplies both for the chip.
     """
-    entry, notes = resolve_chip(chip)
+    entry, notes, chip_meta = resolve_chip(chip)
     formula = None
     if book is not None:
         try:
@@ -125,7 +124,7 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
         if not unexpected.empty:
             notes.append(f"{len(unexpected)} collective op(s) the layout did not call for; "
                          f"expected {expected_collectives or 'none'}")
-    full_meta = dict(cap.meta, **(meta or {}), chip=entry.name)
+    full_meta = dict(cap.meta, **(meta or {}), **chip_meta, chip=entry.name)
     figures = {}
     png = plots.roofline(ops, peak_flops_per_s=entry.flops_per_s(_peak_dtype(entry)),
                          hbm_bytes_per_s=entry.hbm_bytes_per_s, chip_name=entry.name)

@@ -22,7 +22,7 @@ import pandas as pd
 from harness import schema
 from harness.hlo_attrs import HloParseError
 from harness.hlo_category import category
-from harness.hlo_desc import ASYNC_KINDS, to_desc
+from harness.hlo_desc import ASYNC_KINDS, operand_leaves, to_desc
 from harness.hlo_exec import STRUCTURAL, executed, fused_instructions, trip_count
 from harness.hlo_ir import Instruction, Module
 from harness.hlo_parse import parse_module
@@ -68,7 +68,7 @@ def compute_dtype(instr: Instruction, module: Module) -> str:
     first = candidates[0]
     if first.opcode in ("dot", "convolution") and first.operand_shapes:
         return first.operand_shapes[0][0].dtype
-    shapes = first.shapes or _leaves(first)
+    shapes = first.shapes or operand_leaves(first)
     return shapes[0].dtype if shapes else "f32"
 
 

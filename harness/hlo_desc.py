@@ -19,7 +19,7 @@ ASYNC_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "coll
                "ragged-all-to-all", "collective-broadcast", "copy")
 
 
-def _leaves(instr: Instruction) -> tuple[Shape, ...]:
+def operand_leaves(instr: Instruction) -> tuple[Shape, ...]:
     return tuple(s for leaves in instr.operand_shapes for s in leaves)
 
 
@@ -56,7 +56,7 @@ def _check_dims(instr: Instruction) -> None:
 def _plain(instr: Instruction, module: Module) -> OpDesc:
     _check_dims(instr)
     a = instr.attrs
-    return OpDesc(instr.opcode, instr.shapes, _leaves(instr),
+    return OpDesc(instr.opcode, instr.shapes, operand_leaves(instr),
                   a.get("lhs_contracting_dims", ()), a.get("rhs_contracting_dims", ()),
                   a.get("lhs_batch_dims", ()), a.get("rhs_batch_dims", ()),
                   _group_axes(instr, module), a.get("dimensions", ()))
@@ -67,7 +67,7 @@ def _async_collective(instr: Instruction, module: Module) -> OpDesc:
     (the ``-start`` result tuple also holds the input buffers and context scalars)."""
     done = async_done(module, instr)
     results = done.shapes if done is not None else instr.shapes[-1:]
-    return OpDesc(instr.opcode.removesuffix("-start"), results, _leaves(instr),
+    return OpDesc(instr.opcode.removesuffix("-start"), results, operand_leaves(instr),
                   group_axes=_group_axes(instr, module))
 
 
@@ -80,7 +80,7 @@ def _convolution(instr: Instruction, module: Module) -> OpDesc:
     """A convolution as a dot over the kernel: each output element contracts the kernel's input
     features and window (``rhs_contracting`` = every kernel dim but ``o``)."""
     labels = instr.attrs.get("dim_labels")
-    leaves = _leaves(instr)
+    leaves = operand_leaves(instr)
     if labels is None or len(leaves) < 2 or len(labels[1]) != len(leaves[1].dims):
         return _plain(instr, module)
     lhs, rhs, _ = labels
@@ -104,7 +104,7 @@ def _custom_call(instr: Instruction, module: Module) -> OpDesc:
     dims = gemm.get("dot_dimension_numbers") if isinstance(gemm, dict) else None
     if not isinstance(dims, dict):
         return _plain(instr, module)
-    return OpDesc("dot", instr.shapes[:1], _leaves(instr)[:2],
+    return OpDesc("dot", instr.shapes[:1], operand_leaves(instr)[:2],
                   _ints(dims.get("lhs_contracting_dimensions")),
                   _ints(dims.get("rhs_contracting_dimensions")),
                   _ints(dims.get("lhs_batch_dimensions")), _ints(dims.get("rhs_batch_dimensions")))

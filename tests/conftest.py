@@ -1,6 +1,9 @@
-"""Test session set-up: 8 virtual CPU devices, set before anything imports jax."""
+"""Test session set-up, before anything imports jax: 8 virtual CPU devices, and a private
+calibration cache so tests never read or write the user's ~/.cache/scaling-harness."""
 import os
+import tempfile
 
 _FLAG = "--xla_force_host_platform_device_count"
 if _FLAG not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" {_FLAG}=8").strip()
+os.environ["SCALING_HARNESS_CACHE"] = tempfile.mkdtemp(prefix="scaling-harness-test-cache-")

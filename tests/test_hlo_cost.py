@@ -239,3 +239,17 @@ def test_live_compiled_modules_agree_with_cost_analysis(name):
     compiled = _programs().compile_program(name)
     report = hlo.cross_check(hlo.parse_module(compiled.as_text()), compiled.cost_analysis())
     check_against_xla(name, report)
+
+
+def test_compute_dtype_of_an_op_without_result_leaves_uses_its_operands():
+    from harness.hlo import compute_dtype, parse_module
+
+    text = """HloModule m
+
+ENTRY %main (p: bf16[4,8]) -> () {
+  %p = bf16[4,8]{1,0} parameter(0)
+  ROOT %cc = () custom-call(%p), custom_call_target="sink"
+}
+"""
+    module = parse_module(text)
+    assert compute_dtype(module.instruction("cc"), module) == "bf16"

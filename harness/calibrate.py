@@ -1,0 +1,266 @@
+"""The ``cpu`` chip, measured: this host's achievable peaks with XLA itself.
+
+No data sheet describes N virtual XLA devices sharing a few host cores, so the ``cpu`` entry of
+``predictions.hardware`` is measured: matmul FLOP/s per dtype, streaming memory bandwidth, and
+collective bandwidth and per-hop latency (the ring model of ``predictions.collectives``), each for
+one device alone (collectives: a pair) and for all N devices busy at once.
+
+Every figure is a per-op time from the XLA profiler, through the ``capture -> load_events``
+pipeline ``harness run`` uses, since that is what predictions are compared with. Concurrent
+executions on shared cores start staggered, so an op takes less than its step's wall-clock span;
+the ``*_wall`` figures (work / step span, nearer total / N) show by how much. Per op: median over
+devices within a step, best step (an achievable peak), median over sizes. Memory: ``x * a + b``
+in place (donated) on arrays far beyond the last-level cache; a fresh result buffer would add
+first-touch page faults that come and go with the allocator's reuse.
+
+Caveat, written into every record (``note``): the devices are threads on shared cores, so "all"
+figures are per device with the cores shared N ways, and collective figures measure thread
+rendezvous and the skew between device threads, not a network.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import logging
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.calibrate_programs import DTYPES, PLANS, Plan, Sample, measure
+from harness.errors import HarnessError
+from predictions import hardware
+from predictions.hardware import Chip
+
+log = logging.getLogger(__name__)
+
+CACHE_ENV = "SCALING_HARNESS_CACHE"
+FORMAT = 1
+NOTE = ("{n} virtual devices share {cores} host cores: 'all' figures are per device with every "
+        "device busy at once; collective figures measure thread rendezvous and skew between "
+        "device threads on a shared-core host, not a network")
+# predictions.collectives' CPU ring (gpus.md's ring, AllReduce = 2x AllGather):
+# t_bw = RING*V*(g-1)/(g*W), t_lat = RING*(g-1)*hop latency
+RING = {"all-gather": 1, "all-reduce": 2}
+_PLACEHOLDER = hardware.CHIPS["cpu"]  # as shipped, before a calibration replaces it
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Per-device figures of one scope: ``devices`` busy for compute, ``group`` for collectives."""
+
+    devices: int
+    group: int
+    flops_per_s: dict[str, float] = field(default_factory=dict)
+    flops_per_s_wall: dict[str, float] = field(default_factory=dict)
+    memory_bytes_per_s: float = 0.0
+    memory_bytes_per_s_wall: float = 0.0
+    collective_bytes_per_s: dict[str, float] = field(default_factory=dict)
+    collective_latency_s: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """This host measured for ``device_count`` devices; ``to_dict`` is its JSON form."""
+
+    host: str
+    cpu_model: str
+    cores: int
+    device_count: int
+    jax_version: str
+    jaxlib_version: str
+    time: str
+    mode: str  # a PLANS key
+    seconds: float
+    note: str
+    one: Figures
+    all: Figures
+    samples: tuple[Sample, ...] = ()
+    format: int = FORMAT
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Calibration:
+        return cls(**{**d, "one": Figures(**d["one"]), "all": Figures(**d["all"]),
+                      "samples": tuple(Sample(**s) for s in d.get("samples", ()))})
+
+
+def _tasks(plan: Plan, n: int) -> list[tuple[str, str, str, int, str, int]]:
+    """(kind, scope, dtype, size, role, devices) of every program the plan runs."""
+    out = []
+    for scope, k, g in (("one", 1, 2), ("all", n, n)):
+        if n >= 2:
+            out += [(kind, scope, "fp32", s, role, g) for kind in RING
+                    for role, sizes in (("latency", plan.latency_bytes),
+                                        ("bandwidth", plan.bandwidth_bytes)) for s in sizes]
+        out += [("stream", scope, "fp32", s, "peak", k) for s in plan.stream_elements]
+        # matmuls last, fp32 last of all: what runs lean on most, nearest to what follows
+        out += [("matmul", scope, dt, s, "peak", k) for dt in sorted(DTYPES)
+                for s in plan.matmul_n]
+    return out
+
+
+def figures(samples, scope: str, devices: int, group: int) -> Figures:
+    """Per-device figures of ``scope``: medians over sizes; collectives by inverting the ring
+    model (t_bw = RING*V*(g-1)/(g*W) on large messages, t_lat = RING*(g-1)*h on small ones)."""
+    def med(role, kind, dtype=None, f=lambda s: s.work / s.op_s):
+        v = [f(s) for s in samples if (s.scope, s.role, s.kind) == (scope, role, kind)
+             and dtype in (None, s.dtype)]
+        return statistics.median(v) if v else None
+
+    def some(d):
+        return {k: v for k, v in d.items() if v}
+
+    g = group
+    return Figures(
+        devices, group, some({dt: med("peak", "matmul", dt) for dt in DTYPES}),
+        some({dt: med("peak", "matmul", dt, lambda s: s.work / s.span_s) for dt in DTYPES}),
+        med("peak", "stream") or 0.0, med("peak", "stream", f=lambda s: s.work / s.span_s) or 0.0,
+        some({k: med("bandwidth", k, f=lambda s, r=r: r * s.work * (g - 1) / (g * s.op_s))
+              for k, r in RING.items()}),
+        some({k: med("latency", k, f=lambda s, r=r: s.op_s / (r * (g - 1)))
+              for k, r in RING.items()}))
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def calibrate(mode: str = "full", device_count: int | None = None,
+              progress: Callable[[int, int, str], None] | None = None) -> Calibration:
+    """Measure this host on its first ``device_count`` CPU devices (default: all of them).
+    ``progress(done, total, label)`` is called before each program and once at the end."""
+    import jax
+    import jaxlib
+
+    if mode not in PLANS:
+        raise HarnessError(f"unknown calibration mode {mode!r}; choose from {sorted(PLANS)}")
+    devices = jax.devices("cpu")
+    n = device_count or len(devices)
+    if not 1 <= n <= len(devices):
+        raise HarnessError(f"cannot calibrate {n} devices: this process has {len(devices)} CPU "
+                           f"devices (set --devices, or XLA_FLAGS before jax is imported)")
+    plan, t0 = PLANS[mode], time.perf_counter()
+    tasks, samples = _tasks(plan, n), []
+    for i, (kind, scope, dt, size, role, k) in enumerate(tasks):
+        label = f"{kind} {dt} {size} on {k} device{'s' * (k > 1)}"
+        if progress:
+            progress(i, len(tasks), label)
+        log.info("calibrate: %s", label)
+        samples.append(measure(kind, scope, dt, size, role, devices[:k], plan))
+    if progress:
+        progress(len(tasks), len(tasks), "done")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return Calibration(
+        host=platform.node(), cpu_model=_cpu_model(), cores=int(cores or 1), device_count=n,
+        jax_version=jax.__version__, jaxlib_version=jaxlib.__version__,
+        time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), mode=mode,
+        seconds=round(time.perf_counter() - t0, 2), note=NOTE.format(n=n, cores=cores),
+        one=figures(samples, "one", 1, 2), all=figures(samples, "all", n, n),
+        samples=tuple(samples))
+
+
+# --- the chip and the cache --------------------------------------------------------------------
+def to_chip(cal: Calibration) -> Chip:
+    """The ``cpu`` chip from the all-devices-busy figures (``harness run`` runs all N at once).
+
+    Collectives: the faster of all-reduce and all-gather (bandwidth max, latency min), so the
+    prediction stays a lower bound on time; with one device none runs and the placeholder's ring
+    figures stay. Memory capacity: the host's RAM shared N ways.
+    """
+    f, n, base = cal.all, cal.device_count, _PLACEHOLDER
+    try:
+        ram = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        ram = base.hbm_bytes * base.chips_per_node
+    fp32 = f.flops_per_s.get("fp32")
+    numbers = [("fp32 matmul FLOP/s", fp32), ("memory bandwidth", f.memory_bytes_per_s),
+               *((f"{k} matmul FLOP/s", v) for k, v in f.flops_per_s.items()),
+               *((f"{k} bandwidth", v) for k, v in f.collective_bytes_per_s.items()),
+               *((f"{k} latency", v) for k, v in f.collective_latency_s.items())]
+    bad = [k for k, v in numbers if not isinstance(v, (int, float)) or not v > 0]
+    if bad:
+        raise HarnessError(f"calibration of {cal.host} ({cal.time}) has no positive "
+                           f"{', '.join(map(str, bad))}; run `harness calibrate` again")
+    return Chip(
+        "cpu", kind="cpu", description=(f"{cal.cpu_model}: {n} virtual devices on {cal.cores} "
+                                        f"cores, calibrated {cal.time} ({cal.mode})"),
+        peak_flops=tuple((dt, f.flops_per_s.get(dt, fp32)) for dt in DTYPES),
+        hbm_bytes=ram / n, hbm_bytes_per_s=f.memory_bytes_per_s,
+        ici_bytes_per_s=max(f.collective_bytes_per_s.values(), default=base.ici_bytes_per_s),
+        ici_links=1, torus_dims=1, max_slice=(), wrap_rule="always",
+        hop_latency_s=min(f.collective_latency_s.values(), default=base.hop_latency_s),
+        chips_per_node=n)
+
+
+def cache_path(device_count: int) -> Path:
+    """``$SCALING_HARNESS_CACHE/cpu-<N>.json`` (default ``~/.cache/scaling-harness/``)."""
+    root = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "scaling-harness"
+    return Path(root) / f"cpu-{device_count}.json"
+
+
+def save(cal: Calibration, path: str | os.PathLike | None = None) -> Path:
+    """Write atomically (a crash never leaves half a file); returns the path."""
+    p = Path(path) if path else cache_path(cal.device_count)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(cal.to_dict(), indent=1) + "\n")
+    os.replace(tmp, p)
+    return p
+
+
+def load(path: str | os.PathLike) -> Calibration:
+    """A saved calibration; HarnessError naming the file when it cannot be used."""
+    p = Path(path)
+    try:
+        d = json.loads(p.read_text())
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            got = d.get("format") if isinstance(d, dict) else type(d).__name__
+            raise ValueError(f"format {got!r}, expected {FORMAT}")
+        return Calibration.from_dict(d)
+    except (OSError, ValueError, TypeError, KeyError) as e:  # JSONDecodeError is a ValueError
+        raise HarnessError(f"{p}: not a usable calibration ({' '.join(str(e).split())}); "
+                           f"run `harness calibrate` to replace it") from None
+
+
+def cached(device_count: int) -> Calibration | None:
+    """This host's saved calibration for ``device_count`` devices, or None. A corrupt file, or
+    another host's, is not used: a warning names it and the next save replaces it."""
+    p = cache_path(device_count)
+    if not p.exists():
+        return None
+    try:
+        cal = load(p)
+    except HarnessError as e:
+        log.warning("ignoring calibration: %s", e)
+        return None
+    if (cal.host, cal.cpu_model, cal.device_count) != (platform.node(), _cpu_model(),
+                                                       device_count):
+        log.warning("ignoring calibration %s: made on %s (%s) for %d devices", p, cal.host,
+                    cal.cpu_model, cal.device_count)
+        return None
+    return cal
+
+
+def ensure_cpu_chip(device_count: int, quick: bool = True) -> tuple[Chip, Calibration, bool]:
+    """Register the calibrated ``cpu`` chip: the saved calibration, or a new one (quick by
+    default) that is saved. Returns (chip, calibration, whether it was measured now)."""
+    cal, measured = cached(device_count), False
+    if cal is None:
+        cal, measured = calibrate("quick" if quick else "full", device_count), True
+        path = save(cal)
+        log.warning("no calibration for this host; ran a %s one (%.1f s, saved to %s) — run "
+                    "`harness calibrate` for a full one", cal.mode, cal.seconds, path)
+    return hardware.register(to_chip(cal), replace=True), cal, measured

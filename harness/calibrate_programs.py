@@ -1,0 +1,158 @@
+"""The programs ``harness calibrate`` times: matmuls, in-place streams, collective chains.
+
+Each builder returns a ``Program`` (a jitted function, its arguments and the work per op);
+``measure`` runs one under the profiler through the same ``capture -> load_events`` pipeline
+that ``harness run`` uses and returns a ``Sample`` of the op's time.
+"""
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from harness.errors import HarnessError
+
+DTYPES = {"fp32": "float32", "bf16": "bfloat16"}  # book name -> jax.numpy name
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Per-device sizes: matmul n ([n,n] @ [n,n]), stream f32 elements, collective bytes V
+    (``predictions.collectives`` convention); ``chain``: dependent collectives per program."""
+
+    matmul_n: tuple[int, ...]
+    stream_elements: tuple[int, ...]
+    latency_bytes: tuple[int, ...]
+    bandwidth_bytes: tuple[int, ...]
+    steps: int
+    chain: int
+
+
+PLANS: dict[str, Plan] = {
+    "quick": Plan((1024,), (1 << 24,), (256,), (4 << 20,), steps=3, chain=4),
+    "full": Plan((768, 1024, 1536), (1 << 24, 1 << 25), (8, 256, 4096),
+                 (1 << 20, 4 << 20, 16 << 20), steps=5, chain=8),
+}
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measured program: ``work`` (FLOPs or bytes) per device per op, ``op_s`` the op's time,
+    ``span_s`` the step's span (first op start to last op end) per op."""
+
+    kind: str  # a BUILDERS key
+    scope: str  # "one" | "all"
+    dtype: str
+    size: int  # matmul n, stream elements or collective bytes V
+    role: str  # "peak" | "latency" | "bandwidth"
+    work: float
+    op_s: float
+    span_s: float
+
+
+# --- what runs: one program per sample ---------------------------------------------------------
+class Program(NamedTuple):
+    """``opcodes``: the ops to time (empty: the longest op); ``carry`` feeds outputs back."""
+
+    fn: Callable
+    args: tuple
+    work: float
+    opcodes: tuple[str, ...] = ()
+    carry: Callable | None = None
+    chain: int = 1
+
+
+def _mesh(devices):
+    import jax
+
+    return jax.make_mesh((len(devices),), ("X",), devices=devices,
+                         axis_types=(jax.sharding.AxisType.Auto,))
+
+
+def _ones(mesh, shape, dtype, spec):
+    import jax
+    import jax.numpy as jnp
+
+    return jax.jit(lambda: jnp.ones(shape, getattr(jnp, dtype)),  # made on each device
+                   out_shardings=jax.sharding.NamedSharding(mesh, spec))()
+
+
+def _matmul(devices, dtype, n, chain) -> Program:
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    m, k = _mesh(devices), len(devices)  # data parallel: each device its own [n,n] @ [n,n]
+    args = (_ones(m, (k * n, n), DTYPES[dtype], P("X", None)),
+            _ones(m, (n, n), DTYPES[dtype], P()))
+    return Program(jax.jit(lambda x, w: x @ w), args, 2.0 * n ** 3)  # roofline.md: 2BDF FLOPs
+
+
+def _stream(devices, dtype, elements, chain) -> Program:
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    x = _ones(_mesh(devices), (len(devices) * elements,), "float32", P("X"))
+    fn = jax.jit(lambda x: x * 0.5 + 0.5, donate_argnums=0)  # in place; tends to 1, no denormals
+    # roofline.md: bytes = read x + write the result
+    return Program(fn, (x,), 2.0 * 4 * elements, carry=lambda args, out: (out,))
+
+
+def _collective(kind: str) -> Callable[..., Program]:
+    def build(devices, dtype, nbytes, chain) -> Program:
+        import jax
+        from jax.sharding import PartitionSpec as P
+
+        g, gather = len(devices), kind == "all-gather"
+        per_dev = max(1, nbytes // (4 * (g if gather else 1)))  # f32 elements held per device
+
+        def body(x):  # each collective depends on the previous one: none can merge or overlap
+            for _ in range(chain):
+                x = (x + jax.lax.all_gather(x, "X", tiled=True)[: x.shape[0]] if gather
+                     else jax.lax.psum(x, "X") * (1.0 / g))
+            return x
+
+        m = _mesh(devices)
+        fn = jax.jit(jax.shard_map(body, mesh=m, in_specs=P("X"), out_specs=P("X")))
+        V = 4.0 * per_dev * (g if gather else 1)  # bytes after the gather / being reduced
+        return Program(fn, (_ones(m, (g * per_dev,), "float32", P("X")),), V,
+                       (kind, f"{kind}-start"), chain=chain)
+    return build
+
+
+BUILDERS: dict[str, Callable[..., Program]] = {
+    "matmul": _matmul, "stream": _stream,
+    "all-reduce": _collective("all-reduce"), "all-gather": _collective("all-gather")}
+
+
+def _opcodes(hlo_text: str) -> dict[str, str]:
+    """ENTRY instruction name -> opcode in compiled HLO text."""
+    entry = hlo_text[hlo_text.find("\nENTRY"):]
+    return dict(re.findall(r"%([\w.\-]+) = (?:\([^=]*?\)|\S+) ([\w\-]+)\(", entry))
+
+
+def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
+    """One program under the profiler. The op's time: per step the median over devices, then
+    the best step; a chain of collectives gives the median over its ops."""
+    from harness import schema
+    from harness.capture import capture
+    from harness.trace import load_events
+
+    prog = BUILDERS[kind](devices, dtype, size, plan.chain)
+    with tempfile.TemporaryDirectory(prefix="calibrate-") as tmp:
+        cap = capture(prog.fn, prog.args, warmup=1, steps=plan.steps, out_dir=tmp,
+                      carry=prog.carry)
+        ev = load_events(cap.trace_dir)
+    by_step = ev.assign(end=ev[schema.START_NS] + ev[schema.DURATION_NS]).groupby(schema.STEP)
+    span_ns = (by_step["end"].max() - by_step[schema.START_NS].min()).median()
+    per = (ev.groupby([schema.OP, schema.STEP, schema.DEVICE], observed=True)
+           [schema.DURATION_NS].sum().groupby(level=[0, 1]).median().groupby(level=0).min())
+    if prog.opcodes:
+        codes = _opcodes(cap.hlo_text)
+        per = per[[codes.get(str(op)) in prog.opcodes for op in per.index]]
+        if per.empty:
+            raise HarnessError(f"calibration: no {kind} op in the trace of {cap.program}")
+    op_ns = per.median() if prog.opcodes else per.max()
+    return Sample(kind, scope, dtype, int(size), role, prog.work, float(op_ns) * 1e-9,
+                  float(span_ns) * 1e-9 / prog.chain)

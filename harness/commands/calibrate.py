@@ -1,0 +1,106 @@
+"""``harness calibrate``: measure this host's peaks with XLA and save them as the ``cpu`` chip.
+
+    harness calibrate            # full calibration of --devices N (default 8) virtual devices
+    harness calibrate --quick    # a few seconds, what a run performs when none is saved
+    harness calibrate --json --out cal.json
+
+Prints one device alone against all N busy, the ``cpu`` chip the figures make, the caveat about
+shared cores, and where the calibration was saved (``harness.calibrate.cache_path``).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness import calibrate as cal_lib
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--quick", action="store_true",
+                   help="a few seconds: one size per figure, fewer steps")
+    p.add_argument("--json", action="store_true", help="print the calibration record as JSON")
+    p.add_argument("--out", type=Path, metavar="FILE",
+                   help="save here instead of the cache (default: "
+                        f"${cal_lib.CACHE_ENV} or ~/.cache/scaling-harness/cpu-<N>.json)")
+
+
+def _si(x: float | None, unit: str) -> str:
+    if not x:
+        return "-"
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3), ("", 1.0),
+                          ("m", 1e-3), ("u", 1e-6), ("n", 1e-9)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}"
+
+
+def rows(cal: cal_lib.Calibration) -> list[tuple[str, str, str]]:
+    """(figure, one device alone, all N busy) per measured figure, with units."""
+    one, all_ = cal.one, cal.all
+    out = []
+    for dt in cal_lib.DTYPES:
+        out.append((f"matmul {dt}", _si(one.flops_per_s.get(dt), "FLOP/s"),
+                    _si(all_.flops_per_s.get(dt), "FLOP/s")))
+        out.append((f"  (step wall clock, {dt})", _si(one.flops_per_s_wall.get(dt), "FLOP/s"),
+                    _si(all_.flops_per_s_wall.get(dt), "FLOP/s")))
+    out.append(("memory stream (x*a+b)", _si(one.memory_bytes_per_s, "B/s"),
+                _si(all_.memory_bytes_per_s, "B/s")))
+    out.append(("  (step wall clock)", _si(one.memory_bytes_per_s_wall, "B/s"),
+                _si(all_.memory_bytes_per_s_wall, "B/s")))
+    for kind in cal_lib.RING:
+        out.append((f"{kind} bandwidth W", _si(one.collective_bytes_per_s.get(kind), "B/s"),
+                    _si(all_.collective_bytes_per_s.get(kind), "B/s")))
+        out.append((f"{kind} latency per hop", _si(one.collective_latency_s.get(kind), "s"),
+                    _si(all_.collective_latency_s.get(kind), "s")))
+    return out
+
+
+def _print(cal: cal_lib.Calibration, chip) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=120)
+    n = cal.device_count
+    table = Table(title=f"{cal.cpu_model}, {cal.cores} cores, {n} virtual devices "
+                        f"({cal.mode} calibration, {cal.seconds:.1f} s)", title_justify="left")
+    table.add_column("per device")
+    table.add_column("one device alone" if n > 1 else "one device", justify="right")
+    table.add_column(f"all {n} busy (collectives: group of {cal.all.group})"
+                     if n > 1 else "-", justify="right")
+    for row in rows(cal):
+        table.add_row(*row)
+    console.print(table)
+    print("Per-op times from the XLA profiler; the wall-clock rows divide by the whole step's "
+          "span instead. One device alone: collectives over a pair, the other devices idle.")
+    print(f"The `cpu` chip takes the all-{n}-busy column: "
+          f"{_si(chip.flops_per_s('fp32'), 'FLOP/s')} fp32, "
+          f"{_si(chip.flops_per_s('bf16'), 'FLOP/s')} bf16, {_si(chip.hbm_bytes_per_s, 'B/s')} "
+          f"memory, ring W {_si(chip.ici_bytes_per_s, 'B/s')}, "
+          f"{_si(chip.hop_latency_s, 's')} per hop.")
+    print(f"Caveat: {cal_lib.NOTE.format(n=n, cores=cal.cores)}. Treat collective predictions "
+          f"on CPU as a check of the pipeline, not of an interconnect.")
+
+
+def main(args) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    mode = "quick" if args.quick else "full"
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("calibrating", total=None)
+
+        def progress(done: int, total: int, label: str) -> None:
+            bar.update(task, completed=done, total=total, description=label)
+
+        cal = cal_lib.calibrate(mode, args.devices, progress=progress)
+    chip = cal_lib.to_chip(cal)
+    path = cal_lib.save(cal, args.out)
+    if args.json:
+        print(json.dumps(cal.to_dict(), indent=1))
+    else:
+        _print(cal, chip)
+    print(f"saved: {path}")
+    return 0
