@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("harness.commands.report", "re-render a stored run's report"),
     "view": ("harness.commands.view", "open a stored run's trace in the xprof UI"),
     "compare": ("harness.commands.compare", "baseline vs candidate run: per-op regressions"),
+    "sweep": ("harness.commands.sweep",
+              "run a grid of workloads from a TOML file (resumable); summary table and plots"),
     "calibrate": ("harness.commands.calibrate",
                   "measure this host's matmul, memory and collective peaks as the cpu chip"),
 }

@@ -62,6 +62,32 @@ VERDICT = "verdict"                # see harness.regress.VERDICTS
 NOTE = "note"                      # why a verdict is what it is (too few steps, below min_share)
 EXPLANATION = "explanation"        # one line in the book's terms, for regressions/improvements
 
+# --- sweep summary (harness sweep): one row per point --------------------------------------
+POINT = "point"                    # 1-based position in the expanded sweep
+KEY = "key"                        # stable hash of the point (harness.sweep_file.Point.key)
+WORKLOAD = "workload"
+PRESET = "preset"
+MESH = "mesh"                      # mesh shape, "4x2"
+CHIP = "chip"                      # chip the run was predicted for
+OVERRIDES = "overrides"            # the point's config overrides, "kind=all_gather nbytes=4096"
+STATUS = "status"                  # see harness.sweep.STATUSES
+ERROR = "error"                    # one line, for failed points
+STEPS = "steps"                    # measured steps per point
+WARMUP = "warmup"                  # untraced warm-up steps per point
+RUN = "run"                        # run directory, relative to the sweep directory
+STEP_S = "step_s"                  # measured step time
+COVERAGE = "coverage"              # share of measured time in ops a rule predicts
+MFU = "mfu"                        # model FLOPs utilisation
+ANALYTIC_S = "analytic_s"          # the book's workload-level step time on the chip
+SERIES = "series"                  # curve a point belongs to in the sweep plots
+COLLECTIVE_S = "collective_s"      # measured time per step in collective ops
+MESSAGE_BYTES = "message_bytes"    # collective input bytes per device (the workload's nbytes)
+BUS_BYTES = "bus_bytes"            # bytes each device moves over links (nccl-tests' busbw bytes)
+MEASURED_BUS_GBPS = "measured_bus_GBps"    # bus_bytes / collective_s, in 1e9 bytes/s
+PREDICTED_BUS_GBPS = "predicted_bus_GBps"  # bus_bytes / analytic_s, in 1e9 bytes/s
+MODEL_FLOPS = "model_flops"        # the step's useful FLOPs over all devices (matmul: 2BDF)
+MATMUL_EFFICIENCY = "matmul_efficiency"    # predicted / measured time of the matmul-category ops
+
 UNMODELED = "unmodeled"
 BOUNDS = ("compute", "memory", "comm", UNMODELED)
 CATEGORIES = ("matmul", "attention", "collective", "elementwise", "reduction", "copy", "other")
@@ -69,6 +95,8 @@ CATEGORIES = ("matmul", "attention", "collective", "elementwise", "reduction", "
 # --- tables -------------------------------------------------------------------------------
 EVENTS = (PROGRAM, OP, DEVICE, STEP, START_NS, DURATION_NS)
 OPS_MEASURED = (PROGRAM, OP, COUNT, MEASURED_S, MEASURED_MIN_S, MEASURED_MAX_S, DEVICES)
+OPS_HOSTS = (PROGRAM, OP, HOSTS, HOST_MIN_S, HOST_MAX_S, HOST_SKEW_S, SLOWEST_HOST)
+OPS_BY_DEVICE = (PROGRAM, OP, HOST, DEVICE, COUNT, MEASURED_S)
 OPS_PREDICTED = (PROGRAM, OP, OPCODE, CATEGORY, COUNT, FLOPS, HBM_BYTES, COMM_BYTES, COLLECTIVE,
                  GROUP_SIZE, T_COMPUTE_S, T_MEMORY_S, T_COMM_S, PREDICTED_S, BOUND)
 OPS = (PROGRAM, OP, OPCODE, CATEGORY, COUNT, MEASURED_S, PREDICTED_S, EFFICIENCY, GAP_S, SHARE,
@@ -77,6 +105,10 @@ OPS = (PROGRAM, OP, OPCODE, CATEGORY, COUNT, MEASURED_S, PREDICTED_S, EFFICIENCY
 REGRESS = (PROGRAM, OP, CATEGORY, BOUND, COLLECTIVE, GROUP_SIZE, BASELINE_S, CANDIDATE_S,
            DELTA_S, CHANGE, BASELINE_EFFICIENCY, CANDIDATE_EFFICIENCY, BASELINE_SHARE,
            CANDIDATE_SHARE, BASELINE_STEPS, CANDIDATE_STEPS, P_VALUE, VERDICT, NOTE, EXPLANATION)
+SWEEP_SUMMARY = (POINT, WORKLOAD, PRESET, MESH, CHIP, OVERRIDES, STATUS, STEP_S, COVERAGE,
+                 EFFICIENCY, MFU, ANALYTIC_S, COLLECTIVE, GROUP_SIZE, MESSAGE_BYTES, COLLECTIVE_S,
+                 BUS_BYTES, MEASURED_BUS_GBPS, PREDICTED_BUS_GBPS, MODEL_FLOPS, MATMUL_EFFICIENCY,
+                 SERIES, ERROR, RUN, KEY)
 
 
 class SchemaError(HarnessError):

@@ -1,0 +1,130 @@
+"""``harness sweep FILE``: run a grid of workloads from a TOML sweep file, resumably.
+
+Exit codes: 0 every point ran, 1 some points failed (listed), 2 a malformed file or bad option,
+130 interrupted (resume with ``--resume``).
+"""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from harness import schema, tables
+from harness.errors import HarnessError
+
+LATEST = "latest"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("file", type=Path, help="sweep file (TOML); examples in sweeps/")
+    p.add_argument("--out", type=Path, default=Path("results") / "sweeps", metavar="DIR",
+                   help="where the sweep's directory <name>-<timestamp>/ is made "
+                        "(default results/sweeps)")
+    p.add_argument("--resume", nargs="?", const=LATEST, default=None, metavar="DIR",
+                   help="continue a sweep: its directory, or without DIR the newest sweep of "
+                        "this name under --out; done points are skipped, failed ones rerun")
+    p.add_argument("--dry-run", action="store_true",
+                   help="validate the file and list the expanded points; run nothing")
+
+
+def _sweep_dir(args, plan) -> Path:
+    from harness import sweep
+
+    if args.resume is None:
+        return sweep.new_sweep_dir(plan.name, args.out)
+    if args.resume == LATEST:
+        return sweep.latest_sweep(plan.name, args.out)
+    path = Path(args.resume)
+    name = sweep.read_manifest(path).get("name")  # one-line error unless a sweep directory
+    if name != plan.name:
+        raise HarnessError(f"{path} holds sweep {name!r}, not {plan.name!r}; resume it with "
+                           f"its own file")
+    return path
+
+
+def _points_table(plan, statuses: dict[str, str] | None = None):
+    import pandas as pd
+
+    rows = [{schema.POINT: i + 1, schema.WORKLOAD: p.workload, schema.PRESET: p.preset,
+             schema.MESH: p.mesh, schema.CHIP: p.chip or "(device's)",
+             schema.OVERRIDES: p.settings, schema.STEPS: p.steps, schema.WARMUP: p.warmup,
+             schema.KEY: p.key} for i, p in enumerate(plan.points)]
+    df = pd.DataFrame(rows)
+    if statuses is not None:
+        df[schema.STATUS] = [statuses.get(p.key, "pending") for p in plan.points]
+    return df
+
+
+def _progress():
+    from rich import progress as rp
+    from rich.console import Console
+
+    return rp.Progress(rp.TextColumn("{task.description}"), rp.BarColumn(),
+                       rp.MofNCompleteColumn(), rp.TimeElapsedColumn(),
+                       console=Console(stderr=True), transient=False)
+
+
+def main(args) -> int:
+    from rich.markup import escape
+
+    from harness import sweep, sweep_report
+    from harness.sweep_file import load_sweep
+
+    plan = load_sweep(args.file)
+    if args.dry_run:
+        statuses = None
+        if args.resume is not None:
+            manifest = sweep.read_manifest(_sweep_dir(args, plan))
+            statuses = {r.get("key"): r.get("status") for r in manifest["points"]}
+        print(tables.to_text(_points_table(plan, statuses),
+                             title=f"sweep {plan.name}: {len(plan.points)} points"), end="")
+        print(f"{args.file}: valid, {len(plan.points)} points")
+        return 0
+    sweep_dir = _sweep_dir(args, plan)
+    print(f"sweep {plan.name}: {len(plan.points)} points in {sweep_dir}", file=sys.stderr)
+    interrupted = []
+
+    def on_sigint(signum, frame):
+        # Python drops a KeyboardInterrupt raised inside a weakref callback or __del__ (jax
+        # runs many), so remember it too and stop at the next point boundary at the latest.
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_sigint) if main_thread else None
+    try:
+        with _progress() as progress:
+            task = progress.add_task(plan.name, total=len(plan.points))
+
+            def on_event(e: sweep.Event) -> None:
+                if interrupted:
+                    raise KeyboardInterrupt
+                if e.kind == "start":
+                    progress.update(task, description=escape(
+                        f"{e.index + 1}/{e.total} {e.point.label}"))
+                    return
+                progress.advance(task)
+                if e.kind == sweep.FAILED:
+                    progress.console.print(escape(f"point {e.index + 1} failed: "
+                                                  f"{e.record['error']}"))
+
+            result = sweep.run_sweep(plan, sweep_dir, on_event=on_event)
+            progress.update(task, description=escape(f"sweep {plan.name}"))
+    except KeyboardInterrupt:
+        print(f"harness sweep: interrupted; resume with: harness sweep {args.file} "
+              f"--resume {sweep_dir}", file=sys.stderr)
+        return 130
+    except OSError as e:
+        raise HarnessError(f"{sweep_dir}: {e}") from None
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGINT, previous)
+    print(tables.to_text(sweep_report.shown(result.summary), title=f"sweep {plan.name}"), end="")
+    for rec in result.failed:
+        print(f"failed: point {rec['index'] + 1}, {rec['label']}: {rec['error']}")
+    done = sum(r["status"] == sweep.DONE for r in result.records)
+    print(f"{done} of {len(result.records)} points done, {len(result.failed)} failed "
+          f"({result.ran} run now, {len(result.records) - result.ran} already done)")
+    print(f"report: {result.report}")
+    return 1 if result.failed else 0

@@ -1,0 +1,181 @@
+"""A sweep's closing summary: one row per point, from its stored run, plus plots and report.html.
+
+Per-workload figures come from a registry (``FIGURES``): for a collective, the measured bus
+bandwidth (bytes each device moves over links / measured collective time) next to the one the
+book predicts (same bytes / ``analytic_s``); for a matmul, the roofline efficiency of its matmul
+ops and its MFU, against its size 2BDF.
+"""
+from __future__ import annotations
+
+import html
+import logging
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from harness import schema, store, sweep_plots, tables
+from harness.errors import HarnessError
+
+log = logging.getLogger(__name__)
+
+SUMMARY_CSV = "summary.csv"
+SUMMARY_MD = "summary.md"
+REPORT_HTML = "report.html"
+COLLECTIVE_PNG = "collective_bandwidth.png"
+MATMUL_PNG = "matmul_efficiency.png"
+
+# Bytes each device moves over its links in one collective, from b = input bytes per device
+# and n = devices in the group: the ring algorithms of sharding.md (nccl-tests' "bus bytes").
+BUS_BYTES: dict[str, Callable[[float, int], float]] = {
+    "all_gather": lambda b, n: b * (n - 1),          # receives the n - 1 other shards
+    "reduce_scatter": lambda b, n: b * (n - 1) / n,  # passes n - 1 of its n chunks on
+    "all_reduce": lambda b, n: 2 * b * (n - 1) / n,  # a reduce-scatter, then an all-gather
+    "all_to_all": lambda b, n: b * (n - 1) / n,      # sends away n - 1 of its n chunks
+    "ppermute": lambda b, n: b,                      # the whole buffer to one neighbour
+}
+
+
+def _category_ratio(ops: pd.DataFrame, category: str) -> float:
+    """predicted / measured time summed over the ops of ``category`` (NaN when none)."""
+    d = ops[ops[schema.CATEGORY] == category]
+    measured = d[schema.MEASURED_S].sum()
+    return float(d[schema.PREDICTED_S].fillna(0).sum() / measured) if measured > 0 else math.nan
+
+
+def _collective(run: store.StoredRun) -> dict:
+    cfg, mesh = run.meta.get("config", {}), run.meta.get("mesh", {})
+    axes = [a.strip() for a in str(cfg.get("axes", "")).replace("+", ",").split(",") if a.strip()]
+    n = math.prod(int(mesh.get(a, 1)) for a in axes)
+    b = float(cfg.get("nbytes", math.nan))
+    kind = cfg.get("kind", "")
+    t = float(run.ops.loc[run.ops[schema.CATEGORY] == "collective", schema.MEASURED_S].sum())
+    analytic_s = run.meta.get("summary", {}).get(schema.ANALYTIC_S)
+    bus = BUS_BYTES[kind](b, n) if kind in BUS_BYTES and n > 1 else math.nan
+    gbps = (lambda s: bus / s / 1e9 if s and s > 0 else math.nan)
+    shape = "x".join(str(v) for v in mesh.values())
+    return {schema.COLLECTIVE: kind, schema.GROUP_SIZE: n, schema.MESSAGE_BYTES: b,
+            schema.COLLECTIVE_S: t, schema.BUS_BYTES: bus, schema.MEASURED_BUS_GBPS: gbps(t),
+            schema.PREDICTED_BUS_GBPS: gbps(analytic_s),
+            schema.SERIES: f"mesh {shape} over {'+'.join(axes)} ({n} devices), "
+                           f"{cfg.get('dtype', '')}"}
+
+
+def _matmul(run: store.StoredRun) -> dict:
+    cfg, mesh = run.meta.get("config", {}), run.meta.get("mesh", {})
+    shape = "x".join(str(v) for v in mesh.values())
+    return {schema.MATMUL_EFFICIENCY: _category_ratio(run.ops, "matmul"),
+            schema.SERIES: f"{cfg.get('case', '')} on {shape}, {cfg.get('dtype', '')}"}
+
+
+FIGURES: dict[str, Callable[[store.StoredRun], dict]] = {
+    "collective": _collective,
+    "matmul": _matmul,
+}
+
+
+def point_row(record: dict, sweep_dir: Path) -> dict:
+    """The summary row of one manifest record (figures from its stored run when done)."""
+    row = {schema.POINT: record["index"] + 1, schema.WORKLOAD: record["workload"],
+           schema.PRESET: record["preset"], schema.MESH: record["mesh"],
+           schema.CHIP: record.get("chip") or "",
+           schema.OVERRIDES: " ".join(f"{k}={v}" for k, v in record["overrides"].items()),
+           schema.STATUS: record["status"], schema.ERROR: record.get("error") or "",
+           schema.RUN: record.get("run") or "", schema.KEY: record["key"]}
+    if record["status"] != "done" or not record.get("run"):
+        return row
+    try:
+        run = store.load(sweep_dir / record["run"])
+    except HarnessError as e:
+        log.warning("sweep point %d: %s", record["index"] + 1, e)
+        return dict(row, **{schema.ERROR: str(e)})
+    s = run.meta.get("summary", {})
+    measured, predicted = s.get("measured_ops_s"), s.get("predicted_ops_s")
+    row.update({schema.CHIP: run.meta.get("chip", row[schema.CHIP]),
+                schema.STEP_S: s.get(schema.STEP_S), schema.COVERAGE: s.get(schema.COVERAGE),
+                schema.EFFICIENCY: predicted / measured if measured else math.nan,
+                schema.MFU: s.get(schema.MFU), schema.ANALYTIC_S: s.get(schema.ANALYTIC_S),
+                schema.MODEL_FLOPS: s.get(schema.MODEL_FLOPS)})
+    figures = FIGURES.get(record["workload"])
+    if figures is not None:
+        row.update(figures(run))
+    return row
+
+
+def summary_table(sweep_dir: Path, records: list[dict]) -> pd.DataFrame:
+    rows = [point_row(r, sweep_dir) for r in records]
+    df = pd.DataFrame(rows)
+    for c in schema.SWEEP_SUMMARY:
+        if c not in df.columns:
+            df[c] = math.nan
+    return df[list(schema.SWEEP_SUMMARY)]
+
+
+SHOWN = (schema.POINT, schema.WORKLOAD, schema.MESH, schema.OVERRIDES, schema.STATUS,
+         schema.STEP_S, schema.COVERAGE, schema.EFFICIENCY, schema.MFU, schema.ANALYTIC_S,
+         schema.MEASURED_BUS_GBPS, schema.PREDICTED_BUS_GBPS, schema.MATMUL_EFFICIENCY)
+
+
+def shown(df: pd.DataFrame) -> pd.DataFrame:
+    """The columns worth reading (all-empty figure columns dropped), NaN as blank."""
+    cols = [c for c in SHOWN if c in df.columns and df[c].notna().any()]
+    return df[cols]
+
+
+def _html_table(df: pd.DataFrame, links: dict[int, str] | None = None) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
+    body = []
+    for i, row in enumerate(df.itertuples(index=False)):
+        cells = []
+        for c, v in zip(df.columns, row):
+            text = html.escape(tables.formatter(c)(v) if not isinstance(v, str) else v)
+            if c == schema.POINT and links and links.get(i):
+                text = f'<a href="{html.escape(links[i])}">{text}</a>'
+            cells.append(f"<td>{text}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def to_html(header: dict, df: pd.DataFrame, figures: list[str]) -> str:
+    title = f"Sweep {header.get('name', '')}"
+    style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}"
+             "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;"
+             "padding:3px 8px;text-align:right}th{background:#f4f4f4}.fail{color:#a00}")
+    counts = df[schema.STATUS].value_counts().to_dict()
+    body = [f"<h1>{html.escape(title)}</h1>",
+            (f"<p><i>{html.escape(header.get('file', ''))} · started {header.get('created', '')}"
+             f" · {', '.join(f'{v} {k}' for k, v in counts.items())}</i></p>")]
+    if header.get("description"):
+        body.append(f"<p>{html.escape(header['description'])}</p>")
+    body += [f'<p><img alt="{name}" src="{name}"></p>' for name in figures]
+    links = {i: f"{run}/report.html" for i, run in enumerate(df[schema.RUN]) if run}
+    body.append("<h2>Points</h2>" + _html_table(shown(df), links))
+    failed = df[df[schema.STATUS] == "failed"]
+    if not failed.empty:
+        body.append("<h2>Failed points</h2><ul>" + "".join(
+            f"<li class=fail>{p}. {html.escape(o)} (mesh {html.escape(m)}): {html.escape(e)}</li>"
+            for p, o, m, e in failed[[schema.POINT, schema.OVERRIDES, schema.MESH,
+                                      schema.ERROR]].itertuples(index=False)) + "</ul>")
+    return (f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}"
+            f"</title><style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+
+
+def write(sweep_dir: Path, header: dict, records: list[dict]) -> tuple[pd.DataFrame, Path]:
+    """Write summary.csv, summary.md, the plots and report.html; returns (table, report path)."""
+    df = summary_table(sweep_dir, records)
+    (sweep_dir / SUMMARY_CSV).write_text(tables.to_csv(df))
+    figures = []
+    for name, plot in ((COLLECTIVE_PNG, sweep_plots.collective_bandwidth),
+                       (MATMUL_PNG, sweep_plots.matmul_efficiency)):
+        png = plot(df)
+        if png:
+            (sweep_dir / name).write_bytes(png)
+            figures.append(name)
+    (sweep_dir / SUMMARY_MD).write_text(
+        f"# Sweep {header.get('name', '')}\n\n" + tables.to_markdown(shown(df))
+        + "".join(f"\n![{name[:-4]}]({name})\n" for name in figures))
+    report = sweep_dir / REPORT_HTML
+    report.write_text(to_html(header, df, figures))
+    log.info("sweep report %s", report)
+    return df, report
