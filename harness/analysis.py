@@ -116,6 +116,12 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
         summ["flops_vs_cost_analysis"] = check["flops_rel_diff"]
         if check.get("loops"):  # XLA's analysis counts a loop body once
             summ["flops_vs_cost_analysis_loops_once"] = check["flops_loops_once_rel_diff"]
+    beating = _beats_roofline(ops)
+    if beating:
+        notes.append(f"{beating} run faster than the {entry.name} roofline allows: the chip's "
+                     "numbers are too low" + (" (a calibration taken under load? run `harness "
+                                              "calibrate` on a quiet host)" if entry.kind == "cpu"
+                                              else ""))
     if summ["coverage"] < 0.95:
         notes.append(f"only {summ['coverage']:.0%} of measured time is in ops a rule predicts")
     unexpected = None
@@ -138,6 +144,17 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
                     meta=full_meta, notes=notes, unexpected=unexpected, plots=figures)
     return Analysis(capture=cap, events=events, ops=ops, steps=step_samples(events),
                     categories=cats, summary=summ, report=report, chip=entry, cross_check=check)
+
+
+def _beats_roofline(ops: pd.DataFrame, margin: float = 1.25, min_share: float = 0.05) -> str:
+    """The ops, by name, that take a visible share of the step and beat their roofline time by
+    more than ``margin`` (efficiency > margin): a lower bound cannot be beaten, so the chip's
+    numbers are wrong for this host. Empty when there are none."""
+    fast = ops[(ops[schema.EFFICIENCY] > margin) & (ops[schema.SHARE] >= min_share)]
+    if fast.empty:
+        return ""
+    names = ", ".join(fast[schema.OP].head(3))
+    return f"{len(fast)} op(s) ({names}{', ...' if len(fast) > 3 else ''})"
 
 
 def _peak_dtype(entry) -> str:
