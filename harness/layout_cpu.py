@@ -1,0 +1,115 @@
+"""The CPU layout: op executions on XLA's thread-pool lines of ``/host:CPU`` (`profiling.md`).
+
+Op events carry stats ``hlo_op``, ``hlo_module``, ``device_ordinal`` and ``run_id``; ``end: <op>``
+markers, ``Rendezvous`` and thread-pool events are not ops. Dispatch is asynchronous, so ops are
+tied to steps through ``run_id``: the host-side ``CommonPjRtLoadedExecutable::Execute`` event
+inside each step annotation carries it (single-device dispatch does not: see
+``_steps_by_first_op``).
+"""
+from __future__ import annotations
+
+from array import array
+
+from harness.planes import (HOST_PLANE, XLA_THREAD_PREFIX, Columns, PlaneIndex, StepWindows,
+                            host_steps, plane)
+from harness.xplane import XSpace
+
+
+def detect(space: XSpace) -> bool:
+    host = plane(space, HOST_PLANE)
+    return host is not None and any(m.name == "hlo_op" for m in host.stat_metadata.values())
+
+
+_UNSEEN = object()
+
+
+def _stat_positions(ev, ids: tuple, idx: PlaneIndex, cols: Columns) -> tuple | None:
+    """Where an op event keeps its device and run stats, or None if it is not an op.
+
+    XLA writes an op's stats in the same order on every execution, so positions learned from
+    the first event of a kind let later events read two stats instead of all of them (each read
+    is checked). The op's name is its ``hlo_op`` stat, recorded once per event kind.
+    """
+    op_id, _, dev_id, run_id = ids
+    stats = list(ev.stats)
+    where = {st.metadata_id: i for i, st in enumerate(stats)}
+    if op_id not in where:
+        return None
+    cols.op_names[ev.metadata_id] = idx.value(stats[where[op_id]])
+    return where.get(dev_id, -1), where.get(run_id, -1)
+
+
+def _cpu_line(line, ids: tuple, idx: PlaneIndex, plans: dict, run_program: dict,
+              cols: Columns) -> None:
+    """Op executions of one XLA thread-pool line. The hot loop: locals and bound appends only.
+
+    A run_id is one execution of one program, so the program is read once per run.
+    """
+    _, mod_id, dev_id, run_id = ids
+    programs, ops, devices, starts, durs, runs = (cols.program.append, cols.op.append,
+                                                  cols.device.append, cols.start_ns.append,
+                                                  cols.duration_ns.append, cols.runs.append)
+    base_ps = line.timestamp_ns * 1000
+    for ev in line.events:
+        mid = ev.metadata_id
+        plan = plans.get(mid, _UNSEEN)
+        if plan is None:
+            continue
+        if plan is _UNSEEN:
+            plan = plans[mid] = _stat_positions(ev, ids, idx, cols)
+            if plan is None:
+                continue
+        stats = ev.stats
+        try:
+            s_dev, s_run = stats[plan[0]], stats[plan[1]]
+            if s_dev.metadata_id != dev_id or s_run.metadata_id != run_id:
+                raise IndexError
+            device = s_dev.int64_value or s_dev.uint64_value
+            run = s_run.int64_value or s_run.uint64_value
+        except IndexError:  # this event lays its stats out differently: read them all
+            by_id = {st.metadata_id: idx.value(st) for st in stats}
+            device, run = by_id.get(dev_id, -1), by_id.get(run_id, -1)
+        program = run_program.get(run)
+        if program is None:
+            program = run_program[run] = next(
+                (idx.value(st) for st in stats if st.metadata_id == mod_id), "")
+        programs(program)
+        ops(mid)  # named through cols.op_names
+        devices(device)
+        starts((base_ps + ev.offset_ps) // 1000)
+        durs(ev.duration_ps // 1000)
+        runs(run)
+
+
+def extract(space: XSpace) -> Columns:
+    host = plane(space, HOST_PLANE)
+    idx = PlaneIndex(host)
+    ids = tuple(idx.stat_ids.get(n) for n in ("hlo_op", "hlo_module", "device_ordinal", "run_id"))
+    steps, run_step = host_steps(space, idx)
+    plans: dict = {}  # event metadata id -> stat positions, or None when not an op
+    run_program: dict = {}
+    cols = Columns()
+    for line in idx.lines(lambda name: name.startswith(XLA_THREAD_PREFIX)):
+        _cpu_line(line, ids, idx, plans, run_program, cols)  # ops run on XLA's pool lines
+    if not steps:  # no annotations: each execution of a program is its own step
+        order = {r: i for i, r in enumerate(sorted(set(cols.runs)))}
+        cols.step = array("q", [order[r] for r in cols.runs])
+    else:
+        _steps_by_first_op(cols, steps, run_step)
+        cols.step = array("q", [run_step.get(r, -1) for r in cols.runs])
+    return cols
+
+
+def _steps_by_first_op(cols: Columns, steps: StepWindows, run_step: dict) -> None:
+    """Tie runs no ``Execute`` event names (single-device dispatch carries no run_id) to the
+    step whose annotation last opened before the run's first op; runs before any step stay out.
+    """
+    first: dict[int, int] = {}
+    for run, start in zip(cols.runs, cols.start_ns):
+        if run not in run_step and start < first.get(run, start + 1):
+            first[run] = start
+    if not first:
+        return
+    opened = StepWindows(zip(steps.starts, steps.ends, steps.steps), open_ended=True)
+    for run, start in first.items():
+        run_step[run] = opened.step_at(start)

@@ -1,0 +1,144 @@
+"""Lookups over an XSpace shared by the trace layouts: planes, lines, steps.
+
+Lines stay raw bytes until asked for (``PlaneIndex.lines``); ``StepWindows`` turns step
+annotations into time windows; ``host_steps`` reads the host's step annotations and the run_id
+of each program execution inside them.
+"""
+from __future__ import annotations
+
+import bisect
+from array import array
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from harness.xplane import XLine, XLineHeader, XSpace
+
+HOST_PLANE = "/host:CPU"
+STEP_NUM = "step_num"
+EXECUTE_PREFIX = "CommonPjRtLoadedExecutable::Execute"
+XLA_THREAD_PREFIX = "tf_"  # XLA's thread-pool lines on the host plane
+
+
+@dataclass
+class Columns:
+    """Column lists of the EVENTS table, filled by a layout.
+
+    ``program`` and ``op`` hold names, or integer codes that ``program_names`` / ``op_names``
+    translate (cheaper to collect in a hot loop than strings).
+    """
+
+    program: list = field(default_factory=list)
+    op: list = field(default_factory=list)
+    device: array = field(default_factory=lambda: array("q"))
+    step: array = field(default_factory=lambda: array("q"))
+    start_ns: array = field(default_factory=lambda: array("q"))
+    duration_ns: array = field(default_factory=lambda: array("q"))
+    runs: array = field(default_factory=lambda: array("q"))  # CPU: run_id of each execution
+    program_names: dict = field(default_factory=dict)
+    op_names: dict = field(default_factory=dict)
+
+    def add(self, program: str, op: str, device: int, step: int, start_ns: int, dur_ns: int):
+        self.program.append(program)
+        self.op.append(op)
+        self.device.append(device)
+        self.step.append(step)
+        self.start_ns.append(start_ns)
+        self.duration_ns.append(dur_ns)
+
+
+class PlaneIndex:
+    """One plane's lookups (event names, stat ids, stat values) and its lines, decoded lazily."""
+
+    def __init__(self, plane):
+        self.plane = plane
+        self.event_names = {k: m.name for k, m in plane.event_metadata.items()}
+        self.stat_names = {k: m.name for k, m in plane.stat_metadata.items()}
+        self.stat_ids = {m.name: k for k, m in plane.stat_metadata.items()}
+        self._names = [XLineHeader.FromString(raw).name for raw in plane.lines]
+
+    @property
+    def line_names(self) -> list[str]:
+        return self._names
+
+    def lines(self, want: Callable[[str], bool] = lambda name: True):
+        """Decoded lines whose name ``want`` accepts, one at a time."""
+        for name, raw in zip(self._names, self.plane.lines):
+            if want(name):
+                yield XLine.FromString(raw)
+
+    def value(self, stat):
+        """A stat's value; ``ref_value`` stats resolve to the referenced stat-metadata name."""
+        kind = stat.WhichOneof("value")
+        if kind == "ref_value":
+            return self.stat_names.get(stat.ref_value, "")
+        return getattr(stat, kind) if kind else None
+
+    def stats(self, stats: Iterable) -> dict:
+        return {self.stat_names.get(s.metadata_id, ""): self.value(s) for s in stats}
+
+    def line(self, name: str):
+        return next(self.lines(lambda n: n == name), None)
+
+
+class StepWindows:
+    """Measured steps as time windows [start, end] in ns, sorted by start."""
+
+    def __init__(self, windows: Iterable[tuple[int, int, int]], open_ended: bool = False):
+        items = sorted(windows)
+        self.starts = [w[0] for w in items]
+        self.ends = [w[1] for w in items]
+        self.steps = [w[2] for w in items]
+        # Open-ended: a step lasts until the next one starts (device work trails the host).
+        self.open_ended = open_ended
+
+    def __bool__(self) -> bool:
+        return bool(self.starts)
+
+    def step_at(self, t_ns: int) -> int:
+        i = bisect.bisect_right(self.starts, t_ns) - 1
+        if i < 0:
+            return -1
+        if self.open_ended or t_ns <= self.ends[i]:
+            return self.steps[i]
+        return -1
+
+
+def line_events(line):
+    """(event, start_ns, duration_ns) of a line; XEvent offsets are ps after line.timestamp_ns."""
+    base_ps = line.timestamp_ns * 1000
+    for ev in line.events:
+        yield ev, (base_ps + ev.offset_ps) // 1000, ev.duration_ps // 1000
+
+
+def plane(space: XSpace, name: str):
+    return next((p for p in space.planes if p.name == name), None)
+
+
+def host_steps(space: XSpace, idx: PlaneIndex | None = None) -> tuple[StepWindows, dict]:
+    """Step annotations on the host plane, and run_id -> step of each ``Execute`` event.
+
+    Annotations and ``Execute`` events are made by the Python thread, so XLA's own thread-pool
+    lines (``tf_*``), which hold the op executions, are not searched.
+    """
+    host = plane(space, HOST_PLANE)
+    if host is None:
+        return StepWindows([]), {}
+    idx = idx or PlaneIndex(host)
+    step_id, run_id = idx.stat_ids.get(STEP_NUM), idx.stat_ids.get("run_id")
+    execute_ids = {k for k, n in idx.event_names.items() if n.startswith(EXECUTE_PREFIX)}
+    windows, executes = [], []
+    for line in idx.lines(lambda name: not name.startswith(XLA_THREAD_PREFIX)):
+        for ev, start, dur in line_events(line):
+            for st in ev.stats:
+                if st.metadata_id == step_id:
+                    windows.append((start, start + dur, int(idx.value(st))))
+                elif st.metadata_id == run_id and ev.metadata_id in execute_ids:
+                    executes.append((start, int(idx.value(st))))
+    steps = StepWindows(windows)
+    # Every run an Execute event names gets an entry: -1 when it ran outside the steps.
+    run_step: dict[int, int] = {}
+    for start, rid in executes:
+        s = steps.step_at(start)
+        if run_step.get(rid, -1) < 0:
+            run_step[rid] = s
+    return steps, run_step
