@@ -21,9 +21,7 @@ probability 2*alpha; one two-sided test keeps it at ``alpha`` and costs little p
 side, cleanly separated: p = 2/252 = 0.008). Ops are tested without a multiple-testing
 correction; the threshold and ``min_share`` bound what a false positive can cost.
 
-Explanations use the book's roofline terms (`roofline.md`): efficiency is the roofline time
-(T_lower, the max of the compute, memory and comm terms) over the measured time; ``bound`` names
-the dominating term.
+Explanations (``harness.regress_explain``) use the book's roofline terms.
 """
 from __future__ import annotations
 
@@ -38,7 +36,7 @@ from scipy.stats import mannwhitneyu
 from harness import schema
 from harness.errors import HarnessError
 from harness.store import StoredRun
-from harness.tables import fmt_seconds
+from harness.regress_explain import explain
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +47,6 @@ STEP_TOTAL = "step total"  # the per-workload row's op name
 ALL_PROGRAMS = "(all)"     # ... and its program
 # Meta fields that make two runs different experiments; a difference is warned about.
 META_KEYS = ("workload", "preset", "overrides", "mesh", "device_kind", "device_count", "chip")
-# How a bound reads in the book's terms (`roofline.md`).
-BOUND_TERMS = {"compute": "compute-bound", "memory": "memory-bound",
-               "comm": "communication-bound", schema.UNMODELED: "no roofline model"}
 _KEYS = [schema.PROGRAM, schema.OP]
 _NEEDED = (schema.PROGRAM, schema.OP, schema.MEASURED_S)
 _STEP_COLUMNS = (schema.PROGRAM, schema.OP, schema.STEP, schema.MEASURED_S)
@@ -152,56 +147,6 @@ def decide(change: float, p: float, material: bool, rule: Rule, n: int, m: int,
     if p <= rule.alpha:
         return direction, ""
     return NOISE, f"not significant (p={p:.2g} > {rule.alpha:g})"
-
-
-def _over(size, mesh: dict | None) -> str:
-    """``over axis X (4 devices)`` when one mesh axis has the group's size, else without."""
-    axes = [a for a, n in (mesh or {}).items() if n == size]
-    return f"over axis {axes[0]} ({int(size)} devices)" if len(axes) == 1 else \
-        f"over {int(size)} devices"
-
-
-def _describe(row: pd.Series, mesh: dict | None = None) -> str:
-    """``(matmul, compute-bound)``, ``(all-reduce over axis X (4 devices), comm...-bound)``."""
-    what = str(row.get(schema.CATEGORY) or "other")
-    kind = row.get(schema.COLLECTIVE)
-    size = row.get(schema.GROUP_SIZE)
-    if (isinstance(kind, str) and kind) or what == "collective":
-        kind = kind or what
-        # sharding.md: a collective's cost is set by its group (mesh axis) size.
-        what = f"{kind} {_over(size, mesh)}" if _finite(size) and size > 1 else kind
-    bound = BOUND_TERMS.get(str(row.get(schema.BOUND)), "")
-    return f"({what}, {bound})" if bound else f"({what})"
-
-
-def _finite(x) -> bool:
-    return isinstance(x, (int, float, np.number)) and math.isfinite(x)
-
-
-# (slower?, efficiency moved against the time?) -> phrase; "against" = the usual case: the op
-# got slower at the same work, so its share of the roofline (`roofline.md`) fell.
-_PHRASES = {
-    (True, True): "fell from {be:.0%} to {ce:.0%} of its roofline ({stats})",
-    (False, True): "rose from {be:.0%} to {ce:.0%} of its roofline ({stats})",
-    (True, False): "slowed ({stats}) but its roofline time grew too ({be:.0%} -> {ce:.0%} of "
-                   "roofline): it does more work (shapes or count changed)",
-    (False, False): "sped up ({stats}) but its roofline time shrank too ({be:.0%} -> {ce:.0%} of "
-                    "roofline): it does less work (shapes or count changed)",
-}
-
-
-def explain(row: pd.Series, mesh: dict | None = None) -> str:
-    """One line in the book's terms for a regression or improvement row (``mesh``: axis sizes)."""
-    b, c, p = row[schema.BASELINE_S], row[schema.CANDIDATE_S], row[schema.P_VALUE]
-    stats = f"{fmt_seconds(b)} -> {fmt_seconds(c)}, {row[schema.CHANGE]:+.0%}, " + (
-        f"p={p:.2g}" if _finite(p) else "untested")
-    be, ce = row[schema.BASELINE_EFFICIENCY], row[schema.CANDIDATE_EFFICIENCY]
-    head = f"{row[schema.OP]} {_describe(row, mesh)}"
-    slower = c > b
-    if _finite(be) and _finite(ce):
-        against = (ce < be) if slower else (ce > be)
-        return f"{head} " + _PHRASES[slower, against].format(be=be, ce=ce, stats=stats)
-    return f"{head} {'slowed' if slower else 'sped up'} ({stats})"
 
 
 def _samples(run: StoredRun, which: str) -> dict[tuple[str, str], np.ndarray]:
