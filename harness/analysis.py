@@ -67,7 +67,8 @@ def resolve_chip(chip=None, device=None) -> tuple[object, list[str], dict]:
 
         from harness.calibrate import ensure_cpu_chip
 
-        entry, cal, measured = ensure_cpu_chip(jax.device_count())
+        # this process's devices: a multi-process job cannot run programs on the others'
+        entry, cal, measured = ensure_cpu_chip(jax.local_device_count())
         meta["calibration"] = {k: v for k, v in cal.to_dict().items() if k != "samples"}
         if measured:
             notes.append("cpu chip: no saved calibration for this host; ran a quick one "
@@ -81,13 +82,17 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
                     model_flops: float | None = None, analytic_s: float | None = None,
                     book: Callable | None = None,
                     expected_collectives: dict[str, int] | None = None,
-                    meta: dict | None = None) -> Analysis:
+                    meta: dict | None = None, events: pd.DataFrame | None = None,
+                    notes: list[str] | None = None) -> Analysis:
     """Parse, predict and compare one capture; build its report (with plots).
 
     ``model_flops``: the step's useful FLOPs over all devices (gives MFU); ``analytic_s``: the
     book's step time. ``book(chip) -> harness.analytic.Analytic`` supplies both for the chip.
+    ``events``: the EVENTS to analyse when they do not come from ``cap``'s own trace (a
+    multi-host run merges every process's); ``notes`` go into the report first.
     """
-    entry, notes, chip_meta = resolve_chip(chip)
+    entry, chip_notes, chip_meta = resolve_chip(chip)
+    notes = list(notes or []) + chip_notes
     formula = None
     if book is not None:
         try:
@@ -96,7 +101,7 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
             notes.append(f"no workload-level prediction on {entry.name}: {e}")
         else:
             model_flops, analytic_s, formula = est.model_flops, est.analytic_s, est.formula
-    events = load_events(cap.trace_dir)
+    events = load_events(cap.trace_dir) if events is None else events
     measured = op_times(events)
     module = parse_module(cap.hlo_text)
     predicted = hlo_costs(module, entry)

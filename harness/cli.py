@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "run a grid of workloads from a TOML file (resumable); summary table and plots"),
     "calibrate": ("harness.commands.calibrate",
                   "measure this host's matmul, memory and collective peaks as the cpu chip"),
+    "launch": ("harness.commands.launch",
+               "start N local processes of a --distributed command (multi-host rehearsal)"),
 }
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"

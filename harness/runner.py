@@ -35,11 +35,13 @@ def list_workloads() -> pd.DataFrame:
                          for w in workloads.WORKLOADS.values()])
 
 
-def save_analysis(a: Analysis, path: Path) -> Path:
-    """Store an analysis as a run directory (atomically), with its reports and plots."""
+def save_analysis(a: Analysis, path: Path, extra: dict[str, str | bytes] | None = None) -> Path:
+    """Store an analysis as a run directory (atomically), with its reports and plots;
+    ``extra`` maps more file names to contents (a multi-host run's per-device table)."""
     reports: dict[str, str | bytes] = {name: report_mod.render(a.report, fmt)
                                        for name, fmt in REPORT_FORMATS.items()}
     reports.update(a.report.plots)
+    reports.update(extra or {})
     if a.report.unexpected is not None and not a.report.unexpected.empty:
         reports[store.UNEXPECTED_CSV] = a.report.unexpected.to_csv(index=False)
     meta = dict(a.meta, title=a.report.title, summary=a.summary, notes=a.report.notes,

@@ -27,7 +27,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from workloads.base import Workload, WorkloadError, canonical_dtype, check_choice
-from workloads.mesh import AnyMesh, axis_size, named
+from workloads.mesh import AnyMesh, axis_size, named, put
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,7 @@ def build(cfg: CollectiveConfig, mesh: AnyMesh, abstract: bool = False):
     if abstract:
         shape = tuple(mesh.axis_sizes) + (m,)
         return fn, (jax.ShapeDtypeStruct(shape, jnp.dtype(cfg.dtype), sharding=sharding),)
-    return fn, (jax.device_put(jnp.asarray(inputs(cfg, mesh)), sharding),)
+    return fn, (put(inputs(cfg, mesh), sharding),)
 
 
 def inputs(cfg: CollectiveConfig, mesh: AnyMesh) -> np.ndarray:

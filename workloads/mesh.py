@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import numpy as np
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
 
 from workloads.base import WorkloadError, check_choice
@@ -146,6 +147,28 @@ def _fitting(dim: int, mesh: AnyMesh, axes: tuple[str, ...]) -> list[tuple[int, 
 
 def named(mesh: AnyMesh, spec: PartitionSpec) -> NamedSharding:
     return NamedSharding(mesh, spec)
+
+
+def put(tree: Any, shardings: Any = None) -> Any:
+    """Host arrays -> global device arrays laid out by ``shardings`` (a sharding, or a tree of
+    them matching ``tree``; None = default device).
+
+    A sharding that spans other processes' devices (a multi-process run) is built with
+    ``jax.make_array_from_callback``: each process, holding the same host value, places only its
+    own shards (``jax.device_put`` would first check across processes that the values agree).
+    """
+    one = isinstance(shardings, jax.sharding.Sharding)
+    if shardings is None or all(s.is_fully_addressable
+                                for s in ([shardings] if one else jax.tree.leaves(shardings))):
+        return jax.device_put(tree, shardings)
+
+    def build(x, sharding):
+        host = np.asarray(x)
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+    if one:
+        return jax.tree.map(lambda x: build(x, shardings), tree)
+    return jax.tree.map(build, tree, shardings)
 
 
 def lower_abstract(fn: Any, args: Sequence[Any], platform: str = "cpu") -> Any:

@@ -22,7 +22,7 @@ from workloads.base import Workload, check_choice
 from workloads.llama import model
 from workloads.llama.config import MODEL_DIMS, Dims, dims_of, fix_dtypes
 from workloads.llama.sharding import PARALLELISMS, Sharder
-from workloads.mesh import AnyMesh, named
+from workloads.mesh import AnyMesh, named, put
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ def build(cfg: TrainConfig, mesh: AnyMesh | None, abstract: bool = False):
                                 tree, shardings)
     params = model.init_params(d, cfg.seed, cfg.param_dtype)
     host = (params, init_opt_state(params, cfg), *batch(cfg))
-    args = jax.device_put(host, shardings) if shardings else jax.device_put(host)
+    args = put(host, shardings)
     log.debug("llama_train %s on %s", cfg.parallelism, None if mesh is None else mesh.shape)
     return fn, args
 

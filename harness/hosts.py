@@ -1,0 +1,80 @@
+"""The merged run of a multi-host job (`harness.distributed`), built on process 0 from every
+process's EVENTS, whose ``schema.HOST`` column names the process each row came from.
+
+- ``host_columns``: per op, the spread of its time over hosts (``schema.OPS_HOSTS``): a host's
+  ``measured_s`` is the median over its devices, as ``ops.op_times`` defines it for one host;
+- ``by_device``: per op and device, the device's median time over steps (``by_device.csv``);
+- ``store_merged``: analyse the merged EVENTS with process 0's HLO, add the host columns and
+  notes, store ONE run.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+
+from harness import schema
+from harness.ops import op_times
+
+BY_DEVICE_CSV = "by_device.csv"
+
+
+def by_device(events: pd.DataFrame) -> pd.DataFrame:
+    """``schema.OPS_BY_DEVICE``: each device's ``measured_s`` (median over steps) per op."""
+    parts = [op_times(g).assign(**{schema.HOST: h, schema.DEVICE: d})
+             for (h, d), g in events.groupby([schema.HOST, schema.DEVICE], observed=True)]
+    return pd.concat(parts, ignore_index=True)[list(schema.OPS_BY_DEVICE)]
+
+
+def host_columns(events: pd.DataFrame) -> pd.DataFrame:
+    """``schema.OPS_HOSTS``: per op, each host's measured_s (median over its devices), its min,
+    max and spread (the cross-host skew) and the slowest host."""
+    per_host = pd.concat([op_times(g).assign(**{schema.HOST: h})
+                          for h, g in events.groupby(schema.HOST, observed=True)],
+                         ignore_index=True)
+    g = per_host.groupby([schema.PROGRAM, schema.OP])
+    out = g.agg(**{schema.HOSTS: (schema.HOST, "nunique"),
+                   schema.HOST_MIN_S: (schema.MEASURED_S, "min"),
+                   schema.HOST_MAX_S: (schema.MEASURED_S, "max")})
+    out[schema.HOST_SKEW_S] = out[schema.HOST_MAX_S] - out[schema.HOST_MIN_S]
+    out[schema.SLOWEST_HOST] = per_host.loc[g[schema.MEASURED_S].idxmax(), schema.HOST].values
+    return out.reset_index()[list(schema.OPS_HOSTS)]
+
+
+def store_merged(built, cap, events: pd.DataFrame, processes: list[dict], *, chip, meta: dict,
+                 out):
+    """Analyse every process's ``events`` as one capture (process 0's ``cap``: its HLO, cost
+    analysis and trace directory), add the host columns, store one run under ``out``."""
+    import jax
+
+    from harness import tables
+    from harness.analysis import analyze_capture
+    from harness.runner import new_run_id, save_analysis
+
+    notes = []
+    if jax.default_backend() == "cpu":
+        notes.append(f"CPU run over {len(processes)} processes: collectives between processes "
+                     "go through gloo over TCP, so they measure rendezvous and socket latency, "
+                     "not a network")
+    meta = dict(meta, processes=processes)
+    name = built.workload.name
+    a = analyze_capture(cap, chip=chip, meta=meta, book=built.book, events=events, notes=notes,
+                        expected_collectives=built.expected_collectives(),
+                        title=f"{name} ({meta['preset']}) on mesh {meta['mesh']} across "
+                              f"{len(processes)} processes")
+    keys = [schema.PROGRAM, schema.OP]
+    ops = a.ops.merge(host_columns(events), on=keys, how="left")
+    skew = []
+    if len(ops):
+        top = ops.loc[ops[schema.HOST_SKEW_S].idxmax()]
+        skew.append(f"cross-host skew is largest for {top[schema.OP]}: "
+                     f"{tables.fmt_seconds(top[schema.HOST_SKEW_S])} between hosts, slowest on "
+                     f"process {top[schema.SLOWEST_HOST]} (per-host columns in ops.csv, per "
+                     f"device in {BY_DEVICE_CSV})")
+    report = dataclasses.replace(a.report, ops=ops, notes=a.report.notes + skew)
+    a = dataclasses.replace(a, ops=ops, report=report)
+    # the report's ops only: control-flow containers (while, call) are left out as in ops
+    table = by_device(events[events[schema.PROGRAM] == cap.program]).merge(ops[keys], on=keys)
+    path = save_analysis(a, out / new_run_id(name),
+                         extra={BY_DEVICE_CSV: table.to_csv(index=False)})
+    return a, path
