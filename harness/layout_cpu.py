@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from array import array
 
+import numpy as np
+
 from harness.planes import (HOST_PLANE, XLA_THREAD_PREFIX, Columns, PlaneIndex, StepWindows,
-                            host_steps, plane)
+                            host_steps, names_of, plane)
 from harness.xplane import XSpace
 
 
@@ -41,15 +43,15 @@ def _stat_positions(ev, ids: tuple, idx: PlaneIndex, cols: Columns) -> tuple | N
 
 def _cpu_line(line, ids: tuple, idx: PlaneIndex, plans: dict, run_program: dict,
               cols: Columns) -> None:
-    """Op executions of one XLA thread-pool line. The hot loop: locals and bound appends only.
+    """Op executions of one XLA thread-pool line. The hot loop reads four fields and two stats
+    per op and appends them; times are scaled per line, programs filled in per run afterwards.
 
     A run_id is one execution of one program, so the program is read once per run.
     """
     _, mod_id, dev_id, run_id = ids
-    programs, ops, devices, starts, durs, runs = (cols.program.append, cols.op.append,
-                                                  cols.device.append, cols.start_ns.append,
-                                                  cols.duration_ns.append, cols.runs.append)
-    base_ps = line.timestamp_ns * 1000
+    offsets, durations = array("q"), array("q")
+    ops, devices, runs = cols.op.append, cols.device.append, cols.runs.append
+    offset, duration = offsets.append, durations.append
     for ev in line.events:
         mid = ev.metadata_id
         plan = plans.get(mid, _UNSEEN)
@@ -69,16 +71,17 @@ def _cpu_line(line, ids: tuple, idx: PlaneIndex, plans: dict, run_program: dict,
         except IndexError:  # this event lays its stats out differently: read them all
             by_id = {st.metadata_id: idx.value(st) for st in stats}
             device, run = by_id.get(dev_id, -1), by_id.get(run_id, -1)
-        program = run_program.get(run)
-        if program is None:
-            program = run_program[run] = next(
-                (idx.value(st) for st in stats if st.metadata_id == mod_id), "")
-        programs(program)
+        if run not in run_program:
+            run_program[run] = next((idx.value(st) for st in stats if st.metadata_id == mod_id),
+                                    "")
         ops(mid)  # named through cols.op_names
         devices(device)
-        starts((base_ps + ev.offset_ps) // 1000)
-        durs(ev.duration_ps // 1000)
         runs(run)
+        offset(ev.offset_ps)
+        duration(ev.duration_ps)
+    base_ps = line.timestamp_ns * 1000
+    cols.start_ns.extend(((base_ps + np.frombuffer(offsets, np.int64)) // 1000).tolist())
+    cols.duration_ns.extend((np.frombuffer(durations, np.int64) // 1000).tolist())
 
 
 def extract(space: XSpace) -> Columns:
@@ -91,25 +94,28 @@ def extract(space: XSpace) -> Columns:
     cols = Columns()
     for line in idx.lines(lambda name: name.startswith(XLA_THREAD_PREFIX)):
         _cpu_line(line, ids, idx, plans, run_program, cols)  # ops run on XLA's pool lines
+    runs = np.frombuffer(cols.runs, np.int64)
+    cols.program = names_of(runs, run_program)
+    uniq, inverse = np.unique(runs, return_inverse=True)
     if not steps:  # no annotations: each execution of a program is its own step
-        order = {r: i for i, r in enumerate(sorted(set(cols.runs)))}
-        cols.step = array("q", [order[r] for r in cols.runs])
+        cols.step = inverse
     else:
-        _steps_by_first_op(cols, steps, run_step)
-        cols.step = array("q", [run_step.get(r, -1) for r in cols.runs])
+        _steps_by_first_op(uniq, inverse, np.asarray(cols.start_ns, np.int64), steps, run_step)
+        cols.step = np.asarray([run_step.get(int(r), -1) for r in uniq], np.int64)[inverse]
     return cols
 
 
-def _steps_by_first_op(cols: Columns, steps: StepWindows, run_step: dict) -> None:
+def _steps_by_first_op(runs: np.ndarray, inverse: np.ndarray, start_ns: np.ndarray,
+                       steps: StepWindows, run_step: dict) -> None:
     """Tie runs no ``Execute`` event names (single-device dispatch carries no run_id) to the
     step whose annotation last opened before the run's first op; runs before any step stay out.
+    ``runs``: the distinct run ids, ``inverse``: each op's index into them.
     """
-    first: dict[int, int] = {}
-    for run, start in zip(cols.runs, cols.start_ns):
-        if run not in run_step and start < first.get(run, start + 1):
-            first[run] = start
-    if not first:
+    unnamed = np.asarray([int(r) not in run_step for r in runs], bool)
+    if not unnamed.any():
         return
+    first = np.full(len(runs), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first, inverse, start_ns)
     opened = StepWindows(zip(steps.starts, steps.ends, steps.steps), open_ended=True)
-    for run, start in first.items():
-        run_step[run] = opened.step_at(start)
+    for run, step in zip(runs[unnamed].tolist(), opened.assign(first[unnamed]).tolist()):
+        run_step[run] = step

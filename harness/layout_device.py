@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 from harness.planes import (STEP_NUM, Columns, PlaneIndex, StepWindows, host_steps,
-                            line_events)
+                            line_arrays, line_events, names_of)
 from harness.xplane import XSpace
 
 _TPU_PLANE = re.compile(r"^/device:TPU:(\d+)$")
@@ -52,6 +54,7 @@ def _module_windows(idx: PlaneIndex) -> StepWindows:
 
 
 def tpu_extract(space: XSpace) -> Columns:
+    """Vectorized over each plane's ``XLA Ops`` line: no per-event Python beyond three reads."""
     cols = Columns()
     annotated, _ = host_steps(space)
     for device, plane in _device_planes(space, _TPU_PLANE):
@@ -61,21 +64,30 @@ def tpu_extract(space: XSpace) -> Columns:
             continue
         steps = _device_step_windows(idx) or StepWindows(
             zip(annotated.starts, annotated.ends, annotated.steps), open_ended=True)
-        modules = _module_windows(idx)
-        mod_stat = idx.stat_ids.get("hlo_module")
-        meta_module = {k: idx.stats(m.stats).get("hlo_module")
-                       for k, m in plane.event_metadata.items()}
-        for ev, start, dur in line_events(ops_line):
-            module = meta_module.get(ev.metadata_id)
-            for st in ev.stats:
-                if st.metadata_id == mod_stat:
-                    module = idx.value(st)
-            if not module:
-                mid = modules.step_at(start)
-                module = _MODULE_SUFFIX.sub("", idx.event_names.get(mid, "")) if mid >= 0 else ""
-            step = steps.step_at(start) if steps else 0
-            cols.add(module, idx.event_names.get(ev.metadata_id, ""), device, step, start, dur)
+        mids, start, dur = line_arrays(ops_line)
+        step = steps.assign(start) if steps else np.zeros(len(mids), dtype=np.int64)
+        cols.program.extend(_tpu_modules(idx, ops_line, mids, start))
+        cols.op.extend(names_of(mids, idx.event_names))
+        cols.device.extend([device] * len(mids))
+        cols.step.extend(step.tolist())
+        cols.start_ns.extend(start.tolist())
+        cols.duration_ns.extend(dur.tolist())
     return cols
+
+
+def _tpu_modules(idx: PlaneIndex, ops_line, mids: np.ndarray, start: np.ndarray) -> list:
+    """Each op's HLO module: an ``hlo_module`` stat on the op (its metadata, else the event),
+    else the ``XLA Modules`` event enclosing it, named without its program id."""
+    meta = {k: idx.stats(m.stats).get("hlo_module", "") for k, m in idx.plane.event_metadata.items()}
+    if all(meta.get(int(m)) for m in np.unique(mids)):
+        return names_of(mids, meta)
+    if "hlo_module" in idx.stat_ids:  # per-event stats: read them (rare, so not vectorized)
+        found = [idx.stats(ev.stats).get("hlo_module") or meta.get(ev.metadata_id, "")
+                 for ev in ops_line.events]
+        if all(found):
+            return found
+    enclosing = _module_windows(idx).assign(start)
+    return names_of(enclosing, idx.event_names, lambda n: _MODULE_SUFFIX.sub("", n))
 
 
 # --- GPU ----------------------------------------------------------------------------------

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import bisect
 from array import array
+
+import numpy as np
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -101,6 +103,36 @@ class StepWindows:
         if self.open_ended or t_ns <= self.ends[i]:
             return self.steps[i]
         return -1
+
+
+    def assign(self, t_ns: np.ndarray) -> np.ndarray:
+        """``step_at`` for an array of times (vectorized; -1 outside every step)."""
+        t = np.asarray(t_ns, dtype=np.int64)
+        if not self.starts:
+            return np.full(len(t), -1, dtype=np.int64)
+        i = np.searchsorted(np.asarray(self.starts, dtype=np.int64), t, side="right") - 1
+        j = np.clip(i, 0, None)
+        inside = i >= 0
+        if not self.open_ended:
+            inside &= t <= np.asarray(self.ends, dtype=np.int64)[j]
+        return np.where(inside, np.asarray(self.steps, dtype=np.int64)[j], -1)
+
+
+def line_arrays(line) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A line's events as arrays: metadata ids, start (ns) and duration (ns)."""
+    evs = line.events
+    n = len(evs)
+    mids = np.fromiter((e.metadata_id for e in evs), np.int64, n)
+    offsets = np.fromiter((e.offset_ps for e in evs), np.int64, n)
+    durations = np.fromiter((e.duration_ps for e in evs), np.int64, n)
+    return mids, (line.timestamp_ns * 1000 + offsets) // 1000, durations // 1000
+
+
+def names_of(codes: np.ndarray, names: dict, transform=lambda name: name) -> list:
+    """``names[code]`` for every code, looked up (and transformed) once per distinct code."""
+    uniq, inverse = np.unique(codes, return_inverse=True)
+    table = np.asarray([transform(names.get(int(c), "")) for c in uniq] or [""], dtype=object)
+    return table[inverse].tolist() if len(codes) else []
 
 
 def line_events(line):
