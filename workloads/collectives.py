@@ -207,7 +207,5 @@ WORKLOAD = Workload(
     presets=PRESETS,
     description="shard_map all-gather / reduce-scatter / all-reduce / all-to-all / ppermute "
                 "over mesh axes, nbytes per device",
-    mesh_axes=("X", "Y"),
-    default_mesh="4x2",
     expected_collectives=expected_collectives,
 )

@@ -187,7 +187,5 @@ WORKLOAD = Workload(
     build=build,
     presets=PRESETS,
     description="X[B,D] @ Y[D,F] under each sharding case of the book's sharding chapter",
-    mesh_axes=("X", "Y"),
-    default_mesh="4x2",
     expected_collectives=expected_collectives,
 )

@@ -232,8 +232,6 @@ PREFILL = Workload(
     build=build_prefill,
     presets=PRESETS,
     description="LLaMA-3 prefill: B prompts of T tokens into a fresh KV cache of S slots",
-    mesh_axes=("X", "Y"),
-    default_mesh="4x2",
 )
 
 DECODE = Workload(
@@ -242,6 +240,4 @@ DECODE = Workload(
     build=build_decode,
     presets=PRESETS,
     description="LLaMA-3 decode: one token for each of B sequences against a KV cache of S slots",
-    mesh_axes=("X", "Y"),
-    default_mesh="4x2",
 )

@@ -159,6 +159,4 @@ WORKLOAD = Workload(
     build=build,
     presets=PRESETS,
     description="LLaMA-3 training step (forward, backward, AdamW) under dp/fsdp/tp/fsdp_tp/dp_tp",
-    mesh_axes=("X", "Y"),
-    default_mesh="4x2",
 )
