@@ -13,7 +13,7 @@ import numpy as np
 
 from harness.planes import (STEP_NUM, Columns, PlaneIndex, StepWindows, host_steps,
                             line_arrays, line_events, names_of)
-from harness.xplane import XSpace
+from harness.xplane import XLine, XSpace
 
 _TPU_PLANE = re.compile(r"^/device:TPU:(\d+)$")
 _GPU_PLANE = re.compile(r"^/device:GPU:(\d+)$")
@@ -59,14 +59,14 @@ def tpu_extract(space: XSpace) -> Columns:
     annotated, _ = host_steps(space)
     for device, plane in _device_planes(space, _TPU_PLANE):
         idx = PlaneIndex(plane)
-        ops_line = idx.line("XLA Ops")
-        if ops_line is None:
+        raw = idx.raw_line("XLA Ops")
+        if raw is None:
             continue
         steps = _device_step_windows(idx) or StepWindows(
             zip(annotated.starts, annotated.ends, annotated.steps), open_ended=True)
-        mids, start, dur = line_arrays(ops_line)
+        mids, start, dur = line_arrays(raw)
         step = steps.assign(start) if steps else np.zeros(len(mids), dtype=np.int64)
-        cols.program.extend(_tpu_modules(idx, ops_line, mids, start))
+        cols.program.extend(_tpu_modules(idx, raw, mids, start))
         cols.op.extend(names_of(mids, idx.event_names))
         cols.device.extend([device] * len(mids))
         cols.step.extend(step.tolist())
@@ -75,7 +75,7 @@ def tpu_extract(space: XSpace) -> Columns:
     return cols
 
 
-def _tpu_modules(idx: PlaneIndex, ops_line, mids: np.ndarray, start: np.ndarray) -> list:
+def _tpu_modules(idx: PlaneIndex, raw: bytes, mids: np.ndarray, start: np.ndarray) -> list:
     """Each op's HLO module: an ``hlo_module`` stat on the op (its metadata, else the event),
     else the ``XLA Modules`` event enclosing it, named without its program id."""
     meta = {k: idx.stats(m.stats).get("hlo_module", "") for k, m in idx.plane.event_metadata.items()}
@@ -83,7 +83,7 @@ def _tpu_modules(idx: PlaneIndex, ops_line, mids: np.ndarray, start: np.ndarray)
         return names_of(mids, meta)
     if "hlo_module" in idx.stat_ids:  # per-event stats: read them (rare, so not vectorized)
         found = [idx.stats(ev.stats).get("hlo_module") or meta.get(ev.metadata_id, "")
-                 for ev in ops_line.events]
+                 for ev in XLine.FromString(raw).events]
         if all(found):
             return found
     enclosing = _module_windows(idx).assign(start)

@@ -13,7 +13,10 @@ import numpy as np
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from harness.xplane import XLine, XLineHeader, XSpace
+from google.protobuf.message import DecodeError
+
+from harness.xplane import (TAG_DURATION_PS, TAG_METADATA_ID, TAG_OFFSET_PS, XLine, XLineHeader,
+                            XLineVarints, XSpace)
 
 HOST_PLANE = "/host:CPU"
 STEP_NUM = "step_num"
@@ -81,6 +84,10 @@ class PlaneIndex:
     def line(self, name: str):
         return next(self.lines(lambda n: n == name), None)
 
+    def raw_line(self, name: str) -> bytes | None:
+        """The undecoded bytes of the first line called ``name``."""
+        return next((raw for n, raw in zip(self._names, self.plane.lines) if n == name), None)
+
 
 class StepWindows:
     """Measured steps as time windows [start, end] in ns, sorted by start."""
@@ -118,14 +125,58 @@ class StepWindows:
         return np.where(inside, np.asarray(self.steps, dtype=np.int64)[j], -1)
 
 
-def line_arrays(line) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A line's events as arrays: metadata ids, start (ns) and duration (ns)."""
+def line_arrays(raw: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A line's events (``raw``: its bytes) as arrays: metadata ids, start and duration (ns).
+
+    Events without stats are decoded in one pass in C (``_varint_events``); otherwise the line
+    is decoded and read field by field (``_field_arrays``).
+    """
+    fast = _varint_events(raw)
+    return fast if fast is not None else _field_arrays(XLine.FromString(raw))
+
+
+def _field_arrays(line) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     evs = line.events
     n = len(evs)
     mids = np.fromiter((e.metadata_id for e in evs), np.int64, n)
     offsets = np.fromiter((e.offset_ps for e in evs), np.int64, n)
     durations = np.fromiter((e.duration_ps for e in evs), np.int64, n)
     return mids, (line.timestamp_ns * 1000 + offsets) // 1000, durations // 1000
+
+
+def _varint_events(raw: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Decode a line whose events hold only varint fields, or None when it holds anything else.
+
+    Read as packed varints, the events field is a run of (tag, value) pairs; proto3 writes an
+    event's fields in field order (tags 8, 16, 24 rising) and leaves out zero metadata ids and
+    durations, so a new event starts wherever the tag does not rise. Every event must carry
+    its offset (tag 16), as XPlane writers always set it; otherwise None.
+    """
+    try:
+        msg = XLineVarints.FromString(raw)
+    except DecodeError:
+        return None
+    flat = np.array(msg.events, dtype=np.uint64)
+    if len(flat) % 2:
+        return None
+    tags, values = flat[0::2], flat[1::2].view(np.int64)
+    if not np.isin(tags, (TAG_METADATA_ID, TAG_OFFSET_PS, TAG_DURATION_PS)).all():
+        return None  # stats, aggregated events or unknown fields: not this fast path
+    first = np.ones(len(tags), dtype=bool)
+    first[1:] = tags[1:] <= tags[:-1]
+    event = np.cumsum(first) - 1
+    n = int(event[-1]) + 1 if len(event) else 0
+    # XPlane writers give every event an offset; one without would blur a boundary
+    if n and not (np.bincount(event[tags == TAG_OFFSET_PS], minlength=n) == 1).all():
+        return None
+    columns = {}
+    for tag in (TAG_METADATA_ID, TAG_OFFSET_PS, TAG_DURATION_PS):
+        col = np.zeros(n, dtype=np.int64)
+        mask = tags == tag
+        col[event[mask]] = values[mask]
+        columns[tag] = col
+    start = (msg.timestamp_ns * 1000 + columns[TAG_OFFSET_PS]) // 1000
+    return columns[TAG_METADATA_ID], start, columns[TAG_DURATION_PS] // 1000
 
 
 def names_of(codes: np.ndarray, names: dict, transform=lambda name: name) -> list:

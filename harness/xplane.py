@@ -61,6 +61,10 @@ _SCHEMA["XPlaneLazy"] = [
     else (n, num, t, lab, tn.replace("XPlane.", "XPlaneLazy.") if tn else tn, o)
     for n, num, t, lab, tn, o in _SCHEMA["XPlane"]]
 _SCHEMA["XLineHeader"] = [f for f in _SCHEMA["XLine"] if f[0] != "events"]
+# A line whose events carry no stats is all varints (metadata_id, offset_ps, duration_ps): read
+# its events field as one packed varint array, decoded in C (see planes.line_arrays).
+_SCHEMA["XLineVarints"] = [("timestamp_ns", 3, _F.TYPE_INT64, _OPT, None, None),
+                           ("events", 4, _F.TYPE_UINT64, _REP, None, None)]
 _ONEOFS = {"XEvent": "data", "XStat": "value"}
 _MAPS = {"EventMetadataEntry": "XEventMetadata", "StatMetadataEntry": "XStatMetadata"}
 
@@ -102,3 +106,6 @@ XEvent = _CLASSES["XEvent"]
 XStat = _CLASSES["XStat"]
 XSpaceLazy = _CLASSES["XSpaceLazy"]
 XLineHeader = _CLASSES["XLineHeader"]
+XLineVarints = _CLASSES["XLineVarints"]
+# Wire tags (field number << 3 | varint) of an XEvent's varint fields.
+TAG_METADATA_ID, TAG_OFFSET_PS, TAG_DURATION_PS = 1 << 3, 2 << 3, 3 << 3
