@@ -8,6 +8,7 @@ import statistics
 import pytest
 
 from harness import calibrate as C
+from harness.calibrate_programs import measure
 from harness import cli
 from harness.errors import HarnessError
 from predictions import collectives, hardware, roofline
@@ -234,7 +235,7 @@ def test_large_matmuls_land_near_the_calibrated_roofline(calibrated, tmp_path):
     # by re-measuring the calibration's own program now (the same code path, so a calibration
     # bug reproduces itself and still fails below).
     n = C.PLANS["quick"].matmul_n[0]
-    again = C._measure("matmul", "all", "fp32", n, "peak", jax.devices()[:N], C.PLANS["quick"])
+    again = measure("matmul", "all", "fp32", n, "peak", jax.devices()[:N], C.PLANS["quick"])
     drift = again.work / again.op_s / chip.flops_per_s("fp32")
     if not 0.8 <= drift <= 1.25:
         pytest.skip(f"inconclusive: this host's matmul speed moved {drift:.2f}x between "
