@@ -55,7 +55,19 @@ def resolve_chip(chip=None, device=None) -> tuple[object, list[str], dict]:
     from predictions import hardware
 
     if chip is not None:
-        return hardware.chip_entry(chip), [], {}
+        entry = hardware.chip_entry(chip)
+        if device is None:
+            import jax
+
+            device = jax.devices()[0]
+        try:
+            ran_on = hardware.chip_for(device).name
+        except KeyError:  # a device kind the registry does not know: name it as JAX does
+            ran_on = str(getattr(device, "device_kind", device))
+        notes = [] if ran_on == entry.name else [
+            f"predicted for {entry.name} but measured on {ran_on}: efficiencies compare two "
+            f"machines (what {entry.name} should do against what this host did)"]
+        return entry, notes, {}
     if device is None:
         import jax
 

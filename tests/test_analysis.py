@@ -90,3 +90,18 @@ def test_seconds_format_at_unit_boundaries():
 def test_resolve_rejects_missing_paths(tmp_path):
     with pytest.raises(harness.errors.HarnessError, match="no such run"):
         store.resolve(tmp_path / "absent", root=tmp_path)
+
+
+def test_predicting_for_another_chip_says_so():
+    from types import SimpleNamespace
+
+    from harness.analysis import resolve_chip
+
+    cpu = SimpleNamespace(device_kind="cpu", platform="cpu")
+    entry, notes, _ = resolve_chip("tpu-v5e", cpu)
+    assert entry.name == "tpu-v5e" and "measured on cpu" in notes[0]
+    unknown = SimpleNamespace(device_kind="NVIDIA L4", platform="gpu")
+    entry, notes, _ = resolve_chip("h100", unknown)
+    assert "measured on NVIDIA L4" in notes[0]
+    h100 = SimpleNamespace(device_kind="NVIDIA H100 80GB HBM3", platform="gpu")
+    assert resolve_chip("h100", h100)[1] == []
