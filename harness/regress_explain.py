@@ -34,13 +34,15 @@ def _describe(row: pd.Series, mesh: dict | None = None) -> str:
     if (isinstance(kind, str) and kind) or what == "collective":
         kind = kind or what
         # sharding.md: a collective's cost is set by its group (mesh axis) size.
-        what = f"{kind} {_over(size, mesh)}" if _finite(size) and size > 1 else kind
+        what = f"{kind} {_over(size, mesh)}" if finite(size) and size > 1 else kind
     bound = BOUND_TERMS.get(str(row.get(schema.BOUND)), "")
     return f"({what}, {bound})" if bound else f"({what})"
 
 
-def _finite(x) -> bool:
-    return isinstance(x, (int, float, np.number)) and math.isfinite(x)
+def finite(x) -> bool:
+    """A real number, neither NaN nor infinite (bools are not numbers here)."""
+    return (isinstance(x, (int, float, np.number)) and not isinstance(x, bool)
+            and math.isfinite(x))
 
 
 # (slower?, efficiency moved against the time?) -> phrase; "against" = the usual case: the op
@@ -59,11 +61,11 @@ def explain(row: pd.Series, mesh: dict | None = None) -> str:
     """One line in the book's terms for a regression or improvement row (``mesh``: axis sizes)."""
     b, c, p = row[schema.BASELINE_S], row[schema.CANDIDATE_S], row[schema.P_VALUE]
     stats = f"{fmt_seconds(b)} -> {fmt_seconds(c)}, {row[schema.CHANGE]:+.0%}, " + (
-        f"p={p:.2g}" if _finite(p) else "untested")
+        f"p={p:.2g}" if finite(p) else "untested")
     be, ce = row[schema.BASELINE_EFFICIENCY], row[schema.CANDIDATE_EFFICIENCY]
     head = f"{row[schema.OP]} {_describe(row, mesh)}"
     slower = c > b
-    if _finite(be) and _finite(ce):
+    if finite(be) and finite(ce):
         against = (ce < be) if slower else (ce > be)
         return f"{head} " + _PHRASES[slower, against].format(be=be, ce=ce, stats=stats)
     return f"{head} {'slowed' if slower else 'sped up'} ({stats})"

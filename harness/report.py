@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import html
 import json
-import math
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -54,15 +53,7 @@ def from_stored(run) -> Report:
 
 
 def _fmt_summary(summary: dict) -> list[tuple[str, str]]:
-    def show(k, v):
-        if isinstance(v, float) and math.isnan(v):
-            return "-"
-        if k.endswith("_s"):
-            return tables.fmt_seconds(v)
-        if k in ("coverage", "mfu", "hfu"):
-            return f"{v:.1%}"
-        return tables.fmt_number(v) if isinstance(v, (int, float)) else str(v)
-    return [(k, show(k, v)) for k, v in summary.items()]
+    return [(k, tables.fmt_figure(k, v)) for k, v in summary.items()]
 
 
 def _meta_line(meta: dict) -> str:

@@ -43,6 +43,18 @@ def fmt_fraction(x: float) -> str:
 FRACTIONS = frozenset({"efficiency", "share", "coverage", "mfu", "hfu"})
 
 
+def fmt_figure(key: str, value) -> str:
+    """One summary figure, formatted by its name: ``*_s`` as time, fractions (coverage, MFU,
+    HFU) as percentages to a tenth, other numbers plainly, anything else as text."""
+    if isinstance(value, float) and math.isnan(value):
+        return "-"
+    if key.endswith("_s"):
+        return fmt_seconds(value)
+    if key in FRACTIONS or key.startswith("mfu"):
+        return f"{value:.1%}"
+    return fmt_number(value) if isinstance(value, (int, float)) else str(value)
+
+
 def formatter(column: str) -> Callable[[object], str]:
     """Display formatter chosen by the column's unit suffix."""
     if column.endswith("_s"):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness import regress, schema, store, tables
+from harness.regress_explain import finite
 
 EXIT_OK, EXIT_REGRESSION = 0, 1
 
@@ -36,17 +37,13 @@ def add_arguments(p) -> None:
 
 
 def _pct(x) -> str:
-    return "-" if not _finite(x) else f"{x:.0%}"
+    return "-" if not finite(x) else f"{x:.0%}"
 
 
 def _signed(x) -> str:
     if isinstance(x, float) and math.isinf(x):
         return "+inf"
-    return "-" if not _finite(x) else f"{x:+.0%}"
-
-
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    return "-" if not finite(x) else f"{x:+.0%}"
 
 
 def _text(x) -> str:
@@ -64,7 +61,7 @@ SHOWN: tuple[tuple[str, str, Callable[[object], str]], ...] = (
     (schema.CHANGE, "change", _signed),
     (schema.BASELINE_EFFICIENCY, "eff. before", _pct),
     (schema.CANDIDATE_EFFICIENCY, "eff. after", _pct),
-    (schema.P_VALUE, "p", lambda p: f"{p:.2g}" if _finite(p) else "-"),
+    (schema.P_VALUE, "p", lambda p: f"{p:.2g}" if finite(p) else "-"),
     (schema.VERDICT, "verdict", _text),
     (schema.NOTE, "note", _text),
 )

@@ -61,7 +61,7 @@ def main(args) -> int:
     fmt = "md" if args.format == "md" else "text"
     print(head)
     for r in results:
-        print(f"\n{r.chip}: " + "  ".join(f"{k}={_show(k, v)}" for k, v in r.totals.items()))
+        print(f"\n{r.chip}: " + "  ".join(f"{k}={tables.fmt_figure(k, v)}" for k, v in r.totals.items()))
         print(tables.render(r.categories, fmt), end="")
         print(tables.render(r.ops.head(args.top), fmt, OP_COLUMNS), end="")
     return 0
@@ -70,11 +70,3 @@ def main(args) -> int:
 def _rel(check: dict, key: str) -> str:
     v = check.get(f"{key}_rel_diff")
     return "n/a" if v is None else f"{v:+.1%}"
-
-
-def _show(key: str, v) -> str:
-    if key.endswith("_s"):
-        return tables.fmt_seconds(v)
-    if key.startswith("mfu"):
-        return f"{v:.1%}"
-    return tables.fmt_number(v)
