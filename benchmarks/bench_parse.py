@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.xplane import XSpace
+from harness.trace.xplane import XSpace
 
 DEVICES = 8
 
@@ -116,7 +116,7 @@ def naive(path: str):
 
 
 def ours(path: str):
-    from harness.trace import load_events
+    from harness.trace.load import load_events
 
     return load_events(path)
 
@@ -135,7 +135,7 @@ def _vm_hwm() -> int:
 def _child(fn_name: str, path: str, q):
     fn = {"naive": naive, "load_events": ours}[fn_name]
     if fn_name == "load_events":
-        import harness.trace  # noqa: F401  (imports are not parse time)
+        import harness.trace.load  # noqa: F401  (imports are not parse time)
     else:
         import jax.profiler  # noqa: F401
         import pandas  # noqa: F401

@@ -13,14 +13,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import plots, schema
+from harness import schema
 from harness.capture import Capture, capture
 from harness.compare import by_category, compare, summary
 from harness.hlo import cross_check, hlo_costs, parse_module
 from harness.ops import op_times, step_samples, step_time
-from harness.report import CATEGORIES_PNG, ROOFLINE_PNG, Report
+from harness.report import plots
+from harness.report.document import CATEGORIES_PNG, ROOFLINE_PNG, Report
 from harness.sharding import unexpected_collectives
-from harness.trace import load_events
+from harness.trace.load import load_events
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ def resolve_chip(chip=None, device=None) -> tuple[object, list[str], dict]:
     if entry.name == "cpu":
         import jax
 
-        from harness.calibrate import ensure_cpu_chip
+        from harness.calibrate.chip import ensure_cpu_chip
 
         # this process's devices: a multi-process job cannot run programs on the others'
         entry, cal, measured = ensure_cpu_chip(jax.local_device_count())

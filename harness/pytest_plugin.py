@@ -133,7 +133,7 @@ def harness_run(request, tmp_path):
         import jax
 
         from harness.analysis import analyze
-        from harness.runner import build_workload, new_run_id, save_analysis
+        from harness.runs.run import build_workload, new_run_id, save_analysis
 
         meta = {"test": request.node.nodeid}
         expected = book = None

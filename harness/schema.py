@@ -29,7 +29,7 @@ MEASURED_MIN_S = "measured_min_s"  # min over devices of the per-device median
 MEASURED_MAX_S = "measured_max_s"  # max over devices of the per-device median
 DEVICES = "devices"          # number of devices the op ran on
 
-# --- multi-host (harness.distributed) ------------------------------------------------------
+# --- multi-host (harness.multihost.run) ------------------------------------------------------
 HOSTS = "hosts"              # processes (hosts) the op ran on
 HOST_MIN_S = "host_min_s"    # min over hosts of the host's measured_s (median over its devices)
 HOST_MAX_S = "host_max_s"    # max over hosts of the same

@@ -4,14 +4,16 @@ import json
 import pytest
 
 import harness
-from harness import report, schema, store
+from harness import report, schema
+from harness.runs import store
 
 
 @pytest.fixture(scope="module")
 def analysis(tmp_path_factory):
     import jax
     import jax.numpy as jnp
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     mesh = jax.make_mesh((4, 2), ("X", "Y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
 
@@ -55,7 +57,7 @@ def test_reports_render(analysis):
 
 
 def test_saved_run_round_trips(analysis, tmp_path):
-    from harness.runner import save_analysis
+    from harness.runs.run import save_analysis
 
     path = save_analysis(analysis, tmp_path / "run-1")
     for name in ("meta.json", "ops.parquet", "ops.csv", "steps.parquet", "report.md",
@@ -79,7 +81,7 @@ def test_damaged_runs_give_one_line_errors(tmp_path):
 
 
 def test_seconds_format_at_unit_boundaries():
-    from harness.tables import fmt_seconds
+    from harness.report.tables import fmt_seconds
 
     assert fmt_seconds(999.8e-6) == "1 ms"
     assert fmt_seconds(1.5e-6) == "1.5 us"

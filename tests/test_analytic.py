@@ -3,7 +3,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.analytic import analytic
+from harness.book import analytic
 from predictions import hardware
 
 MESH = SimpleNamespace(shape={"X": 4, "Y": 2})

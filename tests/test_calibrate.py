@@ -7,9 +7,9 @@ import statistics
 
 import pytest
 
-from harness import calibrate as C
-from harness.calibrate_programs import measure
 from harness import cli
+from harness.calibrate import chip as C
+from harness.calibrate.programs import measure
 from harness.errors import HarnessError
 from predictions import collectives, hardware, roofline
 from predictions.rules import Cost
@@ -127,7 +127,7 @@ def test_cache_is_keyed_by_device_count(cache, monkeypatch, keep_cpu_chip):
 
 def test_another_hosts_calibration_is_not_used(cache, caplog):
     C.save(synthetic(host="elsewhere"))
-    with caplog.at_level(logging.WARNING, logger="harness.calibrate"):
+    with caplog.at_level(logging.WARNING, logger="harness.calibrate.chip"):
         assert C.cached(N) is None
     assert "elsewhere" in caplog.text
 
@@ -146,7 +146,7 @@ def test_corrupt_cache_file_is_a_one_line_error_naming_it(cache, caplog, content
     message = str(err.value)
     assert str(path) in message and why in message and "\n" not in message
     # the automatic path (a run on CPU) warns, names the file, and measures a new one
-    with caplog.at_level(logging.WARNING, logger="harness.calibrate"):
+    with caplog.at_level(logging.WARNING, logger="harness.calibrate.chip"):
         assert C.cached(N) is None
     assert str(path) in caplog.text
 
@@ -216,11 +216,12 @@ def fully_calibrated():
 def test_large_matmuls_land_near_the_calibrated_roofline(fully_calibrated, tmp_path):
     import jax
     import jax.numpy as jnp
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     from harness.capture import capture
     from harness.ops import op_times
-    from harness.trace import load_events
+    from harness.trace.load import load_events
 
     chip = fully_calibrated[0]
     mesh = jax.make_mesh((N,), ("X",), axis_types=(jax.sharding.AxisType.Auto,))

@@ -6,14 +6,15 @@ import pytest
 from harness import schema
 from harness.capture import CAPTURE_FILE, HLO_FILE, capture
 from harness.ops import op_times
-from harness.trace import load_events
+from harness.trace.load import load_events
 
 
 @pytest.fixture(scope="module")
 def matmul_capture(tmp_path_factory):
     import jax
     import jax.numpy as jnp
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     mesh = jax.make_mesh((8,), ("X",), axis_types=(jax.sharding.AxisType.Auto,))
     # sharding.md case 3: both operands sharded on the contracting dim -> partial sums + AllReduce

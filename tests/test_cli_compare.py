@@ -5,10 +5,11 @@ import shutil
 
 import pandas as pd
 import pytest
-
-from harness import regress, schema, store
-from harness.cli import main
 from test_regress import save
+
+from harness import schema
+from harness.cli import main
+from harness.runs import regress, store
 
 
 def run_cli(capsys, *argv):

@@ -20,8 +20,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import cli, schema, store
-from harness.hosts import BY_DEVICE_CSV, by_device, host_columns
+from harness import cli, schema
+from harness.multihost.merge import BY_DEVICE_CSV, by_device, host_columns
+from harness.runs import store
 
 HARNESS = [sys.executable, "-m", "harness"]
 STEPS = ["--steps", "2", "--warmup", "1", "--chip", "cpu"]
@@ -55,7 +56,7 @@ def _only_run(out: Path) -> Path:
 # --- acceptance: 2 processes x 4 devices, one merged run ------------------------------------
 @pytest.mark.parametrize("workload", ["collective", "llama_train"])
 def test_two_processes_merge_into_one_run_with_all_devices(tmp_path, workload):
-    from harness.runner import run_workload
+    from harness.runs.run import run_workload
 
     out = tmp_path / "results"
     # `harness run ... --distributed` after `--`, as the README's table spells it

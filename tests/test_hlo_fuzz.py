@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness import hlo
-from harness.hlo_attrs import PARSERS
+from harness.hlo.attrs import PARSERS
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "hlo"
 TEXTS = {p.stem: p.read_text() for p in sorted(FIXTURES.glob("*.txt"))}

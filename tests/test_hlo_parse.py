@@ -13,7 +13,7 @@ import pytest
 
 from harness import hlo
 from harness.errors import HarnessError
-from harness.hlo_attrs import replica_groups
+from harness.hlo.attrs import replica_groups
 from predictions.rules import Shape
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "hlo"

@@ -8,8 +8,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from predictions import collectives, roofline
-from predictions.rules import (CATEGORY, RULES, UNMODELED, Cost, OpDesc, Shape, category, cost,
-                               fusion_cost)
+from predictions.rules import (
+    CATEGORY,
+    RULES,
+    UNMODELED,
+    Cost,
+    OpDesc,
+    Shape,
+    category,
+    cost,
+    fusion_cost,
+)
 
 
 def f32(*dims):

@@ -1,12 +1,13 @@
-"""harness.regress: noise-aware verdicts on small synthetic runs (a few ops, 10 steps each)."""
+"""harness.runs.regress: noise-aware verdicts on small synthetic runs (a few ops, 10 steps each)."""
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from harness import regress, schema, store
+from harness import schema
 from harness.errors import HarnessError
+from harness.runs import regress, store
 
 PROGRAM = "jit_step"
 # op, opcode, category, bound, collective, group size, time per step (s), roofline time (s).

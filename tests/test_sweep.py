@@ -17,9 +17,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import cli, schema, store
-from harness import sweep as sw
-from harness.sweep_file import SweepFileError, load_sweep
+from harness import cli, schema
+from harness.runs import store
+from harness.sweep import run as sw
+from harness.sweep.plan import SweepFileError, load_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 CHIP = "tpu-v5e"

@@ -1,10 +1,10 @@
 """Bad traces give one clear error naming the file; the CLI exits 2 with one line."""
 import pytest
+from xspace_text import plane, serialize
 
 from harness.cli import main
 from harness.errors import TraceError
-from harness.trace import load_events
-from xspace_text import plane, serialize
+from harness.trace.load import load_events
 
 
 @pytest.fixture

@@ -1,10 +1,10 @@
 """Per-op medians on synthetic TPU, GPU and CPU traces, worked out by hand."""
 import pytest
+from xspace_text import plane, serialize
 
 from harness import schema
 from harness.ops import op_times, step_samples
-from harness.trace import load_events
-from xspace_text import plane, serialize
+from harness.trace.load import load_events
 
 US = 1000  # ns
 
@@ -138,8 +138,8 @@ def test_stat_free_lines_decode_in_one_pass_exactly_as_field_by_field():
     # pass decoder must find event boundaries all the same, and refuse lines with stats.
     import numpy as np
 
-    from harness.planes import _field_arrays, _varint_events
-    from harness.xplane import XLine
+    from harness.trace.planes import _field_arrays, _varint_events
+    from harness.trace.xplane import XLine
 
     line = XLine(timestamp_ns=5)
     events = [(1, 0, 7), (0, 3_000, 0), (2, 9_000, 0), (0, 0, 0), (3, 2**40, 11_000), (3, 1, 1)]

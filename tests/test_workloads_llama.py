@@ -14,7 +14,6 @@ from workloads.llama.config import MODEL_DIMS, dims_of
 from workloads.llama.sharding import Sharder
 from workloads.mesh import abstract_mesh, lower_abstract, make_mesh
 
-
 # --- parameter count --------------------------------------------------------------------------
 
 def test_param_count_matches_predictions():

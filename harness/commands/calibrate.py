@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness import calibrate as cal_lib
+from harness.calibrate import chip as cal_lib
 
 
 def add_arguments(p) -> None:

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import regress, schema, store, tables
-from harness.regress_explain import finite
+from harness import schema
+from harness.report import tables
+from harness.runs import regress, store
+from harness.runs.explain import finite
 
 EXIT_OK, EXIT_REGRESSION = 0, 1
 

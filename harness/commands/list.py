@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import tables
+from harness.report import tables
 
 
 def add_arguments(p) -> None:
@@ -14,7 +14,7 @@ def add_arguments(p) -> None:
 
 
 def runs_table(root: Path) -> pd.DataFrame:
-    from harness import store
+    from harness.runs import store
 
     rows = []
     for run in store.list_runs(root):

@@ -16,9 +16,7 @@ import argparse
 import dataclasses
 import json
 
-from predictions import (collectives, hardware, inference, roofline, training,
-                         transformer)
-
+from predictions import collectives, hardware, inference, roofline, training, transformer
 
 
 def _num(name: str, text: str | None, integer: bool = False) -> float | int | None:

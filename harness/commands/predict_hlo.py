@@ -4,8 +4,9 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from harness import schema, tables
+from harness import schema
 from harness.commands.run import parse_sets
+from harness.report import tables
 
 OP_COLUMNS = (schema.OP, schema.OPCODE, schema.CATEGORY, schema.BOUND, schema.COUNT,
               schema.PREDICTED_S, schema.T_COMPUTE_S, schema.T_MEMORY_S, schema.T_COMM_S,
@@ -25,9 +26,9 @@ def add_arguments(p) -> None:
 
 def main(args) -> int:
     import workloads
-    from harness.analytic import analytic
+    from harness.book import analytic
     from harness.hlo import cross_check, parse_module
-    from harness.predict_hlo import predict_module
+    from harness.hlo.chips import predict_module
     from predictions import hardware
     from workloads.aot import compile_in_subprocess
     from workloads.mesh import parse_shape

@@ -14,7 +14,7 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from harness import store
+    from harness.runs import store
 
     r = report.from_stored(store.load(store.resolve(args.run, args.root)))
     print(report.to_text(r, top=args.top) if args.format == "text"

@@ -5,8 +5,9 @@ import sys
 import traceback
 from pathlib import Path
 
-from harness import report, tables
+from harness import report
 from harness.errors import HarnessError
+from harness.report import tables
 
 
 def parse_sets(items: list[str]) -> dict[str, str]:
@@ -46,7 +47,7 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from harness.runner import list_workloads, run_workload
+    from harness.runs.run import list_workloads, run_workload
 
     if args.list or not args.workload:
         print(tables.to_text(list_workloads(), title="workloads"), end="")
@@ -77,7 +78,7 @@ def _main_distributed(args) -> int:
     A process that fails after joining the job leaves at once (``distributed.leave``): its peers
     may be waiting for it in a collective, and jax's exit would wait for them.
     """
-    from harness import distributed
+    from harness.multihost import run as distributed
 
     def timed_out(message: str) -> None:
         print(f"harness run: error: {message}", file=sys.stderr)

@@ -10,8 +10,9 @@ import sys
 import threading
 from pathlib import Path
 
-from harness import schema, tables
+from harness import schema
 from harness.errors import HarnessError
+from harness.report import tables
 
 LATEST = "latest"
 
@@ -29,7 +30,7 @@ def add_arguments(p) -> None:
 
 
 def _sweep_dir(args, plan) -> Path:
-    from harness import sweep
+    from harness.sweep import run as sweep
 
     if args.resume is None:
         return sweep.new_sweep_dir(plan.name, args.out)
@@ -68,8 +69,9 @@ def _progress():
 def main(args) -> int:
     from rich.markup import escape
 
-    from harness import sweep, sweep_report
-    from harness.sweep_file import load_sweep
+    from harness.sweep import report as sweep_report
+    from harness.sweep import run as sweep
+    from harness.sweep.plan import load_sweep
 
     plan = load_sweep(args.file)
     if args.dry_run:

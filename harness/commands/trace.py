@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness import schema, tables
-
+from harness import schema
+from harness.report import tables
 
 
 def add_arguments(p) -> None:
@@ -19,7 +19,7 @@ def add_arguments(p) -> None:
 
 def main(args) -> int:
     from harness.ops import op_times
-    from harness.trace import load_events
+    from harness.trace.load import load_events
 
     events = load_events(args.path, warmup_steps=args.warmup_steps)
     ops = op_times(events)

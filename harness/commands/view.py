@@ -20,7 +20,7 @@ def xprof_command(trace_dir: Path, port: int) -> list[str]:
 
 
 def main(args) -> int:
-    from harness import store
+    from harness.runs import store
 
     run = store.resolve(args.run, args.root)
     trace_dir = run / store.TRACE_DIR

@@ -12,10 +12,10 @@ from pathlib import Path
 import pandas as pd
 
 from harness import report as report_mod
-from harness import store
 from harness.analysis import Analysis, analyze_capture
-from harness.analytic import Analytic, analytic
+from harness.book import Analytic, analytic
 from harness.capture import capture
+from harness.runs import store
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class Built:
         return self.workload.expected_collectives(self.cfg, self.mesh)
 
     def book(self, chip) -> Analytic | None:
-        """The book's workload-level figures on ``chip`` (`harness.analytic`)."""
+        """The book's workload-level figures on ``chip`` (`harness.book`)."""
         return analytic(self.workload.name, self.cfg, self.mesh, chip)
 
 

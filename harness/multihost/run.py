@@ -3,7 +3,7 @@
 Every process joins the job (``initialize``: ``jax.distributed.initialize``, gloo CPU collectives),
 builds the workload on the global mesh and traces its own devices. The per-process EVENTS go to
 process 0 through the coordination service's key-value store (no shared filesystem needed);
-process 0 builds and stores ONE run from them (``harness.hosts``) and posts the outcome, which the
+process 0 builds and stores ONE run from them (``harness.multihost.merge``) and posts the outcome, which the
 other processes wait for, so that every process's exit code says whether the run was stored.
 Other processes write nothing under ``out``; their scratch space is the system temp directory.
 """
@@ -255,10 +255,10 @@ def run_workload(name: str, *, cluster: Cluster, preset: str = "tiny",
     """``runner.run_workload`` across the job: every process builds the workload on the global
     mesh and captures its own devices. Process 0 returns ``(analysis, run path)``, the others
     ``(None, run path)`` once process 0 has stored the run."""
-    from harness import hosts
     from harness.capture import capture
-    from harness.runner import build_workload
-    from harness.trace import load_events
+    from harness.multihost import merge as hosts
+    from harness.runs.run import build_workload
+    from harness.trace.load import load_events
 
     if chip is not None:  # a bad chip name fails on every process before anything compiles
         from predictions import hardware

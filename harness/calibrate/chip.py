@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.calibrate_programs import DTYPES, PLANS, Plan, Sample, measure
+from harness.calibrate.programs import DTYPES, PLANS, Plan, Sample, measure
 from harness.errors import HarnessError
 from predictions import hardware
 from predictions.hardware import Chip

@@ -137,7 +137,7 @@ def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
     the best step; a chain of collectives gives the median over its ops."""
     from harness import schema
     from harness.capture import capture
-    from harness.trace import load_events
+    from harness.trace.load import load_events
 
     prog = BUILDERS[kind](devices, dtype, size, plan.chain)
     with tempfile.TemporaryDirectory(prefix="calibrate-") as tmp:

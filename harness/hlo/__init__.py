@@ -11,14 +11,20 @@ The public face of ``hlo_*``::
 
 Every malformed or truncated input raises :class:`HloParseError` (a ``HarnessError``).
 """
-from harness.hlo_attrs import HloParseError, ReplicaGroups
-from harness.hlo_category import category
-from harness.hlo_cost import (compute_dtype, cross_check, hlo_costs, instruction_cost,
-                              module_totals)
-from harness.hlo_desc import to_desc
-from harness.hlo_exec import CONTAINERS, STRUCTURAL, TripCount, executed, fused_instructions, trip_count
-from harness.hlo_ir import Computation, Instruction, Module
-from harness.hlo_parse import parse_module
+from harness.hlo.attrs import HloParseError, ReplicaGroups
+from harness.hlo.category import category
+from harness.hlo.cost import compute_dtype, cross_check, hlo_costs, instruction_cost, module_totals
+from harness.hlo.desc import to_desc
+from harness.hlo.ir import Computation, Instruction, Module
+from harness.hlo.parse import parse_module
+from harness.hlo.walk import (
+                              CONTAINERS,
+                              STRUCTURAL,
+                              TripCount,
+                              executed,
+                              fused_instructions,
+                              trip_count,
+)
 
 __all__ = [
     "HloParseError", "ReplicaGroups", "Computation", "Instruction", "Module", "TripCount",

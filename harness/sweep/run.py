@@ -2,7 +2,7 @@
 
 The sweep directory (``results/sweeps/<name>-<timestamp>/``) holds ``manifest.json`` (one record
 per point: key, status, run, error), the runs under ``runs/<workload>-<key>/<run-id>/``, and,
-once the sweep closes, the summary table, plots and ``report.html`` (``harness.sweep_report``).
+once the sweep closes, the summary table, plots and ``report.html`` (``harness.sweep.report``).
 
 The manifest is rewritten atomically (temp file + ``os.replace``) after every point, and runs
 are stored atomically by ``harness.store.save``, so an interrupted or killed sweep leaves only
@@ -29,9 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import store
 from harness.errors import HarnessError
-from harness.sweep_file import Point, SweepPlan
+from harness.runs import store
+from harness.sweep.plan import Point, SweepPlan
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class Event:
 class SweepResult:
     path: Path
     records: list[dict]                 # one per plan point, in plan order
-    summary: object = None              # pandas DataFrame (harness.sweep_report)
+    summary: object = None              # pandas DataFrame (harness.sweep.report)
     report: Path | None = None
     ran: int = 0                        # points run in this invocation (not skipped)
 
@@ -188,7 +188,7 @@ def run_sweep(plan: SweepPlan, sweep_dir: str | os.PathLike, *,
               on_event: Callable[[Event], None] | None = None, close: bool = True) -> SweepResult:
     """Run (or resume) ``plan`` in ``sweep_dir``; returns the records and, with ``close``, the
     summary table and report path. Point failures are recorded, not raised."""
-    from harness.runner import run_workload
+    from harness.runs.run import run_workload
 
     sweep_dir = Path(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -230,7 +230,7 @@ def run_sweep(plan: SweepPlan, sweep_dir: str | os.PathLike, *,
         _release()
     result = SweepResult(path=sweep_dir, records=manifest.records, ran=ran)
     if close:
-        from harness import sweep_report
+        from harness.sweep import report as sweep_report
 
         result.summary, result.report = sweep_report.write(sweep_dir, manifest.data,
                                                            manifest.records)

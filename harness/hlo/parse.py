@@ -21,10 +21,10 @@ from __future__ import annotations
 import logging
 import re
 
-from harness import hlo_attrs
-from harness.hlo_attrs import HloParseError
-from harness.hlo_ir import Computation, Instruction, Module
-from harness.hlo_line import err, parse_instruction
+from harness.hlo import attrs as hlo_attrs
+from harness.hlo.attrs import HloParseError
+from harness.hlo.ir import Computation, Instruction, Module
+from harness.hlo.line import err, parse_instruction
 
 log = logging.getLogger(__name__)
 

@@ -20,12 +20,12 @@ from collections.abc import Mapping
 import pandas as pd
 
 from harness import schema
-from harness.hlo_attrs import HloParseError
-from harness.hlo_category import category
-from harness.hlo_desc import ASYNC_KINDS, operand_leaves, to_desc
-from harness.hlo_exec import STRUCTURAL, executed, fused_instructions, trip_count
-from harness.hlo_ir import Instruction, Module
-from harness.hlo_parse import parse_module
+from harness.hlo.attrs import HloParseError
+from harness.hlo.category import category
+from harness.hlo.desc import ASYNC_KINDS, operand_leaves, to_desc
+from harness.hlo.ir import Instruction, Module
+from harness.hlo.parse import parse_module
+from harness.hlo.walk import STRUCTURAL, executed, fused_instructions, trip_count
 from predictions import rules
 from predictions.rules import Cost
 

@@ -12,9 +12,17 @@ from array import array
 
 import numpy as np
 
-from harness.planes import (HOST_PLANE, XLA_THREAD_PREFIX, Columns, PlaneIndex, StepWindows,
-                            host_steps, names_of, plane)
-from harness.xplane import XSpace
+from harness.trace.planes import (
+    HOST_PLANE,
+    XLA_THREAD_PREFIX,
+    Columns,
+    PlaneIndex,
+    StepWindows,
+    host_steps,
+    names_of,
+    plane,
+)
+from harness.trace.xplane import XSpace
 
 
 def detect(space: XSpace) -> bool:

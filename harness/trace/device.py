@@ -11,9 +11,17 @@ import re
 
 import numpy as np
 
-from harness.planes import (STEP_NUM, Columns, PlaneIndex, StepWindows, host_steps,
-                            line_arrays, line_events, names_of)
-from harness.xplane import XLine, XSpace
+from harness.trace.planes import (
+    STEP_NUM,
+    Columns,
+    PlaneIndex,
+    StepWindows,
+    host_steps,
+    line_arrays,
+    line_events,
+    names_of,
+)
+from harness.trace.xplane import XLine, XSpace
 
 _TPU_PLANE = re.compile(r"^/device:TPU:(\d+)$")
 _GPU_PLANE = re.compile(r"^/device:GPU:(\d+)$")

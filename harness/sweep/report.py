@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import schema, store, sweep_plots, tables
+from harness import schema
 from harness.errors import HarnessError
+from harness.report import tables
+from harness.runs import store
+from harness.sweep import plots as sweep_plots
 
 log = logging.getLogger(__name__)
 

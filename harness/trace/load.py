@@ -17,8 +17,8 @@ from google.protobuf.message import DecodeError
 
 from harness import schema
 from harness.errors import TraceError
-from harness.layouts import LAYOUTS, Columns
-from harness.xplane import XSpaceLazy as XSpace
+from harness.trace.layouts import LAYOUTS, Columns
+from harness.trace.xplane import XSpaceLazy as XSpace
 
 log = logging.getLogger(__name__)
 

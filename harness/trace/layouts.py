@@ -1,6 +1,6 @@
 """Where XLA op executions live in an XSpace, one entry per backend layout (`profiling.md`).
 
-Each layout turns an XSpace into plain column lists (``Columns``); ``harness.trace`` makes the
+Each layout turns an XSpace into plain column lists (``Columns``); ``harness.trace.load`` makes the
 DataFrame. Steps are attributed here: ``-1`` marks an execution outside every measured step.
 
 - CPU: plane ``/host:CPU``; op events carry stats ``hlo_op``, ``hlo_module``, ``device_ordinal``,
@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness import layout_cpu, layout_device
-from harness.planes import Columns
-from harness.xplane import XSpace
+from harness.trace import cpu as layout_cpu
+from harness.trace import device as layout_device
+from harness.trace.planes import Columns
+from harness.trace.xplane import XSpace
 
 __all__ = ["LAYOUTS", "Layout", "Columns"]
 

@@ -1,4 +1,4 @@
-"""The merged run of a multi-host job (`harness.distributed`), built on process 0 from every
+"""The merged run of a multi-host job (`harness.multihost.run`), built on process 0 from every
 process's EVENTS, whose ``schema.HOST`` column names the process each row came from.
 
 - ``host_columns``: per op, the spread of its time over hosts (``schema.OPS_HOSTS``): a host's
@@ -47,9 +47,9 @@ def store_merged(built, cap, events: pd.DataFrame, processes: list[dict], *, chi
     analysis and trace directory), add the host columns, store one run under ``out``."""
     import jax
 
-    from harness import tables
     from harness.analysis import analyze_capture
-    from harness.runner import new_run_id, save_analysis
+    from harness.report import tables
+    from harness.runs.run import new_run_id, save_analysis
 
     notes = []
     if jax.default_backend() == "cpu":

@@ -23,8 +23,8 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from harness.hlo_attrs import HloParseError
-from harness.hlo_ir import Computation, Instruction, Module
+from harness.hlo.attrs import HloParseError
+from harness.hlo.ir import Computation, Instruction, Module
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from harness.hlo_attrs import HloParseError
-from harness.hlo_exec import async_done
-from harness.hlo_ir import Instruction, Module
+from harness.hlo.attrs import HloParseError
+from harness.hlo.ir import Instruction, Module
+from harness.hlo.walk import async_done
 from predictions.rules import OpDesc, Shape
 
 # Operations XLA splits into an async ``<kind>-start`` / ``<kind>-done`` pair.

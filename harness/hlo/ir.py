@@ -8,7 +8,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from harness.hlo_attrs import HloParseError
+from harness.hlo.attrs import HloParseError
 from predictions.rules import Shape
 
 _OP_NAME_RE = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')

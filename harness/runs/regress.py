@@ -21,7 +21,7 @@ probability 2*alpha; one two-sided test keeps it at ``alpha`` and costs little p
 side, cleanly separated: p = 2/252 = 0.008). Ops are tested without a multiple-testing
 correction; the threshold and ``min_share`` bound what a false positive can cost.
 
-Explanations (``harness.regress_explain``) use the book's roofline terms.
+Explanations (``harness.runs.explain``) use the book's roofline terms.
 """
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ from scipy.stats import mannwhitneyu
 
 from harness import schema
 from harness.errors import HarnessError
-from harness.store import StoredRun
-from harness.regress_explain import explain
+from harness.runs.explain import explain
+from harness.runs.store import StoredRun
 
 log = logging.getLogger(__name__)
 

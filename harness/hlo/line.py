@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 
-from harness import hlo_attrs
-from harness.hlo_attrs import HloParseError
-from harness.hlo_ir import Instruction
+from harness.hlo import attrs as hlo_attrs
+from harness.hlo.attrs import HloParseError
+from harness.hlo.ir import Instruction
 from predictions.rules import DTYPE_BYTES, Shape
 
 _INSTR_RE = re.compile(r"\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*")

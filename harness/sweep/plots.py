@@ -1,5 +1,5 @@
 """Sweep figures as PNG bytes: collective bus bandwidth vs message size against the book's
-curve, and matmul roofline efficiency vs size. Input: the sweep summary (``harness.sweep_report``).
+curve, and matmul roofline efficiency vs size. Input: the sweep summary (``harness.sweep.report``).
 """
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import pandas as pd
 
 from harness import schema
-from harness.plots import _png
+from harness.report.plots import _png
 
 
 def _subplots(n: int, size=(4.2, 3.6)):

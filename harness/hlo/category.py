@@ -18,8 +18,8 @@ Rules, in order (kept simple on purpose; the registries below are the whole stor
 from __future__ import annotations
 
 from harness import schema
-from harness.hlo_exec import fused_instructions
-from harness.hlo_ir import Instruction, Module
+from harness.hlo.ir import Instruction, Module
+from harness.hlo.walk import fused_instructions
 from predictions import rules
 
 MATMUL, ATTENTION, COLLECTIVE, ELEMENTWISE, REDUCTION, COPY, OTHER = schema.CATEGORIES

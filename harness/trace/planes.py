@@ -8,15 +8,21 @@ from __future__ import annotations
 
 import bisect
 from array import array
-
-import numpy as np
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
 from google.protobuf.message import DecodeError
 
-from harness.xplane import (TAG_DURATION_PS, TAG_METADATA_ID, TAG_OFFSET_PS, XLine, XLineHeader,
-                            XLineVarints, XSpace)
+from harness.trace.xplane import (
+    TAG_DURATION_PS,
+    TAG_METADATA_ID,
+    TAG_OFFSET_PS,
+    XLine,
+    XLineHeader,
+    XLineVarints,
+    XSpace,
+)
 
 HOST_PLANE = "/host:CPU"
 STEP_NUM = "step_num"

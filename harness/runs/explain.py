@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
-from harness.tables import fmt_seconds
+from harness.report.tables import fmt_seconds
 
 # How a bound reads in the book's terms (`roofline.md`).
 BOUND_TERMS = {"compute": "compute-bound", "memory": "memory-bound",

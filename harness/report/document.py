@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from harness import schema, tables
+from harness import schema
 from harness.errors import HarnessError
+from harness.report import tables
 
 OP_COLUMNS = (schema.OP, schema.CATEGORY, schema.BOUND, schema.COUNT, schema.MEASURED_S,
               schema.PREDICTED_S, schema.EFFICIENCY, schema.GAP_S, schema.SHARE)
@@ -39,7 +40,7 @@ class Report:
 
 def from_stored(run) -> Report:
     """Rebuild a stored run's report (``store.StoredRun``): tables, summary, notes, plots."""
-    from harness import store
+    from harness.runs import store
 
     unexpected = None
     if (run.path / store.UNEXPECTED_CSV).exists():

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.toml_lines import key_lines, line_of
+from harness.sweep.toml_lines import key_lines, line_of
 
 TOP_KEYS = ("name", "description", "steps", "warmup", "preset", "chip", "grid")
 GRID_KEYS = ("workload", "preset", "mesh", "chip", "steps", "warmup", "set")

@@ -1,0 +1,2 @@
+"""The ``cpu`` chip, measured on this host: the programs timed (``programs``) and the chip they
+make (``chip``)."""
