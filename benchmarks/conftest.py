@@ -6,9 +6,9 @@ Run explicitly (the default ``python -m pytest`` collects ``tests/`` only):
 """
 import os
 
-_FLAG = "--xla_force_host_platform_device_count"
-if _FLAG not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" {_FLAG}=8").strip()
+from harness.devices import set_host_device_count
+
+set_host_device_count(8, keep_existing=True)
 
 # Harmless when the installed package's pytest11 entry point already loaded it (same name).
 pytest_plugins = ["harness.pytest_plugin"]

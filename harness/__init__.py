@@ -1,15 +1,40 @@
 """scaling-harness: capture -> parse -> predict -> compare -> report -> store.
 
-Stage functions are importable without importing jax; jax is imported when a stage needs it.
+``from harness import analyze`` and the stage functions below are re-exported lazily: importing
+``harness`` imports neither jax nor pandas, so ``harness.devices`` can still set ``XLA_FLAGS``;
+each name loads its module on first use.
 """
+from __future__ import annotations
+
+import importlib
+
 __version__ = "0.1.0"
 
+# name -> module that defines it, in pipeline order (DESIGN.md). ``capture`` and ``compare`` are
+# not listed: they are also submodules' names, and ``import harness.compare`` rebinds the name.
+EXPORTS: dict[str, str] = {
+    "load_events": "harness.trace",
+    "op_times": "harness.ops",
+    "parse_module": "harness.hlo",
+    "hlo_costs": "harness.hlo",
+    "summary": "harness.compare",
+    "render": "harness.report",
+    "save_analysis": "harness.runs",
+    "load_run": "harness.runs",
+    "analyze": "harness.analysis",
+    "analyze_capture": "harness.analysis",
+}
 
-def analyze(fn, *args, **kwargs):
-    """Capture any jitted ``fn(*args)`` and report it per op against the roofline.
+__all__ = sorted(EXPORTS)
 
-    See :func:`harness.analysis.analyze`; returns an :class:`harness.analysis.Analysis`.
-    """
-    from harness.analysis import analyze as _analyze
 
-    return _analyze(fn, *args, **kwargs)
+def __getattr__(name: str):
+    if name not in EXPORTS:
+        raise AttributeError(f"module 'harness' has no attribute {name!r}")
+    value = getattr(importlib.import_module(EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(EXPORTS))

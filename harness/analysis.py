@@ -28,17 +28,28 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Analysis:
-    """One analysed capture: the tables, the summary figures and the report."""
+    """One analysed capture: its report (ops, categories, summary, notes, plots) and what the
+    report was made from (the capture, its events and per-step samples, the chip, XLA's
+    cross-check). ``harness.runs.store`` saves the report and loads it back."""
 
     capture: Capture
     events: pd.DataFrame
-    ops: pd.DataFrame
     steps: pd.DataFrame
-    categories: pd.DataFrame
-    summary: dict
     report: Report
     chip: object
     cross_check: dict = field(default_factory=dict)
+
+    @property
+    def ops(self) -> pd.DataFrame:
+        return self.report.ops
+
+    @property
+    def categories(self) -> pd.DataFrame:
+        return self.report.categories
+
+    @property
+    def summary(self) -> dict:
+        return self.report.summary
 
     @property
     def meta(self) -> dict:
@@ -160,8 +171,8 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
     report = Report(title=title or f"{program} on {devices}x {cap.meta.get('device_kind', '?')}"
                     f" (predicted for {entry.name})", ops=ops, categories=cats, summary=summ,
                     meta=full_meta, notes=notes, unexpected=unexpected, plots=figures)
-    return Analysis(capture=cap, events=events, ops=ops, steps=step_samples(events),
-                    categories=cats, summary=summ, report=report, chip=entry, cross_check=check)
+    return Analysis(capture=cap, events=events, steps=step_samples(events), report=report,
+                    chip=entry, cross_check=check)
 
 
 def _beats_roofline(ops: pd.DataFrame, margin: float = 1.25, min_share: float = 0.05) -> str:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import os
 import sys
 
+from harness.devices import set_host_device_count
 from harness.errors import HarnessError
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -32,18 +32,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "launch": ("harness.commands.launch",
                "start N local processes of a --distributed command (multi-host rehearsal)"),
 }
-
-DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
-
-
-def set_host_device_count(n: int) -> None:
-    """Ask XLA's CPU backend for ``n`` virtual devices. Must run before jax is imported."""
-    if "jax" in sys.modules:
-        logging.getLogger(__name__).warning("jax already imported; --devices %d has no effect", n)
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(DEVICE_COUNT_FLAG)]
-    flags.append(f"{DEVICE_COUNT_FLAG}={n}")
-    os.environ["XLA_FLAGS"] = " ".join(flags)
-
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     """The parser; only the chosen command's module is imported (and adds its arguments)."""

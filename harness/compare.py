@@ -55,18 +55,18 @@ def by_category(ops: pd.DataFrame) -> pd.DataFrame:
                    _unmod=ops[schema.MEASURED_S].where(~modeled, 0.0),
                    _pred=ops[schema.PREDICTED_S].fillna(0.0))
     out = g.groupby(schema.CATEGORY).agg(
-        ops=(schema.OP, "count"),
-        **{schema.MEASURED_S: (schema.MEASURED_S, "sum"),
+        **{schema.OPS_COUNT: (schema.OP, "count"),
+           schema.MEASURED_S: (schema.MEASURED_S, "sum"),
            schema.PREDICTED_S: ("_pred", "sum"),
-           "modeled_measured_s": ("_mod_meas", "sum"),
-           "unmodeled_s": ("_unmod", "sum")}).reset_index()
-    out[schema.EFFICIENCY] = out[schema.PREDICTED_S] / out["modeled_measured_s"].where(
-        out["modeled_measured_s"] > 0)
+           "_mod_meas": ("_mod_meas", "sum"),
+           schema.UNMODELED_S: ("_unmod", "sum")}).reset_index()
+    out[schema.EFFICIENCY] = out[schema.PREDICTED_S] / out["_mod_meas"].where(
+        out["_mod_meas"] > 0)
     total = out[schema.MEASURED_S].sum()
     out[schema.SHARE] = out[schema.MEASURED_S] / total if total > 0 else np.nan
     order = {c: i for i, c in enumerate(schema.CATEGORIES)}
     out = out.sort_values(schema.CATEGORY, key=lambda s: s.map(order).fillna(99))
-    return out.drop(columns=["modeled_measured_s"]).reset_index(drop=True)
+    return out.drop(columns=["_mod_meas"]).reset_index(drop=True)
 
 
 def coverage(ops: pd.DataFrame) -> float:
@@ -78,9 +78,28 @@ def coverage(ops: pd.DataFrame) -> float:
     return float(1.0 - unmodeled / total)
 
 
+def workload_efficiency(ops: pd.DataFrame, predicted: str = schema.PREDICTED_S,
+                        measured: str = schema.MEASURED_S) -> float:
+    """The workload's roofline efficiency: predicted over measured time of the modeled ops.
+
+    The one definition every view prints (run summary, sweep summary, ``harness compare``'s
+    step row, the pytest plugin). Unmodeled ops (no prediction) are left out of both sums;
+    coverage says how much time that leaves out. NaN when no modeled op took time.
+    ``predicted``/``measured`` name the columns (``harness compare`` renames them).
+    """
+    modeled = ops[predicted].notna()
+    t = float(ops.loc[modeled, measured].sum())
+    return float(ops.loc[modeled, predicted].sum()) / t if t > 0 else float("nan")
+
+
+def category_efficiency(ops: pd.DataFrame, category: str) -> float:
+    """``workload_efficiency`` of the ops of one category (NaN when none took time)."""
+    return workload_efficiency(ops[ops[schema.CATEGORY] == category])
+
+
 def summary(ops: pd.DataFrame, *, step_s: float, peak_flops_per_s: float, devices: int,
             model_flops: float | None = None, analytic_s: float | None = None) -> dict:
-    """Workload-level figures for one step.
+    """Workload-level figures for one step, keyed by ``schema`` names.
 
     ``step_s``: measured step time. ``peak_flops_per_s``: one device's peak. ``model_flops``:
     the step's useful FLOPs over all devices (e.g. 6·P·tokens for training, `transformers.md`);
@@ -88,19 +107,20 @@ def summary(ops: pd.DataFrame, *, step_s: float, peak_flops_per_s: float, device
     the HLO's own FLOPs (per device, counted per execution times count).
     """
     hlo_flops = float((ops[schema.FLOPS].fillna(0.0) * ops[schema.COUNT]).sum())
+    per_step = (lambda x: x / step_s if step_s > 0 else float("nan"))
     out = {
-        "step_s": step_s,
-        "measured_ops_s": float(ops[schema.MEASURED_S].sum()),
-        "predicted_ops_s": float(ops[schema.PREDICTED_S].fillna(0.0).sum()),
-        "coverage": coverage(ops),
-        "hlo_flops_per_device": hlo_flops,
-        "hfu": hlo_flops / (step_s * peak_flops_per_s) if step_s > 0 else float("nan"),
-        "devices": devices,
+        schema.STEP_S: step_s,
+        schema.MEASURED_OPS_S: float(ops[schema.MEASURED_S].sum()),
+        schema.PREDICTED_OPS_S: float(ops[schema.PREDICTED_S].fillna(0.0).sum()),
+        schema.COVERAGE: coverage(ops),
+        schema.EFFICIENCY: workload_efficiency(ops),
+        schema.HLO_FLOPS_PER_DEVICE: hlo_flops,
+        schema.HFU: per_step(hlo_flops / peak_flops_per_s),
+        schema.DEVICES: devices,
     }
     if model_flops is not None:
-        out["model_flops"] = model_flops
-        out["mfu"] = model_flops / (step_s * devices * peak_flops_per_s) if step_s > 0 else \
-            float("nan")
+        out[schema.MODEL_FLOPS] = model_flops
+        out[schema.MFU] = per_step(model_flops / (devices * peak_flops_per_s))
     if analytic_s is not None:
-        out["analytic_s"] = analytic_s
+        out[schema.ANALYTIC_S] = analytic_s
     return out

@@ -27,6 +27,12 @@ from typing import Any
 
 import pytest
 
+from harness.devices import set_host_device_count
+
+# Deferred on purpose: this module is a pytest11 entry point, loaded by every pytest session, so
+# pandas (harness.schema, harness.compare) and jax load only when a result is read or the fixture
+# runs: the imports marked "deferred" below.
+
 log = logging.getLogger(__name__)
 
 PREFIX = "harness_"
@@ -54,22 +60,29 @@ class HarnessResult:
 
     @property
     def step_s(self) -> float:
-        return float(self.summary.get("step_s", math.nan))
+        from harness import schema  # deferred
+
+        return float(self.summary.get(schema.STEP_S, math.nan))
 
     @property
     def efficiency(self) -> float | None:
-        return roofline_efficiency(self.ops)
+        """The workload's roofline efficiency (``harness.compare.workload_efficiency``)."""
+        from harness.compare import workload_efficiency  # deferred
+
+        eff = workload_efficiency(self.ops)
+        return eff if math.isfinite(eff) else None
 
     def extra_info(self) -> dict:
         """JSON-able figures for pytest-benchmark's ``extra_info`` (NaN becomes None)."""
-        from harness import schema
+        from harness import schema  # deferred
 
-        info = {"step_s": self.step_s, "ops_s": float(self.ops[schema.MEASURED_S].sum()),
-                "efficiency": self.efficiency,
-                "device_kind": self.meta.get("device_kind"),
-                "devices": self.meta.get("device_count"),
-                "workload": self.meta.get("workload"), "chip": self.meta.get("chip")}
-        for key in ("coverage", "hfu", "mfu"):
+        info = {schema.STEP_S: self.step_s, "ops_s": float(self.ops[schema.MEASURED_S].sum()),
+                schema.EFFICIENCY: self.efficiency,
+                schema.DEVICE_KIND: self.meta.get(schema.DEVICE_KIND),
+                schema.DEVICES: self.meta.get(schema.DEVICE_COUNT),
+                schema.WORKLOAD: self.meta.get(schema.WORKLOAD),
+                schema.CHIP: self.meta.get(schema.CHIP)}
+        for key in (schema.COVERAGE, schema.HFU, schema.MFU):
             if key in self.summary:
                 info[key] = self.summary[key]
         cols = [c for c in (schema.OP, schema.CATEGORY, schema.MEASURED_S, schema.EFFICIENCY)
@@ -78,9 +91,9 @@ class HarnessResult:
         info["top_ops"] = [{c: _plain(v) for c, v in row.items()}
                            for row in top.to_dict("records")]
         if self.path is not None:
-            info["run"] = str(self.path)
+            info[schema.RUN] = str(self.path)
         if self.analysis.report.notes:
-            info["notes"] = list(self.analysis.report.notes)
+            info[schema.NOTES] = list(self.analysis.report.notes)
         return {PREFIX + k: _plain(v) for k, v in info.items() if v is not None}
 
 
@@ -94,15 +107,6 @@ def _plain(v):
     return v
 
 
-def roofline_efficiency(ops) -> float | None:
-    """Sum of roofline times over the measured time of the ops a rule predicts (compare.py)."""
-    from harness import schema
-
-    modeled = ops[schema.PREDICTED_S].notna()
-    measured = float(ops.loc[modeled, schema.MEASURED_S].sum())
-    return float(ops.loc[modeled, schema.PREDICTED_S].sum()) / measured if measured > 0 else None
-
-
 def pytest_addoption(parser) -> None:
     group = parser.getgroup("harness", "scaling-harness")
     group.addoption("--harness-save", metavar="DIR", default=None,
@@ -114,8 +118,6 @@ def pytest_addoption(parser) -> None:
 def pytest_configure(config) -> None:
     n = config.getoption("--harness-devices", default=None)
     if n:
-        from harness.cli import set_host_device_count
-
         set_host_device_count(n)
 
 
@@ -130,7 +132,7 @@ def harness_run(request, tmp_path):
     def run(target, *args, preset: str = "tiny", overrides: dict | None = None,
             mesh: str | None = None, steps: int = 5, warmup: int = 2, chip=None,
             rounds: int | None = None, time: bool = True) -> HarnessResult:
-        import jax
+        import jax  # deferred: see the note at the top
 
         from harness.analysis import analyze
         from harness.runs.run import build_workload, new_run_id, save_analysis

@@ -95,6 +95,40 @@ PREDICTED_BUS_GBPS = "predicted_bus_GBps"  # bus_bytes / analytic_s, in 1e9 byte
 MODEL_FLOPS = "model_flops"        # the step's useful FLOPs over all devices (matmul: 2BDF)
 MATMUL_EFFICIENCY = "matmul_efficiency"    # predicted / measured time of the matmul-category ops
 
+# --- per-category table (harness.compare.by_category) ---------------------------------------
+OPS_COUNT = "ops"                  # ops in the category
+UNMODELED_S = "unmodeled_s"        # measured time of the category's ops no rule predicts
+
+# --- run summary (meta.json "summary"): one figure each, defined in harness.compare ---------
+# STEP_S, COVERAGE, EFFICIENCY, MFU, MODEL_FLOPS, ANALYTIC_S and DEVICES above are summary keys too.
+MEASURED_OPS_S = "measured_ops_s"  # sum of measured_s over the step's ops
+PREDICTED_OPS_S = "predicted_ops_s"  # sum of predicted_s over the modeled ops
+HLO_FLOPS_PER_DEVICE = "hlo_flops_per_device"  # the HLO's FLOPs per device per step
+HFU = "hfu"                        # hardware FLOPs utilisation: hlo_flops / (step_s * peak)
+ANALYTIC_FORMULA = "analytic_formula"  # the book formula behind analytic_s
+FLOPS_VS_COST_ANALYSIS = "flops_vs_cost_analysis"  # our HLO FLOPs vs XLA's, relative difference
+FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE = "flops_vs_cost_analysis_loops_once"  # same, loops once
+# ahead-of-time predictions (harness predict-hlo; harness.hlo.chips): no measured step
+PREDICTED_STEP_S = "predicted_step_s"  # sum of the ops' roofline times (no overlap)
+MFU_AT_ROOFLINE = "mfu_at_roofline"    # MFU if the step ran at predicted_step_s
+FIGURES = (STEP_S, MEASURED_OPS_S, PREDICTED_OPS_S, COVERAGE, EFFICIENCY, HLO_FLOPS_PER_DEVICE,
+           HFU, DEVICES, MODEL_FLOPS, MFU, ANALYTIC_S, ANALYTIC_FORMULA, FLOPS_VS_COST_ANALYSIS,
+           FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE, PREDICTED_STEP_S, MFU_AT_ROOFLINE)
+FRACTIONS = (EFFICIENCY, SHARE, COVERAGE, MFU, HFU, MFU_AT_ROOFLINE)  # shown as percentages
+
+# --- run metadata (meta.json; harness.capture.environment writes the machine's) --------------
+TITLE = "title"
+SUMMARY = "summary"                # the figures above
+NOTES = "notes"                    # report notes, one line each
+CROSS_CHECK = "cross_check"        # harness.hlo.cross_check against cost_analysis()
+GIT_SHA = "git_sha"
+CONFIG = "config"                  # the workload config, field -> value
+CALIBRATION = "calibration"        # the host calibration behind a cpu chip
+DEVICE_KIND = "device_kind"
+DEVICE_COUNT = "device_count"
+TIME = "time"
+# WORKLOAD, PRESET, MESH, CHIP and PROGRAM above are meta keys too.
+
 UNMODELED = "unmodeled"
 BOUNDS = ("compute", "memory", "comm", UNMODELED)
 CATEGORIES = ("matmul", "attention", "collective", "elementwise", "reduction", "copy", "other")

@@ -3,7 +3,7 @@ calibration cache so tests never read or write the user's ~/.cache/scaling-harne
 import os
 import tempfile
 
-_FLAG = "--xla_force_host_platform_device_count"
-if _FLAG not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" {_FLAG}=8").strip()
+from harness.devices import set_host_device_count
+
+set_host_device_count(8, keep_existing=True)
 os.environ["SCALING_HARNESS_CACHE"] = tempfile.mkdtemp(prefix="scaling-harness-test-cache-")

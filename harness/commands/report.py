@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import report
+from harness.runs import store
 
 
 def add_arguments(p) -> None:
@@ -14,9 +15,7 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from harness.runs import store
-
-    r = report.from_stored(store.load(store.resolve(args.run, args.root)))
+    r = store.load(store.resolve(args.run, args.root)).report
     print(report.to_text(r, top=args.top) if args.format == "text"
           else report.render(r, args.format), end="")
     return 0

@@ -72,7 +72,7 @@ def store_merged(built, cap, events: pd.DataFrame, processes: list[dict], *, chi
                      f"process {top[schema.SLOWEST_HOST]} (per-host columns in ops.csv, per "
                      f"device in {BY_DEVICE_CSV})")
     report = dataclasses.replace(a.report, ops=ops, notes=a.report.notes + skew)
-    a = dataclasses.replace(a, ops=ops, report=report)
+    a = dataclasses.replace(a, report=report)
     # the report's ops only: control-flow containers (while, call) are left out as in ops
     table = by_device(events[events[schema.PROGRAM] == cap.program]).merge(ops[keys], on=keys)
     path = save_analysis(a, out / new_run_id(name),

@@ -8,10 +8,8 @@ from harness.report.document import (
                                      FORMATS,
                                      ROOFLINE_PNG,
                                      Report,
-                                     from_stored,
                                      render,
                                      to_text,
 )
 
-__all__ = ["CATEGORIES_PNG", "FORMATS", "ROOFLINE_PNG", "Report", "from_stored", "render",
-           "to_text"]
+__all__ = ["CATEGORIES_PNG", "FORMATS", "ROOFLINE_PNG", "Report", "render", "to_text"]

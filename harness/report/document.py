@@ -18,8 +18,8 @@ from harness.report import tables
 
 OP_COLUMNS = (schema.OP, schema.CATEGORY, schema.BOUND, schema.COUNT, schema.MEASURED_S,
               schema.PREDICTED_S, schema.EFFICIENCY, schema.GAP_S, schema.SHARE)
-CATEGORY_COLUMNS = (schema.CATEGORY, "ops", schema.MEASURED_S, schema.PREDICTED_S,
-                    "unmodeled_s", schema.EFFICIENCY, schema.SHARE)
+CATEGORY_COLUMNS = (schema.CATEGORY, schema.OPS_COUNT, schema.MEASURED_S, schema.PREDICTED_S,
+                    schema.UNMODELED_S, schema.EFFICIENCY, schema.SHARE)
 ROOFLINE_PNG = "roofline.png"
 CATEGORIES_PNG = "categories.png"
 
@@ -38,28 +38,13 @@ class Report:
     plots: dict[str, bytes] = field(default_factory=dict)  # file name -> PNG
 
 
-def from_stored(run) -> Report:
-    """Rebuild a stored run's report (``store.StoredRun``): tables, summary, notes, plots."""
-    from harness.runs import store
-
-    unexpected = None
-    if (run.path / store.UNEXPECTED_CSV).exists():
-        unexpected = pd.read_csv(run.path / store.UNEXPECTED_CSV)
-    plots = {name: (run.path / name).read_bytes() for name in (ROOFLINE_PNG, CATEGORIES_PNG)
-             if (run.path / name).exists()}
-    meta = {k: v for k, v in run.meta.items() if k not in ("summary", "notes", "cross_check")}
-    return Report(title=run.meta.get("title", run.run_id), ops=run.ops,
-                  categories=run.categories, summary=run.meta.get("summary", {}), meta=meta,
-                  notes=list(run.meta.get("notes", [])), unexpected=unexpected, plots=plots)
-
-
 def _fmt_summary(summary: dict) -> list[tuple[str, str]]:
     return [(k, tables.fmt_figure(k, v)) for k, v in summary.items()]
 
 
 def _meta_line(meta: dict) -> str:
-    keys = ("workload", "preset", "chip", "device_kind", "device_count", "mesh", "backend",
-            "jax_version", "git_sha", "time")
+    keys = (schema.WORKLOAD, schema.PRESET, schema.CHIP, schema.DEVICE_KIND, schema.DEVICE_COUNT,
+            schema.MESH, "backend", "jax_version", schema.GIT_SHA, schema.TIME)
     return ", ".join(f"{k}={meta[k]}" for k in keys if meta.get(k) not in (None, "", {}))
 
 

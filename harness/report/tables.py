@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
+from harness import schema
 from harness.errors import HarnessError
 
 
@@ -40,7 +41,7 @@ def fmt_fraction(x: float) -> str:
 
 
 # Columns holding a fraction of something (shown as a percentage).
-FRACTIONS = frozenset({"efficiency", "share", "coverage", "mfu", "hfu"})
+FRACTIONS = frozenset(schema.FRACTIONS)
 
 
 def fmt_figure(key: str, value) -> str:

@@ -34,6 +34,7 @@ import pandas as pd
 from scipy.stats import mannwhitneyu
 
 from harness import schema
+from harness.compare import workload_efficiency
 from harness.errors import HarnessError
 from harness.runs.explain import explain
 from harness.runs.store import StoredRun
@@ -223,9 +224,7 @@ def _workload_row(b: pd.DataFrame, c: pd.DataFrame, a: np.ndarray, z: np.ndarray
     """The whole step: median of per-step totals (sum of op medians without samples)."""
     def side(ops, samples):
         t = float(np.median(samples)) if len(samples) else float(ops["t"].sum())
-        modeled = ops["pred"].notna()
-        meas = ops.loc[modeled, "t"].sum()  # roofline efficiency over modeled ops (compare.py)
-        eff = float(ops.loc[modeled, "pred"].sum() / meas) if meas > 0 else np.nan
+        eff = workload_efficiency(ops, predicted="pred", measured="t")
         return pd.Series({"t": t, "share": 1.0, "eff": eff,
                           **dict.fromkeys(_DESCRIPTIVE), schema.CATEGORY: "all ops"})
     return _row((ALL_PROGRAMS, STEP_TOTAL), side(b, a), side(c, z), a, z, rule)

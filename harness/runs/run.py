@@ -11,15 +11,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import report as report_mod
+from harness import schema
 from harness.analysis import Analysis, analyze_capture
 from harness.book import Analytic, analytic
 from harness.capture import capture
 from harness.runs import store
 
 log = logging.getLogger(__name__)
-
-REPORT_FORMATS = {"report.md": "md", "report.html": "html"}
 
 
 def new_run_id(workload: str) -> str:
@@ -36,18 +34,12 @@ def list_workloads() -> pd.DataFrame:
 
 
 def save_analysis(a: Analysis, path: Path, extra: dict[str, str | bytes] | None = None) -> Path:
-    """Store an analysis as a run directory (atomically), with its reports and plots;
-    ``extra`` maps more file names to contents (a multi-host run's per-device table)."""
-    reports: dict[str, str | bytes] = {name: report_mod.render(a.report, fmt)
-                                       for name, fmt in REPORT_FORMATS.items()}
-    reports.update(a.report.plots)
-    reports.update(extra or {})
-    if a.report.unexpected is not None and not a.report.unexpected.empty:
-        reports[store.UNEXPECTED_CSV] = a.report.unexpected.to_csv(index=False)
-    meta = dict(a.meta, title=a.report.title, summary=a.summary, notes=a.report.notes,
-                cross_check=a.cross_check, git_sha=store.git_sha())
-    return store.save(path, meta, a.ops, steps=a.steps, categories=a.categories,
-                      reports=reports, trace_dir=a.capture.trace_dir)
+    """Store an analysis as a run directory (atomically): its report, per-step samples, XLA
+    cross-check and trace; ``extra`` maps more file names to contents (a multi-host run's
+    per-device table). ``store.load(path).report`` gives the report back."""
+    return store.save_report(path, a.report, steps=a.steps,
+                             meta={schema.CROSS_CHECK: a.cross_check}, extra=extra,
+                             trace_dir=a.capture.trace_dir)
 
 
 @dataclasses.dataclass
@@ -62,8 +54,8 @@ class Built:
 
     @property
     def meta(self) -> dict:
-        return {"workload": self.workload.name, "config": _config_dict(self.cfg),
-                "mesh": {str(k): int(v) for k, v in dict(self.mesh.shape).items()}}
+        return {schema.WORKLOAD: self.workload.name, schema.CONFIG: _config_dict(self.cfg),
+                schema.MESH: {str(k): int(v) for k, v in dict(self.mesh.shape).items()}}
 
     def expected_collectives(self) -> dict[str, int] | None:
         return self.workload.expected_collectives(self.cfg, self.mesh)
@@ -103,10 +95,10 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
         log.info("running %s (%s) on mesh %s", name, preset, dict(built.mesh.shape))
         cap = capture(built.fn, built.args, warmup=warmup, steps=steps,
                       out_dir=scratch / "trace", mesh=built.mesh)
-        meta = dict(built.meta, preset=preset, overrides=overrides or {})
+        meta = dict(built.meta, **{schema.PRESET: preset, schema.OVERRIDES: overrides or {}})
         analysis = analyze_capture(cap, chip=chip, meta=meta, book=built.book,
                                    expected_collectives=built.expected_collectives(),
-                                   title=f"{name} ({preset}) on mesh {meta['mesh']}")
+                                   title=f"{name} ({preset}) on mesh {meta[schema.MESH]}")
         path = save_analysis(analysis, out / new_run_id(name))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -1,7 +1,9 @@
 """Runs on disk: ``results/<run-id>/`` with meta.json, ops.parquet/.csv, steps.parquet, reports.
 
-A run is written into a temporary sibling directory and renamed into place, so a crash never
-leaves a half-written run; a directory without ``meta.json`` is not a run.
+This module both writes and reads a run: ``save_report`` stores a report (with its per-step
+samples and trace), ``load`` gives it back as a ``StoredRun``, whose ``report`` is the same kind
+of object that was saved. A run is written into a temporary sibling directory and renamed into
+place, so a crash never leaves a half-written run; a directory without ``meta.json`` is not a run.
 """
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness import schema
 from harness.errors import HarnessError
+from harness.report import CATEGORIES_PNG, ROOFLINE_PNG, Report, render
 
 log = logging.getLogger(__name__)
 
@@ -28,21 +32,41 @@ CATEGORIES_CSV = "categories.csv"
 UNEXPECTED_CSV = "unexpected_collectives.csv"
 TRACE_DIR = "trace"
 TMP_PREFIX = ".tmp-"
+PLOTS = (ROOFLINE_PNG, CATEGORIES_PNG)
+REPORT_FORMATS = {"report.md": "md", "report.html": "html"}  # rendered beside the tables
+# meta.json keys that belong to the report rather than to the run's metadata
+_REPORT_KEYS = (schema.TITLE, schema.SUMMARY, schema.NOTES, schema.CROSS_CHECK)
 
 
 @dataclass
 class StoredRun:
-    """A run as saved: metadata, the OPS table, per-step samples, per-category summary."""
+    """A run as saved: metadata, the OPS table, per-step samples, per-category summary, the
+    collectives the layout did not call for, and the report's plots (file name -> PNG)."""
 
     path: Path
     meta: dict
     ops: pd.DataFrame
     steps: pd.DataFrame = field(default_factory=pd.DataFrame)
     categories: pd.DataFrame = field(default_factory=pd.DataFrame)
+    unexpected: pd.DataFrame | None = None
+    plots: dict[str, bytes] = field(default_factory=dict)
 
     @property
     def run_id(self) -> str:
         return self.path.name
+
+    @property
+    def summary(self) -> dict:
+        return self.meta.get(schema.SUMMARY, {})
+
+    @property
+    def report(self) -> Report:
+        """The report this run was saved from: tables, summary, notes, plots."""
+        meta = {k: v for k, v in self.meta.items() if k not in _REPORT_KEYS}
+        return Report(title=self.meta.get(schema.TITLE, self.run_id), ops=self.ops,
+                      categories=self.categories, summary=self.summary, meta=meta,
+                      notes=list(self.meta.get(schema.NOTES, [])), unexpected=self.unexpected,
+                      plots=dict(self.plots))
 
 
 def git_sha() -> str:
@@ -102,6 +126,25 @@ def save(path: str | os.PathLike, meta: dict, ops: pd.DataFrame, *,
     return final
 
 
+def save_report(path: str | os.PathLike, report: Report, *, steps: pd.DataFrame | None = None,
+                meta: dict | None = None, extra: dict[str, str | bytes] | None = None,
+                trace_dir: str | os.PathLike | None = None) -> Path:
+    """Store ``report`` as a run: its tables and figures, Markdown and HTML renderings, plots and
+    unexpected collectives; ``meta`` adds run metadata, ``extra`` more files (name -> content).
+    ``load(path).report`` gives the report back."""
+    files: dict[str, str | bytes] = {name: render(report, fmt)
+                                     for name, fmt in REPORT_FORMATS.items()}
+    files.update(report.plots)
+    files.update(extra or {})
+    if report.unexpected is not None and not report.unexpected.empty:
+        files[UNEXPECTED_CSV] = report.unexpected.to_csv(index=False)
+    full = dict(report.meta, **(meta or {}), **{
+        schema.TITLE: report.title, schema.SUMMARY: report.summary, schema.NOTES: report.notes,
+        schema.GIT_SHA: git_sha()})
+    return save(path, full, report.ops, steps=steps, categories=report.categories,
+                reports=files, trace_dir=trace_dir)
+
+
 def load(path: str | os.PathLike) -> StoredRun:
     """Read a stored run; a missing or damaged run directory raises HarnessError (one line)."""
     p = Path(path)
@@ -119,11 +162,14 @@ def load(path: str | os.PathLike) -> StoredRun:
             pd.DataFrame()
         cats = pd.read_csv(p / CATEGORIES_CSV) if (p / CATEGORIES_CSV).exists() else \
             pd.DataFrame()
+        unexpected = pd.read_csv(p / UNEXPECTED_CSV) if (p / UNEXPECTED_CSV).exists() else None
     except FileNotFoundError:
         raise HarnessError(f"{p}: run is missing {OPS_PARQUET}") from None
     except Exception as e:  # pyarrow raises several types for a damaged file
         raise HarnessError(f"{p}: unreadable run table ({type(e).__name__}: {e})") from None
-    return StoredRun(path=p, meta=meta, ops=ops, steps=steps, categories=cats)
+    plots = {name: (p / name).read_bytes() for name in PLOTS if (p / name).exists()}
+    return StoredRun(path=p, meta=meta, ops=ops, steps=steps, categories=cats,
+                     unexpected=unexpected, plots=plots)
 
 
 def resolve(ref: str | os.PathLike, root: str | os.PathLike = "results") -> Path:

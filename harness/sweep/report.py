@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness import schema
+from harness.compare import category_efficiency, workload_efficiency
 from harness.errors import HarnessError
 from harness.report import tables
 from harness.runs import store
@@ -40,13 +41,6 @@ BUS_BYTES: dict[str, Callable[[float, int], float]] = {
 }
 
 
-def _category_ratio(ops: pd.DataFrame, category: str) -> float:
-    """predicted / measured time summed over the ops of ``category`` (NaN when none)."""
-    d = ops[ops[schema.CATEGORY] == category]
-    measured = d[schema.MEASURED_S].sum()
-    return float(d[schema.PREDICTED_S].fillna(0).sum() / measured) if measured > 0 else math.nan
-
-
 def _collective(run: store.StoredRun) -> dict:
     cfg, mesh = run.meta.get("config", {}), run.meta.get("mesh", {})
     axes = [a.strip() for a in str(cfg.get("axes", "")).replace("+", ",").split(",") if a.strip()]
@@ -68,7 +62,7 @@ def _collective(run: store.StoredRun) -> dict:
 def _matmul(run: store.StoredRun) -> dict:
     cfg, mesh = run.meta.get("config", {}), run.meta.get("mesh", {})
     shape = "x".join(str(v) for v in mesh.values())
-    return {schema.MATMUL_EFFICIENCY: _category_ratio(run.ops, "matmul"),
+    return {schema.MATMUL_EFFICIENCY: category_efficiency(run.ops, "matmul"),
             schema.SERIES: f"{cfg.get('case', '')} on {shape}, {cfg.get('dtype', '')}"}
 
 
@@ -93,11 +87,10 @@ def point_row(record: dict, sweep_dir: Path) -> dict:
     except HarnessError as e:
         log.warning("sweep point %d: %s", record["index"] + 1, e)
         return dict(row, **{schema.ERROR: str(e)})
-    s = run.meta.get("summary", {})
-    measured, predicted = s.get("measured_ops_s"), s.get("predicted_ops_s")
-    row.update({schema.CHIP: run.meta.get("chip", row[schema.CHIP]),
+    s = run.summary
+    row.update({schema.CHIP: run.meta.get(schema.CHIP, row[schema.CHIP]),
                 schema.STEP_S: s.get(schema.STEP_S), schema.COVERAGE: s.get(schema.COVERAGE),
-                schema.EFFICIENCY: predicted / measured if measured else math.nan,
+                schema.EFFICIENCY: workload_efficiency(run.ops),
                 schema.MFU: s.get(schema.MFU), schema.ANALYTIC_S: s.get(schema.ANALYTIC_S),
                 schema.MODEL_FLOPS: s.get(schema.MODEL_FLOPS)})
     figures = FIGURES.get(record["workload"])
