@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness import schema
+from harness.calibrate.chip import cpu_chip_for_run
 from harness.capture import Capture, capture
 from harness.compare import by_category, compare, summary
 from harness.hlo import cross_check, hlo_costs, parse_module
@@ -22,6 +23,7 @@ from harness.report import plots
 from harness.report.document import CATEGORIES_PNG, ROOFLINE_PNG, Report
 from harness.sharding import unexpected_collectives
 from harness.trace.load import load_events
+from predictions import hardware
 
 log = logging.getLogger(__name__)
 
@@ -56,49 +58,51 @@ class Analysis:
         return self.report.meta
 
 
+def _first_device():
+    import jax  # deferred: callers that pass a device never need jax
+
+    return jax.devices()[0]
+
+
 def resolve_chip(chip=None, device=None) -> tuple[object, list[str], dict]:
-    """The chip to predict for, notes about how it was chosen, and metadata to keep with the
-    run (the host calibration behind a ``cpu`` chip).
+    """The chip to predict for, and notes about how it was chosen (a pure look-up).
 
     ``chip``: a name or a ``predictions.hardware.Chip``; None picks the chip of ``device`` (the
-    first JAX device by default). On CPU the calibrated ``cpu`` entry is used (a quick
-    calibration runs when this host has none).
+    first JAX device by default). Never measures anything and never changes the registry: a
+    ``cpu`` entry is the one registered; ``chip_for_run`` calibrates it for a run.
     """
-    from predictions import hardware
+    device = _first_device() if device is None else device
+    if chip is None:
+        return hardware.chip_for(device), [], {}
+    entry = hardware.chip_entry(chip)
+    try:
+        ran_on = hardware.chip_for(device).name
+    except KeyError:  # a device kind the registry does not know: name it as JAX does
+        ran_on = str(getattr(device, "device_kind", device))
+    notes = [] if ran_on == entry.name else [
+        f"predicted for {entry.name} but measured on {ran_on}: efficiencies compare two "
+        f"machines (what {entry.name} should do against what this host did)"]
+    return entry, notes, {}
 
-    if chip is not None:
-        entry = hardware.chip_entry(chip)
-        if device is None:
-            import jax
 
-            device = jax.devices()[0]
-        try:
-            ran_on = hardware.chip_for(device).name
-        except KeyError:  # a device kind the registry does not know: name it as JAX does
-            ran_on = str(getattr(device, "device_kind", device))
-        notes = [] if ran_on == entry.name else [
-            f"predicted for {entry.name} but measured on {ran_on}: efficiencies compare two "
-            f"machines (what {entry.name} should do against what this host did)"]
-        return entry, notes, {}
-    if device is None:
-        import jax
+def chip_for_run(chip=None, device=None) -> tuple[object, list[str], dict]:
+    """``resolve_chip``, then the run path's explicit calibration step: with no chip named and
+    a CPU device, the ``cpu`` chip is this host's calibration (``calibrate.cpu_chip_for_run``:
+    the saved one, or a quick one measured and saved now), passed along as a value. Returns
+    (chip, notes, metadata to keep with the run: the calibration behind a ``cpu`` chip)."""
+    entry, notes, meta = resolve_chip(chip, device)
+    if chip is not None or entry.name != "cpu":
+        return entry, notes, meta
+    import jax  # deferred with the calibration, which runs JAX programs
 
-        device = jax.devices()[0]
-    entry = hardware.chip_for(device)
-    notes, meta = [], {}
-    if entry.name == "cpu":
-        import jax
-
-        from harness.calibrate.chip import ensure_cpu_chip
-
-        # this process's devices: a multi-process job cannot run programs on the others'
-        entry, cal, measured = ensure_cpu_chip(jax.local_device_count())
-        meta["calibration"] = {k: v for k, v in cal.to_dict().items() if k != "samples"}
-        if measured:
-            notes.append("cpu chip: no saved calibration for this host; ran a quick one "
-                         "(`harness calibrate` measures a full one)")
-        notes.append("CPU run: the virtual devices share the host's cores, so collectives "
-                     "mostly measure rendezvous skew between device threads, not a network")
+    # this process's devices: a multi-process job cannot run programs on the others'
+    entry, cal, measured = cpu_chip_for_run(jax.local_device_count())
+    meta = {schema.CALIBRATION: {k: v for k, v in cal.to_dict().items() if k != "samples"}}
+    if measured:
+        notes.append("cpu chip: no saved calibration for this host; ran a quick one "
+                     "(`harness calibrate` measures a full one)")
+    notes.append("CPU run: the virtual devices share the host's cores, so collectives "
+                 "mostly measure rendezvous skew between device threads, not a network")
     return entry, notes, meta
 
 
@@ -115,7 +119,7 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
     ``events``: the EVENTS to analyse when they do not come from ``cap``'s own trace (a
     multi-host run merges every process's); ``notes`` go into the report first.
     """
-    entry, chip_notes, chip_meta = resolve_chip(chip)
+    entry, chip_notes, chip_meta = chip_for_run(chip)
     notes = list(notes or []) + chip_notes
     formula = None
     if book is not None:
@@ -134,32 +138,32 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
     measured = measured[measured[schema.PROGRAM] == program]
     ops = compare(measured, predicted)
     cats = by_category(ops)
-    devices = int(cap.meta.get("device_count", events[schema.DEVICE].nunique()))
+    devices = int(cap.meta.get(schema.DEVICE_COUNT, events[schema.DEVICE].nunique()))
     t_step = step_time(events[events[schema.PROGRAM] == program])
     summ = summary(ops, step_s=t_step, peak_flops_per_s=entry.flops_per_s(_peak_dtype(entry)),
                    devices=devices, model_flops=model_flops, analytic_s=analytic_s)
     if formula:
-        summ["analytic_formula"] = formula
+        summ[schema.ANALYTIC_FORMULA] = formula
     check = cross_check(module, cap.cost_analysis) if cap.cost_analysis else {}
     if check.get("flops_rel_diff") is not None:
-        summ["flops_vs_cost_analysis"] = check["flops_rel_diff"]
+        summ[schema.FLOPS_VS_COST_ANALYSIS] = check["flops_rel_diff"]
         if check.get("loops"):  # XLA's analysis counts a loop body once
-            summ["flops_vs_cost_analysis_loops_once"] = check["flops_loops_once_rel_diff"]
+            summ[schema.FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE] = check["flops_loops_once_rel_diff"]
     beating = _beats_roofline(ops)
     if beating:
         notes.append(f"{beating} run faster than the {entry.name} roofline allows: the chip's "
                      "numbers are too low" + (" (a calibration taken under load? run `harness "
                                               "calibrate` on a quiet host)" if entry.kind == "cpu"
                                               else ""))
-    if summ["coverage"] < 0.95:
-        notes.append(f"only {summ['coverage']:.0%} of measured time is in ops a rule predicts")
+    if summ[schema.COVERAGE] < 0.95:
+        notes.append(f"only {summ[schema.COVERAGE]:.0%} of measured time is in ops a rule predicts")
     unexpected = None
     if expected_collectives is not None:
         unexpected = unexpected_collectives(ops, expected_collectives)
         if not unexpected.empty:
             notes.append(f"{len(unexpected)} collective op(s) the layout did not call for; "
                          f"expected {expected_collectives or 'none'}")
-    full_meta = dict(cap.meta, **(meta or {}), **chip_meta, chip=entry.name)
+    full_meta = dict(cap.meta, **(meta or {}), **chip_meta, **{schema.CHIP: entry.name})
     figures = {}
     png = plots.roofline(ops, peak_flops_per_s=entry.flops_per_s(_peak_dtype(entry)),
                          hbm_bytes_per_s=entry.hbm_bytes_per_s, chip_name=entry.name)
@@ -168,7 +172,7 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
     png = plots.category_bars(cats)
     if png:
         figures[CATEGORIES_PNG] = png
-    report = Report(title=title or f"{program} on {devices}x {cap.meta.get('device_kind', '?')}"
+    report = Report(title=title or f"{program} on {devices}x {cap.meta.get(schema.DEVICE_KIND, '?')}"
                     f" (predicted for {entry.name})", ops=ops, categories=cats, summary=summ,
                     meta=full_meta, notes=notes, unexpected=unexpected, plots=figures)
     return Analysis(capture=cap, events=events, steps=step_samples(events), report=report,

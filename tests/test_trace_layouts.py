@@ -4,7 +4,7 @@ from xspace_text import plane, serialize
 
 from harness import schema
 from harness.ops import op_times, step_samples
-from harness.trace.load import load_events
+from harness.trace.load import load_events, read_events
 
 US = 1000  # ns
 
@@ -43,8 +43,9 @@ def tpu_trace():
 
 
 def test_tpu_layout_medians_and_warmup_exclusion(tpu_trace):
-    events = load_events(tpu_trace)
-    assert events.attrs["layout"] == "tpu"
+    read = read_events(tpu_trace)
+    events = read.events
+    assert read.layout == "tpu"
     assert set(events[schema.PROGRAM]) == {"jit_step"}  # "(7)" program id stripped
     assert sorted(events[schema.STEP].unique()) == [0, 1, 2]  # warm-up execution dropped
     ops = op_times(events)
@@ -94,8 +95,9 @@ def gpu_trace():
 
 
 def test_gpu_layout_folds_kernels_into_one_op_execution():
-    events = load_events(gpu_trace())
-    assert events.attrs["layout"] == "gpu"
+    read = read_events(gpu_trace())
+    events = read.events
+    assert read.layout == "gpu"
     ops = op_times(events)
     fusion = _row(ops, "fusion.3")
     # kernels per step: 3+4, 4+4, 5+4 = 7, 8, 9 us -> median 8 us, one execution per step
@@ -124,8 +126,9 @@ def cpu_trace():
 
 
 def test_cpu_layout_attributes_ops_to_steps_by_run_id():
-    events = load_events(cpu_trace())
-    assert events.attrs["layout"] == "cpu"
+    read = read_events(cpu_trace())
+    events = read.events
+    assert read.layout == "cpu"
     assert set(events[schema.OP]) == {"dot.1"}  # "end: dot.1" markers and Rendezvous are not ops
     assert len(events) == 4  # run 41 (warm-up) dropped
     ops = op_times(events)

@@ -254,13 +254,21 @@ def cached(device_count: int) -> Calibration | None:
     return cal
 
 
-def ensure_cpu_chip(device_count: int, quick: bool = True) -> tuple[Chip, Calibration, bool]:
-    """Register the calibrated ``cpu`` chip: the saved calibration, or a new one (quick by
-    default) that is saved. Returns (chip, calibration, whether it was measured now)."""
+def cpu_chip_for_run(device_count: int, quick: bool = True) -> tuple[Chip, Calibration, bool]:
+    """This host's ``cpu`` chip as a value: from the saved calibration, or from a new one (quick
+    by default) measured now and saved. The registry (``predictions.hardware.CHIPS``) is left
+    as it is. Returns (chip, calibration, whether it was measured now)."""
     cal, measured = cached(device_count), False
     if cal is None:
         cal, measured = calibrate("quick" if quick else "full", device_count), True
         path = save(cal)
         log.warning("no calibration for this host; ran a %s one (%.1f s, saved to %s) — run "
                     "`harness calibrate` for a full one", cal.mode, cal.seconds, path)
-    return hardware.register(to_chip(cal), replace=True), cal, measured
+    return to_chip(cal), cal, measured
+
+
+def ensure_cpu_chip(device_count: int, quick: bool = True) -> tuple[Chip, Calibration, bool]:
+    """``cpu_chip_for_run``, then register the chip as ``cpu`` in ``predictions.hardware`` so
+    that later look-ups by name get it (what ``harness calibrate`` leaves behind)."""
+    chip, cal, measured = cpu_chip_for_run(device_count, quick)
+    return hardware.register(chip, replace=True), cal, measured

@@ -4,7 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import schema
+from harness.ops import op_times
 from harness.report import tables
+from harness.trace.load import read_events
 
 
 def add_arguments(p) -> None:
@@ -18,10 +20,8 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from harness.ops import op_times
-    from harness.trace.load import load_events
-
-    events = load_events(args.path, warmup_steps=args.warmup_steps)
+    read = read_events(args.path, warmup_steps=args.warmup_steps)
+    events = read.events
     ops = op_times(events)
     if args.csv:
         args.csv.write_text(tables.to_csv(ops))
@@ -30,7 +30,7 @@ def main(args) -> int:
     shown = ops if args.top == 0 else ops.head(args.top)
     steps = events[schema.STEP].nunique()
     devices = events[schema.DEVICE].nunique()
-    title = (f"{events.attrs['source']}: {events.attrs['layout']} layout, {devices} devices, "
+    title = (f"{read.source}: {read.layout} layout, {devices} devices, "
              f"{steps} steps, {len(ops)} ops")
     print(tables.render(shown, args.format) if args.format != "text"
           else tables.to_text(shown, title=title), end="")

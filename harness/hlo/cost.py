@@ -40,7 +40,7 @@ ZERO_COST = frozenset({"while", "call", "conditional", "async-update", "async-do
 
 def instruction_cost(instr: Instruction, module: Module) -> Cost:
     """One execution's cost; ``rules.UNMODELED`` when no rule covers the opcode."""
-    costs = module.cache.setdefault("cost", {})
+    costs = module.derived.costs
     key = (instr.computation, instr.name)
     if key not in costs:
         costs[key] = _cost(instr, module)

@@ -114,14 +114,14 @@ _SLICING = frozenset({"slice", "dynamic-slice", "gather"})
 
 
 def _users(module: Module, comp_name: str) -> dict[str, list[Instruction]]:
-    key = ("users", comp_name)
-    if key not in module.cache:
+    by_comp = module.derived.users
+    if comp_name not in by_comp:
         users: dict[str, list[Instruction]] = {}
         for i in module.computation(comp_name).instructions:
             for name in i.operand_names:
                 users.setdefault(name, []).append(i)
-        module.cache[key] = users
-    return module.cache[key]
+        by_comp[comp_name] = users
+    return by_comp[comp_name]
 
 
 def _fusion(instr: Instruction, module: Module) -> OpDesc:

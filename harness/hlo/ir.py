@@ -71,6 +71,20 @@ class Computation:
 
 
 @dataclass(slots=True)
+class Derived:
+    """What is worked out from a module once and looked up after: indexes, not data. Each
+    field has one owner, the function that fills it."""
+
+    index: dict = field(default_factory=dict)        # name -> Instruction (Module.instruction)
+    trip_counts: dict = field(default_factory=dict)  # (computation, loop) -> walk.trip_count
+    executed: dict = field(default_factory=dict)     # loops_once -> walk.executed
+    fused: dict = field(default_factory=dict)        # called computations -> fused_instructions
+    done: dict = field(default_factory=dict)         # computation -> {start: done} (async_done)
+    users: dict = field(default_factory=dict)        # computation -> {name: users} (hlo.desc)
+    costs: dict = field(default_factory=dict)        # (computation, name) -> instruction_cost
+
+
+@dataclass(slots=True)
 class Module:
     """``name`` is the program name the trace uses (``jit_train_step``)."""
 
@@ -79,7 +93,7 @@ class Module:
     entry: Computation
     num_partitions: int = 1
     replica_count: int = 1
-    cache: dict = field(default_factory=dict)  # derived indexes (hlo_exec, hlo_cost); not data
+    derived: Derived = field(default_factory=Derived)
 
     @property
     def num_devices(self) -> int:
@@ -94,9 +108,8 @@ class Module:
     def instruction(self, name: str) -> Instruction:
         """An instruction by name. Names are unique in compiled modules; in hand-written text
         that reuses one across computations, the first definition wins."""
-        index = self.cache.get("index")
-        if index is None:
-            index = self.cache["index"] = {}
+        index = self.derived.index
+        if not index:
             for comp in self.computations.values():
                 for instr in comp.instructions:
                     index.setdefault(instr.name, instr)

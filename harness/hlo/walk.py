@@ -157,10 +157,10 @@ def _step(module: Module, loop: Instruction, k: int) -> int | None:
 
 def trip_count(module: Module, loop: Instruction, parent: Computation | None = None) -> TripCount:
     """Iterations of one ``while`` instruction (module docstring)."""
-    key = ("trip", loop.computation, loop.name)
-    if key not in module.cache:
-        module.cache[key] = _trip_count(module, loop, parent)
-    return module.cache[key]
+    counts, key = module.derived.trip_counts, (loop.computation, loop.name)
+    if key not in counts:
+        counts[key] = _trip_count(module, loop, parent)
+    return counts[key]
 
 
 def _trip_count(module: Module, loop: Instruction, parent: Computation | None) -> TripCount:
@@ -204,9 +204,8 @@ def executed(module: Module, *, loops_once: bool = False) -> list[tuple[Instruct
     """Every instruction that runs as its own op, with executions per module run (trip counts
     multiplied through nested loops), in program order; structural ones included.
     ``loops_once``: count every loop body and condition once (as XLA's cost analysis does)."""
-    key = ("executed", loops_once)
-    if key in module.cache:
-        return module.cache[key]
+    if loops_once in module.derived.executed:
+        return module.derived.executed[loops_once]
     out: list[tuple[Instruction, int]] = []
     active: set[str] = set()
 
@@ -221,15 +220,15 @@ def executed(module: Module, *, loops_once: bool = False) -> list[tuple[Instruct
         active.discard(comp.name)
 
     walk(module.entry, 1)
-    module.cache[key] = out
+    module.derived.executed[loops_once] = out
     return out
 
 
 def fused_instructions(module: Module, fusion: Instruction) -> list[Instruction]:
     """The non-structural instructions inside a fusion, nested fusions flattened."""
-    key = ("fused", fusion.called("calls"))
-    if key in module.cache:
-        return module.cache[key]
+    key = fusion.called("calls")
+    if key in module.derived.fused:
+        return module.derived.fused[key]
     out: list[Instruction] = []
     active: set[str] = set()
 
@@ -247,15 +246,15 @@ def fused_instructions(module: Module, fusion: Instruction) -> list[Instruction]
 
     for name in fusion.called("calls"):
         walk(name)
-    module.cache[key] = out
+    module.derived.fused[key] = out
     return out
 
 
 def async_done(module: Module, start: Instruction) -> Instruction | None:
     """The ``-done`` consuming an async ``-start`` (``all-gather-start`` -> ``all-gather-done``)."""
-    key = ("done", start.computation)
-    if key not in module.cache:
-        module.cache[key] = {i.operand_names[0]: i for i in module.computation(start.computation)
-                             .instructions if i.opcode.endswith("-done") and i.operand_names}
-    done = module.cache[key].get(start.name)
+    by_start, key = module.derived.done, start.computation
+    if key not in by_start:
+        by_start[key] = {i.operand_names[0]: i for i in module.computation(key).instructions
+                         if i.opcode.endswith("-done") and i.operand_names}
+    done = by_start[key].get(start.name)
     return done if done is not None and done.opcode == start.opcode[:-6] + "-done" else None

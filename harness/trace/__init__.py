@@ -3,6 +3,6 @@
 ``xplane`` decodes the protobuf, ``planes`` holds the lookups the layouts share, ``cpu`` and
 ``device`` read where each backend puts its ops, ``load`` picks the layout and builds the table.
 """
-from harness.trace.load import load_events
+from harness.trace.load import TraceEvents, load_events, read_events
 
-__all__ = ["load_events"]
+__all__ = ["TraceEvents", "load_events", "read_events"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -80,8 +81,23 @@ def _categorical(values: list, names: dict) -> pd.Categorical:
                                      categories=categories)
 
 
+@dataclass(frozen=True)
+class TraceEvents:
+    """A trace's EVENTS with where they came from: the layout that read them, the source label."""
+
+    events: pd.DataFrame
+    layout: str
+    source: str
+
+
 def load_events(source: str | os.PathLike | bytes, *, warmup_steps: int = 0) -> pd.DataFrame:
-    """The EVENTS table of a trace: one row per op execution inside a measured step.
+    """The EVENTS table of a trace (``read_events(...).events``)."""
+    return read_events(source, warmup_steps=warmup_steps).events
+
+
+def read_events(source: str | os.PathLike | bytes, *, warmup_steps: int = 0) -> TraceEvents:
+    """The EVENTS table of a trace: one row per op execution inside a measured step, with the
+    layout that read it and the source's label.
 
     Op executions outside every step annotation (warm-up, compilation) are dropped; so are the
     first ``warmup_steps`` annotated steps. Steps are renumbered from 0.
@@ -112,6 +128,4 @@ def load_events(source: str | os.PathLike | bytes, *, warmup_steps: int = 0) -> 
                          f"({layout_name} layout, warmup_steps={warmup_steps})")
     df = df.assign(**{schema.STEP: df[schema.STEP].map({s: i for i, s in enumerate(steps)})
                       .astype("int32")})
-    df.attrs["layout"] = layout_name
-    df.attrs["source"] = label
-    return df.reset_index(drop=True)
+    return TraceEvents(df.reset_index(drop=True), layout_name, label)
