@@ -39,25 +39,14 @@ def _matmul(cfg, mesh, chip) -> Analytic:
     return Analytic(2.0 * cfg.B * cfg.D * cfg.F, None, "2*B*D*F (roofline.md)")
 
 
-# Bytes per device in the predictions.collectives convention, from the workload's input bytes
-# per device (``nbytes``) and the group size ``n`` (sharding.md's V).
-_COLLECTIVE_V: dict[str, Callable[[float, int], float]] = {
-    "all_gather": lambda b, n: b * n,      # V = the gathered output per device
-    "reduce_scatter": lambda b, n: b,      # V = the unreduced input per device
-    "all_reduce": lambda b, n: b,          # V = the array being reduced
-    "all_to_all": lambda b, n: b * n,      # V = the whole array exchanged across the group
-}
-
-
 def _collective(cfg, mesh, chip) -> Analytic:
-    sizes = dict(mesh.shape)
-    axes = tuple(int(sizes[a.strip()]) for a in str(cfg.axes).split(",") if a.strip())
+    axes = collectives.axis_sizes(cfg.axes, dict(mesh.shape))
     n = math.prod(axes)
-    if cfg.kind == "ppermute":
+    kind = collectives.KIND_OF_WORKLOAD[cfg.kind]
+    if kind == "collective-permute":
         # sharding.md: a point-to-point shift moves the whole buffer over one link
         return Analytic(0.0, collectives.ppermute(cfg.nbytes, chip), "bytes/W_1 (sharding.md)")
-    kind = cfg.kind.replace("_", "-")
-    t = collectives.estimate(kind, _COLLECTIVE_V[cfg.kind](cfg.nbytes, n), axes, chip)
+    t = collectives.estimate(kind, collectives.V_OF_INPUT[kind](cfg.nbytes, n), axes, chip)
     return Analytic(0.0, t.seconds, f"{t.formula} (sharding.md)")
 
 

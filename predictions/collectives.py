@@ -11,7 +11,7 @@ GPUs follow gpus.md (NVLink inside a node, scale-out beyond); the CPU placeholde
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from predictions import hardware
@@ -202,4 +202,49 @@ TIME_BY_COLLECTIVE: dict[str, Callable[[float, Sequence[int], Chip], float]] = {
     "all-reduce": all_reduce,
     "all-to-all": all_to_all,
     "collective-permute": lambda nbytes, axes, chip: ppermute(nbytes, chip),
+}
+
+
+# --- a collective workload's figures: its mesh axes, its bytes --------------------------------
+# A workload names the mesh axes it runs over as "X", or "X,Y" / "X+Y" for several at once
+# (sharding.md writes AllGather_{XY}); its kinds are spelt with underscores, ppermute included.
+KIND_OF_WORKLOAD = {"all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
+                    "all_reduce": "all-reduce", "all_to_all": "all-to-all",
+                    "ppermute": "collective-permute"}
+
+
+def axis_names(axes: str) -> tuple[str, ...]:
+    """"X" -> ("X",); "X,Y" and "X+Y" -> ("X", "Y"); blanks ignored."""
+    return tuple(a.strip() for a in str(axes).replace("+", ",").split(",") if a.strip())
+
+
+def axis_sizes(axes: str, mesh: Mapping[str, int]) -> tuple[int, ...]:
+    """The sizes in ``mesh`` (axis name -> size) of the axes named by ``axes``.
+    ValueError naming the mesh's axes for an axis it does not have."""
+    names = axis_names(axes)
+    unknown = [a for a in names if a not in mesh]
+    if unknown or not names:
+        raise ValueError(f"axes {axes!r}: no mesh axis {', '.join(unknown) or '(none named)'}; "
+                         f"the mesh has {', '.join(map(str, mesh)) or 'no axes'}")
+    return tuple(int(mesh[a]) for a in names)
+
+
+# V in this module's convention (see the module docstring) from b = the input bytes each device
+# holds and n = devices in the group (sharding.md's V).
+V_OF_INPUT: dict[str, Callable[[float, int], float]] = {
+    "all-gather": lambda b, n: b * n,      # V = the gathered output per device
+    "reduce-scatter": lambda b, n: b,      # V = the unreduced input per device
+    "all-reduce": lambda b, n: b,          # V = the array being reduced
+    "all-to-all": lambda b, n: b * n,      # V = the whole array exchanged across the group
+    "collective-permute": lambda b, n: b,  # V = the buffer sent to the neighbour
+}
+
+# Bytes each device moves over its links in one collective, from the same b and n: the ring
+# algorithms of sharding.md (nccl-tests' "bus bytes").
+BUS_BYTES: dict[str, Callable[[float, int], float]] = {
+    "all-gather": lambda b, n: b * (n - 1),          # receives the n - 1 other shards
+    "reduce-scatter": lambda b, n: b * (n - 1) / n,  # passes n - 1 of its n chunks on
+    "all-reduce": lambda b, n: 2 * b * (n - 1) / n,  # a reduce-scatter, then an all-gather
+    "all-to-all": lambda b, n: b * (n - 1) / n,      # sends away n - 1 of its n chunks
+    "collective-permute": lambda b, n: b,            # the whole buffer to one neighbour
 }

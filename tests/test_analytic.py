@@ -51,3 +51,18 @@ def test_decode_flops_are_2_p_per_sequence():
 
 def test_unknown_workload_has_no_figures():
     assert analytic("nope", None, MESH, hardware.chip("cpu")) is None
+
+
+def test_several_axes_spelt_with_plus_are_one_group():
+    # "X+Y" names the same 8-device group as "X,Y" (sharding.md's AllReduce_{XY}); it used to
+    # raise KeyError('X+Y'), which the analysis turned into a note.
+    chip = hardware.chip("tpu-v5p")
+    plus, comma = (analytic("collective", SimpleNamespace(kind="all_reduce", axes=a, nbytes=1e6),
+                            MESH, chip) for a in ("X+Y", "X,Y"))
+    assert plus == comma and plus.analytic_s > 0
+
+
+def test_an_axis_the_mesh_lacks_is_named():
+    cfg = SimpleNamespace(kind="all_gather", axes="X+Z", nbytes=1e6)
+    with pytest.raises(ValueError, match="no mesh axis Z; the mesh has X, Y"):
+        analytic("collective", cfg, MESH, hardware.chip("tpu-v5p"))

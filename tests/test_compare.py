@@ -1,4 +1,5 @@
 """compare(), by_category(), coverage() and the sharding check on hand-made tables."""
+import json
 import math
 
 import pandas as pd
@@ -90,3 +91,46 @@ def test_ops_beating_the_roofline_are_called_out():
     p = predicted()
     p.loc[p[schema.OP] == "dot.1", schema.PREDICTED_S] = 30e-6  # 3x the measured 10 us
     assert _beats_roofline(compare(measured(), p)).startswith("1 op(s) (dot.1")
+
+
+# --- one stored run, every view: the same workload efficiency ---------------------------------
+@pytest.fixture(scope="module")
+def stored_collective(tmp_path_factory):
+    """An all-reduce over both axes of a 4x2 mesh, spelt "X+Y", run and stored."""
+    from harness.runs.run import run_workload
+
+    out = tmp_path_factory.mktemp("runs")
+    return run_workload("collective", overrides={"kind": "all_reduce", "axes": "X+Y"},
+                        mesh="4x2", steps=3, warmup=1, out=out, chip="cpu")
+
+
+def test_axes_with_plus_keep_the_book_estimate(stored_collective):
+    analysis, _ = stored_collective
+    assert analysis.summary[schema.ANALYTIC_S] > 0
+    assert not [n for n in analysis.report.notes if "no workload-level prediction" in n]
+
+
+def test_every_view_prints_the_same_efficiency(stored_collective, capsys):
+    from harness.cli import main
+    from harness.pytest_plugin import HarnessResult
+    from harness.runs import regress, store
+    from harness.sweep.report import point_row
+
+    analysis, path = stored_collective
+    ops = pd.read_parquet(path / store.OPS_PARQUET)
+    modeled = ops[schema.BOUND] != schema.UNMODELED
+    # predicted over measured time of the ops a rule predicts, from the stored table itself
+    expected = ops.loc[modeled, schema.PREDICTED_S].sum() / ops.loc[modeled, schema.MEASURED_S].sum()
+    assert 0 < expected and modeled.sum() > 0
+
+    assert main(["report", str(path), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)["summary"][schema.EFFICIENCY]
+    record = {"index": 0, "workload": "collective", "preset": "tiny", "mesh": "4x2",
+              "overrides": {}, "status": "done", "run": path.name, "key": "k"}
+    sweep = point_row(record, path.parent)[schema.EFFICIENCY]
+    assert main(["compare", str(path), str(path), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    (step,) = [r for r in rows if r[schema.OP] == regress.STEP_TOTAL]
+    plugin = HarnessResult(analysis).efficiency
+    for value in (report, sweep, step[schema.BASELINE_EFFICIENCY], plugin):
+        assert value == pytest.approx(expected, rel=1e-9)  # JSON keeps 10 digits

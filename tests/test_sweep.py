@@ -19,6 +19,7 @@ import pytest
 
 from harness import cli, schema
 from harness.runs import store
+from harness.sweep import report as sweep_report
 from harness.sweep import run as sw
 from harness.sweep.plan import SweepFileError, load_sweep
 
@@ -388,3 +389,17 @@ def test_ctrl_c_stops_cleanly_and_resume_dir_finishes(tmp_path):
     assert "(1 run now, 1 already done)" in stdout
     assert _manifest_statuses(sweep_dir) == ["done", "done"]
     assert len(_complete_runs(sweep_dir)) == 2
+
+
+def test_collective_over_two_axes_spelt_with_plus(tmp_path):
+    # "X+Y" on a 4x2 mesh is one group of 8 devices. An all-reduce of b bytes moves
+    # 2b(n-1)/n over each device's links (sharding.md's ring), 2 * 4096 * 7/8 = 7168 bytes.
+    ops = pd.DataFrame({schema.CATEGORY: ["collective", "copy"], schema.MEASURED_S: [2e-5, 1e-5]})
+    meta = {schema.CONFIG: {"kind": "all_reduce", "axes": "X+Y", "nbytes": 4096,
+                            "dtype": "float32"},
+            schema.MESH: {"X": 4, "Y": 2}, schema.SUMMARY: {schema.ANALYTIC_S: 1e-5}}
+    row = sweep_report.FIGURES["collective"](store.StoredRun(tmp_path, meta, ops))
+    assert row[schema.GROUP_SIZE] == 8 and row[schema.BUS_BYTES] == 7168
+    assert row[schema.MEASURED_BUS_GBPS] == pytest.approx(7168 / 2e-5 / 1e9)
+    assert row[schema.PREDICTED_BUS_GBPS] == pytest.approx(7168 / 1e-5 / 1e9)
+    assert "over X+Y (8 devices)" in row[schema.SERIES]

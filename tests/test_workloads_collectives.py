@@ -29,7 +29,7 @@ def _x(mesh, m, dtype=np.float32):
     return (1000 * i[..., None] + 100 * j[..., None] + np.arange(m)).astype(dtype)
 
 
-@pytest.mark.parametrize("axes", ["X", "Y", "X,Y"])
+@pytest.mark.parametrize("axes", ["X", "Y", "X,Y", "X+Y"])
 @pytest.mark.parametrize("kind", list(collectives.KINDS))
 def test_collective_matches_numpy(kind, axes, mesh):
     cfg = workloads.make_config("collective", "tiny", {"kind": kind, "axes": axes, "nbytes": "256"})

@@ -28,6 +28,7 @@ from jax.sharding import PartitionSpec as P
 
 from workloads.base import Workload, WorkloadError, canonical_dtype, check_choice
 from workloads.mesh import AnyMesh, axis_size, named, put
+from predictions.collectives import axis_names
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ class CollectiveConfig:
 
     @property
     def axis_names(self) -> tuple[str, ...]:
-        return tuple(a.strip() for a in self.axes.replace("+", ",").split(",") if a.strip())
+        return axis_names(self.axes)
 
 
 PRESETS: dict[str, CollectiveConfig] = {

@@ -21,6 +21,7 @@ from harness.errors import HarnessError
 from harness.report import tables
 from harness.runs import store
 from harness.sweep import plots as sweep_plots
+from predictions import collectives
 
 log = logging.getLogger(__name__)
 
@@ -30,26 +31,16 @@ REPORT_HTML = "report.html"
 COLLECTIVE_PNG = "collective_bandwidth.png"
 MATMUL_PNG = "matmul_efficiency.png"
 
-# Bytes each device moves over its links in one collective, from b = input bytes per device
-# and n = devices in the group: the ring algorithms of sharding.md (nccl-tests' "bus bytes").
-BUS_BYTES: dict[str, Callable[[float, int], float]] = {
-    "all_gather": lambda b, n: b * (n - 1),          # receives the n - 1 other shards
-    "reduce_scatter": lambda b, n: b * (n - 1) / n,  # passes n - 1 of its n chunks on
-    "all_reduce": lambda b, n: 2 * b * (n - 1) / n,  # a reduce-scatter, then an all-gather
-    "all_to_all": lambda b, n: b * (n - 1) / n,      # sends away n - 1 of its n chunks
-    "ppermute": lambda b, n: b,                      # the whole buffer to one neighbour
-}
-
-
 def _collective(run: store.StoredRun) -> dict:
-    cfg, mesh = run.meta.get("config", {}), run.meta.get("mesh", {})
-    axes = [a.strip() for a in str(cfg.get("axes", "")).replace("+", ",").split(",") if a.strip()]
-    n = math.prod(int(mesh.get(a, 1)) for a in axes)
+    cfg, mesh = run.meta.get(schema.CONFIG, {}), run.meta.get(schema.MESH, {})
+    axes = collectives.axis_names(cfg.get("axes", ""))
+    n = math.prod(collectives.axis_sizes(cfg.get("axes", ""), mesh)) if axes else 1
     b = float(cfg.get("nbytes", math.nan))
     kind = cfg.get("kind", "")
     t = float(run.ops.loc[run.ops[schema.CATEGORY] == "collective", schema.MEASURED_S].sum())
-    analytic_s = run.meta.get("summary", {}).get(schema.ANALYTIC_S)
-    bus = BUS_BYTES[kind](b, n) if kind in BUS_BYTES and n > 1 else math.nan
+    analytic_s = run.summary.get(schema.ANALYTIC_S)
+    bus_bytes = collectives.BUS_BYTES.get(collectives.KIND_OF_WORKLOAD.get(kind, ""))
+    bus = bus_bytes(b, n) if bus_bytes and n > 1 else math.nan
     gbps = (lambda s: bus / s / 1e9 if s and s > 0 else math.nan)
     shape = "x".join(str(v) for v in mesh.values())
     return {schema.COLLECTIVE: kind, schema.GROUP_SIZE: n, schema.MESSAGE_BYTES: b,
@@ -60,7 +51,7 @@ def _collective(run: store.StoredRun) -> dict:
 
 
 def _matmul(run: store.StoredRun) -> dict:
-    cfg, mesh = run.meta.get("config", {}), run.meta.get("mesh", {})
+    cfg, mesh = run.meta.get(schema.CONFIG, {}), run.meta.get(schema.MESH, {})
     shape = "x".join(str(v) for v in mesh.values())
     return {schema.MATMUL_EFFICIENCY: category_efficiency(run.ops, "matmul"),
             schema.SERIES: f"{cfg.get('case', '')} on {shape}, {cfg.get('dtype', '')}"}
