@@ -30,7 +30,7 @@ def compare(measured: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
     ops = ops[~ops[schema.OPCODE].isin(CONTAINERS)]
     missing = ops[schema.BOUND].isna()
     ops.loc[missing, schema.BOUND] = schema.UNMODELED
-    ops.loc[missing, schema.CATEGORY] = "other"
+    ops.loc[missing, schema.CATEGORY] = schema.CAT_OTHER
     ops.loc[missing, schema.OPCODE] = ""
     unmodeled = ops[schema.BOUND] == schema.UNMODELED
     for col in (schema.PREDICTED_S, schema.T_COMPUTE_S, schema.T_MEMORY_S, schema.T_COMM_S,

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from harness.errors import HarnessError
+from predictions import rules
 
 # --- identifiers --------------------------------------------------------------------------
 PROGRAM = "program"          # HLO module name, e.g. "jit_train_step"
@@ -131,7 +132,9 @@ TIME = "time"
 
 UNMODELED = "unmodeled"
 BOUNDS = ("compute", "memory", "comm", UNMODELED)
-CATEGORIES = ("matmul", "attention", "collective", "elementwise", "reduction", "copy", "other")
+CATEGORIES = rules.CATEGORIES     # an op's kind of work, in report order (predictions.rules)
+(CAT_MATMUL, CAT_ATTENTION, CAT_COLLECTIVE, CAT_ELEMENTWISE, CAT_REDUCTION, CAT_COPY,
+ CAT_OTHER) = CATEGORIES
 
 # --- tables -------------------------------------------------------------------------------
 EVENTS = (PROGRAM, OP, DEVICE, STEP, START_NS, DURATION_NS)

@@ -9,15 +9,11 @@ from __future__ import annotations
 import pandas as pd
 
 from harness import schema
+from predictions.rules import COLLECTIVE_OPCODES
 
 # HLO opcodes -> the collective they perform (async pairs are one collective; `-done` is free).
-COLLECTIVE_KIND: dict[str, str] = {
-    "all-gather": "all-gather", "all-gather-start": "all-gather",
-    "reduce-scatter": "reduce-scatter",
-    "all-reduce": "all-reduce", "all-reduce-start": "all-reduce",
-    "all-to-all": "all-to-all", "ragged-all-to-all": "all-to-all",
-    "collective-permute": "collective-permute", "collective-permute-start": "collective-permute",
-}
+COLLECTIVE_KIND: dict[str, str] = {op: kind for c, kind in COLLECTIVE_OPCODES.items()
+                                   for op in (c, f"{c}-start")}
 
 COLUMNS = (schema.OP, schema.OPCODE, "kind", "expected", "found", schema.MEASURED_S,
            schema.PREDICTED_S, schema.SHARE)

@@ -23,6 +23,29 @@ __all__ = ["DTYPE_BYTES", "UNMODELED", "Cost", "OpDesc", "Shape", "RULES", "CATE
 
 Rule = Callable[[OpDesc], Cost]
 
+# Report categories in report order (harness.schema.CATEGORIES is this tuple).
+CATEGORIES = ("matmul", "attention", "collective", "elementwise", "reduction", "copy", "other")
+C_MATMUL, C_ATTENTION, C_COLLECTIVE, C_ELEMENTWISE, C_REDUCTION, C_COPY, C_OTHER = CATEGORIES
+
+# HLO collective opcodes -> the collective each performs (predictions.collectives' kinds, and
+# the broadcast no formula of the book covers). XLA may split each into an async ``-start`` /
+# ``-done`` pair: the start does the work, the done is free.
+COLLECTIVE_OPCODES: dict[str, str] = {
+    "all-gather": "all-gather", "reduce-scatter": "reduce-scatter", "all-reduce": "all-reduce",
+    "all-to-all": "all-to-all", "ragged-all-to-all": "all-to-all",
+    "collective-permute": "collective-permute", "collective-broadcast": "collective-broadcast",
+}
+
+# Free instructions. STRUCTURAL ones only name or regroup buffers: no kernel runs for them.
+STRUCTURAL = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast",
+                        "after-all", "add-dependency", "opt-barrier", "domain"})
+# ZERO_COST adds those that run but move nothing worth counting: reshape (a bitcast, as XLA
+# usually lowers it), ids, dimension sizes, and the -done half of every async pair.
+ZERO_COST = STRUCTURAL | {
+    "reshape", "partition-id", "replica-id", "get-dimension-size", "set-dimension-size",
+    "async-update", "async-done", "copy-done", "send-done", "recv-done",
+    *(f"{c}-done" for c in COLLECTIVE_OPCODES)}
+
 
 # --- helpers -----------------------------------------------------------------------------------
 def _io_bytes(op: OpDesc) -> float:
@@ -140,9 +163,8 @@ COLLECTIVE_RULES: dict[str, Rule] = {
     "all-to-all": _collective("all-to-all", lambda op, out: op.group_size * op.operand_bytes),
     "collective-permute": _collective("collective-permute", lambda op, out: op.operand_bytes),
 }
-for _name in ("all-gather", "all-reduce", "collective-permute"):
+for _name in tuple(COLLECTIVE_RULES):
     COLLECTIVE_RULES[_name + "-start"] = COLLECTIVE_RULES[_name]
-for _name in ("all-gather", "all-reduce", "collective-permute", "reduce-scatter", "all-to-all"):
     COLLECTIVE_RULES[_name + "-done"] = _zero  # the work is charged to the start
 
 ELEMENTWISE = (
@@ -156,9 +178,7 @@ ELEMENTWISE = (
 )
 MOVEMENT = ("copy", "copy-start", "transpose", "broadcast", "concatenate", "pad", "reverse",
             "iota")
-ZERO_COST = ("parameter", "constant", "tuple", "get-tuple-element", "bitcast", "reshape",
-             "after-all", "partition-id", "replica-id", "opt-barrier", "add-dependency", "domain",
-             "copy-done", "get-dimension-size", "set-dimension-size", "async-update", "async-done")
+
 
 RULES: dict[str, Rule] = {
     **{name: _elementwise for name in ELEMENTWISE},
@@ -176,17 +196,17 @@ RULES: dict[str, Rule] = {
 # HLO opcode -> report category (harness.schema.CATEGORIES); fusions are classified by the HLO
 # layer from their contents.
 CATEGORY: dict[str, str] = {
-    **{name: "elementwise" for name in ELEMENTWISE + ("bitcast-convert",)},
-    **{name: "copy" for name in MOVEMENT + ("slice", "dynamic-slice", "gather",
+    **{name: C_ELEMENTWISE for name in ELEMENTWISE + ("bitcast-convert",)},
+    **{name: C_COPY for name in MOVEMENT + ("slice", "dynamic-slice", "gather",
                                             "dynamic-update-slice", "scatter", "sort")},
-    **{name: "reduction" for name in ("reduce", "reduce-window", "select-and-scatter")},
-    **{name: "collective" for name in COLLECTIVE_RULES},
-    "dot": "matmul", "convolution": "matmul",
+    **{name: C_REDUCTION for name in ("reduce", "reduce-window", "select-and-scatter")},
+    **{name: C_COLLECTIVE for name in COLLECTIVE_RULES},
+    "dot": C_MATMUL, "convolution": C_MATMUL,
 }
 
 
 def category(opcode: str) -> str:
-    return CATEGORY.get(opcode, "other")
+    return CATEGORY.get(opcode, C_OTHER)
 
 
 def cost(op: OpDesc) -> Cost:

@@ -24,14 +24,11 @@ from predictions import rules
 
 MATMUL, ATTENTION, COLLECTIVE, ELEMENTWISE, REDUCTION, COPY, OTHER = schema.CATEGORIES
 
-_COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
-                "collective-permute", "collective-broadcast")
-
 # predictions.rules.CATEGORY (plain opcodes) plus what only the HLO layer sees: every async
 # ``-start``/``-done`` form, point-to-point transfers, and reinterpretations/relayouts as copies.
 OPCODE_CATEGORY: dict[str, str] = {
     **rules.CATEGORY,
-    **{op: COLLECTIVE for c in _COLLECTIVES for op in (c, f"{c}-start", f"{c}-done")},
+    **{op: COLLECTIVE for c in rules.COLLECTIVE_OPCODES for op in (c, f"{c}-start", f"{c}-done")},
     **{op: COLLECTIVE for op in ("send", "recv", "send-done", "recv-done")},
     **{op: COPY for op in ("copy-start", "copy-done", "bitcast-convert", "reshape")},
     "ragged-dot": MATMUL,

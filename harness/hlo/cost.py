@@ -22,10 +22,10 @@ import pandas as pd
 from harness import schema
 from harness.hlo.attrs import HloParseError
 from harness.hlo.category import category
-from harness.hlo.desc import ASYNC_KINDS, operand_leaves, to_desc
+from harness.hlo.desc import operand_leaves, to_desc
 from harness.hlo.ir import Instruction, Module
 from harness.hlo.parse import parse_module
-from harness.hlo.walk import STRUCTURAL, executed, fused_instructions, trip_count
+from harness.hlo.walk import CONTAINERS, STRUCTURAL, executed, fused_instructions, trip_count
 from predictions import rules
 from predictions.rules import Cost
 
@@ -33,9 +33,6 @@ log = logging.getLogger(__name__)
 
 # Ops with no work of their own: control flow (their bodies are rows), the waiting half of an
 # async pair (the ``-start`` carries the cost), device-id reads.
-ZERO_COST = frozenset({"while", "call", "conditional", "async-update", "async-done",
-                       "partition-id", "replica-id", "send-done", "recv-done",
-                       *(f"{c}-done" for c in ASYNC_KINDS)})
 
 
 def instruction_cost(instr: Instruction, module: Module) -> Cost:
@@ -48,7 +45,7 @@ def instruction_cost(instr: Instruction, module: Module) -> Cost:
 
 
 def _cost(instr: Instruction, module: Module) -> Cost:
-    if instr.opcode in STRUCTURAL or instr.opcode in ZERO_COST:
+    if instr.opcode in CONTAINERS or instr.opcode in rules.ZERO_COST:
         return Cost()
     if instr.opcode == "async-start":
         instr = module.computation(instr.called("calls")[0]).root

@@ -12,11 +12,10 @@ from collections.abc import Callable
 from harness.hlo.attrs import HloParseError
 from harness.hlo.ir import Instruction, Module
 from harness.hlo.walk import async_done
-from predictions.rules import OpDesc, Shape
+from predictions.rules import COLLECTIVE_OPCODES, OpDesc, Shape
 
 # Operations XLA splits into an async ``<kind>-start`` / ``<kind>-done`` pair.
-ASYNC_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
-               "ragged-all-to-all", "collective-broadcast", "copy")
+ASYNC_KINDS = (*COLLECTIVE_OPCODES, "copy")
 
 
 def operand_leaves(instr: Instruction) -> tuple[Shape, ...]:

@@ -8,9 +8,8 @@ import pandas as pd
 
 from harness import schema
 
-_COLORS = {"matmul": "tab:blue", "attention": "tab:purple", "collective": "tab:red",
-           "elementwise": "tab:green", "reduction": "tab:olive", "copy": "tab:gray",
-           "other": "tab:brown"}
+_COLORS = dict(zip(schema.CATEGORIES, ("tab:blue", "tab:purple", "tab:red", "tab:green",
+                                         "tab:olive", "tab:gray", "tab:brown")))
 
 
 def _png(fig) -> bytes:
@@ -76,9 +75,9 @@ def category_bars(categories: pd.DataFrame) -> bytes | None:
     fig, ax = _figure((7, 3.5))
     x = np.arange(len(categories))
     ms = 1e3
-    modeled = (categories[schema.MEASURED_S] - categories["unmodeled_s"]) * ms
+    modeled = (categories[schema.MEASURED_S] - categories[schema.UNMODELED_S]) * ms
     ax.bar(x - 0.2, modeled, 0.4, label="measured", color="tab:blue")
-    ax.bar(x - 0.2, categories["unmodeled_s"] * ms, 0.4, bottom=modeled,
+    ax.bar(x - 0.2, categories[schema.UNMODELED_S] * ms, 0.4, bottom=modeled,
            label="measured, unmodeled", color="tab:gray")
     ax.bar(x + 0.2, categories[schema.PREDICTED_S] * ms, 0.4, label="predicted (roofline)",
            color="tab:orange")

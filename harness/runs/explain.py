@@ -28,10 +28,10 @@ def _over(size, mesh: dict | None) -> str:
 
 def _describe(row: pd.Series, mesh: dict | None = None) -> str:
     """``(matmul, compute-bound)``, ``(all-reduce over axis X (4 devices), comm...-bound)``."""
-    what = str(row.get(schema.CATEGORY) or "other")
+    what = str(row.get(schema.CATEGORY) or schema.CAT_OTHER)
     kind = row.get(schema.COLLECTIVE)
     size = row.get(schema.GROUP_SIZE)
-    if (isinstance(kind, str) and kind) or what == "collective":
+    if (isinstance(kind, str) and kind) or what == schema.CAT_COLLECTIVE:
         kind = kind or what
         # sharding.md: a collective's cost is set by its group (mesh axis) size.
         what = f"{kind} {_over(size, mesh)}" if finite(size) and size > 1 else kind

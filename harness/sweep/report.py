@@ -37,7 +37,7 @@ def _collective(run: store.StoredRun) -> dict:
     n = math.prod(collectives.axis_sizes(cfg.get("axes", ""), mesh)) if axes else 1
     b = float(cfg.get("nbytes", math.nan))
     kind = cfg.get("kind", "")
-    t = float(run.ops.loc[run.ops[schema.CATEGORY] == "collective", schema.MEASURED_S].sum())
+    t = float(run.ops.loc[run.ops[schema.CATEGORY] == schema.CAT_COLLECTIVE, schema.MEASURED_S].sum())
     analytic_s = run.summary.get(schema.ANALYTIC_S)
     bus_bytes = collectives.BUS_BYTES.get(collectives.KIND_OF_WORKLOAD.get(kind, ""))
     bus = bus_bytes(b, n) if bus_bytes and n > 1 else math.nan
@@ -53,7 +53,7 @@ def _collective(run: store.StoredRun) -> dict:
 def _matmul(run: store.StoredRun) -> dict:
     cfg, mesh = run.meta.get(schema.CONFIG, {}), run.meta.get(schema.MESH, {})
     shape = "x".join(str(v) for v in mesh.values())
-    return {schema.MATMUL_EFFICIENCY: category_efficiency(run.ops, "matmul"),
+    return {schema.MATMUL_EFFICIENCY: category_efficiency(run.ops, schema.CAT_MATMUL),
             schema.SERIES: f"{cfg.get('case', '')} on {shape}, {cfg.get('dtype', '')}"}
 
 
