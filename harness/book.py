@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from predictions import collectives, inference, training, transformer
+from predictions import collectives, hardware, inference, training, transformer
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,7 @@ def _mesh_sizes(mesh) -> tuple[int, ...]:
 
 def _dtype(cfg, field: str = "dtype") -> str:
     """The book's dtype name for a workload dtype field (bf16 / fp32)."""
-    name = str(getattr(cfg, field, "bfloat16"))
-    return {"bfloat16": "bf16", "float32": "fp32", "float16": "bf16"}.get(name, "bf16")
+    return hardware.DTYPE_ALIASES.get(str(getattr(cfg, field, "bfloat16")).lower(), "bf16")
 
 
 def _matmul(cfg, mesh, chip) -> Analytic:

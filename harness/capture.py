@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import platform
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata as _md
 from pathlib import Path
@@ -67,15 +67,21 @@ def environment(devices: Sequence | None = None) -> dict:
     }
 
 
+def cost_dict(cost_analysis) -> dict | None:
+    """What ``compiled.cost_analysis()`` returned, as one dict: jax >= 0.10 returns a dict,
+    older jax a list of one dict per program (the first is taken). None for anything else."""
+    if isinstance(cost_analysis, (list, tuple)):
+        cost_analysis = cost_analysis[0] if cost_analysis else {}
+    return cost_analysis if isinstance(cost_analysis, Mapping) else None
+
+
 def _cost_dict(compiled) -> dict:
     try:
         ca = compiled.cost_analysis()
     except Exception as e:  # some backends do not implement it
         log.warning("cost_analysis() unavailable: %s", e)
         return {}
-    if isinstance(ca, (list, tuple)):  # older jax returned one dict per program
-        ca = ca[0] if ca else {}
-    return {k: float(v) for k, v in (ca or {}).items()}
+    return {k: float(v) for k, v in (cost_dict(ca) or {}).items()}
 
 
 def _module_name(hlo_text: str) -> str:

@@ -9,6 +9,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+def positive(name: str, value: float) -> float:
+    """``value`` if it is a finite number above zero; ValueError naming ``name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value <= 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return value
+
+
 # Bytes per element (`transformers.md` §1.1 of the reference). HLO spellings.
 DTYPE_BYTES: dict[str, float] = {
     "pred": 1, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "s32": 4, "u32": 4,

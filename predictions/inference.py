@@ -10,19 +10,14 @@ import math
 from dataclasses import dataclass
 
 from predictions import hardware, transformer
+from predictions.costs import positive
 from predictions.hardware import Chip
 from predictions.transformer import Config
 
 
-def _positive(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} must be positive, got {value!r}")
-    return value
-
-
 def beta_bits(weight_bits: float, activation_bits: float) -> float:
     """inference.md's first beta: bits per weight / bits per activation (B_crit = beta * alpha)."""
-    return _positive("weight_bits", weight_bits) / _positive("activation_bits", activation_bits)
+    return positive("weight_bits", weight_bits) / positive("activation_bits", activation_bits)
 
 
 def beta_bw(chip: Chip | str) -> float:
@@ -35,12 +30,12 @@ def critical_batch(chip: Chip | str, weight_bytes: float = 2, dtype: str = "bf16
     """roofline.md/inference.md: B_crit = C_compute * s_w / (2 * W_hbm) tokens (v5e bf16: 240;
     int8 weights with bf16 compute: 120; int8 weights and compute: 240)."""
     c = hardware.chip_entry(chip)
-    return c.flops_per_s(dtype) * _positive("weight_bytes", weight_bytes) / (2 * c.hbm_bytes_per_s)
+    return c.flops_per_s(dtype) * positive("weight_bytes", weight_bytes) / (2 * c.hbm_bytes_per_s)
 
 
 def decode_ici_bound_tp(F: float, batch: float, chip: Chip | str) -> float:
     """inference.md: in decode, ICI dominates model parallelism only when Y > F / (B * beta_bw)."""
-    return _positive("F", F) / (_positive("batch", batch) * beta_bw(chip))
+    return positive("F", F) / (positive("batch", batch) * beta_bw(chip))
 
 
 @dataclass(frozen=True)
@@ -72,12 +67,12 @@ def decode_terms(params: float, param_bytes: float, kv_bytes: float, batch: floa
     """The book's general decode step from raw sizes: ``params`` (count, for FLOPs),
     ``param_bytes`` and ``kv_bytes`` (whole batch) spread evenly over ``num_chips``."""
     c = hardware.chip_entry(chip)
-    _positive("num_chips", num_chips)
-    _positive("batch", batch)
+    positive("num_chips", num_chips)
+    positive("batch", batch)
     hbm = num_chips * c.hbm_bytes_per_s
     kv_t = kv_bytes / hbm  # applied-inference.md: kv_time = kv_bytes / (chips * W_hbm)
-    param_t = _positive("param_bytes", param_bytes) / hbm  # param_time = W_bytes/(chips * W_hbm)
-    flops = 2 * _positive("params", params) * batch  # inference.md: 2 * P * B FLOPs per step
+    param_t = positive("param_bytes", param_bytes) / hbm  # param_time = W_bytes/(chips * W_hbm)
+    flops = 2 * positive("params", params) * batch  # inference.md: 2 * P * B FLOPs per step
     flops_t = flops / (num_chips * c.flops_per_s(dtype))
     step = kv_t + max(flops_t, param_t)  # inference.md: general step time
     return DecodeStep(batch, num_chips, kv_bytes, param_bytes, flops, kv_t, param_t, flops_t,
@@ -89,8 +84,8 @@ def decode_step(cfg: Config, chip: Chip | str, num_chips: int, batch: float, con
     """One decode step of ``batch`` sequences with ``context`` cached tokens each.
     ``weight_bytes``/``kv_bytes``: bytes per parameter / per KV element; FLOPs at ``dtype``."""
     P = transformer.param_count(cfg)
-    kv = _positive("batch", batch) * transformer.kv_cache_bytes(cfg, context, kv_bytes)
-    return decode_terms(P, P * _positive("weight_bytes", weight_bytes), kv, batch, chip,
+    kv = positive("batch", batch) * transformer.kv_cache_bytes(cfg, context, kv_bytes)
+    return decode_terms(P, P * positive("weight_bytes", weight_bytes), kv, batch, chip,
                         num_chips, dtype)
 
 
@@ -121,7 +116,7 @@ def prefill(cfg: Config, chip: Chip | str, num_chips: int, tokens: float, mfu: f
     if not 0 < mfu <= 1:
         raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
     c = hardware.chip_entry(chip)
-    _positive("num_chips", num_chips)
+    positive("num_chips", num_chips)
     flops = transformer.forward_flops(cfg, tokens, seq_len)
     flops_t = flops / (num_chips * c.flops_per_s(dtype) * mfu)
     param_t = transformer.param_count(cfg) * weight_bytes / (num_chips * c.hbm_bytes_per_s)
@@ -140,8 +135,8 @@ def max_batch(cfg: Config, chip: Chip | str, num_chips: int, context: float,
     """applied-inference.md: sequences whose KV caches fit in the HBM left after the weights;
     0 when the weights alone do not fit."""
     c = hardware.chip_entry(chip)
-    free = _positive("num_chips", num_chips) * c.hbm_bytes - transformer.param_count(cfg) * \
-        _positive("weight_bytes", weight_bytes)
+    free = positive("num_chips", num_chips) * c.hbm_bytes - transformer.param_count(cfg) * \
+        positive("weight_bytes", weight_bytes)
     per_seq = transformer.kv_cache_bytes(cfg, context, kv_bytes)
     return max(0, math.floor(free / per_seq))
 
@@ -149,7 +144,7 @@ def max_batch(cfg: Config, chip: Chip | str, num_chips: int, context: float,
 def min_chips(cfg: Config, chip: Chip | str, weight_bytes: float = 2) -> int:
     """applied-inference.md: the smallest power-of-two slice holding the weights,
     2^ceil(log2(W_bytes / HBM per chip))."""
-    need = transformer.param_count(cfg) * _positive("weight_bytes", weight_bytes) / \
+    need = transformer.param_count(cfg) * positive("weight_bytes", weight_bytes) / \
         hardware.chip_entry(chip).hbm_bytes
     return 2 ** max(0, math.ceil(math.log2(need)))
 
@@ -158,7 +153,7 @@ def latency_bound_tp(batch: float, D: float, chip: Chip | str, act_bytes: float 
     """inference.md: a Y-way model-parallel exchange of B*D*act_bytes is latency-bound when
     the buffer < Y * W1 * T_min, i.e. Y > B*D*act_bytes / (W1*T_min) (v5e: B*D/45,000)."""
     c = hardware.chip_entry(chip)
-    return _positive("batch", batch) * _positive("D", D) * act_bytes / (
+    return positive("batch", batch) * positive("D", D) * act_bytes / (
         c.ici_bytes_per_s * c.hop_latency_s)
 
 
@@ -176,8 +171,8 @@ def model_parallel_layer(batch: float, D: float, F: float, Y: int, chip: Chip | 
                          dtype: str = "bf16") -> ModelParallelLayer:
     """inference.md: T_hbm = 2DF/(Y*W_hbm), T_ici = 2BD/W_ici, T_math = 2BDF/(Y*C), bf16."""
     c = hardware.chip_entry(chip)
-    B, Y = _positive("batch", batch), _positive("Y", Y)
-    terms = {"memory": 2 * _positive("D", D) * _positive("F", F) / (Y * c.hbm_bytes_per_s),
+    B, Y = positive("batch", batch), positive("Y", Y)
+    terms = {"memory": 2 * positive("D", D) * positive("F", F) / (Y * c.hbm_bytes_per_s),
              "comm": 2 * B * D / c.axis_bytes_per_s,
              "compute": 2 * B * D * F / (Y * c.flops_per_s(dtype))}
     return ModelParallelLayer(terms["memory"], terms["comm"], terms["compute"],

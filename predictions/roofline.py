@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from predictions import collectives, hardware
+from predictions.costs import positive
 from predictions.hardware import Chip
 from predictions.rules import Cost
 
@@ -67,12 +68,6 @@ class MatmulEstimate:
     critical_intensity: float
 
 
-def _positive(name: str, value: float) -> float:
-    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
-    return value
-
-
 # Bytes per element of the book's dtype columns (transformers.md / roofline.md).
 ELEMENT_BYTES: dict[str, float] = {"bf16": 2, "fp32": 4, "int8": 1, "fp8": 1, "int4": 0.5,
                                    "fp4": 0.5}
@@ -91,7 +86,7 @@ def matmul(B: float, D: float, F: float, chip: Chip | str, dtype: str = "bf16",
     weights in ``weight_dtype`` (default ``dtype``)."""
     c = hardware.chip_entry(chip)
     for name, v in (("B", B), ("D", D), ("F", F)):
-        _positive(name, v)
+        positive(name, v)
     s_x = _dtype_bytes(dtype)
     s_w = _dtype_bytes(weight_dtype or dtype)
     flops = 2 * B * D * F  # roofline.md: 2BDF FLOPs

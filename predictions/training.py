@@ -12,16 +12,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from predictions import hardware, roofline, transformer
+from predictions.costs import positive
 from predictions.hardware import Chip
 from predictions.transformer import Config
 
 log = logging.getLogger(__name__)
-
-
-def _positive(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} must be positive, got {value!r}")
-    return value
 
 
 def _mxy(axes: int | Sequence[int]) -> tuple[int, int]:
@@ -37,7 +32,7 @@ def _fsdp_tp_threshold(alpha: float, m_x: int, m_y: int, F: float | None) -> flo
         raise ValueError("strategy 'fsdp_tp' needs F (the MLP width d_ff)")
     # training.md: at X_opt, compute-bound iff B/N > alpha^2/(M_X*M_Y*F). Newest edition: the two
     # comm terms overlap (max); Feb 2025 added them, giving a 4x higher bound 4*alpha^2/(M_X*M_Y*F).
-    return alpha ** 2 / (m_x * m_y * _positive("F", F))
+    return alpha ** 2 / (m_x * m_y * positive("F", F))
 
 
 # strategy -> tokens per chip (per slice over DCN) needed to stay compute-bound
@@ -61,20 +56,20 @@ def min_batch_per_chip(chip: Chip | str, strategy: str, axes: int | Sequence[int
                          f"(for TP use max_tp)")
     m_x, m_y = _mxy(axes)
     alpha = roofline.critical_intensity(chip, dtype, over)
-    return MIN_BATCH[strategy](alpha, m_x, m_y, F) / _positive("chips_per_slice", chips_per_slice)
+    return MIN_BATCH[strategy](alpha, m_x, m_y, F) / positive("chips_per_slice", chips_per_slice)
 
 
 def max_tp(F: float, chip: Chip | str, axes: int = 1, dtype: str = "bf16") -> float:
     """training.md: TP stays compute-bound while Y < M_Y * F / alpha_ici."""
-    return axes * _positive("F", F) / roofline.critical_intensity(chip, dtype, "ici")
+    return axes * positive("F", F) / roofline.critical_intensity(chip, dtype, "ici")
 
 
 def fsdp_tp_optimum(F: float, batch_tokens: float, num_chips: int,
                     axes: int | Sequence[int] = 1) -> float:
     """training.md: X_opt = sqrt((B/F) * (M_X/M_Y) * N), the unrounded FSDP degree."""
     m_x, m_y = _mxy(axes)
-    return math.sqrt(_positive("batch_tokens", batch_tokens) / _positive("F", F) * m_x / m_y
-                     * _positive("num_chips", num_chips))
+    return math.sqrt(positive("batch_tokens", batch_tokens) / positive("F", F) * m_x / m_y
+                     * positive("num_chips", num_chips))
 
 
 def fsdp_tp_split(F: float, batch_tokens: float, num_chips: int,
@@ -93,7 +88,7 @@ def train_time(cfg: Config, tokens: float, chip: Chip | str, num_chips: int, mfu
     if not 0 < mfu <= 1:
         raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
     C = hardware.chip_entry(chip).flops_per_s(dtype)
-    return transformer.train_flops(cfg, tokens, seq_len) / (_positive("num_chips", num_chips)
+    return transformer.train_flops(cfg, tokens, seq_len) / (positive("num_chips", num_chips)
                                                              * C * mfu)
 
 
@@ -119,9 +114,9 @@ def memory_per_chip(cfg: Config, batch_tokens: float, num_chips: int,
     ``weight_shards`` chips holding the weights (default all: FSDP), plus applied-training.md's
     checkpoints 2*D*B*n_ckpt*L spread over all chips."""
     shards = num_chips if weight_shards is None else weight_shards
-    _positive("weight_shards", shards)
+    positive("weight_shards", shards)
     w = bytes_per_param * transformer.param_count(cfg) / shards
-    a = transformer.checkpoint_bytes(cfg, batch_tokens, n_ckpt, act_bytes) / _positive(
+    a = transformer.checkpoint_bytes(cfg, batch_tokens, n_ckpt, act_bytes) / positive(
         "num_chips", num_chips)
     hbm = hardware.chip_entry(chip).hbm_bytes if chip is not None else None
     return MemoryEstimate(w, a, w + a, hbm)
@@ -167,8 +162,8 @@ def layer_step(B: float, D: float, P_layer: float, L: int, chip: Chip | str, str
         raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     m_x, m_y = _mxy(axes)
     c = hardware.chip_entry(chip)
-    N = _positive("X", X) * _positive("Y", Y)
-    C = c.flops_per_s(dtype) * _positive("mfu", mfu)
+    N = positive("X", X) * positive("Y", Y)
+    C = c.flops_per_s(dtype) * positive("mfu", mfu)
     W = c.axis_bytes_per_s
     # training.md: forward 2*P*B/N FLOPs per chip per layer (4BDF/N for the MLP), backward 2x
     math_f = (2 * P_layer * B + attn_fwd_flops) / (N * C)
@@ -218,7 +213,7 @@ def step_time(cfg: Config, batch_tokens: float, chip: Chip | str, num_chips: int
     (attention, MLP); norms and embeddings add compute only. Without X/Y the degrees come from
     ``degrees``; X*Y may be below ``num_chips`` for fsdp_tp on non-power-of-two slices.
     """
-    _positive("batch_tokens", batch_tokens)
+    positive("batch_tokens", batch_tokens)
     if X is None or Y is None:
         X, Y = degrees(strategy, num_chips, cfg.F, batch_tokens, axes)
     if X * Y != num_chips:

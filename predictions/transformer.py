@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
+from predictions.costs import positive
+
 
 @dataclass(frozen=True)
 class Config:
@@ -61,12 +63,6 @@ def model(name: str | Config) -> Config:
         raise KeyError(f"unknown model {name!r}; known models: {', '.join(MODELS)}") from None
 
 
-def _positive(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} must be positive, got {value!r}")
-    return value
-
-
 def mlp_params(cfg: Config) -> int:
     """Per layer: W_in1, W_in2 [D,F] and W_out [F,D] (transformers.md: 3DF, gated MLP)."""
     return 3 * cfg.D * cfg.F
@@ -112,8 +108,8 @@ def attention_flops(cfg: Config, tokens: float, seq_len: float, training: bool =
     transformers.md: 4BTSNH forward per layer, 12BTSNH for training; the book does not halve
     for a causal mask (``causal=True`` does, as a proper attention kernel would).
     """
-    _positive("tokens", tokens)
-    _positive("seq_len", seq_len)
+    positive("tokens", tokens)
+    positive("seq_len", seq_len)
     per_layer = 4 * tokens * seq_len * cfg.N * cfg.H  # transformers.md: 4BTSNH forward
     total = per_layer * cfg.L * (3 if training else 1)  # transformers.md: training = 3x forward
     return total / 2 if causal else total
@@ -122,7 +118,7 @@ def attention_flops(cfg: Config, tokens: float, seq_len: float, training: bool =
 def forward_flops(cfg: Config, tokens: float, seq_len: float | None = None,
                   causal: bool = False) -> float:
     """transformers.md: 2 * params * tokens, plus attention when ``seq_len`` is given."""
-    flops = 2 * param_count(cfg) * _positive("tokens", tokens)
+    flops = 2 * param_count(cfg) * positive("tokens", tokens)
     if seq_len is not None:
         flops += attention_flops(cfg, tokens, seq_len, training=False, causal=causal)
     return flops
@@ -132,7 +128,7 @@ def train_flops(cfg: Config, tokens: float, seq_len: float | None = None,
                 causal: bool = False) -> float:
     """transformers.md: 6 * params * tokens (forward + 2x backward), plus 12BTSNH*L attention
     when ``seq_len`` is given. params includes embeddings and norms, as the book's 6P does."""
-    flops = 6 * param_count(cfg) * _positive("tokens", tokens)
+    flops = 6 * param_count(cfg) * positive("tokens", tokens)
     if seq_len is not None:
         flops += attention_flops(cfg, tokens, seq_len, training=True, causal=causal)
     return flops
@@ -140,8 +136,8 @@ def train_flops(cfg: Config, tokens: float, seq_len: float | None = None,
 
 def kv_cache_bytes(cfg: Config, tokens: float = 1, bytes_per_elem: float = 2) -> float:
     """transformers.md: 2 (K and V) * L * K * H * bytes per element, per token."""
-    _positive("bytes_per_elem", bytes_per_elem)
-    return 2 * cfg.L * cfg.K * cfg.H * bytes_per_elem * _positive("tokens", tokens)
+    positive("bytes_per_elem", bytes_per_elem)
+    return 2 * cfg.L * cfg.K * cfg.H * bytes_per_elem * positive("tokens", tokens)
 
 
 # Widths (elements per token per layer) kept for the backward pass under each remat policy.
@@ -161,7 +157,7 @@ def activation_bytes(cfg: Config, tokens: float, policy: str = "block",
     if policy not in CHECKPOINT_POLICIES:
         raise ValueError(f"unknown checkpoint policy {policy!r}; "
                          f"choose one of {', '.join(CHECKPOINT_POLICIES)}")
-    _positive("tokens", tokens)
+    positive("tokens", tokens)
     return bytes_per_elem * tokens * cfg.L * CHECKPOINT_POLICIES[policy](cfg)
 
 
@@ -169,5 +165,5 @@ def checkpoint_bytes(cfg: Config, tokens: float, n_ckpt: float = 4,
                      bytes_per_elem: float = 2) -> float:
     """applied-training.md: 2 * D * B * n_ckpt * L for n_ckpt width-D checkpoints per layer
     (newest edition: 4 per layer; Feb 2025 said 3)."""
-    _positive("n_ckpt", n_ckpt)
-    return bytes_per_elem * cfg.D * _positive("tokens", tokens) * n_ckpt * cfg.L
+    positive("n_ckpt", n_ckpt)
+    return bytes_per_elem * cfg.D * positive("tokens", tokens) * n_ckpt * cfg.L

@@ -118,7 +118,7 @@ def test_chips_lists_the_registry(capsys):
       "--context", "10"), "batch must be positive"),
     (("train", "--model", "llama3-8b", "--chip", "tpu-v5e", "--chips", "2.5", "--tokens", "1e9"),
      "--chips must be a whole number"),
-    (("matmul", "--B", "0", "--D", "8", "--F", "8", "--chip", "h100"), "B must be a positive"),
+    (("matmul", "--B", "0", "--D", "8", "--F", "8", "--chip", "h100"), "B must be positive"),
     (("train", "--model", "llama3-8b", "--chip", "tpu-v5e", "--chips", "8", "--tokens", "1e9",
       "--mfu", "2"), "mfu must be in (0, 1]"),
 ])

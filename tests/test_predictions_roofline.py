@@ -87,7 +87,7 @@ def test_matmul_int8_weights_halve_the_critical_batch():
 
 @pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf")])
 def test_matmul_rejects_non_positive_sizes(bad):
-    with pytest.raises(ValueError, match="B must be a positive number"):
+    with pytest.raises(ValueError, match="B must be positive"):
         roofline.matmul(bad, 8, 8, "tpu-v5e")
 
 

@@ -103,9 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "compiled.hlo.txt").write_text(compiled.as_text())
-    cost = compiled.cost_analysis() or {}
-    if isinstance(cost, (list, tuple)):  # older jax: one dict per program
-        cost = cost[0] if cost else {}
+    cost = compiled.cost_analysis() or {}  # one dict (jax >= 0.10)
     (out / "timings.json").write_text(json.dumps({
         "lower_s": lower_s, "compile_s": compile_s,
         "cost_analysis": {k: float(v) for k, v in cost.items()}}))

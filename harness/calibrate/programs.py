@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from harness.errors import HarnessError
 
-DTYPES = {"fp32": "float32", "bf16": "bfloat16"}  # book name -> jax.numpy name
+DTYPES = ("fp32", "bf16")  # the book dtypes whose matmul peak is measured
 
 
 @dataclass(frozen=True)
@@ -83,9 +83,11 @@ def _matmul(devices, dtype, n, chain) -> Program:
     import jax
     from jax.sharding import PartitionSpec as P
 
+    from workloads.base import canonical_dtype  # deferred with jax: workloads imports jax
+
     m, k = _mesh(devices), len(devices)  # data parallel: each device its own [n,n] @ [n,n]
-    args = (_ones(m, (k * n, n), DTYPES[dtype], P("X", None)),
-            _ones(m, (n, n), DTYPES[dtype], P()))
+    name = canonical_dtype(dtype)  # book name -> jax.numpy name
+    args = (_ones(m, (k * n, n), name, P("X", None)), _ones(m, (n, n), name, P()))
     return Program(jax.jit(lambda x, w: x @ w), args, 2.0 * n ** 3)  # roofline.md: 2BDF FLOPs
 
 

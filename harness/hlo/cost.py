@@ -20,6 +20,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from harness import schema
+from harness.capture import cost_dict
 from harness.hlo.attrs import HloParseError
 from harness.hlo.category import category
 from harness.hlo.desc import operand_leaves, to_desc
@@ -132,8 +133,8 @@ def cross_check(module: str | Module, cost_analysis: Mapping | list) -> dict:
     ``xla_*`` is None when cost_analysis lacks the key (it omits 'flops' for some modules).
     """
     module = _as_module(module)
-    ca = cost_analysis[0] if isinstance(cost_analysis, (list, tuple)) and cost_analysis else cost_analysis
-    if not isinstance(ca, Mapping):
+    ca = cost_dict(cost_analysis)
+    if ca is None:
         raise HloParseError(f"cost_analysis: expected a dict, got {type(cost_analysis).__name__}")
     xla_flops, xla_bytes = ca.get("flops"), ca.get("bytes accessed")
     flops, nbytes = module_totals(module)
