@@ -4,7 +4,6 @@ Run explicitly (the default ``python -m pytest`` collects ``tests/`` only):
 
     python -m pytest benchmarks/test_bench_matmul.py --benchmark-enable --benchmark-autosave
 """
-import os
 
 from harness.devices import set_host_device_count
 

@@ -172,9 +172,10 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
     png = plots.category_bars(cats)
     if png:
         figures[CATEGORIES_PNG] = png
-    report = Report(title=title or f"{program} on {devices}x {cap.meta.get(schema.DEVICE_KIND, '?')}"
-                    f" (predicted for {entry.name})", ops=ops, categories=cats, summary=summ,
-                    meta=full_meta, notes=notes, unexpected=unexpected, plots=figures)
+    kind = cap.meta.get(schema.DEVICE_KIND, "?")
+    report = Report(title=title or f"{program} on {devices}x {kind} (predicted for {entry.name})",
+                    ops=ops, categories=cats, summary=summ, meta=full_meta, notes=notes,
+                    unexpected=unexpected, plots=figures)
     return Analysis(capture=cap, events=events, steps=step_samples(events), report=report,
                     chip=entry, cross_check=check)
 

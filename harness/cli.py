@@ -37,7 +37,8 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     """The parser; only the chosen command's module is imported (and adds its arguments)."""
     parser = argparse.ArgumentParser(
         prog="harness",
-        description="Measure JAX programs per XLA op against first-principles roofline predictions.",
+        description="Measure JAX programs per XLA op against first-principles roofline "
+                    "predictions.",
     )
     parser.add_argument("--devices", type=int, default=8, metavar="N",
                         help="virtual CPU devices when running on CPU (default 8)")

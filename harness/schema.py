@@ -160,7 +160,7 @@ class SchemaError(HarnessError):
 
 
 def validate(df: pd.DataFrame, columns: Sequence[str], *, where: str = "table") -> pd.DataFrame:
-    """Return ``df`` unchanged if it has every column in ``columns``; raise SchemaError otherwise."""
+    """``df`` unchanged if it has every column in ``columns``; SchemaError otherwise."""
     if not isinstance(df, pd.DataFrame):
         raise SchemaError(f"{where}: expected a pandas DataFrame, got {type(df).__name__}")
     missing = [c for c in columns if c not in df.columns]

@@ -20,7 +20,8 @@ COLUMNS = (schema.OP, schema.OPCODE, "kind", "expected", "found", schema.MEASURE
 
 
 def collective_kind(opcode: str, collective: str = "") -> str:
-    """The collective an op performs ("" for none); fusions wrapping one report it in ``collective``."""
+    """The collective an op performs ("" for none); fusions wrapping one report it in
+    ``collective``."""
     return COLLECTIVE_KIND.get(opcode, "") or (collective if collective in
                                                 COLLECTIVE_KIND.values() else "")
 

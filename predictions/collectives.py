@@ -94,8 +94,8 @@ def _gpu(kind: str, V: float, axes: tuple[int, ...], wraps, c: Chip):
     d0 = min(N, c.chips_per_node)
     M = math.ceil(N / c.chips_per_node)
     if M > 1 and not c.node_bytes_per_s:
-        raise ValueError(f"{c.name}: the book gives no scale-out bandwidth; keep collectives within "
-                         f"one node of {c.chips_per_node} GPUs (got {N})")
+        raise ValueError(f"{c.name}: the book gives no scale-out bandwidth; keep collectives "
+                         f"within one node of {c.chips_per_node} GPUs (got {N})")
     levels = [(d0, c.ici_bytes_per_s)] + ([(M, c.node_bytes_per_s)] if M > 1 else [])
     hops = sum(d - 1 for d, _ in levels)  # assumption: one latency per ring step and level
     t_lat = c.hop_latency_s * hops

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+
 def positive(name: str, value: float) -> float:
     """``value`` if it is a finite number above zero; ValueError naming ``name`` otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \

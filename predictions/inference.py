@@ -40,7 +40,8 @@ def decode_ici_bound_tp(F: float, batch: float, chip: Chip | str) -> float:
 
 @dataclass(frozen=True)
 class DecodeStep:
-    """inference.md: step = kv_time + max(flops_time, param_time) (attention always memory-bound)."""
+    """inference.md: step = kv_time + max(flops_time, param_time) (attention is always
+    memory-bound)."""
 
     batch: float
     num_chips: int

@@ -84,7 +84,8 @@ def fsdp_tp_split(F: float, batch_tokens: float, num_chips: int,
 
 def train_time(cfg: Config, tokens: float, chip: Chip | str, num_chips: int, mfu: float,
                dtype: str = "bf16", seq_len: float | None = None) -> float:
-    """training.md: wall time = 6 * P * tokens / (N * C * MFU) seconds (+ attention with seq_len)."""
+    """training.md: wall time = 6 * P * tokens / (N * C * MFU) seconds (+ attention with
+    seq_len)."""
     if not 0 < mfu <= 1:
         raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
     C = hardware.chip_entry(chip).flops_per_s(dtype)

@@ -120,7 +120,8 @@ def test_every_view_prints_the_same_efficiency(stored_collective, capsys):
     ops = pd.read_parquet(path / store.OPS_PARQUET)
     modeled = ops[schema.BOUND] != schema.UNMODELED
     # predicted over measured time of the ops a rule predicts, from the stored table itself
-    expected = ops.loc[modeled, schema.PREDICTED_S].sum() / ops.loc[modeled, schema.MEASURED_S].sum()
+    expected = (ops.loc[modeled, schema.PREDICTED_S].sum()
+                / ops.loc[modeled, schema.MEASURED_S].sum())
     assert 0 < expected and modeled.sum() > 0
 
     assert main(["report", str(path), "--format", "json"]) == 0

@@ -100,7 +100,8 @@ def test_fusion_bodies_and_reduction_computations_are_not_ops():
 def test_recursive_computation_is_a_parse_error():
     looped = text("nested_loops").replace("ROOT %called_dot = f32[64,64]{1,0} dot(%c.x, %c.x), "
                                           "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
-                                          "ROOT %again = f32[64,64]{1,0} call(%c.x), to_apply=%called")
+                                          "ROOT %again = f32[64,64]{1,0} call(%c.x), "
+                                          "to_apply=%called")
     with pytest.raises(hlo.HloParseError, match="calls itself"):
         hlo.executed(hlo.parse_module(looped))
 
@@ -108,7 +109,8 @@ def test_recursive_computation_is_a_parse_error():
 # --- categories -------------------------------------------------------------------------------
 def cats(name: str) -> dict[str, str]:
     m = hlo.parse_module(text(name))
-    return {i.name: hlo.category(m, i) for i, _ in hlo.executed(m) if i.opcode not in hlo.STRUCTURAL}
+    return {i.name: hlo.category(m, i) for i, _ in hlo.executed(m)
+            if i.opcode not in hlo.STRUCTURAL}
 
 
 def test_categories_of_a_cpu_train_step():

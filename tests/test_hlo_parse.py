@@ -165,7 +165,8 @@ def test_bare_names_without_percent_signs():
     ("{{0,1},{2,3}}", 2, ((0, 1), (2, 3))),
     ("{}", 0, None),
     ("[2,4]<=[8]", 4, tuple(map(tuple, np.arange(8).reshape(2, 4).tolist()))),
-    ("[4,2]<=[2,4]T(1,0)", 2, tuple(map(tuple, np.arange(8).reshape(2, 4).T.reshape(4, 2).tolist()))),
+    ("[4,2]<=[2,4]T(1,0)", 2,
+     tuple(map(tuple, np.arange(8).reshape(2, 4).T.reshape(4, 2).tolist()))),
     ("[2,8]<=[2,2,4]T(2,0,1)", 8,
      tuple(map(tuple, np.arange(16).reshape(2, 2, 4).transpose(2, 0, 1).reshape(2, 8).tolist()))),
 ])

@@ -22,7 +22,7 @@ ENTRY %main (p0: f32[128,256], p1: f32[256,512]) -> f32[128,512] {
   %dot.1 = f32[128,512]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
   ROOT %all-reduce.2 = f32[128,512]{1,0} all-reduce(%dot.1), replica_groups={{0,1,2,3}}, to_apply=%add
 }
-"""
+"""  # noqa: E501 (HLO as XLA prints it)
 
 
 def test_predict_module_totals_are_sums_of_op_terms():

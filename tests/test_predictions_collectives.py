@@ -22,7 +22,8 @@ def test_sh_q2_allgather_and_allreduce_on_v4p_cube():
     assert t.seconds == pytest.approx(46 * US, rel=0.02)
     assert t.t_latency_s == pytest.approx(4 * US) and t.bound == "bandwidth"
     # (c) AllReduce_Z([B_X, D_Y]{U_Z}): 2 * (2BD/16) / W ~ 11.6 us
-    assert collectives.all_reduce(2 * B * D / 16, 4, "tpu-v4p") == pytest.approx(11.6 * US, rel=0.01)
+    assert collectives.all_reduce(2 * B * D / 16, 4, "tpu-v4p") == pytest.approx(11.6 * US,
+                                                                              rel=0.01)
 
 
 def test_sharding_pop_quiz_v5e_axis_of_4_has_no_wraparound():

@@ -21,7 +21,8 @@ PCIE = {"tpu-v4p": 17188, "tpu-v5p": 28688, "tpu-v5e": 12313, "tpu-v6e": 28750}
                                          ("pcie", PCIE)])
 def test_critical_intensities_match_the_book_table(over, table):
     for name, expected in table.items():
-        assert roofline.critical_intensity(name, "bf16", over) == pytest.approx(expected, rel=0.03), name
+        got = roofline.critical_intensity(name, "bf16", over)
+        assert got == pytest.approx(expected, rel=0.03), name
 
 
 def test_rf_ex2_v5e_critical_intensity():

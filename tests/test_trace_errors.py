@@ -9,7 +9,8 @@ from harness.trace.load import load_events
 
 @pytest.fixture
 def good_trace(tmp_path):
-    data = serialize(plane("/device:TPU:0", {"XLA Ops": [("fusion.1", 10, 5, {"hlo_module": "m"})]}))
+    ops = [("fusion.1", 10, 5, {"hlo_module": "m"})]
+    data = serialize(plane("/device:TPU:0", {"XLA Ops": ops}))
     path = tmp_path / "host.xplane.pb"
     path.write_bytes(data)
     return path

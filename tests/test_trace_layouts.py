@@ -18,7 +18,8 @@ def _row(ops, op):
 def tpu_device(n, fusion_us, ar_pairs_us):
     """One TPU plane: a warm-up execution at t=0, then three steps 1000 us apart.
 
-    ``fusion_us``: fusion.1's duration in steps 0..2; ``ar_pairs_us``: all-reduce.2 runs twice per step.
+    ``fusion_us``: fusion.1's duration in steps 0..2; ``ar_pairs_us``: all-reduce.2 runs twice
+    per step.
     """
     steps = [(str(s), (1 + s) * 1000 * US, 900 * US, {}) for s in range(3)]
     modules = [("jit_step(7)", 0, 500 * US, {})]
@@ -89,8 +90,8 @@ def gpu_trace():
         kernels_b.append(("loop_kernel_b", t0 + 10 * US, fusion_second[s] * US,
                           dict(k, hlo_op="fusion.3")))
         kernels_a.append(("gemm", t0 + 200 * US, dot[s] * US, dict(k, hlo_op="dot.1")))
-    gpu = plane("/device:GPU:0", {"Stream #13(Compute)": kernels_a, "Stream #14(Compute)": kernels_b},
-                plane_id=2)
+    gpu = plane("/device:GPU:0",
+                {"Stream #13(Compute)": kernels_a, "Stream #14(Compute)": kernels_b}, plane_id=2)
     return serialize(host, gpu)
 
 

@@ -26,9 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from predictions.collectives import axis_names
 from workloads.base import Workload, WorkloadError, canonical_dtype, check_choice
 from workloads.mesh import AnyMesh, axis_size, named, put
-from predictions.collectives import axis_names
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """``harness predict``: the book's first-principles answers from the command line.
 
     harness predict train --model llama3-70b --chip tpu-v5p --chips 8960 --tokens 15e12 --mfu 0.4
-    harness predict decode --model llama3-70b --chip tpu-v5e --chips 8 --batch 32 --context 8192 --int8
+    harness predict decode --model llama3-70b --chip tpu-v5e --chips 8 --batch 32 --context 8192 \
+        --int8
     harness predict prefill --model llama3-70b --chip tpu-v5e --chips 16 --tokens 8192 --mfu 0.4
     harness predict collective all-gather --bytes 34e6 --axes 4 --chip tpu-v5e
     harness predict matmul --B 1024 --D 8192 --F 28672 --chip tpu-v5e
@@ -42,7 +43,8 @@ def _secs(t: float) -> str:
 
 
 def _si(x: float, unit: str = "") -> str:
-    for prefix, scale in (("Y", 1e24), ("Z", 1e21), ("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+    for prefix, scale in (("Y", 1e24), ("Z", 1e21), ("E", 1e18), ("P", 1e15), ("T", 1e12),
+                          ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(x) >= scale:
             return f"{x / scale:.4g} {prefix}{unit}"
     return f"{x:.4g} {unit}".rstrip()

@@ -62,7 +62,8 @@ def main(args) -> int:
     fmt = "md" if args.format == "md" else "text"
     print(head)
     for r in results:
-        print(f"\n{r.chip}: " + "  ".join(f"{k}={tables.fmt_figure(k, v)}" for k, v in r.totals.items()))
+        print(f"\n{r.chip}: " + "  ".join(f"{k}={tables.fmt_figure(k, v)}"
+                                          for k, v in r.totals.items()))
         print(tables.render(r.categories, fmt), end="")
         print(tables.render(r.ops.head(args.top), fmt, OP_COLUMNS), end="")
     return 0

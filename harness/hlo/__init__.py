@@ -28,6 +28,7 @@ from harness.hlo.walk import (
 
 __all__ = [
     "HloParseError", "ReplicaGroups", "Computation", "Instruction", "Module", "TripCount",
-    "CONTAINERS", "STRUCTURAL", "parse_module", "executed", "trip_count", "fused_instructions", "category",
+    "CONTAINERS", "STRUCTURAL", "parse_module", "executed", "trip_count", "fused_instructions",
+    "category",
     "to_desc", "instruction_cost", "compute_dtype", "hlo_costs", "module_totals", "cross_check",
 ]

@@ -118,7 +118,8 @@ def _iota_devices(reshape: tuple[int, ...], perm: tuple[int, ...]) -> list[int]:
 def _iota(m: re.Match) -> ReplicaGroups:
     num_groups, group_size = int(m.group(1)), int(m.group(2))
     reshape = tuple(int(x) for x in m.group(3).split(","))
-    perm = tuple(int(x) for x in m.group(4).split(",")) if m.group(4) else tuple(range(len(reshape)))
+    perm = (tuple(int(x) for x in m.group(4).split(",")) if m.group(4)
+            else tuple(range(len(reshape))))
     total = math.prod(reshape)
     if (sorted(perm) != list(range(len(reshape))) or total != num_groups * group_size
             or group_size < 1):
@@ -181,7 +182,8 @@ def pairs(text: str) -> tuple[tuple[int, int], ...]:
 
 
 def window(text: str) -> dict[str, tuple]:
-    """``{size=3x3 stride=2x2 pad=1_1x1_1}`` -> {"size": (3, 3), "stride": (2, 2), "pad": ((1, 1), (1, 1))}."""
+    """``{size=3x3 stride=2x2 pad=1_1x1_1}`` ->
+    {"size": (3, 3), "stride": (2, 2), "pad": ((1, 1), (1, 1))}."""
     inner = text.strip()
     if not (inner.startswith("{") and inner.endswith("}")):
         raise HloParseError(f"expected a window like {{size=3x3}}, got {text[:60]!r}")

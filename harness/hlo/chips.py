@@ -3,7 +3,8 @@
 The HLO comes from an ahead-of-time compile on virtual CPU devices (``workloads.aot``): its
 per-device shapes and collectives are those of the target mesh, so each op's roofline time can
 be set on any chip. The fusion and collective choices are XLA:CPU's (it never forms
-reduce-scatters, for one), so a TPU or GPU compile of the same program may differ. The per-op sum assumes no overlap between ops (the book's upper-bound view
+reduce-scatters, for one), so a TPU or GPU compile of the same program may differ. The per-op
+sum assumes no overlap between ops (the book's upper-bound view
 of a schedule); the workload-level book estimate is shown beside it.
 """
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The parsed form of an HLO module: :class:`Module` -> :class:`Computation` -> :class:`Instruction`.
+"""The parsed form of an HLO module: :class:`Module` -> :class:`Computation` ->
+:class:`Instruction`.
 
 Shapes are ``predictions.rules.Shape`` (per device, post-SPMD; tuples flattened to leaves).
 """

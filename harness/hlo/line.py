@@ -47,7 +47,8 @@ def _leaf(m: re.Match, lineno: int) -> tuple[Shape, int]:
         return hit
     dtype, dims, layout = m.group(1), m.group(2), m.group(3) or ""
     if dtype not in DTYPE_BYTES:
-        raise err(lineno, f"unknown element type {dtype!r} (known: {', '.join(sorted(DTYPE_BYTES))})")
+        raise err(lineno, f"unknown element type {dtype!r} "
+                          f"(known: {', '.join(sorted(DTYPE_BYTES))})")
     if dims and _DIMS_RE.fullmatch(dims) is None:
         raise err(lineno, "expected dimensions like [512,256]", key)
     shape = Shape(dtype, tuple(int(d.removeprefix("<=")) for d in dims.split(",")) if dims else ())

@@ -39,7 +39,8 @@ _TRANSPARENT = frozenset({"copy", "convert", "bitcast", "reshape", "broadcast"})
 
 @dataclass(frozen=True)
 class TripCount:
-    """``n``: iterations per execution of the loop; ``source``: "backend_config" | "induction" | "unknown"."""
+    """``n``: iterations per execution of the loop;
+    ``source``: "backend_config" | "induction" | "unknown"."""
 
     n: int
     source: str
@@ -123,7 +124,8 @@ def _induction(module: Module, loop: Instruction, parent: Computation) -> int | 
         return None
     init_tuple = parent.by_name.get(loop.operand_names[0]) if loop.operand_names else None
     init = None
-    if init_tuple is not None and init_tuple.opcode == "tuple" and k < len(init_tuple.operand_names):
+    if init_tuple is not None and init_tuple.opcode == "tuple" \
+            and k < len(init_tuple.operand_names):
         init = _constant(parent, init_tuple.operand_names[k])
     step = _step(module, loop, k)
     if init is None or step is None or step == 0:
@@ -180,7 +182,8 @@ def _trip_count(module: Module, loop: Instruction, parent: Computation | None) -
 
 def _children(module: Module, comp: Computation, instr: Instruction, count: int,
               loops_once: bool) -> Iterator[tuple[str, int]]:
-    """(computation, count) pairs whose instructions run as ops because ``instr`` runs ``count`` times."""
+    """(computation, count) pairs whose instructions run as ops because ``instr`` runs
+    ``count`` times."""
     if instr.opcode == "while":
         if loops_once:
             yield instr.called("condition")[0], count

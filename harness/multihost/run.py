@@ -3,8 +3,9 @@
 Every process joins the job (``initialize``: ``jax.distributed.initialize``, gloo CPU collectives),
 builds the workload on the global mesh and traces its own devices. The per-process EVENTS go to
 process 0 through the coordination service's key-value store (no shared filesystem needed);
-process 0 builds and stores ONE run from them (``harness.multihost.merge``) and posts the outcome, which the
-other processes wait for, so that every process's exit code says whether the run was stored.
+process 0 builds and stores ONE run from them (``harness.multihost.merge``) and posts the
+outcome, which the other processes wait for, so that every process's exit code says whether the
+run was stored.
 Other processes write nothing under ``out``; their scratch space is the system temp directory.
 """
 from __future__ import annotations

@@ -106,7 +106,8 @@ def to_html(r: Report, top: int = 50) -> str:
         if name in r.plots:
             b64 = base64.b64encode(r.plots[name]).decode()
             body.append(f'<p><img alt="{name}" src="data:image/png;base64,{b64}"></p>')
-    body.append(f"<h2>Ops ranked by gap (top {top})</h2>" + _html_table(r.ops.head(top), OP_COLUMNS))
+    body.append(f"<h2>Ops ranked by gap (top {top})</h2>"
+                + _html_table(r.ops.head(top), OP_COLUMNS))
     body.append("<h2>By category</h2>" + _html_table(r.categories, CATEGORY_COLUMNS))
     return (f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(r.title)}"
             f"</title><style>{style}</style></head><body>{''.join(body)}</body></html>\n")

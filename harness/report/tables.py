@@ -90,7 +90,8 @@ def to_markdown(df: pd.DataFrame) -> str:
     shown = _display(df)
     lines = ["| " + " | ".join(shown.columns) + " |",
              "|" + "|".join("---" for _ in shown.columns) + "|"]
-    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in shown.itertuples(index=False)]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |"
+              for row in shown.itertuples(index=False)]
     return "\n".join(lines) + "\n"
 
 

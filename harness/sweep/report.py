@@ -37,7 +37,8 @@ def _collective(run: store.StoredRun) -> dict:
     n = math.prod(collectives.axis_sizes(cfg.get("axes", ""), mesh)) if axes else 1
     b = float(cfg.get("nbytes", math.nan))
     kind = cfg.get("kind", "")
-    t = float(run.ops.loc[run.ops[schema.CATEGORY] == schema.CAT_COLLECTIVE, schema.MEASURED_S].sum())
+    in_collectives = run.ops[schema.CATEGORY] == schema.CAT_COLLECTIVE
+    t = float(run.ops.loc[in_collectives, schema.MEASURED_S].sum())
     analytic_s = run.summary.get(schema.ANALYTIC_S)
     bus_bytes = collectives.BUS_BYTES.get(collectives.KIND_OF_WORKLOAD.get(kind, ""))
     bus = bus_bytes(b, n) if bus_bytes and n > 1 else math.nan

@@ -39,7 +39,8 @@ def tpu_detect(space: XSpace) -> bool:
 
 
 def _device_step_windows(idx: PlaneIndex) -> StepWindows:
-    """Steps from a device plane's ``Steps`` line: step_num stat, else a numeric name, else order."""
+    """Steps from a device plane's ``Steps`` line: step_num stat, else a numeric name, else
+    order."""
     line = idx.line("Steps")
     if line is None:
         return StepWindows([])
@@ -86,7 +87,8 @@ def tpu_extract(space: XSpace) -> Columns:
 def _tpu_modules(idx: PlaneIndex, raw: bytes, mids: np.ndarray, start: np.ndarray) -> list:
     """Each op's HLO module: an ``hlo_module`` stat on the op (its metadata, else the event),
     else the ``XLA Modules`` event enclosing it, named without its program id."""
-    meta = {k: idx.stats(m.stats).get("hlo_module", "") for k, m in idx.plane.event_metadata.items()}
+    meta = {k: idx.stats(m.stats).get("hlo_module", "")
+            for k, m in idx.plane.event_metadata.items()}
     if all(meta.get(int(m)) for m in np.unique(mids)):
         return names_of(mids, meta)
     if "hlo_module" in idx.stat_ids:  # per-event stats: read them (rare, so not vectorized)

@@ -48,7 +48,8 @@ def init_params(d: Dims, key: int | np.random.Generator | jax.Array = 0,
     """Host (NumPy) arrays: norm weights 1, matrices N(0, 1/fan_in), embedding N(0, 1).
 
     ``key`` is a NumPy seed or Generator (a jax key is turned into a seed): jax's threefry takes
-    seconds to compile for a dozen shapes, NumPy takes microseconds. ``jax.device_put(params, shardings)`` places them.
+    seconds to compile for a dozen shapes, NumPy takes microseconds.
+    ``jax.device_put(params, shardings)`` places them.
     """
     if isinstance(key, jax.Array):   # a jax PRNG key: draw a NumPy seed from it
         key = int(jax.random.randint(key, (), 0, 2**31 - 1))
