@@ -134,8 +134,8 @@ def harness_run(request, tmp_path):
             rounds: int | None = None, time: bool = True) -> HarnessResult:
         import jax  # deferred: see the note at the top
 
-        from harness.analysis import analyze
-        from harness.runs.run import build_workload, new_run_id, save_analysis
+        from harness.analysis import analyze  # deferred
+        from harness.runs.run import build_workload, new_run_id, save_analysis  # deferred
 
         meta = {"test": request.node.nodeid}
         expected = book = None

@@ -12,7 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from harness import schema
+from harness.capture import capture
 from harness.errors import HarnessError
+from harness.trace.load import load_events
 
 DTYPES = ("fp32", "bf16")  # the book dtypes whose matmul peak is measured
 
@@ -137,10 +140,6 @@ def _opcodes(hlo_text: str) -> dict[str, str]:
 def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
     """One program under the profiler. The op's time: per step the median over devices, then
     the best step; a chain of collectives gives the median over its ops."""
-    from harness import schema
-    from harness.capture import capture
-    from harness.trace.load import load_events
-
     prog = BUILDERS[kind](devices, dtype, size, plan.chain)
     with tempfile.TemporaryDirectory(prefix="calibrate-") as tmp:
         cap = capture(prog.fn, prog.args, warmup=1, steps=plan.steps, out_dir=tmp,

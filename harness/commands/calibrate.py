@@ -12,6 +12,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
 from harness.calibrate import chip as cal_lib
 
 
@@ -56,9 +60,6 @@ def rows(cal: cal_lib.Calibration) -> list[tuple[str, str, str]]:
 
 
 def _print(cal: cal_lib.Calibration, chip) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     console = Console()
     if not console.is_terminal:
         console = Console(width=120)
@@ -84,9 +85,6 @@ def _print(cal: cal_lib.Calibration, chip) -> None:
 
 
 def main(args) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     mode = "quick" if args.quick else "full"
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=True) as bar:

@@ -6,6 +6,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.report import tables
+from harness.runs import store
 
 
 def add_arguments(p) -> None:
@@ -14,8 +15,6 @@ def add_arguments(p) -> None:
 
 
 def runs_table(root: Path) -> pd.DataFrame:
-    from harness.runs import store
-
     rows = []
     for run in store.list_runs(root):
         m, s = run.meta, run.meta.get("summary", {})

@@ -17,6 +17,9 @@ import argparse
 import dataclasses
 import json
 
+from rich.console import Console
+from rich.table import Table
+
 from predictions import collectives, hardware, inference, roofline, training, transformer
 
 
@@ -58,8 +61,6 @@ def _emit(args, title: str, rows: list[tuple[str, ...]], data: dict,
     if args.json:
         print(json.dumps(data, indent=2, default=str))
         return 0
-    from rich.console import Console
-    from rich.table import Table
     table = Table(title=title, title_justify="left")
     for col in columns:
         table.add_column(col)

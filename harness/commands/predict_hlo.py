@@ -5,8 +5,12 @@ import json
 from types import SimpleNamespace
 
 from harness import schema
+from harness.book import analytic
 from harness.commands.run import parse_sets
+from harness.hlo import cross_check, parse_module
+from harness.hlo.chips import predict_module
 from harness.report import tables
+from predictions import hardware
 
 OP_COLUMNS = (schema.OP, schema.OPCODE, schema.CATEGORY, schema.BOUND, schema.COUNT,
               schema.PREDICTED_S, schema.T_COMPUTE_S, schema.T_MEMORY_S, schema.T_COMM_S,
@@ -25,11 +29,7 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    import workloads
-    from harness.book import analytic
-    from harness.hlo import cross_check, parse_module
-    from harness.hlo.chips import predict_module
-    from predictions import hardware
+    import workloads  # deferred: importing workloads imports jax
     from workloads.aot import compile_in_subprocess
     from workloads.mesh import parse_shape
 

@@ -7,7 +7,9 @@ from pathlib import Path
 
 from harness import report
 from harness.errors import HarnessError
+from harness.multihost import run as distributed
 from harness.report import tables
+from harness.runs.run import list_workloads, run_workload
 
 
 def parse_sets(items: list[str]) -> dict[str, str]:
@@ -47,8 +49,6 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from harness.runs.run import list_workloads, run_workload
-
     if args.list or not args.workload:
         print(tables.to_text(list_workloads(), title="workloads"), end="")
         if not args.list:
@@ -78,8 +78,6 @@ def _main_distributed(args) -> int:
     A process that fails after joining the job leaves at once (``distributed.leave``): its peers
     may be waiting for it in a collective, and jax's exit would wait for them.
     """
-    from harness.multihost import run as distributed
-
     def timed_out(message: str) -> None:
         print(f"harness run: error: {message}", file=sys.stderr)
 

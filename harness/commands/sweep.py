@@ -10,9 +10,17 @@ import sys
 import threading
 from pathlib import Path
 
+import pandas as pd
+from rich import progress as rp
+from rich.console import Console
+from rich.markup import escape
+
 from harness import schema
 from harness.errors import HarnessError
 from harness.report import tables
+from harness.sweep import report as sweep_report
+from harness.sweep import run as sweep
+from harness.sweep.plan import load_sweep
 
 LATEST = "latest"
 
@@ -30,8 +38,6 @@ def add_arguments(p) -> None:
 
 
 def _sweep_dir(args, plan) -> Path:
-    from harness.sweep import run as sweep
-
     if args.resume is None:
         return sweep.new_sweep_dir(plan.name, args.out)
     if args.resume == LATEST:
@@ -45,8 +51,6 @@ def _sweep_dir(args, plan) -> Path:
 
 
 def _points_table(plan, statuses: dict[str, str] | None = None):
-    import pandas as pd
-
     rows = [{schema.POINT: i + 1, schema.WORKLOAD: p.workload, schema.PRESET: p.preset,
              schema.MESH: p.mesh, schema.CHIP: p.chip or "(device's)",
              schema.OVERRIDES: p.settings, schema.STEPS: p.steps, schema.WARMUP: p.warmup,
@@ -58,21 +62,12 @@ def _points_table(plan, statuses: dict[str, str] | None = None):
 
 
 def _progress():
-    from rich import progress as rp
-    from rich.console import Console
-
     return rp.Progress(rp.TextColumn("{task.description}"), rp.BarColumn(),
                        rp.MofNCompleteColumn(), rp.TimeElapsedColumn(),
                        console=Console(stderr=True), transient=False)
 
 
 def main(args) -> int:
-    from rich.markup import escape
-
-    from harness.sweep import report as sweep_report
-    from harness.sweep import run as sweep
-    from harness.sweep.plan import load_sweep
-
     plan = load_sweep(args.file)
     if args.dry_run:
         statuses = None

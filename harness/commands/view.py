@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.runs import store
 
 
 def add_arguments(p) -> None:
@@ -20,8 +21,6 @@ def xprof_command(trace_dir: Path, port: int) -> list[str]:
 
 
 def main(args) -> int:
-    from harness.runs import store
-
     run = store.resolve(args.run, args.root)
     trace_dir = run / store.TRACE_DIR
     if not any(trace_dir.rglob("*.xplane.pb")):

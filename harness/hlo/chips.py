@@ -15,6 +15,7 @@ import pandas as pd
 
 from harness import schema
 from harness.hlo import Module, hlo_costs
+from predictions import hardware
 
 
 @dataclass
@@ -52,8 +53,6 @@ def predict_module(module: Module, chip, *, model_flops: float | None = None,
               "flops_per_device": float((pred[schema.FLOPS] * pred[schema.COUNT]).sum())}
     name = getattr(chip, "name", str(chip))
     if model_flops:
-        from predictions import hardware
-
         peak = hardware.chip_entry(chip).flops_per_s("bf16")
         # MFU if the step ran at the per-op roofline sum (training.md's definition)
         totals["mfu_at_roofline"] = model_flops / (step * devices * peak) if step > 0 else 0.0

@@ -27,7 +27,7 @@ from harness.hlo.desc import operand_leaves, to_desc
 from harness.hlo.ir import Instruction, Module
 from harness.hlo.parse import parse_module
 from harness.hlo.walk import CONTAINERS, STRUCTURAL, executed, fused_instructions, trip_count
-from predictions import rules
+from predictions import hardware, roofline, rules
 from predictions.rules import Cost
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,6 @@ def hlo_costs(hlo_text: str | Module, chip, dtype: str | None = None) -> pd.Data
     name or a ``predictions.hardware`` chip). ``dtype`` fixes the peak FLOP/s for every op;
     by default each op's own compute dtype is used. Unmodeled ops keep their row with zero
     times and ``bound == "unmodeled"`` (the coverage figure counts them)."""
-    from predictions import hardware, roofline
     module, chip = _as_module(hlo_text), hardware.chip_entry(chip)
     rows = []
     for instr, count in executed(module):

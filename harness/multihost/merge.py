@@ -14,7 +14,10 @@ import dataclasses
 import pandas as pd
 
 from harness import schema
+from harness.analysis import analyze_capture
 from harness.ops import op_times
+from harness.report import tables
+from harness.runs.run import new_run_id, save_analysis
 
 BY_DEVICE_CSV = "by_device.csv"
 
@@ -46,10 +49,6 @@ def store_merged(built, cap, events: pd.DataFrame, processes: list[dict], *, chi
     """Analyse every process's ``events`` as one capture (process 0's ``cap``: its HLO, cost
     analysis and trace directory), add the host columns, store one run under ``out``."""
     import jax
-
-    from harness.analysis import analyze_capture
-    from harness.report import tables
-    from harness.runs.run import new_run_id, save_analysis
 
     notes = []
     if jax.default_backend() == "cpu":

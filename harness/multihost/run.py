@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import os
+import platform
 import shutil
 import socket
 import sys
@@ -29,7 +30,12 @@ from typing import NamedTuple
 import pandas as pd
 
 from harness import schema
+from harness.capture import capture
 from harness.errors import HarnessError
+from harness.multihost import merge as hosts
+from harness.runs.run import build_workload
+from harness.trace.load import load_events
+from predictions import hardware
 
 log = logging.getLogger(__name__)
 
@@ -193,8 +199,6 @@ def gather_events(events: pd.DataFrame | None, cluster: Cluster, tag: str, *,
     process (host name, devices); the others get None. A missing or failed peer raises
     ``PeerError`` on process 0.
     """
-    import platform
-
     import jax
 
     me, client = cluster.process_index, _client()
@@ -256,13 +260,7 @@ def run_workload(name: str, *, cluster: Cluster, preset: str = "tiny",
     """``runner.run_workload`` across the job: every process builds the workload on the global
     mesh and captures its own devices. Process 0 returns ``(analysis, run path)``, the others
     ``(None, run path)`` once process 0 has stored the run."""
-    from harness.capture import capture
-    from harness.multihost import merge as hosts
-    from harness.runs.run import build_workload
-    from harness.trace.load import load_events
-
     if chip is not None:  # a bad chip name fails on every process before anything compiles
-        from predictions import hardware
 
         chip = hardware.chip_entry(chip)
     tag = f"{KEY_PREFIX}/{next(_rounds)}"

@@ -11,6 +11,8 @@ import math
 from collections.abc import Callable, Sequence
 
 import pandas as pd
+from rich.console import Console
+from rich.table import Table
 
 from harness import schema
 from harness.errors import HarnessError
@@ -71,9 +73,6 @@ def _display(df: pd.DataFrame) -> pd.DataFrame:
 
 def to_text(df: pd.DataFrame, title: str | None = None) -> str:
     """A rich table rendered to plain text (what the CLI prints)."""
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title=title, show_lines=False)
     shown = _display(df)
     for c in shown.columns:

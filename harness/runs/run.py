@@ -16,6 +16,7 @@ from harness.analysis import Analysis, analyze_capture
 from harness.book import Analytic, analytic
 from harness.capture import capture
 from harness.runs import store
+from predictions import hardware
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ def new_run_id(workload: str) -> str:
 
 
 def list_workloads() -> pd.DataFrame:
-    import workloads
+    import workloads  # deferred: importing workloads imports jax
 
     return pd.DataFrame([{"workload": w.name, "presets": ", ".join(w.presets),
                           "default mesh": w.default_mesh, "description": w.description}
@@ -68,7 +69,7 @@ class Built:
 def build_workload(name: str, preset: str = "tiny", overrides: dict | None = None,
                    mesh: str | None = None) -> Built:
     """Build registered workload ``name`` on ``mesh`` (default: the workload's own)."""
-    import workloads
+    import workloads  # deferred: importing workloads imports jax
     from workloads.mesh import make_mesh
 
     wl = workloads.get(name)
@@ -83,7 +84,6 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
                  out: Path = Path("results"), chip=None) -> tuple[Analysis, Path]:
     """Run workload ``name`` and store it under ``out``; returns the analysis and the run path."""
     if chip is not None:  # a bad chip name fails before anything is compiled
-        from predictions import hardware
 
         chip = hardware.chip_entry(chip)
     built = build_workload(name, preset, overrides, mesh)

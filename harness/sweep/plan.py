@@ -19,6 +19,7 @@ that needs more devices than the host has is not a file error: that point fails 
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -30,6 +31,7 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.sweep.toml_lines import key_lines, line_of
+from predictions import hardware
 
 TOP_KEYS = ("name", "description", "steps", "warmup", "preset", "chip", "grid")
 GRID_KEYS = ("workload", "preset", "mesh", "chip", "steps", "warmup", "set")
@@ -178,8 +180,6 @@ def parse_sweep(data: dict, text: str, path: Path) -> SweepPlan:
 
 def _settings(c: _Checker, table: dict, where: tuple, defaults: dict) -> dict:
     """steps, warmup (scalars) and preset, chip (lists) of a table, over ``defaults``."""
-    from predictions import hardware
-
     out = dict(defaults)
     if "steps" in table:
         out["steps"] = c.count(where + ("steps",), table["steps"], 1)
@@ -198,7 +198,7 @@ def _settings(c: _Checker, table: dict, where: tuple, defaults: dict) -> dict:
 
 
 def _block(c: _Checker, block: dict, i: int, defaults: dict) -> list[Point]:
-    import workloads
+    import workloads  # deferred: importing workloads imports jax
     from workloads.mesh import parse_shape, shape_str
 
     at = ("grid", i)
@@ -244,9 +244,7 @@ def _block(c: _Checker, block: dict, i: int, defaults: dict) -> list[Point]:
 
 def _fields(c: _Checker, table: Any, at: tuple, name: str, presets: list[str]) -> dict[str, list]:
     """The [grid.set] table as field -> values, each value checked alone against each preset."""
-    import dataclasses
-
-    import workloads
+    import workloads  # deferred: importing workloads imports jax
 
     if not isinstance(table, dict):
         c.fail(at, f"expected a table of config fields, got {_typename(table)}")

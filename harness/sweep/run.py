@@ -31,6 +31,8 @@ from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.runs import store
+from harness.runs.run import run_workload
+from harness.sweep import report as sweep_report
 from harness.sweep.plan import Point, SweepPlan
 
 log = logging.getLogger(__name__)
@@ -188,8 +190,6 @@ def run_sweep(plan: SweepPlan, sweep_dir: str | os.PathLike, *,
               on_event: Callable[[Event], None] | None = None, close: bool = True) -> SweepResult:
     """Run (or resume) ``plan`` in ``sweep_dir``; returns the records and, with ``close``, the
     summary table and report path. Point failures are recorded, not raised."""
-    from harness.runs.run import run_workload
-
     sweep_dir = Path(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     clean_stale(sweep_dir)
@@ -230,8 +230,6 @@ def run_sweep(plan: SweepPlan, sweep_dir: str | os.PathLike, *,
         _release()
     result = SweepResult(path=sweep_dir, records=manifest.records, ran=ran)
     if close:
-        from harness.sweep import report as sweep_report
-
         result.summary, result.report = sweep_report.write(sweep_dir, manifest.data,
                                                            manifest.records)
     return result
