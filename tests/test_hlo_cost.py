@@ -9,15 +9,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import pathlib
 
 import pytest
+from conftest import FIXTURES
 
 from harness import hlo, schema
 from predictions import roofline
 from predictions.rules import OpDesc, Shape
 
-FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "hlo"
 CAPTURED = ["matmul_allreduce_mesh", "matmul_allreduce_groups", "matmul_allgather",
             "matmul_reducescatter", "shardmap_ag_rs", "shardmap_permute_a2a", "fori_loop", "scan",
             "mlp_train"]

@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import logging
-import pathlib
 import re
 
 import pytest
+from conftest import FIXTURES
 
 from harness import hlo, schema
-
-FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "hlo"
 
 
 def text(name: str) -> str:

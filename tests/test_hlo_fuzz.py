@@ -7,15 +7,14 @@ still parses must not crash them either.
 from __future__ import annotations
 
 import os
-import pathlib
 
+from conftest import FIXTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness import hlo
 from harness.hlo.attrs import PARSERS
 
-FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "hlo"
 TEXTS = {p.stem: p.read_text() for p in sorted(FIXTURES.glob("*.txt"))}
 # Pieces of HLO syntax, so mutations land on structure rather than only on names.
 TOKENS = ["{", "}", "(", ")", "[", "]", ",", ", ", "=", "%", '"', "'", "\n", " ", ":", "/*", "*/",
