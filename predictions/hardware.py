@@ -83,9 +83,7 @@ class Chip:
         (sharding.md), GPUs the NVLink egress (gpus.md), the CPU placeholder its ring bandwidth."""
         return self.ici_bidi_bytes_per_s if self.kind == "tpu" else self.ici_bytes_per_s
 
-    @property
-    def gpus_per_node(self) -> int:
-        return self.chips_per_node
+    gpus_per_node = property(lambda self: self.chips_per_node)  # the GPU chapter's name
 
 
 # --- wraparound rules (tpus.md): which axes of a slice wrap ------------------------------------
@@ -110,11 +108,8 @@ def _wrap_always(chip: Chip, axes: tuple[int, ...], slice_shape) -> tuple[bool, 
     return tuple(True for _ in axes)  # switched networks and the CPU ring: no topology penalty
 
 
-WRAP_RULES: dict[str, WrapRule] = {
-    "full-axis": _wrap_full_axis,
-    "cube": _wrap_cube,
-    "always": _wrap_always,
-}
+WRAP_RULES: dict[str, WrapRule] = {"full-axis": _wrap_full_axis, "cube": _wrap_cube,
+                                   "always": _wrap_always}
 
 
 def wraps(chip: Chip | str, axes: Sequence[int], slice_shape: Sequence[int] | None = None
@@ -236,7 +231,7 @@ CHIPS: dict[str, Chip] = {
         torus_dims=0, max_slice=(), wrap_rule="always", hop_latency_s=1e-6, chips_per_node=8,
         dcn_bytes_per_s=50e9, node_bytes_per_s=400e9),
     # PLACEHOLDER, not from the book: a conservative shared-core host. `harness calibrate`
-    # measures the real numbers and installs them with register(..., replace=True).
+    # measures the real numbers; a run predicts with them (calibrate.chip.cpu_chip_for_run).
     "cpu": Chip(
         "cpu", kind="cpu", description="host CPU (placeholder until `harness calibrate`)",
         peak_flops=(("fp32", 1e11), ("bf16", 1e11)), hbm_bytes=16e9, hbm_bytes_per_s=2e10,
