@@ -115,7 +115,7 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
     """Parse, predict and compare one capture; build its report (with plots).
 
     ``model_flops``: the step's useful FLOPs over all devices (gives MFU); ``analytic_s``: the
-    book's step time. ``book(chip) -> harness.analytic.Analytic`` supplies both for the chip.
+    book's step time. ``book(chip) -> harness.book.Analytic`` supplies both for the chip.
     ``events``: the EVENTS to analyse when they do not come from ``cap``'s own trace (a
     multi-host run merges every process's); ``notes`` go into the report first.
     """

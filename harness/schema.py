@@ -66,19 +66,19 @@ CANDIDATE_SHARE = "candidate_share"
 BASELINE_STEPS = "baseline_steps"  # per-step samples behind the test
 CANDIDATE_STEPS = "candidate_steps"
 P_VALUE = "p_value"                # Mann-Whitney U, two-sided, on the per-step samples
-VERDICT = "verdict"                # see harness.regress.VERDICTS
+VERDICT = "verdict"                # see harness.runs.regress.VERDICTS
 NOTE = "note"                      # why a verdict is what it is (too few steps, below min_share)
 EXPLANATION = "explanation"        # one line in the book's terms, for regressions/improvements
 
 # --- sweep summary (harness sweep): one row per point --------------------------------------
 POINT = "point"                    # 1-based position in the expanded sweep
-KEY = "key"                        # stable hash of the point (harness.sweep_file.Point.key)
+KEY = "key"                        # stable hash of the point (harness.sweep.plan.Point.key)
 WORKLOAD = "workload"
 PRESET = "preset"
 MESH = "mesh"                      # mesh shape, "4x2"
 CHIP = "chip"                      # chip the run was predicted for
 OVERRIDES = "overrides"            # the point's config overrides, "kind=all_gather nbytes=4096"
-STATUS = "status"                  # see harness.sweep.STATUSES
+STATUS = "status"                  # see harness.sweep.run.STATUSES
 ERROR = "error"                    # one line, for failed points
 STEPS = "steps"                    # measured steps per point
 WARMUP = "warmup"                  # untraced warm-up steps per point

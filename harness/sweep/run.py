@@ -5,7 +5,7 @@ per point: key, status, run, error), the runs under ``runs/<workload>-<key>/<run
 once the sweep closes, the summary table, plots and ``report.html`` (``harness.sweep.report``).
 
 The manifest is rewritten atomically (temp file + ``os.replace``) after every point, and runs
-are stored atomically by ``harness.store.save``, so an interrupted or killed sweep leaves only
+are stored atomically by ``harness.runs.store.save``, so an interrupted or killed sweep leaves only
 complete runs. Running a plan in a directory that already has a manifest resumes it: done points
 are skipped (a complete run found in a point's directory but missing from the manifest, i.e. a
 kill between the two writes, is adopted, not re-run), failed and pending points run again, and

@@ -2,7 +2,7 @@
 
 ``load_events(source)`` accepts a ``*.xplane.pb`` path, a directory holding one (searched
 recursively, newest first), or the serialized bytes. The layout is detected per trace from a
-registry (``harness.layouts.LAYOUTS``): CPU (`/host:CPU` thread lines), TPU (`/device:TPU:n`,
+registry (``harness.trace.layouts.LAYOUTS``): CPU (`/host:CPU` thread lines), TPU (`/device:TPU:n`,
 line ``XLA Ops``) and GPU (`/device:GPU:n`, per-stream kernel lines).
 """
 from __future__ import annotations
