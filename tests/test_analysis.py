@@ -107,3 +107,18 @@ def test_predicting_for_another_chip_says_so():
     assert "measured on NVIDIA L4" in notes[0]
     h100 = SimpleNamespace(device_kind="NVIDIA H100 80GB HBM3", platform="gpu")
     assert resolve_chip("h100", h100)[1] == []
+
+
+def test_the_calibrated_cpu_chip_is_a_value_and_the_registry_stays_as_shipped(analysis):
+    from harness.analysis import chip_for_run, resolve_chip
+    from harness.calibrate import chip as calibration
+    from predictions import hardware
+
+    shipped = hardware.CHIPS["cpu"]
+    assert resolve_chip()[0] is shipped  # a look-up never calibrates
+    entry, notes, meta = chip_for_run()  # the run path's explicit step: this host's calibration
+    cal = calibration.cached(meta[schema.CALIBRATION]["device_count"])
+    assert entry == calibration.to_chip(cal) and entry is not shipped
+    assert analysis.chip == entry and analysis.meta[schema.CHIP] == "cpu"
+    assert hardware.CHIPS["cpu"] is shipped
+    assert any("share the host's cores" in n for n in notes)
