@@ -5,7 +5,7 @@ import shutil
 
 import pandas as pd
 import pytest
-from test_regress import save
+from test_runs_regress import save
 
 from harness import schema
 from harness.cli import main
