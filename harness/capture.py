@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from importlib import metadata as _md
 from pathlib import Path
 
+from harness import schema
 from harness.errors import HarnessError
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ class Capture:
 
     @property
     def program(self) -> str:
-        return self.meta.get("program", "")
+        return self.meta.get(schema.PROGRAM, "")
 
 
 def _version(dist: str) -> str:
@@ -54,9 +55,9 @@ def environment(devices: Sequence | None = None) -> dict:
     devices = list(devices) if devices is not None else jax.devices()
     return {
         "backend": jax.default_backend(),
-        "device_kind": devices[0].device_kind if devices else "",
+        schema.DEVICE_KIND: devices[0].device_kind if devices else "",
         "platform": devices[0].platform if devices else "",
-        "device_count": len(devices),
+        schema.DEVICE_COUNT: len(devices),
         "process_count": jax.process_count(),
         "process_index": jax.process_index(),
         "jax_version": jax.__version__,
@@ -126,10 +127,11 @@ def capture(fn: Callable, args: Sequence, *, warmup: int = 2, steps: int = 5,
         jax.profiler.stop_trace()
 
     meta = environment()
-    meta.update(program=_module_name(hlo_text), warmup=warmup, steps=steps,
-                time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    meta.update({schema.PROGRAM: _module_name(hlo_text), schema.WARMUP: warmup,
+                 schema.STEPS: steps,
+                 schema.TIME: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
     if mesh is not None:
-        meta["mesh"] = {str(k): int(v) for k, v in dict(mesh.shape).items()}
+        meta[schema.MESH] = {str(k): int(v) for k, v in dict(mesh.shape).items()}
     cost = _cost_dict(compiled)
     (out / HLO_FILE).write_text(hlo_text)
     (out / CAPTURE_FILE).write_text(json.dumps({"meta": meta, "cost_analysis": cost}, indent=2))

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness import schema
 from harness.report import tables
 from harness.runs import store
 
@@ -17,12 +18,13 @@ def add_arguments(p) -> None:
 def runs_table(root: Path) -> pd.DataFrame:
     rows = []
     for run in store.list_runs(root):
-        m, s = run.meta, run.meta.get("summary", {})
-        rows.append({"run": run.run_id, "workload": m.get("workload", ""),
-                     "preset": m.get("preset", ""), "mesh": "x".join(
-                         str(v) for v in (m.get("mesh") or {}).values()),
-                     "chip": m.get("chip", ""), "step_s": s.get("step_s"),
-                     "coverage": s.get("coverage"), "time": m.get("time", "")})
+        m, s = run.meta, run.summary
+        rows.append({schema.RUN: run.run_id, schema.WORKLOAD: m.get(schema.WORKLOAD, ""),
+                     schema.PRESET: m.get(schema.PRESET, ""), schema.MESH: "x".join(
+                         str(v) for v in (m.get(schema.MESH) or {}).values()),
+                     schema.CHIP: m.get(schema.CHIP, ""), schema.STEP_S: s.get(schema.STEP_S),
+                     schema.COVERAGE: s.get(schema.COVERAGE),
+                     schema.TIME: m.get(schema.TIME, "")})
     return pd.DataFrame(rows)
 
 

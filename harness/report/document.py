@@ -114,8 +114,8 @@ def to_html(r: Report, top: int = 50) -> str:
 
 
 def to_json(r: Report) -> str:
-    return json.dumps({"title": r.title, "meta": r.meta, "summary": r.summary,
-                       "notes": r.notes, "ops": json.loads(r.ops.to_json(orient="records")),
+    return json.dumps({schema.TITLE: r.title, "meta": r.meta, schema.SUMMARY: r.summary,
+                       schema.NOTES: r.notes, "ops": json.loads(r.ops.to_json(orient="records")),
                        "categories": json.loads(r.categories.to_json(orient="records"))},
                       indent=1, default=str) + "\n"
 

@@ -47,7 +47,8 @@ VERDICTS = (REGRESSION, IMPROVEMENT, NEW, GONE, NOISE, UNCHANGED)  # also the di
 STEP_TOTAL = "step total"  # the per-workload row's op name
 ALL_PROGRAMS = "(all)"     # ... and its program
 # Meta fields that make two runs different experiments; a difference is warned about.
-META_KEYS = ("workload", "preset", "overrides", "mesh", "device_kind", "device_count", "chip")
+META_KEYS = (schema.WORKLOAD, schema.PRESET, schema.OVERRIDES, schema.MESH, schema.DEVICE_KIND,
+             schema.DEVICE_COUNT, schema.CHIP)
 _KEYS = [schema.PROGRAM, schema.OP]
 _NEEDED = (schema.PROGRAM, schema.OP, schema.MEASURED_S)
 _STEP_COLUMNS = (schema.PROGRAM, schema.OP, schema.STEP, schema.MEASURED_S)
