@@ -45,7 +45,7 @@ def predict_module(module: Module, chip, *, model_flops: float | None = None,
     pred = hlo_costs(module, chip).sort_values(schema.PREDICTED_S, ascending=False,
                                                kind="stable").reset_index(drop=True)
     step = float(pred[schema.PREDICTED_S].sum())
-    totals = {"predicted_step_s": step,
+    totals = {schema.PREDICTED_STEP_S: step,
               "compute_s": float(pred[schema.T_COMPUTE_S].sum()),
               "memory_s": float(pred[schema.T_MEMORY_S].sum()),
               "comm_s": float(pred[schema.T_COMM_S].sum()),
@@ -55,7 +55,7 @@ def predict_module(module: Module, chip, *, model_flops: float | None = None,
     if model_flops:
         peak = hardware.chip_entry(chip).flops_per_s("bf16")
         # MFU if the step ran at the per-op roofline sum (training.md's definition)
-        totals["mfu_at_roofline"] = model_flops / (step * devices * peak) if step > 0 else 0.0
+        totals[schema.MFU_AT_ROOFLINE] = model_flops / (step * devices * peak) if step > 0 else 0.0
     if analytic_s is not None:
-        totals["book_step_s"] = analytic_s
+        totals[schema.ANALYTIC_S] = analytic_s  # the book's workload-level step time
     return ChipPrediction(name, pred, by_category(pred), totals)
