@@ -20,6 +20,9 @@ from pathlib import Path
 from harness import schema
 from harness.errors import HarnessError
 
+# jax is imported inside the functions that run it, on purpose: importing this module must
+# leave XLA_FLAGS settable (harness.devices) and stay cheap for commands that never run jax.
+
 log = logging.getLogger(__name__)
 
 HLO_FILE = "module.hlo.txt"

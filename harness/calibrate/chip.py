@@ -36,6 +36,9 @@ from harness.errors import HarnessError
 from predictions import hardware
 from predictions.hardware import Chip
 
+# jax is imported inside the functions that run it, on purpose: importing this module must
+# leave XLA_FLAGS settable (harness.devices) and stay cheap for commands that never run jax.
+
 log = logging.getLogger(__name__)
 
 CACHE_ENV = "SCALING_HARNESS_CACHE"

@@ -17,6 +17,9 @@ from harness.capture import capture
 from harness.errors import HarnessError
 from harness.trace.load import load_events
 
+# jax is imported inside the functions that run it, on purpose: importing this module must
+# leave XLA_FLAGS settable (harness.devices) and stay cheap for commands that never run jax.
+
 DTYPES = ("fp32", "bf16")  # the book dtypes whose matmul peak is measured
 
 

@@ -11,6 +11,9 @@ from harness.multihost import run as distributed
 from harness.report import tables
 from harness.runs.run import list_workloads, run_workload
 
+# jax is imported inside the functions that run it, on purpose: importing this module must
+# leave XLA_FLAGS settable (harness.devices) and stay cheap for commands that never run jax.
+
 
 def parse_sets(items: list[str]) -> dict[str, str]:
     """``["B=128", "dtype=bf16"]`` -> ``{"B": "128", "dtype": "bf16"}``."""

@@ -19,6 +19,9 @@ from harness.ops import op_times
 from harness.report import tables
 from harness.runs.run import new_run_id, save_analysis
 
+# jax is imported inside the functions that run it, on purpose: importing this module must
+# leave XLA_FLAGS settable (harness.devices) and stay cheap for commands that never run jax.
+
 BY_DEVICE_CSV = "by_device.csv"
 
 

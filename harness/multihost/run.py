@@ -37,6 +37,9 @@ from harness.runs.run import build_workload
 from harness.trace.load import load_events
 from predictions import hardware
 
+# jax is imported inside the functions that run it, on purpose: importing this module must
+# leave XLA_FLAGS settable (harness.devices) and stay cheap for commands that never run jax.
+
 log = logging.getLogger(__name__)
 
 INIT_GRACE_S = 5          # jax's own init deadline trails ours, so our message comes first

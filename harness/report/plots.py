@@ -8,6 +8,9 @@ import pandas as pd
 
 from harness import schema
 
+# matplotlib is imported inside the plotting functions, on purpose: it is slow to import and
+# only a figure needs it.
+
 _COLORS = dict(zip(schema.CATEGORIES, ("tab:blue", "tab:purple", "tab:red", "tab:green",
                                          "tab:olive", "tab:gray", "tab:brown")))
 

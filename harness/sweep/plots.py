@@ -10,6 +10,9 @@ import pandas as pd
 from harness import schema
 from harness.report.plots import _png
 
+# matplotlib is imported inside the plotting functions, on purpose: it is slow to import and
+# only a figure needs it.
+
 
 def _subplots(n: int, size=(4.2, 3.6)):
     import matplotlib
