@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
-from harness.hlo.walk import CONTAINERS
+from predictions.rules import CONTAINERS
 
 _KEYS = [schema.PROGRAM, schema.OP]
 

@@ -36,6 +36,9 @@ COLLECTIVE_OPCODES: dict[str, str] = {
     "collective-permute": "collective-permute", "collective-broadcast": "collective-broadcast",
 }
 
+# Control flow: no cost of its own, the instructions it runs are costed (and, on CPU, their trace
+# events are enclosed by its own, so reports leave it out).
+CONTAINERS = frozenset({"while", "call", "conditional"})
 # Free instructions. STRUCTURAL ones only name or regroup buffers: no kernel runs for them.
 STRUCTURAL = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast",
                         "after-all", "add-dependency", "opt-barrier", "domain"})

@@ -17,14 +17,8 @@ from harness.hlo.cost import compute_dtype, cross_check, hlo_costs, instruction_
 from harness.hlo.desc import to_desc
 from harness.hlo.ir import Computation, Instruction, Module
 from harness.hlo.parse import parse_module
-from harness.hlo.walk import (
-                              CONTAINERS,
-                              STRUCTURAL,
-                              TripCount,
-                              executed,
-                              fused_instructions,
-                              trip_count,
-)
+from harness.hlo.walk import TripCount, executed, fused_instructions, trip_count
+from predictions.rules import CONTAINERS, STRUCTURAL  # the opcode sets the HLO layer uses
 
 __all__ = [
     "HloParseError", "ReplicaGroups", "Computation", "Instruction", "Module", "TripCount",

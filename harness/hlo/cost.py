@@ -26,9 +26,9 @@ from harness.hlo.category import category
 from harness.hlo.desc import operand_leaves, to_desc
 from harness.hlo.ir import Instruction, Module
 from harness.hlo.parse import parse_module
-from harness.hlo.walk import CONTAINERS, STRUCTURAL, executed, fused_instructions, trip_count
+from harness.hlo.walk import executed, fused_instructions, trip_count
 from predictions import hardware, roofline, rules
-from predictions.rules import Cost
+from predictions.rules import CONTAINERS, STRUCTURAL, Cost
 
 log = logging.getLogger(__name__)
 

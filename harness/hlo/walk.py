@@ -25,13 +25,10 @@ from dataclasses import dataclass
 
 from harness.hlo.attrs import HloParseError
 from harness.hlo.ir import Computation, Instruction, Module
-from predictions.rules import STRUCTURAL  # re-exported: harness.hlo.STRUCTURAL
+from predictions.rules import STRUCTURAL
 
 log = logging.getLogger(__name__)
 
-# Control flow: on CPU their trace events enclose the events of the ops they run, so their
-# measured time is their bodies' time again; reports leave them out.
-CONTAINERS = frozenset({"while", "call", "conditional"})
 MAX_TRIPS = 1 << 40  # beyond this a "trip count" is a misread, not a loop that runs in a step
 # Looked through when tracing a loop bound or step back to its constant.
 _TRANSPARENT = frozenset({"copy", "convert", "bitcast", "reshape", "broadcast"})
