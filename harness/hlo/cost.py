@@ -52,7 +52,7 @@ def _cost(instr: Instruction, module: Module) -> Cost:
         return Cost()
     if instr.opcode == "async-start":
         instr = module.computation(instr.called("calls")[0]).root
-    if instr.opcode == "fusion":
+    if instr.opcode in ("fusion", "fusion-start"):
         inner = [to_desc(i, module) for i in fused_instructions(module, instr)]
         return rules.fusion_cost(to_desc(instr, module), inner)
     return rules.cost(to_desc(instr, module))

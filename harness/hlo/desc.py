@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from harness.hlo.attrs import HloParseError
-from harness.hlo.ir import Instruction, Module
+from harness.hlo.ir import Computation, Instruction, Module
 from harness.hlo.walk import async_done
 from predictions.rules import OpDesc, Shape
 
 # Operations XLA splits into an async ``<kind>-start`` / ``<kind>-done`` pair.
 ASYNC_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
-               "ragged-all-to-all", "collective-broadcast", "copy")
+               "ragged-all-to-all", "collective-broadcast", "copy", "fusion")
 
 
 def operand_leaves(instr: Instruction) -> tuple[Shape, ...]:
@@ -111,6 +111,7 @@ def _custom_call(instr: Instruction, module: Module) -> OpDesc:
 
 
 _SLICING = frozenset({"slice", "dynamic-slice", "gather"})
+_VIEWS = frozenset({"bitcast", "reshape"})  # a new shape over the same bytes, no copy
 
 
 def _users(module: Module, comp_name: str) -> dict[str, list[Instruction]]:
@@ -124,32 +125,84 @@ def _users(module: Module, comp_name: str) -> dict[str, list[Instruction]]:
     return module.cache[key]
 
 
+def _readers(users: dict, instr: Instruction) -> list[Instruction]:
+    """The users of ``instr``, looking through bitcasts/reshapes that only re-label it."""
+    out = []
+    for u in users.get(instr.name, []):
+        out.extend(_readers(users, u) if u.opcode in _VIEWS else [u])
+    return out
+
+
+def _behind_views(body: Computation, name: str) -> Instruction:
+    """The instruction behind a chain of bitcasts/reshapes."""
+    instr = body.by_name[name]
+    while instr.opcode in _VIEWS and instr.operand_names:
+        instr = body.by_name[instr.operand_names[0]]
+    return instr
+
+
+def _update_in_place(body: Computation, users: dict, out: Instruction) -> Instruction | None:
+    """The update a fusion output writes in place: ``out`` is a dynamic-update-slice of a
+    parameter (through bitcasts) that nothing else in the fusion reads, so XLA aliases the
+    buffer with the result and only the update moves."""
+    if out.opcode != "dynamic-update-slice" or len(out.operand_names) < 2:
+        return None
+    target = _behind_views(body, out.operand_names[0])
+    if target.opcode == "parameter" and _readers(users, target) == [out]:
+        return target
+    return None
+
+
 def _fusion(instr: Instruction, module: Module) -> OpDesc:
     """A fusion's HBM traffic as operands/results (its FLOPs come from the inner ops): each
-    operand once — only the slices when a parameter feeds nothing but slicing ops (a scan
-    reading layer i of stacked weights) — and the result once, or only the update when the root
-    is a dynamic-update-slice of a parameter, done in place (a scan writing row i of its
-    stacked output). This is how XLA's cost analysis counts them too."""
+    operand once, except
+
+    - a parameter that feeds nothing but slicing ops (a scan reading layer i of stacked
+      weights; through bitcasts too): only the slices are read;
+    - a parameter that a root dynamic-update-slice (or one in a root tuple) updates in place
+      (a scan writing row i of its stacked output, a KV-cache write): neither read nor
+      written, and that output is the update.
+
+    This is the one place that knows about in-place updates and slices (``rules.fusion_cost``
+    prices the operands and results it is given). A ``fusion-start`` (an async fusion) is the
+    same fusion; its result is what the ``fusion-done`` returns. XLA's cost analysis and xprof
+    count these bytes the same way."""
     body = module.computation(instr.called("calls")[0])
     users = _users(module, body.name)
     params = {int(p.literal): p for p in body.instructions if p.opcode == "parameter"}
-    root, in_place = body.root, None
-    if root.opcode == "dynamic-update-slice" and len(root.operand_names) > 1:
-        target = body.by_name[root.operand_names[0]]
-        if target.opcode == "parameter" and len(users.get(target.name, ())) == 1:
-            in_place = target.name
+    outs = ([body.by_name[n] for n in body.root.operand_names] if body.root.opcode == "tuple"
+            else [body.root])
+    leaves = _fusion_results(instr, module)
+    results: list[Shape] = []
+    in_place: set[str] = set()
+    for k, out in enumerate(outs):
+        target = _update_in_place(body, users, out)
+        if target is not None:
+            in_place.add(target.name)
+            results.extend(body.by_name[out.operand_names[1]].shapes)
+        elif k < len(leaves):
+            results.append(leaves[k])
+    if len(outs) == 1 and not in_place:
+        results = list(leaves)
     operands: list[Shape] = []
-    for k, leaves in enumerate(instr.operand_shapes):
+    for k, op_leaves in enumerate(instr.operand_shapes):
         p = params.get(k)
-        used_by = users.get(p.name, []) if p is not None else []
-        if p is not None and p.name == in_place:
+        if p is not None and p.name in in_place:
             continue  # updated in place: the untouched rest is neither read nor written
-        if used_by and all(u.opcode in _SLICING and u.operand_names[0] == p.name for u in used_by):
-            operands.extend(s for u in used_by for s in u.shapes)
+        readers = _readers(users, p) if p is not None else []
+        if readers and all(u.opcode in _SLICING and _behind_views(body, u.operand_names[0]) is p
+                           for u in readers):
+            operands.extend(s for u in readers for s in u.shapes)
         else:
-            operands.extend(leaves)
-    results = body.by_name[root.operand_names[1]].shapes if in_place else instr.shapes
-    return OpDesc("fusion", results, tuple(operands))
+            operands.extend(op_leaves)
+    return OpDesc("fusion", tuple(results), tuple(operands))
+
+
+def _fusion_results(instr: Instruction, module: Module) -> tuple[Shape, ...]:
+    if instr.opcode == "fusion-start":  # ((operands), result, context) until the -done
+        done = async_done(module, instr)
+        return tuple(done.shapes) if done is not None else tuple(instr.shapes[-2:-1])
+    return tuple(instr.shapes)
 
 
 DESC_BUILDERS: dict[str, Callable[[Instruction, Module], OpDesc]] = {
@@ -158,6 +211,7 @@ DESC_BUILDERS: dict[str, Callable[[Instruction, Module], OpDesc]] = {
     "convolution": _convolution,
     "custom-call": _custom_call,
     "fusion": _fusion,
+    "fusion-start": _fusion,  # an async fusion, printed with the async syntax sugar
 }
 
 
