@@ -80,16 +80,22 @@ def _categorical(values: list, names: dict) -> pd.Categorical:
                                      categories=categories)
 
 
-def load_events(source: str | os.PathLike | bytes, *, warmup_steps: int = 0) -> pd.DataFrame:
+def load_events(source: str | os.PathLike | bytes, *, warmup_steps: int = 0,
+                hlo_text: str | None = None) -> pd.DataFrame:
     """The EVENTS table of a trace: one row per op execution inside a measured step.
 
     Op executions outside every step annotation (warm-up, compilation) are dropped; so are the
-    first ``warmup_steps`` annotated steps. Steps are renumbered from 0.
+    first ``warmup_steps`` annotated steps. Steps are renumbered from 0. ``hlo_text``: the
+    program's compiled HLO, for a GPU trace whose CUDA-graph kernels must be attributed to ops
+    and which does not carry its HLO itself. ``attrs["async_names"]``: the HLO text's name of
+    each async op -> the name the trace gives it (``fusion-start.3`` -> ``loop_..._fusion.7``).
     """
     space, label = read_xspace(source)
     layout_name = detect_layout(space, label)
+    layout = LAYOUTS[layout_name]
     try:
-        cols: Columns = LAYOUTS[layout_name].extract(space)
+        cols: Columns = (layout.extract(space, hlo_text) if layout.uses_hlo
+                         else layout.extract(space))
     except DecodeError as e:  # lines are decoded lazily, so corruption inside one shows here
         raise TraceError(f"{label}: corrupt XSpace line ({e})") from None
     if not cols.op:
@@ -114,4 +120,5 @@ def load_events(source: str | os.PathLike | bytes, *, warmup_steps: int = 0) -> 
                       .astype("int32")})
     df.attrs["layout"] = layout_name
     df.attrs["source"] = label
+    df.attrs["async_names"] = dict(cols.async_names)
     return df.reset_index(drop=True)
