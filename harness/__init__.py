@@ -13,3 +13,13 @@ def analyze(fn, *args, **kwargs):
     from harness.analysis import analyze as _analyze
 
     return _analyze(fn, *args, **kwargs)
+
+
+def analyze_trace(path, **kwargs):
+    """Report a profiler trace (any ``jax.profiler`` capture) per op against the roofline.
+
+    See :func:`harness.analysis.analyze_trace`; returns an :class:`harness.analysis.Analysis`.
+    """
+    from harness.analysis import analyze_trace as _analyze_trace
+
+    return _analyze_trace(path, **kwargs)

@@ -96,15 +96,16 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
                     book: Callable | None = None,
                     expected_collectives: dict[str, int] | None = None,
                     meta: dict | None = None, events: pd.DataFrame | None = None,
-                    notes: list[str] | None = None) -> Analysis:
+                    notes: list[str] | None = None, device=None) -> Analysis:
     """Parse, predict and compare one capture; build its report (with plots).
 
     ``model_flops``: the step's useful FLOPs over all devices (gives MFU); ``analytic_s``: the
     book's step time. ``book(chip) -> harness.analytic.Analytic`` supplies both for the chip.
     ``events``: the EVENTS to analyse when they do not come from ``cap``'s own trace (a
-    multi-host run merges every process's); ``notes`` go into the report first.
+    multi-host run merges every process's); ``notes`` go into the report first. ``device``: the
+    device (or device kind) that ran the capture, when not this process's first device.
     """
-    entry, chip_notes, chip_meta = resolve_chip(chip)
+    entry, chip_notes, chip_meta = resolve_chip(chip, device)
     notes = list(notes or []) + chip_notes
     formula = None
     if book is not None:
@@ -114,10 +115,14 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
             notes.append(f"no workload-level prediction on {entry.name}: {e}")
         else:
             model_flops, analytic_s, formula = est.model_flops, est.analytic_s, est.formula
-    events = load_events(cap.trace_dir) if events is None else events
+    events = load_events(cap.trace_dir, hlo_text=cap.hlo_text) if events is None else events
     measured = op_times(events)
     module = parse_module(cap.hlo_text)
     predicted = hlo_costs(module, entry)
+    # the trace names an async op (``fusion-start.3`` in the HLO text) by the op it wraps
+    renames = events.attrs.get("async_names") or {}
+    if renames:
+        predicted[schema.OP] = predicted[schema.OP].replace(renames)
     # The trace may hold other programs (e.g. a user's helper jits); compare the captured one.
     program = cap.program or (measured[schema.PROGRAM].iloc[0] if len(measured) else "")
     measured = measured[measured[schema.PROGRAM] == program]
@@ -196,3 +201,64 @@ def analyze(fn, *args, chip=None, steps: int = 5, warmup: int = 2,
     out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="harness-"))
     cap = capture(fn, args, warmup=warmup, steps=steps, out_dir=out)
     return analyze_capture(cap, chip=chip, **kwargs)
+
+
+def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
+                  warmup_steps: int = 0, **kwargs) -> Analysis:
+    """Analyse a profiler trace someone else captured (``jax.profiler``) per op.
+
+    The program's optimized HLO comes from the trace itself (``/host:metadata``), else from
+    ``hlo`` (an XLA dump, ``*after_optimizations.txt``), else from a ``module.hlo.txt`` saved
+    beside it by ``harness``. ``chip``: predict for this chip (default: the trace's device).
+    ``kwargs`` go to ``analyze_capture``.
+    """
+    from harness.errors import HarnessError
+    from harness.trace.hlo_proto import device_kind, trace_hlo
+    from harness.trace.load import find_trace_file, read_xspace
+
+    trace_file = find_trace_file(path)
+    space, label = read_xspace(trace_file)
+    saved = _saved_beside(trace_file, Path(path))
+    found = trace_hlo(space, saved.get("meta", {}).get("program", ""))
+    if hlo is not None:
+        text = Path(hlo).read_text()
+    elif found:
+        text = found[0]
+    elif "hlo_text" in saved:
+        text = saved["hlo_text"]
+    else:
+        raise HarnessError(f"{label}: the trace holds no HLO; give the program's optimized HLO "
+                           f"with --hlo FILE (an XLA dump, *after_optimizations.txt)")
+    events = load_events(trace_file, warmup_steps=warmup_steps, hlo_text=text)
+    meta = dict(saved.get("meta", {}))
+    meta.setdefault("program", parse_module(text).name)
+    meta.setdefault("device_kind", device_kind(space))
+    meta.setdefault("device_count", int(events[schema.DEVICE].nunique()))
+    meta["trace"] = str(trace_file)
+    cap = Capture(trace_dir=trace_file.parent, hlo_text=text,
+                  cost_analysis=saved.get("cost_analysis", {}), meta=meta)
+    return analyze_capture(cap, chip=chip, events=events,
+                           device=meta.get("device_kind") or None, **kwargs)
+
+
+def _saved_beside(trace_file: Path, root: Path) -> dict:
+    """What ``harness`` saved next to a trace it captured (``capture.json``,
+    ``module.hlo.txt``), searched from the trace's folder up to ``root``: ``meta``,
+    ``cost_analysis``, ``hlo_text`` where found."""
+    import json
+
+    from harness.capture import CAPTURE_FILE, HLO_FILE
+
+    out: dict = {}
+    folder = trace_file.parent
+    for _ in range(6):
+        if "meta" not in out and (folder / CAPTURE_FILE).is_file():
+            saved = json.loads((folder / CAPTURE_FILE).read_text())
+            out.update(meta=saved.get("meta", {}), cost_analysis=saved.get("cost_analysis", {}))
+        if "hlo_text" not in out and (folder / HLO_FILE).is_file():
+            out["hlo_text"] = (folder / HLO_FILE).read_text()
+        if folder == root or folder == folder.parent:
+            break
+        folder = folder.parent
+    return out
+

@@ -134,3 +134,14 @@ def trace_hlo(space: XSpace, program: str = "") -> tuple[str, dict[str, str]] | 
     if program and program != name:
         log.info("trace holds no HLO for %s; using %s", program, name)
     return module_text(modules[name]), async_names(modules[name])
+
+
+def device_kind(space: XSpace) -> str:
+    """The device kind a trace's first device plane names (``gpu_device_name``), or ""."""
+    for p in space.planes:
+        if p.name.startswith("/device:"):
+            idx = PlaneIndex(p)
+            for st in p.stats:
+                if idx.stat_names.get(st.metadata_id) in ("gpu_device_name", "device_kind"):
+                    return str(idx.value(st))
+    return ""
