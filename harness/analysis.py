@@ -134,6 +134,11 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
                    devices=devices, model_flops=model_flops, analytic_s=analytic_s)
     if formula:
         summ["analytic_formula"] = formula
+    for key in (schema.GRAPH_STEP_S, schema.WALL_STEP_S):
+        if cap.meta.get(key) is not None:
+            summ[key] = cap.meta[key]
+    if cap.meta.get("graph_note"):
+        notes.append(cap.meta["graph_note"])
     check = cross_check(module, cap.cost_analysis) if cap.cost_analysis else {}
     if check.get("flops_rel_diff") is not None:
         summ["flops_vs_cost_analysis"] = check["flops_rel_diff"]
@@ -192,14 +197,18 @@ def _peak_dtype(entry) -> str:
 
 
 def analyze(fn, *args, chip=None, steps: int = 5, warmup: int = 2,
-            out_dir: str | Path | None = None, **kwargs) -> Analysis:
+            out_dir: str | Path | None = None, command_buffers: bool = False,
+            **kwargs) -> Analysis:
     """Capture ``fn(*args)`` (jitted, any shardings) and analyse it per op.
 
     ``chip``: predict for this chip (default: the chip the program runs on). The trace goes to
-    ``out_dir`` (a temporary directory by default). ``kwargs`` go to ``analyze_capture``.
+    ``out_dir`` (a temporary directory by default). ``command_buffers=True``: on GPU, trace the
+    executable with XLA's command buffers (see ``harness.capture``). ``kwargs`` go to
+    ``analyze_capture``.
     """
     out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="harness-"))
-    cap = capture(fn, args, warmup=warmup, steps=steps, out_dir=out)
+    cap = capture(fn, args, warmup=warmup, steps=steps, out_dir=out,
+                  command_buffers=command_buffers)
     return analyze_capture(cap, chip=chip, **kwargs)
 
 
