@@ -16,7 +16,7 @@ import pandas as pd
 from harness import schema
 from harness.capture import Capture, capture
 from harness.compare import by_category, compare, summary
-from harness.hlo import cross_check, hlo_costs, parse_module
+from harness.hlo import cross_check, cross_check_skip, hlo_costs, parse_module
 from harness.ops import op_times, step_samples, step_time
 from harness.report import plots
 from harness.report.document import CATEGORIES_PNG, ROOFLINE_PNG, Report
@@ -107,7 +107,7 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
     """
     entry, chip_notes, chip_meta = resolve_chip(chip, device)
     notes = list(notes or []) + chip_notes
-    formula = None
+    formula = est = None
     if book is not None:
         try:
             est = book(entry)
@@ -134,13 +134,21 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
                    devices=devices, model_flops=model_flops, analytic_s=analytic_s)
     if formula:
         summ["analytic_formula"] = formula
+    if est is not None and est.flops_formula and summ.get(schema.MFU) is not None:
+        summ[schema.MFU_FORMULA] = est.flops_formula
+        if est.book_flops and t_step > 0:  # the book's 6P, printed beside it
+            summ[schema.MFU_BOOK] = est.book_flops / (
+                t_step * devices * entry.flops_per_s(_peak_dtype(entry)))
     for key in (schema.GRAPH_STEP_S, schema.WALL_STEP_S):
         if cap.meta.get(key) is not None:
             summ[key] = cap.meta[key]
     if cap.meta.get("graph_note"):
         notes.append(cap.meta["graph_note"])
-    check = cross_check(module, cap.cost_analysis) if cap.cost_analysis else {}
-    if check.get("flops_rel_diff") is not None:
+    skip = cross_check_skip(module, cap.cost_analysis)
+    check = cross_check(module, cap.cost_analysis) if not skip else {}
+    if skip:
+        notes.append(f"no cost_analysis cross-check: {skip}")
+    elif check.get("flops_rel_diff") is not None:
         summ["flops_vs_cost_analysis"] = check["flops_rel_diff"]
         if check.get("loops"):  # XLA's analysis counts a loop body once
             summ["flops_vs_cost_analysis_loops_once"] = check["flops_loops_once_rel_diff"]
