@@ -105,18 +105,28 @@ def extract(space: XSpace, hlo_text: str | None = None) -> Columns:
             if schedule is None:
                 schedule, cols.async_names = _schedule(space, hlo_text, kernels)
             attribute(kernels, schedule)
-        prev = None
-        for k in kernels:
-            step = steps.step_at(k.start) if steps else 0
-            key = (k.module, k.op, step)
-            if key == prev:  # another kernel of the same HLO op execution
-                cols.duration_ns[-1] += k.dur
-                continue
-            cols.add(k.module, k.op, device, step, k.start, k.dur)
-            prev = key
+        _fold(kernels, steps, device, cols)
     if schedule is None:
         cols.async_names = _async_names(space)
     return cols
+
+
+def _fold(kernels: list[Kernel], steps: StepWindows, device: int, cols: Columns) -> None:
+    """One execution per run of consecutive kernels of one op; a memset (a library clearing its
+    output first) joins the next kernel of its op even when another stream's kernel started
+    in between."""
+    prev, memset_row = None, {}
+    for k in kernels:
+        step = steps.step_at(k.start) if steps else 0
+        key = (k.module, k.op, step)
+        if key == prev or key in memset_row:  # another kernel of the same execution
+            row = len(cols.duration_ns) - 1 if key == prev else memset_row.pop(key)
+            cols.duration_ns[row] += k.dur
+            continue
+        cols.add(k.module, k.op, device, step, k.start, k.dur)
+        if k.name.startswith(_MEMSET):
+            memset_row[key] = len(cols.duration_ns) - 1
+        prev = key
 
 
 def _async_names(space: XSpace) -> dict[str, str]:
