@@ -219,3 +219,32 @@ def test_gemm_flops_are_xprofs_per_kernel(name, xprof_stats, analysis):
     library = j[schema.OPCODE] == "custom-call"
     diff = (theirs / ours - 1).abs()
     assert len(j) and (diff[library] <= 0.01).all() and (diff[~library] <= 0.05).all()
+
+
+def _without_hlo(name, tmp_path) -> Path:
+    """The fixture's trace with its /host:metadata plane (the HLO it carries) removed."""
+    from harness.trace.xplane import XSpace
+
+    space = XSpace.FromString(find_trace_file(FIXTURES / name).read_bytes())
+    kept = [p for p in space.planes if p.name != "/host:metadata"]
+    del space.planes[:]
+    space.planes.extend(kept)
+    target = tmp_path / "t.xplane.pb"
+    target.write_bytes(space.SerializeToString())
+    return target
+
+
+def test_trace_without_hlo_asks_for_a_dump(tmp_path, capsys):
+    trace = _without_hlo("matmul-B4096-8192x8192-bf16", tmp_path)
+    assert main(["trace", str(trace), "--chip", "h100"]) == 2
+    assert "--hlo" in capsys.readouterr().err
+
+
+def test_hlo_dump_supplies_the_program(tmp_path):
+    name = "matmul-B4096-8192x8192-bf16"
+    trace = _without_hlo(name, tmp_path)
+    dump = FIXTURES / name / "trace" / "module.hlo.txt"
+    a = analyze_trace(trace, chip="h100", hlo=dump)
+    b = analyze_trace(FIXTURES / name, chip="h100")
+    cols = [schema.OP, schema.FLOPS, schema.HBM_BYTES, schema.PREDICTED_S]
+    pd.testing.assert_frame_equal(a.ops[cols], b.ops[cols])
