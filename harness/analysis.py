@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
 from collections.abc import Callable
@@ -14,14 +15,16 @@ from pathlib import Path
 import pandas as pd
 
 from harness import schema
-from harness.capture import Capture, capture
+from harness.capture import CAPTURE_FILE, HLO_FILE, Capture, capture
 from harness.compare import by_category, compare, summary
+from harness.errors import HarnessError
 from harness.hlo import cross_check, cross_check_skip, hlo_costs, parse_module
 from harness.ops import op_times, step_samples, step_time
 from harness.report import plots
 from harness.report.document import CATEGORIES_PNG, ROOFLINE_PNG, Report
 from harness.sharding import unexpected_collectives
-from harness.trace.load import load_events
+from harness.trace.hlo_proto import device_kind, trace_hlo
+from harness.trace.load import find_trace_file, load_events, read_xspace
 
 log = logging.getLogger(__name__)
 
@@ -229,10 +232,6 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     beside it by ``harness``. ``chip``: predict for this chip (default: the trace's device).
     ``kwargs`` go to ``analyze_capture``.
     """
-    from harness.errors import HarnessError
-    from harness.trace.hlo_proto import device_kind, trace_hlo
-    from harness.trace.load import find_trace_file, read_xspace
-
     trace_file = find_trace_file(path)
     space, label = read_xspace(trace_file)
     saved = _saved_beside(trace_file, Path(path))
@@ -261,14 +260,11 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
 def _saved_beside(trace_file: Path, root: Path) -> dict:
     """What ``harness`` saved next to a trace it captured (``capture.json``,
     ``module.hlo.txt``), searched from the trace's folder up to ``root``: ``meta``,
-    ``cost_analysis``, ``hlo_text`` where found."""
-    import json
-
-    from harness.capture import CAPTURE_FILE, HLO_FILE
-
+    ``cost_analysis``, ``hlo_text`` where found (never above ``root``, a directory given)."""
     out: dict = {}
     folder = trace_file.parent
-    for _ in range(6):
+    # a trace directory keeps its trace at plugins/profile/<run>/: three folders up at most
+    for _ in range(4):
         if "meta" not in out and (folder / CAPTURE_FILE).is_file():
             saved = json.loads((folder / CAPTURE_FILE).read_text())
             out.update(meta=saved.get("meta", {}), cost_analysis=saved.get("cost_analysis", {}))
