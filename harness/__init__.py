@@ -23,6 +23,7 @@ EXPORTS: dict[str, str] = {
     "load_run": "harness.runs",
     "analyze": "harness.analysis",
     "analyze_capture": "harness.analysis",
+    "analyze_trace": "harness.analysis",
 }
 
 __all__ = sorted(EXPORTS)

@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
 from collections.abc import Callable
@@ -15,14 +16,16 @@ import pandas as pd
 
 from harness import schema
 from harness.calibrate.chip import cpu_chip_for_run
-from harness.capture import Capture, capture
+from harness.capture import CAPTURE_FILE, HLO_FILE, Capture, capture
 from harness.compare import by_category, compare, summary
-from harness.hlo import cross_check, hlo_costs, parse_module
+from harness.errors import HarnessError
+from harness.hlo import cross_check, cross_check_skip, hlo_costs, parse_module
 from harness.ops import op_times, step_samples, step_time
 from harness.report import plots
 from harness.report.document import CATEGORIES_PNG, ROOFLINE_PNG, Report
 from harness.sharding import unexpected_collectives
-from harness.trace.load import load_events
+from harness.trace.hlo_proto import device_kind, trace_hlo
+from harness.trace.load import find_trace_file, read_events, read_xspace
 from predictions import hardware
 
 log = logging.getLogger(__name__)
@@ -40,6 +43,7 @@ class Analysis:
     report: Report
     chip: object
     cross_check: dict = field(default_factory=dict)
+    async_names: dict = field(default_factory=dict)  # HLO text name -> trace name (async ops)
 
     @property
     def ops(self) -> pd.DataFrame:
@@ -111,17 +115,20 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
                     book: Callable | None = None,
                     expected_collectives: dict[str, int] | None = None,
                     meta: dict | None = None, events: pd.DataFrame | None = None,
-                    notes: list[str] | None = None) -> Analysis:
+                    notes: list[str] | None = None, device=None,
+                    async_names: dict | None = None) -> Analysis:
     """Parse, predict and compare one capture; build its report (with plots).
 
     ``model_flops``: the step's useful FLOPs over all devices (gives MFU); ``analytic_s``: the
     book's step time. ``book(chip) -> harness.book.Analytic`` supplies both for the chip.
     ``events``: the EVENTS to analyse when they do not come from ``cap``'s own trace (a
-    multi-host run merges every process's); ``notes`` go into the report first.
+    multi-host run merges every process's); ``notes`` go into the report first. ``device``: the
+    device (or device kind) that ran the capture, when not this process's first device.
+    ``async_names``: the trace's name of each async op, with ``events`` (``TraceEvents``).
     """
-    entry, chip_notes, chip_meta = chip_for_run(chip)
+    entry, chip_notes, chip_meta = chip_for_run(chip, device)
     notes = list(notes or []) + chip_notes
-    formula = None
+    formula = est = None
     if book is not None:
         try:
             est = book(entry)
@@ -129,10 +136,15 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
             notes.append(f"no workload-level prediction on {entry.name}: {e}")
         else:
             model_flops, analytic_s, formula = est.model_flops, est.analytic_s, est.formula
-    events = load_events(cap.trace_dir) if events is None else events
+    if events is None:
+        read = read_events(cap.trace_dir, hlo_text=cap.hlo_text)
+        events, async_names = read.events, read.async_names
     measured = op_times(events)
     module = parse_module(cap.hlo_text)
     predicted = hlo_costs(module, entry)
+    # the trace names an async op (``fusion-start.3`` in the HLO text) by the op it wraps
+    if async_names:
+        predicted[schema.OP] = predicted[schema.OP].replace(async_names)
     # The trace may hold other programs (e.g. a user's helper jits); compare the captured one.
     program = cap.program or (measured[schema.PROGRAM].iloc[0] if len(measured) else "")
     measured = measured[measured[schema.PROGRAM] == program]
@@ -144,8 +156,21 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
                    devices=devices, model_flops=model_flops, analytic_s=analytic_s)
     if formula:
         summ[schema.ANALYTIC_FORMULA] = formula
-    check = cross_check(module, cap.cost_analysis) if cap.cost_analysis else {}
-    if check.get("flops_rel_diff") is not None:
+    if est is not None and est.flops_formula and summ.get(schema.MFU) is not None:
+        summ[schema.MFU_FORMULA] = est.flops_formula
+        if est.book_flops and t_step > 0:  # the book's 6P, printed beside it
+            summ[schema.MFU_BOOK] = est.book_flops / (
+                t_step * devices * entry.flops_per_s(_peak_dtype(entry)))
+    for key in (schema.GRAPH_STEP_S, schema.WALL_STEP_S):
+        if cap.meta.get(key) is not None:
+            summ[key] = cap.meta[key]
+    if cap.meta.get(schema.GRAPH_NOTE):
+        notes.append(cap.meta[schema.GRAPH_NOTE])
+    skip = cross_check_skip(module, cap.cost_analysis)
+    check = cross_check(module, cap.cost_analysis) if not skip else {}
+    if skip:
+        notes.append(f"no cost_analysis cross-check: {skip}")
+    elif check.get("flops_rel_diff") is not None:
         summ[schema.FLOPS_VS_COST_ANALYSIS] = check["flops_rel_diff"]
         if check.get("loops"):  # XLA's analysis counts a loop body once
             summ[schema.FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE] = check["flops_loops_once_rel_diff"]
@@ -176,7 +201,8 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
     report = Report(title=title or f"{program} on {devices}x {kind} (predicted for {entry.name})",
                     ops=ops, categories=cats, summary=summ, meta=full_meta, notes=notes,
                     unexpected=unexpected, plots=figures)
-    return Analysis(capture=cap, events=events, steps=step_samples(events), report=report,
+    return Analysis(capture=cap, events=events, async_names=dict(async_names or {}),
+                    steps=step_samples(events), report=report,
                     chip=entry, cross_check=check)
 
 
@@ -203,12 +229,71 @@ def _peak_dtype(entry) -> str:
 
 
 def analyze(fn, *args, chip=None, steps: int = 5, warmup: int = 2,
-            out_dir: str | Path | None = None, **kwargs) -> Analysis:
+            out_dir: str | Path | None = None, command_buffers: bool = False,
+            **kwargs) -> Analysis:
     """Capture ``fn(*args)`` (jitted, any shardings) and analyse it per op.
 
     ``chip``: predict for this chip (default: the chip the program runs on). The trace goes to
-    ``out_dir`` (a temporary directory by default). ``kwargs`` go to ``analyze_capture``.
+    ``out_dir`` (a temporary directory by default). ``command_buffers=True``: on GPU, trace the
+    executable with XLA's command buffers (see ``harness.capture``). ``kwargs`` go to
+    ``analyze_capture``.
     """
     out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="harness-"))
-    cap = capture(fn, args, warmup=warmup, steps=steps, out_dir=out)
+    cap = capture(fn, args, warmup=warmup, steps=steps, out_dir=out,
+                  command_buffers=command_buffers)
     return analyze_capture(cap, chip=chip, **kwargs)
+
+
+def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
+                  warmup_steps: int = 0, **kwargs) -> Analysis:
+    """Analyse a profiler trace someone else captured (``jax.profiler``) per op.
+
+    The program's optimized HLO comes from the trace itself (``/host:metadata``), else from
+    ``hlo`` (an XLA dump, ``*after_optimizations.txt``), else from a ``module.hlo.txt`` saved
+    beside it by ``harness``. ``chip``: predict for this chip (default: the trace's device).
+    ``kwargs`` go to ``analyze_capture``.
+    """
+    trace_file = find_trace_file(path)
+    space, label = read_xspace(trace_file)
+    saved = _saved_beside(trace_file, Path(path))
+    found = trace_hlo(space, saved.get("meta", {}).get(schema.PROGRAM, ""))
+    if hlo is not None:
+        text = Path(hlo).read_text()
+    elif found:
+        text = found[0]
+    elif "hlo_text" in saved:
+        text = saved["hlo_text"]
+    else:
+        raise HarnessError(f"{label}: the trace holds no HLO; give the program's optimized HLO "
+                           f"with --hlo FILE (an XLA dump, *after_optimizations.txt)")
+    read = read_events(trace_file, warmup_steps=warmup_steps, hlo_text=text)
+    events = read.events
+    meta = dict(saved.get("meta", {}))
+    meta.setdefault(schema.PROGRAM, parse_module(text).name)
+    meta.setdefault(schema.DEVICE_KIND, device_kind(space))
+    meta.setdefault(schema.DEVICE_COUNT, int(events[schema.DEVICE].nunique()))
+    meta[schema.TRACE_FILE] = str(trace_file)
+    cap = Capture(trace_dir=trace_file.parent, hlo_text=text,
+                  cost_analysis=saved.get("cost_analysis", {}), meta=meta)
+    return analyze_capture(cap, chip=chip, events=events, async_names=read.async_names,
+                           device=meta.get(schema.DEVICE_KIND) or None, **kwargs)
+
+
+def _saved_beside(trace_file: Path, root: Path) -> dict:
+    """What ``harness`` saved next to a trace it captured (``capture.json``,
+    ``module.hlo.txt``), searched from the trace's folder up to ``root``: ``meta``,
+    ``cost_analysis``, ``hlo_text`` where found (never above ``root``, a directory given)."""
+    out: dict = {}
+    folder = trace_file.parent
+    # a trace directory keeps its trace at plugins/profile/<run>/: three folders up at most
+    for _ in range(4):
+        if "meta" not in out and (folder / CAPTURE_FILE).is_file():
+            saved = json.loads((folder / CAPTURE_FILE).read_text())
+            out.update(meta=saved.get("meta", {}), cost_analysis=saved.get("cost_analysis", {}))
+        if "hlo_text" not in out and (folder / HLO_FILE).is_file():
+            out["hlo_text"] = (folder / HLO_FILE).read_text()
+        if folder == root or folder == folder.parent:
+            break
+        folder = folder.parent
+    return out
+

@@ -3,6 +3,13 @@
 Each entry maps a workload's config and mesh to ``Analytic(model_flops, analytic_s, formula)``:
 the step's useful FLOPs over all devices (for MFU) and the book's step-time estimate on a chip.
 Workloads without an entry get neither figure.
+
+MFU counts the work the hardware must do (as MaxText does): 6 (training) or 2 (inference) x
+the parameters that take part in matmuls x tokens, plus attention. The input embedding is a
+gather and the norms are elementwise, so neither counts; the output projection does. The book's
+6 x all parameters x tokens (``transformer.train_flops``) stays for its planning answers in
+``predictions/`` and is reported beside it (``book_flops``), so a program that does the model's
+work shows HFU >= MFU.
 """
 from __future__ import annotations
 
@@ -18,6 +25,24 @@ class Analytic:
     model_flops: float | None
     analytic_s: float | None
     formula: str
+    flops_formula: str = ""             # how model_flops is counted
+    book_flops: float | None = None     # the book's 6P (or 2P) count, for comparison
+
+
+# MaxText's MFU numerator: parameters that take part in matmuls (module docstring)
+MFU_FORMULA = {
+    "train": "6*P_matmul*tokens + 12*B*T*T*N*H*L, P_matmul = L*(3DF + 2D(N+K)H) + DV "
+             "(MaxText: no input embedding, no norms)",
+    "prefill": "2*P_matmul*tokens + 4*B*T*T*N*H*L, P_matmul = L*(3DF + 2D(N+K)H) + DV",
+    "decode": "2*P_matmul*B + 4*B*S*N*H*L, P_matmul = L*(3DF + 2D(N+K)H) + DV",
+}
+
+
+def matmul_params(model: transformer.Config) -> int:
+    """Parameters that take part in matmuls: every layer's MLP and attention projections and
+    the output projection (D x V, shared with the input embedding when tied)."""
+    return model.L * (transformer.mlp_params(model) + transformer.attention_params(model)) \
+        + model.D * model.V
 
 
 def _model(cfg) -> transformer.Config:
@@ -63,9 +88,11 @@ def _train(cfg, mesh, chip) -> Analytic:
         strategy, (sizes[0], n // sizes[0]))
     st = training.step_time(model, tokens, chip, n, strategy=strategy, X=X, Y=Y,
                             dtype=_dtype(cfg, "param_dtype"), seq_len=cfg.T)
-    # transformers.md: 6 * P * tokens plus attention for training
-    flops = transformer.train_flops(model, tokens, seq_len=cfg.T)
-    return Analytic(flops, st.t_step_s, f"training.md {strategy} step, X={X} Y={Y}")
+    attention = transformer.attention_flops(model, tokens, cfg.T, training=True)
+    # transformers.md: 6 * P * tokens plus attention for training (P: matmul parameters)
+    return Analytic(6.0 * matmul_params(model) * tokens + attention, st.t_step_s,
+                    f"training.md {strategy} step, X={X} Y={Y}", MFU_FORMULA["train"],
+                    transformer.train_flops(model, tokens, seq_len=cfg.T))
 
 
 def _prefill(cfg, mesh, chip) -> Analytic:
@@ -73,7 +100,10 @@ def _prefill(cfg, mesh, chip) -> Analytic:
     tokens = cfg.B * cfg.T
     est = inference.prefill(model, chip, n, tokens, weight_bytes=1 if cfg.int8_weights else 2,
                             dtype=_dtype(cfg), seq_len=cfg.T)
-    return Analytic(est.flops, est.seconds, "2*P*tokens/(N*C) vs W_bytes/(N*W_hbm) (inference.md)")
+    attention = transformer.attention_flops(model, tokens, cfg.T)
+    return Analytic(2.0 * matmul_params(model) * tokens + attention, est.seconds,
+                    "2*P*tokens/(N*C) vs W_bytes/(N*W_hbm) (inference.md)",
+                    MFU_FORMULA["prefill"], est.flops)
 
 
 def _decode(cfg, mesh, chip) -> Analytic:
@@ -81,9 +111,11 @@ def _decode(cfg, mesh, chip) -> Analytic:
     step = inference.decode_step(model, chip, n, cfg.B, cfg.S,
                                  weight_bytes=1 if cfg.int8_weights else 2,
                                  kv_bytes=1 if cfg.int8_kv else 2, dtype=_dtype(cfg))
-    # inference.md: a decode step is 2 * P FLOPs per sequence
-    return Analytic(2.0 * transformer.param_count(model) * cfg.B, step.step_s,
-                    "B*KV/(N*W_hbm) + max(2*B*P/(N*C), W/(N*W_hbm)) (inference.md)")
+    # inference.md: a decode step is 2 * P FLOPs per sequence, plus its queries' attention
+    attention = transformer.attention_flops(model, cfg.B, cfg.S)
+    return Analytic(2.0 * matmul_params(model) * cfg.B + attention, step.step_s,
+                    "B*KV/(N*W_hbm) + max(2*B*P/(N*C), W/(N*W_hbm)) (inference.md)",
+                    MFU_FORMULA["decode"], 2.0 * transformer.param_count(model) * cfg.B)
 
 
 ANALYTIC: dict[str, Callable] = {

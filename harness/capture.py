@@ -28,6 +28,12 @@ log = logging.getLogger(__name__)
 HLO_FILE = "module.hlo.txt"
 CAPTURE_FILE = "capture.json"
 STEP_NAME = "step"
+# Compiler options of the traced executable, per backend. GPU: no command buffers (CUDA graphs),
+# whose kernels the profiler cannot tie to HLO ops; the user's own compile is timed beside it.
+TRACE_COMPILE_OPTIONS: dict[str, dict[str, object]] = {
+    "gpu": {"xla_gpu_enable_command_buffer": ""},
+}
+GRAPH_DIFF_NOTE = 0.05  # note when the user's executable's step differs by more than this
 
 
 @dataclass
@@ -93,13 +99,72 @@ def _module_name(hlo_text: str) -> str:
     return first.split()[1].rstrip(",") if first.startswith("HloModule ") else ""
 
 
+def trace_compile_options(backend: str, command_buffers: bool = False) -> dict[str, object]:
+    """The compiler options of the executable to trace on ``backend`` (none: XLA's defaults).
+    ``command_buffers=True`` keeps XLA's GPU command buffers (the production executable)."""
+    options = dict(TRACE_COMPILE_OPTIONS.get(backend, {}))
+    if command_buffers:
+        options.pop("xla_gpu_enable_command_buffer", None)
+    return options
+
+
+def _compile(lowered, options: dict):
+    """``lowered.compile`` with ``options``; XLA's defaults (with a warning) if refused."""
+    if not options:
+        return lowered.compile(), {}
+    try:
+        return lowered.compile(compiler_options=options), options
+    except Exception as e:  # noqa: BLE001 - an option this jaxlib does not know
+        log.warning("compiling with %s failed (%s); tracing XLA's default executable",
+                    options, str(e).splitlines()[0] if str(e) else type(e).__name__)
+        return lowered.compile(), {}
+
+
+def _wall_step_s(compiled, args: tuple, carry: Callable | None, steps: int
+                 ) -> tuple[float, tuple]:
+    """Median wall time of ``steps`` untraced steps (each waited on), and the arguments of
+    the next step (``carry`` threads outputs into them; donated inputs are not reused)."""
+    import time
+
+    import jax
+
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        res = compiled(*args)
+        jax.block_until_ready(res)
+        times.append(time.perf_counter() - t0)
+        args = carry(args, res) if carry else args
+    times.sort()
+    return times[len(times) // 2], args
+
+
+def _time_user_compile(lowered, compiled, args: tuple, carry, steps: int) -> tuple[dict, tuple]:
+    """Step wall times of the traced executable and of the user's own compile (XLA's
+    defaults), measured alike, and a note when they differ by more than GRAPH_DIFF_NOTE;
+    with the arguments of the next step."""
+    own = lowered.compile()
+    _, args = _wall_step_s(own, args, carry, 1)  # warm up
+    traced_s, args = _wall_step_s(compiled, args, carry, steps)
+    graph_s, args = _wall_step_s(own, args, carry, steps)
+    out = {"wall_step_s": traced_s, "graph_step_s": graph_s}
+    if traced_s > 0 and abs(graph_s / traced_s - 1) > GRAPH_DIFF_NOTE:
+        out[schema.GRAPH_NOTE] = (f"the executable as compiled by default (command buffers on) "
+                             f"steps in {graph_s * 1e3:.3g} ms against {traced_s * 1e3:.3g} ms "
+                             f"for the traced one ({graph_s / traced_s - 1:+.0%})")
+    return out, args
+
+
 def capture(fn: Callable, args: Sequence, *, warmup: int = 2, steps: int = 5,
             out_dir: str | os.PathLike, mesh=None,
-            carry: Callable | None = None) -> Capture:
+            carry: Callable | None = None, command_buffers: bool = False) -> Capture:
     """Compile ``fn(*args)``, run ``warmup`` untraced steps, then trace ``steps`` steps.
 
     ``carry(args, out) -> args`` feeds a step's outputs into the next step's arguments (a
     training step that returns new parameters); by default every step reuses ``args``.
+    On GPU the traced executable is compiled without command buffers (``TRACE_COMPILE_OPTIONS``)
+    and the user's own compile is timed as well (``meta["graph_step_s"]``);
+    ``command_buffers=True`` traces the default executable instead.
     """
     import jax
 
@@ -109,7 +174,9 @@ def capture(fn: Callable, args: Sequence, *, warmup: int = 2, steps: int = 5,
     out.mkdir(parents=True, exist_ok=True)
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
     log.info("compiling")
-    compiled = jitted.lower(*args).compile()
+    lowered = jitted.lower(*args)
+    compiled, options = _compile(lowered,
+                                 trace_compile_options(jax.default_backend(), command_buffers))
     hlo_text = compiled.as_text()
     args = tuple(args)
 
@@ -120,6 +187,9 @@ def capture(fn: Callable, args: Sequence, *, warmup: int = 2, steps: int = 5,
 
     for _ in range(warmup):
         args = one_step(args)
+    timing = {}
+    if options:
+        timing, args = _time_user_compile(lowered, compiled, args, carry, steps)
     log.info("tracing %d steps into %s", steps, out)
     jax.profiler.start_trace(str(out))
     try:
@@ -131,7 +201,7 @@ def capture(fn: Callable, args: Sequence, *, warmup: int = 2, steps: int = 5,
 
     meta = environment()
     meta.update({schema.PROGRAM: _module_name(hlo_text), schema.WARMUP: warmup,
-                 schema.STEPS: steps,
+                 schema.STEPS: steps, schema.COMPILER_OPTIONS: options, **timing,
                  schema.TIME: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
     if mesh is not None:
         meta[schema.MESH] = {str(k): int(v) for k, v in dict(mesh.shape).items()}

@@ -84,8 +84,12 @@ STEPS = "steps"                    # measured steps per point
 WARMUP = "warmup"                  # untraced warm-up steps per point
 RUN = "run"                        # run directory, relative to the sweep directory
 STEP_S = "step_s"                  # measured step time
+GRAPH_STEP_S = "graph_step_s"      # GPU: wall step time of the user's own compile (CUDA graphs)
+WALL_STEP_S = "wall_step_s"        # GPU: wall step time of the traced compile, measured alike
 COVERAGE = "coverage"              # share of measured time in ops a rule predicts
-MFU = "mfu"                        # model FLOPs utilisation
+MFU = "mfu"                        # model FLOPs utilisation (matmul parameters, MaxText's)
+MFU_BOOK = "mfu_book_6p"           # MFU with the book's 6P over all parameters (planning)
+MFU_FORMULA = "model_flops_formula"  # how the MFU numerator (model_flops) is counted
 ANALYTIC_S = "analytic_s"          # the book's workload-level step time on the chip
 SERIES = "series"                  # curve a point belongs to in the sweep plots
 COLLECTIVE_S = "collective_s"      # measured time per step in collective ops
@@ -112,10 +116,12 @@ FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE = "flops_vs_cost_analysis_loops_once"  # same,
 # ahead-of-time predictions (harness predict-hlo; harness.hlo.chips): no measured step
 PREDICTED_STEP_S = "predicted_step_s"  # sum of the ops' roofline times (no overlap)
 MFU_AT_ROOFLINE = "mfu_at_roofline"    # MFU if the step ran at predicted_step_s
-FIGURES = (STEP_S, MEASURED_OPS_S, PREDICTED_OPS_S, COVERAGE, EFFICIENCY, HLO_FLOPS_PER_DEVICE,
-           HFU, DEVICES, MODEL_FLOPS, MFU, ANALYTIC_S, ANALYTIC_FORMULA, FLOPS_VS_COST_ANALYSIS,
+FIGURES = (STEP_S, GRAPH_STEP_S, WALL_STEP_S, MEASURED_OPS_S, PREDICTED_OPS_S, COVERAGE,
+           EFFICIENCY, HLO_FLOPS_PER_DEVICE, HFU, DEVICES, MODEL_FLOPS, MFU, MFU_BOOK, MFU_FORMULA,
+           ANALYTIC_S, ANALYTIC_FORMULA, FLOPS_VS_COST_ANALYSIS,
            FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE, PREDICTED_STEP_S, MFU_AT_ROOFLINE)
-FRACTIONS = (EFFICIENCY, SHARE, COVERAGE, MFU, HFU, MFU_AT_ROOFLINE)  # shown as percentages
+# shown as percentages
+FRACTIONS = (EFFICIENCY, SHARE, COVERAGE, MFU, MFU_BOOK, HFU, MFU_AT_ROOFLINE)
 
 # --- run metadata (meta.json; harness.capture.environment writes the machine's) --------------
 TITLE = "title"
@@ -128,6 +134,9 @@ CALIBRATION = "calibration"        # the host calibration behind a cpu chip
 DEVICE_KIND = "device_kind"
 DEVICE_COUNT = "device_count"
 TIME = "time"
+COMPILER_OPTIONS = "compiler_options"  # options the traced executable was compiled with
+GRAPH_NOTE = "graph_note"          # GPU: why graph_step_s and step_s differ, when they do
+TRACE_FILE = "trace"               # the xplane.pb a trace analysis read (harness trace)
 # WORKLOAD, PRESET, MESH, CHIP and PROGRAM above are meta keys too.
 
 UNMODELED = "unmodeled"

@@ -230,19 +230,11 @@ def _updated_in_place(op: OpDesc) -> float:
 
 def fusion_cost(outer: OpDesc, inner: list[OpDesc]) -> Cost:
     """A fusion: the FLOPs (and any collective) of its inner instructions, the HBM bytes of the
-    outer operands + results only (profiling.md: inner values stay on chip). A fusion whose
-    result is an in-place dynamic-update-slice/scatter of one of its operands (a KV-cache write)
-    moves only the update, not the whole buffer twice. Nested fusions must be flattened by the
-    caller. Unmodeled inner instructions make the fusion unmodeled (numbers kept)."""
+    outer operands + results only (profiling.md: inner values stay on chip). ``outer`` already
+    says which bytes move: the HLO layer (``harness.hlo.desc``) leaves out a buffer updated in
+    place and reads only the slices of a sliced operand. Nested fusions must be flattened by
+    the caller. Unmodeled inner instructions make the fusion unmodeled (numbers kept)."""
     total = Cost()
     for op in inner:
         total = total + replace(cost(op), hbm_bytes=0.0)
-    nbytes = _io_bytes(outer)
-    for op in inner:
-        if op.opcode in ("dynamic-update-slice", "scatter") and op.results \
-                and op.results[0] in outer.results and op.results[0] in outer.operands:
-            nbytes += _updated_in_place(op) - 2 * op.results[0].nbytes
-            break
-    return replace(total, hbm_bytes=max(nbytes, 0.0))
-
-
+    return replace(total, hbm_bytes=_io_bytes(outer))

@@ -24,15 +24,20 @@ def test_all_reduce_is_twice_the_gather_of_the_same_array():
     assert est.analytic_s == pytest.approx(2 * 4e6 / 1.8e11)  # sharding.md: 2V/W
 
 
-def test_training_model_flops_are_6_p_tokens_plus_attention():
+def test_training_model_flops_are_6_matmul_params_tokens_plus_attention():
     c = dict(L=2, D=64, F=128, N=8, K=4, H=8, V=256)
     cfg = SimpleNamespace(**c, B=4, T=32, parallelism="fsdp_tp", param_dtype="bfloat16")
     L, D, F, N, K, H, V = c.values()
     P = L * (3 * D * F + 2 * D * (N + K) * H + 2 * D) + D + 2 * D * V
+    # MaxText's MFU: only parameters that take part in matmuls; not the input embedding (a
+    # gather, D*V) nor the norms (2D per layer + D)
+    P_matmul = P - D * V - (L * 2 * D + D)
     tokens = 4 * 32
     attention = 12 * 4 * 32 * 32 * N * H * L  # transformers.md: 12BT^2NH per layer
     est = analytic("llama_train", cfg, MESH, hardware.chip("tpu-v5p"))
-    assert est.model_flops == pytest.approx(6 * P * tokens + attention)
+    assert est.model_flops == pytest.approx(6 * P_matmul * tokens + attention)
+    assert est.book_flops == pytest.approx(6 * P * tokens + attention)  # the book's 6P
+    assert "P_matmul" in est.flops_formula
     assert est.analytic_s > 0 and "X=4 Y=2" in est.formula
 
 
@@ -41,8 +46,11 @@ def test_decode_flops_are_2_p_per_sequence():
     cfg = SimpleNamespace(**c, B=8, S=128, int8_weights=True, int8_kv=False, dtype="bfloat16")
     L, D, F, N, K, H, V = c.values()
     P = L * (3 * D * F + 2 * D * (N + K) * H + 2 * D) + D + 2 * D * V
+    P_matmul = P - D * V - (L * 2 * D + D)
+    attention = 4 * 8 * 128 * N * H * L  # transformers.md: 4BTSNH, T = 1 new token
     est = analytic("llama_decode", cfg, MESH, hardware.chip("tpu-v5e"))
-    assert est.model_flops == pytest.approx(2 * P * 8)
+    assert est.model_flops == pytest.approx(2 * P_matmul * 8 + attention)
+    assert est.book_flops == pytest.approx(2 * P * 8)
     # inference.md: B*KV/(N*W) + max(2BP/(N*C), W_bytes/(N*W)); int8 weights are P bytes
     kv = 8 * 128 * 2 * L * K * H * 2
     expected = kv / (8 * 8.2e11) + max(2 * 8 * P / (8 * 1.97e14), P / (8 * 8.2e11))

@@ -36,6 +36,10 @@ def add_arguments(p) -> None:
     p.add_argument("--chip", help="predict for this chip (default: the one the run is on)")
     p.add_argument("--steps", type=int, default=5, help="measured steps (default 5)")
     p.add_argument("--warmup", type=int, default=2, help="untraced warm-up steps (default 2)")
+    p.add_argument("--command-buffers", action="store_true",
+                   help="GPU: trace the executable with XLA's command buffers (CUDA graphs) on, "
+                        "as compiled by default; its kernels are then attributed to ops from "
+                        "the HLO schedule (default: traced without, timed with as well)")
     p.add_argument("--out", type=Path, default=Path("results"),
                    help="directory that receives the run (default results/)")
     p.add_argument("--top", type=int, default=15, help="op rows to print (default 15; 0 = all)")
@@ -62,7 +66,7 @@ def main(args) -> int:
     analysis, path = run_workload(args.workload, preset=args.preset,
                                   overrides=parse_sets(args.sets), mesh=args.mesh,
                                   steps=args.steps, warmup=args.warmup, out=args.out,
-                                  chip=args.chip)
+                                  chip=args.chip, command_buffers=args.command_buffers)
     _print_report(analysis, path, args)
     return 0
 

@@ -13,7 +13,14 @@ Every malformed or truncated input raises :class:`HloParseError` (a ``HarnessErr
 """
 from harness.hlo.attrs import HloParseError, ReplicaGroups
 from harness.hlo.category import category
-from harness.hlo.cost import compute_dtype, cross_check, hlo_costs, instruction_cost, module_totals
+from harness.hlo.cost import (
+    compute_dtype,
+    cross_check,
+    cross_check_skip,
+    hlo_costs,
+    instruction_cost,
+    module_totals,
+)
 from harness.hlo.desc import to_desc
 from harness.hlo.ir import Computation, Instruction, Module
 from harness.hlo.parse import parse_module
@@ -25,4 +32,5 @@ __all__ = [
     "CONTAINERS", "STRUCTURAL", "parse_module", "executed", "trip_count", "fused_instructions",
     "category",
     "to_desc", "instruction_cost", "compute_dtype", "hlo_costs", "module_totals", "cross_check",
+    "cross_check_skip",
 ]

@@ -88,7 +88,7 @@ def category(module: Module, instr: Instruction, _depth: int = 0) -> str:
         return category(module, wrapped, _depth + 1)
     if instr.opcode in ("fusion", "custom-call") and _mentions_attention(instr):
         return ATTENTION
-    if instr.opcode == "fusion":
+    if instr.opcode in ("fusion", "fusion-start"):
         return _fusion(module, instr)
     if instr.opcode == "custom-call":
         return _custom_call(instr)

@@ -50,7 +50,7 @@ def _cost(instr: Instruction, module: Module) -> Cost:
         return Cost()
     if instr.opcode == "async-start":
         instr = module.computation(instr.called("calls")[0]).root
-    if instr.opcode == "fusion":
+    if instr.opcode in ("fusion", "fusion-start"):
         inner = [to_desc(i, module) for i in fused_instructions(module, instr)]
         return rules.fusion_cost(to_desc(instr, module), inner)
     return rules.cost(to_desc(instr, module))
@@ -155,3 +155,23 @@ def cross_check(module: str | Module, cost_analysis: Mapping | list) -> dict:
              "vs %s (rel %s)", module.name, flops, xla_flops, report["flops_rel_diff"],
              report["flops_loops_once_rel_diff"], nbytes, xla_bytes, report["bytes_rel_diff"])
     return report
+
+
+def cross_check_skip(module: str | Module, cost_analysis: Mapping | None) -> str:
+    """Why XLA's ``cost_analysis()`` cannot check our FLOPs, or "" when it can: it reported
+    nothing, a negative count (-1: unknown), or it leaves out library custom-calls that do
+    FLOPs (XLA's GPU cost analysis omits cuBLAS GEMMs)."""
+    if not cost_analysis:
+        return "XLA's cost analysis is not available"
+    flops = cost_analysis.get("flops")
+    if flops is None:
+        return "XLA's cost analysis reports no 'flops'"
+    if flops < 0:
+        return f"XLA's cost analysis reports flops={flops:g} (unknown)"
+    module = _as_module(module)
+    calls = {i.name for i, _ in executed(module)
+             if i.opcode == "custom-call" and instruction_cost(i, module).flops > 0}
+    if calls:
+        return (f"XLA's cost analysis leaves out the {len(calls)} library custom-call(s) that do "
+                f"FLOPs (e.g. {min(calls)}, a cuBLAS GEMM on GPU)")
+    return ""

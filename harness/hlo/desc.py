@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from harness.hlo.attrs import HloParseError
-from harness.hlo.ir import Instruction, Module
+from harness.hlo.ir import Computation, Instruction, Module
 from harness.hlo.walk import async_done
-from predictions.rules import COLLECTIVE_OPCODES, OpDesc, Shape
+from predictions.rules import COLLECTIVE_OPCODES, ELEMENTWISE, OpDesc, Shape
 
 # Operations XLA splits into an async ``<kind>-start`` / ``<kind>-done`` pair.
-ASYNC_KINDS = (*COLLECTIVE_OPCODES, "copy")
+ASYNC_KINDS = (*COLLECTIVE_OPCODES, "copy", "fusion")
 
 
 def operand_leaves(instr: Instruction) -> tuple[Shape, ...]:
@@ -97,19 +97,21 @@ def _ints(values) -> tuple[int, ...]:
 
 def _custom_call(instr: Instruction, module: Module) -> OpDesc:
     """cuBLAS-style GEMM custom calls carry dot dimension numbers in their backend config;
-    they are costed as a ``dot`` (result = the first leaf; the rest is workspace)."""
+    they are costed as a ``dot`` (result = the first leaf; the rest, an ``s8[...]`` workspace,
+    never leaves the library) reading every operand (a third one is the C or bias matrix)."""
     config = instr.backend_config()
     gemm = config.get("gemm_backend_config", config)
     dims = gemm.get("dot_dimension_numbers") if isinstance(gemm, dict) else None
     if not isinstance(dims, dict):
         return _plain(instr, module)
-    return OpDesc("dot", instr.shapes[:1], operand_leaves(instr)[:2],
+    return OpDesc("dot", instr.shapes[:1], operand_leaves(instr),
                   _ints(dims.get("lhs_contracting_dimensions")),
                   _ints(dims.get("rhs_contracting_dimensions")),
                   _ints(dims.get("lhs_batch_dimensions")), _ints(dims.get("rhs_batch_dimensions")))
 
 
 _SLICING = frozenset({"slice", "dynamic-slice", "gather"})
+_VIEWS = frozenset({"bitcast", "reshape"})  # a new shape over the same bytes, no copy
 
 
 def _users(module: Module, comp_name: str) -> dict[str, list[Instruction]]:
@@ -123,32 +125,125 @@ def _users(module: Module, comp_name: str) -> dict[str, list[Instruction]]:
     return by_comp[comp_name]
 
 
+def _readers(users: dict, instr: Instruction) -> list[Instruction]:
+    """The users of ``instr``, looking through bitcasts/reshapes that only re-label it."""
+    out = []
+    for u in users.get(instr.name, []):
+        out.extend(_readers(users, u) if u.opcode in _VIEWS else [u])
+    return out
+
+
+def _behind_views(body: Computation, name: str) -> Instruction:
+    """The instruction behind a chain of bitcasts/reshapes."""
+    instr = body.by_name[name]
+    while instr.opcode in _VIEWS and instr.operand_names:
+        instr = body.by_name[instr.operand_names[0]]
+    return instr
+
+
+_IN_PLACE = {"dynamic-update-slice": 1, "scatter": 2}  # opcode -> operand index of the update
+# Ops whose every output element needs its own input elements (so a used fraction of the
+# output needs the same fraction of the input): elementwise, views, transposes, reductions.
+_ROWWISE = frozenset(ELEMENTWISE) | {"copy", "transpose", "reverse", "reduce", *_VIEWS}
+
+
+def _update_in_place(body: Computation, users: dict, out: Instruction) -> Instruction | None:
+    """The parameter a fusion output updates in place: ``out`` is a dynamic-update-slice (or a
+    single-operand scatter) of a parameter (through bitcasts) that nothing else in the fusion
+    reads, so XLA aliases the buffer with the result and only the update moves."""
+    k = _IN_PLACE.get(out.opcode)
+    if k is None or len(out.operand_names) <= k or (out.opcode == "scatter"
+                                                    and len(out.operand_names) != 3):
+        return None
+    target = _behind_views(body, out.operand_names[0])
+    if target.opcode == "parameter" and _readers(users, target) == [out]:
+        return target
+    return None
+
+
+def _elements(instr: Instruction) -> int:
+    return sum(s.elements for s in instr.shapes)
+
+
+def _used_fraction(body: Computation, users: dict) -> dict[str, float]:
+    """Per instruction, the fraction of its elements the fusion's outputs need (XLA's operand
+    utilization): a slice or gather needs only what it picks; row-wise ops pass the fraction
+    of their output that is needed on to their input; any other use needs all of it."""
+    used: dict[str, float] = {}
+    for instr in reversed(body.instructions):
+        total = 1.0 if instr.is_root else 0.0
+        for u in users.get(instr.name, ()):
+            f = used.get(u.name, 0.0)
+            first = u.operand_names[0] == instr.name
+            if u.opcode in _SLICING and first:
+                total += f * _elements(u) / max(_elements(instr), 1)
+            elif u.opcode in _ROWWISE and (first or u.opcode != "reduce"):
+                total += f
+            elif f > 0:
+                total += 1.0
+        used[instr.name] = min(total, 1.0)
+    return used
+
+
 def _fusion(instr: Instruction, module: Module) -> OpDesc:
     """A fusion's HBM traffic as operands/results (its FLOPs come from the inner ops): each
-    operand once — only the slices when a parameter feeds nothing but slicing ops (a scan
-    reading layer i of stacked weights) — and the result once, or only the update when the root
-    is a dynamic-update-slice of a parameter, done in place (a scan writing row i of its
-    stacked output). This is how XLA's cost analysis counts them too."""
+    operand once, except
+
+    - the part of a parameter the outputs never need: a scan reading layer i of stacked
+      weights reads that layer, a gather of one logit per row reads those logits
+      (``_used_fraction``, through bitcasts, converts and other row-wise ops);
+    - a parameter that a root dynamic-update-slice or scatter (or one in a root tuple)
+      updates in place (a scan writing row i of its stacked output, a KV-cache write): neither
+      read nor written, and that output is the update (a scatter also reads the old values).
+
+    This is the one place that knows about in-place updates and slices (``rules.fusion_cost``
+    prices the operands and results it is given). A ``fusion-start`` (an async fusion) is the
+    same fusion; its result is what the ``fusion-done`` returns."""
     body = module.computation(instr.called("calls")[0])
     users = _users(module, body.name)
     params = {int(p.literal): p for p in body.instructions if p.opcode == "parameter"}
-    root, in_place = body.root, None
-    if root.opcode == "dynamic-update-slice" and len(root.operand_names) > 1:
-        target = body.by_name[root.operand_names[0]]
-        if target.opcode == "parameter" and len(users.get(target.name, ())) == 1:
-            in_place = target.name
+    outs = ([body.by_name[n] for n in body.root.operand_names] if body.root.opcode == "tuple"
+            else [body.root])
+    leaves = _fusion_results(instr, module)
+    results: list[Shape] = []
     operands: list[Shape] = []
-    for k, leaves in enumerate(instr.operand_shapes):
+    in_place: set[str] = set()
+    for k, out in enumerate(outs):
+        target = _update_in_place(body, users, out)
+        if target is not None:
+            in_place.add(target.name)
+            update = body.by_name[out.operand_names[_IN_PLACE[out.opcode]]].shapes
+            results.extend(update)
+            if out.opcode == "scatter":  # scatter-add reads the values it updates
+                operands.extend(update)
+        elif k < len(leaves):
+            results.append(leaves[k])
+    if len(outs) == 1 and not in_place:
+        results = list(leaves)
+    used = _used_fraction(body, users)
+    for k, op_leaves in enumerate(instr.operand_shapes):
         p = params.get(k)
-        used_by = users.get(p.name, []) if p is not None else []
-        if p is not None and p.name == in_place:
+        if p is not None and p.name in in_place:
             continue  # updated in place: the untouched rest is neither read nor written
-        if used_by and all(u.opcode in _SLICING and u.operand_names[0] == p.name for u in used_by):
-            operands.extend(s for u in used_by for s in u.shapes)
+        fraction = used.get(p.name, 1.0) if p is not None else 1.0
+        readers = _readers(users, p) if p is not None else []
+        slices = [s for u in readers for s in u.shapes]
+        if readers and all(u.opcode in _SLICING and _behind_views(body, u.operand_names[0]) is p
+                           for u in readers) and \
+                sum(s.elements for s in slices) <= fraction * p.shapes[0].elements:
+            operands.extend(slices)  # exactly the slices it reads
+        elif fraction < 1.0:
+            operands.extend(Shape(s.dtype, (round(fraction * s.elements),)) for s in op_leaves)
         else:
-            operands.extend(leaves)
-    results = body.by_name[root.operand_names[1]].shapes if in_place else instr.shapes
-    return OpDesc("fusion", results, tuple(operands))
+            operands.extend(op_leaves)
+    return OpDesc("fusion", tuple(results), tuple(operands))
+
+
+def _fusion_results(instr: Instruction, module: Module) -> tuple[Shape, ...]:
+    if instr.opcode == "fusion-start":  # ((operands), result, context) until the -done
+        done = async_done(module, instr)
+        return tuple(done.shapes) if done is not None else tuple(instr.shapes[-2:-1])
+    return tuple(instr.shapes)
 
 
 DESC_BUILDERS: dict[str, Callable[[Instruction, Module], OpDesc]] = {
@@ -157,6 +252,7 @@ DESC_BUILDERS: dict[str, Callable[[Instruction, Module], OpDesc]] = {
     "convolution": _convolution,
     "custom-call": _custom_call,
     "fusion": _fusion,
+    "fusion-start": _fusion,  # an async fusion, printed with the async syntax sugar
 }
 
 

@@ -81,10 +81,11 @@ def build_workload(name: str, preset: str = "tiny", overrides: dict | None = Non
 
 def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = None,
                  mesh: str | None = None, steps: int = 5, warmup: int = 2,
-                 out: Path = Path("results"), chip=None) -> tuple[Analysis, Path]:
-    """Run workload ``name`` and store it under ``out``; returns the analysis and the run path."""
+                 out: Path = Path("results"), chip=None,
+                 command_buffers: bool = False) -> tuple[Analysis, Path]:
+    """Run workload ``name`` and store it under ``out``; returns the analysis and the run path.
+    ``command_buffers``: on GPU, trace the executable with XLA's command buffers on."""
     if chip is not None:  # a bad chip name fails before anything is compiled
-
         chip = hardware.chip_entry(chip)
     built = build_workload(name, preset, overrides, mesh)
     out = Path(out)
@@ -94,7 +95,7 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
     try:
         log.info("running %s (%s) on mesh %s", name, preset, dict(built.mesh.shape))
         cap = capture(built.fn, built.args, warmup=warmup, steps=steps,
-                      out_dir=scratch / "trace", mesh=built.mesh)
+                      out_dir=scratch / "trace", mesh=built.mesh, command_buffers=command_buffers)
         meta = dict(built.meta, **{schema.PRESET: preset, schema.OVERRIDES: overrides or {}})
         analysis = analyze_capture(cap, chip=chip, meta=meta, book=built.book,
                                    expected_collectives=built.expected_collectives(),

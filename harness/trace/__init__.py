@@ -1,7 +1,9 @@
 """Stage 2: a profiler trace (``*.xplane.pb``) -> EVENTS, one row per device op execution.
 
-``xplane`` decodes the protobuf, ``planes`` holds the lookups the layouts share, ``cpu`` and
-``device`` read where each backend puts its ops, ``load`` picks the layout and builds the table.
+``xplane`` decodes the protobuf, ``planes`` holds the lookups the layouts share, ``cpu``,
+``gpu`` and ``tpu`` read where each backend puts its ops (``gpu`` also attributes the kernels of
+CUDA graphs to HLO ops), ``hlo_proto`` reads the compiled HLO a trace carries, ``load`` picks
+the layout and builds the table.
 """
 from harness.trace.load import TraceEvents, load_events, read_events
 

@@ -11,6 +11,7 @@ DataFrame. Steps are attributed here: ``-1`` marks an execution outside every me
 - GPU: planes ``/device:GPU:<n>``, kernel events on per-stream lines with ``hlo_op`` /
   ``hlo_module`` stats; consecutive kernels of one HLO op fold into one execution whose duration
   is the sum of its kernels'. Steps come from a ``Steps`` line or the host step annotations.
+  Kernels inside CUDA graphs are attributed to HLO ops from the module's HLO (``trace.gpu``).
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.trace import cpu as layout_cpu
-from harness.trace import device as layout_device
+from harness.trace import gpu as layout_gpu
+from harness.trace import tpu as layout_tpu
 from harness.trace.planes import Columns
 from harness.trace.xplane import XSpace
 
@@ -28,12 +30,13 @@ __all__ = ["LAYOUTS", "Layout", "Columns"]
 @dataclass(frozen=True)
 class Layout:
     detect: Callable[[XSpace], bool]
-    extract: Callable[[XSpace], Columns]
+    extract: Callable[..., Columns]  # (space) or, with uses_hlo, (space, hlo_text)
+    uses_hlo: bool = False  # the layout can use the module's HLO text (GPU: CUDA graphs)
 
 
 # Order matters: device planes first; the CPU layout also matches the host plane of GPU runs.
 LAYOUTS: dict[str, Layout] = {
-    "tpu": Layout(layout_device.tpu_detect, layout_device.tpu_extract),
-    "gpu": Layout(layout_device.gpu_detect, layout_device.gpu_extract),
+    "tpu": Layout(layout_tpu.detect, layout_tpu.extract),
+    "gpu": Layout(layout_gpu.detect, layout_gpu.extract, uses_hlo=True),
     "cpu": Layout(layout_cpu.detect, layout_cpu.extract),
 }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -83,29 +83,38 @@ def _categorical(values: list, names: dict) -> pd.Categorical:
 
 @dataclass(frozen=True)
 class TraceEvents:
-    """A trace's EVENTS with where they came from: the layout that read them, the source label."""
+    """A trace's EVENTS with where they came from: the layout that read them, the source label,
+    and the HLO text's name of each async op -> the name the trace gives it
+    (``fusion-start.3`` -> ``loop_..._fusion.7``; GPU traces)."""
 
     events: pd.DataFrame
     layout: str
     source: str
+    async_names: dict = field(default_factory=dict)
 
 
-def load_events(source: str | os.PathLike | bytes, *, warmup_steps: int = 0) -> pd.DataFrame:
+def load_events(source: str | os.PathLike | bytes, *, warmup_steps: int = 0,
+                hlo_text: str | None = None) -> pd.DataFrame:
     """The EVENTS table of a trace (``read_events(...).events``)."""
-    return read_events(source, warmup_steps=warmup_steps).events
+    return read_events(source, warmup_steps=warmup_steps, hlo_text=hlo_text).events
 
 
-def read_events(source: str | os.PathLike | bytes, *, warmup_steps: int = 0) -> TraceEvents:
+def read_events(source: str | os.PathLike | bytes, *, warmup_steps: int = 0,
+                hlo_text: str | None = None) -> TraceEvents:
     """The EVENTS table of a trace: one row per op execution inside a measured step, with the
     layout that read it and the source's label.
 
     Op executions outside every step annotation (warm-up, compilation) are dropped; so are the
-    first ``warmup_steps`` annotated steps. Steps are renumbered from 0.
+    first ``warmup_steps`` annotated steps. Steps are renumbered from 0. ``hlo_text``: the
+    program's compiled HLO, for a GPU trace whose CUDA-graph kernels must be attributed to ops
+    and which does not carry its HLO itself.
     """
     space, label = read_xspace(source)
     layout_name = detect_layout(space, label)
+    layout = LAYOUTS[layout_name]
     try:
-        cols: Columns = LAYOUTS[layout_name].extract(space)
+        cols: Columns = (layout.extract(space, hlo_text) if layout.uses_hlo
+                         else layout.extract(space))
     except DecodeError as e:  # lines are decoded lazily, so corruption inside one shows here
         raise TraceError(f"{label}: corrupt XSpace line ({e})") from None
     if not cols.op:
@@ -128,4 +137,4 @@ def read_events(source: str | os.PathLike | bytes, *, warmup_steps: int = 0) -> 
                          f"({layout_name} layout, warmup_steps={warmup_steps})")
     df = df.assign(**{schema.STEP: df[schema.STEP].map({s: i for i, s in enumerate(steps)})
                       .astype("int32")})
-    return TraceEvents(df.reset_index(drop=True), layout_name, label)
+    return TraceEvents(df.reset_index(drop=True), layout_name, label, dict(cols.async_names))

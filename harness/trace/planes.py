@@ -7,6 +7,7 @@ of each program execution inside them.
 from __future__ import annotations
 
 import bisect
+import re
 from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ class Columns:
     runs: array = field(default_factory=lambda: array("q"))  # CPU: run_id of each execution
     program_names: dict = field(default_factory=dict)
     op_names: dict = field(default_factory=dict)
+    # GPU: {async-start name in the HLO text: the wrapped op's name, which the trace shows}
+    async_names: dict = field(default_factory=dict)
 
     def add(self, program: str, op: str, device: int, step: int, start_ns: int, dur_ns: int):
         self.program.append(program)
@@ -231,3 +234,23 @@ def host_steps(space: XSpace, idx: PlaneIndex | None = None) -> tuple[StepWindow
         if run_step.get(rid, -1) < 0:
             run_step[rid] = s
     return steps, run_step
+
+
+def device_planes(space: XSpace, pattern: re.Pattern) -> list[tuple[int, object]]:
+    """(device number, plane) of every plane whose name ``pattern`` matches (group 1: n)."""
+    return [(int(m.group(1)), p) for p in space.planes if (m := pattern.match(p.name))]
+
+
+def device_step_windows(idx: PlaneIndex) -> StepWindows:
+    """Steps from a device plane's ``Steps`` line: step_num stat, else a numeric name, else
+    order."""
+    line = idx.line("Steps")
+    if line is None:
+        return StepWindows([])
+    windows = []
+    for i, (ev, start, dur) in enumerate(line_events(line)):
+        stats = idx.stats(ev.stats)
+        name = idx.event_names.get(ev.metadata_id, "")
+        step = stats.get(STEP_NUM, int(name) if name.isdigit() else i)
+        windows.append((start, start + dur, int(step)))
+    return StepWindows(windows)

@@ -1,0 +1,147 @@
+"""The optimized HLO a trace carries: each compiled module's ``HloProto`` on ``/host:metadata``.
+
+The profiler stores every module it saw as an event metadata named after the module
+(``jit_step(0)``) with a stat ``Hlo Proto``: an ``HloProto`` whose field 1 is the
+``HloModuleProto``. ``module_text`` prints it through jaxlib; ``async_names`` reads the few
+fields the text hides (the text prints an async fusion as ``fusion-start`` and leaves out the
+name of the fusion it wraps, which is the name the trace's kernels carry).
+"""
+from __future__ import annotations
+
+import logging
+import re
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from harness.errors import TraceError
+from harness.trace.planes import PlaneIndex, plane
+from harness.trace.xplane import XSpace
+
+log = logging.getLogger(__name__)
+
+METADATA_PLANE = "/host:metadata"
+HLO_PROTO_STAT = "Hlo Proto"
+_PROGRAM_ID = re.compile(r"\(\d+\)$")  # "jit_step(0)" -> "jit_step"
+
+_F = descriptor_pb2.FieldDescriptorProto
+# The fields of xla/service/hlo.proto read here: (message, field, number, type, message type)
+_FIELDS = [
+    ("HloProto", "hlo_module", 1, _F.TYPE_MESSAGE, "HloModuleProto"),
+    ("HloModuleProto", "name", 1, _F.TYPE_STRING, None),
+    ("HloModuleProto", "computations", 3, _F.TYPE_MESSAGE, "HloComputationProto"),
+    ("HloComputationProto", "name", 1, _F.TYPE_STRING, None),
+    ("HloComputationProto", "instructions", 2, _F.TYPE_MESSAGE, "HloInstructionProto"),
+    ("HloComputationProto", "id", 5, _F.TYPE_INT64, None),
+    ("HloComputationProto", "root_id", 6, _F.TYPE_INT64, None),
+    ("HloInstructionProto", "name", 1, _F.TYPE_STRING, None),
+    ("HloInstructionProto", "opcode", 2, _F.TYPE_STRING, None),
+    ("HloInstructionProto", "id", 35, _F.TYPE_INT64, None),
+    ("HloInstructionProto", "called_computation_ids", 38, _F.TYPE_INT64, None),
+]
+_REPEATED = {"computations", "instructions", "called_computation_ids"}
+
+
+def _classes() -> dict[str, type]:
+    pkg = "scaling_harness.hlo"
+    fdp = descriptor_pb2.FileDescriptorProto(name="scaling_harness_hlo.proto", package=pkg,
+                                             syntax="proto3")
+    messages = {}
+    for msg, name, number, ftype, type_name in _FIELDS:
+        if msg not in messages:
+            messages[msg] = fdp.message_type.add(name=msg)
+        f = messages[msg].field.add(name=name, number=number, type=ftype,
+                                    label=_F.LABEL_REPEATED if name in _REPEATED
+                                    else _F.LABEL_OPTIONAL)
+        if type_name:
+            f.type_name = f".{pkg}.{type_name}"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return {m: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{pkg}.{m}"))
+            for m in messages}
+
+
+_PROTO = _classes()
+
+
+def embedded_modules(space: XSpace) -> dict[str, bytes]:
+    """Module name (without its program id) -> serialized ``HloModuleProto``, for every module
+    whose HLO the trace holds; empty when it holds none."""
+    meta = plane(space, METADATA_PLANE)
+    if meta is None:
+        return {}
+    idx = PlaneIndex(meta)
+    found = {}
+    for m in meta.event_metadata.values():
+        for st in m.stats:
+            if idx.stat_names.get(st.metadata_id) == HLO_PROTO_STAT and st.bytes_value:
+                module = _PROTO["HloProto"].FromString(st.bytes_value).hlo_module
+                found[_PROGRAM_ID.sub("", m.name)] = module.SerializeToString()
+    return found
+
+
+def _xla_computation():
+    """jaxlib's ``XlaComputation``: ``jax._src.lib.xla_client`` (jax 0.4 to 0.12), else
+    ``jaxlib.xla_client`` (older layouts), else jaxlib's ``_hlo`` extension (newer ones)."""
+    try:
+        from jax._src.lib import xla_client
+        return xla_client.XlaComputation
+    except (ImportError, AttributeError):
+        pass
+    try:
+        from jaxlib import xla_client
+        return xla_client.XlaComputation
+    except (ImportError, AttributeError):
+        from jaxlib import _hlo
+        return _hlo.XlaComputation
+
+
+def module_text(module_bytes: bytes) -> str:
+    """The HLO text of a serialized ``HloModuleProto`` (what ``compiled.as_text()`` prints)."""
+    try:
+        return _xla_computation()(module_bytes).as_hlo_text()
+    except Exception as e:  # noqa: BLE001 - jaxlib raises its own error types
+        raise TraceError(f"cannot print the HLO embedded in the trace: {e}") from None
+
+
+def async_names(module_bytes: bytes) -> dict[str, str]:
+    """``{async-start name: name of the instruction it wraps}`` for the async ops of a module
+    (``fusion-start.18`` -> ``loop_dynamic_slice_fusion.37``). The trace names such an op by
+    the wrapped instruction; the printed HLO only by the ``-start``."""
+    module = _PROTO["HloModuleProto"].FromString(module_bytes)
+    roots = {}
+    for comp in module.computations:
+        by_id = {i.id: i for i in comp.instructions}
+        root = by_id.get(comp.root_id)
+        if root is not None:
+            roots[comp.id] = root.name
+    names = {}
+    for comp in module.computations:
+        for instr in comp.instructions:
+            if instr.opcode == "async-start" and instr.called_computation_ids:
+                wrapped = roots.get(instr.called_computation_ids[0])
+                if wrapped and wrapped != instr.name:
+                    names[instr.name] = wrapped
+    return names
+
+
+def trace_hlo(space: XSpace, program: str = "") -> tuple[str, dict[str, str]] | None:
+    """(HLO text, async names) of ``program`` (default: the largest module) in the trace, or
+    None when the trace holds no HLO."""
+    modules = embedded_modules(space)
+    if not modules:
+        return None
+    name = program if program in modules else max(modules, key=lambda k: len(modules[k]))
+    if program and program != name:
+        log.info("trace holds no HLO for %s; using %s", program, name)
+    return module_text(modules[name]), async_names(modules[name])
+
+
+def device_kind(space: XSpace) -> str:
+    """The device kind a trace's first device plane names (``gpu_device_name``), or ""."""
+    for p in space.planes:
+        if p.name.startswith("/device:"):
+            idx = PlaneIndex(p)
+            for st in p.stats:
+                if idx.stat_names.get(st.metadata_id) in ("gpu_device_name", "device_kind"):
+                    return str(idx.value(st))
+    return ""

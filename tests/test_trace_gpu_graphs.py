@@ -1,0 +1,55 @@
+"""CUDA-graph kernels -> HLO ops (harness.trace.gpu), on a schedule small enough to read."""
+from harness.trace.gpu import Kernel, Schedule, attribute, kernel_op
+
+# One loop body, in schedule order: a fusion, a cuBLAS call, an async dynamic-slice fusion
+# (named by the fusion it wraps, as the trace names it), another fusion.
+ORDER = ["loop_add_fusion.1", "custom-call.2", "loop_dynamic_slice_fusion.7", "input_reduce_fusion"]
+
+
+def _schedule() -> Schedule:
+    return Schedule(names=set(ORDER) | {"param.0"},
+                    position={op: ("body", i) for i, op in enumerate(ORDER)},
+                    order={"body": list(ORDER)}, library={"custom-call.2"},
+                    fusions={"loop_add_fusion.1", "input_reduce_fusion"})
+
+
+def _graph(*names: str) -> list[Kernel]:
+    return [Kernel(start=10 * i, dur=5, module="jit_step", op="command_buffer_3", name=n,
+                   in_graph=True) for i, n in enumerate(names)]
+
+
+def test_fusion_kernels_are_named_after_their_op():
+    names = set(ORDER)
+    assert kernel_op("loop_add_fusion_1", names) == "loop_add_fusion.1"
+    assert kernel_op("input_reduce_fusion", names) == "input_reduce_fusion"
+    assert kernel_op("nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NNT", names) is None
+
+
+def test_library_and_memcpy_kernels_take_their_place_in_the_schedule():
+    kernels = _graph("loop_add_fusion_1", "Memset 0", "nvjet_sm90_tst_128x160", "memcpy128",
+                     "input_reduce_fusion")
+    attribute(kernels, _schedule())
+    # the memset joins the GEMM after it: two launch units for two unnamed ops, in order
+    assert [k.op for k in kernels] == ["loop_add_fusion.1", "custom-call.2", "custom-call.2",
+                                       "loop_dynamic_slice_fusion.7", "input_reduce_fusion"]
+
+
+def test_kinds_are_matched_apart_when_the_counts_disagree():
+    # three launches for two ops, the memcpy of the async slice ahead of its place: the two
+    # GEMM kernels go to the custom-call, the memcpy to the slice
+    kernels = _graph("loop_add_fusion_1", "memcpy128", "nvjet_sm90_x", "sm90_xmma_gemm",
+                     "input_reduce_fusion")
+    attribute(kernels, _schedule())
+    assert [k.op for k in kernels][1:4] == ["loop_dynamic_slice_fusion.7", "custom-call.2",
+                                            "custom-call.2"]
+
+
+def test_a_kernel_no_rule_places_keeps_the_graphs_op():
+    # between two adjacent fusions the schedule has no op left for the kernel
+    kernels = _graph("loop_add_fusion_1", "custom-call.2", "memcpy32_post", "mystery_kernel",
+                     "loop_dynamic_slice_fusion_7")
+    sched = _schedule()
+    sched.position = {"loop_add_fusion.1": ("body", 0), "loop_dynamic_slice_fusion.7": ("body", 1)}
+    sched.order = {"body": ["loop_add_fusion.1", "loop_dynamic_slice_fusion.7"]}
+    attribute(kernels, sched)
+    assert [k.op for k in kernels][2:4] == ["command_buffer_3", "command_buffer_3"]
