@@ -23,6 +23,7 @@ class Workload:
     ``abstract=True`` the args are ``jax.ShapeDtypeStruct`` carrying shardings, for ahead-of-time
     lowering. ``expected_collectives(cfg, mesh)`` gives the HLO collective opcodes the book says
     the layout needs (``{"all-gather": 1}``), or None when the workload makes no claim.
+    Its default mesh spans every device (``workloads.mesh.workload_mesh``).
     """
 
     name: str
@@ -31,7 +32,6 @@ class Workload:
     presets: Mapping[str, Any]
     description: str
     mesh_axes: tuple[str, ...] = ("X", "Y")
-    default_mesh: str = "4x2"
     expected_collectives: Callable[[Any, Any], dict[str, int] | None] = field(
         default=lambda cfg, mesh: None)
 

@@ -28,10 +28,15 @@ def new_run_id(workload: str) -> str:
 
 
 def list_workloads() -> pd.DataFrame:
-    import workloads
+    import jax
 
+    import workloads
+    from workloads.mesh import default_shape, shape_str
+
+    n = jax.device_count()
     return pd.DataFrame([{"workload": w.name, "presets": ", ".join(w.presets),
-                          "default mesh": w.default_mesh, "description": w.description}
+                          "default mesh": shape_str(default_shape(n, len(w.mesh_axes))),
+                          "description": w.description}
                          for w in workloads.WORKLOADS.values()])
 
 
@@ -75,13 +80,14 @@ class Built:
 
 def build_workload(name: str, preset: str = "tiny", overrides: dict | None = None,
                    mesh: str | None = None) -> Built:
-    """Build registered workload ``name`` on ``mesh`` (default: the workload's own)."""
+    """Build registered workload ``name`` on ``mesh`` (default: every device; a missing axis has
+    size 1, so ``"1"`` is ``1x1`` for a 2-axis workload)."""
     import workloads
-    from workloads.mesh import make_mesh
+    from workloads.mesh import workload_mesh
 
     wl = workloads.get(name)
     cfg = workloads.make_config(name, preset, overrides or {})
-    jmesh = make_mesh(mesh or wl.default_mesh, axis_names=wl.mesh_axes)
+    jmesh = workload_mesh(wl.mesh_axes, mesh or None)
     fn, args = wl.build(cfg, jmesh)
     return Built(wl, cfg, jmesh, fn, tuple(args))
 

@@ -198,8 +198,10 @@ def _settings(c: _Checker, table: dict, where: tuple, defaults: dict) -> dict:
 
 
 def _block(c: _Checker, block: dict, i: int, defaults: dict) -> list[Point]:
+    import jax
+
     import workloads
-    from workloads.mesh import parse_shape, shape_str
+    from workloads.mesh import default_shape, parse_shape, shape_str
 
     at = ("grid", i)
     for key in block:
@@ -218,7 +220,7 @@ def _block(c: _Checker, block: dict, i: int, defaults: dict) -> list[Point]:
         if preset not in wl.presets:
             c.fail(at + ("preset",), f"{name} has no preset {preset!r}; valid: "
                    f"{', '.join(wl.presets)}")
-    meshes = [wl.default_mesh]
+    meshes = [shape_str(default_shape(jax.device_count(), len(wl.mesh_axes)))]
     if "mesh" in block:
         meshes = c.each(at + ("mesh",), block["mesh"], (str, int), "a mesh shape like '4x2'")
         try:
