@@ -7,8 +7,14 @@ import pytest
 
 import workloads
 from workloads import WorkloadError
-from workloads.mesh import (abstract_mesh, default_shape, fill_axes, make_mesh, parse_shape,
-                            workload_mesh)
+from workloads.mesh import (
+    abstract_mesh,
+    default_shape,
+    fill_axes,
+    make_mesh,
+    parse_shape,
+    workload_mesh,
+)
 
 NAMES = ["collective", "llama_decode", "llama_prefill", "llama_train", "matmul"]
 
