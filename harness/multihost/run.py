@@ -150,9 +150,20 @@ def leave(code: int) -> None:
 
 # --- exchanging tables through the coordination service -----------------------------------------
 def _client():
-    from jax._src import distributed as jax_distributed  # the key-value store's only API
+    """The coordination service's key-value client. jax (0.10 to 0.12) exposes it only as
+    ``jax._src.distributed.global_state.client``; a release that moves it gets a one-line error."""
+    try:
+        from jax._src import distributed as jax_distributed
+        client = jax_distributed.global_state.client
+    except (ImportError, AttributeError):
+        import jax
 
-    return jax_distributed.global_state.client
+        raise HarnessError(f"jax {jax.__version__} has no jax._src.distributed.global_state "
+                           "client: multi-host tables cannot be exchanged; use jax 0.10 to 0.12"
+                           ) from None
+    if client is None:
+        raise HarnessError("jax.distributed is not initialized: run with --distributed")
+    return client
 
 
 class PeerError(HarnessError):
