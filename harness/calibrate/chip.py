@@ -205,10 +205,14 @@ def to_chip(cal: Calibration) -> Chip:
         chips_per_node=n)
 
 
+def cache_root() -> Path:
+    """The harness's cache directory: ``$SCALING_HARNESS_CACHE`` or ``~/.cache/scaling-harness``."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "scaling-harness")
+
+
 def cache_path(device_count: int) -> Path:
     """``$SCALING_HARNESS_CACHE/cpu-<N>.json`` (default ``~/.cache/scaling-harness/``)."""
-    root = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "scaling-harness"
-    return Path(root) / f"cpu-{device_count}.json"
+    return cache_root() / f"cpu-{device_count}.json"
 
 
 def save(cal: Calibration, path: str | os.PathLike | None = None) -> Path:

@@ -27,6 +27,9 @@ def add_arguments(p) -> None:
                         "this name under --out; done points are skipped, failed ones rerun")
     p.add_argument("--dry-run", action="store_true",
                    help="validate the file and list the expanded points; run nothing")
+    p.add_argument("--no-compile-cache", dest="compile_cache", action="store_false",
+                   help="compile every program afresh (default: reuse JAX's persistent "
+                        "compilation cache in the harness's cache directory)")
 
 
 def _sweep_dir(args, plan) -> Path:
@@ -84,6 +87,10 @@ def main(args) -> int:
         print(f"{args.file}: valid, {len(plan.points)} points")
         return 0
     sweep_dir = _sweep_dir(args, plan)
+    if args.compile_cache:
+        from harness.runs import compile_cache
+
+        compile_cache.enable()
     print(f"sweep {plan.name}: {len(plan.points)} points in {sweep_dir}", file=sys.stderr)
     interrupted = []
 
