@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from importlib import metadata as _md
 from pathlib import Path
 
+from harness import memory
 from harness.errors import HarnessError
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,7 @@ def capture(fn: Callable, args: Sequence, *, warmup: int = 2, steps: int = 5,
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
     log.info("compiling")
     compiled = jitted.lower(*args).compile()
+    memory.check_fits(compiled)  # refuse before running a program that cannot fit
     hlo_text = compiled.as_text()
     args = tuple(args)
 

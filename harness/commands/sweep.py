@@ -114,7 +114,7 @@ def main(args) -> int:
                         f"{e.index + 1}/{e.total} {e.point.label}"))
                     return
                 progress.advance(task)
-                if e.kind == sweep.FAILED:
+                if e.kind in (sweep.FAILED, sweep.OOM):
                     progress.console.print(escape(f"point {e.index + 1} failed: "
                                                   f"{e.record['error']}"))
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness import memory
 from harness import report as report_mod
 from harness.analysis import Analysis, analyze_capture
 from harness.book import Analytic, analytic
@@ -100,15 +101,18 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
         from predictions import hardware
 
         chip = hardware.chip_entry(chip)
-    built = build_workload(name, preset, overrides, mesh)
+    what = f"{name} ({preset})" + (f" on mesh {mesh}" if mesh else "")
+    with memory.oom_as_error(what, _knobs(name, preset, overrides)):
+        built = build_workload(name, preset, overrides, mesh)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     # Capture into a scratch directory beside the run; store.save moves it into place.
     scratch = Path(tempfile.mkdtemp(prefix=store.TMP_PREFIX + "capture-", dir=out))
     try:
         log.info("running %s (%s) on mesh %s", name, preset, dict(built.mesh.shape))
-        cap = capture(built.fn, built.args, warmup=warmup, steps=steps,
-                      out_dir=scratch / "trace", mesh=built.mesh)
+        with memory.oom_as_error(what, _knobs(name, preset, overrides)):
+            cap = capture(built.fn, built.args, warmup=warmup, steps=steps,
+                          out_dir=scratch / "trace", mesh=built.mesh)
         meta = dict(built.meta, preset=preset, overrides=overrides or {})
         analysis = analyze_capture(cap, chip=chip, meta=meta, book=built.book,
                                    expected_collectives=built.expected_collectives(),
@@ -117,6 +121,24 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return analysis, path
+
+
+# Config fields that shrink a program's memory, and how to say so (`training.md`: remat trades
+# FLOPs for activation memory).
+MEMORY_KNOBS: dict[str, str] = {"B": "a smaller --set B", "S": "a smaller --set S",
+                                "T": "a smaller --set T", "remat": "--set remat=full"}
+
+
+def _knobs(name: str, preset: str, overrides: dict | None) -> str:
+    """The memory knobs workload ``name`` has: a bigger mesh, then its own fields."""
+    import workloads
+
+    try:
+        fields = workloads.make_config(name, preset, overrides or {}).__dataclass_fields__
+    except (ValueError, AttributeError):
+        fields = {}
+    return ", ".join(["--mesh over more devices"] + [v for k, v in MEMORY_KNOBS.items()
+                                                     if k in fields])
 
 
 def _config_dict(cfg) -> dict:
