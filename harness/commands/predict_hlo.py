@@ -5,6 +5,7 @@ import json
 from types import SimpleNamespace
 
 from harness import schema
+from harness.commands import count
 from harness.commands.run import parse_sets
 from harness.report import tables
 
@@ -20,7 +21,7 @@ def add_arguments(p) -> None:
     p.add_argument("--mesh", default="8x8", help="target mesh shape (default 8x8)")
     p.add_argument("--chip", dest="chips", action="append", default=[],
                    help="chip to predict for (repeatable; default tpu-v5p)")
-    p.add_argument("--top", type=int, default=15, help="op rows to print per chip")
+    p.add_argument("--top", type=count, default=15, help="op rows to print per chip")
     p.add_argument("--format", choices=["text", "md", "json"], default="text")
 
 

@@ -6,6 +6,7 @@ import traceback
 from pathlib import Path
 
 from harness import report
+from harness.commands import count
 from harness.errors import HarnessError
 from harness.report import tables
 
@@ -33,7 +34,7 @@ def add_arguments(p) -> None:
     p.add_argument("--warmup", type=int, default=2, help="untraced warm-up steps (default 2)")
     p.add_argument("--out", type=Path, default=Path("results"),
                    help="directory that receives the run (default results/)")
-    p.add_argument("--top", type=int, default=15, help="op rows to print (default 15; 0 = all)")
+    p.add_argument("--top", type=count, default=15, help="op rows to print (default 15; 0 = all)")
     p.add_argument("--format", choices=sorted(report.FORMATS), default="text")
     p.add_argument("--no-compile-cache", dest="compile_cache", action="store_false",
                    help="compile every program afresh (default: reuse JAX's persistent "

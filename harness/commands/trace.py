@@ -4,12 +4,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import schema
+from harness.commands import count
 from harness.report import tables
 
 
 def add_arguments(p) -> None:
     p.add_argument("path", help="trace file, or a directory searched for *.xplane.pb")
-    p.add_argument("--top", type=int, default=20, help="rows to print (default 20; 0 = all)")
+    p.add_argument("--top", type=count, default=20, help="rows to print (default 20; 0 = all)")
     p.add_argument("--warmup-steps", type=int, default=0,
                    help="annotated steps to drop from the start (default 0)")
     p.add_argument("--format", choices=sorted(tables.FORMATS), default="text")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness import schema
 from harness.errors import HarnessError
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,11 @@ CATEGORIES_CSV = "categories.csv"
 UNEXPECTED_CSV = "unexpected_collectives.csv"
 TRACE_DIR = "trace"
 TMP_PREFIX = ".tmp-"
+# meta.json fields that, when present, must have these JSON types (a hand-edited file may not).
+META_TYPES: dict[str, type | tuple[type, ...]] = {
+    "summary": dict, "mesh": dict, "config": dict, "overrides": dict, "notes": list,
+    "cross_check": dict, "workload": str, "preset": str, "title": str,
+}
 
 
 @dataclass
@@ -113,6 +119,7 @@ def load(path: str | os.PathLike) -> StoredRun:
         raise HarnessError(f"{p}: not a run (no {META})") from None
     except json.JSONDecodeError as e:
         raise HarnessError(f"{p / META}: corrupt JSON ({e})") from None
+    _check_meta(p / META, meta)
     try:
         ops = pd.read_parquet(p / OPS_PARQUET)
         steps = pd.read_parquet(p / STEPS_PARQUET) if (p / STEPS_PARQUET).exists() else \
@@ -123,7 +130,35 @@ def load(path: str | os.PathLike) -> StoredRun:
         raise HarnessError(f"{p}: run is missing {OPS_PARQUET}") from None
     except Exception as e:  # pyarrow raises several types for a damaged file
         raise HarnessError(f"{p}: unreadable run table ({type(e).__name__}: {e})") from None
+    _check_ops(p / OPS_PARQUET, ops)
     return StoredRun(path=p, meta=meta, ops=ops, steps=steps, categories=cats)
+
+
+def _check_meta(path: Path, meta) -> None:
+    """A meta.json that is JSON but not a run's: one line naming the file and the field."""
+    if not isinstance(meta, dict):
+        raise HarnessError(f"{path}: expected a JSON object with workload, mesh, summary, got "
+                           f"{json.dumps(meta)[:40]}")
+    for key, kind in META_TYPES.items():
+        if key in meta and meta[key] is not None and not isinstance(meta[key], kind):
+            want = "an object" if kind is dict else "a list" if kind is list else "a string"
+            raise HarnessError(f"{path}: {key!r} must be {want}, got {meta[key]!r:.60}")
+    mesh = meta.get("mesh") or {}
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in mesh.values()):
+        raise HarnessError(f"{path}: 'mesh' must map axis names to sizes like "
+                           f'{{"X": 4, "Y": 2}}, got {mesh!r:.60}')
+
+
+def _check_ops(path: Path, ops: pd.DataFrame) -> None:
+    """The OPS table has at least program, op and a numeric measured_s (harness.schema)."""
+    need = (schema.PROGRAM, schema.OP, schema.MEASURED_S)
+    missing = [c for c in need if c not in ops.columns]
+    if missing:
+        raise HarnessError(f"{path}: not an ops table (missing {', '.join(missing)}; needs "
+                           f"{', '.join(need)}, as harness.schema names them)")
+    if not pd.api.types.is_numeric_dtype(ops[schema.MEASURED_S]):
+        raise HarnessError(f"{path}: column {schema.MEASURED_S} must be numbers (seconds), got "
+                           f"{ops[schema.MEASURED_S].dtype}")
 
 
 def resolve(ref: str | os.PathLike, root: str | os.PathLike = "results") -> Path:
