@@ -220,8 +220,12 @@ def save(cal: Calibration, path: str | os.PathLike | None = None) -> Path:
     p = Path(path) if path else cache_path(cal.device_count)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(cal.to_dict(), indent=1) + "\n")
-    os.replace(tmp, p)
+    try:
+        tmp.write_text(json.dumps(cal.to_dict(), indent=1) + "\n")
+        os.replace(tmp, p)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise HarnessError(f"{p}: cannot save the calibration ({e.strerror or e})") from None
     return p
 
 

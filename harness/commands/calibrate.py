@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from harness.calibrate import chip as cal_lib
+from harness.errors import HarnessError
 
 
 def add_arguments(p) -> None:
@@ -87,6 +88,10 @@ def main(args) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    if args.out is not None and (args.out.is_dir() or not args.out.parent.is_dir()):
+        why = "is a directory" if args.out.is_dir() else f"{args.out.parent} is not a directory"
+        raise HarnessError(f"--out {args.out}: {why}; give a file path like cpu.json "
+                           "in an existing directory")  # before minutes of measuring
     mode = "quick" if args.quick else "full"
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=True) as bar:

@@ -15,6 +15,7 @@ from harness import memory
 from harness import report as report_mod
 from harness.analysis import Analysis, analyze_capture
 from harness.book import Analytic, analytic
+from harness.errors import HarnessError
 from harness.capture import capture
 from harness.runs import store
 
@@ -97,6 +98,10 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
                  mesh: str | None = None, steps: int = 5, warmup: int = 2,
                  out: Path = Path("results"), chip=None) -> tuple[Analysis, Path]:
     """Run workload ``name`` and store it under ``out``; returns the analysis and the run path."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise HarnessError(f"--out {out}: is a file; give a directory for the runs "
+                           "(default results/)")
     if chip is not None:  # a bad chip name fails before anything is compiled
         from predictions import hardware
 
@@ -104,10 +109,14 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
     what = f"{name} ({preset})" + (f" on mesh {mesh}" if mesh else "")
     with memory.oom_as_error(what, _knobs(name, preset, overrides)):
         built = build_workload(name, preset, overrides, mesh)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    # Capture into a scratch directory beside the run; store.save moves it into place.
-    scratch = Path(tempfile.mkdtemp(prefix=store.TMP_PREFIX + "capture-", dir=out))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise HarnessError(f"--out {out}: cannot create it ({e.strerror or e})") from None
+    store.clean_stale_scratch(out)
+    # Capture into a scratch directory beside the run; store.save moves it into place. Its
+    # name holds this process's id, so a later run can tell a killed run's scratch.
+    scratch = Path(tempfile.mkdtemp(prefix=store.scratch_prefix("capture"), dir=out))
     try:
         log.info("running %s (%s) on mesh %s", name, preset, dict(built.mesh.shape))
         with memory.oom_as_error(what, _knobs(name, preset, overrides)):

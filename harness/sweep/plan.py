@@ -137,9 +137,13 @@ def load_sweep(path: str | Path) -> SweepPlan:
     """Read, validate and expand a sweep file; raises ``SweepFileError`` on the first problem."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise HarnessError(f"{path}: cannot read sweep file ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        line = path.read_bytes()[:e.start].count(b"\n") + 1
+        raise HarnessError(f"{path}:{line}: not UTF-8 text (byte {e.object[e.start]:#04x} at "
+                           f"offset {e.start}); TOML files are UTF-8") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
