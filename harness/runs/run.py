@@ -15,8 +15,8 @@ from harness import memory
 from harness import report as report_mod
 from harness.analysis import Analysis, analyze_capture
 from harness.book import Analytic, analytic
-from harness.errors import HarnessError
 from harness.capture import capture
+from harness.errors import HarnessError
 from harness.runs import store
 
 log = logging.getLogger(__name__)
