@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from importlib import metadata as _md
 from pathlib import Path
 
-from harness import schema
+from harness import memory, schema
 from harness.errors import HarnessError
 
 # jax is imported inside the functions that run it, on purpose: importing this module must
@@ -177,6 +177,7 @@ def capture(fn: Callable, args: Sequence, *, warmup: int = 2, steps: int = 5,
     lowered = jitted.lower(*args)
     compiled, options = _compile(lowered,
                                  trace_compile_options(jax.default_backend(), command_buffers))
+    memory.check_fits(compiled)  # refuse before running a program that cannot fit
     hlo_text = compiled.as_text()
     args = tuple(args)
 

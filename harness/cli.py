@@ -33,9 +33,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "start N local processes of a --distributed command (multi-host rehearsal)"),
 }
 
+class OneLineParser(argparse.ArgumentParser):
+    """Bad arguments give one line (``harness run: error: ...``) and exit 2, not the usage
+    block; ``-h`` still prints the full usage."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
+
+
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     """The parser; only the chosen command's module is imported (and adds its arguments)."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="harness",
         description="Measure JAX programs per XLA op against first-principles roofline "
                     "predictions.",
@@ -43,7 +51,8 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser.add_argument("--devices", type=int, default=8, metavar="N",
                         help="virtual CPU devices when running on CPU (default 8)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # dest "_command": a command may have its own "command" argument (launch's)
+    sub = parser.add_subparsers(dest="_command", metavar="COMMAND", required=True)
     chosen = next((a for a in argv if a in COMMANDS), None)
     for name, (module_name, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -70,10 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.verbose:
             raise
         message = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"harness {args.command}: error: {message}", file=sys.stderr)
+        print(f"harness {args._command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"harness {args.command}: interrupted", file=sys.stderr)
+        print(f"harness {args._command}: interrupted", file=sys.stderr)
         return 130
 
 

@@ -22,7 +22,9 @@ import pytest
 
 from harness import cli, schema
 from harness.multihost.merge import BY_DEVICE_CSV, by_device, host_columns
+from harness.multihost.xspace import MERGED_DIR, MERGED_FILE, write_merged
 from harness.runs import store
+from harness.trace.load import load_events
 
 HARNESS = [sys.executable, "-m", "harness"]
 STEPS = ["--steps", "2", "--warmup", "1", "--chip", "cpu"]
@@ -93,6 +95,11 @@ def test_two_processes_merge_into_one_run_with_all_devices(tmp_path, workload):
         assert row.at[op, schema.SLOWEST_HOST] == host_medians.idxmax()
     assert any("cross-host skew" in n for n in run.meta["notes"])
     assert (run.path / "report.html").exists() and (run.path / "report.md").exists()
+    # the merged trace holds both hosts' devices and each op's executions on all 8
+    merged = load_events(run.path / "trace" / MERGED_DIR / MERGED_FILE)
+    assert sorted(merged[schema.DEVICE].unique()) == sorted(hosts[0] + hosts[1])
+    ran = merged[merged[schema.OP].isin(per_device[schema.OP])]
+    assert (ran.groupby(schema.OP, observed=True)[schema.DEVICE].nunique() == 8).all()
 
     single, _ = run_workload(workload, out=tmp_path / "single", steps=2, warmup=1, chip="cpu")
     assert set(ops[schema.OP]) == set(single.ops[schema.OP])
@@ -238,3 +245,23 @@ def test_host_columns_and_per_device_table():
     assert list(table.columns) == list(schema.OPS_BY_DEVICE)
     ag_rows = table[table[schema.OP] == "ag"].set_index(schema.DEVICE)[schema.MEASURED_S]
     assert ag_rows.to_dict() == pytest.approx({0: 1e-6, 1: 2e-6, 4096: 2e-6, 4097: 4e-6})
+
+
+def test_merged_trace_holds_every_hosts_op_executions(tmp_path, capsys):
+    events = _events()
+    processes = [{"process": 0, "host": "node-a"}, {"process": 1, "host": "node-b"}]
+    path = write_merged(tmp_path, events, processes)
+    assert path == tmp_path / "trace" / "merged" / "all-processes.xplane.pb"
+    back = load_events(path)  # harness trace's reader, in the CPU layout
+    key = [schema.PROGRAM, schema.OP, schema.DEVICE, schema.START_NS, schema.DURATION_NS]
+    want = events[key].astype({schema.PROGRAM: str, schema.OP: str})
+    got = back[key].astype({schema.PROGRAM: str, schema.OP: str})
+    assert sorted(map(tuple, got.values.tolist())) == sorted(map(tuple, want.values.tolist()))
+    from harness.trace.xplane import XSpace
+
+    space = XSpace.FromString(path.read_bytes())
+    assert list(space.hostnames) == ["node-a", "node-b"]
+    lines = sorted(line.name for line in space.planes[0].lines)
+    assert lines[0] == "tf_XLA p0 node-a device 0" and lines[-1] == "tf_XLA p1 node-b device 4097"
+    assert cli.main(["trace", str(path)]) == 0
+    assert "ag" in capsys.readouterr().out

@@ -187,6 +187,7 @@ def test_expansion_keys_and_duplicates(tmp_path):
     ("quick", 2 * 2 * 4 + 2 * 3),
     ("tpu-vm", 2 * 5 * 6 + 2 * 3 + 4 * 3 + 2 + 2),
     ("gpu-8", 2 * 5 * 5 + 4 * 3 + 2 + 2),
+    ("gpu-1", 4 + 2 + 2 + 2),
 ])
 def test_shipped_sweeps_validate(tmp_path, name, points):
     path = REPO / "sweeps" / f"{name}.toml"
@@ -252,7 +253,8 @@ def test_failing_points_recorded_and_rest_complete(failing):
             run = store.load(sweep_dir / r["run"])  # complete and readable
             assert run.meta["workload"] == r["workload"]
             assert run.meta["overrides"] == r["overrides"]
-            assert run.meta["mesh"] == ({"X": 8} if r["mesh"] == "8" else {"X": 4, "Y": 2})
+            # a missing mesh axis has size 1: mesh "8" for a 2-axis workload is 8x1
+            assert run.meta["mesh"] == ({"X": 8, "Y": 1} if r["mesh"] == "8" else {"X": 4, "Y": 2})
     assert len(_complete_runs(sweep_dir)) == 3
     assert not _stray(sweep_dir)
     assert "failed: point 3" in stdout and "failed: point 5" in stdout

@@ -7,7 +7,14 @@ import pytest
 
 import workloads
 from workloads import WorkloadError
-from workloads.mesh import abstract_mesh, make_mesh, parse_shape
+from workloads.mesh import (
+    abstract_mesh,
+    default_shape,
+    fill_axes,
+    make_mesh,
+    parse_shape,
+    workload_mesh,
+)
 
 NAMES = ["collective", "llama_decode", "llama_prefill", "llama_train", "matmul"]
 
@@ -35,7 +42,8 @@ def test_registry_lists_every_workload_with_a_tiny_preset():
 @pytest.mark.parametrize("name", NAMES)
 def test_tiny_builds_abstract_args_on_the_default_mesh(name):
     w = workloads.get(name)
-    mesh = make_mesh(w.default_mesh, w.mesh_axes)
+    mesh = workload_mesh(w.mesh_axes)
+    assert dict(mesh.shape) == {"X": 4, "Y": 2}  # every one of the 8 devices
     fn, args = w.build(workloads.make_config(name), mesh, abstract=True)
     leaves = jax.tree.leaves(args)
     assert leaves and all(isinstance(a, jax.ShapeDtypeStruct) for a in leaves)
@@ -108,7 +116,7 @@ def test_mesh_not_matching_the_device_count():
     ("llama_train", {"B": "6"}, "4x2", ["B=6", "mesh axis X of size 4"]),
     ("llama_train", {"V": "255"}, "4x2", ["V=255", "mesh axis Y of size 2"]),
     ("llama_train", {"N": "12", "parallelism": "tp"}, "8", ["N=12", "8 model devices"]),
-    ("llama_train", {"parallelism": "fsdp_tp"}, "8", ["2-D mesh", "4x2"]),
+    ("llama_train", {"parallelism": "fsdp_tp"}, "8", ["2-D mesh", "Y axis of size 1"]),
     ("llama_decode", {"B": "2"}, "4x2", ["B=2", "mesh axis X of size 4"]),
     ("matmul", {"B": "66", "case": "no_comm"}, "4x2", ["B=66", "mesh axis X of size 4"]),
     ("collective", {"kind": "all_to_all", "nbytes": "100"}, "4x2", ["multiple of 16"]),
@@ -124,3 +132,25 @@ def test_workloads_never_import_harness():
     for path in root.rglob("*.py"):
         text = path.read_text()
         assert "import harness" not in text and "from harness" not in text, path
+
+
+def test_default_shape_uses_every_device_and_a_missing_axis_has_size_1():
+    # n devices split as X = n / Y with Y = 2 when n is even and >= 4, else Y = 1
+    assert [default_shape(n) for n in (1, 2, 4, 6, 8, 16)] == [
+        (1, 1), (2, 1), (2, 2), (3, 2), (4, 2), (8, 2)]
+    assert default_shape(8, 1) == (8,) and default_shape(8, 3) == (4, 2, 1)
+    assert fill_axes((1,), 2) == (1, 1) and fill_axes((4, 2), 2) == (4, 2)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_workload_runs_its_tiny_defaults_on_one_device(name):
+    one = jax.devices()[:1]
+    w = workloads.get(name)
+    mesh = workload_mesh(w.mesh_axes, "1", devices=one)
+    assert dict(mesh.shape) == {"X": 1, "Y": 1}
+    if name == "collective":  # a collective over 1 device moves nothing: a one-line refusal
+        _one_line_error(lambda: w.build(workloads.make_config(name), mesh), "1 device",
+                        "--devices N")
+        return
+    fn, args = w.build(workloads.make_config(name), mesh)
+    jax.block_until_ready(fn(*args))

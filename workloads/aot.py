@@ -47,11 +47,11 @@ def compile_here(name: str, preset: str, overrides: Mapping[str, str] | None, me
     Returns ``(compiled, lower_s, compile_s)``.
     """
     import workloads
-    from workloads.mesh import make_mesh
+    from workloads.mesh import workload_mesh
 
     workload = workloads.get(name)
     cfg = workloads.make_config(name, preset, overrides)
-    mesh = make_mesh(mesh_shape, workload.mesh_axes)
+    mesh = workload_mesh(workload.mesh_axes, mesh_shape)
     fn, args = workload.build(cfg, mesh, abstract=True)
     t0 = time.perf_counter()
     lowered = fn.lower(*args)

@@ -23,6 +23,7 @@ class Workload:
     ``abstract=True`` the args are ``jax.ShapeDtypeStruct`` carrying shardings, for ahead-of-time
     lowering. ``expected_collectives(cfg, mesh)`` gives the HLO collective opcodes the book says
     the layout needs (``{"all-gather": 1}``), or None when the workload makes no claim.
+    Its default mesh spans every device (``workloads.mesh.workload_mesh``).
     """
 
     name: str
@@ -31,7 +32,6 @@ class Workload:
     presets: Mapping[str, Any]
     description: str
     mesh_axes: tuple[str, ...] = ("X", "Y")
-    default_mesh: str = "4x2"
     expected_collectives: Callable[[Any, Any], dict[str, int] | None] = field(
         default=lambda cfg, mesh: None)
 
@@ -42,6 +42,12 @@ DTYPE_ALIASES: dict[str, str] = {
     "f32": "float32", "fp32": "float32", "float32": "float32",
     "f16": "float16", "fp16": "float16", "float16": "float16",
     "int8": "int8", "s8": "int8", "i8": "int8",
+}
+# Sizes by the book's letters (`transformers.md` notation): an override must be >= 1.
+SIZE_FIELDS: dict[str, str] = {
+    "B": "the batch", "T": "the sequence length", "S": "the KV-cache length", "D": "d_model",
+    "F": "the MLP width", "L": "the layer count", "N": "the query heads", "K": "the KV heads",
+    "H": "the head dim", "V": "the vocabulary", "nbytes": "the message size",
 }
 _BOOL_WORDS: dict[str, bool] = {"true": True, "1": True, "yes": True, "on": True,
                                 "false": False, "0": False, "no": False, "off": False}
@@ -95,6 +101,9 @@ def replace_config(cfg: Any, overrides: Mapping[str, Any] | None) -> Any:
         raise WorkloadError(f"{cls.__name__} has no parameter {unknown[0]!r}; "
                             f"valid: {', '.join(names)}")
     values = {k: _coerce(cls, k, v, getattr(cfg, k)) for k, v in overrides.items()}
+    for k, v in values.items():
+        if k in SIZE_FIELDS and isinstance(v, int) and v < 1:
+            raise WorkloadError(f"{cls.__name__}.{k}={v}: {SIZE_FIELDS[k]} must be >= 1")
     return dataclasses.replace(cfg, **values)
 
 

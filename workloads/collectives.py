@@ -18,6 +18,7 @@ other axes index independent groups. Names follow reference §4.4:
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -131,6 +132,14 @@ def _layout(cfg: CollectiveConfig, mesh: AnyMesh) -> tuple[tuple[str, ...], int,
         check_choice("mesh axis", a, tuple(mesh.axis_names))
     ordered = tuple(a for a in mesh.axis_names if a in axes)  # mesh order = NumPy reshape order
     n = axis_size(mesh, ordered)
+    if n == 1 and math.prod(mesh.axis_sizes) > 1:
+        sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
+        wider = [a for a, k in sizes.items() if k > 1]
+        raise WorkloadError(f"{cfg.kind} over {'x'.join(ordered)} spans 1 device and moves no "
+                            f"data; valid axes here: {', '.join(wider)}")
+    if n == 1:
+        raise WorkloadError(f"{cfg.kind} on 1 device moves no data (XLA runs no collective); "
+                            "run it on 2 or more devices (on CPU: harness --devices N)")
     itemsize = jnp.dtype(cfg.dtype).itemsize
     unit = itemsize * (n if KINDS[cfg.kind].chunked else 1)
     if cfg.nbytes % unit:

@@ -57,6 +57,31 @@ def valid_shapes(n: int) -> list[str]:
     return [str(n)] + [f"{a}x{n // a}" for a in range(1, n + 1) if n % a == 0]
 
 
+def default_shape(n: int, ndim: int = 2) -> tuple[int, ...]:
+    """The default mesh over ``n`` devices with ``ndim`` axes: every device, data-parallel X
+    first. Two axes take Y = 2 when ``n`` is even and at least 4 (8 -> 4x2, 4 -> 2x2), else Y = 1
+    (1 -> 1x1, 2 -> 2x1, 6 -> 3x2); further axes have size 1."""
+    if ndim < 2:
+        return (n,)
+    y = 2 if n % 2 == 0 and n >= 4 else 1
+    return (n // y, y) + (1,) * (ndim - 2)
+
+
+def fill_axes(dims: Sequence[int], ndim: int) -> tuple[int, ...]:
+    """A missing mesh axis has size 1: ``(1,)`` for a 2-axis workload is ``(1, 1)``."""
+    return tuple(dims) + (1,) * (ndim - len(dims))
+
+
+def workload_mesh(axis_names: Sequence[str], shape: str | int | Sequence[int] | None = None,
+                  devices: Sequence[Any] | None = None) -> Mesh:
+    """The mesh a workload with axes ``axis_names`` runs on: ``shape`` with missing axes of size
+    1, or by default ``default_shape`` over every device there is."""
+    pool = list(devices) if devices is not None else jax.devices()
+    ndim = len(axis_names)
+    dims = default_shape(len(pool), ndim) if shape is None else fill_axes(parse_shape(shape), ndim)
+    return make_mesh(dims, axis_names, devices=pool)
+
+
 def _names_for(ndim: int, axis_names: Sequence[str] | None) -> tuple[str, ...]:
     """Names for ``ndim`` axes: the first ``ndim`` of ``axis_names`` (a workload's defaults may
     name more axes than a mesh has), topped up with unused book letters X, Y, Z."""

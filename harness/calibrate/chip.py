@@ -208,10 +208,14 @@ def to_chip(cal: Calibration) -> Chip:
         chips_per_node=n)
 
 
+def cache_root() -> Path:
+    """The harness's cache directory: ``$SCALING_HARNESS_CACHE`` or ``~/.cache/scaling-harness``."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "scaling-harness")
+
+
 def cache_path(device_count: int) -> Path:
     """``$SCALING_HARNESS_CACHE/cpu-<N>.json`` (default ``~/.cache/scaling-harness/``)."""
-    root = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "scaling-harness"
-    return Path(root) / f"cpu-{device_count}.json"
+    return cache_root() / f"cpu-{device_count}.json"
 
 
 def save(cal: Calibration, path: str | os.PathLike | None = None) -> Path:
@@ -219,8 +223,12 @@ def save(cal: Calibration, path: str | os.PathLike | None = None) -> Path:
     p = Path(path) if path else cache_path(cal.device_count)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(cal.to_dict(), indent=1) + "\n")
-    os.replace(tmp, p)
+    try:
+        tmp.write_text(json.dumps(cal.to_dict(), indent=1) + "\n")
+        os.replace(tmp, p)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise HarnessError(f"{p}: cannot save the calibration ({e.strerror or e})") from None
     return p
 
 

@@ -17,6 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from harness.calibrate import chip as cal_lib
+from harness.errors import HarnessError
 
 
 def add_arguments(p) -> None:
@@ -85,6 +86,10 @@ def _print(cal: cal_lib.Calibration, chip) -> None:
 
 
 def main(args) -> int:
+    if args.out is not None and (args.out.is_dir() or not args.out.parent.is_dir()):
+        why = "is a directory" if args.out.is_dir() else f"{args.out.parent} is not a directory"
+        raise HarnessError(f"--out {args.out}: {why}; give a file path like cpu.json "
+                           "in an existing directory")  # before minutes of measuring
     mode = "quick" if args.quick else "full"
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=True) as bar:

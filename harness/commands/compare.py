@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness import schema
+from harness.commands import count
 from harness.report import tables
 from harness.runs import regress, store
 from harness.runs.explain import finite
@@ -32,7 +33,7 @@ def add_arguments(p) -> None:
     p.add_argument("--min-share", type=float, default=0.01,
                    help="ops below this share of the step in both runs never flag (default 0.01)")
     p.add_argument("--format", choices=sorted(tables.FORMATS), default="text")
-    p.add_argument("--top", type=int, default=20,
+    p.add_argument("--top", type=count, default=20,
                    help="op rows to print (default 20; 0 = all); regressions are always printed")
     p.add_argument("--root", type=Path, default=Path("results"),
                    help="where run ids are looked up (default results/)")

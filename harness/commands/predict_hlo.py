@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 from harness import schema
 from harness.book import analytic
+from harness.commands import count
 from harness.commands.run import parse_sets
 from harness.hlo import cross_check, parse_module
 from harness.hlo.chips import predict_module
@@ -24,7 +25,7 @@ def add_arguments(p) -> None:
     p.add_argument("--mesh", default="8x8", help="target mesh shape (default 8x8)")
     p.add_argument("--chip", dest="chips", action="append", default=[],
                    help="chip to predict for (repeatable; default tpu-v5p)")
-    p.add_argument("--top", type=int, default=15, help="op rows to print per chip")
+    p.add_argument("--top", type=count, default=15, help="op rows to print per chip")
     p.add_argument("--format", choices=["text", "md", "json"], default="text")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import report
+from harness.commands import count
 from harness.runs import store
 
 
@@ -11,7 +12,7 @@ def add_arguments(p) -> None:
     p.add_argument("run", help="run directory, or run id (prefix) under --root")
     p.add_argument("--root", type=Path, default=Path("results"), help="results directory")
     p.add_argument("--format", choices=sorted(report.FORMATS), default="text")
-    p.add_argument("--top", type=int, default=20, help="op rows in the terminal table")
+    p.add_argument("--top", type=count, default=20, help="op rows in the terminal table")
 
 
 def main(args) -> int:

@@ -6,6 +6,7 @@ import traceback
 from pathlib import Path
 
 from harness import report
+from harness.commands import count
 from harness.errors import HarnessError
 from harness.multihost import run as distributed
 from harness.report import tables
@@ -42,8 +43,11 @@ def add_arguments(p) -> None:
                         "the HLO schedule (default: traced without, timed with as well)")
     p.add_argument("--out", type=Path, default=Path("results"),
                    help="directory that receives the run (default results/)")
-    p.add_argument("--top", type=int, default=15, help="op rows to print (default 15; 0 = all)")
+    p.add_argument("--top", type=count, default=15, help="op rows to print (default 15; 0 = all)")
     p.add_argument("--format", choices=sorted(report.FORMATS), default="text")
+    p.add_argument("--no-compile-cache", dest="compile_cache", action="store_false",
+                   help="compile every program afresh (default: reuse JAX's persistent "
+                        "compilation cache in the harness's cache directory)")
     g = p.add_argument_group("multi-host (jax.distributed; see `harness launch` to rehearse)")
     g.add_argument("--distributed", action="store_true",
                    help="run as one process of a multi-process JAX job; without the next three "
@@ -61,6 +65,10 @@ def main(args) -> int:
         if not args.list:
             raise HarnessError("name a workload to run (listed above)")
         return 0
+    if args.compile_cache:
+        from harness.runs import compile_cache
+
+        compile_cache.enable()
     if args.distributed:
         return _main_distributed(args)
     analysis, path = run_workload(args.workload, preset=args.preset,

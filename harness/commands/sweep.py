@@ -35,6 +35,9 @@ def add_arguments(p) -> None:
                         "this name under --out; done points are skipped, failed ones rerun")
     p.add_argument("--dry-run", action="store_true",
                    help="validate the file and list the expanded points; run nothing")
+    p.add_argument("--no-compile-cache", dest="compile_cache", action="store_false",
+                   help="compile every program afresh (default: reuse JAX's persistent "
+                        "compilation cache in the harness's cache directory)")
 
 
 def _sweep_dir(args, plan) -> Path:
@@ -79,6 +82,10 @@ def main(args) -> int:
         print(f"{args.file}: valid, {len(plan.points)} points")
         return 0
     sweep_dir = _sweep_dir(args, plan)
+    if args.compile_cache:
+        from harness.runs import compile_cache
+
+        compile_cache.enable()
     print(f"sweep {plan.name}: {len(plan.points)} points in {sweep_dir}", file=sys.stderr)
     interrupted = []
 
@@ -102,7 +109,7 @@ def main(args) -> int:
                         f"{e.index + 1}/{e.total} {e.point.label}"))
                     return
                 progress.advance(task)
-                if e.kind == sweep.FAILED:
+                if e.kind in (sweep.FAILED, sweep.OOM):
                     progress.console.print(escape(f"point {e.index + 1} failed: "
                                                   f"{e.record['error']}"))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import report, schema
+from harness.commands import count
 from harness.errors import HarnessError
 from harness.ops import op_times
 from harness.report import tables
@@ -20,7 +21,7 @@ def add_arguments(p) -> None:
     p.add_argument("--chip", help="predict for this chip (default: the trace's accelerator)")
     p.add_argument("--hlo", type=Path, help="the program's optimized HLO, for a trace that holds "
                    "none (an XLA dump, *after_optimizations.txt)")
-    p.add_argument("--top", type=int, default=20, help="rows to print (default 20; 0 = all)")
+    p.add_argument("--top", type=count, default=20, help="rows to print (default 20; 0 = all)")
     p.add_argument("--warmup-steps", type=int, default=0,
                    help="annotated steps to drop from the start (default 0)")
     p.add_argument("--format", choices=sorted(report.FORMATS), default="text")

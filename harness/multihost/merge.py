@@ -15,6 +15,7 @@ import pandas as pd
 
 from harness import schema
 from harness.analysis import analyze_capture
+from harness.multihost.xspace import write_merged
 from harness.ops import op_times
 from harness.report import tables
 from harness.runs.run import new_run_id, save_analysis
@@ -79,4 +80,5 @@ def store_merged(built, cap, events: pd.DataFrame, processes: list[dict], *, chi
     table = by_device(events[events[schema.PROGRAM] == cap.program]).merge(ops[keys], on=keys)
     path = save_analysis(a, out / new_run_id(name),
                          extra={BY_DEVICE_CSV: table.to_csv(index=False)})
+    write_merged(path, events, processes)
     return a, path

@@ -160,9 +160,14 @@ def leave(code: int) -> None:
 
 # --- exchanging tables through the coordination service -----------------------------------------
 def _client():
-    from jax._src import distributed as jax_distributed  # the key-value store's only API
-
-    return jax_distributed.global_state.client
+    """The key-value client; jax 0.10 to 0.12 expose it only as a private global."""
+    try:
+        from jax._src import distributed as jax_distributed
+        client = jax_distributed.global_state.client
+    except (ImportError, AttributeError):
+        raise HarnessError("this jax has no jax._src.distributed.global_state.client: "
+                           "multi-host tables cannot be exchanged; use jax 0.10 to 0.12") from None
+    return client
 
 
 class PeerError(HarnessError):

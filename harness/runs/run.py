@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import schema
+from harness import memory, schema
 from harness.analysis import Analysis, analyze_capture
 from harness.book import Analytic, analytic
 from harness.capture import capture
+from harness.errors import HarnessError
 from harness.runs import store
 from predictions import hardware
 
@@ -27,10 +28,15 @@ def new_run_id(workload: str) -> str:
 
 
 def list_workloads() -> pd.DataFrame:
-    import workloads  # deferred: importing workloads imports jax
+    import jax
 
+    import workloads
+    from workloads.mesh import default_shape, shape_str
+
+    n = jax.device_count()
     return pd.DataFrame([{"workload": w.name, "presets": ", ".join(w.presets),
-                          "default mesh": w.default_mesh, "description": w.description}
+                          "default mesh": shape_str(default_shape(n, len(w.mesh_axes))),
+                          "description": w.description}
                          for w in workloads.WORKLOADS.values()])
 
 
@@ -68,13 +74,14 @@ class Built:
 
 def build_workload(name: str, preset: str = "tiny", overrides: dict | None = None,
                    mesh: str | None = None) -> Built:
-    """Build registered workload ``name`` on ``mesh`` (default: the workload's own)."""
+    """Build registered workload ``name`` on ``mesh`` (default: every device; a missing axis has
+    size 1, so ``"1"`` is ``1x1`` for a 2-axis workload)."""
     import workloads  # deferred: importing workloads imports jax
-    from workloads.mesh import make_mesh
+    from workloads.mesh import workload_mesh
 
     wl = workloads.get(name)
     cfg = workloads.make_config(name, preset, overrides or {})
-    jmesh = make_mesh(mesh or wl.default_mesh, axis_names=wl.mesh_axes)
+    jmesh = workload_mesh(wl.mesh_axes, mesh or None)
     fn, args = wl.build(cfg, jmesh)
     return Built(wl, cfg, jmesh, fn, tuple(args))
 
@@ -85,17 +92,29 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
                  command_buffers: bool = False) -> tuple[Analysis, Path]:
     """Run workload ``name`` and store it under ``out``; returns the analysis and the run path.
     ``command_buffers``: on GPU, trace the executable with XLA's command buffers on."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise HarnessError(f"--out {out}: is a file; give a directory for the runs "
+                           "(default results/)")
     if chip is not None:  # a bad chip name fails before anything is compiled
         chip = hardware.chip_entry(chip)
-    built = build_workload(name, preset, overrides, mesh)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    # Capture into a scratch directory beside the run; store.save moves it into place.
-    scratch = Path(tempfile.mkdtemp(prefix=store.TMP_PREFIX + "capture-", dir=out))
+    what = f"{name} ({preset})" + (f" on mesh {mesh}" if mesh else "")
+    with memory.oom_as_error(what, _knobs(name, preset, overrides)):
+        built = build_workload(name, preset, overrides, mesh)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise HarnessError(f"--out {out}: cannot create it ({e.strerror or e})") from None
+    store.clean_stale_scratch(out)
+    # Capture into a scratch directory beside the run; store.save moves it into place. Its
+    # name holds this process's id, so a later run can tell a killed run's scratch.
+    scratch = Path(tempfile.mkdtemp(prefix=store.scratch_prefix("capture"), dir=out))
     try:
         log.info("running %s (%s) on mesh %s", name, preset, dict(built.mesh.shape))
-        cap = capture(built.fn, built.args, warmup=warmup, steps=steps,
-                      out_dir=scratch / "trace", mesh=built.mesh, command_buffers=command_buffers)
+        with memory.oom_as_error(what, _knobs(name, preset, overrides)):
+            cap = capture(built.fn, built.args, warmup=warmup, steps=steps,
+                          out_dir=scratch / "trace", mesh=built.mesh,
+                          command_buffers=command_buffers)
         meta = dict(built.meta, **{schema.PRESET: preset, schema.OVERRIDES: overrides or {}})
         analysis = analyze_capture(cap, chip=chip, meta=meta, book=built.book,
                                    expected_collectives=built.expected_collectives(),
@@ -104,6 +123,24 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return analysis, path
+
+
+# Config fields that shrink a program's memory, and how to say so (`training.md`: remat trades
+# FLOPs for activation memory).
+MEMORY_KNOBS: dict[str, str] = {"B": "a smaller --set B", "S": "a smaller --set S",
+                                "T": "a smaller --set T", "remat": "--set remat=full"}
+
+
+def _knobs(name: str, preset: str, overrides: dict | None) -> str:
+    """The memory knobs workload ``name`` has: a bigger mesh, then its own fields."""
+    import workloads
+
+    try:
+        fields = workloads.make_config(name, preset, overrides or {}).__dataclass_fields__
+    except (ValueError, AttributeError):
+        fields = {}
+    return ", ".join(["--mesh over more devices"] + [v for k, v in MEMORY_KNOBS.items()
+                                                     if k in fields])
 
 
 def _config_dict(cfg) -> dict:

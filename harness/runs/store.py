@@ -36,6 +36,12 @@ PLOTS = (ROOFLINE_PNG, CATEGORIES_PNG)
 REPORT_FORMATS = {"report.md": "md", "report.html": "html"}  # rendered beside the tables
 # meta.json keys that belong to the report rather than to the run's metadata
 _REPORT_KEYS = (schema.TITLE, schema.SUMMARY, schema.NOTES, schema.CROSS_CHECK)
+# meta.json fields that, when present, must have these JSON types (a hand-edited file may not).
+META_TYPES: dict[str, type | tuple[type, ...]] = {
+    schema.SUMMARY: dict, schema.MESH: dict, schema.CONFIG: dict, schema.OVERRIDES: dict,
+    schema.NOTES: list, schema.CROSS_CHECK: dict, schema.WORKLOAD: str, schema.PRESET: str,
+    schema.TITLE: str,
+}
 
 
 @dataclass
@@ -156,6 +162,7 @@ def load(path: str | os.PathLike) -> StoredRun:
         raise HarnessError(f"{p}: not a run (no {META})") from None
     except json.JSONDecodeError as e:
         raise HarnessError(f"{p / META}: corrupt JSON ({e})") from None
+    _check_meta(p / META, meta)
     try:
         ops = pd.read_parquet(p / OPS_PARQUET)
         steps = pd.read_parquet(p / STEPS_PARQUET) if (p / STEPS_PARQUET).exists() else \
@@ -167,9 +174,37 @@ def load(path: str | os.PathLike) -> StoredRun:
         raise HarnessError(f"{p}: run is missing {OPS_PARQUET}") from None
     except Exception as e:  # pyarrow raises several types for a damaged file
         raise HarnessError(f"{p}: unreadable run table ({type(e).__name__}: {e})") from None
+    _check_ops(p / OPS_PARQUET, ops)
     plots = {name: (p / name).read_bytes() for name in PLOTS if (p / name).exists()}
     return StoredRun(path=p, meta=meta, ops=ops, steps=steps, categories=cats,
                      unexpected=unexpected, plots=plots)
+
+
+def _check_meta(path: Path, meta) -> None:
+    """A meta.json that is JSON but not a run's: one line naming the file and the field."""
+    if not isinstance(meta, dict):
+        raise HarnessError(f"{path}: expected a JSON object with workload, mesh, summary, got "
+                           f"{json.dumps(meta)[:40]}")
+    for key, kind in META_TYPES.items():
+        if key in meta and meta[key] is not None and not isinstance(meta[key], kind):
+            want = "an object" if kind is dict else "a list" if kind is list else "a string"
+            raise HarnessError(f"{path}: {key!r} must be {want}, got {meta[key]!r:.60}")
+    mesh = meta.get("mesh") or {}
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in mesh.values()):
+        raise HarnessError(f"{path}: 'mesh' must map axis names to sizes like "
+                           f'{{"X": 4, "Y": 2}}, got {mesh!r:.60}')
+
+
+def _check_ops(path: Path, ops: pd.DataFrame) -> None:
+    """The OPS table has at least program, op and a numeric measured_s (harness.schema)."""
+    need = (schema.PROGRAM, schema.OP, schema.MEASURED_S)
+    missing = [c for c in need if c not in ops.columns]
+    if missing:
+        raise HarnessError(f"{path}: not an ops table (missing {', '.join(missing)}; needs "
+                           f"{', '.join(need)}, as harness.schema names them)")
+    if not pd.api.types.is_numeric_dtype(ops[schema.MEASURED_S]):
+        raise HarnessError(f"{path}: column {schema.MEASURED_S} must be numbers (seconds), got "
+                           f"{ops[schema.MEASURED_S].dtype}")
 
 
 def resolve(ref: str | os.PathLike, root: str | os.PathLike = "results") -> Path:
@@ -185,6 +220,34 @@ def resolve(ref: str | os.PathLike, root: str | os.PathLike = "results") -> Path
     if not matches:
         raise HarnessError(f"{ref}: no such run (not a directory, and no run id under {root}/)")
     raise HarnessError(f"{ref}: ambiguous run id, matches {[m.name for m in matches]}")
+
+
+def scratch_prefix(kind: str) -> str:
+    """``.tmp-capture-p<pid>-``: scratch names carry the owner's process id."""
+    return f"{TMP_PREFIX}{kind}-p{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def clean_stale_scratch(root: str | os.PathLike, kind: str = "capture") -> list[Path]:
+    """Remove ``root``'s scratch directories whose process is gone (a killed run's); those of
+    a live process (a concurrent run) stay. Returns what was removed."""
+    gone = []
+    for d in Path(root).glob(f"{TMP_PREFIX}{kind}-p*-*"):
+        pid = d.name[len(f"{TMP_PREFIX}{kind}-p"):].split("-", 1)[0]
+        if d.is_dir() and pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+            log.info("removed %s, left by a run that was killed", d)
+            gone.append(d)
+    return gone
 
 
 def list_runs(root: str | os.PathLike = "results") -> list[StoredRun]:

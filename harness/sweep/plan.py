@@ -139,9 +139,13 @@ def load_sweep(path: str | Path) -> SweepPlan:
     """Read, validate and expand a sweep file; raises ``SweepFileError`` on the first problem."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise HarnessError(f"{path}: cannot read sweep file ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        line = path.read_bytes()[:e.start].count(b"\n") + 1
+        raise HarnessError(f"{path}:{line}: not UTF-8 text (byte {e.object[e.start]:#04x} at "
+                           f"offset {e.start}); TOML files are UTF-8") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -198,8 +202,10 @@ def _settings(c: _Checker, table: dict, where: tuple, defaults: dict) -> dict:
 
 
 def _block(c: _Checker, block: dict, i: int, defaults: dict) -> list[Point]:
-    import workloads  # deferred: importing workloads imports jax
-    from workloads.mesh import parse_shape, shape_str
+    import jax  # deferred: importing workloads imports jax
+
+    import workloads
+    from workloads.mesh import default_shape, parse_shape, shape_str
 
     at = ("grid", i)
     for key in block:
@@ -218,7 +224,7 @@ def _block(c: _Checker, block: dict, i: int, defaults: dict) -> list[Point]:
         if preset not in wl.presets:
             c.fail(at + ("preset",), f"{name} has no preset {preset!r}; valid: "
                    f"{', '.join(wl.presets)}")
-    meshes = [wl.default_mesh]
+    meshes = [shape_str(default_shape(jax.device_count(), len(wl.mesh_axes)))]
     if "mesh" in block:
         meshes = c.each(at + ("mesh",), block["mesh"], (str, int), "a mesh shape like '4x2'")
         try:

@@ -139,7 +139,7 @@ def to_html(header: dict, df: pd.DataFrame, figures: list[str]) -> str:
     body += [f'<p><img alt="{name}" src="{name}"></p>' for name in figures]
     links = {i: f"{run}/report.html" for i, run in enumerate(df[schema.RUN]) if run}
     body.append("<h2>Points</h2>" + _html_table(shown(df), links))
-    failed = df[df[schema.STATUS] == "failed"]
+    failed = df[df[schema.STATUS].isin(["failed", "oom"])]
     if not failed.empty:
         body.append("<h2>Failed points</h2><ul>" + "".join(
             f"<li class=fail>{p}. {html.escape(o)} (mesh {html.escape(m)}): {html.escape(e)}</li>"

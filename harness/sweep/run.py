@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.memory import OutOfMemory
 from harness.runs import store
 from harness.runs.run import run_workload
 from harness.sweep import report as sweep_report
@@ -39,8 +40,8 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 RUNS = "runs"
-PENDING, DONE, FAILED = "pending", "done", "failed"
-STATUSES = (PENDING, DONE, FAILED)
+PENDING, DONE, FAILED, OOM = "pending", "done", "failed", "oom"
+STATUSES = (PENDING, DONE, FAILED, OOM)
 VERSION = 1
 DEFAULT_ROOT = Path("results") / "sweeps"
 
@@ -66,7 +67,7 @@ class SweepResult:
 
     @property
     def failed(self) -> list[dict]:
-        return [r for r in self.records if r["status"] == FAILED]
+        return [r for r in self.records if r["status"] in (FAILED, OOM)]
 
 
 def _now() -> str:
@@ -220,7 +221,7 @@ def run_sweep(plan: SweepPlan, sweep_dir: str | os.PathLike, *,
                                    out=point_dir(sweep_dir, point), chip=point.chip)
         except Exception as e:  # any point failure is recorded and the sweep goes on
             log.debug("point %s failed", point.label, exc_info=True)
-            rec.update(status=FAILED, error=one_line(e))
+            rec.update(status=OOM if isinstance(e, OutOfMemory) else FAILED, error=one_line(e))
         else:
             rec.update(status=DONE, run=str(Path(path).relative_to(sweep_dir)))
         rec.update(seconds=round(time.perf_counter() - t0, 3), finished=_now())

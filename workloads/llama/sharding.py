@@ -42,7 +42,7 @@ def _mixed(axes: tuple[str, ...], name: str, fsdp: bool) -> Layout:
     """X for data (and FSDP), the remaining axes for the model (§6.1 FSDP + TP)."""
     if len(axes) < 2:
         raise WorkloadError(f"{name} needs a 2-D mesh (X for data, Y for model), got axes "
-                            f"{', '.join(axes)}; use a mesh like 4x2")
+                            f"{', '.join(axes)}; give the mesh a Y axis of size 1 (Nx1)")
     data, model = tuple(axes[:1]), tuple(axes[1:])
     return Layout(batch=data, fsdp=data if fsdp else (), model=model)
 

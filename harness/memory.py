@@ -1,0 +1,123 @@
+"""Will a compiled program fit in device memory? Checked after compile, before anything runs.
+
+``compiled.memory_analysis()`` gives XLA's per-device buffer sizes; a program needs its
+arguments and outputs (less the outputs aliased onto donated arguments), its temporaries and its
+code. A device's capacity is ``device.memory_stats()["bytes_limit"]`` (GPU, TPU); XLA's CPU
+devices report none, and virtual CPU devices share the host's RAM, so each gets RAM / devices.
+``$SCALING_HARNESS_DEVICE_MEMORY`` (bytes, or ``16GiB``) overrides the capacity.
+
+An out-of-memory error from XLA itself (``RESOURCE_EXHAUSTED`` while compiling or running)
+becomes the same one-line ``OutOfMemory``.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator, Sequence
+
+from harness.errors import HarnessError
+
+MEMORY_ENV = "SCALING_HARNESS_DEVICE_MEMORY"
+UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+         "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory")
+DEFAULT_KNOBS = "a mesh over more devices, a smaller batch B or sequence S, remat"
+
+
+class OutOfMemory(HarnessError):
+    """A program that does not fit in device memory."""
+
+
+def parse_bytes(text: str) -> int:
+    """``"16GiB"`` -> 17179869184; ``"1000"`` -> 1000."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in UNITS:
+        raise HarnessError(f"{MEMORY_ENV}={text!r} is not a size like 16GiB or 17179869184; "
+                           f"units: {', '.join(u for u in UNITS if u)}")
+    return int(float(m.group(1)) * UNITS[m.group(2).lower()])
+
+
+def fmt_bytes(n: float) -> str:
+    """``17179869184`` -> ``"16.00 GiB"``; binary units, the largest that keeps n >= 1."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def needed_bytes(compiled) -> int | None:
+    """Per-device bytes the program needs (XLA's ``memory_analysis()``), None if unknown."""
+    try:
+        ma = compiled.memory_analysis()
+    except Exception:  # noqa: BLE001 - some backends do not implement it
+        return None
+    if ma is None:
+        return None
+    return int(ma.argument_size_in_bytes + ma.output_size_in_bytes - ma.alias_size_in_bytes
+               + ma.temp_size_in_bytes + ma.generated_code_size_in_bytes)
+
+
+def _host_ram() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def capacity_bytes(device, local_devices: int = 1) -> int | None:
+    """What ``device`` can hold: the override, its ``bytes_limit``, or a share of host RAM."""
+    if os.environ.get(MEMORY_ENV):
+        return parse_bytes(os.environ[MEMORY_ENV])
+    try:
+        stats = device.memory_stats()
+    except Exception:  # noqa: BLE001 - not implemented on every backend
+        stats = None
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    if getattr(device, "platform", "") == "cpu":
+        ram = _host_ram()
+        return ram // max(1, local_devices) if ram else None
+    return None
+
+
+def check_fits(compiled, devices: Sequence | None = None,
+               knobs: str = DEFAULT_KNOBS) -> tuple[int | None, int | None]:
+    """Raise ``OutOfMemory`` if ``compiled`` needs more per device than the smallest of
+    ``devices`` (default: this process's) holds; returns (needed, capacity), either None when
+    unknown. Callers (``harness run``, a workload's presets) call it before running."""
+    import jax
+
+    devices = list(devices) if devices is not None else jax.local_devices()
+    need = needed_bytes(compiled)
+    caps = [c for c in (capacity_bytes(d, len(devices)) for d in devices) if c]
+    have = min(caps) if caps else None
+    if need is not None and have is not None and need > have:
+        kind = devices[0].device_kind if devices else "device"
+        raise OutOfMemory(f"the program needs {fmt_bytes(need)} per device but a {kind} has "
+                          f"{fmt_bytes(have)}; what helps: {knobs}")
+    return need, have
+
+
+def is_oom(exc: BaseException) -> bool:
+    """An XLA out-of-memory error (``RESOURCE_EXHAUSTED`` from compile or run)."""
+    import jax
+
+    return (isinstance(exc, jax.errors.JaxRuntimeError)
+            and any(m in str(exc) for m in OOM_MARKERS))
+
+
+@contextlib.contextmanager
+def oom_as_error(what: str, knobs: str = DEFAULT_KNOBS) -> Iterator[None]:
+    """Turn an out-of-memory inside the block into one line: ``what`` ran out of memory."""
+    try:
+        yield
+    except OutOfMemory as e:
+        raise OutOfMemory(f"{what}: {str(e).split('; what helps:')[0]}; what helps: {knobs}"
+                          ) from None
+    except Exception as e:
+        if not is_oom(e):
+            raise
+        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+        raise OutOfMemory(f"{what} ran out of device memory ({first[:160]}); what helps: "
+                          f"{knobs}") from None
