@@ -5,8 +5,8 @@ directory (``SCALING_HARNESS_CACHE``): the first compiles every program and fill
 persistent compilation cache, the second loads them. A run with ``--no-compile-cache`` goes
 first: it is the uncached reference and it saves the CPU calibration into the cache directory,
 so that neither timed run includes calibrating. The script prints each wall time and the
-speed-up of the warm run over the cold one, all measured in this one invocation (ratios are robust to a busy host;
-the absolute seconds are not).
+speed-up of the warm run over the cold one, all measured in this one invocation (ratios are
+robust to a busy host; the absolute seconds are not).
 
     python benchmarks/bench_compile_cache.py [--workload llama_train] [--preset tiny] [--repeat 1]
 """
