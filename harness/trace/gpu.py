@@ -121,9 +121,9 @@ def _fold(kernels: list[Kernel], steps: StepWindows, device: int, cols: Columns)
     for k in kernels:
         step = steps.step_at(k.start) if steps else 0
         key = (k.module, k.op, step)
-        if key == prev or key in memset_row:  # another kernel of the same execution
-            row = len(cols.duration_ns) - 1 if key == prev else memset_row.pop(key)
-            cols.duration_ns[row] += k.dur
+        waiting = memset_row.pop(key, None)  # this op's memset, waiting for its kernel
+        if key == prev or waiting is not None:  # another kernel of the same execution
+            cols.duration_ns[len(cols.duration_ns) - 1 if key == prev else waiting] += k.dur
             continue
         cols.add(k.module, k.op, device, step, k.start, k.dur)
         if k.name.startswith(_MEMSET):
