@@ -53,3 +53,20 @@ def test_a_kernel_no_rule_places_keeps_the_graphs_op():
     sched.order = {"body": ["loop_add_fusion.1", "loop_dynamic_slice_fusion.7"]}
     attribute(kernels, sched)
     assert [k.op for k in kernels][2:4] == ["command_buffer_3", "command_buffer_3"]
+
+
+def test_a_memset_joins_its_gemm_across_another_streams_kernel():
+    from harness.trace.gpu import _fold
+    from harness.trace.planes import Columns, StepWindows
+
+    def k(start, op, name):
+        return Kernel(start=start, dur=10, module="m", op=op, name=name, in_graph=False)
+
+    # two executions of custom-call.1 (memset, then GEMM), another stream's fusion in between
+    kernels = [k(0, "custom-call.1", "Memset 0"), k(5, "fusion.2", "loop_add_fusion_2"),
+               k(20, "custom-call.1", "nvjet_sm90"), k(40, "custom-call.1", "Memset 0"),
+               k(60, "custom-call.1", "nvjet_sm90")]
+    cols = Columns()
+    _fold(kernels, StepWindows([(0, 100, 0)]), 0, cols)
+    assert list(cols.op) == ["custom-call.1", "fusion.2", "custom-call.1"]
+    assert list(cols.duration_ns) == [20, 10, 20]

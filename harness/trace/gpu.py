@@ -24,6 +24,8 @@ import logging
 import re
 from dataclasses import dataclass, field
 
+from harness.hlo import executed, parse_module
+from harness.trace.hlo_proto import async_names, embedded_modules, trace_hlo
 from harness.trace.planes import (
     Columns,
     PlaneIndex,
@@ -119,9 +121,9 @@ def _fold(kernels: list[Kernel], steps: StepWindows, device: int, cols: Columns)
     for k in kernels:
         step = steps.step_at(k.start) if steps else 0
         key = (k.module, k.op, step)
-        if key == prev or key in memset_row:  # another kernel of the same execution
-            row = len(cols.duration_ns) - 1 if key == prev else memset_row.pop(key)
-            cols.duration_ns[row] += k.dur
+        waiting = memset_row.pop(key, None)  # this op's memset, waiting for its kernel
+        if key == prev or waiting is not None:  # another kernel of the same execution
+            cols.duration_ns[len(cols.duration_ns) - 1 if key == prev else waiting] += k.dur
             continue
         cols.add(k.module, k.op, device, step, k.start, k.dur)
         if k.name.startswith(_MEMSET):
@@ -130,8 +132,6 @@ def _fold(kernels: list[Kernel], steps: StepWindows, device: int, cols: Columns)
 
 
 def _async_names(space: XSpace) -> dict[str, str]:
-    from harness.trace.hlo_proto import async_names, embedded_modules
-
     names = {}
     for module_bytes in embedded_modules(space).values():
         names.update(async_names(module_bytes))
@@ -142,10 +142,6 @@ def _schedule(space: XSpace, hlo_text: str | None, kernels: list[Kernel]
               ) -> tuple[Schedule, dict[str, str]]:
     """The schedule of the module the graph kernels ran (its HLO from the trace, else
     ``hlo_text``); an empty one, with a warning, when neither has it."""
-    from harness.hlo import parse_module
-    from harness.hlo.walk import executed
-    from harness.trace.hlo_proto import trace_hlo
-
     program = next((k.module for k in kernels if k.in_graph), "")
     found = trace_hlo(space, program)
     text, renames = found if found else (hlo_text, {})
