@@ -95,6 +95,14 @@ PREDICTED_BUS_GBPS = "predicted_bus_GBps"  # bus_bytes / analytic_s, in 1e9 byte
 MODEL_FLOPS = "model_flops"        # the step's useful FLOPs over all devices (matmul: 2BDF)
 MATMUL_EFFICIENCY = "matmul_efficiency"    # predicted / measured time of the matmul-category ops
 
+# --- the gap between the per-op sum and the book's step, per part (harness.hlo.chips.book_gap)
+PART = "part"                      # harness.book.PARTS, then "step"
+BOOK_S = "book_s"                  # the book's seconds for the part
+BOOK_WORK = "book_work"            # its work per device: FLOPs (matmul) or bytes
+HLO_S = "{compile}_s"              # per-op sum of the part's ops, one column per compile
+WORK_X = "{compile}_work_x"        # the HLO's work / the book's work
+EXCESS_S = "{compile}_excess_s"    # HLO seconds beyond its work done at the book's rate
+
 UNMODELED = "unmodeled"
 BOUNDS = ("compute", "memory", "comm", UNMODELED)
 CATEGORIES = ("matmul", "attention", "collective", "elementwise", "reduction", "copy", "other")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from harness import schema
+from harness import book, schema
 from harness.hlo import Module, hlo_costs
 
 
@@ -59,3 +59,68 @@ def predict_module(module: Module, chip, *, model_flops: float | None = None,
     if analytic_s is not None:
         totals["book_step_s"] = analytic_s
     return ChipPrediction(name, pred, by_category(pred), totals)
+
+
+# HLO categories -> the book's parts of a step (harness.book.PARTS)
+PART_OF_CATEGORY: dict[str, str] = {
+    "matmul": book.MATMUL, "attention": book.MATMUL, "collective": book.COLLECTIVE,
+    "elementwise": book.MEMORY, "reduction": book.MEMORY, "copy": book.MEMORY,
+    "other": book.MEMORY,
+}
+# which OPS column measures a part's work (FLOPs for matmuls, bytes otherwise)
+WORK_COLUMN = {book.MATMUL: schema.FLOPS, book.COLLECTIVE: schema.COMM_BYTES,
+               book.MEMORY: schema.HBM_BYTES}
+STEP = "step"
+
+
+def _hlo_parts(pred: pd.DataFrame) -> dict[str, tuple[float, float]]:
+    """Per part: (predicted seconds, work per device) summed over the part's ops."""
+    part = pred[schema.CATEGORY].map(PART_OF_CATEGORY).fillna(book.MEMORY)
+    out = {}
+    for name, column in WORK_COLUMN.items():
+        rows = pred[part == name]
+        out[name] = (float(rows[schema.PREDICTED_S].sum()),
+                     float((rows[column] * rows[schema.COUNT]).sum()))
+    return out
+
+
+def book_gap(parts: dict, compiles: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """The per-op sum next to the book's step, part by part, for each compile's OPS table
+    (``{"tpu": ops, "cpu": ops}``). ``parts``: ``harness.book.Analytic.parts``.
+
+    Per compile: ``<c>_s`` the part's predicted seconds; ``<c>_work_x`` its work (FLOPs or
+    bytes per device) over the book's; ``<c>_excess_s`` the seconds beyond that work done at the
+    book's rate (memory-bound matmuls, collective latency and hops, ...), or the plain difference
+    where the book gives no work (overlap, step, a part it leaves out). The per-op sum has no
+    overlap, so its ``overlap`` row is 0."""
+    hlo = {c: _hlo_parts(ops) for c, ops in compiles.items()}
+    rows = []
+    for name in (*book.PARTS, STEP):
+        bp = parts.get(name)
+        book_s = sum(p.seconds for p in parts.values()) if name == STEP else bp.seconds
+        work = bp.work if bp is not None else None
+        row = {schema.PART: name, schema.BOOK_S: book_s,
+               schema.BOOK_WORK: float("nan") if work is None else work}
+        for c, by_part in hlo.items():
+            s, w = by_part.get(name, (0.0, 0.0))
+            if name == STEP:
+                s = sum(v[0] for v in by_part.values())
+            ratio = w / work if work else float("nan")
+            row[schema.HLO_S.format(compile=c)] = s
+            row[schema.WORK_X.format(compile=c)] = ratio
+            # with no work to scale by (overlap, step, a part the book leaves out): plain gap
+            row[schema.EXCESS_S.format(compile=c)] = s - (ratio * book_s if work else book_s)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def memory_fit(memory: dict, chip) -> dict:
+    """``compiled.memory_analysis()`` per device against the chip's HBM: peak = arguments +
+    outputs - aliased + temporaries + code; ``headroom_bytes`` < 0 means it does not fit."""
+    from predictions import hardware
+
+    hbm = hardware.chip_entry(chip).hbm_bytes
+    peak = sum(memory.get(k, 0) for k in ("arguments", "outputs", "temporaries", "code")) \
+        - memory.get("aliased", 0)
+    return {**memory, "peak_bytes": peak, "hbm_bytes": hbm, "headroom_bytes": hbm - peak,
+            "fits": peak <= hbm}
