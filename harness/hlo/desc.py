@@ -8,7 +8,9 @@ named mesh axes when XLA printed the mesh form, otherwise ``(group size,)``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
+from harness.hlo import tpu
 from harness.hlo.attrs import HloParseError
 from harness.hlo.ir import Instruction, Module
 from harness.hlo.walk import async_done
@@ -98,7 +100,11 @@ def _ints(values) -> tuple[int, ...]:
 
 def _custom_call(instr: Instruction, module: Module) -> OpDesc:
     """cuBLAS-style GEMM custom calls carry dot dimension numbers in their backend config;
-    they are costed as a ``dot`` (result = the first leaf; the rest is workspace)."""
+    they are costed as a ``dot`` (result = the first leaf; the rest is workspace). TPU
+    bookkeeping calls take the rule of the opcode ``harness.hlo.tpu`` names."""
+    as_opcode = tpu.custom_call_opcode(instr)
+    if as_opcode is not None:
+        return replace(_plain(instr, module), opcode=as_opcode)
     config = instr.backend_config()
     gemm = config.get("gemm_backend_config", config)
     dims = gemm.get("dot_dimension_numbers") if isinstance(gemm, dict) else None
