@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from harness.hlo import tpu
+from harness.hlo import conv, tpu
 from harness.hlo.attrs import HloParseError
 from harness.hlo.ir import Instruction, Module
 from harness.hlo.walk import async_done
@@ -80,15 +80,20 @@ def _async_start(instr: Instruction, module: Module) -> OpDesc:
 
 def _convolution(instr: Instruction, module: Module) -> OpDesc:
     """A convolution as a dot over the kernel: each output element contracts the kernel's input
-    features and window (``rhs_contracting`` = every kernel dim but ``o``)."""
+    features (``rhs_contracting``) and the window positions that meet input data
+    (``window_positions``; the TPU compiler prints batched matmuls this way)."""
     labels = instr.attrs.get("dim_labels")
     leaves = operand_leaves(instr)
     if labels is None or len(leaves) < 2 or len(labels[1]) != len(leaves[1].dims):
         return _plain(instr, module)
     lhs, rhs, _ = labels
+    # the window part counts only positions that meet input data (harness.hlo.conv)
+    positions = conv.window_positions(instr.attrs.get("window") or {}, labels, leaves[0].dims,
+                                      leaves[1].dims, instr.shapes[0].dims)
     return OpDesc("convolution", instr.shapes, leaves,
                   lhs_contracting=tuple(i for i, c in enumerate(lhs) if c == "f"),
-                  rhs_contracting=tuple(i for i, c in enumerate(rhs) if c != "o"))
+                  rhs_contracting=tuple(i for i, c in enumerate(rhs) if c == "i"),
+                  window_positions=positions)
 
 
 def _ints(values) -> tuple[int, ...]:
