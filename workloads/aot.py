@@ -76,7 +76,8 @@ def compile_here(name: str, preset: str, overrides: Mapping[str, str] | None, me
     t0 = time.perf_counter()
     lowered = fn.lower(*args)
     t1 = time.perf_counter()
-    compiled = lowered.compile()
+    compiled = lowered.compile(compiler_options=tpu.COMPILER_OPTIONS) if tpu_chip \
+        else lowered.compile()
     t2 = time.perf_counter()
     return compiled, t1 - t0, t2 - t1
 

@@ -37,6 +37,11 @@ QUIET_ENV = {
     "TPU_MIN_LOG_LEVEL": "3",
 }
 
+# Compile a program even when its temporaries exceed the chip's HBM (libtpu otherwise stops with
+# RESOURCE_EXHAUSTED): memory_analysis() then says by how much it does not fit, and the HLO is
+# still there to cost. A program that fits compiles the same either way.
+COMPILER_OPTIONS = {"xla_tpu_no_crash_on_oom": "true"}
+
 
 @dataclass(frozen=True)
 class TpuKind:
