@@ -1,10 +1,11 @@
 """Cost a compiled program on any chip without running it (real-size configs, `profiling.md`).
 
-The HLO comes from an ahead-of-time compile on virtual CPU devices (``workloads.aot``): its
-per-device shapes and collectives are those of the target mesh, so each op's roofline time can
-be set on any chip. The fusion and collective choices are XLA:CPU's (it never forms
-reduce-scatters, for one), so a TPU or GPU compile of the same program may differ. The per-op sum assumes no overlap between ops (the book's upper-bound view
-of a schedule); the workload-level book estimate is shown beside it.
+The HLO comes from an ahead-of-time compile (``workloads.aot``): for a TPU chip with libtpu, the
+TPU compiler's own HLO for the matching slice; otherwise a compile on virtual CPU devices, whose
+per-device shapes and collectives are those of the target mesh but whose fusion and collective
+choices are XLA:CPU's (it never forms reduce-scatters, for one). The per-op sum assumes no
+overlap between ops (the book's upper-bound view of a schedule); ``book_gap`` sets it beside the
+book's step part by part, and ``memory_fit`` sets ``memory_analysis()`` against the chip's HBM.
 """
 from __future__ import annotations
 
