@@ -244,3 +244,12 @@ def test_real_size_train_step_on_v5p(capsys, preset, mesh):
         tuple(int(d) for d in mesh.split("x"))))
     assert chip["totals"]["unmodeled_ops"] == 0 and chip["memory_fit"]["peak_bytes"] > 0
     assert {r["part"] for r in chip["book_gap"]} == {*book.PARTS, "step"}
+
+
+def test_permute_group_is_one_ring():
+    from harness.hlo.desc import _largest_ring
+
+    # a collective matmul's shift: 8 rings of 8 over 64 devices (70B fsdp_tp on v5p 8x8)
+    rings = [(r * 8 + i, r * 8 + (i + 1) % 8) for r in range(8) for i in range(8)]
+    assert _largest_ring(rings) == 8
+    assert _largest_ring([(0, 1), (2, 3), (3, 4)]) == 3

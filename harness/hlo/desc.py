@@ -27,7 +27,8 @@ def operand_leaves(instr: Instruction) -> tuple[Shape, ...]:
 
 def _group_axes(instr: Instruction, module: Module) -> tuple[int, ...]:
     """Sizes of the mesh axes one group spans: named mesh axes when XLA printed them, else
-    (group size,); a permute spans the devices its pairs name."""
+    (group size,); a permute spans the largest set of devices its pairs connect (one ring of a
+    collective matmul, not every device that takes part in some ring)."""
     groups = instr.attrs.get("replica_groups")
     if groups is not None:
         if groups.kind == "mesh":
@@ -36,8 +37,27 @@ def _group_axes(instr: Instruction, module: Module) -> tuple[int, ...]:
         return (size,) if size > 1 else ()
     pairs = instr.attrs.get("source_target_pairs")
     if pairs:
-        return (len({d for p in pairs for d in p}),)
+        return (_largest_ring(pairs),)
     return ()
+
+
+def _largest_ring(pairs) -> int:
+    """Devices in the largest connected set of a permute's (source, target) pairs."""
+    parent: dict[int, int] = {}
+
+    def root(d: int) -> int:
+        while parent.setdefault(d, d) != d:
+            parent[d] = parent[parent[d]]
+            d = parent[d]
+        return d
+
+    for pair in pairs:
+        a, b = root(pair[0]), root(pair[-1])
+        parent[a] = b
+    sizes: dict[int, int] = {}
+    for d in list(parent):
+        sizes[root(d)] = sizes.get(root(d), 0) + 1
+    return max(sizes.values())
 
 
 def _check_dims(instr: Instruction) -> None:
