@@ -253,3 +253,13 @@ def test_permute_group_is_one_ring():
     rings = [(r * 8 + i, r * 8 + (i + 1) % 8) for r in range(8) for i in range(8)]
     assert _largest_ring(rings) == 8
     assert _largest_ring([(0, 1), (2, 3), (3, 4)]) == 3
+
+
+def test_without_libtpu_a_tpu_chip_costs_the_cpu_compile_and_says_so(capsys, monkeypatch):
+    monkeypatch.setattr(tpu, "libtpu_available", lambda: False)
+    assert main(["predict-hlo", "matmul", "--mesh", "2x2", "--chip", "tpu-v5e", "--top", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    notes = [line for line in out if "libtpu is not installed" in line]
+    assert len(notes) == 1 and "pip install 'scaling-harness[tpu]'" in notes[0]
+    assert any(line.startswith("tpu-v5e: XLA:CPU on 4 virtual CPU devices") for line in out)
+    assert not any(line.startswith("memory per chip") for line in out)
