@@ -120,20 +120,27 @@ class CompileJob:
             cmd += ["--set", f"{key}={value}"]
         log.info("compiling %s with %s%s", self.what, self.compiler,
                  f" for {self.topology}" if self.topology else f" on {self.devices} CPU devices")
+        # output to a file, not a pipe: a job waited on later must not block on a full pipe
+        self._log = open(Path(self._dir.name, "child.log"), "w+")  # noqa: SIM115 - closed in result()
         self._proc = subprocess.Popen(cmd, env=_child_env(self.devices, tpu_chip), text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                      stdout=self._log, stderr=subprocess.STDOUT)
 
     def result(self) -> AotResult:
         try:
-            _, stderr = self._proc.communicate(timeout=self.timeout_s)
+            self._proc.wait(timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
             self._proc.kill()
-            self._proc.communicate()
+            self._proc.wait()
+            self._log.close()
+            self._dir.cleanup()
             raise WorkloadError(f"AOT compile of {self.what} took over {self.timeout_s:.0f} s; "
                                 "stopped") from None
         try:
+            self._log.seek(0)
+            output = self._log.read()
+            self._log.close()
             if self._proc.returncode != 0:
-                last = (stderr.strip().splitlines() or ["no output"])[-1]
+                last = (output.strip().splitlines() or ["no output"])[-1]
                 where = f" for {self.topology}" if self.topology else ""
                 raise WorkloadError(f"AOT compile of {self.what}{where} failed: {last}")
             out = Path(self._dir.name)
