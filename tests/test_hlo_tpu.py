@@ -263,3 +263,17 @@ def test_without_libtpu_a_tpu_chip_costs_the_cpu_compile_and_says_so(capsys, mon
     assert len(notes) == 1 and "pip install 'scaling-harness[tpu]'" in notes[0]
     assert any(line.startswith("tpu-v5e: XLA:CPU on 4 virtual CPU devices") for line in out)
     assert not any(line.startswith("memory per chip") for line in out)
+
+
+@pytest.mark.libtpu
+def test_a_second_run_reads_the_compile_from_the_cache(capsys):
+    argv = ["predict-hlo", "matmul", "--mesh", "2x2", "--chip", "tpu-v5e", "--compiler", "tpu",
+            "--set", "B=128", "--format", "json"]
+    assert main(argv) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(argv) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert not first["compiles"]["tpu-v5e"]["cached"] and second["compiles"]["tpu-v5e"]["cached"]
+    assert second["chips"][0]["totals"] == first["chips"][0]["totals"]
+    assert main([*argv, "--no-cache"]) == 0
+    assert not json.loads(capsys.readouterr().out)["compiles"]["tpu-v5e"]["cached"]

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workloads import tpu
+from workloads import aot_cache, tpu
 from workloads.base import WorkloadError
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,7 @@ class AotResult:
     compiler: str = CPU_COMPILER  # "XLA:CPU" or "XLA:TPU (libtpu <version>)"
     topology: str | None = None   # the TPU slice compiled for, e.g. "v5p:4x4x4"
     memory: dict = field(default_factory=dict)  # MEMORY_FIELDS values, bytes per device
+    cached: bool = False          # read from workloads.aot_cache, not compiled now
 
 
 def compile_here(name: str, preset: str, overrides: Mapping[str, str] | None, mesh_shape: str,
@@ -152,12 +153,35 @@ class CompileJob:
             self._dir.cleanup()
 
 
+class _Cached:
+    """A finished job: a result read from the cache, or one to store there once compiled."""
+
+    def __init__(self, job: CompileJob | None, result: AotResult | None, store):
+        self._job, self._result, self._store = job, result, store
+
+    def result(self) -> AotResult:
+        if self._result is None:
+            self._result = self._job.result()
+            self._store(self._result)
+        return self._result
+
+
 def start_compile(name: str, preset: str = "tiny", overrides: Mapping[str, str] | None = None,
                   mesh_shape: str = "8x8", tpu_chip: str | None = None,
-                  timeout_s: float = 3600.0) -> CompileJob:
+                  timeout_s: float = 3600.0, cache_dir: str | Path | None = None):
     """Start compiling ``name`` in a fresh Python process: on ``prod(mesh_shape)`` virtual CPU
-    devices, or for ``tpu_chip``'s TPU slice (needs libtpu)."""
-    return CompileJob(name, preset, overrides, mesh_shape, tpu_chip, timeout_s)
+    devices, or for ``tpu_chip``'s TPU slice (needs libtpu). With ``cache_dir``, a compile made
+    before with the same inputs and versions is read back (``workloads.aot_cache``) and a new
+    one is stored. The returned job's ``result()`` waits for the ``AotResult``."""
+    if cache_dir is None:
+        return CompileJob(name, preset, overrides, mesh_shape, tpu_chip, timeout_s)
+    digest = aot_cache.key(name, preset, overrides, mesh_shape, tpu_chip)
+    hit = aot_cache.load(Path(cache_dir), digest)
+    if hit is not None:
+        log.info("AOT compile of %s/%s on %s read from the cache", name, preset, mesh_shape)
+        return _Cached(None, hit, None)
+    job = CompileJob(name, preset, overrides, mesh_shape, tpu_chip, timeout_s)
+    return _Cached(job, None, lambda r: aot_cache.save(Path(cache_dir), digest, r))
 
 
 def compile_in_subprocess(name: str, preset: str = "tiny",

@@ -8,9 +8,12 @@ every chip with ``--compiler cpu``, costs the HLO of a compile on virtual CPU de
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from types import SimpleNamespace
 
 from harness import schema
+from harness.calibrate.chip import CACHE_ENV
 from harness.commands.run import parse_sets
 from harness.errors import HarnessError
 from harness.report import tables
@@ -35,6 +38,9 @@ def add_arguments(p) -> None:
                    help="chip to predict for (repeatable; default tpu-v5p)")
     p.add_argument("--compiler", choices=sorted(COMPILERS), default="auto",
                    help="; ".join(f"{k}: {v}" for k, v in COMPILERS.items()))
+    p.add_argument("--no-cache", action="store_true",
+                   help="compile again even when the same compile is cached "
+                        "($SCALING_HARNESS_CACHE/aot, default ~/.cache/scaling-harness/aot)")
     p.add_argument("--top", type=int, default=15, help="op rows to print per chip")
     p.add_argument("--format", choices=["text", "md", "json"], default="text")
 
@@ -68,8 +74,9 @@ def _compile_all(args, overrides, keys: dict, compiler: str) -> dict:
     needed = list(dict.fromkeys(keys.values()))
     if compiler == "auto" and CPU not in needed:
         needed.append(CPU)  # the gap table shows both compilers' HLO
+    cache = None if args.no_cache else aot_cache_dir()
     jobs = {k: start_compile(args.workload, args.preset, overrides, args.mesh,
-                             tpu_chip=None if k == CPU else k) for k in needed}
+                             tpu_chip=None if k == CPU else k, cache_dir=cache) for k in needed}
     out = {}
     for key, job in jobs.items():
         aot = job.result()
@@ -78,10 +85,16 @@ def _compile_all(args, overrides, keys: dict, compiler: str) -> dict:
     return out
 
 
+def aot_cache_dir() -> Path:
+    """``$SCALING_HARNESS_CACHE/aot`` (default ``~/.cache/scaling-harness/aot``)."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "scaling-harness") / "aot"
+
+
 def _compile_line(aot, check: dict, mesh: str) -> str:
     where = (f"for {aot.topology} ({aot.devices} chips as mesh {mesh})" if aot.topology
              else f"on {aot.devices} virtual CPU devices")
-    return (f"{aot.compiler} {where}: lowered in {aot.lower_s:.1f} s, compiled in "
+    when = "cached; when compiled: " if aot.cached else ""
+    return (f"{aot.compiler} {where}: {when}lowered in {aot.lower_s:.1f} s, compiled in "
             f"{aot.compile_s:.1f} s; HLO FLOPs vs XLA cost_analysis: {_rel(check, 'flops')}, "
             f"loop bodies once: {_rel(check, 'flops_loops_once')}")
 
@@ -142,7 +155,8 @@ def main(args) -> int:
             "cross_check": next(iter(compiles.values()))[2],
             "compiles": {k: {"compiler": a.compiler, "topology": a.topology,
                              "devices": a.devices, "lower_s": a.lower_s,
-                             "compile_s": a.compile_s, "memory": a.memory, "cross_check": c}
+                             "compile_s": a.compile_s, "cached": a.cached, "memory": a.memory,
+                             "cross_check": c}
                          for k, (a, _, c) in compiles.items()},
             "chips": [{"chip": name, "compile": key, "totals": r.totals, "memory_fit": fit,
                        "categories": json.loads(r.categories.to_json(orient="records")),
