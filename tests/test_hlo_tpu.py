@@ -172,6 +172,11 @@ def test_memory_fit_arithmetic():
     fit = memory_fit({"arguments": 4e9, "outputs": 4e9, "aliased": 4e9, "temporaries": 2e9},
                      "tpu-v5e")
     assert fit["peak_bytes"] == 6e9 and fit["fits"] and fit["headroom_bytes"] == 10e9
+    # the compiler's own peak, where given, is what must fit (buffers share memory over time)
+    fit = memory_fit({"arguments": 1.3e9, "outputs": 1.3e9, "temporaries": 29.3e9,
+                      "peak": 25.2e9}, "tpu-v5e")
+    assert fit["sum_bytes"] == pytest.approx(31.9e9) and fit["peak_bytes"] == 25.2e9
+    assert not fit["fits"] and fit["headroom_bytes"] == pytest.approx(16e9 - 25.2e9)
 
 
 def _ops(rows):

@@ -43,7 +43,7 @@ CPU_COMPILER = "XLA:CPU"
 # CompiledMemoryStats fields -> the keys of AotResult.memory (bytes per device)
 MEMORY_FIELDS = {"argument_size_in_bytes": "arguments", "output_size_in_bytes": "outputs",
                  "alias_size_in_bytes": "aliased", "temp_size_in_bytes": "temporaries",
-                 "generated_code_size_in_bytes": "code"}
+                 "generated_code_size_in_bytes": "code", "peak_memory_in_bytes": "peak"}
 
 
 @dataclass(frozen=True)

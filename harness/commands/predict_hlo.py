@@ -114,7 +114,9 @@ def fit_line(fit: dict, chip: str) -> str:
     return (f"memory per chip: arguments {_gb(fit.get('arguments', 0))} + outputs "
             f"{_gb(fit.get('outputs', 0))} - aliased {_gb(fit.get('aliased', 0))} + temporaries "
             f"{_gb(fit.get('temporaries', 0))} + code {_gb(fit.get('code', 0))} = "
-            f"{_gb(fit['peak_bytes'])} of {chip}'s {_gb(fit['hbm_bytes'])} HBM: {verdict}")
+            f"{_gb(fit['sum_bytes'])}; peak {_gb(fit['peak_bytes'])}"
+            f"{' (XLA)' if fit.get('peak') else ''} of {chip}'s {_gb(fit['hbm_bytes'])} HBM: "
+            f"{verdict}")
 
 
 def main(args) -> int:

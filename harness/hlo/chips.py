@@ -116,12 +116,15 @@ def book_gap(parts: dict, compiles: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 
 def memory_fit(memory: dict, chip) -> dict:
-    """``compiled.memory_analysis()`` per device against the chip's HBM: peak = arguments +
-    outputs - aliased + temporaries + code; ``headroom_bytes`` < 0 means it does not fit."""
+    """``compiled.memory_analysis()`` per device against the chip's HBM. ``peak_bytes``: the
+    compiler's own peak where it reports one (buffers whose lifetimes do not overlap share
+    memory), else arguments + outputs - aliased + temporaries + code, an upper bound;
+    ``headroom_bytes`` < 0 means it does not fit."""
     from predictions import hardware
 
     hbm = hardware.chip_entry(chip).hbm_bytes
-    peak = sum(memory.get(k, 0) for k in ("arguments", "outputs", "temporaries", "code")) \
+    total = sum(memory.get(k, 0) for k in ("arguments", "outputs", "temporaries", "code")) \
         - memory.get("aliased", 0)
-    return {**memory, "peak_bytes": peak, "hbm_bytes": hbm, "headroom_bytes": hbm - peak,
-            "fits": peak <= hbm}
+    peak = memory.get("peak") or total
+    return {**memory, "sum_bytes": total, "peak_bytes": peak, "hbm_bytes": hbm,
+            "headroom_bytes": hbm - peak, "fits": peak <= hbm}
