@@ -288,3 +288,30 @@ def test_a_second_run_reads_the_compile_from_the_cache(capsys):
     assert second["chips"][0]["totals"] == first["chips"][0]["totals"]
     assert main([*argv, "--no-cache"]) == 0
     assert not json.loads(capsys.readouterr().out)["compiles"]["tpu-v5e"]["cached"]
+
+
+def test_a_config_the_tpu_compiler_refuses_is_reported_and_costed_on_cpu(capsys, monkeypatch):
+    from harness.commands import predict_hlo
+    from workloads import aot
+
+    real = aot.start_compile
+
+    class Refused:
+        def result(self):
+            raise aot.HbmExhausted("XLA:TPU for v5e:2x2: Ran out of memory on HBM, the total "
+                                   "memory required for HLO temporaries (19.16G) exceeds "
+                                   "available HBM (15.75G).")
+
+    def fake(*args, tpu_chip=None, **kw):
+        return Refused() if tpu_chip else real(*args, tpu_chip=None, **kw)
+
+    monkeypatch.setattr(aot, "start_compile", fake)
+    monkeypatch.setattr(tpu, "libtpu_available", lambda: True)
+    assert predict_hlo.plan(["tpu-v5e"], "auto", True)[0] == {"tpu-v5e": "tpu-v5e"}
+    assert main(["predict-hlo", "matmul", "--mesh", "2x2", "--chip", "tpu-v5e", "--format",
+                 "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    chip = out["chips"][0]
+    assert chip["compile"] == "cpu" and chip["memory_fit"]["fits"] is False
+    assert "19.16G" in out["refused"]["tpu-v5e"]
+    assert any("does NOT fit" in n and "costing XLA:CPU" in n for n in out["notes"])

@@ -40,6 +40,12 @@ DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
 
 CPU_COMPILER = "XLA:CPU"
+OOM_EXIT = 3  # the child's exit code when the TPU compiler ran out of HBM (message in oom.txt)
+
+
+class HbmExhausted(WorkloadError):
+    """The TPU compiler refused the program: it does not fit the chip's HBM (the message says
+    by how much)."""
 # CompiledMemoryStats fields -> the keys of AotResult.memory (bytes per device)
 MEMORY_FIELDS = {"argument_size_in_bytes": "arguments", "output_size_in_bytes": "outputs",
                  "alias_size_in_bytes": "aliased", "temp_size_in_bytes": "temporaries",
@@ -77,8 +83,7 @@ def compile_here(name: str, preset: str, overrides: Mapping[str, str] | None, me
     t0 = time.perf_counter()
     lowered = fn.lower(*args)
     t1 = time.perf_counter()
-    compiled = lowered.compile(compiler_options=tpu.COMPILER_OPTIONS) if tpu_chip \
-        else lowered.compile()
+    compiled = lowered.compile()
     t2 = time.perf_counter()
     return compiled, t1 - t0, t2 - t1
 
@@ -140,6 +145,9 @@ class CompileJob:
             self._log.seek(0)
             output = self._log.read()
             self._log.close()
+            oom = Path(self._dir.name, "oom.txt")
+            if self._proc.returncode == OOM_EXIT and oom.exists():
+                raise HbmExhausted(f"{self.compiler} for {self.topology}: {oom.read_text()}")
             if self._proc.returncode != 0:
                 last = (output.strip().splitlines() or ["no output"])[-1]
                 where = f" for {self.topology}" if self.topology else ""
@@ -215,10 +223,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tpu-chip", default=None, help="compile for this chip's TPU slice")
     args = parser.parse_args(argv)
     overrides = dict(kv.split("=", 1) for kv in args.set)
-    compiled, lower_s, compile_s = compile_here(args.workload, args.preset, overrides, args.mesh,
-                                                args.tpu_chip)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        compiled, lower_s, compile_s = compile_here(args.workload, args.preset, overrides,
+                                                    args.mesh, args.tpu_chip)
+    except Exception as e:  # jax's runtime error type moved between versions
+        first = (str(e).strip().splitlines() or [""])[0]
+        if not (args.tpu_chip and tpu.OOM_MARK in first):
+            raise
+        (out / "oom.txt").write_text(first.split(": ", 1)[-1])
+        return OOM_EXIT
     (out / "compiled.hlo.txt").write_text(compiled.as_text())
     cost = compiled.cost_analysis() or {}
     if isinstance(cost, (list, tuple)):  # older jax: one dict per program

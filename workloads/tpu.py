@@ -37,10 +37,11 @@ QUIET_ENV = {
     "TPU_MIN_LOG_LEVEL": "3",
 }
 
-# Compile a program even when its temporaries exceed the chip's HBM (libtpu otherwise stops with
-# RESOURCE_EXHAUSTED): memory_analysis() then says by how much it does not fit, and the HLO is
-# still there to cost. A program that fits compiles the same either way.
-COMPILER_OPTIONS = {"xla_tpu_no_crash_on_oom": "true"}
+# libtpu refuses a program whose temporaries exceed the chip's HBM, early in the compile
+# ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, ..."). Going on regardless
+# (xla_tpu_no_crash_on_oom) only ends in "Invalid TPU program" after the whole compile, so the
+# refusal is reported as the fit verdict instead (``workloads.aot.HbmExhausted``).
+OOM_MARK = "RESOURCE_EXHAUSTED"
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,7 @@ def plan(chip_names: list[str], compiler: str, have_libtpu: bool) -> tuple[dict,
 def _compile_all(args, overrides, keys: dict, compiler: str) -> dict:
     """Run every needed compile side by side; key -> (AotResult, Module, cross-check)."""
     from harness.hlo import cross_check, parse_module
-    from workloads.aot import start_compile
+    from workloads.aot import HbmExhausted, start_compile
 
     needed = list(dict.fromkeys(keys.values()))
     if compiler == "auto" and CPU not in needed:
@@ -79,7 +79,14 @@ def _compile_all(args, overrides, keys: dict, compiler: str) -> dict:
                              tpu_chip=None if k == CPU else k, cache_dir=cache) for k in needed}
     out = {}
     for key, job in jobs.items():
-        aot = job.result()
+        try:
+            aot = job.result()
+        except HbmExhausted as e:  # the fit verdict; the chip is costed on the CPU compile
+            if CPU not in jobs:
+                raise HarnessError(f"does not fit: {e} (--compiler auto costs the CPU compile "
+                                   "instead)") from None
+            out[key] = e
+            continue
         module = parse_module(aot.hlo_text)
         out[key] = (aot, module, cross_check(module, aot.cost_analysis))
     return out
@@ -138,6 +145,10 @@ def main(args) -> int:
     results = []
     for chip in chips:
         key = keys[chip.name]
+        refused = compiles.get(key) if isinstance(compiles.get(key), Exception) else None
+        if refused is not None:
+            notes.append(f"{chip.name}: does NOT fit: {refused}; costing XLA:CPU's HLO instead")
+            key = keys[chip.name] = CPU
         aot, module, check = compiles[key]
         book = analytic(args.workload, cfg, mesh, chip)
         pred = predict_module(module, chip, devices=aot.devices,
@@ -149,17 +160,21 @@ def main(args) -> int:
             by_compile[CPU] = predict_module(compiles[CPU][1], chip).ops
         gap = book_gap(book.parts, by_compile) if book and book.parts else None
         fit = memory_fit(aot.memory, chip) if aot.topology and aot.memory else None
+        if refused is not None:
+            fit = {"fits": False, "refused": str(refused)}
         results.append((chip.name, key, pred, gap, fit))
     head = f"{args.workload} ({args.preset}) on mesh {dict(mesh.shape)}"
+    ok = {k: v for k, v in compiles.items() if not isinstance(v, Exception)}
     if args.format == "json":
         print(json.dumps({
             "header": head, "notes": notes,
-            "cross_check": next(iter(compiles.values()))[2],
+            "cross_check": next(iter(ok.values()))[2],
+            "refused": {k: str(v) for k, v in compiles.items() if isinstance(v, Exception)},
             "compiles": {k: {"compiler": a.compiler, "topology": a.topology,
                              "devices": a.devices, "lower_s": a.lower_s,
                              "compile_s": a.compile_s, "cached": a.cached, "memory": a.memory,
                              "cross_check": c}
-                         for k, (a, _, c) in compiles.items()},
+                         for k, (a, _, c) in ok.items()},
             "chips": [{"chip": name, "compile": key, "totals": r.totals, "memory_fit": fit,
                        "categories": json.loads(r.categories.to_json(orient="records")),
                        "book_gap": None if gap is None else json.loads(
@@ -174,7 +189,7 @@ def main(args) -> int:
     for name, key, r, gap, fit in results:
         aot, _, check = compiles[key]
         print(f"\n{name}: {_compile_line(aot, check, args.mesh)}")
-        if fit is not None:
+        if fit is not None and "refused" not in fit:
             print(fit_line(fit, name))
         print("  ".join(f"{k}={tables.fmt_figure(k, v)}" for k, v in r.totals.items()))
         print(tables.render(r.categories, fmt), end="")
