@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         first = (str(e).strip().splitlines() or [""])[0]
         if not (args.tpu_chip and tpu.OOM_MARK in first):
             raise
-        (out / "oom.txt").write_text(first.split(": ", 1)[-1])
+        (out / "oom.txt").write_text(first.split(": ", 1)[-1].rstrip("."))
         return OOM_EXIT
     (out / "compiled.hlo.txt").write_text(compiled.as_text())
     cost = compiled.cost_analysis() or {}
