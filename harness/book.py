@@ -10,14 +10,31 @@ gather and the norms are elementwise, so neither counts; the output projection d
 6 x all parameters x tokens (``transformer.train_flops``) stays for its planning answers in
 ``predictions/`` and is reported beside it (``book_flops``), so a program that does the model's
 work shows HFU >= MFU.
+
+``Analytic.parts`` splits the book's step into the parts ``harness.hlo.chips.book_gap`` sets the
+per-op sum against (``PARTS``): the matmul FLOPs at peak, the collectives by the sharding
+chapter's formulas, the memory traffic the book counts (weights and KV reads in inference; none in
+training), and the overlap the book assumes (its step is a max over terms, not their sum).
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from predictions import collectives, hardware, inference, training, transformer
+
+MATMUL, COLLECTIVE, MEMORY, OVERLAP = PARTS = ("matmul", "collective", "memory", "overlap")
+
+
+@dataclass(frozen=True)
+class BookPart:
+    """One part of the book's step: seconds, and the work behind them per device (FLOPs for
+    matmul, bytes for collective and memory; None for overlap)."""
+
+    seconds: float
+    work: float | None
+    formula: str
 
 
 @dataclass(frozen=True)
@@ -27,6 +44,7 @@ class Analytic:
     formula: str
     flops_formula: str = ""             # how model_flops is counted
     book_flops: float | None = None     # the book's 6P (or 2P) count, for comparison
+    parts: dict = field(default_factory=dict)  # PARTS -> BookPart (harness.hlo.chips.book_gap)
 
 
 # MaxText's MFU numerator: parameters that take part in matmuls (module docstring)
@@ -43,6 +61,12 @@ def matmul_params(model: transformer.Config) -> int:
     the output projection (D x V, shared with the input embedding when tied)."""
     return model.L * (transformer.mlp_params(model) + transformer.attention_params(model)) \
         + model.D * model.V
+
+
+def _overlap(total_s: float, parts: dict[str, BookPart], why: str) -> dict[str, BookPart]:
+    """Add the overlap part: the book's step minus the sum of its terms (<= 0)."""
+    rest = sum(p.seconds for p in parts.values())
+    return {**parts, OVERLAP: BookPart(total_s - rest, None, why)}
 
 
 def _model(cfg) -> transformer.Config:
@@ -89,10 +113,19 @@ def _train(cfg, mesh, chip) -> Analytic:
     st = training.step_time(model, tokens, chip, n, strategy=strategy, X=X, Y=Y,
                             dtype=_dtype(cfg, "param_dtype"), seq_len=cfg.T)
     attention = transformer.attention_flops(model, tokens, cfg.T, training=True)
+    book_flops = transformer.train_flops(model, tokens, seq_len=cfg.T)
+    # training.md: comm time = bytes / W per axis (M_X = M_Y = 1 here), so bytes = T_comms * W
+    W = hardware.chip_entry(chip).axis_bytes_per_s
+    parts = {MATMUL: BookPart(st.t_math_s, book_flops / n, "6*P*tokens (+attention) / (N*C)"),
+             COLLECTIVE: BookPart(st.t_comms_s, st.t_comms_s * W,
+                                  "FSDP AllGather/ReduceScatter of weights + TP AllGather/"
+                                  "ReduceScatter of activations, bytes / W_ici"),
+             MEMORY: BookPart(0.0, 0.0, "not in the book's training model")}
+    parts = _overlap(st.t_step_s, parts, "per layer max(T_math, T_comms), not the sum")
     # transformers.md: 6 * P * tokens plus attention for training (P: matmul parameters)
     return Analytic(6.0 * matmul_params(model) * tokens + attention, st.t_step_s,
                     f"training.md {strategy} step, X={X} Y={Y}", MFU_FORMULA["train"],
-                    transformer.train_flops(model, tokens, seq_len=cfg.T))
+                    book_flops, parts)
 
 
 def _prefill(cfg, mesh, chip) -> Analytic:
@@ -101,9 +134,16 @@ def _prefill(cfg, mesh, chip) -> Analytic:
     est = inference.prefill(model, chip, n, tokens, weight_bytes=1 if cfg.int8_weights else 2,
                             dtype=_dtype(cfg), seq_len=cfg.T)
     attention = transformer.attention_flops(model, tokens, cfg.T)
+    c = hardware.chip_entry(chip)
+    parts = {MATMUL: BookPart(est.flops_time_s, est.flops / n,
+                              "2*P*tokens (+attention) / (N*C)"),
+             COLLECTIVE: BookPart(0.0, 0.0, "not in the book's prefill model"),
+             MEMORY: BookPart(est.param_time_s, est.param_time_s * c.hbm_bytes_per_s,
+                              "weights read once, W_bytes / (N*W_hbm)")}
+    parts = _overlap(est.seconds, parts, "max(FLOPs time, weight-read time)")
     return Analytic(2.0 * matmul_params(model) * tokens + attention, est.seconds,
                     "2*P*tokens/(N*C) vs W_bytes/(N*W_hbm) (inference.md)",
-                    MFU_FORMULA["prefill"], est.flops)
+                    MFU_FORMULA["prefill"], est.flops, parts)
 
 
 def _decode(cfg, mesh, chip) -> Analytic:
@@ -111,11 +151,18 @@ def _decode(cfg, mesh, chip) -> Analytic:
     step = inference.decode_step(model, chip, n, cfg.B, cfg.S,
                                  weight_bytes=1 if cfg.int8_weights else 2,
                                  kv_bytes=1 if cfg.int8_kv else 2, dtype=_dtype(cfg))
+    c = hardware.chip_entry(chip)
+    memory_s = step.kv_time_s + step.param_time_s
+    parts = {MATMUL: BookPart(step.flops_time_s, step.flops / n, "2*P*B / (N*C)"),
+             COLLECTIVE: BookPart(0.0, 0.0, "not in the book's decode model"),
+             MEMORY: BookPart(memory_s, memory_s * c.hbm_bytes_per_s,
+                              "KV cache + weights read, bytes / (N*W_hbm)")}
+    parts = _overlap(step.step_s, parts, "max(FLOPs time, weight-read time)")
     # inference.md: a decode step is 2 * P FLOPs per sequence, plus its queries' attention
     attention = transformer.attention_flops(model, cfg.B, cfg.S)
     return Analytic(2.0 * matmul_params(model) * cfg.B + attention, step.step_s,
                     "B*KV/(N*W_hbm) + max(2*B*P/(N*C), W/(N*W_hbm)) (inference.md)",
-                    MFU_FORMULA["decode"], 2.0 * transformer.param_count(model) * cfg.B)
+                    MFU_FORMULA["decode"], 2.0 * transformer.param_count(model) * cfg.B, parts)
 
 
 ANALYTIC: dict[str, Callable] = {

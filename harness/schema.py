@@ -139,6 +139,14 @@ GRAPH_NOTE = "graph_note"          # GPU: why graph_step_s and step_s differ, wh
 TRACE_FILE = "trace"               # the xplane.pb a trace analysis read (harness trace)
 # WORKLOAD, PRESET, MESH, CHIP and PROGRAM above are meta keys too.
 
+# --- the gap between the per-op sum and the book's step, per part (harness.hlo.chips.book_gap)
+PART = "part"                      # harness.book.PARTS, then "step"
+BOOK_S = "book_s"                  # the book's seconds for the part
+BOOK_WORK = "book_work"            # its work per device: FLOPs (matmul) or bytes
+HLO_S = "{compile}_s"              # per-op sum of the part's ops, one column per compile
+WORK_X = "{compile}_work_x"        # the HLO's work / the book's work
+EXCESS_S = "{compile}_excess_s"    # HLO seconds beyond its work done at the book's rate
+
 UNMODELED = "unmodeled"
 BOUNDS = ("compute", "memory", "comm", UNMODELED)
 CATEGORIES = rules.CATEGORIES     # an op's kind of work, in report order (predictions.rules)

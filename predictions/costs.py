@@ -55,7 +55,8 @@ class OpDesc:
     (product = group size); () for non-collectives.
     ``dimensions``: the instruction's ``dimensions={...}`` attribute where it has one (sort
     dimension; reduce dimensions). A convolution is described as a dot over its kernel:
-    ``rhs_contracting`` = every kernel dim but the output features.
+    ``rhs_contracting`` = every kernel dim but the output features, or only the input features
+    with ``window_positions`` giving the spatial part.
     """
 
     opcode: str
@@ -67,6 +68,9 @@ class OpDesc:
     rhs_batch: tuple[int, ...] = ()
     group_axes: tuple[int, ...] = ()
     dimensions: tuple[int, ...] = ()
+    # convolution: kernel window positions per output element that meet input data (product
+    # over spatial dims); None = every window position, with the spatial dims in rhs_contracting
+    window_positions: float | None = None
 
     @property
     def group_size(self) -> int:

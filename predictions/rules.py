@@ -134,6 +134,8 @@ def _convolution(op: OpDesc) -> Cost:
         contracted = tuple(range(len(kernel.dims) - 1))
         notes = ("convolution: kernel output-feature dim guessed (last)",)
     per_output = math.prod(kernel.dims[i] for i in contracted)
+    if op.window_positions is not None:  # only the window positions that meet input data
+        per_output *= op.window_positions
     return Cost(flops=2 * op.results[0].elements * per_output, hbm_bytes=_io_bytes(op),
                 notes=notes)
 

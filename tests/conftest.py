@@ -16,3 +16,18 @@ atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 # Captured HLO texts and their cost_analysis() (tests/fixtures/hlo/programs.py writes them).
 FIXTURES = Path(__file__).parent / "fixtures" / "hlo"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip ``@pytest.mark.libtpu`` tests, saying why, where libtpu is not installed."""
+    import importlib.util
+
+    import pytest
+
+    if importlib.util.find_spec("libtpu") is not None:
+        return
+    skip = pytest.mark.skip(reason="needs libtpu to compile for TPU slices: "
+                                   "pip install 'scaling-harness[tpu]'")
+    for item in items:
+        if "libtpu" in item.keywords:
+            item.add_marker(skip)

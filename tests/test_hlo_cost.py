@@ -81,8 +81,10 @@ def test_gemm_custom_call_and_convolution_descs():
     gemm = desc(m, "custom-call.1")
     assert gemm == OpDesc("dot", (Shape("f32", (128, 512)),),
                           (Shape("f32", (128, 256)), Shape("f32", (256, 512))), (1,), (0,))
-    conv = desc(m, "convolution.4")  # b01f_01io->b01f: the kernel contracts 0, 1 and i
-    assert conv.opcode == "convolution" and conv.rhs_contracting == (0, 1, 2)
+    conv = desc(m, "convolution.4")  # b01f_01io->b01f: the kernel contracts i and the window
+    # 3x3 window, pad 1 on 32x32: per spatial dim 32*3 - 2 (border) positions meet input data
+    assert conv.opcode == "convolution" and conv.rhs_contracting == (2,)
+    assert conv.window_positions == pytest.approx((94 / 32) ** 2)
 
 
 def test_fusion_reads_only_slices_and_writes_updates_in_place():
@@ -149,7 +151,9 @@ def test_gpu_gemm_convolution_and_attention_costs():
     gemm = row(df, "custom-call.1")
     assert gemm[schema.FLOPS] == 2 * 128 * 256 * 512
     assert gemm[schema.HBM_BYTES] == F32 * (128 * 256 + 256 * 512 + 128 * 512)  # no workspace
-    assert row(df, "convolution.4")[schema.FLOPS] == 2 * (8 * 32 * 32 * 64) * (3 * 3 * 16)
+    # 2 x (batch x out features x in features) x valid (output, kernel) position pairs per
+    # spatial dim, 32*3 - 2 with pad 1 (XLA's HloCostAnalysis counts the same)
+    assert row(df, "convolution.4")[schema.FLOPS] == 2 * (8 * 64 * 16) * (94 * 94)
     attn = row(df, "fusion.7")
     assert attn[schema.FLOPS] == pytest.approx(2 * 128 * 64 * 128, rel=0.01)
     assert attn[schema.HBM_BYTES] == F32 * (128 * 64 + 64 * 128 + 128 * 128)

@@ -1,21 +1,36 @@
-"""``harness predict-hlo WORKLOAD``: compile on a virtual mesh, cost the HLO on chips, no run."""
+"""``harness predict-hlo WORKLOAD``: compile ahead of time, cost the HLO on chips, no run.
+
+A TPU chip with a libtpu topology (``workloads.tpu.TOPOLOGIES``) is compiled for its own slice
+by the TPU compiler when libtpu is installed (``--compiler auto``/``tpu``); every other chip, and
+every chip with ``--compiler cpu``, costs the HLO of a compile on virtual CPU devices. With
+``auto`` the CPU compile also runs beside a TPU one, so the gap to the book can be shown for both.
+"""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 from harness import schema
 from harness.book import analytic
+from harness.calibrate.chip import cache_root
 from harness.commands import count
 from harness.commands.run import parse_sets
+from harness.errors import HarnessError
 from harness.hlo import cross_check, parse_module
-from harness.hlo.chips import predict_module
+from harness.hlo.chips import book_gap, memory_fit, predict_module
 from harness.report import tables
 from predictions import hardware
 
 OP_COLUMNS = (schema.OP, schema.OPCODE, schema.CATEGORY, schema.BOUND, schema.COUNT,
               schema.PREDICTED_S, schema.T_COMPUTE_S, schema.T_MEMORY_S, schema.T_COMM_S,
               schema.COLLECTIVE, schema.GROUP_SIZE)
+COMPILERS = {
+    "auto": "the TPU compiler for TPU chips when libtpu is installed (and XLA:CPU beside it)",
+    "tpu": "the TPU compiler only (needs libtpu)",
+    "cpu": "XLA:CPU on virtual devices only",
+}
+CPU = "cpu"  # the compile key of the virtual-CPU compile; a TPU compile's key is its chip
 
 
 def add_arguments(p) -> None:
@@ -25,13 +40,98 @@ def add_arguments(p) -> None:
     p.add_argument("--mesh", default="8x8", help="target mesh shape (default 8x8)")
     p.add_argument("--chip", dest="chips", action="append", default=[],
                    help="chip to predict for (repeatable; default tpu-v5p)")
+    p.add_argument("--compiler", choices=sorted(COMPILERS), default="auto",
+                   help="; ".join(f"{k}: {v}" for k, v in COMPILERS.items()))
+    p.add_argument("--no-cache", action="store_true",
+                   help="compile again even when the same compile is cached "
+                        "($SCALING_HARNESS_CACHE/aot, default ~/.cache/scaling-harness/aot)")
     p.add_argument("--top", type=count, default=15, help="op rows to print per chip")
     p.add_argument("--format", choices=["text", "md", "json"], default="text")
 
 
+def plan(chip_names: list[str], compiler: str, have_libtpu: bool) -> tuple[dict, list[str]]:
+    """chip -> compile key (``"cpu"`` or the chip itself for a TPU compile), and notes to print
+    (one line each). HarnessError when ``--compiler tpu`` cannot be honoured."""
+    from workloads import tpu
+
+    keys, notes = {}, []
+    for name in chip_names:
+        has_topology = name in tpu.TOPOLOGIES
+        if compiler == "tpu" and not has_topology:
+            raise HarnessError(f"--compiler tpu: chip {name} has no libtpu topology; chips with "
+                               f"one: {', '.join(tpu.TOPOLOGIES)}")
+        if compiler == "tpu" and not have_libtpu:
+            raise HarnessError(f"--compiler tpu needs libtpu, which is not installed: "
+                               f"{tpu.INSTALL_HINT}")
+        if has_topology and compiler != CPU and not have_libtpu:
+            notes.append(f"{name}: libtpu is not installed, so XLA:CPU's HLO is costed as if on "
+                         f"{name}; for the TPU compiler: {tpu.INSTALL_HINT}")
+        keys[name] = name if has_topology and compiler != CPU and have_libtpu else CPU
+    return keys, notes
+
+
+def _compile_all(args, overrides, keys: dict, compiler: str) -> dict:
+    """Run every needed compile side by side; key -> (AotResult, Module, cross-check)."""
+    from workloads.aot import HbmExhausted, start_compile
+
+    needed = list(dict.fromkeys(keys.values()))
+    if compiler == "auto" and CPU not in needed:
+        needed.append(CPU)  # the gap table shows both compilers' HLO
+    cache = None if args.no_cache else aot_cache_dir()
+    jobs = {k: start_compile(args.workload, args.preset, overrides, args.mesh,
+                             tpu_chip=None if k == CPU else k, cache_dir=cache) for k in needed}
+    out = {}
+    for key, job in jobs.items():
+        try:
+            aot = job.result()
+        except HbmExhausted as e:  # the fit verdict; the chip is costed on the CPU compile
+            if CPU not in jobs:
+                raise HarnessError(f"does not fit: {e} (--compiler auto costs the CPU compile "
+                                   "instead)") from None
+            out[key] = e
+            continue
+        module = parse_module(aot.hlo_text)
+        out[key] = (aot, module, cross_check(module, aot.cost_analysis))
+    return out
+
+
+def aot_cache_dir() -> Path:
+    """``$SCALING_HARNESS_CACHE/aot`` (default ``~/.cache/scaling-harness/aot``)."""
+    return cache_root() / "aot"
+
+
+def _compile_line(aot, check: dict, mesh: str) -> str:
+    where = (f"for {aot.topology} ({aot.devices} chips as mesh {mesh})" if aot.topology
+             else f"on {aot.devices} virtual CPU devices")
+    when = "cached; when compiled: " if aot.cached else ""
+    return (f"{aot.compiler} {where}: {when}lowered in {aot.lower_s:.1f} s, compiled in "
+            f"{aot.compile_s:.1f} s; HLO FLOPs vs XLA cost_analysis: {_rel(check, 'flops')}, "
+            f"loop bodies once: {_rel(check, 'flops_loops_once')}")
+
+
+def _gb(n: float) -> str:
+    """Decimal bytes at a readable scale (the book's GB = 1e9 bytes)."""
+    for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def fit_line(fit: dict, chip: str) -> str:
+    """One line: what memory_analysis() says a chip holds, and whether it fits its HBM."""
+    verdict = (f"fits, {_gb(fit['headroom_bytes'])} free" if fit["fits"]
+               else f"does NOT fit, {_gb(-fit['headroom_bytes'])} over")
+    return (f"memory per chip: arguments {_gb(fit.get('arguments', 0))} + outputs "
+            f"{_gb(fit.get('outputs', 0))} - aliased {_gb(fit.get('aliased', 0))} + temporaries "
+            f"{_gb(fit.get('temporaries', 0))} + code {_gb(fit.get('code', 0))} = "
+            f"{_gb(fit['sum_bytes'])}; peak {_gb(fit['peak_bytes'])}"
+            f"{' (XLA)' if fit.get('peak') else ''} of {chip}'s {_gb(fit['hbm_bytes'])} HBM: "
+            f"{verdict}")
+
+
 def main(args) -> int:
     import workloads  # deferred: importing workloads imports jax
-    from workloads.aot import compile_in_subprocess
+    from workloads import tpu
     from workloads.mesh import parse_shape
 
     chips = [hardware.chip_entry(c) for c in (args.chips or ["tpu-v5p"])]
@@ -40,32 +140,64 @@ def main(args) -> int:
     cfg = workloads.make_config(args.workload, args.preset, overrides)
     sizes = parse_shape(args.mesh)
     mesh = SimpleNamespace(shape=dict(zip(wl.mesh_axes, sizes)))
-    aot = compile_in_subprocess(args.workload, args.preset, overrides, args.mesh)
-    module = parse_module(aot.hlo_text)
-    check = cross_check(module, aot.cost_analysis)
+    keys, notes = plan([c.name for c in chips], args.compiler, tpu.libtpu_available())
+    compiles = _compile_all(args, overrides, keys, args.compiler)
     results = []
     for chip in chips:
+        key = keys[chip.name]
+        refused = compiles.get(key) if isinstance(compiles.get(key), Exception) else None
+        if refused is not None:
+            notes.append(f"{chip.name}: does NOT fit: {refused}; costing XLA:CPU's HLO instead")
+            key = keys[chip.name] = CPU
+        aot, module, check = compiles[key]
         book = analytic(args.workload, cfg, mesh, chip)
-        results.append(predict_module(module, chip, devices=aot.devices,
-                                      model_flops=book.model_flops if book else None,
-                                      analytic_s=book.analytic_s if book else None))
-    head = (f"{args.workload} ({args.preset}) on mesh {dict(mesh.shape)}: lowered in "
-            f"{aot.lower_s:.1f} s, compiled in {aot.compile_s:.1f} s on {aot.devices} virtual "
-            f"devices; HLO FLOPs vs XLA cost_analysis: {_rel(check, 'flops')}, "
-            f"loop bodies once: {_rel(check, 'flops_loops_once')}")
+        pred = predict_module(module, chip, devices=aot.devices,
+                              model_flops=book.model_flops if book else None,
+                              analytic_s=book.analytic_s if book else None)
+        label = "tpu" if key != CPU else CPU
+        by_compile = {label: pred.ops}
+        if key != CPU and CPU in compiles:
+            by_compile[CPU] = predict_module(compiles[CPU][1], chip).ops
+        gap = book_gap(book.parts, by_compile) if book and book.parts else None
+        fit = memory_fit(aot.memory, chip) if aot.topology and aot.memory else None
+        if refused is not None:
+            fit = {"fits": False, "refused": str(refused)}
+        results.append((chip.name, key, pred, gap, fit))
+    head = f"{args.workload} ({args.preset}) on mesh {dict(mesh.shape)}"
+    ok = {k: v for k, v in compiles.items() if not isinstance(v, Exception)}
     if args.format == "json":
-        print(json.dumps({"header": head, "cross_check": check, "chips": [
-            {"chip": r.chip, "totals": r.totals,
-             "categories": json.loads(r.categories.to_json(orient="records")),
-             "top_ops": json.loads(r.ops.head(args.top).to_json(orient="records"))}
-            for r in results]}, indent=1, default=str))
+        print(json.dumps({
+            "header": head, "notes": notes,
+            "cross_check": next(iter(ok.values()))[2],
+            "refused": {k: str(v) for k, v in compiles.items() if isinstance(v, Exception)},
+            "compiles": {k: {"compiler": a.compiler, "topology": a.topology,
+                             "devices": a.devices, "lower_s": a.lower_s,
+                             "compile_s": a.compile_s, "cached": a.cached, "memory": a.memory,
+                             "cross_check": c}
+                         for k, (a, _, c) in ok.items()},
+            "chips": [{"chip": name, "compile": key, "totals": r.totals, "memory_fit": fit,
+                       "categories": json.loads(r.categories.to_json(orient="records")),
+                       "book_gap": None if gap is None else json.loads(
+                           gap.to_json(orient="records")),
+                       "top_ops": json.loads(r.ops.head(args.top).to_json(orient="records"))}
+                      for name, key, r, gap, fit in results]}, indent=1, default=str))
         return 0
     fmt = "md" if args.format == "md" else "text"
     print(head)
-    for r in results:
-        print(f"\n{r.chip}: " + "  ".join(f"{k}={tables.fmt_figure(k, v)}"
-                                          for k, v in r.totals.items()))
+    for note in notes:
+        print(note)
+    for name, key, r, gap, fit in results:
+        aot, _, check = compiles[key]
+        print(f"\n{name}: {_compile_line(aot, check, args.mesh)}")
+        if fit is not None and "refused" not in fit:
+            print(fit_line(fit, name))
+        print("  ".join(f"{k}={tables.fmt_figure(k, v)}" for k, v in r.totals.items()))
         print(tables.render(r.categories, fmt), end="")
+        if gap is not None:
+            print(f"per-op sum vs the book, part by part ({', '.join(gap.columns[3::3])}: "
+                  "HLO seconds; work_x: HLO FLOPs or bytes / the book's; excess: seconds beyond "
+                  "that work at the book's rate)")
+            print(tables.render(gap, fmt), end="")
         print(tables.render(r.ops.head(args.top), fmt, OP_COLUMNS), end="")
     return 0
 

@@ -18,6 +18,7 @@ Rules, in order (kept simple on purpose; the registries below are the whole stor
 from __future__ import annotations
 
 from harness import schema
+from harness.hlo import tpu
 from harness.hlo.ir import Instruction, Module
 from harness.hlo.walk import fused_instructions
 from predictions import rules
@@ -58,7 +59,10 @@ def _custom_call(instr: Instruction) -> str:
 
 
 def _fusion(module: Module, instr: Instruction) -> str:
-    inner = fused_instructions(module, instr)
+    if tpu.chain_role(module, instr) == "done":
+        return COLLECTIVE
+    # a chained TPU collective's copy in a continuation is the start's transfer (harness.hlo.tpu)
+    inner = [i for i in fused_instructions(module, instr) if not tpu.in_flight(module, instr, i)]
     opcodes = {i.opcode for i in inner}
     if "exponential" in opcodes and opcodes & {"dot", "convolution"}:
         return ATTENTION

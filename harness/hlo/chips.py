@@ -1,11 +1,11 @@
 """Cost a compiled program on any chip without running it (real-size configs, `profiling.md`).
 
-The HLO comes from an ahead-of-time compile on virtual CPU devices (``workloads.aot``): its
-per-device shapes and collectives are those of the target mesh, so each op's roofline time can
-be set on any chip. The fusion and collective choices are XLA:CPU's (it never forms
-reduce-scatters, for one), so a TPU or GPU compile of the same program may differ. The per-op
-sum assumes no overlap between ops (the book's upper-bound view
-of a schedule); the workload-level book estimate is shown beside it.
+The HLO comes from an ahead-of-time compile (``workloads.aot``): for a TPU chip with libtpu, the
+TPU compiler's own HLO for the matching slice; otherwise a compile on virtual CPU devices, whose
+per-device shapes and collectives are those of the target mesh but whose fusion and collective
+choices are XLA:CPU's (it never forms reduce-scatters, for one). The per-op sum assumes no
+overlap between ops (the book's upper-bound view of a schedule); ``book_gap`` sets it beside the
+book's step part by part, and ``memory_fit`` sets ``memory_analysis()`` against the chip's HBM.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from harness import schema
+from harness import book, schema
 from harness.hlo import Module, hlo_costs
 from predictions import hardware
 
@@ -59,3 +59,71 @@ def predict_module(module: Module, chip, *, model_flops: float | None = None,
     if analytic_s is not None:
         totals[schema.ANALYTIC_S] = analytic_s  # the book's workload-level step time
     return ChipPrediction(name, pred, by_category(pred), totals)
+
+
+# HLO categories -> the book's parts of a step (harness.book.PARTS)
+PART_OF_CATEGORY: dict[str, str] = {
+    "matmul": book.MATMUL, "attention": book.MATMUL, "collective": book.COLLECTIVE,
+    "elementwise": book.MEMORY, "reduction": book.MEMORY, "copy": book.MEMORY,
+    "other": book.MEMORY,
+}
+# which OPS column measures a part's work (FLOPs for matmuls, bytes otherwise)
+WORK_COLUMN = {book.MATMUL: schema.FLOPS, book.COLLECTIVE: schema.COMM_BYTES,
+               book.MEMORY: schema.HBM_BYTES}
+STEP = "step"
+
+
+def _hlo_parts(pred: pd.DataFrame) -> dict[str, tuple[float, float]]:
+    """Per part: (predicted seconds, work per device) summed over the part's ops."""
+    part = pred[schema.CATEGORY].map(PART_OF_CATEGORY).fillna(book.MEMORY)
+    out = {}
+    for name, column in WORK_COLUMN.items():
+        rows = pred[part == name]
+        out[name] = (float(rows[schema.PREDICTED_S].sum()),
+                     float((rows[column] * rows[schema.COUNT]).sum()))
+    return out
+
+
+def book_gap(parts: dict, compiles: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """The per-op sum next to the book's step, part by part, for each compile's OPS table
+    (``{"tpu": ops, "cpu": ops}``). ``parts``: ``harness.book.Analytic.parts``.
+
+    Per compile: ``<c>_s`` the part's predicted seconds; ``<c>_work_x`` its work (FLOPs or
+    bytes per device) over the book's; ``<c>_excess_s`` the seconds beyond that work done at the
+    book's rate (memory-bound matmuls, collective latency and hops, ...), or the plain difference
+    where the book gives no work (overlap, step, a part it leaves out). The per-op sum has no
+    overlap, so its ``overlap`` row is 0."""
+    hlo = {c: _hlo_parts(ops) for c, ops in compiles.items()}
+    rows = []
+    for name in (*book.PARTS, STEP):
+        bp = parts.get(name)
+        book_s = sum(p.seconds for p in parts.values()) if name == STEP else bp.seconds
+        work = bp.work if bp is not None else None
+        row = {schema.PART: name, schema.BOOK_S: book_s,
+               schema.BOOK_WORK: float("nan") if work is None else work}
+        for c, by_part in hlo.items():
+            s, w = by_part.get(name, (0.0, 0.0))
+            if name == STEP:
+                s = sum(v[0] for v in by_part.values())
+            ratio = w / work if work else float("nan")
+            row[schema.HLO_S.format(compile=c)] = s
+            row[schema.WORK_X.format(compile=c)] = ratio
+            # with no work to scale by (overlap, step, a part the book leaves out): plain gap
+            row[schema.EXCESS_S.format(compile=c)] = s - (ratio * book_s if work else book_s)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def memory_fit(memory: dict, chip) -> dict:
+    """``compiled.memory_analysis()`` per device against the chip's HBM. ``peak_bytes``: the
+    compiler's own peak where it reports one (buffers whose lifetimes do not overlap share
+    memory), else arguments + outputs - aliased + temporaries + code, an upper bound;
+    ``headroom_bytes`` < 0 means it does not fit."""
+    from predictions import hardware
+
+    hbm = hardware.chip_entry(chip).hbm_bytes
+    total = sum(memory.get(k, 0) for k in ("arguments", "outputs", "temporaries", "code")) \
+        - memory.get("aliased", 0)
+    peak = memory.get("peak") or total
+    return {**memory, "sum_bytes": total, "peak_bytes": peak, "hbm_bytes": hbm,
+            "headroom_bytes": hbm - peak, "fits": peak <= hbm}

@@ -21,6 +21,7 @@ import pandas as pd
 
 from harness import schema
 from harness.capture import cost_dict
+from harness.hlo import tpu
 from harness.hlo.attrs import HloParseError
 from harness.hlo.category import category
 from harness.hlo.desc import operand_leaves, to_desc
@@ -51,7 +52,10 @@ def _cost(instr: Instruction, module: Module) -> Cost:
     if instr.opcode == "async-start":
         instr = module.computation(instr.called("calls")[0]).root
     if instr.opcode in ("fusion", "fusion-start"):
-        inner = [to_desc(i, module) for i in fused_instructions(module, instr)]
+        if tpu.chain_role(module, instr) == "done":
+            return Cost()  # waits for a chained TPU collective (harness.hlo.tpu)
+        inner = [to_desc(i, module) for i in fused_instructions(module, instr)
+                 if not tpu.in_flight(module, instr, i)]
         return rules.fusion_cost(to_desc(instr, module), inner)
     return rules.cost(to_desc(instr, module))
 

@@ -8,7 +8,9 @@ named mesh axes when XLA printed the mesh form, otherwise ``(group size,)``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
+from harness.hlo import conv, tpu
 from harness.hlo.attrs import HloParseError
 from harness.hlo.ir import Computation, Instruction, Module
 from harness.hlo.walk import async_done
@@ -24,7 +26,8 @@ def operand_leaves(instr: Instruction) -> tuple[Shape, ...]:
 
 def _group_axes(instr: Instruction, module: Module) -> tuple[int, ...]:
     """Sizes of the mesh axes one group spans: named mesh axes when XLA printed them, else
-    (group size,); a permute spans the devices its pairs name."""
+    (group size,); a permute spans the largest set of devices its pairs connect (one ring of a
+    collective matmul, not every device that takes part in some ring)."""
     groups = instr.attrs.get("replica_groups")
     if groups is not None:
         if groups.kind == "mesh":
@@ -33,8 +36,27 @@ def _group_axes(instr: Instruction, module: Module) -> tuple[int, ...]:
         return (size,) if size > 1 else ()
     pairs = instr.attrs.get("source_target_pairs")
     if pairs:
-        return (len({d for p in pairs for d in p}),)
+        return (_largest_ring(pairs),)
     return ()
+
+
+def _largest_ring(pairs) -> int:
+    """Devices in the largest connected set of a permute's (source, target) pairs."""
+    parent: dict[int, int] = {}
+
+    def root(d: int) -> int:
+        while parent.setdefault(d, d) != d:
+            parent[d] = parent[parent[d]]
+            d = parent[d]
+        return d
+
+    for pair in pairs:
+        a, b = root(pair[0]), root(pair[-1])
+        parent[a] = b
+    sizes: dict[int, int] = {}
+    for d in list(parent):
+        sizes[root(d)] = sizes.get(root(d), 0) + 1
+    return max(sizes.values())
 
 
 def _check_dims(instr: Instruction) -> None:
@@ -77,15 +99,20 @@ def _async_start(instr: Instruction, module: Module) -> OpDesc:
 
 def _convolution(instr: Instruction, module: Module) -> OpDesc:
     """A convolution as a dot over the kernel: each output element contracts the kernel's input
-    features and window (``rhs_contracting`` = every kernel dim but ``o``)."""
+    features (``rhs_contracting``) and the window positions that meet input data
+    (``window_positions``; the TPU compiler prints batched matmuls this way)."""
     labels = instr.attrs.get("dim_labels")
     leaves = operand_leaves(instr)
     if labels is None or len(leaves) < 2 or len(labels[1]) != len(leaves[1].dims):
         return _plain(instr, module)
     lhs, rhs, _ = labels
+    # the window part counts only positions that meet input data (harness.hlo.conv)
+    positions = conv.window_positions(instr.attrs.get("window") or {}, labels, leaves[0].dims,
+                                      leaves[1].dims, instr.shapes[0].dims)
     return OpDesc("convolution", instr.shapes, leaves,
                   lhs_contracting=tuple(i for i, c in enumerate(lhs) if c == "f"),
-                  rhs_contracting=tuple(i for i, c in enumerate(rhs) if c != "o"))
+                  rhs_contracting=tuple(i for i, c in enumerate(rhs) if c == "i"),
+                  window_positions=positions)
 
 
 def _ints(values) -> tuple[int, ...]:
@@ -98,7 +125,11 @@ def _ints(values) -> tuple[int, ...]:
 def _custom_call(instr: Instruction, module: Module) -> OpDesc:
     """cuBLAS-style GEMM custom calls carry dot dimension numbers in their backend config;
     they are costed as a ``dot`` (result = the first leaf; the rest, an ``s8[...]`` workspace,
-    never leaves the library) reading every operand (a third one is the C or bias matrix)."""
+    never leaves the library) reading every operand (a third one is the C or bias matrix). TPU
+    bookkeeping calls take the rule of the opcode ``harness.hlo.tpu`` names."""
+    as_opcode = tpu.custom_call_opcode(instr)
+    if as_opcode is not None:
+        return replace(_plain(instr, module), opcode=as_opcode)
     config = instr.backend_config()
     gemm = config.get("gemm_backend_config", config)
     dims = gemm.get("dot_dimension_numbers") if isinstance(gemm, dict) else None

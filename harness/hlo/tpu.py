@@ -1,0 +1,66 @@
+"""What only the TPU compiler's HLO holds: its custom calls and async collective fusions.
+
+Seen in modules compiled by libtpu (``tests/fixtures/tpu/``):
+
+- Custom calls that are bookkeeping, not kernels. ``CUSTOM_CALL_AS`` prices each target by the
+  rule of an ordinary opcode that does the same work (``predictions.rules.RULES``).
+- Async collective fusions: one collective is split across a chain of fusions that share a
+  ``frontend_attributes={chain_id="k"}`` on a copy of the collective: ``async-collective-start``
+  (root ``custom-call`` ``AsyncCollectiveStart``), continuation fusions where the transfer runs
+  under a matmul (a collective matmul, `sharding.md`), and ``async-collective-done`` (root
+  ``AsyncCollectiveDone``). The data moves once: the start fusion is charged the collective;
+  in continuations the copy is the same transfer in flight (the fusion is costed as the rest
+  of its work), and the done fusion only waits (zero cost, like an async ``-done``).
+"""
+from __future__ import annotations
+
+import re
+
+from harness.hlo.ir import Instruction, Module
+
+# TPU custom-call target -> the opcode whose rule prices it
+CUSTOM_CALL_AS: dict[str, str] = {
+    "AllocateBuffer": "bitcast",                 # reserves a buffer: no work
+    "AsyncCollectiveStart": "bitcast",           # starts the collective it takes as operand,
+    "AsyncCollectiveDone": "bitcast",            # which is costed itself; the done only waits
+    "AssumeGatherIndicesInBound": "bitcast",     # an assertion on gather indices, no work
+    "GatherScatterIndicesBitpacked": "copy",     # packs gather indices: reads, writes them
+}
+START, DONE = "AsyncCollectiveStart", "AsyncCollectiveDone"
+COLLECTIVE_OPCODES = frozenset({"all-gather", "all-reduce", "reduce-scatter", "all-to-all",
+                                "collective-permute", "ragged-all-to-all"})
+_CHAIN_RE = re.compile(r'chain_id="([^"]*)"')
+
+
+def custom_call_opcode(instr: Instruction) -> str | None:
+    """The opcode whose rule prices a TPU custom call, or None for other targets."""
+    return CUSTOM_CALL_AS.get(_target(instr))
+
+
+def _target(instr: Instruction) -> str:
+    return str(instr.attrs.get("custom_call_target", "")).strip('"')
+
+
+def chain_role(module: Module, fusion: Instruction) -> str | None:
+    """"start" | "done" | "continue" for a fusion in an async collective chain, else None."""
+    if fusion.opcode != "fusion" or not fusion.called("calls"):
+        return None
+    cache = module.cache.setdefault("tpu_chain_role", {})
+    if fusion.name not in cache:
+        body = module.computation(fusion.called("calls")[0])
+        role = None
+        if body.root.opcode == "custom-call" and _target(body.root) in (START, DONE):
+            role = "start" if _target(body.root) == START else "done"
+        elif any(i.opcode in COLLECTIVE_OPCODES and _CHAIN_RE.search(
+                str(i.attrs.get("frontend_attributes", ""))) for i in body.instructions):
+            role = "continue"
+        cache[fusion.name] = role
+    return cache[fusion.name]
+
+
+def in_flight(module: Module, fusion: Instruction, inner: Instruction) -> bool:
+    """True for the copy of a chained collective inside a continuation or done fusion: the
+    transfer the chain's start fusion is charged for."""
+    return (inner.opcode in COLLECTIVE_OPCODES
+            and chain_role(module, fusion) in ("continue", "done")
+            and _CHAIN_RE.search(str(inner.attrs.get("frontend_attributes", ""))) is not None)
