@@ -23,6 +23,8 @@ class Workload:
     ``abstract=True`` the args are ``jax.ShapeDtypeStruct`` carrying shardings, for ahead-of-time
     lowering. ``expected_collectives(cfg, mesh)`` gives the HLO collective opcodes the book says
     the layout needs (``{"all-gather": 1}``), or None when the workload makes no claim.
+    ``carry(args, out) -> args`` gives the next step's arguments when ``fn`` donates some of its
+    inputs (a decode step's KV cache); None: every step reuses ``args``.
     """
 
     name: str
@@ -34,6 +36,7 @@ class Workload:
     default_mesh: str = "4x2"
     expected_collectives: Callable[[Any, Any], dict[str, int] | None] = field(
         default=lambda cfg, mesh: None)
+    carry: Callable[[tuple, Any], tuple] | None = None
 
 
 # Canonical dtype names (numpy/jax spelling) and the aliases the CLI accepts.

@@ -102,7 +102,7 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
     try:
         log.info("running %s (%s) on mesh %s", name, preset, dict(built.mesh.shape))
         cap = capture(built.fn, built.args, warmup=warmup, steps=steps,
-                      out_dir=scratch / "trace", mesh=built.mesh)
+                      out_dir=scratch / "trace", mesh=built.mesh, carry=built.workload.carry)
         meta = dict(built.meta, preset=preset, overrides=overrides or {})
         analysis = analyze_capture(cap, chip=chip, meta=meta, book=built.book,
                                    expected_collectives=built.expected_collectives(),

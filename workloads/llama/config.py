@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from workloads.base import WorkloadError, canonical_dtype
 
+ATTENTIONS = ("fused", "naive")
+
 
 @dataclass(frozen=True)
 class Dims:
@@ -24,8 +26,15 @@ class Dims:
     V: int = 256
     rope_theta: float = 500000.0  # LLaMA-3's RoPE base
     norm_eps: float = 1e-5
+    # How attention is computed (not architecture; kept here so every workload has it):
+    # "fused" = jax.nn.dot_product_attention (cuDNN flash attention on GPU where it applies),
+    # "naive" = the hand-written einsum/softmax path (model.ATTENTION).
+    attention: str = "fused"
 
     def check_dims(self) -> None:
+        if self.attention not in ATTENTIONS:
+            raise WorkloadError(f"unknown attention {self.attention!r}; valid: "
+                                f"{', '.join(ATTENTIONS)}")
         for name in ("L", "D", "F", "N", "K", "H", "V"):
             if getattr(self, name) < 1:
                 raise WorkloadError(f"{name} must be positive, got {getattr(self, name)}")

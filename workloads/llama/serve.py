@@ -9,7 +9,10 @@ The cache is ``{"k_LBSKH", "v_LBSKH"}``, sharded [B_batch, S, K_model, H] (refer
 ``int8_kv`` it holds int8 values plus per-(token, head) scales ``k_scale_LBSK``/``v_scale_LBSK``.
 ``int8_weights`` stores every matrix as int8 with a per-output-channel scale and dequantises in
 the matmul. Default parallelism ``dp_tp``: batch over X, heads/F over Y — model parallelism for
-decode, since FSDP would move the weights every step (reference §7.4). Nothing is donated.
+decode, since FSDP would move the weights every step (reference §7.4). Decode donates the cache
+(``donate_argnums=1``): the output cache aliases the input and each layer's write is an in-place
+dynamic-update-slice, so a step needs one cache, not two; ``carry_cache`` feeds the returned
+cache into the next step.
 """
 from __future__ import annotations
 
@@ -94,45 +97,67 @@ def _quantize_kv(x_BTKH):
     return q8.astype(jnp.int8), scale.astype(x_BTKH.dtype)
 
 
-def _write(c: dict, k_BTKH, v_BTKH, pos) -> dict:
-    """Write the new tokens' K/V into one layer's cache at slot ``pos``."""
-    at = lambda buf, new: jax.lax.dynamic_update_slice_in_dim(buf, new, pos, axis=1)  # noqa: E731
-    if "k_scale_LBSK" not in c:
-        return {"k_LBSKH": at(c["k_LBSKH"], k_BTKH.astype(c["k_LBSKH"].dtype)),
-                "v_LBSKH": at(c["v_LBSKH"], v_BTKH.astype(c["v_LBSKH"].dtype))}
+def _write(c: dict, layer, k_BTKH, v_BTKH, pos) -> dict:
+    """Write the new tokens' K/V into the stacked cache at (``layer``, slot ``pos``): a
+    dynamic-update-slice of the whole [L, B, S, K, H] buffer that touches only the update, so
+    the scan carry (and the donated argument) is updated in place."""
+    def at(buf, new):
+        start = (layer, 0, pos) + (0,) * (buf.ndim - 3)
+        return jax.lax.dynamic_update_slice(buf, new[None].astype(buf.dtype), start)
+
     out = {}
     for name, x in (("k", k_BTKH), ("v", v_BTKH)):
-        q8, scale = _quantize_kv(x)
-        out[f"{name}_LBSKH"] = at(c[f"{name}_LBSKH"], q8)
-        out[f"{name}_scale_LBSK"] = at(c[f"{name}_scale_LBSK"], scale)
+        if f"{name}_scale_LBSK" in c:
+            q8, scale = _quantize_kv(x)
+            out[f"{name}_LBSKH"] = at(c[f"{name}_LBSKH"], q8)
+            out[f"{name}_scale_LBSK"] = at(c[f"{name}_scale_LBSK"], scale)
+        else:
+            out[f"{name}_LBSKH"] = at(c[f"{name}_LBSKH"], x)
     return out
 
 
-def _read(c: dict, name: str, dtype):
-    x = c[f"{name}_LBSKH"]
+def _read(c: dict, layer, name: str, dtype):
+    """One layer's K or V [B, S, K, H] from the stacked cache, dequantised to ``dtype``."""
+    x = jax.lax.dynamic_index_in_dim(c[f"{name}_LBSKH"], layer, keepdims=False)
     if f"{name}_scale_LBSK" in c:
-        return x.astype(dtype) * c[f"{name}_scale_LBSK"][..., None].astype(dtype)
+        scale = jax.lax.dynamic_index_in_dim(c[f"{name}_scale_LBSK"], layer, keepdims=False)
+        return x.astype(dtype) * scale[..., None].astype(dtype)
     return x.astype(dtype)
 
 
 def extend(params, cache, tokens_BT, pos, cfg: ServeConfig, sh: Sharder):
-    """Run T new tokens at slots [pos, pos + T): returns (logits_BTV, updated cache)."""
+    """Run T new tokens at slots [pos, pos + T): returns (logits_BTV, updated cache).
+
+    The stacked cache rides in the layer loop's carry and layer l writes its slice in place
+    (a scan's per-layer outputs would be a second cache-sized buffer). With ``pos`` the Python
+    int 0 (prefill) the tokens attend causally over their own K/V, not over all S slots
+    (MaxText's prefill); otherwise over the cache slots up to their position.
+    """
     d = dims_of(cfg)
     dtype = jnp.dtype(cfg.dtype)
     B, T = tokens_BT.shape
+    cached = not (isinstance(pos, int) and pos == 0)
     x = sh.act(model.embed(params["embed_VD"], tokens_BT).astype(dtype), "BTD")
     pos_BT = pos + jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+    c_specs = cache_specs(cfg, sh)
 
-    def body(x, w_and_cache):
-        w, c = w_and_cache
+    def body(carry, w_and_layer):
+        x, c = carry
+        w, layer = w_and_layer
 
         def kv_fn(k, v):
-            c_new = {n: sh.act(a, "BSKH"[:a.ndim]) for n, a in _write(c, k, v, pos).items()}
-            return _read(c_new, "k", dtype), _read(c_new, "v", dtype), pos + T, c_new
+            c_new = _write(c, layer, k, v, pos)
+            if sh.mesh is not None:
+                c_new = {n: jax.lax.with_sharding_constraint(a, named(sh.mesh, c_specs[n]))
+                         for n, a in c_new.items()}
+            if not cached:
+                return k, v, False, c_new
+            return _read(c_new, layer, "k", dtype), _read(c_new, layer, "v", dtype), True, c_new
 
-        return model.block(x, w, pos_BT, d, sh, kv_fn)
+        return model.block(x, w, pos_BT, d, sh, kv_fn), None
 
-    x, cache = model.run_layers(body, x, (params["layers"], cache), cfg.scan_layers)
+    layers = (params["layers"], jnp.arange(cfg.L, dtype=jnp.int32))
+    (x, cache), _ = model.run_layers(body, (x, cache), layers, cfg.scan_layers)
     return model.logits(params, x, d, sh), cache
 
 
@@ -212,11 +237,11 @@ def build_decode(cfg: ServeConfig, mesh: AnyMesh | None, abstract: bool = False)
     abs_tree = (p_abs, cache_shapes(cfg), jax.ShapeDtypeStruct((cfg.B, 1), jnp.int32),
                 jax.ShapeDtypeStruct((), jnp.int32))
     if mesh is None:
-        fn, shardings = jax.jit(decode), None
+        fn, shardings = jax.jit(decode, donate_argnums=1), None
     else:
         c_sh = _shard(mesh, c_specs)
         shardings = (sh.param_shardings(p_abs), c_sh, sh.sharding("BT"), named(mesh, P()))
-        fn = jax.jit(decode, in_shardings=shardings,
+        fn = jax.jit(decode, in_shardings=shardings, donate_argnums=1,
                      out_shardings=(named(mesh, P(sh.batch, sh.model)), c_sh))
 
     def host():
@@ -224,6 +249,13 @@ def build_decode(cfg: ServeConfig, mesh: AnyMesh | None, abstract: bool = False)
         return host_params(cfg), cache, tokens(cfg, 1), np.int32(cfg.decode_pos)
 
     return fn, tuple(_args(cfg, mesh, abstract, abs_tree, shardings, host))
+
+
+def carry_cache(args: tuple, out: tuple) -> tuple:
+    """Decode's next arguments: the same params, tokens and slot, the cache just returned (the
+    one passed in was donated)."""
+    params, _, tokens_B1, pos = args
+    return params, out[1], tokens_B1, pos
 
 
 PREFILL = Workload(
@@ -240,4 +272,5 @@ DECODE = Workload(
     build=build_decode,
     presets=PRESETS,
     description="LLaMA-3 decode: one token for each of B sequences against a KV cache of S slots",
+    carry=carry_cache,
 )
