@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from harness.hlo.attrs import HloParseError
+from harness.hlo.fmha import fmha_desc, is_fmha
 from harness.hlo.ir import Instruction, Module
 from harness.hlo.walk import async_done
 from predictions.rules import OpDesc, Shape
@@ -98,7 +99,10 @@ def _ints(values) -> tuple[int, ...]:
 
 def _custom_call(instr: Instruction, module: Module) -> OpDesc:
     """cuBLAS-style GEMM custom calls carry dot dimension numbers in their backend config;
-    they are costed as a ``dot`` (result = the first leaf; the rest is workspace)."""
+    they are costed as a ``dot`` (result = the first leaf; the rest is workspace). cuDNN fused
+    attention calls go to ``harness.hlo.fmha``."""
+    if is_fmha(instr):
+        return fmha_desc(instr)
     config = instr.backend_config()
     gemm = config.get("gemm_backend_config", config)
     dims = gemm.get("dot_dimension_numbers") if isinstance(gemm, dict) else None
