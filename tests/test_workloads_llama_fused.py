@@ -154,3 +154,37 @@ def test_decode_cache_is_donated_and_updated_in_place():
     args = serve.carry_cache(args, out)
     out = fn(*args)
     assert out[1]["k_LBSKH"].shape == (8, 4, 1024, cfg.K, cfg.H)
+
+
+# --- memory need per device --------------------------------------------------------------------
+
+def test_memory_need_by_hand():
+    from workloads.llama import memory
+
+    cfg = train.PRESETS["tiny"]   # bf16 params, fp32 moments
+    P = model.count_params(model.abstract_params(dims_of(cfg)))
+    need = memory.train_bytes(cfg)
+    assert (need["parameters"], need["gradients"], need["optimizer"]) == (2 * P, 2 * P, 8 * P)
+    # 8B decode (B=32, S=8192): K and V of 32 layers x 8 heads x 128 dims, bf16, per token
+    dec = workloads.get("llama_decode")
+    cfg = dec.presets["8b"]
+    need = dec.memory(cfg, None)
+    assert need["kv_cache"] == 2 * 32 * 8 * 128 * 2 * 32 * 8192
+    assert memory.total(need) < 80e9          # fits one 80 GB GPU with one copy of the cache
+    # dp_tp on 4x2: cache split over batch (4) and KV heads (2); weights over the model axis
+    cfg = dec.presets["tiny"]
+    split = dec.memory(cfg, make_mesh("4x2"))
+    whole = dec.memory(cfg, None)
+    assert split["kv_cache"] == whole["kv_cache"] / 8
+    assert split["parameters"] == whole["parameters"] / 2
+
+
+def test_memory_need_matches_xla_arguments():
+    """XLA's argument bytes for a decode step are the weights, the cache, the tokens and the
+    slot: the analytic parameter and cache terms must add up to them exactly."""
+    cfg = workloads.make_config("llama_decode", "tiny", {"dtype": "f32", "S": "64"})
+    fn, args = serve.build_decode(cfg, None)
+    analysis = fn.lower(*args).compile().memory_analysis()
+    need = workloads.get("llama_decode").memory(cfg, None)
+    assert need["parameters"] + need["kv_cache"] + cfg.B * 4 + 4 == \
+        analysis.argument_size_in_bytes

@@ -30,9 +30,18 @@ def new_run_id(workload: str) -> str:
 def list_workloads() -> pd.DataFrame:
     import workloads
 
-    return pd.DataFrame([{"workload": w.name, "presets": ", ".join(w.presets),
+    return pd.DataFrame([{"workload": w.name, "presets": ", ".join(_presets(w)),
                           "default mesh": w.default_mesh, "description": w.description}
                          for w in workloads.WORKLOADS.values()])
+
+
+def _presets(w) -> list[str]:
+    """Preset names, each with its analytic memory need on one device when the workload has one
+    (``Workload.memory``)."""
+    if w.memory is None:
+        return list(w.presets)
+    return [f"{name} ({sum(w.memory(cfg, None).values()) / 2**30:.3g} GiB)"
+            for name, cfg in w.presets.items()]
 
 
 def save_analysis(a: Analysis, path: Path, extra: dict[str, str | bytes] | None = None) -> Path:

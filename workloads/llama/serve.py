@@ -24,7 +24,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from workloads.base import Workload, WorkloadError, check_choice
-from workloads.llama import model
+from workloads.llama import memory, model
 from workloads.llama.config import MODEL_DIMS, Dims, dims_of, fix_dtypes
 from workloads.llama.sharding import PARALLELISMS, Sharder
 from workloads.mesh import AnyMesh, named
@@ -67,6 +67,7 @@ def _preset(name: str, **run) -> ServeConfig:
 PRESETS: dict[str, ServeConfig] = {
     "tiny": _preset("tiny"),
     "100m": _preset("100m", B=16, T=512, S=1024),
+    "1b": _preset("1b", B=32, T=2048, S=8192),
     # reference §10 AI-3: LLaMA-3 70B decode at batch 32 with 8192-token contexts
     "8b": _preset("8b", B=32, T=2048, S=8192),
     "70b": _preset("70b", B=32, T=2048, S=8192),
@@ -126,12 +127,13 @@ def _read(c: dict, layer, name: str, dtype):
 
 
 def extend(params, cache, tokens_BT, pos, cfg: ServeConfig, sh: Sharder):
-    """Run T new tokens at slots [pos, pos + T): returns (logits_BTV, updated cache).
+    """Run T new tokens at slots [pos, pos + T): returns (logits [B, T or 1, V], updated cache).
 
     The stacked cache rides in the layer loop's carry and layer l writes its slice in place
     (a scan's per-layer outputs would be a second cache-sized buffer). With ``pos`` the Python
     int 0 (prefill) the tokens attend causally over their own K/V, not over all S slots
-    (MaxText's prefill); otherwise over the cache slots up to their position.
+    (MaxText's prefill) and only the last token's logits are computed; otherwise the tokens
+    attend over the cache slots up to their position.
     """
     d = dims_of(cfg)
     dtype = jnp.dtype(cfg.dtype)
@@ -158,6 +160,8 @@ def extend(params, cache, tokens_BT, pos, cfg: ServeConfig, sh: Sharder):
 
     layers = (params["layers"], jnp.arange(cfg.L, dtype=jnp.int32))
     (x, cache), _ = model.run_layers(body, (x, cache), layers, cfg.scan_layers)
+    if not cached:   # prefill: only the last token's logits are used (skips 2·D·V·(T-1)·B FLOPs)
+        x = x[:, -1:]
     return model.logits(params, x, d, sh), cache
 
 
@@ -264,6 +268,7 @@ PREFILL = Workload(
     build=build_prefill,
     presets=PRESETS,
     description="LLaMA-3 prefill: B prompts of T tokens into a fresh KV cache of S slots",
+    memory=memory.prefill_bytes,
 )
 
 DECODE = Workload(
@@ -273,4 +278,5 @@ DECODE = Workload(
     presets=PRESETS,
     description="LLaMA-3 decode: one token for each of B sequences against a KV cache of S slots",
     carry=carry_cache,
+    memory=memory.serve_bytes,
 )

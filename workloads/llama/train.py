@@ -19,7 +19,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from workloads.base import Workload, check_choice
-from workloads.llama import model
+from workloads.llama import memory, model
 from workloads.llama.config import MODEL_DIMS, Dims, dims_of, fix_dtypes
 from workloads.llama.sharding import PARALLELISMS, Sharder
 from workloads.mesh import AnyMesh, named, put
@@ -59,6 +59,8 @@ def _preset(name: str, **run) -> TrainConfig:
 PRESETS: dict[str, TrainConfig] = {
     "tiny": _preset("tiny"),
     "100m": _preset("100m", B=16, T=512),
+    # the largest that fits one 80 GB GPU: ~12 bytes/param of state, matmul outputs saved
+    "1b": _preset("1b", B=4, T=4096, remat="dots"),
     # real sizes: 1M-token batches of 4k sequences, block remat (reference §5.2)
     "8b": _preset("8b", B=256, T=4096, remat="full"),
     "70b": _preset("70b", B=256, T=4096, remat="full"),
@@ -159,4 +161,5 @@ WORKLOAD = Workload(
     build=build,
     presets=PRESETS,
     description="LLaMA-3 training step (forward, backward, AdamW) under dp/fsdp/tp/fsdp_tp/dp_tp",
+    memory=memory.train_bytes,
 )
