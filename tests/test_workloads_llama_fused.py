@@ -147,13 +147,27 @@ def test_decode_cache_is_donated_and_updated_in_place():
     assert re.findall(r"\{(\d+)\}: \((\d+), \{\}", header) == [("1", str(n_params)),
                                                                 ("2", str(n_params + 1))]
     one_kv = 8 * 4 * 1024 * cfg.K * cfg.H * 4   # L * B * S * K * H * 4 bytes
-    assert args[1]["k_LBSKH"].nbytes == one_kv
+    assert args[1]["k_LBKSH"].nbytes == one_kv
     assert compiled.memory_analysis().temp_size_in_bytes < one_kv
     # and the donated step runs twice with the cache carried
     out = fn(*args)
     args = serve.carry_cache(args, out)
     out = fn(*args)
-    assert out[1]["k_LBSKH"].shape == (8, 4, 1024, cfg.K, cfg.H)
+    assert out[1]["k_LBKSH"].shape == (8, 4, cfg.K, 1024, cfg.H)
+
+
+@pytest.mark.parametrize("attention", ["fused", "naive"])
+def test_decode_reads_the_cache_without_transposing_it(attention):
+    """Cache [L, B, K, S, H]: each layer's K and V feed the attention dots as they lie. With
+    [L, B, S, K, H] XLA transposed both, every layer, every step (seen in this HLO before)."""
+    B, S = 2, 96
+    cfg = workloads.make_config("llama_decode", "tiny", {"dtype": "f32", "B": str(B), "S": str(S),
+                                                         "attention": attention})
+    fn, args = serve.build_decode(cfg, None)
+    text = fn.lower(*args).compile().as_text()
+    moved = re.findall(r"= f32\[([\d,]+)\]\S* (?:transpose|copy)\(", text)
+    layer_kv = sorted((B, cfg.K, S, cfg.H))
+    assert [m for m in moved if sorted(map(int, m.split(","))) == layer_kv] == []
 
 
 # --- memory need per device --------------------------------------------------------------------

@@ -5,8 +5,11 @@
 - decode: ``fn(params, cache, tokens_B1, pos) -> (logits_BV, cache)`` appends one token per
   sequence at slot ``pos`` (the same for every sequence) and attends over slots [0, pos].
 
-The cache is ``{"k_LBSKH", "v_LBSKH"}``, sharded [B_batch, S, K_model, H] (reference §7.4); with
-``int8_kv`` it holds int8 values plus per-(token, head) scales ``k_scale_LBSK``/``v_scale_LBSK``.
+The cache is ``{"k_LBKSH", "v_LBKSH"}``, sharded [B_batch, K_model, S, H] (reference §7.4); with
+``int8_kv`` it holds int8 values plus per-(token, head) scales ``k_scale_LBKS``/``v_scale_LBKS``.
+K before S: one layer's [B, K, S, H] has the batch dims of both attention matmuls (B, K) major
+and S, H minor, so they read it as it lies (in [B, S, K, H] every layer's K and V would be
+transposed, one more pass over the cache each step).
 ``int8_weights`` stores every matrix as int8 with a per-output-channel scale and dequantises in
 the matmul. Default parallelism ``dp_tp``: batch over X, heads/F over Y — model parallelism for
 decode, since FSDP would move the weights every step (reference §7.4). Decode donates the cache
@@ -79,17 +82,17 @@ PRESETS: dict[str, ServeConfig] = {
 
 def cache_shapes(cfg: ServeConfig) -> dict:
     dtype = jnp.int8 if cfg.int8_kv else jnp.dtype(cfg.dtype)
-    kv = (cfg.L, cfg.B, cfg.S, cfg.K, cfg.H)
-    out = {"k_LBSKH": jax.ShapeDtypeStruct(kv, dtype), "v_LBSKH": jax.ShapeDtypeStruct(kv, dtype)}
+    kv = (cfg.L, cfg.B, cfg.K, cfg.S, cfg.H)
+    out = {"k_LBKSH": jax.ShapeDtypeStruct(kv, dtype), "v_LBKSH": jax.ShapeDtypeStruct(kv, dtype)}
     if cfg.int8_kv:
         scale = jax.ShapeDtypeStruct(kv[:-1], jnp.dtype(cfg.dtype))
-        out.update(k_scale_LBSK=scale, v_scale_LBSK=scale)
+        out.update(k_scale_LBKS=scale, v_scale_LBKS=scale)
     return out
 
 
 def cache_specs(cfg: ServeConfig, sh: Sharder) -> dict:
-    bskh = tuple(sh.spec("BSKH"))
-    return {k: P(None, *bskh[:len(v.shape) - 1]) for k, v in cache_shapes(cfg).items()}
+    lbksh = (None, sh.batch, sh.kv, None, None)
+    return {k: P(*lbksh[:len(v.shape)]) for k, v in cache_shapes(cfg).items()}
 
 
 def _quantize_kv(x_BTKH):
@@ -102,28 +105,29 @@ def _write(c: dict, layer, k_BTKH, v_BTKH, pos) -> dict:
     """Write the new tokens' K/V into the stacked cache at (``layer``, slot ``pos``): a
     dynamic-update-slice of the whole [L, B, S, K, H] buffer that touches only the update, so
     the scan carry (and the donated argument) is updated in place."""
-    def at(buf, new):
-        start = (layer, 0, pos) + (0,) * (buf.ndim - 3)
-        return jax.lax.dynamic_update_slice(buf, new[None].astype(buf.dtype), start)
+    def at(buf, new_BTK):   # [B, T, K, ...] -> [1, B, K, T, ...] at (layer, 0, 0, pos, 0)
+        new = jnp.swapaxes(new_BTK, 1, 2)[None].astype(buf.dtype)
+        return jax.lax.dynamic_update_slice(buf, new, (layer, 0, 0, pos) + (0,) * (buf.ndim - 4))
 
     out = {}
     for name, x in (("k", k_BTKH), ("v", v_BTKH)):
-        if f"{name}_scale_LBSK" in c:
+        if f"{name}_scale_LBKS" in c:
             q8, scale = _quantize_kv(x)
-            out[f"{name}_LBSKH"] = at(c[f"{name}_LBSKH"], q8)
-            out[f"{name}_scale_LBSK"] = at(c[f"{name}_scale_LBSK"], scale)
+            out[f"{name}_LBKSH"] = at(c[f"{name}_LBKSH"], q8)
+            out[f"{name}_scale_LBKS"] = at(c[f"{name}_scale_LBKS"], scale)
         else:
-            out[f"{name}_LBSKH"] = at(c[f"{name}_LBSKH"], x)
+            out[f"{name}_LBKSH"] = at(c[f"{name}_LBKSH"], x)
     return out
 
 
 def _read(c: dict, layer, name: str, dtype):
-    """One layer's K or V [B, S, K, H] from the stacked cache, dequantised to ``dtype``."""
-    x = jax.lax.dynamic_index_in_dim(c[f"{name}_LBSKH"], layer, keepdims=False)
-    if f"{name}_scale_LBSK" in c:
-        scale = jax.lax.dynamic_index_in_dim(c[f"{name}_scale_LBSK"], layer, keepdims=False)
-        return x.astype(dtype) * scale[..., None].astype(dtype)
-    return x.astype(dtype)
+    """One layer's K or V from the stacked cache, dequantised to ``dtype``, as [B, S, K, H]
+    (a logical transpose of the stored [B, K, S, H] that XLA folds into the attention dots)."""
+    x = jax.lax.dynamic_index_in_dim(c[f"{name}_LBKSH"], layer, keepdims=False).astype(dtype)
+    if f"{name}_scale_LBKS" in c:
+        scale = jax.lax.dynamic_index_in_dim(c[f"{name}_scale_LBKS"], layer, keepdims=False)
+        x = x * scale[..., None].astype(dtype)
+    return jnp.swapaxes(x, 1, 2)
 
 
 def extend(params, cache, tokens_BT, pos, cfg: ServeConfig, sh: Sharder):
