@@ -4,9 +4,14 @@ FSDP x TP or DP x TP (reference §6.1; specs in ``workloads.llama.sharding``).
 ``fn(params, opt_state, inputs_BT, targets_BT) -> (params, opt_state, loss)``. B counts
 sequences of T tokens (the book's B is tokens: B·T here). Params and activations are
 ``param_dtype`` (bf16 by default), AdamW moments ``opt_dtype`` (fp32): 2 + 4 + 4 = 10 bytes per
-parameter as in `training.md` (reference §6.3); no fp32 master copy. Optimizer state is sharded
-like the params (ZeRO-3 under FSDP). Arguments are not donated, so the harness can call
-``fn(*args)`` repeatedly with the same inputs.
+parameter as in `training.md` (reference §6.3); no fp32 master copy. (MaxText's default keeps
+fp32 weights and casts them to bf16 for the matmuls; the book's 10 bytes/param is kept here,
+``--set param_dtype=float32`` gives fp32 weights and fp32 compute.) Matmuls take bf16 operands
+and return bf16; GPUs and TPUs accumulate them in fp32 whatever the output type, so no
+``preferred_element_type`` (an fp32 output would double the bytes written); attention scores and
+softmax are fp32. Optimizer state is sharded like the params (ZeRO-3 under FSDP). Arguments are
+not donated, so the harness can call ``fn(*args)`` repeatedly with the same inputs. Layers run
+under ``lax.scan`` (``scan_layers``) with the ``remat`` policy of ``model.REMAT_POLICIES``.
 """
 from __future__ import annotations
 
