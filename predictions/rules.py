@@ -172,6 +172,34 @@ for _name in tuple(COLLECTIVE_RULES):
     COLLECTIVE_RULES[_name + "-start"] = COLLECTIVE_RULES[_name]
     COLLECTIVE_RULES[_name + "-done"] = _zero  # the work is charged to the start
 
+# --- fused attention (cuDNN flash-attention custom calls) ---------------------------------------
+# The HLO layer describes a ``__cudnn$fmha*`` custom call as one of these pseudo-opcodes, with
+# operands (Q, K, V, ...) and ``rhs_batch``/``rhs_contracting`` naming K's batch/head and head-dim
+# dims (the rest of K is the key length S). Forward: QK^T and PV are 2·B·T·S·N·H FLOPs each
+# (roofline.md's 2 x every distinct dim), 4·B·T·S·N·H; a causal mask skips half (the convention
+# of FlashAttention's FLOP counts; exactly (S+1)/2S when T = S). Backward: 2.5x the forward
+# (five T x S matmuls to the forward's two, recomputing QK^T: FlashAttention-2's accounting).
+# Bytes: every operand read (Q, K, V; dO, O and the softmax statistics backward) and every result
+# written once (O, or dQ, dK, dV); the T x S scores never reach HBM (profiling.md: inside a
+# fusion values stay on chip).
+FUSED_ATTENTION: dict[str, tuple[float, float]] = {   # pseudo-opcode: (x forward, x causal)
+    "fused-attention": (1.0, 1.0),
+    "fused-attention-causal": (1.0, 0.5),
+    "fused-attention-backward": (2.5, 1.0),
+    "fused-attention-backward-causal": (2.5, 0.5),
+}
+
+
+def _fused_attention(op: OpDesc) -> Cost:
+    if len(op.operands) < 3 or not op.rhs_contracting:
+        return replace(UNMODELED, notes=(f"{op.opcode} without Q, K, V and dot dimensions",))
+    q, k = op.operands[0], op.operands[1]
+    S = math.prod(d for i, d in enumerate(k.dims)
+                  if i not in op.rhs_batch and i not in op.rhs_contracting)
+    passes, causal = FUSED_ATTENTION[op.opcode]
+    return Cost(flops=4.0 * q.elements * S * passes * causal, hbm_bytes=_io_bytes(op))
+
+
 ELEMENTWISE = (
     "add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "power", "atan2",
     "and", "or", "xor", "not", "shift-left", "shift-right-arithmetic", "shift-right-logical",
@@ -196,6 +224,7 @@ RULES: dict[str, Rule] = {
     "reduce": _reduce, "reduce-window": _reduce, "select-and-scatter": _reduce,
     "sort": _sort, "dot": _dot, "convolution": _convolution,
     **COLLECTIVE_RULES,
+    **{name: _fused_attention for name in FUSED_ATTENTION},
 }
 
 # HLO opcode -> report category (harness.schema.CATEGORIES); fusions are classified by the HLO
@@ -207,6 +236,7 @@ CATEGORY: dict[str, str] = {
     **{name: C_REDUCTION for name in ("reduce", "reduce-window", "select-and-scatter")},
     **{name: C_COLLECTIVE for name in COLLECTIVE_RULES},
     "dot": C_MATMUL, "convolution": C_MATMUL,
+    **{name: C_ATTENTION for name in FUSED_ATTENTION},
 }
 
 

@@ -187,10 +187,10 @@ def test_serving_workloads_run_from_the_registry():
         fn, args = workloads.get(name).build(cfg, mesh)
         logits, cache = fn(*args)
         assert logits.shape == (cfg.B, cfg.V) and logits.dtype == jnp.bfloat16
-        assert cache["k_LBSKH"].shape == (cfg.L, cfg.B, cfg.S, cfg.K, cfg.H)
+        assert cache["k_LBKSH"].shape == (cfg.L, cfg.B, cfg.K, cfg.S, cfg.H)
         # reference §7.4: cache split over batch (X) and KV heads (Y)
-        assert cache["k_LBSKH"].sharding.shard_shape(cache["k_LBSKH"].shape) == (
-            cfg.L, cfg.B // 4, cfg.S, cfg.K // 2, cfg.H)
+        assert cache["k_LBKSH"].sharding.shard_shape(cache["k_LBKSH"].shape) == (
+            cfg.L, cfg.B // 4, cfg.K // 2, cfg.S, cfg.H)
 
 
 # --- ahead of time ------------------------------------------------------------------------------

@@ -24,6 +24,10 @@ class Workload:
     lowering. ``expected_collectives(cfg, mesh)`` gives the HLO collective opcodes the book says
     the layout needs (``{"all-gather": 1}``), or None when the workload makes no claim.
     Its default mesh spans every device (``workloads.mesh.workload_mesh``).
+    ``memory(cfg, mesh) -> {component: bytes}`` is the analytic need per device (mesh None: one
+    device), from the book's formulas. ``carry(args, out) -> args`` gives the next step's
+    arguments when ``fn`` donates some of its inputs (a decode step's KV cache); None: every
+    step reuses ``args``.
     """
 
     name: str
@@ -34,6 +38,8 @@ class Workload:
     mesh_axes: tuple[str, ...] = ("X", "Y")
     expected_collectives: Callable[[Any, Any], dict[str, int] | None] = field(
         default=lambda cfg, mesh: None)
+    carry: Callable[[tuple, Any], tuple] | None = None
+    memory: Callable[[Any, Any], dict[str, float]] | None = None
 
 
 # Canonical dtype names (numpy/jax spelling) and the aliases the CLI accepts.

@@ -7,8 +7,9 @@ Rules, in order (kept simple on purpose; the registries below are the whole stor
    ``-start``/``-done`` pairs take the category of what they wrap.
 2. A custom call takes the first ``CUSTOM_CALL_CATEGORY`` entry whose key occurs in its target
    (``__cublas$gemm`` -> matmul, ``__cudnn$fmha...`` -> attention), else ``other``.
-3. A fusion or custom call whose metadata ``op_name`` mentions one of ``ATTENTION_WORDS`` is
-   ``attention``; so is a fusion containing both a dot and an ``exponential``.
+3. A fusion, custom call or dot whose metadata ``op_name`` mentions one of ``ATTENTION_WORDS``
+   is ``attention`` (the LLaMA workloads name their attention scope ``attention``); so is a
+   fusion containing both a dot and an ``exponential``.
 4. Otherwise a fusion takes the highest-priority category among the instructions inside it
    (``FUSION_PRIORITY``: collective > matmul > reduction > elementwise > copy > other),
    ignoring scalar index arithmetic when it also holds array work. A fusion that holds a dot is
@@ -90,7 +91,7 @@ def category(module: Module, instr: Instruction, _depth: int = 0) -> str:
         if wrapped is None or _depth > 8:
             return OTHER
         return category(module, wrapped, _depth + 1)
-    if instr.opcode in ("fusion", "custom-call") and _mentions_attention(instr):
+    if instr.opcode in ("fusion", "custom-call", "dot") and _mentions_attention(instr):
         return ATTENTION
     if instr.opcode in ("fusion", "fusion-start"):
         return _fusion(module, instr)

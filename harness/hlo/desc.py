@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from harness.hlo import conv, tpu
 from harness.hlo.attrs import HloParseError
+from harness.hlo.fmha import fmha_desc, is_fmha
 from harness.hlo.ir import Computation, Instruction, Module
 from harness.hlo.walk import async_done
 from predictions.rules import COLLECTIVE_OPCODES, ELEMENTWISE, OpDesc, Shape
@@ -126,7 +127,10 @@ def _custom_call(instr: Instruction, module: Module) -> OpDesc:
     """cuBLAS-style GEMM custom calls carry dot dimension numbers in their backend config;
     they are costed as a ``dot`` (result = the first leaf; the rest, an ``s8[...]`` workspace,
     never leaves the library) reading every operand (a third one is the C or bias matrix). TPU
-    bookkeeping calls take the rule of the opcode ``harness.hlo.tpu`` names."""
+    bookkeeping calls take the rule of the opcode ``harness.hlo.tpu`` names; cuDNN fused
+    attention calls go to ``harness.hlo.fmha``."""
+    if is_fmha(instr):
+        return fmha_desc(instr)
     as_opcode = tpu.custom_call_opcode(instr)
     if as_opcode is not None:
         return replace(_plain(instr, module), opcode=as_opcode)

@@ -83,6 +83,7 @@ class Derived:
     done: dict = field(default_factory=dict)         # computation -> {start: done} (async_done)
     users: dict = field(default_factory=dict)        # computation -> {name: users} (hlo.desc)
     costs: dict = field(default_factory=dict)        # (computation, name) -> instruction_cost
+    chain_roles: dict = field(default_factory=dict)  # fusion -> role in a TPU chain (hlo.tpu)
 
 
 @dataclass(slots=True)

@@ -45,7 +45,7 @@ def chain_role(module: Module, fusion: Instruction) -> str | None:
     """"start" | "done" | "continue" for a fusion in an async collective chain, else None."""
     if fusion.opcode != "fusion" or not fusion.called("calls"):
         return None
-    cache = module.cache.setdefault("tpu_chain_role", {})
+    cache = module.derived.chain_roles
     if fusion.name not in cache:
         body = module.computation(fusion.called("calls")[0])
         role = None

@@ -278,7 +278,7 @@ def run_workload(name: str, *, cluster: Cluster, preset: str = "tiny",
         log.info("process %d: running %s on mesh %s", cluster.process_index, name,
                  dict(built.mesh.shape))
         cap = capture(built.fn, built.args, warmup=warmup, steps=steps,
-                      out_dir=scratch / "trace", mesh=built.mesh)
+                      out_dir=scratch / "trace", mesh=built.mesh, carry=built.workload.carry)
         if cluster.process_index != 0:
             try:
                 events = load_events(cap.trace_dir)

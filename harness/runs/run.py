@@ -34,10 +34,19 @@ def list_workloads() -> pd.DataFrame:
     from workloads.mesh import default_shape, shape_str
 
     n = jax.device_count()
-    return pd.DataFrame([{"workload": w.name, "presets": ", ".join(w.presets),
+    return pd.DataFrame([{"workload": w.name, "presets": ", ".join(_presets(w)),
                           "default mesh": shape_str(default_shape(n, len(w.mesh_axes))),
                           "description": w.description}
                          for w in workloads.WORKLOADS.values()])
+
+
+def _presets(w) -> list[str]:
+    """Preset names, each with its analytic memory need on one device when the workload has one
+    (``Workload.memory``)."""
+    if w.memory is None:
+        return list(w.presets)
+    return [f"{name} ({sum(w.memory(cfg, None).values()) / 2**30:.3g} GiB)"
+            for name, cfg in w.presets.items()]
 
 
 def save_analysis(a: Analysis, path: Path, extra: dict[str, str | bytes] | None = None) -> Path:
@@ -114,7 +123,7 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
         with memory.oom_as_error(what, _knobs(name, preset, overrides)):
             cap = capture(built.fn, built.args, warmup=warmup, steps=steps,
                           out_dir=scratch / "trace", mesh=built.mesh,
-                          command_buffers=command_buffers)
+                          command_buffers=command_buffers, carry=built.workload.carry)
         meta = dict(built.meta, **{schema.PRESET: preset, schema.OVERRIDES: overrides or {}})
         analysis = analyze_capture(cap, chip=chip, meta=meta, book=built.book,
                                    expected_collectives=built.expected_collectives(),

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from workloads.base import WorkloadError, canonical_dtype
 
+ATTENTIONS = ("fused", "naive")
+
 
 @dataclass(frozen=True)
 class Dims:
@@ -24,8 +26,15 @@ class Dims:
     V: int = 256
     rope_theta: float = 500000.0  # LLaMA-3's RoPE base
     norm_eps: float = 1e-5
+    # How attention is computed (not architecture; kept here so every workload has it):
+    # "fused" = jax.nn.dot_product_attention (cuDNN flash attention on GPU where it applies),
+    # "naive" = the hand-written einsum/softmax path (model.ATTENTION).
+    attention: str = "fused"
 
     def check_dims(self) -> None:
+        if self.attention not in ATTENTIONS:
+            raise WorkloadError(f"unknown attention {self.attention!r}; valid: "
+                                f"{', '.join(ATTENTIONS)}")
         for name in ("L", "D", "F", "N", "K", "H", "V"):
             if getattr(self, name) < 1:
                 raise WorkloadError(f"{name} must be positive, got {getattr(self, name)}")
@@ -49,6 +58,8 @@ def dims_of(cfg: Dims) -> Dims:
 # (reference §9: "not from the book").
 MODEL_DIMS: dict[str, Dims] = {
     "tiny": Dims(),
+    # LLaMA-3.2 1B's public HF config, but with an untied unembedding (1.5B parameters here)
+    "1b": Dims(L=16, D=2048, F=8192, N=32, K=8, H=64, V=128256),
     # ~102M parameters: L(3DF + 2D(N+K)H + 2D) + D + 2DV = 51.9M + 50.3M
     "100m": Dims(L=8, D=768, F=2048, N=16, K=8, H=48, V=32768),
     "8b": Dims(L=32, D=4096, F=14336, N=32, K=8, H=128, V=128256),

@@ -13,6 +13,7 @@ layer and the final norm). int8 weights are ``{"q8": int8[...], "scale": [output
 """
 from __future__ import annotations
 
+import logging
 import math
 
 import jax
@@ -21,6 +22,8 @@ import numpy as np
 
 from workloads.llama.config import Dims
 from workloads.llama.sharding import LAYER_KEYS, SCALE_DIMS, Sharder, letters
+
+log = logging.getLogger(__name__)
 
 NORM_KEYS = ("attn_norm_D", "mlp_norm_D", "final_norm_D")
 
@@ -132,27 +135,75 @@ def rope(x_BTnH, pos_BT, theta: float):
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).astype(x_BTnH.dtype)
 
 
-def attention(q_BTNH, k_BSKH, v_BSKH, q_pos_BT, kv_len, sh: Sharder):
-    """Causal grouped-query attention: query head n uses KV head n // G.
+def naive_attention(q_BTNH, k_BSKH, v_BSKH, q_pos_BT, sh: Sharder):
+    """The hand-written grouped-query attention: query head n uses KV head n // G.
 
-    Key s is visible to query t iff s <= q_pos[t] and s < kv_len (cache slots past the written
-    prefix are masked). Scores and softmax in fp32.
+    Key s is visible to query t iff s <= q_pos[t] (with ``q_pos_BT=None`` the T queries sit at
+    positions [0, T) over their own T keys: causal). Scores [B, K, G, T, S] are materialised in
+    fp32, masked with -inf and softmaxed.
     """
     B, T, N, H = q_BTNH.shape
     S, K = k_BSKH.shape[1], k_BSKH.shape[2]
-    if sh.kv_repeat > 1:   # KV replicated past K-way: repeat heads so K' = K·r splits evenly
-        k_BSKH = jnp.repeat(k_BSKH, sh.kv_repeat, axis=2)
-        v_BSKH = jnp.repeat(v_BSKH, sh.kv_repeat, axis=2)
-        K = K * sh.kv_repeat
+    if q_pos_BT is None:
+        q_pos_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
     q = q_BTNH.reshape(B, T, K, N // K, H)
     s_BKGTS = jnp.einsum("btkgh,bskh->bkgts", q, k_BSKH,
                          preferred_element_type=jnp.float32) * (H ** -0.5)
-    s_idx = jnp.arange(S)
-    visible_BTS = (s_idx[None, None, :] <= q_pos_BT[:, :, None]) & (s_idx < kv_len)
+    visible_BTS = jnp.arange(S)[None, None, :] <= q_pos_BT[:, :, None]
     s_BKGTS = jnp.where(visible_BTS[:, None, None], s_BKGTS, -jnp.inf)
     p = jax.nn.softmax(s_BKGTS, axis=-1).astype(v_BSKH.dtype)
     o = jnp.einsum("bkgts,bskh->btkgh", p, v_BSKH)
     return o.reshape(B, T, N, H)
+
+
+def _platform(sh: Sharder) -> str:
+    """The platform the mesh's devices are on (an AbstractMesh has none: the default backend)."""
+    if isinstance(sh.mesh, jax.sharding.Mesh):
+        return sh.mesh.devices.flat[0].platform
+    return jax.default_backend()
+
+
+def fused_implementation(q_BTNH, causal: bool, sh: Sharder) -> str:
+    """``"cudnn"`` (flash attention) on a GPU where cuDNN takes the shape: bf16/fp16, head dim a
+    multiple of 8 and at most 128, causal self-attention (training, prefill). ``"xla"``
+    elsewhere: CPU, TPU, and decode (one query over the cache is memory-bound, reference §7.2).
+    ``implementation=None`` would be XLA on every backend in jax 0.10, so this picks."""
+    H = q_BTNH.shape[-1]
+    ok = q_BTNH.dtype in (jnp.bfloat16, jnp.float16) and H % 8 == 0 and H <= 128
+    return "cudnn" if causal and ok and _platform(sh) == "gpu" else "xla"
+
+
+def fused_attention(q_BTNH, k_BSKH, v_BSKH, q_pos_BT, sh: Sharder):
+    """``jax.nn.dot_product_attention``: K/V keep their K heads (GQA without repeating them),
+    causal by flag for ``q_pos_BT=None``, else a [B, 1, T, S] mask ``s <= q_pos[t]``."""
+    causal = q_pos_BT is None
+    mask = None
+    if not causal:
+        S = k_BSKH.shape[1]
+        mask = (jnp.arange(S)[None, None, :] <= q_pos_BT[:, :, None])[:, None]
+    impl = fused_implementation(q_BTNH, causal, sh)
+    try:
+        return jax.nn.dot_product_attention(q_BTNH, k_BSKH, v_BSKH, mask=mask, is_causal=causal,
+                                            implementation=impl)
+    except (ValueError, NotImplementedError, RuntimeError) as e:  # cuDNN refused the shape
+        if impl == "xla":
+            raise
+        log.warning("cuDNN attention unavailable (%s); using XLA's", e)
+        return jax.nn.dot_product_attention(q_BTNH, k_BSKH, v_BSKH, mask=mask, is_causal=causal,
+                                            implementation="xla")
+
+
+ATTENTION = {"fused": fused_attention, "naive": naive_attention}
+
+
+def attention(q_BTNH, k_BSKH, v_BSKH, q_pos_BT, sh: Sharder, impl: str = "fused"):
+    """Grouped-query attention by ``impl`` (``ATTENTION``); ``q_pos_BT=None`` is causal
+    self-attention, otherwise queries at positions ``q_pos_BT`` over S cache slots."""
+    if sh.kv_repeat > 1:   # KV replicated past K-way: repeat heads so K' = K·r splits evenly
+        k_BSKH = jnp.repeat(k_BSKH, sh.kv_repeat, axis=2)
+        v_BSKH = jnp.repeat(v_BSKH, sh.kv_repeat, axis=2)
+    with jax.named_scope("attention"):   # the report's attention category (harness.hlo)
+        return ATTENTION[impl](q_BTNH, k_BSKH, v_BSKH, q_pos_BT, sh)
 
 
 def mlp(h_BTD, w, sh: Sharder):
@@ -172,17 +223,15 @@ def qkv(h_BTD, w, pos_BT, d: Dims, sh: Sharder):
 def block(x_BTD, w, pos_BT, d: Dims, sh: Sharder, kv_fn=None):
     """One pre-norm layer: x + attn(norm(x)), then + mlp(norm(x)).
 
-    ``kv_fn(k, v) -> (k_all, v_all, kv_len, extra)`` lets prefill/decode write a KV cache and
-    attend over it; without it the layer attends over its own T keys (training).
+    ``kv_fn(k, v) -> (k_all, v_all, cached, extra)`` lets prefill/decode write a KV cache;
+    ``cached`` says whether to attend over the cache slots by position (decode) or causally over
+    the layer's own T keys (training, and prefill from slot 0, as MaxText does).
     """
     h = rms_norm(x_BTD, w["attn_norm_D"], d.norm_eps)
     q, k, v = qkv(h, w, pos_BT, d, sh)
-    extra = None
-    if kv_fn is None:
-        k_all, v_all, kv_len = k, v, k.shape[1]
-    else:
-        k_all, v_all, kv_len, extra = kv_fn(k, v)
-    o = sh.act(attention(q, k_all, v_all, pos_BT, kv_len, sh), "BTNH")
+    k_all, v_all, cached, extra = (k, v, False, None) if kv_fn is None else kv_fn(k, v)
+    o = attention(q, k_all, v_all, pos_BT if cached else None, sh, d.attention)
+    o = sh.act(o, "BTNH")
     x_BTD = sh.act(x_BTD + project("btnh,nhd->btd", o, w["w_o_NHD"]), "BTD")
     h = rms_norm(x_BTD, w["mlp_norm_D"], d.norm_eps)
     return sh.act(x_BTD + mlp(h, w, sh), "BTD"), extra

@@ -5,11 +5,17 @@
 - decode: ``fn(params, cache, tokens_B1, pos) -> (logits_BV, cache)`` appends one token per
   sequence at slot ``pos`` (the same for every sequence) and attends over slots [0, pos].
 
-The cache is ``{"k_LBSKH", "v_LBSKH"}``, sharded [B_batch, S, K_model, H] (reference §7.4); with
-``int8_kv`` it holds int8 values plus per-(token, head) scales ``k_scale_LBSK``/``v_scale_LBSK``.
+The cache is ``{"k_LBKSH", "v_LBKSH"}``, sharded [B_batch, K_model, S, H] (reference §7.4); with
+``int8_kv`` it holds int8 values plus per-(token, head) scales ``k_scale_LBKS``/``v_scale_LBKS``.
+K before S: one layer's [B, K, S, H] has the batch dims of both attention matmuls (B, K) major
+and S, H minor, so they read it as it lies (in [B, S, K, H] every layer's K and V would be
+transposed, one more pass over the cache each step).
 ``int8_weights`` stores every matrix as int8 with a per-output-channel scale and dequantises in
 the matmul. Default parallelism ``dp_tp``: batch over X, heads/F over Y — model parallelism for
-decode, since FSDP would move the weights every step (reference §7.4). Nothing is donated.
+decode, since FSDP would move the weights every step (reference §7.4). Decode donates the cache
+(``donate_argnums=1``): the output cache aliases the input and each layer's write is an in-place
+dynamic-update-slice, so a step needs one cache, not two; ``carry_cache`` feeds the returned
+cache into the next step.
 """
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from workloads.base import Workload, WorkloadError, check_choice
-from workloads.llama import model
+from workloads.llama import memory, model
 from workloads.llama.config import MODEL_DIMS, Dims, dims_of, fix_dtypes
 from workloads.llama.sharding import PARALLELISMS, Sharder
 from workloads.mesh import AnyMesh, named
@@ -64,6 +70,7 @@ def _preset(name: str, **run) -> ServeConfig:
 PRESETS: dict[str, ServeConfig] = {
     "tiny": _preset("tiny"),
     "100m": _preset("100m", B=16, T=512, S=1024),
+    "1b": _preset("1b", B=32, T=2048, S=8192),
     # reference §10 AI-3: LLaMA-3 70B decode at batch 32 with 8192-token contexts
     "8b": _preset("8b", B=32, T=2048, S=8192),
     "70b": _preset("70b", B=32, T=2048, S=8192),
@@ -75,17 +82,17 @@ PRESETS: dict[str, ServeConfig] = {
 
 def cache_shapes(cfg: ServeConfig) -> dict:
     dtype = jnp.int8 if cfg.int8_kv else jnp.dtype(cfg.dtype)
-    kv = (cfg.L, cfg.B, cfg.S, cfg.K, cfg.H)
-    out = {"k_LBSKH": jax.ShapeDtypeStruct(kv, dtype), "v_LBSKH": jax.ShapeDtypeStruct(kv, dtype)}
+    kv = (cfg.L, cfg.B, cfg.K, cfg.S, cfg.H)
+    out = {"k_LBKSH": jax.ShapeDtypeStruct(kv, dtype), "v_LBKSH": jax.ShapeDtypeStruct(kv, dtype)}
     if cfg.int8_kv:
         scale = jax.ShapeDtypeStruct(kv[:-1], jnp.dtype(cfg.dtype))
-        out.update(k_scale_LBSK=scale, v_scale_LBSK=scale)
+        out.update(k_scale_LBKS=scale, v_scale_LBKS=scale)
     return out
 
 
 def cache_specs(cfg: ServeConfig, sh: Sharder) -> dict:
-    bskh = tuple(sh.spec("BSKH"))
-    return {k: P(None, *bskh[:len(v.shape) - 1]) for k, v in cache_shapes(cfg).items()}
+    lbksh = (None, sh.batch, sh.kv, None, None)
+    return {k: P(*lbksh[:len(v.shape)]) for k, v in cache_shapes(cfg).items()}
 
 
 def _quantize_kv(x_BTKH):
@@ -94,45 +101,71 @@ def _quantize_kv(x_BTKH):
     return q8.astype(jnp.int8), scale.astype(x_BTKH.dtype)
 
 
-def _write(c: dict, k_BTKH, v_BTKH, pos) -> dict:
-    """Write the new tokens' K/V into one layer's cache at slot ``pos``."""
-    at = lambda buf, new: jax.lax.dynamic_update_slice_in_dim(buf, new, pos, axis=1)  # noqa: E731
-    if "k_scale_LBSK" not in c:
-        return {"k_LBSKH": at(c["k_LBSKH"], k_BTKH.astype(c["k_LBSKH"].dtype)),
-                "v_LBSKH": at(c["v_LBSKH"], v_BTKH.astype(c["v_LBSKH"].dtype))}
+def _write(c: dict, layer, k_BTKH, v_BTKH, pos) -> dict:
+    """Write the new tokens' K/V into the stacked cache at (``layer``, slot ``pos``): a
+    dynamic-update-slice of the whole [L, B, S, K, H] buffer that touches only the update, so
+    the scan carry (and the donated argument) is updated in place."""
+    def at(buf, new_BTK):   # [B, T, K, ...] -> [1, B, K, T, ...] at (layer, 0, 0, pos, 0)
+        new = jnp.swapaxes(new_BTK, 1, 2)[None].astype(buf.dtype)
+        return jax.lax.dynamic_update_slice(buf, new, (layer, 0, 0, pos) + (0,) * (buf.ndim - 4))
+
     out = {}
     for name, x in (("k", k_BTKH), ("v", v_BTKH)):
-        q8, scale = _quantize_kv(x)
-        out[f"{name}_LBSKH"] = at(c[f"{name}_LBSKH"], q8)
-        out[f"{name}_scale_LBSK"] = at(c[f"{name}_scale_LBSK"], scale)
+        if f"{name}_scale_LBKS" in c:
+            q8, scale = _quantize_kv(x)
+            out[f"{name}_LBKSH"] = at(c[f"{name}_LBKSH"], q8)
+            out[f"{name}_scale_LBKS"] = at(c[f"{name}_scale_LBKS"], scale)
+        else:
+            out[f"{name}_LBKSH"] = at(c[f"{name}_LBKSH"], x)
     return out
 
 
-def _read(c: dict, name: str, dtype):
-    x = c[f"{name}_LBSKH"]
-    if f"{name}_scale_LBSK" in c:
-        return x.astype(dtype) * c[f"{name}_scale_LBSK"][..., None].astype(dtype)
-    return x.astype(dtype)
+def _read(c: dict, layer, name: str, dtype):
+    """One layer's K or V from the stacked cache, dequantised to ``dtype``, as [B, S, K, H]
+    (a logical transpose of the stored [B, K, S, H] that XLA folds into the attention dots)."""
+    x = jax.lax.dynamic_index_in_dim(c[f"{name}_LBKSH"], layer, keepdims=False).astype(dtype)
+    if f"{name}_scale_LBKS" in c:
+        scale = jax.lax.dynamic_index_in_dim(c[f"{name}_scale_LBKS"], layer, keepdims=False)
+        x = x * scale[..., None].astype(dtype)
+    return jnp.swapaxes(x, 1, 2)
 
 
 def extend(params, cache, tokens_BT, pos, cfg: ServeConfig, sh: Sharder):
-    """Run T new tokens at slots [pos, pos + T): returns (logits_BTV, updated cache)."""
+    """Run T new tokens at slots [pos, pos + T): returns (logits [B, T or 1, V], updated cache).
+
+    The stacked cache rides in the layer loop's carry and layer l writes its slice in place
+    (a scan's per-layer outputs would be a second cache-sized buffer). With ``pos`` the Python
+    int 0 (prefill) the tokens attend causally over their own K/V, not over all S slots
+    (MaxText's prefill) and only the last token's logits are computed; otherwise the tokens
+    attend over the cache slots up to their position.
+    """
     d = dims_of(cfg)
     dtype = jnp.dtype(cfg.dtype)
     B, T = tokens_BT.shape
+    cached = not (isinstance(pos, int) and pos == 0)
     x = sh.act(model.embed(params["embed_VD"], tokens_BT).astype(dtype), "BTD")
     pos_BT = pos + jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+    c_specs = cache_specs(cfg, sh)
 
-    def body(x, w_and_cache):
-        w, c = w_and_cache
+    def body(carry, w_and_layer):
+        x, c = carry
+        w, layer = w_and_layer
 
         def kv_fn(k, v):
-            c_new = {n: sh.act(a, "BSKH"[:a.ndim]) for n, a in _write(c, k, v, pos).items()}
-            return _read(c_new, "k", dtype), _read(c_new, "v", dtype), pos + T, c_new
+            c_new = _write(c, layer, k, v, pos)
+            if sh.mesh is not None:
+                c_new = {n: jax.lax.with_sharding_constraint(a, named(sh.mesh, c_specs[n]))
+                         for n, a in c_new.items()}
+            if not cached:
+                return k, v, False, c_new
+            return _read(c_new, layer, "k", dtype), _read(c_new, layer, "v", dtype), True, c_new
 
-        return model.block(x, w, pos_BT, d, sh, kv_fn)
+        return model.block(x, w, pos_BT, d, sh, kv_fn), None
 
-    x, cache = model.run_layers(body, x, (params["layers"], cache), cfg.scan_layers)
+    layers = (params["layers"], jnp.arange(cfg.L, dtype=jnp.int32))
+    (x, cache), _ = model.run_layers(body, (x, cache), layers, cfg.scan_layers)
+    if not cached:   # prefill: only the last token's logits are used (skips 2·D·V·(T-1)·B FLOPs)
+        x = x[:, -1:]
     return model.logits(params, x, d, sh), cache
 
 
@@ -212,11 +245,11 @@ def build_decode(cfg: ServeConfig, mesh: AnyMesh | None, abstract: bool = False)
     abs_tree = (p_abs, cache_shapes(cfg), jax.ShapeDtypeStruct((cfg.B, 1), jnp.int32),
                 jax.ShapeDtypeStruct((), jnp.int32))
     if mesh is None:
-        fn, shardings = jax.jit(decode), None
+        fn, shardings = jax.jit(decode, donate_argnums=1), None
     else:
         c_sh = _shard(mesh, c_specs)
         shardings = (sh.param_shardings(p_abs), c_sh, sh.sharding("BT"), named(mesh, P()))
-        fn = jax.jit(decode, in_shardings=shardings,
+        fn = jax.jit(decode, in_shardings=shardings, donate_argnums=1,
                      out_shardings=(named(mesh, P(sh.batch, sh.model)), c_sh))
 
     def host():
@@ -226,12 +259,20 @@ def build_decode(cfg: ServeConfig, mesh: AnyMesh | None, abstract: bool = False)
     return fn, tuple(_args(cfg, mesh, abstract, abs_tree, shardings, host))
 
 
+def carry_cache(args: tuple, out: tuple) -> tuple:
+    """Decode's next arguments: the same params, tokens and slot, the cache just returned (the
+    one passed in was donated)."""
+    params, _, tokens_B1, pos = args
+    return params, out[1], tokens_B1, pos
+
+
 PREFILL = Workload(
     name="llama_prefill",
     Config=ServeConfig,
     build=build_prefill,
     presets=PRESETS,
     description="LLaMA-3 prefill: B prompts of T tokens into a fresh KV cache of S slots",
+    memory=memory.prefill_bytes,
 )
 
 DECODE = Workload(
@@ -240,4 +281,6 @@ DECODE = Workload(
     build=build_decode,
     presets=PRESETS,
     description="LLaMA-3 decode: one token for each of B sequences against a KV cache of S slots",
+    carry=carry_cache,
+    memory=memory.serve_bytes,
 )

@@ -4,9 +4,14 @@ FSDP x TP or DP x TP (reference §6.1; specs in ``workloads.llama.sharding``).
 ``fn(params, opt_state, inputs_BT, targets_BT) -> (params, opt_state, loss)``. B counts
 sequences of T tokens (the book's B is tokens: B·T here). Params and activations are
 ``param_dtype`` (bf16 by default), AdamW moments ``opt_dtype`` (fp32): 2 + 4 + 4 = 10 bytes per
-parameter as in `training.md` (reference §6.3); no fp32 master copy. Optimizer state is sharded
-like the params (ZeRO-3 under FSDP). Arguments are not donated, so the harness can call
-``fn(*args)`` repeatedly with the same inputs.
+parameter as in `training.md` (reference §6.3); no fp32 master copy. (MaxText's default keeps
+fp32 weights and casts them to bf16 for the matmuls; the book's 10 bytes/param is kept here,
+``--set param_dtype=float32`` gives fp32 weights and fp32 compute.) Matmuls take bf16 operands
+and return bf16; GPUs and TPUs accumulate them in fp32 whatever the output type, so no
+``preferred_element_type`` (an fp32 output would double the bytes written); attention scores and
+softmax are fp32. Optimizer state is sharded like the params (ZeRO-3 under FSDP). Arguments are
+not donated, so the harness can call ``fn(*args)`` repeatedly with the same inputs. Layers run
+under ``lax.scan`` (``scan_layers``) with the ``remat`` policy of ``model.REMAT_POLICIES``.
 """
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from workloads.base import Workload, check_choice
-from workloads.llama import model
+from workloads.llama import memory, model
 from workloads.llama.config import MODEL_DIMS, Dims, dims_of, fix_dtypes
 from workloads.llama.sharding import PARALLELISMS, Sharder
 from workloads.mesh import AnyMesh, named, put
@@ -59,6 +64,8 @@ def _preset(name: str, **run) -> TrainConfig:
 PRESETS: dict[str, TrainConfig] = {
     "tiny": _preset("tiny"),
     "100m": _preset("100m", B=16, T=512),
+    # the largest that fits one 80 GB GPU: ~12 bytes/param of state, matmul outputs saved
+    "1b": _preset("1b", B=4, T=4096, remat="dots"),
     # real sizes: 1M-token batches of 4k sequences, block remat (reference §5.2)
     "8b": _preset("8b", B=256, T=4096, remat="full"),
     "70b": _preset("70b", B=256, T=4096, remat="full"),
@@ -159,4 +166,5 @@ WORKLOAD = Workload(
     build=build,
     presets=PRESETS,
     description="LLaMA-3 training step (forward, backward, AdamW) under dp/fsdp/tp/fsdp_tp/dp_tp",
+    memory=memory.train_bytes,
 )

@@ -1,0 +1,90 @@
+"""Bytes per device a LLaMA-3 step needs, by component, from the config and the mesh: the
+analytic side of the harness's memory check (which reads XLA's ``memory_analysis``).
+
+Formulas from the book through ``predictions.transformer`` (`transformers.md`, reference §5):
+P = ``param_count``; AdamW state is two moments per parameter (`training.md`: bf16 weights +
+fp32 moments = 10 bytes/param, plus the gradient); activations kept for the backward pass are
+``activation_bytes`` under the remat policy (none: ~20 width-D tensors per layer and token,
+full: the layer input, dots: the matmul outputs); the KV cache is ``kv_cache_bytes`` per token.
+Each term is divided by the mesh axes that split it (``workloads.llama.sharding``: weights over
+the FSDP and model axes, activations and the cache over the batch axes, and over the model axes
+where heads, F or V are split). Transients of a single layer (one layer's MLP activations, the
+materialised attention scores of the hand-written path) are counted once.
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from predictions import transformer
+from workloads.llama.sharding import PARALLELISMS, Layout
+from workloads.mesh import AnyMesh, axis_size
+
+# Our remat field -> the book's checkpoint policies (predictions.transformer.CHECKPOINT_POLICIES).
+REMAT_POLICY = {"none": "none", "full": "block", "dots": "matmuls"}
+
+
+def _model(cfg) -> transformer.Config:
+    return transformer.Config(L=cfg.L, D=cfg.D, F=cfg.F, N=cfg.N, K=cfg.K, H=cfg.H, V=cfg.V)
+
+
+def _nbytes(dtype: str) -> int:
+    return jnp.dtype(dtype).itemsize
+
+
+def _splits(cfg, mesh: AnyMesh | None) -> tuple[int, int, int]:
+    """(weight shards, batch shards, model shards) of ``cfg.parallelism`` on ``mesh``."""
+    if mesh is None:
+        return 1, 1, 1
+    layout: Layout = PARALLELISMS[cfg.parallelism](tuple(mesh.axis_names))
+    size = lambda axes: axis_size(mesh, axes) if axes else 1
+    return size(layout.fsdp + layout.model), size(layout.batch), size(layout.model)
+
+
+def _attention_scores(cfg, tokens: float, keys: float) -> float:
+    """The hand-written path materialises fp32 scores and bf16 probabilities [B, N, T, S]."""
+    return 0.0 if cfg.attention == "fused" else tokens * keys * cfg.N * (4 + 2)
+
+
+def train_bytes(cfg, mesh: AnyMesh | None = None) -> dict[str, float]:
+    """Per-device bytes of one ``llama_train`` step: parameters, gradients, AdamW moments,
+    saved activations, the fp32 logits (and their gradient), one layer's transients."""
+    model, (w, b, m) = _model(cfg), _splits(cfg, mesh)
+    P = transformer.param_count(model)
+    act = _nbytes(cfg.param_dtype)
+    tokens = cfg.B * cfg.T / b
+    layer = tokens * (2 * cfg.F + (cfg.N + 2 * cfg.K) * cfg.H + 2 * cfg.D) * act / m
+    return {
+        "parameters": P * act / w,
+        "gradients": P * act / w,
+        "optimizer": 2 * P * _nbytes(cfg.opt_dtype) / w,
+        "activations": transformer.activation_bytes(model, tokens, REMAT_POLICY[cfg.remat],
+                                                    act) / m,
+        "logits": 2 * tokens * cfg.V * 4 / m,
+        "transients": layer + _attention_scores(cfg, tokens, cfg.T) / m,
+    }
+
+
+def serve_bytes(cfg, mesh: AnyMesh | None = None, prefill: bool = False) -> dict[str, float]:
+    """Per-device bytes of ``llama_prefill`` / ``llama_decode``: weights, the KV cache (one
+    copy: decode updates it in place), one layer's transients and the logits."""
+    model, (w, b, m) = _model(cfg), _splits(cfg, mesh)
+    act = _nbytes(cfg.dtype)
+    kv = transformer.kv_cache_bytes(model, cfg.B * cfg.S, 1 if cfg.int8_kv else act) / b
+    kv_split = m if cfg.K % m == 0 else 1          # K/V replicated beyond K-way (§7.4)
+    tokens = cfg.B * (cfg.T if prefill else 1) / b
+    keys = cfg.T if prefill else cfg.S
+    layer = tokens * (2 * cfg.F + (cfg.N + 2 * cfg.K) * cfg.H + 2 * cfg.D) * act / m
+    return {
+        "parameters": transformer.param_count(model) * (1 if cfg.int8_weights else act) / w,
+        "kv_cache": kv / kv_split,
+        "transients": layer + _attention_scores(cfg, tokens, keys) / m,
+        "logits": cfg.B / b * cfg.V * act / m,
+    }
+
+
+def prefill_bytes(cfg, mesh: AnyMesh | None = None) -> dict[str, float]:
+    return serve_bytes(cfg, mesh, prefill=True)
+
+
+def total(need: dict[str, float]) -> float:
+    return sum(need.values())
