@@ -215,8 +215,9 @@ def test_book_parts_add_up_to_the_books_step():
         mesh = SimpleNamespace(shape={"X": 8, "Y": 8})
         est = book.analytic(name, cfg, mesh, "tpu-v5p")
         assert sum(p.seconds for p in est.parts.values()) == pytest.approx(est.analytic_s)
-        # matmul work: the model FLOPs spread over the 64 chips
-        assert est.parts[book.MATMUL].work == pytest.approx(est.model_flops / 64)
+        # matmul work: the book's FLOPs (6P or 2P over all parameters, not the MFU count)
+        # spread over the 64 chips
+        assert est.parts[book.MATMUL].work == pytest.approx(est.book_flops / 64)
 
 
 # --- live compiles with libtpu -----------------------------------------------------------------
