@@ -1,25 +1,42 @@
-"""Baseline vs candidate run: noise-aware per-op and per-workload regression verdicts.
+"""Baseline vs candidate run: per-op and per-workload regression verdicts with a known
+false-alarm rate.
 
-Ops join on (program, op); times are each run's ``measured_s``; the noise test runs on the
-per-step samples stored with the run (``steps.parquet``). Per op, and for the step total (sum of
-op times per step), the verdict is:
+Ops join on (program, op); times are each run's ``measured_s``; the tests run on the per-step
+samples stored with the run (``steps.parquet``). The rule, per op:
 
-- ``new`` / ``gone``: in one run only (informational; the step total carries the cost);
-- ``unchanged``: ``|change| <= threshold``, significant or not;
-- ``regression`` / ``improvement``: beyond the threshold, material (>= ``min_share`` of the step
-  in either run), and the Mann-Whitney U test rejects equality (``p <= alpha``) -- or the
-  samples are too few for any result to reach ``alpha`` and ``|change| > untested_threshold``
-  (default 50%, more than noise on a quiet machine makes; the note says the test was skipped);
-- ``noise``: beyond the threshold but none of the above.
+1. ``new`` / ``gone``: in one run only (informational; the step total carries the cost).
+2. ``unchanged``: ``|change| <= threshold`` (default 10%), significant or not.
+3. ``noise`` (below min share): smaller than ``min_share`` of the step (default 1%) in both runs.
+4. The tested ops are the rest of the ops in both runs with ``>= min_share`` of the step, chosen
+   by size, not by their change (independent filtering, Bourgon et al. 2010). Each gets two
+   p-values and keeps the larger (both must reject; an intersection-union test):
+   - the two-sided Mann-Whitney U test of its per-step samples (within-run noise);
+   - its log change against the run-to-run noise, N(0, sigma^2) with sigma the robust spread
+     (1.4826 x MAD) of all tested ops' log changes (``noise.run_to_run``): back-to-back runs
+     move every op a little, and a per-step test alone mistakes that for a change.
+   Benjamini-Hochberg adjusts these over the tested ops (``q_value``); ``q <= alpha`` (default
+   0.05) makes a ``regression`` / ``improvement``. Otherwise ``noise`` (not significant), or
+   ``inconclusive`` when the data could not decide: too few steps for any op to reach
+   ``alpha / tested`` (n vs m steps give at best p = 2 / C(n+m, n): 5 vs 5 give 0.008, 8 vs 8
+   give 1.6e-4, 10 vs 10 give 1.1e-5), no per-step samples, or run-to-run sigma above the
+   threshold (the runs differ by more than the threshold as a matter of course).
 
-"Too few" is exact: with n vs m samples the smallest two-sided p the test can return is
-2 / C(n+m, n); 3 vs 3 steps give 0.1, so nothing could reject at 0.05; 4 vs 4 give 0.029.
+The step total (per step, the sum of the ops' times) gets the same rule with one test (its U
+test) and is ``inconclusive`` when its noise (the standard error of the difference of the two
+medians, ``noise.median_se``) exceeds the threshold.
 
-Two-sided rather than one-sided 'less': the verdict is symmetric, its direction read from the
-medians. Two one-sided tests at ``alpha`` would give a false verdict of some kind with
-probability 2*alpha; one two-sided test keeps it at ``alpha`` and costs little power (5 steps a
-side, cleanly separated: p = 2/252 = 0.008). Ops are tested without a multiple-testing
-correction; the threshold and ``min_share`` bound what a false positive can cost.
+Step and ops agree: op regressions make the job fail only together with the step they sit in.
+When the step total is not itself a regression and the op regressions' summed delta is below
+the step's noise, they become ``inconclusive`` (their note says so): a change the step cannot
+see is reported, not failed on. ``Verdicts.regressed`` (exit 1 of ``harness compare``) is any
+``regression`` left.
+
+The false-alarm rate: Benjamini-Hochberg keeps the expected share of false regressions among
+flagged ops at ``alpha``; in A/A comparisons (nothing changed) every flag is false, so the
+chance that a comparison flags any op is at most ``alpha`` (5%), and the run-to-run term, the
+threshold and the step gate push it lower. ``benchmarks/bench_regress_sim.py`` measures it by
+simulation from real CPU runs (false regressions per comparison, and the power to flag a 20%
+slowdown of an op holding 5% of the step); README's compare section gives the figures.
 
 Explanations (``harness.runs.explain``) use the book's roofline terms.
 """
@@ -31,18 +48,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.stats import mannwhitneyu
 
 from harness import schema
 from harness.errors import HarnessError
+from harness.runs import noise
 from harness.runs.explain import explain
+from harness.runs.noise import min_p_value
 from harness.runs.store import StoredRun
 
 log = logging.getLogger(__name__)
 
-REGRESSION, IMPROVEMENT, NEW, GONE, NOISE, UNCHANGED = (
-    "regression", "improvement", "new", "gone", "noise", "unchanged")
-VERDICTS = (REGRESSION, IMPROVEMENT, NEW, GONE, NOISE, UNCHANGED)  # also the display order
+REGRESSION, IMPROVEMENT, INCONCLUSIVE, NEW, GONE, NOISE, UNCHANGED = (
+    "regression", "improvement", "inconclusive", "new", "gone", "noise", "unchanged")
+VERDICTS = (REGRESSION, IMPROVEMENT, INCONCLUSIVE, NEW, GONE, NOISE, UNCHANGED)  # display order
 STEP_TOTAL = "step total"  # the per-workload row's op name
 ALL_PROGRAMS = "(all)"     # ... and its program
 # Meta fields that make two runs different experiments; a difference is warned about.
@@ -57,17 +75,15 @@ _DESCRIPTIVE = (schema.CATEGORY, schema.BOUND, schema.COLLECTIVE, schema.GROUP_S
 class Rule:
     """The verdict rule's knobs (see the module docstring)."""
 
-    threshold: float = 0.10           # relative change that matters (0.10 = 10%)
-    alpha: float = 0.05               # significance level of the Mann-Whitney U test
-    min_share: float = 0.01           # ops below this share of the step in both runs never flag
-    untested_threshold: float = 0.50  # |change| that flags even when samples are too few
+    threshold: float = 0.10  # relative change that matters (0.10 = 10%)
+    alpha: float = 0.05      # false discovery rate over the tested ops (Benjamini-Hochberg)
+    min_share: float = 0.01  # ops below this share of the step in both runs are not tested
 
     def __post_init__(self):
         for name, ok, valid in (
                 ("threshold", 0 <= self.threshold < math.inf, ">= 0 (0.10 = 10%)"),
                 ("alpha", 0 < self.alpha < 1, "in (0, 1)"),
-                ("min_share", 0 <= self.min_share < 1, "in [0, 1) (0.01 = 1% of the step)"),
-                ("untested_threshold", 0 <= self.untested_threshold < math.inf, ">= 0")):
+                ("min_share", 0 <= self.min_share < 1, "in [0, 1) (0.01 = 1% of the step)")):
             if not ok:
                 raise HarnessError(f"{name} must be {valid}, got {getattr(self, name)}")
 
@@ -82,6 +98,8 @@ class Verdicts:
     workload: pd.DataFrame
     rule: Rule
     warnings: list[str] = field(default_factory=list)
+    run_to_run: float = math.nan  # sigma of the tested ops' log changes
+    tested: int = 0               # ops in the Benjamini-Hochberg family
 
     def table(self) -> pd.DataFrame:
         """The workload row, then every op row."""
@@ -103,7 +121,9 @@ class Verdicts:
     def headline(self) -> str:
         """One line: the overall verdict, what regressed, and the rule used."""
         r, c = self.rule, self.counts()
-        rule = f"threshold {r.threshold:.0%}, alpha {r.alpha:g}, min share {r.min_share:.0%}"
+        sigma = "n/a" if not math.isfinite(self.run_to_run) else f"{self.run_to_run:.1%}"
+        rule = (f"threshold {r.threshold:.0%}, FDR {r.alpha:g} over {self.tested} tested ops, "
+                f"min share {r.min_share:.0%}, run-to-run noise {sigma}")
         w = self.workload.iloc[0]
         change = "n/a" if math.isnan(w[schema.CHANGE]) else f"{w[schema.CHANGE]:+.0%}"
         step = f"step total {change} ({w[schema.VERDICT]})"
@@ -111,42 +131,37 @@ class Verdicts:
             names = ", ".join(self.ops.loc[self.ops[schema.VERDICT] == REGRESSION, schema.OP])
             return (f"REGRESSION: {names or STEP_TOTAL}; {c[REGRESSION]} of {len(self.ops)} ops "
                     f"regressed; {step}; {rule}")
-        return (f"OK: no regression ({c[IMPROVEMENT]} improved, {c[NOISE]} within noise, "
-                f"{c[UNCHANGED]} unchanged, {c[NEW]} new, {c[GONE]} gone); {step}; {rule}")
+        word = "INCONCLUSIVE" if w[schema.VERDICT] == INCONCLUSIVE or c[INCONCLUSIVE] else "OK"
+        return (f"{word}: no regression ({c[IMPROVEMENT]} improved, {c[INCONCLUSIVE]} "
+                f"inconclusive, {c[NOISE]} within noise, {c[UNCHANGED]} unchanged, {c[NEW]} new, "
+                f"{c[GONE]} gone); {step}; {rule}")
 
 
-def min_p_value(n: int, m: int) -> float:
-    """Smallest two-sided p the exact Mann-Whitney U test can return for n vs m samples."""
-    if n < 1 or m < 1:
-        return 1.0
-    return min(1.0, 2.0 / math.comb(n + m, n))
-
-
-def u_test(a: np.ndarray, b: np.ndarray, alpha: float) -> float:
-    """Two-sided Mann-Whitney U p-value of ``a`` vs ``b``; NaN when too few samples to reject."""
-    if min_p_value(len(a), len(b)) > alpha:
-        return float("nan")
-    if np.ptp(np.concatenate([a, b])) == 0.0:  # all equal: nothing to rank
-        return 1.0
-    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
-
-
-def decide(change: float, p: float, material: bool, rule: Rule, n: int, m: int,
-           share: float) -> tuple[str, str]:
-    """(verdict, note) for one row by the module's rule."""
+def decide(row: dict, rule: Rule, tested: int, sigma: float, p_null: float,
+           noise_name: str) -> tuple[str, str]:
+    """(verdict, note) for one row with both sides present, by the module's rule; ``sigma`` is
+    the relative noise named ``noise_name``, ``p_null`` the row's p against it."""
+    change, share = row[schema.CHANGE], max(row[schema.BASELINE_SHARE],
+                                            row[schema.CANDIDATE_SHARE])
+    n, m, p, q = (row[schema.BASELINE_STEPS], row[schema.CANDIDATE_STEPS], row[schema.P_VALUE],
+                  row[schema.Q_VALUE])
     if not abs(change) > rule.threshold:  # NaN (0 -> 0) counts as unchanged
         return UNCHANGED, ""
-    direction = REGRESSION if change > 0 else IMPROVEMENT
-    if not material:
+    if share < rule.min_share:
         return NOISE, f"below min share ({share:.2%} of step)"
+    if q <= rule.alpha:
+        return (REGRESSION if change > 0 else IMPROVEMENT), ""
     if math.isnan(p):
-        why = f"too few steps to test ({n} vs {m})"
-        if abs(change) > rule.untested_threshold:
-            return direction, f"{why}; change beyond {rule.untested_threshold:.0%}"
-        return NOISE, why
-    if p <= rule.alpha:
-        return direction, ""
-    return NOISE, f"not significant (p={p:.2g} > {rule.alpha:g})"
+        return INCONCLUSIVE, "no per-step samples to test"
+    if min_p_value(n, m) > rule.alpha / max(tested, 1):
+        return INCONCLUSIVE, (f"too few steps to decide ({n} vs {m}: p >= "
+                              f"{min_p_value(n, m):.2g} among {tested} tested)")
+    if sigma > rule.threshold:
+        return INCONCLUSIVE, (f"too noisy to decide: {noise_name} {sigma:.0%} is above the "
+                              f"{rule.threshold:.0%} threshold")
+    if p_null > p:
+        return NOISE, f"within {noise_name} ({sigma:.1%}; q={q:.2g})"
+    return NOISE, f"not significant (q={q:.2g} > {rule.alpha:g})"
 
 
 def _samples(run: StoredRun, which: str) -> dict[tuple[str, str], np.ndarray]:
@@ -189,8 +204,9 @@ def _prepare(run: StoredRun, which: str) -> pd.DataFrame:
 
 
 def _row(key, b: pd.Series | None, c: pd.Series | None, a: np.ndarray, z: np.ndarray,
-         rule: Rule, mesh: dict | None = None) -> dict:
-    """One verdict row; ``b``/``c`` are the op's baseline/candidate rows (None if absent)."""
+         rule: Rule) -> dict:
+    """One row before its verdict (None when both sides are present); ``b``/``c`` are the op's
+    baseline/candidate rows (None if absent). Only ops ``>= min_share`` get a U test."""
     def get(side, col, default=np.nan):
         return float(side[col]) if side is not None else default
 
@@ -199,28 +215,48 @@ def _row(key, b: pd.Series | None, c: pd.Series | None, a: np.ndarray, z: np.nda
     change = np.nan  # undefined for new and gone ops
     if b is not None and c is not None:
         change = tc / tb - 1.0 if tb > 0 else (math.inf if tc > 0 else np.nan)
-    row = {schema.PROGRAM: key[0], schema.OP: key[1],
-           **{col: src[col] for col in _DESCRIPTIVE},
-           schema.BASELINE_S: tb, schema.CANDIDATE_S: tc, schema.DELTA_S: tc - tb,
-           schema.CHANGE: change, schema.BASELINE_EFFICIENCY: get(b, "eff"),
-           schema.CANDIDATE_EFFICIENCY: get(c, "eff"), schema.BASELINE_SHARE: sb,
-           schema.CANDIDATE_SHARE: sc, schema.BASELINE_STEPS: len(a),
-           schema.CANDIDATE_STEPS: len(z), schema.P_VALUE: np.nan, schema.NOTE: "",
-           schema.EXPLANATION: "", schema.VERDICT: NEW if b is None else GONE}
-    if b is None or c is None:
-        return row
-    p = u_test(a, z, rule.alpha)
-    verdict, note = decide(change, p, max(sb, sc) >= rule.min_share, rule, len(a), len(z),
-                           max(sb, sc))
-    row.update({schema.P_VALUE: p, schema.VERDICT: verdict, schema.NOTE: note})
-    if verdict in (REGRESSION, IMPROVEMENT):
-        row[schema.EXPLANATION] = explain(pd.Series(row), mesh)
-    return row
+    tested = b is not None and c is not None and max(sb, sc) >= rule.min_share
+    return {schema.PROGRAM: key[0], schema.OP: key[1],
+            **{col: src[col] for col in _DESCRIPTIVE},
+            schema.BASELINE_S: tb, schema.CANDIDATE_S: tc, schema.DELTA_S: tc - tb,
+            schema.CHANGE: change, schema.BASELINE_EFFICIENCY: get(b, "eff"),
+            schema.CANDIDATE_EFFICIENCY: get(c, "eff"), schema.BASELINE_SHARE: sb,
+            schema.CANDIDATE_SHARE: sc, schema.BASELINE_STEPS: len(a),
+            schema.CANDIDATE_STEPS: len(z),
+            schema.P_VALUE: noise.u_test(a, z) if tested else np.nan, schema.Q_VALUE: np.nan,
+            schema.NOTE: "", schema.EXPLANATION: "",
+            schema.VERDICT: NEW if b is None else GONE if c is None else None}
+
+
+def _decide_ops(ops: pd.DataFrame, rule: Rule, mesh: dict | None) -> tuple[pd.DataFrame, float,
+                                                                           int]:
+    """Verdicts of the ops present in both runs: (table, run-to-run sigma, ops tested)."""
+    ops = ops.copy()
+    both = ops[schema.VERDICT].isna()
+    family = (both & (ops[[schema.BASELINE_SHARE, schema.CANDIDATE_SHARE]].max(axis=1)
+                      >= rule.min_share) & ops[schema.P_VALUE].notna()).to_numpy()
+    sigma, p_null = noise.run_to_run(np.log1p(ops.loc[family, schema.CHANGE].to_numpy(float)))
+    nulls = np.zeros(len(ops))
+    nulls[family] = p_null
+    combined = np.maximum(ops.loc[family, schema.P_VALUE].to_numpy(float), p_null)
+    ops.loc[family, schema.Q_VALUE] = noise.bh_adjust(combined)
+    tested = int(family.sum())
+    for i in np.flatnonzero(both.to_numpy()):
+        row = ops.iloc[i].to_dict()
+        verdict, note = decide(row, rule, tested, sigma, nulls[i], "run-to-run noise")
+        ops.iat[i, ops.columns.get_loc(schema.VERDICT)] = verdict
+        ops.iat[i, ops.columns.get_loc(schema.NOTE)] = note
+        if verdict in (REGRESSION, IMPROVEMENT):
+            ops.iat[i, ops.columns.get_loc(schema.EXPLANATION)] = explain(
+                pd.Series(dict(row, **{schema.VERDICT: verdict})), mesh)
+    return ops, sigma, tested
 
 
 def _workload_row(b: pd.DataFrame, c: pd.DataFrame, a: np.ndarray, z: np.ndarray,
                   rule: Rule) -> dict:
-    """The whole step: median of per-step totals (sum of op medians without samples)."""
+    """The whole step: median of per-step totals (sum of op medians without samples), one U
+    test, ``inconclusive`` when its noise (s.e. of the medians' difference) is above the
+    threshold."""
     def side(ops, samples):
         t = float(np.median(samples)) if len(samples) else float(ops["t"].sum())
         modeled = ops["pred"].notna()
@@ -228,7 +264,32 @@ def _workload_row(b: pd.DataFrame, c: pd.DataFrame, a: np.ndarray, z: np.ndarray
         eff = float(ops.loc[modeled, "pred"].sum() / meas) if meas > 0 else np.nan
         return pd.Series({"t": t, "share": 1.0, "eff": eff,
                           **dict.fromkeys(_DESCRIPTIVE), schema.CATEGORY: "all ops"})
-    return _row((ALL_PROGRAMS, STEP_TOTAL), side(b, a), side(c, z), a, z, rule)
+    bs, cs = side(b, a), side(c, z)
+    row = _row((ALL_PROGRAMS, STEP_TOTAL), bs, cs, a, z, rule)
+    row[schema.Q_VALUE] = row[schema.P_VALUE]  # one test: nothing to adjust
+    rel_noise = noise.median_se(a, z) / bs["t"] if bs["t"] > 0 else math.nan
+    verdict, note = decide(row, rule, 1, rel_noise if math.isfinite(rel_noise) else 0.0, 0.0,
+                           "step noise")
+    row.update({schema.VERDICT: verdict, schema.NOTE: note})
+    if verdict in (REGRESSION, IMPROVEMENT):
+        row[schema.EXPLANATION] = explain(pd.Series(row))
+    return row
+
+
+def _agree(ops: pd.DataFrame, workload: dict, a: np.ndarray, z: np.ndarray) -> pd.DataFrame:
+    """Op regressions the step cannot see become ``inconclusive`` (see the module docstring)."""
+    regs = ops[schema.VERDICT] == REGRESSION
+    step_noise_s = noise.median_se(a, z)
+    total = float(ops.loc[regs, schema.DELTA_S].sum())
+    if workload[schema.VERDICT] == REGRESSION or not regs.any() or \
+            not total < step_noise_s:  # NaN (no step samples): nothing to gate on
+        return ops
+    note = (f"slower, but the flagged ops add {total * 1e3:.3g} ms per step, within the step's "
+            f"noise ({step_noise_s * 1e3:.3g} ms)")
+    return ops.assign(**{
+        schema.VERDICT: ops[schema.VERDICT].where(~regs, INCONCLUSIVE),
+        schema.NOTE: ops[schema.NOTE].where(~regs, note),
+        schema.EXPLANATION: ops[schema.EXPLANATION].where(~regs, "")})
 
 
 def meta_warnings(baseline: StoredRun, candidate: StoredRun) -> list[str]:
@@ -252,28 +313,30 @@ def _order(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def compare_runs(baseline: StoredRun, candidate: StoredRun, *, threshold: float = 0.10,
-                 alpha: float = 0.05, min_share: float = 0.01,
-                 untested_threshold: float = 0.50) -> Verdicts:
+                 alpha: float = 0.05, min_share: float = 0.01) -> Verdicts:
     """Per-op and per-workload verdicts of ``candidate`` against ``baseline``."""
-    rule = Rule(threshold, alpha, min_share, untested_threshold)
+    rule = Rule(threshold, alpha, min_share)
     b, c = _prepare(baseline, "baseline"), _prepare(candidate, "candidate")
     sb, sc = _samples(baseline, "baseline"), _samples(candidate, "candidate")
     warnings = meta_warnings(baseline, candidate)
     for which, run, s in (("baseline", baseline, sb), ("candidate", candidate, sc)):
         if not s:
             warnings.append(f"{which} run {run.path.name} has no per-step samples; "
-                            f"only changes beyond {rule.untested_threshold:.0%} can flag")
+                            "no op can be tested (verdicts are inconclusive)")
     bi, ci = b.set_index(_KEYS), c.set_index(_KEYS)
     keys = list(dict.fromkeys(list(ci.index) + list(bi.index)))
     mesh = candidate.meta.get("mesh") if isinstance(candidate.meta.get("mesh"), dict) else None
     empty = np.array([])
     rows = [_row(k, bi.loc[k] if k in bi.index else None, ci.loc[k] if k in ci.index else None,
-                 sb.get(k, empty), sc.get(k, empty), rule, mesh) for k in keys]
+                 sb.get(k, empty), sc.get(k, empty), rule) for k in keys]
     ops = pd.DataFrame(rows, columns=list(schema.REGRESS)) if rows else schema.empty(
         schema.REGRESS)
+    ops, sigma, tested = _decide_ops(ops, rule, mesh)
     totals = _step_totals(baseline, b), _step_totals(candidate, c)
-    workload = pd.DataFrame([_workload_row(b, c, *totals, rule)], columns=list(schema.REGRESS))
+    step = _workload_row(b, c, *totals, rule)
+    ops = _agree(ops, step, *totals)
     v = Verdicts(baseline=baseline.run_id, candidate=candidate.run_id, ops=_order(ops),
-                 workload=workload, rule=rule, warnings=warnings)
+                 workload=pd.DataFrame([step], columns=list(schema.REGRESS)), rule=rule,
+                 warnings=warnings, run_to_run=sigma, tested=tested)
     log.info("compare %s -> %s: %s", v.baseline, v.candidate, v.headline())
     return v

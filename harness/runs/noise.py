@@ -1,0 +1,94 @@
+"""The statistics behind ``harness compare`` (``harness.runs.regress`` states the rule).
+
+- ``u_test``: two-sided Mann-Whitney U on one op's per-step samples (within-run noise);
+- ``min_p_value``: the smallest p that test can return for n vs m samples (exact);
+- ``run_to_run``: how far ops of the same program move between two runs (run-to-run noise),
+  estimated robustly from the spread of all tested ops' log changes, and the p-value of one
+  op's change against it;
+- ``bh_adjust``: Benjamini-Hochberg adjusted p-values (q-values), which control the false
+  discovery rate over many ops tested at once;
+- ``median_se``: the standard error of a difference of two medians (the step total's noise).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.stats import mannwhitneyu, norm
+
+MAD_TO_SIGMA = 1.4826    # sigma of a normal distribution = 1.4826 x its median absolute deviation
+MEDIAN_SE = 1.2533       # s.e. of a median of n normal samples = 1.2533 sigma / sqrt(n)
+MIN_OPS_FOR_SPREAD = 8   # fewer tested ops than this: no run-to-run estimate (term left out)
+
+
+def min_p_value(n: int, m: int) -> float:
+    """Smallest two-sided p the exact Mann-Whitney U test can return for n vs m samples."""
+    if n < 1 or m < 1:
+        return 1.0
+    return min(1.0, 2.0 / math.comb(n + m, n))
+
+
+def u_test(a: np.ndarray, b: np.ndarray) -> float:
+    """Two-sided Mann-Whitney U p-value of ``a`` vs ``b``; NaN when a side has no samples."""
+    if len(a) == 0 or len(b) == 0:
+        return float("nan")
+    if np.ptp(np.concatenate([a, b])) == 0.0:  # all equal: nothing to rank
+        return 1.0
+    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
+def robust_sigma(x: np.ndarray) -> float:
+    """sigma estimated as 1.4826 x the median absolute deviation (NaN for no data)."""
+    x = np.asarray(x, float)
+    x = x[np.isfinite(x)]
+    if len(x) == 0:
+        return float("nan")
+    return float(MAD_TO_SIGMA * np.median(np.abs(x - np.median(x))))
+
+
+def run_to_run(log_changes: np.ndarray) -> tuple[float, np.ndarray]:
+    """(sigma, p-values): the run-to-run sigma of ``log(candidate/baseline)`` over the tested
+    ops, and each op's two-sided p against N(median, sigma^2).
+
+    Most ops of a program do not change between two runs, so the spread of their log changes
+    around the median is the noise one op's change must beat (an empirical null, Efron 2004);
+    the median is the whole run's drift, which the step total judges. The median absolute
+    deviation ignores the few ops that did change. With fewer than ``MIN_OPS_FOR_SPREAD`` finite values sigma is NaN and
+    every p is 0 (the term drops out; the per-op U test decides alone)."""
+    r = np.asarray(log_changes, float)
+    finite = np.isfinite(r)
+    if finite.sum() < MIN_OPS_FOR_SPREAD:
+        return float("nan"), np.zeros(len(r))
+    sigma = robust_sigma(r[finite])
+    d = r - np.median(r[finite])
+    if sigma <= 0:  # most ops moved alike: any other move is beyond the (zero) noise
+        return sigma, np.where(d == 0, 1.0, 0.0)
+    return sigma, np.where(finite, 2 * norm.sf(np.abs(d) / sigma), 1.0)
+
+
+def bh_adjust(p: np.ndarray) -> np.ndarray:
+    """Benjamini-Hochberg adjusted p-values: rejecting every q <= alpha keeps the expected
+    share of false rejections among all rejections at most alpha (independent or positively
+    dependent tests; Benjamini & Hochberg 1995, Benjamini & Yekutieli 2001). NaN stays NaN and
+    does not count."""
+    p = np.asarray(p, float)
+    q = np.full(len(p), np.nan)
+    ok = ~np.isnan(p)
+    m = int(ok.sum())
+    if m == 0:
+        return q
+    order = np.argsort(p[ok])
+    scaled = p[ok][order] * m / np.arange(1, m + 1)
+    scaled = np.minimum.accumulate(scaled[::-1])[::-1]  # q_(k) = min over j >= k
+    out = np.empty(m)
+    out[order] = np.minimum(scaled, 1.0)
+    q[ok] = out
+    return q
+
+
+def median_se(a: np.ndarray, b: np.ndarray) -> float:
+    """Standard error of median(b) - median(a), from each side's robust sigma (NaN when a side
+    has fewer than 2 samples)."""
+    if len(a) < 2 or len(b) < 2:
+        return float("nan")
+    return MEDIAN_SE * math.sqrt(robust_sigma(a) ** 2 / len(a) + robust_sigma(b) ** 2 / len(b))
