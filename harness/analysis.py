@@ -15,7 +15,13 @@ import pandas as pd
 
 from harness import schema
 from harness.capture import Capture, capture
-from harness.compare import by_category, compare, summary
+from harness.compare import (
+    beats_roofline_reason,
+    by_category,
+    compare,
+    ops_beating_roofline,
+    summary,
+)
 from harness.hlo import cross_check, hlo_costs, parse_module
 from harness.ops import op_times, step_samples, step_time
 from harness.report import plots
@@ -134,12 +140,9 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
         summ["flops_vs_cost_analysis"] = check["flops_rel_diff"]
         if check.get("loops"):  # XLA's analysis counts a loop body once
             summ["flops_vs_cost_analysis_loops_once"] = check["flops_loops_once_rel_diff"]
-    beating = _beats_roofline(ops)
+    beating = ops_beating_roofline(ops)
     if beating:
-        notes.append(f"{beating} run faster than the {entry.name} roofline allows: the chip's "
-                     "numbers are too low" + (" (a calibration taken under load? run `harness "
-                                              "calibrate` on a quiet host)" if entry.kind == "cpu"
-                                              else ""))
+        notes.append(f"{beating} run {beats_roofline_reason(entry.name, entry.kind)}")
     if summ["coverage"] < 0.95:
         notes.append(f"only {summ['coverage']:.0%} of measured time is in ops a rule predicts")
     unexpected = None
@@ -162,17 +165,6 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
                     meta=full_meta, notes=notes, unexpected=unexpected, plots=figures)
     return Analysis(capture=cap, events=events, ops=ops, steps=step_samples(events),
                     categories=cats, summary=summ, report=report, chip=entry, cross_check=check)
-
-
-def _beats_roofline(ops: pd.DataFrame, margin: float = 1.25, min_share: float = 0.05) -> str:
-    """The ops, by name, that take a visible share of the step and beat their roofline time by
-    more than ``margin`` (efficiency > margin): a lower bound cannot be beaten, so the chip's
-    numbers are wrong for this host. Empty when there are none."""
-    fast = ops[(ops[schema.EFFICIENCY] > margin) & (ops[schema.SHARE] >= min_share)]
-    if fast.empty:
-        return ""
-    names = ", ".join(fast[schema.OP].head(3))
-    return f"{len(fast)} op(s) ({names}{', ...' if len(fast) > 3 else ''})"
 
 
 def _peak_dtype(entry) -> str:

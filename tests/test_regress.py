@@ -286,3 +286,20 @@ def test_op_regression_the_step_cannot_see_is_inconclusive(tmp_path):
     # A quiet step (1% per-step jitter everywhere) sees the same +0.95 ms: the job fails.
     v = verdicts(tmp_path / "quiet", cand_kw={"scale": {"fusion.7": 2.0}})
     assert by_op(v).loc["fusion.7", schema.VERDICT] == regress.REGRESSION and v.regressed
+
+
+def test_every_op_slower_alike_is_inconclusive_not_a_regression(tmp_path):
+    # All 40 ops 1.5x slower (a busier host looks the same): the step total is +50% and its own
+    # test rejects, but no op moved against the others; with one op 3x on top, that op flags.
+    ops = many_ops()
+    uniform = {op[0]: 1.5 for op in ops}
+    v = verdicts(tmp_path, base_kw={"ops": ops, "seed": 2},
+                 cand_kw={"ops": ops, "scale": uniform, "seed": 1})
+    step = by_op(v).loc[regress.STEP_TOTAL]
+    assert step[schema.CHANGE] == pytest.approx(0.5, abs=0.02) and step[schema.P_VALUE] < 1e-3
+    assert step[schema.VERDICT] == regress.INCONCLUSIVE
+    assert "every op moved alike (median op +50%" in step[schema.NOTE]
+    assert not v.regressed and v.headline().startswith("INCONCLUSIVE")
+    v = verdicts(tmp_path / "ab", base_kw={"ops": ops, "seed": 2},
+                 cand_kw={"ops": ops, "scale": dict(uniform, **{"fusion.3": 4.5}), "seed": 1})
+    assert list(v.regressions[schema.OP]) == ["fusion.3"]

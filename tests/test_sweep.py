@@ -388,3 +388,22 @@ def test_ctrl_c_stops_cleanly_and_resume_dir_finishes(tmp_path):
     assert "(1 run now, 1 already done)" in stdout
     assert _manifest_statuses(sweep_dir) == ["done", "done"]
     assert len(_complete_runs(sweep_dir)) == 2
+
+
+def test_summary_flags_efficiency_and_mfu_beyond_the_roofline():
+    from harness.compare import ROOFLINE_MARGIN
+    from harness.sweep import report as sweep_report
+
+    rows = [{schema.POINT: 1, schema.WORKLOAD: "matmul", schema.OVERRIDES: "case=no_comm",
+             schema.CHIP: "cpu", schema.STATUS: "done", schema.RUN: "",
+             schema.EFFICIENCY: 1.44, schema.MFU: 2.86, schema.MATMUL_EFFICIENCY: 0.9},
+            {schema.POINT: 2, schema.WORKLOAD: "matmul", schema.OVERRIDES: "case=allgather",
+             schema.CHIP: "cpu", schema.STATUS: "done", schema.RUN: "",
+             schema.EFFICIENCY: ROOFLINE_MARGIN, schema.MFU: 0.5,  # at the margin: not flagged
+             schema.MATMUL_EFFICIENCY: float("nan")}]
+    df = pd.DataFrame(rows).reindex(columns=list(schema.SWEEP_SUMMARY))
+    notes = sweep_report.impossible_notes(df)
+    assert notes[0] == "point 1 (matmul case=no_comm): efficiency 144%, mfu 286%"
+    assert notes[1].startswith("1 point(s) ran faster than the cpu roofline allows")
+    assert "calibration taken under load" in notes[1] and len(notes) == 2
+    assert "point 1 (matmul case=no_comm): efficiency 144%" in sweep_report.to_html({}, df, [])

@@ -123,6 +123,8 @@ def main(args) -> int:
         if main_thread:
             signal.signal(signal.SIGINT, previous)
     print(tables.to_text(sweep_report.shown(result.summary), title=f"sweep {plan.name}"), end="")
+    for note in sweep_report.impossible_notes(result.summary):
+        print(f"note: {note}")
     for rec in result.failed:
         print(f"failed: point {rec['index'] + 1}, {rec['label']}: {rec['error']}")
     done = sum(r["status"] == sweep.DONE for r in result.records)

@@ -14,11 +14,15 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import mannwhitneyu, norm
+from scipy.stats import mannwhitneyu, t
 
 MAD_TO_SIGMA = 1.4826    # sigma of a normal distribution = 1.4826 x its median absolute deviation
 MEDIAN_SE = 1.2533       # s.e. of a median of n normal samples = 1.2533 sigma / sqrt(n)
 MIN_OPS_FOR_SPREAD = 8   # fewer tested ops than this: no run-to-run estimate (term left out)
+# Run-to-run moves have heavy tails (on a shared CPU host a collective can take 2x longer in one
+# run than the next), so the null is Student's t with 4 degrees of freedom, scaled to the same
+# median absolute deviation, not a normal distribution.
+NULL_DF = 4
 
 
 def min_p_value(n: int, m: int) -> float:
@@ -48,7 +52,7 @@ def robust_sigma(x: np.ndarray) -> float:
 
 def run_to_run(log_changes: np.ndarray) -> tuple[float, np.ndarray]:
     """(sigma, p-values): the run-to-run sigma of ``log(candidate/baseline)`` over the tested
-    ops, and each op's two-sided p against N(median, sigma^2).
+    ops, and each op's two-sided p (``null_p``) of its distance from their median.
 
     Most ops of a program do not change between two runs, so the spread of their log changes
     around the median is the noise one op's change must beat (an empirical null, Efron 2004);
@@ -63,7 +67,14 @@ def run_to_run(log_changes: np.ndarray) -> tuple[float, np.ndarray]:
     d = r - np.median(r[finite])
     if sigma <= 0:  # most ops moved alike: any other move is beyond the (zero) noise
         return sigma, np.where(d == 0, 1.0, 0.0)
-    return sigma, np.where(finite, 2 * norm.sf(np.abs(d) / sigma), 1.0)
+    return sigma, np.where(finite, null_p(d, sigma), 1.0)
+
+
+def null_p(d, sigma: float):
+    """Two-sided p of log change(s) ``d`` under the run-to-run null: Student's t (``NULL_DF``)
+    whose median absolute deviation is that of N(0, sigma^2)."""
+    scale = sigma / MAD_TO_SIGMA / t.ppf(0.75, NULL_DF)
+    return 2 * t.sf(np.abs(d) / scale, NULL_DF)
 
 
 def bh_adjust(p: np.ndarray) -> np.ndarray:

@@ -23,7 +23,9 @@ samples stored with the run (``steps.parquet``). The rule, per op:
 
 The step total (per step, the sum of the ops' times) gets the same rule with one test (its U
 test) and is ``inconclusive`` when its noise (the standard error of the difference of the two
-medians, ``noise.median_se``) exceeds the threshold.
+medians, ``noise.median_se``) exceeds the threshold, or when the tested ops all moved alike
+(the step's change divided by the tested ops' median change is within the threshold): a host
+that runs slower or faster looks exactly like that, and one pair of runs cannot tell them apart.
 
 Step and ops agree: op regressions make the job fail only together with the step they sit in.
 When the step total is not itself a regression and the op regressions' summed delta is below
@@ -171,8 +173,9 @@ def _samples(run: StoredRun, which: str) -> dict[tuple[str, str], np.ndarray]:
         return {}
     schema.validate(steps, _STEP_COLUMNS, where=f"{which} run {run.path} steps")
     steps = steps.dropna(subset=[schema.MEASURED_S])
-    return {(str(k[0]), str(k[1])): g[schema.MEASURED_S].to_numpy(float)
-            for k, g in steps.groupby(_KEYS, sort=False)}
+    values = steps[schema.MEASURED_S].to_numpy(float)
+    return {(str(k[0]), str(k[1])): values[i]
+            for k, i in steps.groupby(_KEYS, sort=False).indices.items()}
 
 
 def _step_totals(run: StoredRun, ops: pd.DataFrame) -> np.ndarray:
@@ -203,7 +206,7 @@ def _prepare(run: StoredRun, which: str) -> pd.DataFrame:
     return out
 
 
-def _row(key, b: pd.Series | None, c: pd.Series | None, a: np.ndarray, z: np.ndarray,
+def _row(key, b: dict | None, c: dict | None, a: np.ndarray, z: np.ndarray,
          rule: Rule) -> dict:
     """One row before its verdict (None when both sides are present); ``b``/``c`` are the op's
     baseline/candidate rows (None if absent). Only ops ``>= min_share`` get a U test."""
@@ -228,32 +231,36 @@ def _row(key, b: pd.Series | None, c: pd.Series | None, a: np.ndarray, z: np.nda
             schema.VERDICT: NEW if b is None else GONE if c is None else None}
 
 
-def _decide_ops(ops: pd.DataFrame, rule: Rule, mesh: dict | None) -> tuple[pd.DataFrame, float,
-                                                                           int]:
-    """Verdicts of the ops present in both runs: (table, run-to-run sigma, ops tested)."""
+def _decide_ops(ops: pd.DataFrame, rule: Rule, mesh: dict | None):
+    """Verdicts of the ops present in both runs: (table, run-to-run sigma, ops tested, the
+    tested ops' median log change, NaN when too few to tell)."""
     ops = ops.copy()
     both = ops[schema.VERDICT].isna()
     family = (both & (ops[[schema.BASELINE_SHARE, schema.CANDIDATE_SHARE]].max(axis=1)
                       >= rule.min_share) & ops[schema.P_VALUE].notna()).to_numpy()
-    sigma, p_null = noise.run_to_run(np.log1p(ops.loc[family, schema.CHANGE].to_numpy(float)))
+    r = np.log1p(ops.loc[family, schema.CHANGE].to_numpy(float))
+    sigma, p_null = noise.run_to_run(r)
+    shift = float(np.median(r)) if len(r) >= noise.MIN_OPS_FOR_SPREAD else math.nan
     nulls = np.zeros(len(ops))
     nulls[family] = p_null
     combined = np.maximum(ops.loc[family, schema.P_VALUE].to_numpy(float), p_null)
     ops.loc[family, schema.Q_VALUE] = noise.bh_adjust(combined)
     tested = int(family.sum())
+    records = ops.to_dict("records")
+    verdicts, notes, texts = (list(ops[c]) for c in (schema.VERDICT, schema.NOTE,
+                                                      schema.EXPLANATION))
     for i in np.flatnonzero(both.to_numpy()):
-        row = ops.iloc[i].to_dict()
-        verdict, note = decide(row, rule, tested, sigma, nulls[i], "run-to-run noise")
-        ops.iat[i, ops.columns.get_loc(schema.VERDICT)] = verdict
-        ops.iat[i, ops.columns.get_loc(schema.NOTE)] = note
-        if verdict in (REGRESSION, IMPROVEMENT):
-            ops.iat[i, ops.columns.get_loc(schema.EXPLANATION)] = explain(
-                pd.Series(dict(row, **{schema.VERDICT: verdict})), mesh)
-    return ops, sigma, tested
+        verdicts[i], notes[i] = decide(records[i], rule, tested, sigma, nulls[i],
+                                       "run-to-run noise")
+        if verdicts[i] in (REGRESSION, IMPROVEMENT):
+            texts[i] = explain(pd.Series(dict(records[i], **{schema.VERDICT: verdicts[i]})),
+                               mesh)
+    ops[schema.VERDICT], ops[schema.NOTE], ops[schema.EXPLANATION] = verdicts, notes, texts
+    return ops, sigma, tested, shift
 
 
 def _workload_row(b: pd.DataFrame, c: pd.DataFrame, a: np.ndarray, z: np.ndarray,
-                  rule: Rule) -> dict:
+                  rule: Rule, shift: float, sigma: float) -> dict:
     """The whole step: median of per-step totals (sum of op medians without samples), one U
     test, ``inconclusive`` when its noise (s.e. of the medians' difference) is above the
     threshold."""
@@ -266,10 +273,19 @@ def _workload_row(b: pd.DataFrame, c: pd.DataFrame, a: np.ndarray, z: np.ndarray
                           **dict.fromkeys(_DESCRIPTIVE), schema.CATEGORY: "all ops"})
     bs, cs = side(b, a), side(c, z)
     row = _row((ALL_PROGRAMS, STEP_TOTAL), bs, cs, a, z, rule)
-    row[schema.Q_VALUE] = row[schema.P_VALUE]  # one test: nothing to adjust
+    # Run-to-run noise of a sum of ops moving independently by sigma each: sigma x the root of
+    # the summed squared shares (few big ops: the step moves nearly as much as they do).
+    rest = (1 + row[schema.CHANGE]) / math.exp(shift) - 1 if math.isfinite(shift) else math.nan
+    p_null = float(noise.null_p(math.log1p(rest), sigma * math.sqrt((b["share"] ** 2).sum()))) \
+        if math.isfinite(rest) and sigma > 0 else 0.0
+    row[schema.Q_VALUE] = max(row[schema.P_VALUE], p_null)  # one test: nothing to adjust
     rel_noise = noise.median_se(a, z) / bs["t"] if bs["t"] > 0 else math.nan
-    verdict, note = decide(row, rule, 1, rel_noise if math.isfinite(rel_noise) else 0.0, 0.0,
+    verdict, note = decide(row, rule, 1, rel_noise if math.isfinite(rel_noise) else 0.0, p_null,
                            "step noise")
+    if verdict != UNCHANGED and row[schema.P_VALUE] <= rule.alpha and abs(rest) <= rule.threshold:
+        verdict, note = INCONCLUSIVE, (
+            f"every op moved alike (median op {math.expm1(shift):+.0%}, the rest {rest:+.0%}), "
+            "as when the host runs slower or faster: rerun to tell")
     row.update({schema.VERDICT: verdict, schema.NOTE: note})
     if verdict in (REGRESSION, IMPROVEMENT):
         row[schema.EXPLANATION] = explain(pd.Series(row))
@@ -323,17 +339,17 @@ def compare_runs(baseline: StoredRun, candidate: StoredRun, *, threshold: float 
         if not s:
             warnings.append(f"{which} run {run.path.name} has no per-step samples; "
                             "no op can be tested (verdicts are inconclusive)")
-    bi, ci = b.set_index(_KEYS), c.set_index(_KEYS)
-    keys = list(dict.fromkeys(list(ci.index) + list(bi.index)))
+    bi, ci = (x.set_index(_KEYS).to_dict("index") for x in (b, c))
+    keys = list(dict.fromkeys(list(ci) + list(bi)))
     mesh = candidate.meta.get("mesh") if isinstance(candidate.meta.get("mesh"), dict) else None
     empty = np.array([])
-    rows = [_row(k, bi.loc[k] if k in bi.index else None, ci.loc[k] if k in ci.index else None,
-                 sb.get(k, empty), sc.get(k, empty), rule) for k in keys]
+    rows = [_row(k, bi.get(k), ci.get(k), sb.get(k, empty), sc.get(k, empty), rule)
+            for k in keys]
     ops = pd.DataFrame(rows, columns=list(schema.REGRESS)) if rows else schema.empty(
         schema.REGRESS)
-    ops, sigma, tested = _decide_ops(ops, rule, mesh)
+    ops, sigma, tested, shift = _decide_ops(ops, rule, mesh)
     totals = _step_totals(baseline, b), _step_totals(candidate, c)
-    step = _workload_row(b, c, *totals, rule)
+    step = _workload_row(b, c, *totals, rule, shift, sigma)
     ops = _agree(ops, step, *totals)
     v = Verdicts(baseline=baseline.run_id, candidate=candidate.run_id, ops=_order(ops),
                  workload=pd.DataFrame([step], columns=list(schema.REGRESS)), rule=rule,
