@@ -103,13 +103,14 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
                     book: Callable | None = None,
                     expected_collectives: dict[str, int] | None = None,
                     meta: dict | None = None, events: pd.DataFrame | None = None,
-                    notes: list[str] | None = None) -> Analysis:
+                    notes: list[str] | None = None, with_plots: bool = True) -> Analysis:
     """Parse, predict and compare one capture; build its report (with plots).
 
     ``model_flops``: the step's useful FLOPs over all devices (gives MFU); ``analytic_s``: the
     book's step time. ``book(chip) -> harness.analytic.Analytic`` supplies both for the chip.
     ``events``: the EVENTS to analyse when they do not come from ``cap``'s own trace (a
-    multi-host run merges every process's); ``notes`` go into the report first.
+    multi-host run merges every process's); ``notes`` go into the report first; ``with_plots``
+    False leaves out the report's plots (a sweep point: matplotlib costs more than the step).
     """
     entry, chip_notes, chip_meta = resolve_chip(chip)
     notes = list(notes or []) + chip_notes
@@ -154,13 +155,14 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
                          f"expected {expected_collectives or 'none'}")
     full_meta = dict(cap.meta, **(meta or {}), **chip_meta, chip=entry.name)
     figures = {}
-    png = plots.roofline(ops, peak_flops_per_s=entry.flops_per_s(_peak_dtype(entry)),
-                         hbm_bytes_per_s=entry.hbm_bytes_per_s, chip_name=entry.name)
-    if png:
-        figures[ROOFLINE_PNG] = png
-    png = plots.category_bars(cats)
-    if png:
-        figures[CATEGORIES_PNG] = png
+    if with_plots:
+        png = plots.roofline(ops, peak_flops_per_s=entry.flops_per_s(_peak_dtype(entry)),
+                             hbm_bytes_per_s=entry.hbm_bytes_per_s, chip_name=entry.name)
+        if png:
+            figures[ROOFLINE_PNG] = png
+        png = plots.category_bars(cats)
+        if png:
+            figures[CATEGORIES_PNG] = png
     report = Report(title=title or f"{program} on {devices}x {cap.meta.get('device_kind', '?')}"
                     f" (predicted for {entry.name})", ops=ops, categories=cats, summary=summ,
                     meta=full_meta, notes=notes, unexpected=unexpected, plots=figures)

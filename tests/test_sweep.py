@@ -283,6 +283,8 @@ def test_summary_and_plots(failing):
     assert df.loc[3, schema.MATMUL_EFFICIENCY] > 0
     for name in ("collective_bandwidth.png", "matmul_efficiency.png"):
         assert (sweep_dir / name).read_bytes().startswith(PNG_MAGIC)
+    # The sweep plots once, at its close; the points' own plots only with --point-plots.
+    assert not list(sweep_dir.rglob("roofline.png")) and not list(sweep_dir.rglob("categories.png"))
     html = (sweep_dir / "report.html").read_text()
     assert "collective_bandwidth.png" in html and "needs 9 devices" in html
     assert "| failed |" in (sweep_dir / "summary.md").read_text()
@@ -407,3 +409,12 @@ def test_summary_flags_efficiency_and_mfu_beyond_the_roofline():
     assert notes[1].startswith("1 point(s) ran faster than the cpu roofline allows")
     assert "calibration taken under load" in notes[1] and len(notes) == 2
     assert "point 1 (matmul case=no_comm): efficiency 144%" in sweep_report.to_html({}, df, [])
+
+
+def test_garbage_is_collected_between_points_only_when_memory_is_short(tmp_path):
+    info = tmp_path / "meminfo"
+    info.write_text("MemTotal:       16000000 kB\nMemAvailable:    8000000 kB\n")
+    assert not sw.memory_short(meminfo=info)  # half available
+    info.write_text("MemTotal:       16000000 kB\nMemAvailable:    3000000 kB\n")
+    assert sw.memory_short(meminfo=info)      # 3/16 < 1/4
+    assert sw.memory_short(meminfo=tmp_path / "absent")  # cannot tell: collect

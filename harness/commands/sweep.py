@@ -25,6 +25,9 @@ def add_arguments(p) -> None:
     p.add_argument("--resume", nargs="?", const=LATEST, default=None, metavar="DIR",
                    help="continue a sweep: its directory, or without DIR the newest sweep of "
                         "this name under --out; done points are skipped, failed ones rerun")
+    p.add_argument("--point-plots", action="store_true",
+                   help="also draw each point's roofline and category plots (the sweep's own "
+                        "plots are drawn once, at the end)")
     p.add_argument("--dry-run", action="store_true",
                    help="validate the file and list the expanded points; run nothing")
 
@@ -111,7 +114,8 @@ def main(args) -> int:
                     progress.console.print(escape(f"point {e.index + 1} failed: "
                                                   f"{e.record['error']}"))
 
-            result = sweep.run_sweep(plan, sweep_dir, on_event=on_event)
+            result = sweep.run_sweep(plan, sweep_dir, on_event=on_event,
+                                     point_plots=args.point_plots)
             progress.update(task, description=escape(f"sweep {plan.name}"))
     except KeyboardInterrupt:
         print(f"harness sweep: interrupted; resume with: harness sweep {args.file} "

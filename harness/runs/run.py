@@ -88,8 +88,10 @@ def build_workload(name: str, preset: str = "tiny", overrides: dict | None = Non
 
 def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = None,
                  mesh: str | None = None, steps: int = 5, warmup: int = 2,
-                 out: Path = Path("results"), chip=None) -> tuple[Analysis, Path]:
-    """Run workload ``name`` and store it under ``out``; returns the analysis and the run path."""
+                 out: Path = Path("results"), chip=None,
+                 with_plots: bool = True) -> tuple[Analysis, Path]:
+    """Run workload ``name`` and store it under ``out``; returns the analysis and the run path
+    (``with_plots`` False: the run's report without its PNG plots)."""
     if chip is not None:  # a bad chip name fails before anything is compiled
         from predictions import hardware
 
@@ -106,7 +108,8 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
         meta = dict(built.meta, preset=preset, overrides=overrides or {})
         analysis = analyze_capture(cap, chip=chip, meta=meta, book=built.book,
                                    expected_collectives=built.expected_collectives(),
-                                   title=f"{name} ({preset}) on mesh {meta['mesh']}")
+                                   title=f"{name} ({preset}) on mesh {meta['mesh']}",
+                                   with_plots=with_plots)
         path = save_analysis(analysis, out / new_run_id(name))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
