@@ -50,24 +50,41 @@ def robust_sigma(x: np.ndarray) -> float:
     return float(MAD_TO_SIGMA * np.median(np.abs(x - np.median(x))))
 
 
-def run_to_run(log_changes: np.ndarray) -> tuple[float, np.ndarray]:
-    """(sigma, p-values): the run-to-run sigma of ``log(candidate/baseline)`` over the tested
-    ops, and each op's two-sided p (``null_p``) of its distance from their median.
+def run_to_run(log_changes: np.ndarray, se: np.ndarray | None = None):
+    """(tau, p-values, noise): how far the tested ops move between runs beyond their own
+    within-run noise, each op's two-sided p, and each op's total noise sqrt(se^2 + tau^2).
 
-    Most ops of a program do not change between two runs, so the spread of their log changes
-    around the median is the noise one op's change must beat (an empirical null, Efron 2004);
-    the median is the whole run's drift, which the step total judges. The median absolute
-    deviation ignores the few ops that did change. With fewer than ``MIN_OPS_FOR_SPREAD`` finite values sigma is NaN and
-    every p is 0 (the term drops out; the per-op U test decides alone)."""
+    ``log_changes``: each op's log(candidate / baseline); ``se``: the standard error of each
+    (``median_se`` of its log samples; None: 0). Most ops of a program do not change between two
+    runs, so the spread of their changes around the median is the noise one op's change must
+    beat (an empirical null, Efron 2004); the median is the whole run's drift, which the step
+    total judges. ``tau`` is the smallest between-run term that brings the robust spread (MAD)
+    of the standardized changes ``d / sqrt(se^2 + tau^2)`` down to 1 (as a random-effects model
+    does), so a quiet op is judged by its own small noise and a noisy one by its large one.
+    With fewer than ``MIN_OPS_FOR_SPREAD`` finite values tau is NaN and every p is 0 (the term
+    drops out; the per-op U test decides alone)."""
     r = np.asarray(log_changes, float)
+    se = np.zeros(len(r)) if se is None else np.nan_to_num(np.asarray(se, float))
     finite = np.isfinite(r)
     if finite.sum() < MIN_OPS_FOR_SPREAD:
-        return float("nan"), np.zeros(len(r))
-    sigma = robust_sigma(r[finite])
-    d = r - np.median(r[finite])
-    if sigma <= 0:  # most ops moved alike: any other move is beyond the (zero) noise
-        return sigma, np.where(d == 0, 1.0, 0.0)
-    return sigma, np.where(finite, null_p(d, sigma), 1.0)
+        return float("nan"), np.zeros(len(r)), np.full(len(r), np.nan)
+    d = np.where(finite, r - np.median(r[finite]), 0.0)
+
+    def spread(tau: float) -> float:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = d[finite] / np.sqrt(se[finite] ** 2 + tau ** 2)
+        return robust_sigma(np.where(d[finite] == 0, 0.0, z))
+
+    lo, hi = 0.0, robust_sigma(d[finite]) + float(se[finite].max()) + 1e-12
+    if not spread(lo) <= 1:  # bisect: spread falls as tau grows
+        for _ in range(50):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if spread(mid) > 1 else (lo, mid)
+        lo = hi
+    total = np.sqrt(se ** 2 + lo ** 2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.where(total > 0, null_p(d / total, 1.0), np.where(d == 0, 1.0, 0.0))
+    return lo, np.where(finite, p, 1.0), total
 
 
 def null_p(d, sigma: float):

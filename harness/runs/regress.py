@@ -11,15 +11,18 @@ samples stored with the run (``steps.parquet``). The rule, per op:
    by size, not by their change (independent filtering, Bourgon et al. 2010). Each gets two
    p-values and keeps the larger (both must reject; an intersection-union test):
    - the two-sided Mann-Whitney U test of its per-step samples (within-run noise);
-   - its log change against the run-to-run noise, N(0, sigma^2) with sigma the robust spread
-     (1.4826 x MAD) of all tested ops' log changes (``noise.run_to_run``): back-to-back runs
-     move every op a little, and a per-step test alone mistakes that for a change.
+   - its log change against the run-to-run noise (``noise.run_to_run``): back-to-back runs move
+     every op a little, and a per-step test alone mistakes that for a change. The op's noise is
+     its own within-run standard error plus a between-run term tau common to all tested ops,
+     tau chosen so that their standardized changes spread (MAD) like N(0, 1); the p-value is
+     Student's t with 4 degrees of freedom (heavy tails: a CPU collective can take 2x in one
+     run).
    Benjamini-Hochberg adjusts these over the tested ops (``q_value``); ``q <= alpha`` (default
    0.05) makes a ``regression`` / ``improvement``. Otherwise ``noise`` (not significant), or
    ``inconclusive`` when the data could not decide: too few steps for any op to reach
    ``alpha / tested`` (n vs m steps give at best p = 2 / C(n+m, n): 5 vs 5 give 0.008, 8 vs 8
-   give 1.6e-4, 10 vs 10 give 1.1e-5), no per-step samples, or run-to-run sigma above the
-   threshold (the runs differ by more than the threshold as a matter of course).
+   give 1.6e-4, 10 vs 10 give 1.1e-5), no per-step samples, or the op's noise above the
+   threshold (it differs between runs by more than the threshold as a matter of course).
 
 The step total (per step, the sum of the ops' times) gets the same rule with one test (its U
 test) and is ``inconclusive`` when its noise (the standard error of the difference of the two
@@ -231,18 +234,25 @@ def _row(key, b: dict | None, c: dict | None, a: np.ndarray, z: np.ndarray,
             schema.VERDICT: NEW if b is None else GONE if c is None else None}
 
 
-def _decide_ops(ops: pd.DataFrame, rule: Rule, mesh: dict | None):
-    """Verdicts of the ops present in both runs: (table, run-to-run sigma, ops tested, the
+def _log_se(a: np.ndarray, z: np.ndarray) -> float:
+    """Standard error of log(median(z) / median(a)) from the per-step samples."""
+    return noise.median_se(np.log(np.clip(a, 1e-12, None)), np.log(np.clip(z, 1e-12, None)))
+
+
+def _decide_ops(ops: pd.DataFrame, rule: Rule, mesh: dict | None, samples: tuple[dict, dict]):
+    """Verdicts of the ops present in both runs: (table, run-to-run tau, ops tested, the
     tested ops' median log change, NaN when too few to tell)."""
     ops = ops.copy()
     both = ops[schema.VERDICT].isna()
     family = (both & (ops[[schema.BASELINE_SHARE, schema.CANDIDATE_SHARE]].max(axis=1)
                       >= rule.min_share) & ops[schema.P_VALUE].notna()).to_numpy()
     r = np.log1p(ops.loc[family, schema.CHANGE].to_numpy(float))
-    sigma, p_null = noise.run_to_run(r)
+    keys = zip(ops.loc[family, schema.PROGRAM], ops.loc[family, schema.OP])
+    se = [_log_se(samples[0][k], samples[1][k]) for k in keys]
+    sigma, p_null, total = noise.run_to_run(r, se)
     shift = float(np.median(r)) if len(r) >= noise.MIN_OPS_FOR_SPREAD else math.nan
-    nulls = np.zeros(len(ops))
-    nulls[family] = p_null
+    nulls, noises = np.zeros(len(ops)), np.zeros(len(ops))
+    nulls[family], noises[family] = p_null, np.nan_to_num(total)
     combined = np.maximum(ops.loc[family, schema.P_VALUE].to_numpy(float), p_null)
     ops.loc[family, schema.Q_VALUE] = noise.bh_adjust(combined)
     tested = int(family.sum())
@@ -250,7 +260,7 @@ def _decide_ops(ops: pd.DataFrame, rule: Rule, mesh: dict | None):
     verdicts, notes, texts = (list(ops[c]) for c in (schema.VERDICT, schema.NOTE,
                                                       schema.EXPLANATION))
     for i in np.flatnonzero(both.to_numpy()):
-        verdicts[i], notes[i] = decide(records[i], rule, tested, sigma, nulls[i],
+        verdicts[i], notes[i] = decide(records[i], rule, tested, noises[i], nulls[i],
                                        "run-to-run noise")
         if verdicts[i] in (REGRESSION, IMPROVEMENT):
             texts[i] = explain(pd.Series(dict(records[i], **{schema.VERDICT: verdicts[i]})),
@@ -347,7 +357,7 @@ def compare_runs(baseline: StoredRun, candidate: StoredRun, *, threshold: float 
             for k in keys]
     ops = pd.DataFrame(rows, columns=list(schema.REGRESS)) if rows else schema.empty(
         schema.REGRESS)
-    ops, sigma, tested, shift = _decide_ops(ops, rule, mesh)
+    ops, sigma, tested, shift = _decide_ops(ops, rule, mesh, (sb, sc))
     totals = _step_totals(baseline, b), _step_totals(candidate, c)
     step = _workload_row(b, c, *totals, rule, shift, sigma)
     ops = _agree(ops, step, *totals)
