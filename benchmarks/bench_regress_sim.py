@@ -38,9 +38,9 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness import schema  # noqa: E402
-from harness.runs import regress  # noqa: E402
-from harness.runs.store import STEPS_PARQUET, StoredRun  # noqa: E402
+from harness import schema
+from harness.runs import regress
+from harness.runs.store import STEPS_PARQUET, StoredRun
 
 DATA = ROOT / "benchmarks" / "data" / "llama_train_cpu"
 PROGRAM = "jit_train_step"
