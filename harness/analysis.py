@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 import tempfile
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness import schema
+from harness.calibrate import drift
 from harness.capture import Capture, capture
 from harness.compare import (
     beats_roofline_reason,
@@ -114,6 +116,14 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
     """
     entry, chip_notes, chip_meta = resolve_chip(chip)
     notes = list(notes or []) + chip_notes
+    host = (meta or {}).get(drift.HOST_DRIFT)
+    if chip is None and entry.kind == "cpu" and host:
+        entry, f = drift.apply(entry, chip_meta.get("calibration"), host)
+        meta = dict(meta, **{drift.HOST_DRIFT: dict(host, factor=f)})
+        if math.isfinite(f):
+            notes.append(f"host ran at {f:.2f}x its calibrated speed around this run (a "
+                         "reference matmul before and after): cpu compute and memory rates "
+                         "scaled by it")
     formula = None
     if book is not None:
         try:

@@ -14,6 +14,7 @@ import pandas as pd
 from harness import report as report_mod
 from harness.analysis import Analysis, analyze_capture
 from harness.book import Analytic, analytic
+from harness.calibrate import drift
 from harness.capture import capture
 from harness.runs import store
 
@@ -103,9 +104,13 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
     scratch = Path(tempfile.mkdtemp(prefix=store.TMP_PREFIX + "capture-", dir=out))
     try:
         log.info("running %s (%s) on mesh %s", name, preset, dict(built.mesh.shape))
+        before = _host_reference(built.mesh)
         cap = capture(built.fn, built.args, warmup=warmup, steps=steps,
                       out_dir=scratch / "trace", mesh=built.mesh)
         meta = dict(built.meta, preset=preset, overrides=overrides or {})
+        if before is not None:  # a CPU run: the host's speed around it (harness.calibrate.drift)
+            meta[drift.HOST_DRIFT] = {"reference_flops_per_s": [before,
+                                                                _host_reference(built.mesh)]}
         analysis = analyze_capture(cap, chip=chip, meta=meta, book=built.book,
                                    expected_collectives=built.expected_collectives(),
                                    title=f"{name} ({preset}) on mesh {meta['mesh']}",
@@ -114,6 +119,14 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return analysis, path
+
+
+def _host_reference(mesh) -> float | None:
+    """The drift reference kernel's rate on the mesh's devices; None off CPU."""
+    devices = list(mesh.devices.flat)
+    if devices[0].platform != "cpu":
+        return None
+    return drift.reference_rate(devices)
 
 
 def _config_dict(cfg) -> dict:
