@@ -1,4 +1,4 @@
-"""``harness calibrate``: figures from samples, the ``cpu`` chip, the cache, the CLI, and issue 6's
+"""``harness calibrate``: figures from samples, the ``cpu`` chip, the cache, the CLI, and the
 drift reference; how near measured matmuls land is benchmarks/bench_cpu_accuracy.py."""
 import dataclasses
 import json

@@ -303,3 +303,14 @@ def test_every_op_slower_alike_is_inconclusive_not_a_regression(tmp_path):
     v = verdicts(tmp_path / "ab", base_kw={"ops": ops, "seed": 2},
                  cand_kw={"ops": ops, "scale": dict(uniform, **{"fusion.3": 4.5}), "seed": 1})
     assert list(v.regressions[schema.OP]) == ["fusion.3"]
+
+
+def test_a_step_regression_no_op_explains_is_inconclusive():
+    step = {schema.VERDICT: regress.REGRESSION, schema.NOTE: "", schema.EXPLANATION: "x"}
+    quiet = pd.DataFrame({schema.VERDICT: [regress.NOISE, regress.UNCHANGED]})
+    out = regress._step_agrees(quiet, step, tested=10)
+    assert out[schema.VERDICT] == regress.INCONCLUSIVE and "no op is on its own" in out[schema.NOTE]
+    # explained by an op regression or a new op, or too few ops tested to tell: kept
+    for verdicts, tested in (([regress.REGRESSION], 10), ([regress.NEW], 10), ([], 3)):
+        kept = regress._step_agrees(pd.DataFrame({schema.VERDICT: verdicts}), step, tested)
+        assert kept[schema.VERDICT] == regress.REGRESSION

@@ -30,10 +30,12 @@ medians, ``noise.median_se``) exceeds the threshold, or when the tested ops all 
 (the step's change divided by the tested ops' median change is within the threshold): a host
 that runs slower or faster looks exactly like that, and one pair of runs cannot tell them apart.
 
-Step and ops agree: op regressions make the job fail only together with the step they sit in.
-When the step total is not itself a regression and the op regressions' summed delta is below
-the step's noise, they become ``inconclusive`` (their note says so): a change the step cannot
-see is reported, not failed on. ``Verdicts.regressed`` (exit 1 of ``harness compare``) is any
+Step and ops agree, both ways. Op regressions make the job fail only together with the step they
+sit in: when the step total is not itself a regression and the op regressions' summed delta is
+below the step's noise, they become ``inconclusive`` (their note says so): a change the step
+cannot see is reported, not failed on. A step regression that no op explains (no op regression,
+no new op; with at least ``noise.MIN_OPS_FOR_SPREAD`` ops tested) is ``inconclusive`` too: time
+spread thinly over many ops is what a busier host looks like. ``Verdicts.regressed`` (exit 1 of ``harness compare``) is any
 ``regression`` left.
 
 The false-alarm rate: Benjamini-Hochberg keeps the expected share of false regressions among
@@ -318,6 +320,17 @@ def _agree(ops: pd.DataFrame, workload: dict, a: np.ndarray, z: np.ndarray) -> p
         schema.EXPLANATION: ops[schema.EXPLANATION].where(~regs, "")})
 
 
+def _step_agrees(ops: pd.DataFrame, step: dict, tested: int) -> dict:
+    """A step regression no op explains (no op regression, no new op) becomes ``inconclusive``
+    when enough ops were tested to tell (see the module docstring)."""
+    explained = ops[schema.VERDICT].isin([REGRESSION, NEW]).any()
+    if step[schema.VERDICT] != REGRESSION or explained or tested < noise.MIN_OPS_FOR_SPREAD:
+        return step
+    return dict(step, **{schema.VERDICT: INCONCLUSIVE, schema.EXPLANATION: "",
+                         schema.NOTE: "slower, but no op is on its own: the time is spread over "
+                                      "many ops, as when the host is busier; rerun to tell"})
+
+
 def meta_warnings(baseline: StoredRun, candidate: StoredRun) -> list[str]:
     """One line per meta field (``META_KEYS``) on which the two runs differ."""
     out = []
@@ -361,6 +374,7 @@ def compare_runs(baseline: StoredRun, candidate: StoredRun, *, threshold: float 
     totals = _step_totals(baseline, b), _step_totals(candidate, c)
     step = _workload_row(b, c, *totals, rule, shift, sigma)
     ops = _agree(ops, step, *totals)
+    step = _step_agrees(ops, step, tested)
     v = Verdicts(baseline=baseline.run_id, candidate=candidate.run_id, ops=_order(ops),
                  workload=pd.DataFrame([step], columns=list(schema.REGRESS)), rule=rule,
                  warnings=warnings, run_to_run=sigma, tested=tested)
