@@ -62,6 +62,7 @@ class Figures:
     memory_bytes_per_s_wall: float = 0.0
     collective_bytes_per_s: dict[str, float] = field(default_factory=dict)
     collective_latency_s: dict[str, float] = field(default_factory=dict)
+    convert_bytes_per_s: float = 0.0  # bf16 -> f32 converts (software on most CPUs)
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,7 @@ def _tasks(plan: Plan, n: int) -> list[tuple[str, str, str, int, str, int]]:
                     for role, sizes in (("latency", plan.latency_bytes),
                                         ("bandwidth", plan.bandwidth_bytes)) for s in sizes]
         out += [("stream", scope, "fp32", s, "peak", k) for s in plan.stream_elements]
+        out += [("convert", scope, "bf16", plan.stream_elements[0], "peak", k)]
         # matmuls last, fp32 last of all: what runs lean on most, nearest to what follows
         out += [("matmul", scope, dt, s, "peak", k) for dt in sorted(DTYPES)
                 for s in plan.matmul_n]
@@ -130,7 +132,8 @@ def figures(samples, scope: str, devices: int, group: int) -> Figures:
         some({k: med("bandwidth", k, f=lambda s, r=r: r * s.work * (g - 1) / (g * s.op_s))
               for k, r in RING.items()}),
         some({k: med("latency", k, f=lambda s, r=r: s.op_s / (r * (g - 1)))
-              for k, r in RING.items()}))
+              for k, r in RING.items()}),
+        med("peak", "convert") or 0.0)
 
 
 def _cpu_model() -> str:
@@ -222,7 +225,8 @@ def to_chip(cal: Calibration) -> Chip:
         ici_bytes_per_s=max(f.collective_bytes_per_s.values(), default=base.ici_bytes_per_s),
         ici_links=1, torus_dims=1, max_slice=(), wrap_rule="always",
         hop_latency_s=min(f.collective_latency_s.values(), default=base.hop_latency_s),
-        chips_per_node=n)
+        chips_per_node=n, software_bytes_per_s=(
+            (("convert", f.convert_bytes_per_s),) if f.convert_bytes_per_s > 0 else ()))
 
 
 def cache_path(device_count: int) -> Path:

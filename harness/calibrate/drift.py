@@ -67,10 +67,12 @@ def factor(calibrated: float, before: float, after: float) -> float:
 
 
 def scaled(chip, f: float):
-    """``chip`` with its compute and memory rates multiplied by ``f`` (collectives unchanged:
+    """``chip`` with its compute, memory and software rates multiplied by ``f`` (collectives unchanged:
     they measure thread rendezvous, not arithmetic)."""
-    return dataclasses.replace(chip, peak_flops=tuple((d, v * f) for d, v in chip.peak_flops),
-                               hbm_bytes_per_s=chip.hbm_bytes_per_s * f)
+    return dataclasses.replace(
+        chip, peak_flops=tuple((d, v * f) for d, v in chip.peak_flops),
+        hbm_bytes_per_s=chip.hbm_bytes_per_s * f,
+        software_bytes_per_s=tuple((k, v * f) for k, v in chip.software_bytes_per_s))
 
 
 def apply(chip, calibration: dict | None, host: dict | None):

@@ -99,6 +99,16 @@ def _stream(devices, dtype, elements, chain) -> Program:
     return Program(fn, (x,), 2.0 * 4 * elements, carry=lambda args, out: (out,))
 
 
+def _convert(devices, dtype, elements, chain) -> Program:
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec as P
+
+    x = _ones(_mesh(devices), (len(devices) * elements,), "bfloat16", P("X"))
+    # bf16 -> f32, as a training step's casts: bytes = read 2 + write 4 per element
+    return Program(jax.jit(lambda x: x.astype(jnp.float32)), (x,), (2.0 + 4.0) * elements)
+
+
 def _collective(kind: str) -> Callable[..., Program]:
     def build(devices, dtype, nbytes, chain) -> Program:
         import jax
@@ -122,7 +132,7 @@ def _collective(kind: str) -> Callable[..., Program]:
 
 
 BUILDERS: dict[str, Callable[..., Program]] = {
-    "matmul": _matmul, "stream": _stream,
+    "matmul": _matmul, "stream": _stream, "convert": _convert,
     "all-reduce": _collective("all-reduce"), "all-gather": _collective("all-gather")}
 
 
