@@ -32,7 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.calibrate import drift
-from harness.calibrate.programs import DTYPES, PLANS, Plan, Sample, measure
+from harness.calibrate.programs import (
+    CONVERT_ELEMENTS,
+    DTYPES,
+    PLANS,
+    Plan,
+    Sample,
+    measure,
+)
 from harness.errors import HarnessError
 from predictions import hardware
 from predictions.hardware import Chip
@@ -106,7 +113,7 @@ def _tasks(plan: Plan, n: int) -> list[tuple[str, str, str, int, str, int]]:
                     for role, sizes in (("latency", plan.latency_bytes),
                                         ("bandwidth", plan.bandwidth_bytes)) for s in sizes]
         out += [("stream", scope, "fp32", s, "peak", k) for s in plan.stream_elements]
-        out += [("convert", scope, "bf16", plan.stream_elements[0], "peak", k)]
+        out += [("convert", scope, "bf16", CONVERT_ELEMENTS, "peak", k)]
         # matmuls last, fp32 last of all: what runs lean on most, nearest to what follows
         out += [("matmul", scope, dt, s, "peak", k) for dt in sorted(DTYPES)
                 for s in plan.matmul_n]
