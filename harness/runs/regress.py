@@ -57,7 +57,7 @@ import pandas as pd
 
 from harness import schema
 from harness.errors import HarnessError
-from harness.runs import noise
+from harness.runs import noise, pair
 from harness.runs.explain import explain
 from harness.runs.noise import min_p_value
 from harness.runs.store import StoredRun
@@ -69,12 +69,6 @@ REGRESSION, IMPROVEMENT, INCONCLUSIVE, NEW, GONE, NOISE, UNCHANGED = (
 VERDICTS = (REGRESSION, IMPROVEMENT, INCONCLUSIVE, NEW, GONE, NOISE, UNCHANGED)  # display order
 STEP_TOTAL = "step total"  # the per-workload row's op name
 ALL_PROGRAMS = "(all)"     # ... and its program
-# Meta fields that make two runs different experiments; a difference is warned about.
-META_KEYS = ("workload", "preset", "overrides", "mesh", "device_kind", "device_count", "chip")
-_KEYS = [schema.PROGRAM, schema.OP]
-_NEEDED = (schema.PROGRAM, schema.OP, schema.MEASURED_S)
-_STEP_COLUMNS = (schema.PROGRAM, schema.OP, schema.STEP, schema.MEASURED_S)
-_DESCRIPTIVE = (schema.CATEGORY, schema.BOUND, schema.COLLECTIVE, schema.GROUP_SIZE)
 
 
 @dataclass(frozen=True)
@@ -170,46 +164,6 @@ def decide(row: dict, rule: Rule, tested: int, sigma: float, p_null: float,
     return NOISE, f"not significant (q={q:.2g} > {rule.alpha:g})"
 
 
-def _samples(run: StoredRun, which: str) -> dict[tuple[str, str], np.ndarray]:
-    """(program, op) -> per-step times; {} when the run has no per-step table."""
-    steps = run.steps
-    if steps is None or steps.empty:
-        return {}
-    schema.validate(steps, _STEP_COLUMNS, where=f"{which} run {run.path} steps")
-    steps = steps.dropna(subset=[schema.MEASURED_S])
-    values = steps[schema.MEASURED_S].to_numpy(float)
-    return {(str(k[0]), str(k[1])): values[i]
-            for k, i in steps.groupby(_KEYS, sort=False).indices.items()}
-
-
-def _step_totals(run: StoredRun, ops: pd.DataFrame) -> np.ndarray:
-    """Per step, the summed time of the ops in the run's ops table (other programs left out)."""
-    if run.steps is None or run.steps.empty:
-        return np.array([])
-    steps = run.steps.astype({schema.PROGRAM: str, schema.OP: str})
-    steps = steps.merge(ops[_KEYS], on=_KEYS, how="inner")
-    return steps.groupby(schema.STEP)[schema.MEASURED_S].sum().to_numpy(float)
-
-
-def _prepare(run: StoredRun, which: str) -> pd.DataFrame:
-    ops = schema.validate(run.ops, _NEEDED, where=f"{which} run {run.path} ops")
-    dup = ops.duplicated(_KEYS)
-    if dup.any():
-        first = ops.loc[dup, _KEYS].iloc[0].tolist()
-        raise HarnessError(f"{which} run {run.path}: ops table repeats (program, op) {first}")
-    ops = ops.assign(**{schema.PROGRAM: ops[schema.PROGRAM].astype(str),
-                        schema.OP: ops[schema.OP].astype(str)})
-    m = ops[schema.MEASURED_S].astype(float)
-    total = m.sum()
-    out = pd.DataFrame({schema.PROGRAM: ops[schema.PROGRAM], schema.OP: ops[schema.OP],
-                        "t": m, "share": m / total if total > 0 else np.nan,
-                        "eff": ops.get(schema.EFFICIENCY, pd.Series(np.nan, index=ops.index)),
-                        "pred": ops.get(schema.PREDICTED_S, pd.Series(np.nan, index=ops.index))})
-    for col in _DESCRIPTIVE:
-        out[col] = ops[col] if col in ops.columns else None
-    return out
-
-
 def _row(key, b: dict | None, c: dict | None, a: np.ndarray, z: np.ndarray,
          rule: Rule) -> dict:
     """One row before its verdict (None when both sides are present); ``b``/``c`` are the op's
@@ -224,7 +178,7 @@ def _row(key, b: dict | None, c: dict | None, a: np.ndarray, z: np.ndarray,
         change = tc / tb - 1.0 if tb > 0 else (math.inf if tc > 0 else np.nan)
     tested = b is not None and c is not None and max(sb, sc) >= rule.min_share
     return {schema.PROGRAM: key[0], schema.OP: key[1],
-            **{col: src[col] for col in _DESCRIPTIVE},
+            **{col: src[col] for col in pair.DESCRIPTIVE},
             schema.BASELINE_S: tb, schema.CANDIDATE_S: tc, schema.DELTA_S: tc - tb,
             schema.CHANGE: change, schema.BASELINE_EFFICIENCY: get(b, "eff"),
             schema.CANDIDATE_EFFICIENCY: get(c, "eff"), schema.BASELINE_SHARE: sb,
@@ -281,7 +235,7 @@ def _workload_row(b: pd.DataFrame, c: pd.DataFrame, a: np.ndarray, z: np.ndarray
         meas = ops.loc[modeled, "t"].sum()  # roofline efficiency over modeled ops (compare.py)
         eff = float(ops.loc[modeled, "pred"].sum() / meas) if meas > 0 else np.nan
         return pd.Series({"t": t, "share": 1.0, "eff": eff,
-                          **dict.fromkeys(_DESCRIPTIVE), schema.CATEGORY: "all ops"})
+                          **dict.fromkeys(pair.DESCRIPTIVE), schema.CATEGORY: "all ops"})
     bs, cs = side(b, a), side(c, z)
     row = _row((ALL_PROGRAMS, STEP_TOTAL), bs, cs, a, z, rule)
     # Run-to-run noise of a sum of ops moving independently by sigma each: sigma x the root of
@@ -330,17 +284,6 @@ def _step_agrees(ops: pd.DataFrame, step: dict, tested: int) -> dict:
                                       "many ops, as when the host is busier; rerun to tell"})
 
 
-def meta_warnings(baseline: StoredRun, candidate: StoredRun) -> list[str]:
-    """One line per meta field (``META_KEYS``) on which the two runs differ."""
-    out = []
-    for key in META_KEYS:
-        vb, vc = baseline.meta.get(key), candidate.meta.get(key)
-        if (vb is not None or vc is not None) and vb != vc:
-            out.append(f"runs differ in {key}: baseline {vb!r}, candidate {vc!r}; "
-                       "comparing anyway")
-    return out
-
-
 def _order(df: pd.DataFrame) -> pd.DataFrame:
     rank = {v: i for i, v in enumerate(VERDICTS)}
     key = df[schema.DELTA_S].abs().fillna(df[schema.BASELINE_S].fillna(0)
@@ -354,14 +297,14 @@ def compare_runs(baseline: StoredRun, candidate: StoredRun, *, threshold: float 
                  alpha: float = 0.05, min_share: float = 0.01) -> Verdicts:
     """Per-op and per-workload verdicts of ``candidate`` against ``baseline``."""
     rule = Rule(threshold, alpha, min_share)
-    b, c = _prepare(baseline, "baseline"), _prepare(candidate, "candidate")
-    sb, sc = _samples(baseline, "baseline"), _samples(candidate, "candidate")
-    warnings = meta_warnings(baseline, candidate)
+    b, c = pair.prepare(baseline, "baseline"), pair.prepare(candidate, "candidate")
+    sb, sc = pair.samples(baseline, "baseline"), pair.samples(candidate, "candidate")
+    warnings = pair.meta_warnings(baseline, candidate)
     for which, run, s in (("baseline", baseline, sb), ("candidate", candidate, sc)):
         if not s:
             warnings.append(f"{which} run {run.path.name} has no per-step samples; "
                             "no op can be tested (verdicts are inconclusive)")
-    bi, ci = (x.set_index(_KEYS).to_dict("index") for x in (b, c))
+    bi, ci = (x.set_index(pair.KEYS).to_dict("index") for x in (b, c))
     keys = list(dict.fromkeys(list(ci) + list(bi)))
     mesh = candidate.meta.get("mesh") if isinstance(candidate.meta.get("mesh"), dict) else None
     empty = np.array([])
@@ -370,7 +313,7 @@ def compare_runs(baseline: StoredRun, candidate: StoredRun, *, threshold: float 
     ops = pd.DataFrame(rows, columns=list(schema.REGRESS)) if rows else schema.empty(
         schema.REGRESS)
     ops, sigma, tested, shift = _decide_ops(ops, rule, mesh, (sb, sc))
-    totals = _step_totals(baseline, b), _step_totals(candidate, c)
+    totals = pair.step_totals(baseline, b), pair.step_totals(candidate, c)
     step = _workload_row(b, c, *totals, rule, shift, sigma)
     ops = _agree(ops, step, *totals)
     step = _step_agrees(ops, step, tested)
