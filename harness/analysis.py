@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import statistics
 import tempfile
 from collections.abc import Callable
@@ -118,12 +117,9 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
     notes = list(notes or []) + chip_notes
     host = (meta or {}).get(drift.HOST_DRIFT)
     if chip is None and entry.kind == "cpu" and host:
-        entry, f = drift.apply(entry, chip_meta.get("calibration"), host)
+        entry, f, note = drift.apply(entry, chip_meta.get("calibration"), host)
         meta = dict(meta, **{drift.HOST_DRIFT: dict(host, factor=f)})
-        if math.isfinite(f):
-            notes.append(f"host ran at {f:.2f}x its calibrated speed around this run (a "
-                         "reference matmul before and after): cpu compute and memory rates "
-                         "scaled by it")
+        notes += [note] if note else []
     formula = None
     if book is not None:
         try:

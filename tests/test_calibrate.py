@@ -223,16 +223,20 @@ def test_drift_factor_scales_compute_and_memory_not_collectives():
 
     chip = C.to_chip(synthetic())
     # before 8, after 12 GFLOP/s against 5 at calibration: (8 + 12) / 2 / 5 = 2x faster now
-    scaled, f = drift.apply(chip, {"reference_flops_per_s": 5e9},
-                            {"reference_flops_per_s": [8e9, 12e9]})
-    assert f == pytest.approx(2.0)
+    scaled, f, note = drift.apply(chip, {"reference_flops_per_s": 5e9},
+                                  {"reference_flops_per_s": [8e9, 12e9]})
+    assert f == pytest.approx(2.0) and "2.00x its calibrated speed" in note
     assert scaled.flops_per_s("fp32") == pytest.approx(2 * chip.flops_per_s("fp32"))
     assert scaled.hbm_bytes_per_s == pytest.approx(2 * chip.hbm_bytes_per_s)
     assert scaled.ici_bytes_per_s == chip.ici_bytes_per_s
     assert scaled.hop_latency_s == chip.hop_latency_s
     # an older calibration without a reference: the chip as it is
-    same, f = drift.apply(chip, {}, {"reference_flops_per_s": [8e9, 12e9]})
-    assert same is chip and math.isnan(f)
+    same, f, note = drift.apply(chip, {}, {"reference_flops_per_s": [8e9, 12e9]})
+    assert same is chip and math.isnan(f) and note == ""
+    # the host's speed moved 2x between before and after: no one factor describes the run
+    same, f, note = drift.apply(chip, {"reference_flops_per_s": 5e9},
+                                {"reference_flops_per_s": [6e9, 12e9]})
+    assert same is chip and math.isnan(f) and "moved 2.0x during this run" in note
     assert drift.spread([10, 9, 10, 5, 2]) == pytest.approx(10 / 9)  # best / median
 
 

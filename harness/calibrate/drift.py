@@ -76,12 +76,20 @@ def scaled(chip, f: float):
 
 
 def apply(chip, calibration: dict | None, host: dict | None):
-    """(chip, factor): the run's ``cpu`` chip with its rates scaled by the run's drift factor,
-    from the calibration record behind the chip and the run's ``HOST_DRIFT`` meta; the chip
-    unchanged and NaN when either is missing."""
+    """(chip, factor, note): the run's ``cpu`` chip with its rates scaled by the run's drift
+    factor, from the calibration record behind the chip and the run's ``HOST_DRIFT`` meta. The
+    chip unchanged and a NaN factor when either is missing, or when the host's speed moved more
+    than ``BUSY_SPREAD`` between before and after (then no single factor describes the run; the
+    note says so)."""
     rates = (host or {}).get("reference_flops_per_s") or []
     cal = (calibration or {}).get("reference_flops_per_s", 0.0)
     f = factor(cal, *rates) if len(rates) == 2 else math.nan
     if not math.isfinite(f):
-        return chip, math.nan
-    return scaled(chip, f), f
+        return chip, math.nan, ""
+    if max(rates) / min(rates) > BUSY_SPREAD:
+        return chip, math.nan, (f"host speed moved {max(rates) / min(rates):.1f}x during this "
+                                "run (a reference matmul before and after): no drift factor "
+                                "applied; efficiencies may be off by as much")
+    return scaled(chip, f), f, (f"host ran at {f:.2f}x its calibrated speed around this run (a "
+                                "reference matmul before and after): cpu compute, memory and "
+                                "convert rates scaled by it")
