@@ -1,6 +1,9 @@
 """How well the calibrated ``cpu`` chip predicts this host: the issue 12 accuracy goals, one run.
 
-    python benchmarks/bench_cpu_accuracy.py [--sweeps 3]
+    python benchmarks/bench_cpu_accuracy.py [--sweeps 3] [--no-calibrate] [--allow-busy]
+
+0. ``harness calibrate`` (full; it refuses a busy host unless ``--allow-busy``), into a scratch
+   cache, unless ``--no-calibrate`` (then this host's saved calibration is used).
 
 1. ``harness sweep sweeps/quick.toml``, ``--sweeps`` times in a row (fresh processes, as a user
    runs them). Per sweep: the median roofline efficiency of the large matmuls (matmul-category
@@ -10,14 +13,15 @@
 2. ``harness run llama_train``: the median |ln(predicted / measured)| over all its modeled ops
    (goal <= 0.5; a factor of 1.65).
 
-Take it on a quiet host, after ``harness calibrate`` (the figures describe the host only as
-well as its calibration does; each run divides out the host's drift since then).
+Take it on a quiet host: the figures describe the host only as well as its calibration does
+(each run divides out the host's drift since then).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -30,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness import schema
+from harness.calibrate.chip import CACHE_ENV
 from harness.runs import store
 
 LARGE_B, VISIBLE = 1024, 0.05
@@ -71,8 +76,19 @@ def llama_log_error(out: Path) -> tuple[float, int]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sweeps", type=int, default=3)
+    p.add_argument("--no-calibrate", action="store_true", help="use the saved calibration")
+    p.add_argument("--allow-busy", action="store_true", help="calibrate even on a busy host")
     args = p.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="bench-cpu-accuracy-"))
+    if not args.no_calibrate:
+        os.environ[CACHE_ENV] = str(tmp / "cache")
+        busy = ["--allow-busy"] if args.allow_busy else []
+        done = subprocess.run([sys.executable, "-m", "harness", "calibrate", *busy], cwd=ROOT,
+                              capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            print(f"harness calibrate: {done.stderr.strip().splitlines()[-1]}")
+            return 1
+        print(f"calibrated into {tmp / 'cache'}")
     met = True
     for i in range(args.sweeps):
         out = tmp / f"sweep{i}"
