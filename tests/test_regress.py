@@ -314,3 +314,24 @@ def test_a_step_regression_no_op_explains_is_inconclusive():
     for verdicts, tested in (([regress.REGRESSION], 10), ([regress.NEW], 10), ([], 3)):
         kept = regress._step_agrees(pd.DataFrame({schema.VERDICT: verdicts}), step, tested)
         assert kept[schema.VERDICT] == regress.REGRESSION
+
+
+def test_a_quiet_op_is_judged_by_its_own_small_noise_among_noisy_ops(tmp_path):
+    # 30 small ops wander 30% per step (10 steps: their medians move ~12% between runs by
+    # chance alone); 10 ten-times-larger ops are steady to 1%. One steady op 30% slower (0.75
+    # ms, beyond the step's noise) stands out: the noisy ops' chance moves explain the spread
+    # of changes, so no between-run term hides it.
+    noisy, quiet = many_ops(30), tuple(
+        (f"steady.{i}", "fusion", "elementwise", "memory", "", 1, 2.5e-3, 1.25e-3)
+        for i in range(10))
+    ops = noisy + quiet
+    rng = np.random.default_rng(11)
+
+    def draws(scale_quiet0=1.0):
+        return {op[0]: op[6] * np.exp((0.3 if op in noisy else 0.01) * rng.standard_normal(10))
+                * (scale_quiet0 if op[0] == "steady.0" else 1.0) for op in ops}
+    v = verdicts(tmp_path, base_kw={"ops": ops, "samples": draws()},
+                 cand_kw={"ops": ops, "samples": draws(1.3)})
+    t = by_op(v)
+    assert t.loc["steady.0", schema.VERDICT] == regress.REGRESSION
+    assert list(v.ops.loc[v.ops[schema.VERDICT] == regress.REGRESSION, schema.OP]) == ["steady.0"]
