@@ -123,7 +123,7 @@ class Verdicts:
         r, c = self.rule, self.counts()
         sigma = "n/a" if not math.isfinite(self.run_to_run) else f"{self.run_to_run:.1%}"
         rule = (f"threshold {r.threshold:.0%}, FDR {r.alpha:g} over {self.tested} tested ops, "
-                f"min share {r.min_share:.0%}, run-to-run noise {sigma}")
+                f"min share {r.min_share:.0%}, between-run noise {sigma}")
         w = self.workload.iloc[0]
         change = "n/a" if math.isnan(w[schema.CHANGE]) else f"{w[schema.CHANGE]:+.0%}"
         step = f"step total {change} ({w[schema.VERDICT]})"
