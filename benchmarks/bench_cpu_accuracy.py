@@ -86,7 +86,7 @@ def main(argv=None) -> int:
         done = subprocess.run([sys.executable, "-m", "harness", "calibrate", *busy], cwd=ROOT,
                               capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            print(f"harness calibrate: {done.stderr.strip().splitlines()[-1]}")
+            print(done.stderr.strip().splitlines()[-1])
             return 1
         print(f"calibrated into {tmp / 'cache'}")
     met = True
