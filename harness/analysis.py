@@ -177,9 +177,9 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
 
 
 def _step_s(cap: Capture, events: pd.DataFrame) -> float:
-    """``step_s``: the median over traced steps of each step's wall time, dispatch to outputs
-    ready, as ``capture`` timed it (what timing the step directly gives, plus tracing's small
-    cost). A trace captured elsewhere has no such timing: the busiest device's summed op time
+    """``step_s``: the median wall time, dispatch to outputs ready, of the untraced steps
+    ``capture`` runs right after the traced ones (a directly timed step: tracing's cost left
+    out). A trace captured elsewhere has no such timing: the busiest device's summed op time
     per step stands in (on a shared-core CPU host it exceeds the wall time, as device threads
     wait for cores)."""
     times = cap.meta.get("step_times_s") or []

@@ -92,8 +92,9 @@ def test_capture_times_each_traced_step_with_a_lean_profiler(matmul_capture):
     assert opts is not None
     assert {k: getattr(opts, k) for k in LEAN_PROFILE} == {"python_tracer_level": 0,
                                                            "host_tracer_level": 1}
-    times = matmul_capture.meta["step_times_s"]
+    times = matmul_capture.meta["step_times_s"]  # untraced, after the trace
     assert len(times) == 3 and all(t > 0 for t in times)
+    assert len(matmul_capture.meta["traced_step_times_s"]) == 3
     assert matmul_capture.meta["trace_stop_s"] > 0
     # step_s is their median, not the trace's op sums (the other tests find the ops traced)
     assert _step_s(matmul_capture, None) == statistics.median(times)
