@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import statistics
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,9 +16,16 @@ from pathlib import Path
 import pandas as pd
 
 from harness import schema
-from harness.calibrate.chip import cpu_chip_for_run
+from harness.calibrate import drift
 from harness.capture import CAPTURE_FILE, HLO_FILE, Capture, capture
-from harness.compare import by_category, compare, summary
+from harness.chip import chip_for_run, peak_dtype
+from harness.compare import (
+    beats_roofline_reason,
+    by_category,
+    compare,
+    ops_beating_roofline,
+    summary,
+)
 from harness.errors import HarnessError
 from harness.hlo import cross_check, cross_check_skip, hlo_costs, parse_module
 from harness.ops import op_times, step_samples, step_time
@@ -26,7 +34,6 @@ from harness.report.document import CATEGORIES_PNG, ROOFLINE_PNG, Report
 from harness.sharding import unexpected_collectives
 from harness.trace.hlo_proto import device_kind, trace_hlo
 from harness.trace.load import find_trace_file, read_events, read_xspace
-from predictions import hardware
 
 log = logging.getLogger(__name__)
 
@@ -62,61 +69,13 @@ class Analysis:
         return self.report.meta
 
 
-def _first_device():
-    import jax  # deferred: callers that pass a device never need jax
-
-    return jax.devices()[0]
-
-
-def resolve_chip(chip=None, device=None) -> tuple[object, list[str], dict]:
-    """The chip to predict for, and notes about how it was chosen (a pure look-up).
-
-    ``chip``: a name or a ``predictions.hardware.Chip``; None picks the chip of ``device`` (the
-    first JAX device by default). Never measures anything and never changes the registry: a
-    ``cpu`` entry is the one registered; ``chip_for_run`` calibrates it for a run.
-    """
-    device = _first_device() if device is None else device
-    if chip is None:
-        return hardware.chip_for(device), [], {}
-    entry = hardware.chip_entry(chip)
-    try:
-        ran_on = hardware.chip_for(device).name
-    except KeyError:  # a device kind the registry does not know: name it as JAX does
-        ran_on = str(getattr(device, "device_kind", device))
-    notes = [] if ran_on == entry.name else [
-        f"predicted for {entry.name} but measured on {ran_on}: efficiencies compare two "
-        f"machines (what {entry.name} should do against what this host did)"]
-    return entry, notes, {}
-
-
-def chip_for_run(chip=None, device=None) -> tuple[object, list[str], dict]:
-    """``resolve_chip``, then the run path's explicit calibration step: with no chip named and
-    a CPU device, the ``cpu`` chip is this host's calibration (``calibrate.cpu_chip_for_run``:
-    the saved one, or a quick one measured and saved now), passed along as a value. Returns
-    (chip, notes, metadata to keep with the run: the calibration behind a ``cpu`` chip)."""
-    entry, notes, meta = resolve_chip(chip, device)
-    if chip is not None or entry.name != "cpu":
-        return entry, notes, meta
-    import jax  # deferred with the calibration, which runs JAX programs
-
-    # this process's devices: a multi-process job cannot run programs on the others'
-    entry, cal, measured = cpu_chip_for_run(jax.local_device_count())
-    meta = {schema.CALIBRATION: {k: v for k, v in cal.to_dict().items() if k != "samples"}}
-    if measured:
-        notes.append("cpu chip: no saved calibration for this host; ran a quick one "
-                     "(`harness calibrate` measures a full one)")
-    notes.append("CPU run: the virtual devices share the host's cores, so collectives "
-                 "mostly measure rendezvous skew between device threads, not a network")
-    return entry, notes, meta
-
-
 def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
                     model_flops: float | None = None, analytic_s: float | None = None,
                     book: Callable | None = None,
                     expected_collectives: dict[str, int] | None = None,
                     meta: dict | None = None, events: pd.DataFrame | None = None,
                     notes: list[str] | None = None, device=None,
-                    async_names: dict | None = None) -> Analysis:
+                    async_names: dict | None = None, with_plots: bool = True) -> Analysis:
     """Parse, predict and compare one capture; build its report (with plots).
 
     ``model_flops``: the step's useful FLOPs over all devices (gives MFU); ``analytic_s``: the
@@ -125,9 +84,16 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
     multi-host run merges every process's); ``notes`` go into the report first. ``device``: the
     device (or device kind) that ran the capture, when not this process's first device.
     ``async_names``: the trace's name of each async op, with ``events`` (``TraceEvents``).
+    ``with_plots`` False leaves out the report's plots (a sweep point: matplotlib costs more
+    than the step).
     """
     entry, chip_notes, chip_meta = chip_for_run(chip, device)
     notes = list(notes or []) + chip_notes
+    host = (meta or {}).get(drift.HOST_DRIFT)
+    if chip is None and entry.kind == "cpu" and host:
+        entry, f, note = drift.apply(entry, chip_meta.get(schema.CALIBRATION), host)
+        meta = dict(meta, **{drift.HOST_DRIFT: {**host, drift.FACTOR: f}})
+        notes += [note] if note else []
     formula = est = None
     if book is not None:
         try:
@@ -151,8 +117,8 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
     ops = compare(measured, predicted)
     cats = by_category(ops)
     devices = int(cap.meta.get(schema.DEVICE_COUNT, events[schema.DEVICE].nunique()))
-    t_step = step_time(events[events[schema.PROGRAM] == program])
-    summ = summary(ops, step_s=t_step, peak_flops_per_s=entry.flops_per_s(_peak_dtype(entry)),
+    t_step = _step_s(cap, events[events[schema.PROGRAM] == program])
+    summ = summary(ops, step_s=t_step, peak_flops_per_s=entry.flops_per_s(peak_dtype(entry)),
                    devices=devices, model_flops=model_flops, analytic_s=analytic_s)
     if formula:
         summ[schema.ANALYTIC_FORMULA] = formula
@@ -160,10 +126,9 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
         summ[schema.MFU_FORMULA] = est.flops_formula
         if est.book_flops and t_step > 0:  # the book's 6P, printed beside it
             summ[schema.MFU_BOOK] = est.book_flops / (
-                t_step * devices * entry.flops_per_s(_peak_dtype(entry)))
-    for key in (schema.GRAPH_STEP_S, schema.WALL_STEP_S):
-        if cap.meta.get(key) is not None:
-            summ[key] = cap.meta[key]
+                t_step * devices * entry.flops_per_s(peak_dtype(entry)))
+    if cap.meta.get(schema.GRAPH_STEP_S) is not None:
+        summ[schema.GRAPH_STEP_S] = cap.meta[schema.GRAPH_STEP_S]
     if cap.meta.get(schema.GRAPH_NOTE):
         notes.append(cap.meta[schema.GRAPH_NOTE])
     skip = cross_check_skip(module, cap.cost_analysis)
@@ -174,12 +139,9 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
         summ[schema.FLOPS_VS_COST_ANALYSIS] = check["flops_rel_diff"]
         if check.get("loops"):  # XLA's analysis counts a loop body once
             summ[schema.FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE] = check["flops_loops_once_rel_diff"]
-    beating = _beats_roofline(ops)
+    beating = ops_beating_roofline(ops)
     if beating:
-        notes.append(f"{beating} run faster than the {entry.name} roofline allows: the chip's "
-                     "numbers are too low" + (" (a calibration taken under load? run `harness "
-                                              "calibrate` on a quiet host)" if entry.kind == "cpu"
-                                              else ""))
+        notes.append(f"{beating} run {beats_roofline_reason(entry.name, entry.kind)}")
     if summ[schema.COVERAGE] < 0.95:
         notes.append(f"only {summ[schema.COVERAGE]:.0%} of measured time is in ops a rule predicts")
     unexpected = None
@@ -190,13 +152,14 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
                          f"expected {expected_collectives or 'none'}")
     full_meta = dict(cap.meta, **(meta or {}), **chip_meta, **{schema.CHIP: entry.name})
     figures = {}
-    png = plots.roofline(ops, peak_flops_per_s=entry.flops_per_s(_peak_dtype(entry)),
-                         hbm_bytes_per_s=entry.hbm_bytes_per_s, chip_name=entry.name)
-    if png:
-        figures[ROOFLINE_PNG] = png
-    png = plots.category_bars(cats)
-    if png:
-        figures[CATEGORIES_PNG] = png
+    if with_plots:
+        png = plots.roofline(ops, peak_flops_per_s=entry.flops_per_s(peak_dtype(entry)),
+                             hbm_bytes_per_s=entry.hbm_bytes_per_s, chip_name=entry.name)
+        if png:
+            figures[ROOFLINE_PNG] = png
+        png = plots.category_bars(cats)
+        if png:
+            figures[CATEGORIES_PNG] = png
     kind = cap.meta.get(schema.DEVICE_KIND, "?")
     report = Report(title=title or f"{program} on {devices}x {kind} (predicted for {entry.name})",
                     ops=ops, categories=cats, summary=summ, meta=full_meta, notes=notes,
@@ -206,26 +169,14 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
                     chip=entry, cross_check=check)
 
 
-def _beats_roofline(ops: pd.DataFrame, margin: float = 1.25, min_share: float = 0.05) -> str:
-    """The ops, by name, that take a visible share of the step and beat their roofline time by
-    more than ``margin`` (efficiency > margin): a lower bound cannot be beaten, so the chip's
-    numbers are wrong for this host. Empty when there are none."""
-    fast = ops[(ops[schema.EFFICIENCY] > margin) & (ops[schema.SHARE] >= min_share)]
-    if fast.empty:
-        return ""
-    names = ", ".join(fast[schema.OP].head(3))
-    return f"{len(fast)} op(s) ({names}{', ...' if len(fast) > 3 else ''})"
-
-
-def _peak_dtype(entry) -> str:
-    """The dtype whose peak the summary quotes: fp32 on a host CPU, else bf16 where listed."""
-    for dtype in (("fp32", "bf16") if entry.kind == "cpu" else ("bf16", "fp32")):
-        try:
-            if entry.flops_per_s(dtype) > 0:
-                return dtype
-        except (KeyError, ValueError):
-            continue
-    return "bf16"
+def _step_s(cap: Capture, events: pd.DataFrame) -> float:
+    """``step_s``: the median wall time, dispatch to outputs ready, of the untraced steps
+    ``capture`` runs right after the traced ones (a directly timed step: tracing's cost left
+    out). A trace captured elsewhere has no such timing: the busiest device's summed op time
+    per step stands in (on a shared-core CPU host it exceeds the wall time, as device threads
+    wait for cores)."""
+    times = cap.meta.get(schema.STEP_TIMES_S) or []
+    return float(statistics.median(times)) if times else step_time(events)
 
 
 def analyze(fn, *args, chip=None, steps: int = 5, warmup: int = 2,

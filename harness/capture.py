@@ -1,9 +1,14 @@
 """Run a jitted function under the XLA profiler: warm up, then trace N measured steps.
 
-Each measured step runs inside ``jax.profiler.StepTraceAnnotation`` and is waited on before the
-next starts, so steps never overlap. The compiled HLO text and ``cost_analysis()`` are saved next
-to the trace (``module.hlo.txt``, ``capture.json``) so that later stages can cost the same program
-that ran.
+Each measured step runs inside ``jax.profiler.StepTraceAnnotation`` and is waited on before the next
+starts, so steps never overlap. The trace starts and stops once per capture and records few host
+events (``lean_profile_options``: Python tracer off, host tracer at level 1, which keeps the XLA
+ops). After the trace, as many steps again run untraced: ``meta["step_times_s"]`` holds their wall
+times, dispatch to outputs ready, on the host clock (``step_s`` is their median: a directly timed
+step, whatever tracing costs), and ``meta["traced_step_times_s"]`` the traced steps' (their ratio is
+what tracing cost this run). The compiled HLO text and ``cost_analysis()`` are saved next to the
+trace (``module.hlo.txt``, ``capture.json``) so that later stages can cost the same program that
+ran.
 """
 from __future__ import annotations
 
@@ -12,6 +17,8 @@ import json
 import logging
 import os
 import platform
+import statistics
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata as _md
@@ -94,6 +101,40 @@ def _cost_dict(compiled) -> dict:
     return {k: float(v) for k, v in (cost_dict(ca) or {}).items()}
 
 
+# ProfileOptions fields (jax.profiler, jax 0.4.3x on) that make a trace cheap; a jax without a
+# field, or without ProfileOptions, traces with its defaults. Host tracer level 1 still records
+# the CPU runtime's per-op events and the step annotations; level 0 loses the ops.
+LEAN_PROFILE = {"python_tracer_level": 0, "host_tracer_level": 1}
+
+
+def lean_profile_options():
+    """``jax.profiler.ProfileOptions`` set to ``LEAN_PROFILE`` (None where jax has none)."""
+    import jax
+
+    make = getattr(jax.profiler, "ProfileOptions", None)
+    if make is None:
+        return None
+    opts = make()
+    for name, value in LEAN_PROFILE.items():
+        if hasattr(opts, name):
+            setattr(opts, name, value)
+    return opts
+
+
+def start_lean_trace(out: Path) -> None:
+    """Start the profiler into ``out`` with ``lean_profile_options`` where jax accepts them."""
+    import jax
+
+    opts = lean_profile_options()
+    if opts is not None:
+        try:
+            jax.profiler.start_trace(str(out), profiler_options=opts)
+            return
+        except TypeError:  # a start_trace without profiler_options
+            log.debug("start_trace takes no profiler_options; tracing with defaults")
+    jax.profiler.start_trace(str(out))
+
+
 def _module_name(hlo_text: str) -> str:
     first = hlo_text.split("\n", 1)[0]
     return first.split()[1].rstrip(",") if first.startswith("HloModule ") else ""
@@ -120,12 +161,11 @@ def _compile(lowered, options: dict):
         return lowered.compile(), {}
 
 
-def _wall_step_s(compiled, args: tuple, carry: Callable | None, steps: int
-                 ) -> tuple[float, tuple]:
-    """Median wall time of ``steps`` untraced steps (each waited on), and the arguments of
-    the next step (``carry`` threads outputs into them; donated inputs are not reused)."""
-    import time
-
+def _step_times(compiled, args: tuple, carry: Callable | None, steps: int
+                ) -> tuple[list[float], tuple]:
+    """Wall times of ``steps`` untraced steps (dispatch to outputs ready, each waited on), and
+    the arguments of the next step (``carry`` threads outputs into them; donated inputs are
+    not reused)."""
     import jax
 
     times = []
@@ -135,23 +175,23 @@ def _wall_step_s(compiled, args: tuple, carry: Callable | None, steps: int
         jax.block_until_ready(res)
         times.append(time.perf_counter() - t0)
         args = carry(args, res) if carry else args
-    times.sort()
-    return times[len(times) // 2], args
+    return times, args
 
 
-def _time_user_compile(lowered, compiled, args: tuple, carry, steps: int) -> tuple[dict, tuple]:
-    """Step wall times of the traced executable and of the user's own compile (XLA's
-    defaults), measured alike, and a note when they differ by more than GRAPH_DIFF_NOTE;
-    with the arguments of the next step."""
+def _time_user_compile(lowered, step_s: float, args: tuple, carry, steps: int
+                       ) -> tuple[dict, tuple]:
+    """The step time of the user's own compile (XLA's defaults), timed as ``step_s`` was (the
+    traced executable's untraced steps), and a note when they differ by more than
+    GRAPH_DIFF_NOTE; with the arguments of the next step."""
     own = lowered.compile()
-    _, args = _wall_step_s(own, args, carry, 1)  # warm up
-    traced_s, args = _wall_step_s(compiled, args, carry, steps)
-    graph_s, args = _wall_step_s(own, args, carry, steps)
-    out = {"wall_step_s": traced_s, "graph_step_s": graph_s}
-    if traced_s > 0 and abs(graph_s / traced_s - 1) > GRAPH_DIFF_NOTE:
+    _, args = _step_times(own, args, carry, 1)  # warm up
+    times, args = _step_times(own, args, carry, steps)
+    graph_s = statistics.median(times)
+    out = {schema.GRAPH_STEP_S: graph_s}
+    if step_s > 0 and abs(graph_s / step_s - 1) > GRAPH_DIFF_NOTE:
         out[schema.GRAPH_NOTE] = (f"the executable as compiled by default (command buffers on) "
-                             f"steps in {graph_s * 1e3:.3g} ms against {traced_s * 1e3:.3g} ms "
-                             f"for the traced one ({graph_s / traced_s - 1:+.0%})")
+                                  f"steps in {graph_s * 1e3:.3g} ms against {step_s * 1e3:.3g} "
+                                  f"ms for the traced one ({graph_s / step_s - 1:+.0%})")
     return out, args
 
 
@@ -188,21 +228,30 @@ def capture(fn: Callable, args: Sequence, *, warmup: int = 2, steps: int = 5,
 
     for _ in range(warmup):
         args = one_step(args)
-    timing = {}
-    if options:
-        timing, args = _time_user_compile(lowered, compiled, args, carry, steps)
     log.info("tracing %d steps into %s", steps, out)
-    jax.profiler.start_trace(str(out))
+    traced = []
+    start_lean_trace(out)
     try:
         for i in range(steps):
             with jax.profiler.StepTraceAnnotation(STEP_NAME, step_num=i):
+                t0 = time.perf_counter()
                 args = one_step(args)
+                traced.append(time.perf_counter() - t0)
     finally:
+        t0 = time.perf_counter()
         jax.profiler.stop_trace()
+        stop_s = time.perf_counter() - t0
+    step_times, args = _step_times(compiled, args, carry, steps)
+    timing = {}
+    if options:  # the executable traced is not the user's: time theirs too
+        timing, args = _time_user_compile(lowered, statistics.median(step_times), args, carry,
+                                          steps)
 
     meta = environment()
     meta.update({schema.PROGRAM: _module_name(hlo_text), schema.WARMUP: warmup,
-                 schema.STEPS: steps, schema.COMPILER_OPTIONS: options, **timing,
+                 schema.STEPS: steps, schema.COMPILER_OPTIONS: options,
+                 schema.STEP_TIMES_S: step_times, schema.TRACED_STEP_TIMES_S: traced,
+                 schema.TRACE_STOP_S: stop_s, **timing,
                  schema.TIME: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
     if mesh is not None:
         meta[schema.MESH] = {str(k): int(v) for k, v in dict(mesh.shape).items()}

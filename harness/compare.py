@@ -124,3 +124,35 @@ def summary(ops: pd.DataFrame, *, step_s: float, peak_flops_per_s: float, device
     if analytic_s is not None:
         out[schema.ANALYTIC_S] = analytic_s
     return out
+
+
+# A roofline time is a lower bound (roofline.md), so an efficiency above 1 is impossible; above
+# this margin it is more than timing noise: the chip's numbers are too low for the host. The run
+# report (per op) and the sweep summary (per point) flag it with ``beats_roofline_reason``.
+ROOFLINE_MARGIN = 1.10
+
+
+def beats_roofline(efficiency) -> bool:
+    """True for an efficiency (or MFU) above ``ROOFLINE_MARGIN`` (NaN and None: False)."""
+    try:
+        return float(efficiency) > ROOFLINE_MARGIN
+    except (TypeError, ValueError):
+        return False
+
+
+def beats_roofline_reason(chip_name: str, kind: str) -> str:
+    """Why a figure above ``ROOFLINE_MARGIN`` is wrong, for the chip it was predicted on."""
+    return (f"faster than the {chip_name} roofline allows (above {ROOFLINE_MARGIN:.0%}): the "
+            "chip's numbers are too low" + (" (a calibration taken under load? run `harness "
+                                            "calibrate` on a quiet host)" if kind == "cpu"
+                                            else ""))
+
+
+def ops_beating_roofline(ops: pd.DataFrame, min_share: float = 0.05) -> str:
+    """The ops, by name, that take a visible share of the step (``>= min_share``) and beat
+    their roofline (``beats_roofline``). Empty when there are none."""
+    fast = ops[(ops[schema.EFFICIENCY] > ROOFLINE_MARGIN) & (ops[schema.SHARE] >= min_share)]
+    if fast.empty:
+        return ""
+    names = ", ".join(fast[schema.OP].head(3))
+    return f"{len(fast)} op(s) ({names}{', ...' if len(fast) > 3 else ''})"

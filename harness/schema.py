@@ -66,6 +66,7 @@ CANDIDATE_SHARE = "candidate_share"
 BASELINE_STEPS = "baseline_steps"  # per-step samples behind the test
 CANDIDATE_STEPS = "candidate_steps"
 P_VALUE = "p_value"                # Mann-Whitney U, two-sided, on the per-step samples
+Q_VALUE = "q_value"                # Benjamini-Hochberg adjusted p over the tested ops (regress.py)
 VERDICT = "verdict"                # see harness.runs.regress.VERDICTS
 NOTE = "note"                      # why a verdict is what it is (too few steps, below min_share)
 EXPLANATION = "explanation"        # one line in the book's terms, for regressions/improvements
@@ -83,9 +84,8 @@ ERROR = "error"                    # one line, for failed points
 STEPS = "steps"                    # measured steps per point
 WARMUP = "warmup"                  # untraced warm-up steps per point
 RUN = "run"                        # run directory, relative to the sweep directory
-STEP_S = "step_s"                  # measured step time
-GRAPH_STEP_S = "graph_step_s"      # GPU: wall step time of the user's own compile (CUDA graphs)
-WALL_STEP_S = "wall_step_s"        # GPU: wall step time of the traced compile, measured alike
+STEP_S = "step_s"                  # median untraced step's wall time (harness.analysis._step_s)
+GRAPH_STEP_S = "graph_step_s"      # GPU: the same for the user's own compile (CUDA graphs)
 COVERAGE = "coverage"              # share of measured time in ops a rule predicts
 MFU = "mfu"                        # model FLOPs utilisation (matmul parameters, MaxText's)
 MFU_BOOK = "mfu_book_6p"           # MFU with the book's 6P over all parameters (planning)
@@ -116,7 +116,7 @@ FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE = "flops_vs_cost_analysis_loops_once"  # same,
 # ahead-of-time predictions (harness predict-hlo; harness.hlo.chips): no measured step
 PREDICTED_STEP_S = "predicted_step_s"  # sum of the ops' roofline times (no overlap)
 MFU_AT_ROOFLINE = "mfu_at_roofline"    # MFU if the step ran at predicted_step_s
-FIGURES = (STEP_S, GRAPH_STEP_S, WALL_STEP_S, MEASURED_OPS_S, PREDICTED_OPS_S, COVERAGE,
+FIGURES = (STEP_S, GRAPH_STEP_S, MEASURED_OPS_S, PREDICTED_OPS_S, COVERAGE,
            EFFICIENCY, HLO_FLOPS_PER_DEVICE, HFU, DEVICES, MODEL_FLOPS, MFU, MFU_BOOK, MFU_FORMULA,
            ANALYTIC_S, ANALYTIC_FORMULA, FLOPS_VS_COST_ANALYSIS,
            FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE, PREDICTED_STEP_S, MFU_AT_ROOFLINE)
@@ -136,6 +136,9 @@ DEVICE_COUNT = "device_count"
 TIME = "time"
 COMPILER_OPTIONS = "compiler_options"  # options the traced executable was compiled with
 GRAPH_NOTE = "graph_note"          # GPU: why graph_step_s and step_s differ, when they do
+STEP_TIMES_S = "step_times_s"      # untraced steps' wall times, right after the trace (capture)
+TRACED_STEP_TIMES_S = "traced_step_times_s"  # the traced steps' wall times
+TRACE_STOP_S = "trace_stop_s"      # seconds jax.profiler.stop_trace took
 TRACE_FILE = "trace"               # the xplane.pb a trace analysis read (harness trace)
 # WORKLOAD, PRESET, MESH, CHIP and PROGRAM above are meta keys too.
 
@@ -165,7 +168,8 @@ OPS = (PROGRAM, OP, OPCODE, CATEGORY, COUNT, MEASURED_S, PREDICTED_S, EFFICIENCY
 
 REGRESS = (PROGRAM, OP, CATEGORY, BOUND, COLLECTIVE, GROUP_SIZE, BASELINE_S, CANDIDATE_S,
            DELTA_S, CHANGE, BASELINE_EFFICIENCY, CANDIDATE_EFFICIENCY, BASELINE_SHARE,
-           CANDIDATE_SHARE, BASELINE_STEPS, CANDIDATE_STEPS, P_VALUE, VERDICT, NOTE, EXPLANATION)
+           CANDIDATE_SHARE, BASELINE_STEPS, CANDIDATE_STEPS, P_VALUE, Q_VALUE, VERDICT, NOTE,
+           EXPLANATION)
 SWEEP_SUMMARY = (POINT, WORKLOAD, PRESET, MESH, CHIP, OVERRIDES, STATUS, STEP_S, COVERAGE,
                  EFFICIENCY, MFU, ANALYTIC_S, COLLECTIVE, GROUP_SIZE, MESSAGE_BYTES, COLLECTIVE_S,
                  BUS_BYTES, MEASURED_BUS_GBPS, PREDICTED_BUS_GBPS, MODEL_FLOPS, MATMUL_EFFICIENCY,

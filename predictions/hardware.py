@@ -39,6 +39,9 @@ class Chip:
     ``wrap_rule``: key into ``WRAP_RULES`` (which axes of a slice have wraparound links).
     ``chips_per_node``: TPU chips per host; GPUs per NVLink node.
     ``node_bytes_per_s``: GPUs only, the node's scale-out (InfiniBand) egress.
+    ``software_bytes_per_s``: CPU only, measured rates of work the host does in software, by
+    kind (``"convert"``: bf16 <-> f32, which a CPU without bf16 units converts element by
+    element); such ops are priced at this rate, not at ``hbm_bytes_per_s``.
     ``None`` marks a figure the book does not give.
     """
 
@@ -58,6 +61,7 @@ class Chip:
     dcn_bytes_per_s: float | None = None
     pcie_bytes_per_s: float | None = None
     node_bytes_per_s: float | None = None
+    software_bytes_per_s: tuple[tuple[str, float], ...] = ()
 
     def flops_per_s(self, dtype: str = "bf16") -> float:
         """Peak FLOP/s (OP/s for integers) at ``dtype``; KeyError lists the dtypes given."""

@@ -97,7 +97,7 @@ def test_resolve_rejects_missing_paths(tmp_path):
 def test_predicting_for_another_chip_says_so():
     from types import SimpleNamespace
 
-    from harness.analysis import resolve_chip
+    from harness.chip import resolve_chip
 
     cpu = SimpleNamespace(device_kind="cpu", platform="cpu")
     entry, notes, _ = resolve_chip("tpu-v5e", cpu)
@@ -110,7 +110,7 @@ def test_predicting_for_another_chip_says_so():
 
 
 def test_the_calibrated_cpu_chip_is_a_value_and_the_registry_stays_as_shipped(analysis):
-    from harness.analysis import chip_for_run, resolve_chip
+    from harness.chip import chip_for_run, resolve_chip
     from harness.calibrate import chip as calibration
     from predictions import hardware
 

@@ -80,3 +80,21 @@ def test_single_device_program_is_captured(tmp_path):
     instrs = _entry_instructions(cap.hlo_text)
     assert set(events[schema.OP]) <= set(instrs)
     assert (op_times(events)[schema.COUNT] == 1).all()
+
+
+def test_capture_times_each_traced_step_with_a_lean_profiler(matmul_capture):
+    import statistics
+
+    from harness.analysis import _step_s
+    from harness.capture import LEAN_PROFILE, lean_profile_options
+
+    opts = lean_profile_options()  # jax 0.10 has ProfileOptions with both fields
+    assert opts is not None
+    assert {k: getattr(opts, k) for k in LEAN_PROFILE} == {"python_tracer_level": 0,
+                                                           "host_tracer_level": 1}
+    times = matmul_capture.meta["step_times_s"]  # untraced, after the trace
+    assert len(times) == 3 and all(t > 0 for t in times)
+    assert len(matmul_capture.meta["traced_step_times_s"]) == 3
+    assert matmul_capture.meta["trace_stop_s"] > 0
+    # step_s is their median, not the trace's op sums (the other tests find the ops traced)
+    assert _step_s(matmul_capture, None) == statistics.median(times)

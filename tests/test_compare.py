@@ -84,13 +84,13 @@ def test_control_flow_containers_are_left_out():
 
 
 def test_ops_beating_the_roofline_are_called_out():
-    from harness.analysis import _beats_roofline
+    from harness.compare import ops_beating_roofline
 
     ops = compare(measured(), predicted())
-    assert _beats_roofline(ops) == ""  # best efficiency here is 1.0
+    assert ops_beating_roofline(ops) == ""  # best efficiency here is 1.0
     p = predicted()
     p.loc[p[schema.OP] == "dot.1", schema.PREDICTED_S] = 30e-6  # 3x the measured 10 us
-    assert _beats_roofline(compare(measured(), p)).startswith("1 op(s) (dot.1")
+    assert ops_beating_roofline(compare(measured(), p)).startswith("1 op(s) (dot.1")
 
 
 # --- one stored run, every view: the same workload efficiency ---------------------------------

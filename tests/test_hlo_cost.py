@@ -256,3 +256,42 @@ ENTRY %main (p: bf16[4,8]) -> () {
 """
     module = parse_module(text)
     assert compute_dtype(module.instruction("cc"), module) == "bf16"
+
+
+CAST = """HloModule jit_cast, entry_computation_layout={(bf16[1024]{0}, f32[1024]{0})->(f32[1024]{0}, s32[1024]{0})}
+
+%fused_convert (p: bf16[1024]) -> f32[1024] {
+  %p = bf16[1024]{0} parameter(0)
+  ROOT %convert.1 = f32[1024]{0} convert(%p)
+}
+
+ENTRY %main (x: bf16[1024], y: f32[1024]) -> (f32[1024], s32[1024]) {
+  %x = bf16[1024]{0} parameter(0)
+  %y = f32[1024]{0} parameter(1)
+  %wrapped_convert = f32[1024]{0} fusion(%x), kind=kLoop, calls=%fused_convert
+  %convert.2 = s32[1024]{0} convert(%y)
+  ROOT %t = (f32[1024]{0}, s32[1024]{0}) tuple(%wrapped_convert, %convert.2)
+}
+"""  # noqa: E501 (HLO text as XLA prints it)
+
+
+def test_bf16_converts_take_the_chips_measured_software_rate():
+    import dataclasses
+
+    from predictions import hardware
+
+    # whatever cpu chip is registered (a calibration may have set a rate): one without, one with
+    base = dataclasses.replace(hardware.CHIPS["cpu"], software_bytes_per_s=())
+    # read 1024 bf16 + write 1024 f32 = 6144 bytes at 6.144 MB/s: 1 ms, compute-bound
+    chip = dataclasses.replace(base, software_bytes_per_s=(("convert", 6.144e6),))
+    rows = hlo.hlo_costs(CAST, chip).set_index(schema.OP)
+    cast = rows.loc["wrapped_convert"]
+    assert cast[schema.HBM_BYTES] == 2 * 1024 + 4 * 1024
+    assert cast[schema.PREDICTED_S] == pytest.approx(1e-3)
+    assert cast[schema.BOUND] == "compute"
+    # f32 -> s32 is not a bf16 convert: the memory roofline, as on a chip without the rate
+    assert rows.loc["convert.2", schema.PREDICTED_S] == pytest.approx(
+        (4 + 4) * 1024 / base.hbm_bytes_per_s)
+    plain = hlo.hlo_costs(CAST, base).set_index(schema.OP).loc["wrapped_convert"]
+    assert plain[schema.PREDICTED_S] == pytest.approx(6144 / base.hbm_bytes_per_s)
+    assert plain[schema.BOUND] == "memory"

@@ -286,6 +286,8 @@ def test_summary_and_plots(failing):
     assert df.loc[3, schema.MATMUL_EFFICIENCY] > 0
     for name in ("collective_bandwidth.png", "matmul_efficiency.png"):
         assert (sweep_dir / name).read_bytes().startswith(PNG_MAGIC)
+    # The sweep plots once, at its close; the points' own plots only with --point-plots.
+    assert not list(sweep_dir.rglob("roofline.png")) and not list(sweep_dir.rglob("categories.png"))
     html = (sweep_dir / "report.html").read_text()
     assert "collective_bandwidth.png" in html and "needs 9 devices" in html
     assert "| failed |" in (sweep_dir / "summary.md").read_text()
@@ -405,3 +407,31 @@ def test_collective_over_two_axes_spelt_with_plus(tmp_path):
     assert row[schema.MEASURED_BUS_GBPS] == pytest.approx(7168 / 2e-5 / 1e9)
     assert row[schema.PREDICTED_BUS_GBPS] == pytest.approx(7168 / 1e-5 / 1e9)
     assert "over X+Y (8 devices)" in row[schema.SERIES]
+
+
+def test_summary_flags_efficiency_and_mfu_beyond_the_roofline():
+    from harness.compare import ROOFLINE_MARGIN
+    from harness.sweep import report as sweep_report
+
+    rows = [{schema.POINT: 1, schema.WORKLOAD: "matmul", schema.OVERRIDES: "case=no_comm",
+             schema.CHIP: "cpu", schema.STATUS: "done", schema.RUN: "",
+             schema.EFFICIENCY: 1.44, schema.MFU: 2.86, schema.MATMUL_EFFICIENCY: 0.9},
+            {schema.POINT: 2, schema.WORKLOAD: "matmul", schema.OVERRIDES: "case=allgather",
+             schema.CHIP: "cpu", schema.STATUS: "done", schema.RUN: "",
+             schema.EFFICIENCY: ROOFLINE_MARGIN, schema.MFU: 0.5,  # at the margin: not flagged
+             schema.MATMUL_EFFICIENCY: float("nan")}]
+    df = pd.DataFrame(rows).reindex(columns=list(schema.SWEEP_SUMMARY))
+    notes = sweep_report.impossible_notes(df)
+    assert notes[0] == "point 1 (matmul case=no_comm): efficiency 144%, mfu 286%"
+    assert notes[1].startswith("1 point(s) ran faster than the cpu roofline allows")
+    assert "calibration taken under load" in notes[1] and len(notes) == 2
+    assert "point 1 (matmul case=no_comm): efficiency 144%" in sweep_report.to_html({}, df, [])
+
+
+def test_garbage_is_collected_between_points_only_when_memory_is_short(tmp_path):
+    info = tmp_path / "meminfo"
+    info.write_text("MemTotal:       16000000 kB\nMemAvailable:    8000000 kB\n")
+    assert not sw.memory_short(meminfo=info)  # half available
+    info.write_text("MemTotal:       16000000 kB\nMemAvailable:    3000000 kB\n")
+    assert sw.memory_short(meminfo=info)      # 3/16 < 1/4
+    assert sw.memory_short(meminfo=tmp_path / "absent")  # cannot tell: collect

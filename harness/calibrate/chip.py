@@ -31,7 +31,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.calibrate.programs import DTYPES, PLANS, Plan, Sample, measure
+from harness.calibrate import drift
+from harness.calibrate.programs import (
+    CONVERT_ELEMENTS,
+    DTYPES,
+    PLANS,
+    Plan,
+    Sample,
+    measure,
+)
 from harness.errors import HarnessError
 from predictions import hardware
 from predictions.hardware import Chip
@@ -64,6 +72,7 @@ class Figures:
     memory_bytes_per_s_wall: float = 0.0
     collective_bytes_per_s: dict[str, float] = field(default_factory=dict)
     collective_latency_s: dict[str, float] = field(default_factory=dict)
+    convert_bytes_per_s: float = 0.0  # bf16 -> f32 converts (software on most CPUs)
 
 
 @dataclass(frozen=True)
@@ -84,6 +93,10 @@ class Calibration:
     all: Figures
     samples: tuple[Sample, ...] = ()
     format: int = FORMAT
+    # harness.calibrate.drift's reference kernel, best rate around the calibration (0: not
+    # measured, an older record) and best / median over its repeats (the host's steadiness)
+    reference_flops_per_s: float = 0.0
+    reference_spread: float = 0.0
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -103,6 +116,7 @@ def _tasks(plan: Plan, n: int) -> list[tuple[str, str, str, int, str, int]]:
                     for role, sizes in (("latency", plan.latency_bytes),
                                         ("bandwidth", plan.bandwidth_bytes)) for s in sizes]
         out += [("stream", scope, "fp32", s, "peak", k) for s in plan.stream_elements]
+        out += [("convert", scope, "bf16", CONVERT_ELEMENTS, "peak", k)]
         # matmuls last, fp32 last of all: what runs lean on most, nearest to what follows
         out += [("matmul", scope, dt, s, "peak", k) for dt in sorted(DTYPES)
                 for s in plan.matmul_n]
@@ -128,7 +142,8 @@ def figures(samples, scope: str, devices: int, group: int) -> Figures:
         some({k: med("bandwidth", k, f=lambda s, r=r: r * s.work * (g - 1) / (g * s.op_s))
               for k, r in RING.items()}),
         some({k: med("latency", k, f=lambda s, r=r: s.op_s / (r * (g - 1)))
-              for k, r in RING.items()}))
+              for k, r in RING.items()}),
+        med("peak", "convert") or 0.0)
 
 
 def _cpu_model() -> str:
@@ -142,9 +157,15 @@ def _cpu_model() -> str:
 
 
 def calibrate(mode: str = "full", device_count: int | None = None,
-              progress: Callable[[int, int, str], None] | None = None) -> Calibration:
+              progress: Callable[[int, int, str], None] | None = None,
+              refuse_busy: bool = False) -> Calibration:
     """Measure this host on its first ``device_count`` CPU devices (default: all of them).
-    ``progress(done, total, label)`` is called before each program and once at the end."""
+    ``progress(done, total, label)`` is called before each program and once at the end.
+
+    The drift reference kernel runs before and after: its best rate is kept (runs divide their
+    own by it), and its spread (best / median) says whether the host was busy meanwhile; above
+    ``drift.BUSY_SPREAD`` ``refuse_busy`` raises instead of returning figures that describe
+    other people's load, not the host."""
     import jax
     import jaxlib
 
@@ -157,12 +178,21 @@ def calibrate(mode: str = "full", device_count: int | None = None,
                            f"devices (set --devices, or XLA_FLAGS before jax is imported)")
     plan, t0 = PLANS[mode], time.perf_counter()
     tasks, samples = _tasks(plan, n), []
+    reference = drift.reference_rates(devices[:n])
     for i, (kind, scope, dt, size, role, k) in enumerate(tasks):
         label = f"{kind} {dt} {size} on {k} device{'s' * (k > 1)}"
         if progress:
             progress(i, len(tasks), label)
         log.info("calibrate: %s", label)
         samples.append(measure(kind, scope, dt, size, role, devices[:k], plan))
+    reference += drift.reference_rates(devices[:n])
+    busy = drift.spread(reference)
+    if busy > drift.BUSY_SPREAD:
+        msg = (f"the host was busy while calibrating: a reference matmul's rate varied "
+               f"{busy:.2f}x (best / median; steady hosts stay under {drift.BUSY_SPREAD}x)")
+        if refuse_busy:
+            raise HarnessError(f"{msg}; calibrate on a quiet host (or pass --allow-busy)")
+        log.warning("%s: its figures may be low", msg)
     if progress:
         progress(len(tasks), len(tasks), "done")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -172,7 +202,7 @@ def calibrate(mode: str = "full", device_count: int | None = None,
         time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), mode=mode,
         seconds=round(time.perf_counter() - t0, 2), note=NOTE.format(n=n, cores=cores),
         one=figures(samples, "one", 1, 2), all=figures(samples, "all", n, n),
-        samples=tuple(samples))
+        samples=tuple(samples), reference_flops_per_s=max(reference), reference_spread=busy)
 
 
 # --- the chip and the cache --------------------------------------------------------------------
@@ -205,7 +235,8 @@ def to_chip(cal: Calibration) -> Chip:
         ici_bytes_per_s=max(f.collective_bytes_per_s.values(), default=base.ici_bytes_per_s),
         ici_links=1, torus_dims=1, max_slice=(), wrap_rule="always",
         hop_latency_s=min(f.collective_latency_s.values(), default=base.hop_latency_s),
-        chips_per_node=n)
+        chips_per_node=n, software_bytes_per_s=(
+            (("convert", f.convert_bytes_per_s),) if f.convert_bytes_per_s > 0 else ()))
 
 
 def cache_root() -> Path:

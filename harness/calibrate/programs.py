@@ -21,6 +21,11 @@ from harness.trace.load import load_events
 # leave XLA_FLAGS settable (harness.devices) and stay cheap for commands that never run jax.
 
 DTYPES = ("fp32", "bf16")  # the book dtypes whose matmul peak is measured
+# bf16 -> f32 convert size per device: 1.5 MB moved, in cache like most ops of a run. Measured
+# here (8 devices busy, 2 cores): 10, 2.5, 6.8, 1.9, 0.46 GB/s at 2^14 .. 2^22 elements, 3-20x
+# below an in-place stream of the same size; beyond the cache a fresh f32 buffer's page
+# faults slow it further, so large converts run slower than this rate predicts.
+CONVERT_ELEMENTS = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,16 @@ def _stream(devices, dtype, elements, chain) -> Program:
     return Program(fn, (x,), 2.0 * 4 * elements, carry=lambda args, out: (out,))
 
 
+def _convert(devices, dtype, elements, chain) -> Program:
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec as P
+
+    x = _ones(_mesh(devices), (len(devices) * elements,), "bfloat16", P("X"))
+    # bf16 -> f32, as a training step's casts: bytes = read 2 + write 4 per element
+    return Program(jax.jit(lambda x: x.astype(jnp.float32)), (x,), (2.0 + 4.0) * elements)
+
+
 def _collective(kind: str) -> Callable[..., Program]:
     def build(devices, dtype, nbytes, chain) -> Program:
         import jax
@@ -130,7 +145,7 @@ def _collective(kind: str) -> Callable[..., Program]:
 
 
 BUILDERS: dict[str, Callable[..., Program]] = {
-    "matmul": _matmul, "stream": _stream,
+    "matmul": _matmul, "stream": _stream, "convert": _convert,
     "all-reduce": _collective("all-reduce"), "all-gather": _collective("all-gather")}
 
 

@@ -24,6 +24,9 @@ def add_arguments(p) -> None:
     p.add_argument("--quick", action="store_true",
                    help="a few seconds: one size per figure, fewer steps")
     p.add_argument("--json", action="store_true", help="print the calibration record as JSON")
+    p.add_argument("--allow-busy", action="store_true",
+                   help="save the figures even when the host was busy while measuring (a "
+                        "reference matmul's rate varied more than 1.5x)")
     p.add_argument("--out", type=Path, metavar="FILE",
                    help="save here instead of the cache (default: "
                         f"${cal_lib.CACHE_ENV} or ~/.cache/scaling-harness/cpu-<N>.json)")
@@ -98,7 +101,8 @@ def main(args) -> int:
         def progress(done: int, total: int, label: str) -> None:
             bar.update(task, completed=done, total=total, description=label)
 
-        cal = cal_lib.calibrate(mode, args.devices, progress=progress)
+        cal = cal_lib.calibrate(mode, args.devices, progress=progress,
+                                refuse_busy=not args.allow_busy)
     chip = cal_lib.to_chip(cal)
     path = cal_lib.save(cal, args.out)
     if args.json:

@@ -1,8 +1,10 @@
 """``harness compare BASELINE CANDIDATE``: noise-aware per-op verdicts; exit 1 on a regression.
 
-Exit codes: 0 no regression, 1 at least one regression (a nightly CI job fails), 2 bad input
-(missing or damaged run, bad option). ``--format md`` prints a heading, the verdict and a table:
-a CI comment. ``csv`` and ``json`` print only the table (all columns), the verdict goes to stderr.
+Exit codes: 0 no regression (``inconclusive`` verdicts included: the data could not decide, the
+headline says so), 1 at least one regression (a nightly CI job fails), 2 bad input (missing or
+damaged run, bad option). The rule and its false-alarm rate: ``harness.runs.regress``. ``--format
+md`` prints a heading, the verdict and a table: a CI comment. ``csv`` and ``json`` print only the
+table (all columns), the verdict goes to stderr.
 """
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ def add_arguments(p) -> None:
     p.add_argument("--threshold", type=float, default=0.10,
                    help="relative slowdown that counts (default 0.10 = 10%%)")
     p.add_argument("--alpha", type=float, default=0.05,
-                   help="significance level of the Mann-Whitney U test (default 0.05)")
+                   help="false discovery rate over the tested ops (Benjamini-Hochberg; "
+                        "default 0.05)")
     p.add_argument("--min-share", type=float, default=0.01,
                    help="ops below this share of the step in both runs never flag (default 0.01)")
     p.add_argument("--format", choices=sorted(tables.FORMATS), default="text")
@@ -64,7 +67,7 @@ SHOWN: tuple[tuple[str, str, Callable[[object], str]], ...] = (
     (schema.CHANGE, "change", _signed),
     (schema.BASELINE_EFFICIENCY, "eff. before", _pct),
     (schema.CANDIDATE_EFFICIENCY, "eff. after", _pct),
-    (schema.P_VALUE, "p", lambda p: f"{p:.2g}" if finite(p) else "-"),
+    (schema.Q_VALUE, "q", lambda q: f"{q:.2g}" if finite(q) else "-"),
     (schema.VERDICT, "verdict", _text),
     (schema.NOTE, "note", _text),
 )

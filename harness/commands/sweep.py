@@ -33,6 +33,9 @@ def add_arguments(p) -> None:
     p.add_argument("--resume", nargs="?", const=LATEST, default=None, metavar="DIR",
                    help="continue a sweep: its directory, or without DIR the newest sweep of "
                         "this name under --out; done points are skipped, failed ones rerun")
+    p.add_argument("--point-plots", action="store_true",
+                   help="also draw each point's roofline and category plots (the sweep's own "
+                        "plots are drawn once, at the end)")
     p.add_argument("--dry-run", action="store_true",
                    help="validate the file and list the expanded points; run nothing")
     p.add_argument("--no-compile-cache", dest="compile_cache", action="store_false",
@@ -113,7 +116,8 @@ def main(args) -> int:
                     progress.console.print(escape(f"point {e.index + 1} failed: "
                                                   f"{e.record['error']}"))
 
-            result = sweep.run_sweep(plan, sweep_dir, on_event=on_event)
+            result = sweep.run_sweep(plan, sweep_dir, on_event=on_event,
+                                     point_plots=args.point_plots)
             progress.update(task, description=escape(f"sweep {plan.name}"))
     except KeyboardInterrupt:
         print(f"harness sweep: interrupted; resume with: harness sweep {args.file} "
@@ -125,6 +129,8 @@ def main(args) -> int:
         if main_thread:
             signal.signal(signal.SIGINT, previous)
     print(tables.to_text(sweep_report.shown(result.summary), title=f"sweep {plan.name}"), end="")
+    for note in sweep_report.impossible_notes(result.summary):
+        print(f"note: {note}")
     for rec in result.failed:
         print(f"failed: point {rec['index'] + 1}, {rec['label']}: {rec['error']}")
     done = sum(r["status"] == sweep.DONE for r in result.records)

@@ -29,6 +29,7 @@ from harness.hlo.ir import Instruction, Module
 from harness.hlo.parse import parse_module
 from harness.hlo.walk import executed, fused_instructions, trip_count
 from predictions import hardware, roofline, rules
+from predictions.roofline import OpTime
 from predictions.rules import CONTAINERS, STRUCTURAL, Cost
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,30 @@ def compute_dtype(instr: Instruction, module: Module) -> str:
     return shapes[0].dtype if shapes else "f32"
 
 
+def software_seconds(instr: Instruction, module: Module, cost: Cost, chip) -> float:
+    """Time of the work the host does in software (``chip.software_bytes_per_s``, CPU chips
+    only): a convert to or from bf16, alone or inside a fusion, moves its bytes at the measured
+    convert rate. 0 when no rate applies."""
+    rate = dict(getattr(chip, "software_bytes_per_s", ()) or ()).get("convert")
+    if not rate:
+        return 0.0
+    ops = fused_instructions(module, instr) if instr.opcode == "fusion" else [instr]
+    for op in ops:
+        dtypes = {s.dtype for s in op.shapes} | {s.dtype for s in operand_leaves(op)}
+        if op.opcode == "convert" and "bf16" in dtypes and len(dtypes) > 1:
+            return cost.hbm_bytes / rate
+    return 0.0
+
+
+def _with_software(t, seconds: float):
+    """``t`` (a roofline ``OpTime``) with ``seconds`` of software work as its compute term."""
+    if seconds <= t.t_compute_s:
+        return t
+    terms = {"compute": seconds, "memory": t.t_memory_s, "comm": t.t_comm_s}
+    bound = max(terms, key=terms.get)
+    return OpTime(seconds, t.t_memory_s, t.t_comm_s, terms[bound], bound)
+
+
 def _as_module(hlo: str | Module) -> Module:
     return hlo if isinstance(hlo, Module) else parse_module(hlo)
 
@@ -90,6 +115,8 @@ def hlo_costs(hlo_text: str | Module, chip, dtype: str | None = None) -> pd.Data
             continue
         cost = instruction_cost(instr, module)
         t = roofline.op_time(cost, chip, dtype or compute_dtype(instr, module))
+        if cost.modeled:
+            t = _with_software(t, software_seconds(instr, module, cost, chip))
         rows.append({
             schema.PROGRAM: module.name, schema.OP: instr.name, schema.OPCODE: instr.opcode,
             schema.CATEGORY: category(module, instr), schema.COUNT: count,

@@ -59,9 +59,9 @@ _PHRASES = {
 
 def explain(row: pd.Series, mesh: dict | None = None) -> str:
     """One line in the book's terms for a regression or improvement row (``mesh``: axis sizes)."""
-    b, c, p = row[schema.BASELINE_S], row[schema.CANDIDATE_S], row[schema.P_VALUE]
+    b, c, q = row[schema.BASELINE_S], row[schema.CANDIDATE_S], row[schema.Q_VALUE]
     stats = f"{fmt_seconds(b)} -> {fmt_seconds(c)}, {row[schema.CHANGE]:+.0%}, " + (
-        f"p={p:.2g}" if finite(p) else "untested")
+        f"q={q:.2g}" if finite(q) else "untested")
     be, ce = row[schema.BASELINE_EFFICIENCY], row[schema.CANDIDATE_EFFICIENCY]
     head = f"{row[schema.OP]} {_describe(row, mesh)}"
     slower = c > b

@@ -1,25 +1,48 @@
-"""Baseline vs candidate run: noise-aware per-op and per-workload regression verdicts.
+"""Baseline vs candidate run: per-op and per-workload regression verdicts with a known
+false-alarm rate.
 
-Ops join on (program, op); times are each run's ``measured_s``; the noise test runs on the
-per-step samples stored with the run (``steps.parquet``). Per op, and for the step total (sum of
-op times per step), the verdict is:
+Ops join on (program, op); times are each run's ``measured_s``; the tests run on the per-step
+samples stored with the run (``steps.parquet``). The rule, per op:
 
-- ``new`` / ``gone``: in one run only (informational; the step total carries the cost);
-- ``unchanged``: ``|change| <= threshold``, significant or not;
-- ``regression`` / ``improvement``: beyond the threshold, material (>= ``min_share`` of the step
-  in either run), and the Mann-Whitney U test rejects equality (``p <= alpha``) -- or the
-  samples are too few for any result to reach ``alpha`` and ``|change| > untested_threshold``
-  (default 50%, more than noise on a quiet machine makes; the note says the test was skipped);
-- ``noise``: beyond the threshold but none of the above.
+1. ``new`` / ``gone``: in one run only (informational; the step total carries the cost).
+2. ``unchanged``: ``|change| <= threshold`` (default 10%), significant or not.
+3. ``noise`` (below min share): smaller than ``min_share`` of the step (default 1%) in both runs.
+4. The tested ops are the rest of the ops in both runs with ``>= min_share`` of the step, chosen
+   by size, not by their change (independent filtering, Bourgon et al. 2010). Each gets two
+   p-values and keeps the larger (both must reject; an intersection-union test):
+   - the two-sided Mann-Whitney U test of its per-step samples (within-run noise);
+   - its log change against the run-to-run noise (``noise.run_to_run``): back-to-back runs move
+     every op a little, and a per-step test alone mistakes that for a change. The op's noise is
+     its own within-run standard error plus a between-run term tau common to all tested ops,
+     tau chosen so that their standardized changes spread (MAD) like N(0, 1); the p-value is
+     Student's t with ``noise.NULL_DF`` degrees of freedom.
+   Benjamini-Hochberg adjusts these over the tested ops (``q_value``); ``q <= alpha`` (default
+   0.05) makes a ``regression`` / ``improvement``. Otherwise ``noise`` (not significant), or
+   ``inconclusive`` when the data could not decide: too few steps for any op to reach
+   ``alpha / tested`` (n vs m steps give at best p = 2 / C(n+m, n): 5 vs 5 give 0.008, 8 vs 8
+   give 1.6e-4, 10 vs 10 give 1.1e-5), no per-step samples, or the op's noise above the
+   threshold (it differs between runs by more than the threshold as a matter of course).
 
-"Too few" is exact: with n vs m samples the smallest two-sided p the test can return is
-2 / C(n+m, n); 3 vs 3 steps give 0.1, so nothing could reject at 0.05; 4 vs 4 give 0.029.
+The step total (per step, the sum of the ops' times) gets the same rule with one test (its U
+test) and is ``inconclusive`` when its noise (the standard error of the difference of the two
+medians, ``noise.median_se``) exceeds the threshold, or when the tested ops all moved alike
+(the step's change divided by the tested ops' median change is within the threshold): a host
+that runs slower or faster looks exactly like that, and one pair of runs cannot tell them apart.
 
-Two-sided rather than one-sided 'less': the verdict is symmetric, its direction read from the
-medians. Two one-sided tests at ``alpha`` would give a false verdict of some kind with
-probability 2*alpha; one two-sided test keeps it at ``alpha`` and costs little power (5 steps a
-side, cleanly separated: p = 2/252 = 0.008). Ops are tested without a multiple-testing
-correction; the threshold and ``min_share`` bound what a false positive can cost.
+Step and ops agree, both ways. Op regressions make the job fail only together with the step they sit
+in: when the step total is not itself a regression and the op regressions' summed delta is below the
+step's noise, they become ``inconclusive`` (their note says so): a change the step cannot see is
+reported, not failed on. A step regression that no op explains (no op regression, no new op; with at
+least ``noise.MIN_OPS_FOR_SPREAD`` ops tested) is ``inconclusive`` too: time spread thinly over many
+ops is what a busier host looks like. ``Verdicts.regressed`` (exit 1 of ``harness compare``) is any
+``regression`` left.
+
+The false-alarm rate: Benjamini-Hochberg keeps the expected share of false regressions among
+flagged ops at ``alpha``; in A/A comparisons (nothing changed) every flag is false, so the
+chance that a comparison flags any op is at most ``alpha`` (5%), and the run-to-run term, the
+threshold and the step gate push it lower. ``benchmarks/bench_regress_sim.py`` measures it by
+simulation from real CPU runs (false regressions per comparison, and the power to flag a 20%
+slowdown of an op holding 5% of the step); README's compare section gives the figures.
 
 Explanations (``harness.runs.explain``) use the book's roofline terms.
 """
@@ -31,45 +54,37 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.stats import mannwhitneyu
 
 from harness import schema
 from harness.compare import workload_efficiency
 from harness.errors import HarnessError
+from harness.runs import noise, pair
 from harness.runs.explain import explain
+from harness.runs.noise import min_p_value
 from harness.runs.store import StoredRun
 
 log = logging.getLogger(__name__)
 
-REGRESSION, IMPROVEMENT, NEW, GONE, NOISE, UNCHANGED = (
-    "regression", "improvement", "new", "gone", "noise", "unchanged")
-VERDICTS = (REGRESSION, IMPROVEMENT, NEW, GONE, NOISE, UNCHANGED)  # also the display order
+REGRESSION, IMPROVEMENT, INCONCLUSIVE, NEW, GONE, NOISE, UNCHANGED = (
+    "regression", "improvement", "inconclusive", "new", "gone", "noise", "unchanged")
+VERDICTS = (REGRESSION, IMPROVEMENT, INCONCLUSIVE, NEW, GONE, NOISE, UNCHANGED)  # display order
 STEP_TOTAL = "step total"  # the per-workload row's op name
 ALL_PROGRAMS = "(all)"     # ... and its program
-# Meta fields that make two runs different experiments; a difference is warned about.
-META_KEYS = (schema.WORKLOAD, schema.PRESET, schema.OVERRIDES, schema.MESH, schema.DEVICE_KIND,
-             schema.DEVICE_COUNT, schema.CHIP)
-_KEYS = [schema.PROGRAM, schema.OP]
-_NEEDED = (schema.PROGRAM, schema.OP, schema.MEASURED_S)
-_STEP_COLUMNS = (schema.PROGRAM, schema.OP, schema.STEP, schema.MEASURED_S)
-_DESCRIPTIVE = (schema.CATEGORY, schema.BOUND, schema.COLLECTIVE, schema.GROUP_SIZE)
 
 
 @dataclass(frozen=True)
 class Rule:
     """The verdict rule's knobs (see the module docstring)."""
 
-    threshold: float = 0.10           # relative change that matters (0.10 = 10%)
-    alpha: float = 0.05               # significance level of the Mann-Whitney U test
-    min_share: float = 0.01           # ops below this share of the step in both runs never flag
-    untested_threshold: float = 0.50  # |change| that flags even when samples are too few
+    threshold: float = 0.10  # relative change that matters (0.10 = 10%)
+    alpha: float = 0.05      # false discovery rate over the tested ops (Benjamini-Hochberg)
+    min_share: float = 0.01  # ops below this share of the step in both runs are not tested
 
     def __post_init__(self):
         for name, ok, valid in (
                 ("threshold", 0 <= self.threshold < math.inf, ">= 0 (0.10 = 10%)"),
                 ("alpha", 0 < self.alpha < 1, "in (0, 1)"),
-                ("min_share", 0 <= self.min_share < 1, "in [0, 1) (0.01 = 1% of the step)"),
-                ("untested_threshold", 0 <= self.untested_threshold < math.inf, ">= 0")):
+                ("min_share", 0 <= self.min_share < 1, "in [0, 1) (0.01 = 1% of the step)")):
             if not ok:
                 raise HarnessError(f"{name} must be {valid}, got {getattr(self, name)}")
 
@@ -84,6 +99,8 @@ class Verdicts:
     workload: pd.DataFrame
     rule: Rule
     warnings: list[str] = field(default_factory=list)
+    run_to_run: float = math.nan  # sigma of the tested ops' log changes
+    tested: int = 0               # ops in the Benjamini-Hochberg family
 
     def table(self) -> pd.DataFrame:
         """The workload row, then every op row."""
@@ -105,7 +122,9 @@ class Verdicts:
     def headline(self) -> str:
         """One line: the overall verdict, what regressed, and the rule used."""
         r, c = self.rule, self.counts()
-        rule = f"threshold {r.threshold:.0%}, alpha {r.alpha:g}, min share {r.min_share:.0%}"
+        sigma = "n/a" if not math.isfinite(self.run_to_run) else f"{self.run_to_run:.1%}"
+        rule = (f"threshold {r.threshold:.0%}, FDR {r.alpha:g} over {self.tested} tested ops, "
+                f"min share {r.min_share:.0%}, between-run noise {sigma}")
         w = self.workload.iloc[0]
         change = "n/a" if math.isnan(w[schema.CHANGE]) else f"{w[schema.CHANGE]:+.0%}"
         step = f"step total {change} ({w[schema.VERDICT]})"
@@ -113,86 +132,43 @@ class Verdicts:
             names = ", ".join(self.ops.loc[self.ops[schema.VERDICT] == REGRESSION, schema.OP])
             return (f"REGRESSION: {names or STEP_TOTAL}; {c[REGRESSION]} of {len(self.ops)} ops "
                     f"regressed; {step}; {rule}")
-        return (f"OK: no regression ({c[IMPROVEMENT]} improved, {c[NOISE]} within noise, "
-                f"{c[UNCHANGED]} unchanged, {c[NEW]} new, {c[GONE]} gone); {step}; {rule}")
+        word = "INCONCLUSIVE" if w[schema.VERDICT] == INCONCLUSIVE or c[INCONCLUSIVE] else "OK"
+        return (f"{word}: no regression ({c[IMPROVEMENT]} improved, {c[INCONCLUSIVE]} "
+                f"inconclusive, {c[NOISE]} within noise, {c[UNCHANGED]} unchanged, {c[NEW]} new, "
+                f"{c[GONE]} gone); {step}; {rule}")
 
 
-def min_p_value(n: int, m: int) -> float:
-    """Smallest two-sided p the exact Mann-Whitney U test can return for n vs m samples."""
-    if n < 1 or m < 1:
-        return 1.0
-    return min(1.0, 2.0 / math.comb(n + m, n))
-
-
-def u_test(a: np.ndarray, b: np.ndarray, alpha: float) -> float:
-    """Two-sided Mann-Whitney U p-value of ``a`` vs ``b``; NaN when too few samples to reject."""
-    if min_p_value(len(a), len(b)) > alpha:
-        return float("nan")
-    if np.ptp(np.concatenate([a, b])) == 0.0:  # all equal: nothing to rank
-        return 1.0
-    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
-
-
-def decide(change: float, p: float, material: bool, rule: Rule, n: int, m: int,
-           share: float) -> tuple[str, str]:
-    """(verdict, note) for one row by the module's rule."""
+def decide(row: dict, rule: Rule, tested: int, sigma: float, p_null: float,
+           noise_name: str) -> tuple[str, str]:
+    """(verdict, note) for one row with both sides present, by the module's rule; ``sigma`` is
+    the relative noise named ``noise_name``, ``p_null`` the row's p against it."""
+    change, share = row[schema.CHANGE], max(row[schema.BASELINE_SHARE],
+                                            row[schema.CANDIDATE_SHARE])
+    n, m, p, q = (row[schema.BASELINE_STEPS], row[schema.CANDIDATE_STEPS], row[schema.P_VALUE],
+                  row[schema.Q_VALUE])
     if not abs(change) > rule.threshold:  # NaN (0 -> 0) counts as unchanged
         return UNCHANGED, ""
-    direction = REGRESSION if change > 0 else IMPROVEMENT
-    if not material:
+    if share < rule.min_share:
         return NOISE, f"below min share ({share:.2%} of step)"
+    if q <= rule.alpha:
+        return (REGRESSION if change > 0 else IMPROVEMENT), ""
     if math.isnan(p):
-        why = f"too few steps to test ({n} vs {m})"
-        if abs(change) > rule.untested_threshold:
-            return direction, f"{why}; change beyond {rule.untested_threshold:.0%}"
-        return NOISE, why
-    if p <= rule.alpha:
-        return direction, ""
-    return NOISE, f"not significant (p={p:.2g} > {rule.alpha:g})"
+        return INCONCLUSIVE, "no per-step samples to test"
+    if min_p_value(n, m) > rule.alpha / max(tested, 1):
+        return INCONCLUSIVE, (f"too few steps to decide ({n} vs {m}: p >= "
+                              f"{min_p_value(n, m):.2g} among {tested} tested)")
+    if sigma > rule.threshold:
+        return INCONCLUSIVE, (f"too noisy to decide: {noise_name} {sigma:.0%} is above the "
+                              f"{rule.threshold:.0%} threshold")
+    if p_null > p:
+        return NOISE, f"within {noise_name} ({sigma:.1%}; q={q:.2g})"
+    return NOISE, f"not significant (q={q:.2g} > {rule.alpha:g})"
 
 
-def _samples(run: StoredRun, which: str) -> dict[tuple[str, str], np.ndarray]:
-    """(program, op) -> per-step times; {} when the run has no per-step table."""
-    steps = run.steps
-    if steps is None or steps.empty:
-        return {}
-    schema.validate(steps, _STEP_COLUMNS, where=f"{which} run {run.path} steps")
-    steps = steps.dropna(subset=[schema.MEASURED_S])
-    return {(str(k[0]), str(k[1])): g[schema.MEASURED_S].to_numpy(float)
-            for k, g in steps.groupby(_KEYS, sort=False)}
-
-
-def _step_totals(run: StoredRun, ops: pd.DataFrame) -> np.ndarray:
-    """Per step, the summed time of the ops in the run's ops table (other programs left out)."""
-    if run.steps is None or run.steps.empty:
-        return np.array([])
-    steps = run.steps.astype({schema.PROGRAM: str, schema.OP: str})
-    steps = steps.merge(ops[_KEYS], on=_KEYS, how="inner")
-    return steps.groupby(schema.STEP)[schema.MEASURED_S].sum().to_numpy(float)
-
-
-def _prepare(run: StoredRun, which: str) -> pd.DataFrame:
-    ops = schema.validate(run.ops, _NEEDED, where=f"{which} run {run.path} ops")
-    dup = ops.duplicated(_KEYS)
-    if dup.any():
-        first = ops.loc[dup, _KEYS].iloc[0].tolist()
-        raise HarnessError(f"{which} run {run.path}: ops table repeats (program, op) {first}")
-    ops = ops.assign(**{schema.PROGRAM: ops[schema.PROGRAM].astype(str),
-                        schema.OP: ops[schema.OP].astype(str)})
-    m = ops[schema.MEASURED_S].astype(float)
-    total = m.sum()
-    out = pd.DataFrame({schema.PROGRAM: ops[schema.PROGRAM], schema.OP: ops[schema.OP],
-                        "t": m, "share": m / total if total > 0 else np.nan,
-                        "eff": ops.get(schema.EFFICIENCY, pd.Series(np.nan, index=ops.index)),
-                        "pred": ops.get(schema.PREDICTED_S, pd.Series(np.nan, index=ops.index))})
-    for col in _DESCRIPTIVE:
-        out[col] = ops[col] if col in ops.columns else None
-    return out
-
-
-def _row(key, b: pd.Series | None, c: pd.Series | None, a: np.ndarray, z: np.ndarray,
-         rule: Rule, mesh: dict | None = None) -> dict:
-    """One verdict row; ``b``/``c`` are the op's baseline/candidate rows (None if absent)."""
+def _row(key, b: dict | None, c: dict | None, a: np.ndarray, z: np.ndarray,
+         rule: Rule) -> dict:
+    """One row before its verdict (None when both sides are present); ``b``/``c`` are the op's
+    baseline/candidate rows (None if absent). Only ops ``>= min_share`` get a U test."""
     def get(side, col, default=np.nan):
         return float(side[col]) if side is not None else default
 
@@ -201,45 +177,110 @@ def _row(key, b: pd.Series | None, c: pd.Series | None, a: np.ndarray, z: np.nda
     change = np.nan  # undefined for new and gone ops
     if b is not None and c is not None:
         change = tc / tb - 1.0 if tb > 0 else (math.inf if tc > 0 else np.nan)
-    row = {schema.PROGRAM: key[0], schema.OP: key[1],
-           **{col: src[col] for col in _DESCRIPTIVE},
-           schema.BASELINE_S: tb, schema.CANDIDATE_S: tc, schema.DELTA_S: tc - tb,
-           schema.CHANGE: change, schema.BASELINE_EFFICIENCY: get(b, "eff"),
-           schema.CANDIDATE_EFFICIENCY: get(c, "eff"), schema.BASELINE_SHARE: sb,
-           schema.CANDIDATE_SHARE: sc, schema.BASELINE_STEPS: len(a),
-           schema.CANDIDATE_STEPS: len(z), schema.P_VALUE: np.nan, schema.NOTE: "",
-           schema.EXPLANATION: "", schema.VERDICT: NEW if b is None else GONE}
-    if b is None or c is None:
-        return row
-    p = u_test(a, z, rule.alpha)
-    verdict, note = decide(change, p, max(sb, sc) >= rule.min_share, rule, len(a), len(z),
-                           max(sb, sc))
-    row.update({schema.P_VALUE: p, schema.VERDICT: verdict, schema.NOTE: note})
-    if verdict in (REGRESSION, IMPROVEMENT):
-        row[schema.EXPLANATION] = explain(pd.Series(row), mesh)
-    return row
+    tested = b is not None and c is not None and max(sb, sc) >= rule.min_share
+    return {schema.PROGRAM: key[0], schema.OP: key[1],
+            **{col: src[col] for col in pair.DESCRIPTIVE},
+            schema.BASELINE_S: tb, schema.CANDIDATE_S: tc, schema.DELTA_S: tc - tb,
+            schema.CHANGE: change, schema.BASELINE_EFFICIENCY: get(b, "eff"),
+            schema.CANDIDATE_EFFICIENCY: get(c, "eff"), schema.BASELINE_SHARE: sb,
+            schema.CANDIDATE_SHARE: sc, schema.BASELINE_STEPS: len(a),
+            schema.CANDIDATE_STEPS: len(z),
+            schema.P_VALUE: noise.u_test(a, z) if tested else np.nan, schema.Q_VALUE: np.nan,
+            schema.NOTE: "", schema.EXPLANATION: "",
+            schema.VERDICT: NEW if b is None else GONE if c is None else None}
+
+
+def _log_se(a: np.ndarray, z: np.ndarray) -> float:
+    """Standard error of log(median(z) / median(a)) from the per-step samples."""
+    return noise.median_se(np.log(np.clip(a, 1e-12, None)), np.log(np.clip(z, 1e-12, None)))
+
+
+def _decide_ops(ops: pd.DataFrame, rule: Rule, mesh: dict | None, samples: tuple[dict, dict]):
+    """Verdicts of the ops present in both runs: (table, run-to-run tau, ops tested, the
+    tested ops' median log change, NaN when too few to tell)."""
+    ops = ops.copy()
+    both = ops[schema.VERDICT].isna()
+    family = (both & (ops[[schema.BASELINE_SHARE, schema.CANDIDATE_SHARE]].max(axis=1)
+                      >= rule.min_share) & ops[schema.P_VALUE].notna()).to_numpy()
+    r = np.log1p(ops.loc[family, schema.CHANGE].to_numpy(float))
+    keys = zip(ops.loc[family, schema.PROGRAM], ops.loc[family, schema.OP])
+    se = [_log_se(samples[0][k], samples[1][k]) for k in keys]
+    sigma, p_null, total = noise.run_to_run(r, se)
+    shift = float(np.median(r)) if len(r) >= noise.MIN_OPS_FOR_SPREAD else math.nan
+    nulls, noises = np.zeros(len(ops)), np.zeros(len(ops))
+    nulls[family], noises[family] = p_null, np.nan_to_num(total)
+    combined = np.maximum(ops.loc[family, schema.P_VALUE].to_numpy(float), p_null)
+    ops.loc[family, schema.Q_VALUE] = noise.bh_adjust(combined)
+    tested = int(family.sum())
+    records = ops.to_dict("records")
+    verdicts, notes, texts = (list(ops[c]) for c in (schema.VERDICT, schema.NOTE,
+                                                      schema.EXPLANATION))
+    for i in np.flatnonzero(both.to_numpy()):
+        verdicts[i], notes[i] = decide(records[i], rule, tested, noises[i], nulls[i],
+                                       "run-to-run noise")
+        if verdicts[i] in (REGRESSION, IMPROVEMENT):
+            texts[i] = explain(pd.Series(dict(records[i], **{schema.VERDICT: verdicts[i]})),
+                               mesh)
+    ops[schema.VERDICT], ops[schema.NOTE], ops[schema.EXPLANATION] = verdicts, notes, texts
+    return ops, sigma, tested, shift
 
 
 def _workload_row(b: pd.DataFrame, c: pd.DataFrame, a: np.ndarray, z: np.ndarray,
-                  rule: Rule) -> dict:
-    """The whole step: median of per-step totals (sum of op medians without samples)."""
+                  rule: Rule, shift: float, sigma: float) -> dict:
+    """The whole step: median of per-step totals (sum of op medians without samples), one U
+    test, ``inconclusive`` when its noise (s.e. of the medians' difference) is above the
+    threshold."""
     def side(ops, samples):
         t = float(np.median(samples)) if len(samples) else float(ops["t"].sum())
         eff = workload_efficiency(ops, predicted="pred", measured="t")
         return pd.Series({"t": t, "share": 1.0, "eff": eff,
-                          **dict.fromkeys(_DESCRIPTIVE), schema.CATEGORY: "all ops"})
-    return _row((ALL_PROGRAMS, STEP_TOTAL), side(b, a), side(c, z), a, z, rule)
+                          **dict.fromkeys(pair.DESCRIPTIVE), schema.CATEGORY: "all ops"})
+    bs, cs = side(b, a), side(c, z)
+    row = _row((ALL_PROGRAMS, STEP_TOTAL), bs, cs, a, z, rule)
+    # Run-to-run noise of a sum of ops moving independently by sigma each: sigma x the root of
+    # the summed squared shares (few big ops: the step moves nearly as much as they do).
+    rest = (1 + row[schema.CHANGE]) / math.exp(shift) - 1 if math.isfinite(shift) else math.nan
+    p_null = float(noise.null_p(math.log1p(rest), sigma * math.sqrt((b["share"] ** 2).sum()))) \
+        if math.isfinite(rest) and sigma > 0 else 0.0
+    row[schema.Q_VALUE] = max(row[schema.P_VALUE], p_null)  # one test: nothing to adjust
+    rel_noise = noise.median_se(a, z) / bs["t"] if bs["t"] > 0 else math.nan
+    verdict, note = decide(row, rule, 1, rel_noise if math.isfinite(rel_noise) else 0.0, p_null,
+                           "step noise")
+    if verdict != UNCHANGED and row[schema.P_VALUE] <= rule.alpha and abs(rest) <= rule.threshold:
+        verdict, note = INCONCLUSIVE, (
+            f"every op moved alike (median op {math.expm1(shift):+.0%}, the rest {rest:+.0%}), "
+            "as when the host runs slower or faster: rerun to tell")
+    row.update({schema.VERDICT: verdict, schema.NOTE: note})
+    if verdict in (REGRESSION, IMPROVEMENT):
+        row[schema.EXPLANATION] = explain(pd.Series(row))
+    return row
 
 
-def meta_warnings(baseline: StoredRun, candidate: StoredRun) -> list[str]:
-    """One line per meta field (``META_KEYS``) on which the two runs differ."""
-    out = []
-    for key in META_KEYS:
-        vb, vc = baseline.meta.get(key), candidate.meta.get(key)
-        if (vb is not None or vc is not None) and vb != vc:
-            out.append(f"runs differ in {key}: baseline {vb!r}, candidate {vc!r}; "
-                       "comparing anyway")
-    return out
+def _agree(ops: pd.DataFrame, workload: dict, a: np.ndarray, z: np.ndarray) -> pd.DataFrame:
+    """Op regressions the step cannot see become ``inconclusive`` (see the module docstring)."""
+    regs = ops[schema.VERDICT] == REGRESSION
+    step_noise_s = noise.median_se(a, z)
+    total = float(ops.loc[regs, schema.DELTA_S].sum())
+    if workload[schema.VERDICT] == REGRESSION or not regs.any() or \
+            not total < step_noise_s:  # NaN (no step samples): nothing to gate on
+        return ops
+    note = (f"slower, but the flagged ops add {total * 1e3:.3g} ms per step, within the step's "
+            f"noise ({step_noise_s * 1e3:.3g} ms)")
+    return ops.assign(**{
+        schema.VERDICT: ops[schema.VERDICT].where(~regs, INCONCLUSIVE),
+        schema.NOTE: ops[schema.NOTE].where(~regs, note),
+        schema.EXPLANATION: ops[schema.EXPLANATION].where(~regs, "")})
+
+
+def _step_agrees(ops: pd.DataFrame, step: dict, tested: int) -> dict:
+    """A step regression no op explains (no op regression, no new op) becomes ``inconclusive``
+    when enough ops were tested to tell (see the module docstring)."""
+    explained = ops[schema.VERDICT].isin([REGRESSION, NEW]).any()
+    if step[schema.VERDICT] != REGRESSION or explained or tested < noise.MIN_OPS_FOR_SPREAD:
+        return step
+    return dict(step, **{schema.VERDICT: INCONCLUSIVE, schema.EXPLANATION: "",
+                         schema.NOTE: "slower, but no op is on its own: the time is spread over "
+                                      "many ops, as when the host is busier; rerun to tell"})
 
 
 def _order(df: pd.DataFrame) -> pd.DataFrame:
@@ -252,28 +293,31 @@ def _order(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def compare_runs(baseline: StoredRun, candidate: StoredRun, *, threshold: float = 0.10,
-                 alpha: float = 0.05, min_share: float = 0.01,
-                 untested_threshold: float = 0.50) -> Verdicts:
+                 alpha: float = 0.05, min_share: float = 0.01) -> Verdicts:
     """Per-op and per-workload verdicts of ``candidate`` against ``baseline``."""
-    rule = Rule(threshold, alpha, min_share, untested_threshold)
-    b, c = _prepare(baseline, "baseline"), _prepare(candidate, "candidate")
-    sb, sc = _samples(baseline, "baseline"), _samples(candidate, "candidate")
-    warnings = meta_warnings(baseline, candidate)
+    rule = Rule(threshold, alpha, min_share)
+    b, c = pair.prepare(baseline, "baseline"), pair.prepare(candidate, "candidate")
+    sb, sc = pair.samples(baseline, "baseline"), pair.samples(candidate, "candidate")
+    warnings = pair.meta_warnings(baseline, candidate)
     for which, run, s in (("baseline", baseline, sb), ("candidate", candidate, sc)):
         if not s:
             warnings.append(f"{which} run {run.path.name} has no per-step samples; "
-                            f"only changes beyond {rule.untested_threshold:.0%} can flag")
-    bi, ci = b.set_index(_KEYS), c.set_index(_KEYS)
-    keys = list(dict.fromkeys(list(ci.index) + list(bi.index)))
+                            "no op can be tested (verdicts are inconclusive)")
+    bi, ci = (x.set_index(pair.KEYS).to_dict("index") for x in (b, c))
+    keys = list(dict.fromkeys(list(ci) + list(bi)))
     mesh = candidate.meta.get("mesh") if isinstance(candidate.meta.get("mesh"), dict) else None
     empty = np.array([])
-    rows = [_row(k, bi.loc[k] if k in bi.index else None, ci.loc[k] if k in ci.index else None,
-                 sb.get(k, empty), sc.get(k, empty), rule, mesh) for k in keys]
+    rows = [_row(k, bi.get(k), ci.get(k), sb.get(k, empty), sc.get(k, empty), rule)
+            for k in keys]
     ops = pd.DataFrame(rows, columns=list(schema.REGRESS)) if rows else schema.empty(
         schema.REGRESS)
-    totals = _step_totals(baseline, b), _step_totals(candidate, c)
-    workload = pd.DataFrame([_workload_row(b, c, *totals, rule)], columns=list(schema.REGRESS))
+    ops, sigma, tested, shift = _decide_ops(ops, rule, mesh, (sb, sc))
+    totals = pair.step_totals(baseline, b), pair.step_totals(candidate, c)
+    step = _workload_row(b, c, *totals, rule, shift, sigma)
+    ops = _agree(ops, step, *totals)
+    step = _step_agrees(ops, step, tested)
     v = Verdicts(baseline=baseline.run_id, candidate=candidate.run_id, ops=_order(ops),
-                 workload=workload, rule=rule, warnings=warnings)
+                 workload=pd.DataFrame([step], columns=list(schema.REGRESS)), rule=rule,
+                 warnings=warnings, run_to_run=sigma, tested=tested)
     log.info("compare %s -> %s: %s", v.baseline, v.candidate, v.headline())
     return v

@@ -14,6 +14,7 @@ import pandas as pd
 from harness import memory, schema
 from harness.analysis import Analysis, analyze_capture
 from harness.book import Analytic, analytic
+from harness.calibrate import drift
 from harness.capture import capture
 from harness.errors import HarnessError
 from harness.runs import store
@@ -98,9 +99,11 @@ def build_workload(name: str, preset: str = "tiny", overrides: dict | None = Non
 def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = None,
                  mesh: str | None = None, steps: int = 5, warmup: int = 2,
                  out: Path = Path("results"), chip=None,
-                 command_buffers: bool = False) -> tuple[Analysis, Path]:
+                 command_buffers: bool = False, with_plots: bool = True
+                 ) -> tuple[Analysis, Path]:
     """Run workload ``name`` and store it under ``out``; returns the analysis and the run path.
-    ``command_buffers``: on GPU, trace the executable with XLA's command buffers on."""
+    ``command_buffers``: on GPU, trace the executable with XLA's command buffers on;
+    ``with_plots`` False: the run's report without its PNG plots."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise HarnessError(f"--out {out}: is a file; give a directory for the runs "
@@ -120,14 +123,18 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
     scratch = Path(tempfile.mkdtemp(prefix=store.scratch_prefix("capture"), dir=out))
     try:
         log.info("running %s (%s) on mesh %s", name, preset, dict(built.mesh.shape))
+        before = _host_reference(built.mesh)
         with memory.oom_as_error(what, _knobs(name, preset, overrides)):
             cap = capture(built.fn, built.args, warmup=warmup, steps=steps,
                           out_dir=scratch / "trace", mesh=built.mesh,
                           command_buffers=command_buffers, carry=built.workload.carry)
         meta = dict(built.meta, **{schema.PRESET: preset, schema.OVERRIDES: overrides or {}})
+        if before is not None:  # a CPU run: the host's speed around it (harness.calibrate.drift)
+            meta[drift.HOST_DRIFT] = {drift.REFERENCE: [before, _host_reference(built.mesh)]}
         analysis = analyze_capture(cap, chip=chip, meta=meta, book=built.book,
                                    expected_collectives=built.expected_collectives(),
-                                   title=f"{name} ({preset}) on mesh {meta[schema.MESH]}")
+                                   title=f"{name} ({preset}) on mesh {meta[schema.MESH]}",
+                                   with_plots=with_plots)
         path = save_analysis(analysis, out / new_run_id(name))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -150,6 +157,14 @@ def _knobs(name: str, preset: str, overrides: dict | None) -> str:
         fields = {}
     return ", ".join(["--mesh over more devices"] + [v for k, v in MEMORY_KNOBS.items()
                                                      if k in fields])
+
+
+def _host_reference(mesh) -> float | None:
+    """The drift reference kernel's rate on the mesh's devices; None off CPU."""
+    devices = list(mesh.devices.flat)
+    if devices[0].platform != "cpu":
+        return None
+    return drift.reference_rate(devices)
 
 
 def _config_dict(cfg) -> dict:

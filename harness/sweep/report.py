@@ -16,12 +16,18 @@ from pathlib import Path
 import pandas as pd
 
 from harness import schema
-from harness.compare import category_efficiency, workload_efficiency
+from harness.compare import (
+    beats_roofline,
+    beats_roofline_reason,
+    category_efficiency,
+    workload_efficiency,
+)
 from harness.errors import HarnessError
 from harness.report import tables
 from harness.runs import store
 from harness.sweep import plots as sweep_plots
 from predictions import collectives
+from predictions.hardware import CHIPS
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +117,27 @@ def shown(df: pd.DataFrame) -> pd.DataFrame:
     return df[cols]
 
 
+# The summary's figures that are fractions of a roofline or a peak: above 100% is impossible.
+ROOFLINE_FIGURES = (schema.EFFICIENCY, schema.MATMUL_EFFICIENCY, schema.MFU)
+
+
+def impossible_notes(df: pd.DataFrame) -> list[str]:
+    """One note per point whose efficiency or MFU beats the roofline (as the run report flags
+    its ops: ``harness.compare.beats_roofline``), then the reason per chip."""
+    out, chips = [], {}
+    for _, row in df.iterrows():
+        bad = [f"{c} {float(row[c]):.0%}" for c in ROOFLINE_FIGURES
+               if c in df.columns and beats_roofline(row[c])]
+        if bad:
+            chip = str(row.get(schema.CHIP) or "?")
+            chips[chip] = chips.get(chip, 0) + 1
+            out.append(f"point {row[schema.POINT]} ({row[schema.WORKLOAD]} "
+                       f"{row[schema.OVERRIDES]}): {', '.join(bad)}")
+    out += [f"{n} point(s) ran {beats_roofline_reason(chip, getattr(CHIPS.get(chip), 'kind', ''))}"
+            for chip, n in chips.items()]
+    return out
+
+
 def _html_table(df: pd.DataFrame, links: dict[int, str] | None = None) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
     body = []
@@ -139,6 +166,7 @@ def to_html(header: dict, df: pd.DataFrame, figures: list[str]) -> str:
     body += [f'<p><img alt="{name}" src="{name}"></p>' for name in figures]
     links = {i: f"{run}/report.html" for i, run in enumerate(df[schema.RUN]) if run}
     body.append("<h2>Points</h2>" + _html_table(shown(df), links))
+    body += [f"<p class=fail>{html.escape(n)}</p>" for n in impossible_notes(df)]
     failed = df[df[schema.STATUS].isin(["failed", "oom"])]
     if not failed.empty:
         body.append("<h2>Failed points</h2><ul>" + "".join(
@@ -162,6 +190,7 @@ def write(sweep_dir: Path, header: dict, records: list[dict]) -> tuple[pd.DataFr
             figures.append(name)
     (sweep_dir / SUMMARY_MD).write_text(
         f"# Sweep {header.get('name', '')}\n\n" + tables.to_markdown(shown(df))
+        + "".join(f"\n> {n}\n" for n in impossible_notes(df))
         + "".join(f"\n![{name[:-4]}]({name})\n" for name in figures))
     report = sweep_dir / REPORT_HTML
     report.write_text(to_html(header, df, figures))

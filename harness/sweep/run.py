@@ -188,9 +188,11 @@ class Manifest:
 
 
 def run_sweep(plan: SweepPlan, sweep_dir: str | os.PathLike, *,
-              on_event: Callable[[Event], None] | None = None, close: bool = True) -> SweepResult:
+              on_event: Callable[[Event], None] | None = None, close: bool = True,
+              point_plots: bool = False) -> SweepResult:
     """Run (or resume) ``plan`` in ``sweep_dir``; returns the records and, with ``close``, the
-    summary table and report path. Point failures are recorded, not raised."""
+    summary table and report path. Point failures are recorded, not raised. The sweep plots
+    once, at the close; ``point_plots`` also draws each point's own report plots."""
     sweep_dir = Path(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     clean_stale(sweep_dir)
@@ -218,7 +220,8 @@ def run_sweep(plan: SweepPlan, sweep_dir: str | os.PathLike, *,
             _, path = run_workload(point.workload, preset=point.preset,
                                    overrides=dict(point.overrides), mesh=point.mesh,
                                    steps=point.steps, warmup=point.warmup,
-                                   out=point_dir(sweep_dir, point), chip=point.chip)
+                                   out=point_dir(sweep_dir, point), chip=point.chip,
+                                   with_plots=point_plots)
         except Exception as e:  # any point failure is recorded and the sweep goes on
             log.debug("point %s failed", point.label, exc_info=True)
             rec.update(status=OOM if isinstance(e, OutOfMemory) else FAILED, error=one_line(e))
@@ -237,7 +240,21 @@ def run_sweep(plan: SweepPlan, sweep_dir: str | os.PathLike, *,
 
 
 def _release() -> None:
-    """Drop the finished point's compiled programs and buffers before the next one."""
+    """Drop the finished point's compiled programs before the next one; collect garbage (about
+    0.1 s) only when memory is short (``memory_short``)."""
     if "jax" in sys.modules:
         sys.modules["jax"].clear_caches()
-    gc.collect()
+    if memory_short():
+        gc.collect()
+
+
+def memory_short(fraction: float = 0.25, meminfo: Path = Path("/proc/meminfo")) -> bool:
+    """True when less than ``fraction`` of the host's memory is available (or when the host
+    does not say: then collecting is the safe choice)."""
+    try:
+        info = dict(line.split(":", 1) for line in meminfo.read_text().splitlines() if ":" in line)
+        available = int(info["MemAvailable"].split()[0])
+        total = int(info["MemTotal"].split()[0])
+    except (OSError, KeyError, ValueError):
+        return True
+    return available < fraction * total

@@ -1,0 +1,163 @@
+"""How often ``harness compare`` cries wolf, and how often it catches a real slowdown.
+
+    python benchmarks/bench_regress_sim.py [RUN_OR_STEPS_PARQUET ...] [--comparisons N]
+
+Draws pairs of synthetic runs with the noise of real stored runs of one workload (default:
+``benchmarks/data/llama_train_cpu/``, six back-to-back ``harness run llama_train --steps 10``
+runs on the 2-core development host, 432 ops each) and compares them with
+``harness.runs.regress.compare_runs``:
+
+- A/A: nothing changed; a comparison that fails (``regressed``) is a false regression;
+- A/B: one op holding >= 5% of the step is 20% slower in the candidate; the comparison should
+  fail with that op flagged (power).
+
+Noise model, in logs, from the K real runs of each op (``t[op, run, step]``): ``log t = mu[op] +
+drift[run] + offset[op, run] + residual[op, run, step]``: ``mu`` the op's mean log median over runs,
+``drift`` a run's median offset over ops (the host was busier), ``offset`` the op's own run-to-run
+deviation, ``residual`` the per-step deviation from its run's median. A synthetic run takes
+``drift`` from one real run, each op's ``offset`` from a real run drawn per op, and whole steps
+(every op's residuals at once, so a slow step slows all ops) from one real run, drawn with
+replacement. Deviations from a mean over K runs are scaled by sqrt(K / (K - 1)) so they keep the
+real spread; ``--noise-scale`` shrinks or grows them all. Also printed: the old rule (each op's own
+U test at 0.05, no correction) on the same comparisons.
+
+Pass other runs (run directories or steps.parquet files; at least 3) to measure another host:
+the figures are only as quiet as the runs they are drawn from.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from harness import schema
+from harness.runs import regress
+from harness.runs.store import STEPS_PARQUET, StoredRun
+
+DATA = ROOT / "benchmarks" / "data" / "llama_train_cpu"
+PROGRAM = "jit_train_step"
+SLOWDOWN, MIN_SHARE = 1.20, 0.05  # the A/B change: 20% on an op holding >= 5% of the step
+
+
+def load(paths: list[Path]) -> np.ndarray:
+    """log times as an array [run, op, step] over the ops and steps every run has."""
+    files = [p / STEPS_PARQUET if p.is_dir() else p for p in paths]
+    tables = [pd.read_parquet(f) for f in files]
+    if len(tables) < 3:
+        raise SystemExit(f"need at least 3 runs of one workload, got {len(tables)}")
+    ops = sorted(set.intersection(*(set(t[schema.OP]) for t in tables)))
+    steps = min(t[schema.STEP].nunique() for t in tables)
+    arrays = []
+    for t in tables:
+        w = t.pivot_table(index=schema.OP, columns=schema.STEP, values=schema.MEASURED_S,
+                          aggfunc="sum").loc[ops].iloc[:, :steps]
+        arrays.append(np.log(np.clip(w.to_numpy(float), 1e-9, None)))
+    return np.stack(arrays), ops
+
+
+class NoiseModel:
+    """The decomposition of the module docstring, and draws from it."""
+
+    def __init__(self, log_t: np.ndarray, scale: float = 1.0):
+        k = log_t.shape[0]
+        med = np.median(log_t, axis=2)                     # [run, op]
+        self.mu = med.mean(axis=0)                         # [op]
+        dev = med - self.mu
+        c = scale * math.sqrt(k / (k - 1))
+        self.drift = np.median(dev, axis=1) * c            # [run]
+        self.offset = (dev - np.median(dev, axis=1, keepdims=True)) * c
+        self.residual = scale * (log_t - med[:, :, None])  # [run, op, step]
+        t = np.exp(self.mu)
+        self.share = t / t.sum()
+
+    def draw(self, rng: np.random.Generator, steps: int) -> np.ndarray:
+        """One synthetic run's times [op, step] in seconds."""
+        k, n_ops, n_steps = self.residual.shape
+        runs = rng.integers(k, size=n_ops)
+        offset = self.offset[runs, np.arange(n_ops)]
+        source = rng.integers(k)
+        cols = rng.integers(n_steps, size=steps)
+        resid = self.residual[source][:, cols]
+        return np.exp(self.mu[:, None] + self.drift[rng.integers(k)] + offset[:, None] + resid)
+
+
+def stored(name: str, ops: list[str], t: np.ndarray) -> StoredRun:
+    """An in-memory run (ops table of medians and the per-step table) for ``compare_runs``."""
+    n_ops, steps = t.shape
+    ops_df = pd.DataFrame({schema.PROGRAM: PROGRAM, schema.OP: ops,
+                           schema.MEASURED_S: np.median(t, axis=1)})
+    steps_df = pd.DataFrame({schema.PROGRAM: PROGRAM, schema.OP: np.repeat(ops, steps),
+                             schema.STEP: np.tile(np.arange(steps), n_ops),
+                             schema.MEASURED_S: t.ravel()})
+    return StoredRun(path=Path(name), meta={}, ops=ops_df, steps=steps_df)
+
+
+def old_rule(v: regress.Verdicts, rule: regress.Rule) -> bool:
+    """The rule before Benjamini-Hochberg: any material op beyond the threshold at p <= 0.05."""
+    o = v.ops
+    return bool(((o[schema.CHANGE] > rule.threshold) & (o[schema.P_VALUE] <= rule.alpha)).any())
+
+
+def ci(k: int, n: int) -> str:
+    """k/n with a 95% Wilson interval."""
+    p, z = k / n, 1.96
+    c = (p + z * z / (2 * n)) / (1 + z * z / n)
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return f"{p:6.1%} ({k}/{n}; 95% CI {max(0, c - h):.1%}-{min(1, c + h):.1%})"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("runs", nargs="*", type=Path, help="runs or steps.parquet files (default: "
+                   f"{DATA.relative_to(ROOT)})")
+    p.add_argument("--comparisons", type=int, default=1000, help="A/A and A/B pairs each")
+    p.add_argument("--steps", type=int, default=None, help="steps per synthetic run "
+                   "(default: as many as the real runs have)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--noise-scale", type=float, default=1.0, help="multiply every log deviation "
+                   "(0.25: a host four times quieter than the one the runs came from)")
+    args = p.parse_args(argv)
+    paths = args.runs or sorted(DATA.glob("*.parquet"))
+    log_t, ops = load(paths)
+    model = NoiseModel(log_t, args.noise_scale)
+    steps = args.steps or log_t.shape[2]
+    big = np.flatnonzero(model.share >= MIN_SHARE)
+    rule = regress.Rule()
+    rng = np.random.default_rng(args.seed)
+    print(f"{len(paths)} real runs, {len(ops)} ops, {steps} steps per synthetic run, noise x "
+          f"{args.noise_scale:g}; "
+          f"{len(big)} ops hold >= {MIN_SHARE:.0%} of the step; run-to-run drift sigma "
+          f"{np.std(model.drift):.1%}, median op offset sigma "
+          f"{np.median(np.std(model.offset, axis=0)):.1%}")
+    false_new = false_old = caught = inconclusive = 0
+    t0 = time.perf_counter()
+    for i in range(args.comparisons):
+        a, b = model.draw(rng, steps), model.draw(rng, steps)
+        v = regress.compare_runs(stored("A", ops, a), stored("B", ops, b))
+        false_new += v.regressed
+        false_old += old_rule(v, rule)
+        inconclusive += v.counts()[regress.INCONCLUSIVE] > 0
+        j = rng.choice(big)
+        b = b.copy()
+        b[j] *= SLOWDOWN
+        v = regress.compare_runs(stored("A", ops, a), stored("B", ops, b))
+        caught += v.regressed and ops[j] in set(v.regressions[schema.OP])
+    n = args.comparisons
+    print(f"A/A false regressions (goal <= 1%):     {ci(false_new, n)}")
+    print(f"  old rule (per-op U at 0.05, no FDR):  {ci(false_old, n)}")
+    print(f"  A/A with some op inconclusive:        {ci(inconclusive, n)}")
+    print(f"A/B power, +20% on an op >= 5% (goal >= 95%): {ci(caught, n)}")
+    print(f"({2 * n} comparisons in {time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Host drift on a shared CPU host: one short reference kernel, timed the same way when the host
+is calibrated, before and after each capture, so that a host running slower or faster than when
+it was calibrated divides out of the run's efficiencies.
+
+The reference: every device multiplies its own [n, n] @ [n, n] fp32 (``REFERENCE_N``) at once,
+as a run's devices share the cores; the rate is FLOPs per device over the step's wall time,
+best of ``REPEATS`` steps (best sustained: a step slowed by another process is not the host's
+speed). ``factor`` is the run's reference rate over the calibration's; the run's ``cpu`` chip
+has its compute and memory rates scaled by it (``scaled``), and the run's meta records both
+rates and the factor (``HOST_DRIFT``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+
+log = logging.getLogger(__name__)
+
+REFERENCE_N = 512
+REPEATS = 5
+HOST_DRIFT = "host_drift"  # run meta key: {REFERENCE: [before, after], FACTOR: factor}
+REFERENCE = "reference_flops_per_s"  # also the calibration record's field of the same rate
+FACTOR = "factor"
+BUSY_SPREAD = 1.5  # repeats slower than best / this: the host was busy while measuring
+
+
+def reference_rates(devices=None, n: int = REFERENCE_N, repeats: int = REPEATS) -> list[float]:
+    """Per-step FLOP/s per device of the reference kernel on ``devices`` (default: all)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    devices = list(devices or jax.devices())
+    mesh = jax.make_mesh((len(devices),), ("X",), devices=devices,
+                         axis_types=(jax.sharding.AxisType.Auto,))
+    x = jax.jit(lambda: jnp.ones((len(devices) * n, n), jnp.float32),
+                out_shardings=NamedSharding(mesh, P("X", None)))()
+    w = jax.jit(lambda: jnp.ones((n, n), jnp.float32), out_shardings=NamedSharding(mesh, P()))()
+    f = jax.jit(lambda x, w: x @ w)
+    jax.block_until_ready(f(x, w))  # compile and warm
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(f(x, w))
+        rates.append(2.0 * n ** 3 / (time.perf_counter() - t0))  # roofline.md: 2BDF FLOPs
+    return rates
+
+
+def reference_rate(devices=None) -> float:
+    """The best of ``reference_rates``: this host's speed now."""
+    return max(reference_rates(devices))
+
+
+def spread(rates) -> float:
+    """Best rate over median rate (1.0: steady; above ``BUSY_SPREAD``: a busy host)."""
+    rates = sorted(r for r in rates if r > 0)
+    return rates[-1] / rates[len(rates) // 2] if rates else math.nan
+
+
+def factor(calibrated: float, before: float, after: float) -> float:
+    """How much faster the host ran around the capture than when calibrated (NaN if unknown):
+    the mean of the rates before and after over the calibration's."""
+    if not (calibrated and calibrated > 0 and before > 0 and after > 0):
+        return math.nan
+    return (before + after) / 2 / calibrated
+
+
+def scaled(chip, f: float):
+    """``chip`` with its compute, memory and software rates multiplied by ``f`` (collectives
+    unchanged: they measure thread rendezvous, not arithmetic)."""
+    return dataclasses.replace(
+        chip, peak_flops=tuple((d, v * f) for d, v in chip.peak_flops),
+        hbm_bytes_per_s=chip.hbm_bytes_per_s * f,
+        software_bytes_per_s=tuple((k, v * f) for k, v in chip.software_bytes_per_s))
+
+
+def apply(chip, calibration: dict | None, host: dict | None):
+    """(chip, factor, note): the run's ``cpu`` chip with its rates scaled by the run's drift
+    factor, from the calibration record behind the chip and the run's ``HOST_DRIFT`` meta. The
+    chip unchanged and a NaN factor when either is missing, or when the host's speed moved more
+    than ``BUSY_SPREAD`` between before and after (then no single factor describes the run; the
+    note says so)."""
+    rates = (host or {}).get(REFERENCE) or []
+    cal = (calibration or {}).get(REFERENCE, 0.0)
+    f = factor(cal, *rates) if len(rates) == 2 else math.nan
+    if not math.isfinite(f):
+        return chip, math.nan, ""
+    if max(rates) / min(rates) > BUSY_SPREAD:
+        return chip, math.nan, (f"host speed moved {max(rates) / min(rates):.1f}x during this "
+                                "run (a reference matmul before and after): no drift factor "
+                                "applied; efficiencies may be off by as much")
+    return scaled(chip, f), f, (f"host ran at {f:.2f}x its calibrated speed around this run (a "
+                                "reference matmul before and after): cpu compute, memory and "
+                                "convert rates scaled by it")

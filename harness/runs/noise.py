@@ -1,0 +1,122 @@
+"""The statistics behind ``harness compare`` (``harness.runs.regress`` states the rule).
+
+- ``u_test``: two-sided Mann-Whitney U on one op's per-step samples (within-run noise);
+- ``min_p_value``: the smallest p that test can return for n vs m samples (exact);
+- ``run_to_run``: how far ops of the same program move between two runs (run-to-run noise),
+  estimated robustly from the spread of all tested ops' log changes, and the p-value of one
+  op's change against it;
+- ``bh_adjust``: Benjamini-Hochberg adjusted p-values (q-values), which control the false
+  discovery rate over many ops tested at once;
+- ``median_se``: the standard error of a difference of two medians (the step total's noise).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.stats import mannwhitneyu, t
+
+MAD_TO_SIGMA = 1.4826    # sigma of a normal distribution = 1.4826 x its median absolute deviation
+MEDIAN_SE = 1.2533       # s.e. of a median of n normal samples = 1.2533 sigma / sqrt(n)
+MIN_OPS_FOR_SPREAD = 8   # fewer tested ops than this: no run-to-run estimate (term left out)
+# The run-to-run null: Student's t with NULL_DF degrees of freedom, scaled to the median absolute
+# deviation of N(0, sigma^2). Heavier tails (fewer df) cry wolf less on a busy host and flag less;
+# benchmarks/bench_regress_sim.py measures both sides (30 df: nearly normal).
+NULL_DF = 30
+
+
+def min_p_value(n: int, m: int) -> float:
+    """Smallest two-sided p the exact Mann-Whitney U test can return for n vs m samples."""
+    if n < 1 or m < 1:
+        return 1.0
+    return min(1.0, 2.0 / math.comb(n + m, n))
+
+
+def u_test(a: np.ndarray, b: np.ndarray) -> float:
+    """Two-sided Mann-Whitney U p-value of ``a`` vs ``b``; NaN when a side has no samples."""
+    if len(a) == 0 or len(b) == 0:
+        return float("nan")
+    if np.ptp(np.concatenate([a, b])) == 0.0:  # all equal: nothing to rank
+        return 1.0
+    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
+def robust_sigma(x: np.ndarray) -> float:
+    """sigma estimated as 1.4826 x the median absolute deviation (NaN for no data)."""
+    x = np.asarray(x, float)
+    x = x[np.isfinite(x)]
+    if len(x) == 0:
+        return float("nan")
+    return float(MAD_TO_SIGMA * np.median(np.abs(x - np.median(x))))
+
+
+def run_to_run(log_changes: np.ndarray, se: np.ndarray | None = None):
+    """(tau, p-values, noise): how far the tested ops move between runs beyond their own
+    within-run noise, each op's two-sided p, and each op's total noise sqrt(se^2 + tau^2).
+
+    ``log_changes``: each op's log(candidate / baseline); ``se``: the standard error of each
+    (``median_se`` of its log samples; None: 0). Most ops of a program do not change between two
+    runs, so the spread of their changes around the median is the noise one op's change must
+    beat (an empirical null, Efron 2004); the median is the whole run's drift, which the step
+    total judges. ``tau`` is the smallest between-run term that brings the robust spread (MAD)
+    of the standardized changes ``d / sqrt(se^2 + tau^2)`` down to 1 (as a random-effects model
+    does), so a quiet op is judged by its own small noise and a noisy one by its large one.
+    With fewer than ``MIN_OPS_FOR_SPREAD`` finite values tau is NaN and every p is 0 (the term
+    drops out; the per-op U test decides alone)."""
+    r = np.asarray(log_changes, float)
+    se = np.zeros(len(r)) if se is None else np.nan_to_num(np.asarray(se, float))
+    finite = np.isfinite(r)
+    if finite.sum() < MIN_OPS_FOR_SPREAD:
+        return float("nan"), np.zeros(len(r)), np.full(len(r), np.nan)
+    d = np.where(finite, r - np.median(r[finite]), 0.0)
+
+    def spread(tau: float) -> float:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = d[finite] / np.sqrt(se[finite] ** 2 + tau ** 2)
+        return robust_sigma(np.where(d[finite] == 0, 0.0, z))
+
+    lo, hi = 0.0, robust_sigma(d[finite]) + float(se[finite].max()) + 1e-12
+    if not spread(lo) <= 1:  # bisect: spread falls as tau grows
+        for _ in range(50):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if spread(mid) > 1 else (lo, mid)
+        lo = hi
+    total = np.sqrt(se ** 2 + lo ** 2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.where(total > 0, null_p(d / total, 1.0), np.where(d == 0, 1.0, 0.0))
+    return lo, np.where(finite, p, 1.0), total
+
+
+def null_p(d, sigma: float):
+    """Two-sided p of log change(s) ``d`` under the run-to-run null: Student's t (``NULL_DF``)
+    whose median absolute deviation is that of N(0, sigma^2)."""
+    scale = sigma / MAD_TO_SIGMA / t.ppf(0.75, NULL_DF)
+    return 2 * t.sf(np.abs(d) / scale, NULL_DF)
+
+
+def bh_adjust(p: np.ndarray) -> np.ndarray:
+    """Benjamini-Hochberg adjusted p-values: rejecting every q <= alpha keeps the expected
+    share of false rejections among all rejections at most alpha (independent or positively
+    dependent tests; Benjamini & Hochberg 1995, Benjamini & Yekutieli 2001). NaN stays NaN and
+    does not count."""
+    p = np.asarray(p, float)
+    q = np.full(len(p), np.nan)
+    ok = ~np.isnan(p)
+    m = int(ok.sum())
+    if m == 0:
+        return q
+    order = np.argsort(p[ok])
+    scaled = p[ok][order] * m / np.arange(1, m + 1)
+    scaled = np.minimum.accumulate(scaled[::-1])[::-1]  # q_(k) = min over j >= k
+    out = np.empty(m)
+    out[order] = np.minimum(scaled, 1.0)
+    q[ok] = out
+    return q
+
+
+def median_se(a: np.ndarray, b: np.ndarray) -> float:
+    """Standard error of median(b) - median(a), from each side's robust sigma (NaN when a side
+    has fewer than 2 samples)."""
+    if len(a) < 2 or len(b) < 2:
+        return float("nan")
+    return MEDIAN_SE * math.sqrt(robust_sigma(a) ** 2 / len(a) + robust_sigma(b) ** 2 / len(b))
