@@ -1,13 +1,8 @@
 """harness run / list / report / view on a stored run."""
-import socket
-import subprocess
-import time
-import urllib.request
 
 import pytest
 
 from harness.cli import main
-from harness.commands.view import xprof_command
 
 
 @pytest.fixture(scope="module")
@@ -48,28 +43,3 @@ def test_run_rejects_bad_input_in_one_line(results, capsys):
         assert main(argv + ["--out", str(results)]) == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and ("valid" in err[0] or "known" in err[0]), (argv, err)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_view_serves_the_trace_in_xprof(results):
-    run = next(p for p in results.iterdir() if p.is_dir())
-    port = _free_port()
-    proc = subprocess.Popen(xprof_command(run / "trace", port), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
-        deadline, status = time.time() + 30, None
-        while time.time() < deadline and status != 200:
-            time.sleep(0.5)
-            try:
-                status = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2).status
-            except OSError:
-                pass
-        assert status == 200
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
