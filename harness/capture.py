@@ -25,7 +25,7 @@ from importlib import metadata as _md
 from pathlib import Path
 
 from harness import memory, schema
-from harness.errors import HarnessError
+from harness.errors import HarnessError, one_line
 
 # jax is imported inside the functions that run it, on purpose: importing this module must
 # leave XLA_FLAGS settable (harness.devices) and stay cheap for commands that never run jax.
@@ -157,7 +157,7 @@ def _compile(lowered, options: dict):
         return lowered.compile(compiler_options=options), options
     except Exception as e:  # noqa: BLE001 - an option this jaxlib does not know
         log.warning("compiling with %s failed (%s); tracing XLA's default executable",
-                    options, str(e).splitlines()[0] if str(e) else type(e).__name__)
+                    options, one_line(e))
         return lowered.compile(), {}
 
 

@@ -8,3 +8,8 @@ class HarnessError(Exception):
 
 class TraceError(HarnessError):
     """A profiler trace that is missing, truncated, corrupt or holds no XLA ops."""
+
+
+def one_line(e: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none)."""
+    return (str(e).splitlines() or [type(e).__name__])[0]

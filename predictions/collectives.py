@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from predictions import hardware
+from predictions import hardware, topology
 from predictions.hardware import Chip
 
 KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all")
@@ -135,11 +135,11 @@ def estimate(kind: str, nbytes: float, axes: int | str | Sequence[int], chip: Ch
         raise ValueError(f"unknown collective {kind!r}; known: {', '.join(KINDS)}")
     c = hardware.chip_entry(chip)
     V = _check_bytes(nbytes)
-    ax = hardware.check_axes(c, parse_axes(axes))
+    ax = topology.check_axes(c, parse_axes(axes))
     if c.kind != "tpu":
         w = tuple(True for _ in ax)
     elif wraparound is None:
-        w = hardware.wraps(c, ax, slice_shape)
+        w = topology.wraps(c, ax, slice_shape)
     elif isinstance(wraparound, bool):
         w = tuple(wraparound for _ in ax)
     else:

@@ -8,9 +8,7 @@ disagrees with itself the choice is commented on the entry.
 from __future__ import annotations
 
 import logging
-import math
 import re
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
@@ -88,81 +86,6 @@ class Chip:
         return self.ici_bidi_bytes_per_s if self.kind == "tpu" else self.ici_bytes_per_s
 
     gpus_per_node = property(lambda self: self.chips_per_node)  # the GPU chapter's name
-
-
-# --- wraparound rules (tpus.md): which axes of a slice wrap ------------------------------------
-WrapRule = Callable[[Chip, tuple[int, ...], "tuple[int, ...] | None"], tuple[bool, ...]]
-
-
-def _wrap_full_axis(chip: Chip, axes: tuple[int, ...], slice_shape) -> tuple[bool, ...]:
-    # tpus.md: v5e/v6e pods are one 16x16 torus; an axis wraps only at the pod's full length (16).
-    return tuple(n == max(chip.max_slice) for n in axes)
-
-
-def _wrap_cube(chip: Chip, axes: tuple[int, ...], slice_shape) -> tuple[bool, ...]:
-    # tpus.md: v4p/v5p slices of whole 4x4x4 cubes wrap on every axis, sub-cube slices on none
-    # (the "multiple of 4 per axis" wording clashes with the no-wrap 2x2x4 slice; whole-cube wins).
-    # Without a slice shape, the collective's own axes are taken to be the slice.
-    shape = tuple(slice_shape) if slice_shape else axes
-    whole_cubes = all(n % 4 == 0 for n in shape)
-    return tuple(whole_cubes and n % 4 == 0 for n in axes)
-
-
-def _wrap_always(chip: Chip, axes: tuple[int, ...], slice_shape) -> tuple[bool, ...]:
-    return tuple(True for _ in axes)  # switched networks and the CPU ring: no topology penalty
-
-
-WRAP_RULES: dict[str, WrapRule] = {"full-axis": _wrap_full_axis, "cube": _wrap_cube,
-                                   "always": _wrap_always}
-
-
-def wraps(chip: Chip | str, axes: Sequence[int], slice_shape: Sequence[int] | None = None
-          ) -> tuple[bool, ...]:
-    """Whether each axis has a wraparound link, by the chip's topology rule."""
-    c = chip_entry(chip)
-    return WRAP_RULES[c.wrap_rule](c, tuple(axes), tuple(slice_shape) if slice_shape else None)
-
-
-def check_axes(chip: Chip | str, axes: Sequence[int]) -> tuple[int, ...]:
-    """Validate mesh axis sizes against the chip's largest ICI slice; return them as a tuple.
-
-    Each physical axis must fit one dimension of the largest slice (sorted largest to largest).
-    """
-    c = chip_entry(chip)
-    axes = tuple(axes)
-    for n in axes:
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"axis sizes must be positive integers, got {axes!r}")
-    if not c.max_slice:
-        return axes
-    live = sorted((n for n in axes if n > 1), reverse=True)
-    dims = sorted(c.max_slice, reverse=True)
-    shape = "x".join(map(str, c.max_slice))
-    if len(live) > len(dims) or any(n > d for n, d in zip(live, dims)):
-        raise ValueError(
-            f"axes {'x'.join(map(str, axes))} do not fit {c.name}'s largest ICI slice {shape} "
-            f"({math.prod(c.max_slice)} chips, at most {max(dims)} per axis, {len(dims)} axes); "
-            f"beyond one slice chips talk over DCN")
-    return axes
-
-
-def physical_axes(chip: Chip | str, axes: Sequence[int]) -> tuple[int, ...]:
-    """Lay mesh axes onto the slice's physical torus axes: axes that fit are kept; otherwise the
-    group is split over the slice dimensions, largest first (sharding.md: a mesh axis may span
-    several physical axes, M_X). ValueError when the group exceeds the largest slice."""
-    c = chip_entry(chip)
-    try:
-        return check_axes(c, axes)
-    except ValueError:
-        pass
-    remaining, out = math.prod(axes), []
-    for d in sorted(c.max_slice, reverse=True):
-        f = max(k for k in range(1, min(d, remaining) + 1) if remaining % k == 0)
-        out.append(f)
-        remaining //= f
-    if remaining != 1:
-        check_axes(c, axes)  # raises, naming the limit
-    return tuple(n for n in out if n > 1) or (1,)
 
 
 _TPU = dict(kind="tpu", hop_latency_s=1e-6)  # tpus.md: ~1 us per ICI hop, every generation
@@ -263,6 +186,8 @@ def register(entry: Chip, replace: bool = False) -> Chip:
         raise ValueError(f"register() takes a Chip, got {type(entry).__name__}")
     if entry.name in CHIPS and not replace:
         raise ValueError(f"chip {entry.name!r} is already registered; pass replace=True")
+    from predictions.topology import WRAP_RULES  # deferred: topology imports this module
+
     if entry.wrap_rule not in WRAP_RULES:
         raise ValueError(f"unknown wrap_rule {entry.wrap_rule!r}; known: {sorted(WRAP_RULES)}")
     CHIPS[entry.name] = entry

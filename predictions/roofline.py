@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from predictions import collectives, hardware
+from predictions import collectives, hardware, topology
 from predictions.costs import positive
 from predictions.hardware import Chip
 from predictions.rules import Cost
@@ -124,7 +124,7 @@ def comm_time(cost: Cost, chip: Chip | str) -> float:
     if cost.collective not in collectives.TIME_BY_COLLECTIVE:
         raise ValueError(f"unknown collective {cost.collective!r}; "
                          f"known: {', '.join(collectives.TIME_BY_COLLECTIVE)}")
-    axes = hardware.physical_axes(chip, cost.group_axes or (1,))
+    axes = topology.physical_axes(chip, cost.group_axes or (1,))
     return collectives.TIME_BY_COLLECTIVE[cost.collective](cost.comm_bytes, axes, chip)
 
 

@@ -110,8 +110,8 @@ def test_predicting_for_another_chip_says_so():
 
 
 def test_the_calibrated_cpu_chip_is_a_value_and_the_registry_stays_as_shipped(analysis):
-    from harness.chip import chip_for_run, resolve_chip
     from harness.calibrate import chip as calibration
+    from harness.chip import chip_for_run, resolve_chip
     from predictions import hardware
 
     shipped = hardware.CHIPS["cpu"]

@@ -246,7 +246,7 @@ def test_calibration_refuses_a_busy_host_and_says_so(monkeypatch):
 
     rates = iter([[10e9, 4e9, 5e9, 3e9, 10e9], [4e9, 4e9, 4e9, 4e9, 4e9]])  # median 4, best 10
     monkeypatch.setattr(drift, "reference_rates", lambda devices: next(rates))
-    monkeypatch.setattr(C, "_tasks", lambda plan, n: [])  # no programs: only the reference
+    monkeypatch.setattr(C, "tasks", lambda plan, n: [])  # no programs: only the reference
     monkeypatch.setattr(C, "figures", lambda *a: C.Figures(N, N))
     with pytest.raises(HarnessError, match=r"host was busy .* varied 2.50x .*--allow-busy"):
         C.calibrate("quick", N, refuse_busy=True)

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 import predictions
-from predictions import hardware
+from predictions import hardware, topology
 
 BOOK_CHIPS = ("tpu-v3", "tpu-v4p", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu-7x",
               "a100", "h100", "h200", "b200")
@@ -39,7 +39,7 @@ def test_every_chip_is_positive_and_consistent(name):
     # tpus.md: bidirectional = 2 x one-way
     assert c.ici_bidi_bytes_per_s == 2 * c.ici_bytes_per_s
     assert c.ici_links >= 1 and c.chips_per_node >= 1
-    assert c.wrap_rule in hardware.WRAP_RULES
+    assert c.wrap_rule in topology.WRAP_RULES
     # units: FLOP/s and bytes/s are in the billions, not "GFLOP/s" or "GB/s"; a hop in
     # micro-, not whole, seconds. (On the book's chips FLOP/s also exceed bytes/s - roofline.md's
     # critical intensity > 1 - but a calibrated shared-core host need not: see the next test.)
@@ -150,33 +150,33 @@ def test_register_installs_and_refuses_silent_replace():
 
 def test_wraparound_rules():
     # tpus.md: v5e/v6e wrap only on an axis of 16
-    assert hardware.wraps("tpu-v5e", (16, 8)) == (True, False)
-    assert hardware.wraps("tpu-v6e", (4, 4)) == (False, False)
+    assert topology.wraps("tpu-v5e", (16, 8)) == (True, False)
+    assert topology.wraps("tpu-v6e", (4, 4)) == (False, False)
     # v4p/v5p: whole 4x4x4 cubes wrap on every axis, sub-cube slices on none (2x2x4: none)
-    assert hardware.wraps("tpu-v5p", (4, 4, 8)) == (True, True, True)
-    assert hardware.wraps("tpu-v4p", (4,), slice_shape=(2, 2, 4)) == (False,)
-    assert hardware.wraps("tpu-v4p", (4,), slice_shape=(4, 4, 4)) == (True,)
-    assert hardware.wraps("tpu-7x", (8,)) == (True,)  # assumed like v5p
+    assert topology.wraps("tpu-v5p", (4, 4, 8)) == (True, True, True)
+    assert topology.wraps("tpu-v4p", (4,), slice_shape=(2, 2, 4)) == (False,)
+    assert topology.wraps("tpu-v4p", (4,), slice_shape=(4, 4, 4)) == (True,)
+    assert topology.wraps("tpu-7x", (8,)) == (True,)  # assumed like v5p
 
 
 def test_axes_must_fit_the_largest_slice():
-    assert hardware.check_axes("tpu-v5e", (16, 16)) == (16, 16)
-    assert hardware.check_axes("tpu-v5p", (28, 20, 16)) == (28, 20, 16)
+    assert topology.check_axes("tpu-v5e", (16, 16)) == (16, 16)
+    assert topology.check_axes("tpu-v5p", (28, 20, 16)) == (28, 20, 16)
     with pytest.raises(ValueError, match=r"tpu-v5e.*16x16.*at most 16 per axis"):
-        hardware.check_axes("tpu-v5e", (32,))
+        topology.check_axes("tpu-v5e", (32,))
     with pytest.raises(ValueError, match="2 axes"):
-        hardware.check_axes("tpu-v5e", (4, 4, 4))
+        topology.check_axes("tpu-v5e", (4, 4, 4))
     with pytest.raises(ValueError, match="positive integers"):
-        hardware.check_axes("tpu-v5e", (0,))
-    assert hardware.check_axes("h100", (1024,)) == (1024,)  # switched: no torus limit
+        topology.check_axes("tpu-v5e", (0,))
+    assert topology.check_axes("h100", (1024,)) == (1024,)  # switched: no torus limit
 
 
 def test_physical_axes_split_a_large_group_over_the_torus():
-    assert hardware.physical_axes("tpu-v5e", (64,)) == (16, 4)
-    assert hardware.physical_axes("tpu-v5p", (8960,)) == (28, 20, 16)
-    assert hardware.physical_axes("tpu-v5e", (8,)) == (8,)
+    assert topology.physical_axes("tpu-v5e", (64,)) == (16, 4)
+    assert topology.physical_axes("tpu-v5p", (8960,)) == (28, 20, 16)
+    assert topology.physical_axes("tpu-v5e", (8,)) == (8,)
     with pytest.raises(ValueError, match="256 chips"):
-        hardware.physical_axes("tpu-v5e", (512,))
+        topology.physical_axes("tpu-v5e", (512,))
 
 
 def test_predictions_stay_stdlib_only():

@@ -32,14 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.calibrate import drift
-from harness.calibrate.programs import (
-    CONVERT_ELEMENTS,
-    DTYPES,
-    PLANS,
-    Plan,
-    Sample,
-    measure,
-)
+from harness.calibrate.programs import DTYPES, PLANS, RING, Sample, measure, tasks
 from harness.errors import HarnessError
 from predictions import hardware
 from predictions.hardware import Chip
@@ -54,9 +47,6 @@ FORMAT = 1
 NOTE = ("{n} virtual devices share {cores} host cores: 'all' figures are per device with every "
         "device busy at once; collective figures measure thread rendezvous and skew between "
         "device threads on a shared-core host, not a network")
-# predictions.collectives' CPU ring (gpus.md's ring, AllReduce = 2x AllGather):
-# t_bw = RING*V*(g-1)/(g*W), t_lat = RING*(g-1)*hop latency
-RING = {"all-gather": 1, "all-reduce": 2}
 _PLACEHOLDER = hardware.CHIPS["cpu"]  # as shipped, before a calibration replaces it
 
 
@@ -105,22 +95,6 @@ class Calibration:
     def from_dict(cls, d: dict) -> Calibration:
         return cls(**{**d, "one": Figures(**d["one"]), "all": Figures(**d["all"]),
                       "samples": tuple(Sample(**s) for s in d.get("samples", ()))})
-
-
-def _tasks(plan: Plan, n: int) -> list[tuple[str, str, str, int, str, int]]:
-    """(kind, scope, dtype, size, role, devices) of every program the plan runs."""
-    out = []
-    for scope, k, g in (("one", 1, 2), ("all", n, n)):
-        if n >= 2:
-            out += [(kind, scope, "fp32", s, role, g) for kind in RING
-                    for role, sizes in (("latency", plan.latency_bytes),
-                                        ("bandwidth", plan.bandwidth_bytes)) for s in sizes]
-        out += [("stream", scope, "fp32", s, "peak", k) for s in plan.stream_elements]
-        out += [("convert", scope, "bf16", CONVERT_ELEMENTS, "peak", k)]
-        # matmuls last, fp32 last of all: what runs lean on most, nearest to what follows
-        out += [("matmul", scope, dt, s, "peak", k) for dt in sorted(DTYPES)
-                for s in plan.matmul_n]
-    return out
 
 
 def figures(samples, scope: str, devices: int, group: int) -> Figures:
@@ -177,12 +151,12 @@ def calibrate(mode: str = "full", device_count: int | None = None,
         raise HarnessError(f"cannot calibrate {n} devices: this process has {len(devices)} CPU "
                            f"devices (set --devices, or XLA_FLAGS before jax is imported)")
     plan, t0 = PLANS[mode], time.perf_counter()
-    tasks, samples = _tasks(plan, n), []
+    todo, samples = tasks(plan, n), []
     reference = drift.reference_rates(devices[:n])
-    for i, (kind, scope, dt, size, role, k) in enumerate(tasks):
+    for i, (kind, scope, dt, size, role, k) in enumerate(todo):
         label = f"{kind} {dt} {size} on {k} device{'s' * (k > 1)}"
         if progress:
-            progress(i, len(tasks), label)
+            progress(i, len(todo), label)
         log.info("calibrate: %s", label)
         samples.append(measure(kind, scope, dt, size, role, devices[:k], plan))
     reference += drift.reference_rates(devices[:n])
@@ -194,7 +168,7 @@ def calibrate(mode: str = "full", device_count: int | None = None,
             raise HarnessError(f"{msg}; calibrate on a quiet host (or pass --allow-busy)")
         log.warning("%s: its figures may be low", msg)
     if progress:
-        progress(len(tasks), len(tasks), "done")
+        progress(len(todo), len(todo), "done")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return Calibration(
         host=platform.node(), cpu_model=_cpu_model(), cores=int(cores or 1), device_count=n,

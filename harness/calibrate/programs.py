@@ -26,6 +26,9 @@ DTYPES = ("fp32", "bf16")  # the book dtypes whose matmul peak is measured
 # below an in-place stream of the same size; beyond the cache a fresh f32 buffer's page
 # faults slow it further, so large converts run slower than this rate predicts.
 CONVERT_ELEMENTS = 1 << 18
+# predictions.collectives' CPU ring (gpus.md's ring, AllReduce = 2x AllGather):
+# t_bw = RING*V*(g-1)/(g*W), t_lat = RING*(g-1)*hop latency
+RING = {"all-gather": 1, "all-reduce": 2}
 
 
 @dataclass(frozen=True)
@@ -175,3 +178,19 @@ def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
     op_ns = per.median() if prog.opcodes else per.max()
     return Sample(kind, scope, dtype, int(size), role, prog.work, float(op_ns) * 1e-9,
                   float(span_ns) * 1e-9 / prog.chain)
+
+
+def tasks(plan: Plan, n: int) -> list[tuple[str, str, str, int, str, int]]:
+    """(kind, scope, dtype, size, role, devices) of every program the plan runs."""
+    out = []
+    for scope, k, g in (("one", 1, 2), ("all", n, n)):
+        if n >= 2:
+            out += [(kind, scope, "fp32", s, role, g) for kind in RING
+                    for role, sizes in (("latency", plan.latency_bytes),
+                                        ("bandwidth", plan.bandwidth_bytes)) for s in sizes]
+        out += [("stream", scope, "fp32", s, "peak", k) for s in plan.stream_elements]
+        out += [("convert", scope, "bf16", CONVERT_ELEMENTS, "peak", k)]
+        # matmuls last, fp32 last of all: what runs lean on most, nearest to what follows
+        out += [("matmul", scope, dt, s, "peak", k) for dt in sorted(DTYPES)
+                for s in plan.matmul_n]
+    return out

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from harness import report
 from harness.commands import count
-from harness.errors import HarnessError
+from harness.errors import HarnessError, one_line
 from harness.multihost import run as distributed
 from harness.report import tables
 from harness.runs.run import list_workloads, run_workload
@@ -111,7 +111,7 @@ def _main_distributed(args) -> int:
 
         if isinstance(e, (HarnessError, ValueError, KeyError, jax.errors.JaxRuntimeError)):
             # A runtime error here is mostly a peer gone in mid-collective: one line is enough.
-            message = e.args[0] if isinstance(e, KeyError) and e.args else str(e).splitlines()[0]
+            message = e.args[0] if isinstance(e, KeyError) and e.args else one_line(e)
             print(f"harness run: error: {who}: {message}", file=sys.stderr)
             distributed.leave(2)
         if isinstance(e, KeyboardInterrupt):

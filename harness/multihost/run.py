@@ -5,8 +5,8 @@ builds the workload on the global mesh and traces its own devices. The per-proce
 process 0 through the coordination service's key-value store (no shared filesystem needed);
 process 0 builds and stores ONE run from them (``harness.multihost.merge``) and posts the
 outcome, which the other processes wait for, so that every process's exit code says whether the
-run was stored.
-Other processes write nothing under ``out``; their scratch space is the system temp directory.
+run was stored. Other processes write nothing under ``out``; their scratch space is the system
+temp directory.
 """
 from __future__ import annotations
 
@@ -31,14 +31,14 @@ import pandas as pd
 
 from harness import schema
 from harness.capture import capture
-from harness.errors import HarnessError
+from harness.errors import HarnessError, one_line
 from harness.multihost import merge as hosts
 from harness.runs.run import build_workload
 from harness.trace.load import load_events
 from predictions import hardware
 
-# jax is imported inside the functions that run it, on purpose: importing this module must
-# leave XLA_FLAGS settable (harness.devices) and stay cheap for commands that never run jax.
+# jax is imported inside the functions that run it: importing this module leaves XLA_FLAGS
+# settable (harness.devices).
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
     except (RuntimeError, ValueError) as e:  # no cluster detected, backend already started
         hint = "" if coordinator else ("; no TPU VM, SLURM or Open MPI job was detected: pass "
                                        "--coordinator, --num-processes and --process-id")
-        raise HarnessError(f"jax.distributed.initialize failed: {str(e).splitlines()[0]}"
+        raise HarnessError(f"jax.distributed.initialize failed: {one_line(e)}"
                            f"{hint}") from None
     finally:
         watchdog.cancel()
@@ -181,11 +181,7 @@ def _get(key: str, deadline: float, what: str) -> bytes:
     try:
         return _client().blocking_key_value_get_bytes(key, left_ms)
     except jax.errors.JaxRuntimeError as e:  # DEADLINE_EXCEEDED, or the coordinator is gone
-        raise PeerError(f"{what} within {WAIT_S:g} s ({_one_line(e)[:120]})") from None
-
-
-def _one_line(e: BaseException) -> str:
-    return (str(e).splitlines() or [type(e).__name__])[0]
+        raise PeerError(f"{what} within {WAIT_S:g} s ({one_line(e)[:120]})") from None
 
 
 def _encode(events: pd.DataFrame, info: dict) -> bytes:
@@ -195,7 +191,7 @@ def _encode(events: pd.DataFrame, info: dict) -> bytes:
 
 
 def _decode(data: bytes) -> tuple[dict, pd.DataFrame]:
-    head, _, body = data.partition(b"\n")
+    head, _, body = data.partition(b"\n")  # _encode's JSON line, then the parquet bytes
     return json.loads(head), pd.read_parquet(io.BytesIO(body))
 
 
@@ -248,7 +244,7 @@ def post_outcome(tag: str, outcome: str, *, wait: bool = True) -> None:
         try:
             _client().wait_at_barrier(f"{tag}/outcome-read", BARRIER_MS)
         except jax.errors.JaxRuntimeError as e:
-            log.warning("not every process read the outcome: %s", _one_line(e))
+            log.warning("not every process read the outcome: %s", one_line(e))
 
 
 def await_outcome(tag: str) -> Path:
@@ -293,7 +289,7 @@ def run_workload(name: str, *, cluster: Cluster, preset: str = "tiny",
             analysis, path = hosts.store_merged(built, cap, merged, processes, chip=chip,
                                                 meta=meta, out=Path(out))
         except BaseException as e:  # the others wait for the outcome, unless one is gone
-            post_outcome(tag, f"error {_one_line(e)}", wait=not isinstance(e, PeerError))
+            post_outcome(tag, f"error {one_line(e)}", wait=not isinstance(e, PeerError))
             raise
         post_outcome(tag, f"ok {path}")
         return analysis, path
