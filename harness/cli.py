@@ -12,7 +12,7 @@ import importlib
 import logging
 import sys
 
-from harness.devices import set_host_device_count
+from harness.devices import quiet_absent_tpu, set_host_device_count
 from harness.errors import HarnessError
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.devices < 1:
         parser.error(f"--devices must be >= 1, got {args.devices}")
     set_host_device_count(args.devices)
+    quiet_absent_tpu()
     try:
         return int(args._module.main(args) or 0)
     except (HarnessError, ValueError, KeyError) as e:

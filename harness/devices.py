@@ -5,6 +5,7 @@ imported. Standard library only: importing this module never imports jax.
 """
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import sys
@@ -30,3 +31,20 @@ def set_host_device_count(n: int, *, keep_existing: bool = False) -> None:
     if "jax" in sys.modules:
         logging.getLogger(__name__).warning("jax already imported; --devices %d has no effect", n)
     os.environ["XLA_FLAGS"] = with_device_count(flags, n)
+
+
+# An installed libtpu (the tpu extra: compiling for TPU slices ahead of time) probes for TPU
+# chips whenever jax starts and, on a host with none, prints warnings about its environment.
+# These settings say what it would find: one host, no chips to look up.
+NO_TPU_ENV = {"TPU_SKIP_MDS_QUERY": "1", "TPU_WORKER_HOSTNAMES": "localhost",
+              "TPU_HOST_BOUNDS": "1,1,1", "TPU_CHIPS_PER_HOST_BOUNDS": "1,1,1"}
+
+
+def quiet_absent_tpu() -> None:
+    """On a host with no TPU device node (``/dev/accel*``, ``/dev/vfio``), give libtpu
+    ``NO_TPU_ENV`` (settings already made are kept). Must run before jax is imported; a host
+    with TPUs is left alone."""
+    if glob.glob("/dev/accel*") or os.path.exists("/dev/vfio"):
+        return
+    for key, value in NO_TPU_ENV.items():
+        os.environ.setdefault(key, value)

@@ -1,6 +1,9 @@
 """The XLA device-count flag, set in one place (harness.devices), and a jax-free harness import."""
+import os
 import subprocess
 import sys
+
+import pytest
 
 from harness import devices
 
@@ -30,3 +33,33 @@ def test_importing_harness_loads_neither_jax_nor_pandas_until_a_stage_is_used():
                          check=True).stdout.split()
     # nothing before; load_events needs pandas (the tables), still no jax
     assert out == ["[]", "True", "False"]
+
+
+def test_a_host_without_tpus_tells_libtpu_so(monkeypatch):
+    for key in devices.NO_TPU_ENV:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "node-a")  # a setting made by the user stays
+    monkeypatch.setattr(devices.glob, "glob", lambda pattern: [])
+    monkeypatch.setattr(devices.os.path, "exists", lambda path: False)
+    devices.quiet_absent_tpu()
+    assert devices.os.environ["TPU_WORKER_HOSTNAMES"] == "node-a"
+    assert devices.os.environ["TPU_HOST_BOUNDS"] == "1,1,1"
+
+
+def test_a_host_with_tpus_is_left_alone(monkeypatch):
+    for key in devices.NO_TPU_ENV:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setattr(devices.glob, "glob", lambda pattern: ["/dev/accel0"])
+    devices.quiet_absent_tpu()
+    assert not set(devices.NO_TPU_ENV) & set(devices.os.environ)
+
+
+@pytest.mark.libtpu
+def test_jax_starts_without_libtpu_warnings_on_a_tpu_less_host():
+    code = ("from harness.devices import quiet_absent_tpu; quiet_absent_tpu(); "
+            "import jax; print(jax.devices()[0].platform)")
+    env = {k: v for k, v in os.environ.items() if k not in devices.NO_TPU_ENV}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=env)
+    assert out.stdout.strip() == "cpu"
+    assert "TPU" not in out.stderr, out.stderr  # libtpu's probe said nothing
