@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from harness.errors import HarnessError
 
@@ -46,16 +46,19 @@ def fmt_bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
+def footprint(memory: Mapping[str, float]) -> float:
+    """Per-device bytes a program holds at once, at most: arguments + outputs - aliased +
+    temporaries + code (``memory`` keyed as ``workloads.aot.memory_stats`` gives them)."""
+    return sum(memory.get(k, 0) for k in ("arguments", "outputs", "temporaries", "code")) \
+        - memory.get("aliased", 0)
+
+
 def needed_bytes(compiled) -> int | None:
     """Per-device bytes the program needs (XLA's ``memory_analysis()``), None if unknown."""
-    try:
-        ma = compiled.memory_analysis()
-    except Exception:  # noqa: BLE001 - some backends do not implement it
-        return None
-    if ma is None:
-        return None
-    return int(ma.argument_size_in_bytes + ma.output_size_in_bytes - ma.alias_size_in_bytes
-               + ma.temp_size_in_bytes + ma.generated_code_size_in_bytes)
+    from workloads.aot import memory_stats  # deferred: workloads imports jax
+
+    stats = memory_stats(compiled)
+    return int(footprint(stats)) if stats else None
 
 
 def _host_ram() -> int | None:

@@ -15,6 +15,7 @@ import pandas as pd
 
 from harness import book, schema
 from harness.hlo import Module, hlo_costs
+from harness.memory import footprint
 from predictions import hardware
 
 
@@ -119,11 +120,8 @@ def memory_fit(memory: dict, chip) -> dict:
     compiler's own peak where it reports one (buffers whose lifetimes do not overlap share
     memory), else arguments + outputs - aliased + temporaries + code, an upper bound;
     ``headroom_bytes`` < 0 means it does not fit."""
-    from predictions import hardware
-
     hbm = hardware.chip_entry(chip).hbm_bytes
-    total = sum(memory.get(k, 0) for k in ("arguments", "outputs", "temporaries", "code")) \
-        - memory.get("aliased", 0)
+    total = footprint(memory)
     peak = memory.get("peak") or total
     return {**memory, "sum_bytes": total, "peak_bytes": peak, "hbm_bytes": hbm,
             "headroom_bytes": hbm - peak, "fits": peak <= hbm}
