@@ -16,6 +16,8 @@ import logging
 import math
 import time
 
+from harness.calibrate.programs import BUILDERS
+
 log = logging.getLogger(__name__)
 
 REFERENCE_N = 512
@@ -27,25 +29,17 @@ BUSY_SPREAD = 1.5  # repeats slower than best / this: the host was busy while me
 
 
 def reference_rates(devices=None, n: int = REFERENCE_N, repeats: int = REPEATS) -> list[float]:
-    """Per-step FLOP/s per device of the reference kernel on ``devices`` (default: all)."""
+    """Per-step FLOP/s per device of the reference kernel on ``devices`` (default: all): the
+    calibration's own fp32 matmul program (``programs.BUILDERS["matmul"]``), timed end to end."""
     import jax
-    import jax.numpy as jnp
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
 
-    devices = list(devices or jax.devices())
-    mesh = jax.make_mesh((len(devices),), ("X",), devices=devices,
-                         axis_types=(jax.sharding.AxisType.Auto,))
-    x = jax.jit(lambda: jnp.ones((len(devices) * n, n), jnp.float32),
-                out_shardings=NamedSharding(mesh, P("X", None)))()
-    w = jax.jit(lambda: jnp.ones((n, n), jnp.float32), out_shardings=NamedSharding(mesh, P()))()
-    f = jax.jit(lambda x, w: x @ w)
-    jax.block_until_ready(f(x, w))  # compile and warm
+    prog = BUILDERS["matmul"](list(devices or jax.devices()), "fp32", n, 1)
+    jax.block_until_ready(prog.fn(*prog.args))  # compile and warm
     rates = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        jax.block_until_ready(f(x, w))
-        rates.append(2.0 * n ** 3 / (time.perf_counter() - t0))  # roofline.md: 2BDF FLOPs
+        jax.block_until_ready(prog.fn(*prog.args))
+        rates.append(prog.work / (time.perf_counter() - t0))
     return rates
 
 
