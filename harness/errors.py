@@ -11,5 +11,6 @@ class TraceError(HarnessError):
 
 
 def one_line(e: BaseException) -> str:
-    """The first line of an exception's message (its type's name when it has none)."""
-    return (str(e).splitlines() or [type(e).__name__])[0]
+    """The first non-blank line of an exception's message (its type's name when it has none)."""
+    return next((line.strip() for line in str(e).splitlines() if line.strip()),
+                type(e).__name__)

@@ -16,7 +16,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, one_line
 
 MEMORY_ENV = "SCALING_HARNESS_DEVICE_MEMORY"
 UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
@@ -121,6 +121,5 @@ def oom_as_error(what: str, knobs: str = DEFAULT_KNOBS) -> Iterator[None]:
     except Exception as e:
         if not is_oom(e):
             raise
-        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
-        raise OutOfMemory(f"{what} ran out of device memory ({first[:160]}); what helps: "
+        raise OutOfMemory(f"{what} ran out of device memory ({one_line(e)[:160]}); what helps: "
                           f"{knobs}") from None
