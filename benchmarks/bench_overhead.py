@@ -30,6 +30,10 @@ if _FLAG not in os.environ.get("XLA_FLAGS", ""):
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from harness.devices import quiet_absent_tpu
+
+quiet_absent_tpu()  # as the harness command does, before jax starts
+
 import jax
 
 from harness.analysis import analyze_capture

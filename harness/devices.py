@@ -38,13 +38,27 @@ def set_host_device_count(n: int, *, keep_existing: bool = False) -> None:
 # These settings say what it would find: one host, no chips to look up.
 NO_TPU_ENV = {"TPU_SKIP_MDS_QUERY": "1", "TPU_WORKER_HOSTNAMES": "localhost",
               "TPU_HOST_BOUNDS": "1,1,1", "TPU_CHIPS_PER_HOST_BOUNDS": "1,1,1"}
+# Device nodes of the accelerators jax has backends for: TPU (accel, vfio), NVIDIA GPU, AMD GPU.
+TPU_NODES = ("/dev/accel*", "/dev/vfio")
+GPU_NODES = ("/dev/nvidia[0-9]*", "/dev/kfd")
+# On a host with none of them jax can only run on its CPU. Saying so up front keeps an installed
+# libtpu from starting at all: started, it attaches its own profiler to every trace, which made
+# a traced llama_train tiny step 1.4x slower than with host events off and the CPU backend alone
+# (benchmarks/bench_overhead.py). Compiling for TPU slices (libtpu's topologies) does not need it.
+PLATFORMS_ENV = "JAX_PLATFORMS"
+
+
+def _present(patterns) -> bool:
+    return any(glob.glob(p) for p in patterns)
 
 
 def quiet_absent_tpu() -> None:
-    """On a host with no TPU device node (``/dev/accel*``, ``/dev/vfio``), give libtpu
-    ``NO_TPU_ENV`` (settings already made are kept). Must run before jax is imported; a host
-    with TPUs is left alone."""
-    if glob.glob("/dev/accel*") or os.path.exists("/dev/vfio"):
+    """On a host with no TPU device node, give libtpu ``NO_TPU_ENV``; on a host with no
+    accelerator node at all, also ``JAX_PLATFORMS=cpu``. Settings already made are kept. Must
+    run before jax is imported; a host with TPUs is left alone."""
+    if _present(TPU_NODES):
         return
     for key, value in NO_TPU_ENV.items():
         os.environ.setdefault(key, value)
+    if not _present(GPU_NODES):
+        os.environ.setdefault(PLATFORMS_ENV, "cpu")

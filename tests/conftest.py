@@ -7,9 +7,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from harness.devices import set_host_device_count
+from harness.devices import quiet_absent_tpu, set_host_device_count
 
 set_host_device_count(8, keep_existing=True)
+quiet_absent_tpu()  # as the harness command does: on this host, jax on the CPU alone
 _CACHE = tempfile.mkdtemp(prefix="scaling-harness-test-cache-")
 os.environ["SCALING_HARNESS_CACHE"] = _CACHE
 atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)

@@ -1,4 +1,5 @@
 """The XLA device-count flag, set in one place (harness.devices), and a jax-free harness import."""
+import fnmatch
 import os
 import subprocess
 import sys
@@ -35,30 +36,44 @@ def test_importing_harness_loads_neither_jax_nor_pandas_until_a_stage_is_used():
     assert out == ["[]", "True", "False"]
 
 
-def test_a_host_without_tpus_tells_libtpu_so(monkeypatch):
-    for key in devices.NO_TPU_ENV:
+def _host_with(monkeypatch, nodes: list[str]) -> None:
+    """A host whose /dev holds ``nodes`` and nothing set yet in the environment."""
+    for key in (*devices.NO_TPU_ENV, devices.PLATFORMS_ENV):
         monkeypatch.delenv(key, raising=False)
+    monkeypatch.setattr(devices.glob, "glob",
+                        lambda pattern: [n for n in nodes if fnmatch.fnmatch(n, pattern)])
+
+
+def test_a_host_without_tpus_tells_libtpu_so(monkeypatch):
+    _host_with(monkeypatch, ["/dev/nvidia0", "/dev/nvidiactl"])
     monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "node-a")  # a setting made by the user stays
-    monkeypatch.setattr(devices.glob, "glob", lambda pattern: [])
-    monkeypatch.setattr(devices.os.path, "exists", lambda path: False)
     devices.quiet_absent_tpu()
     assert devices.os.environ["TPU_WORKER_HOSTNAMES"] == "node-a"
     assert devices.os.environ["TPU_HOST_BOUNDS"] == "1,1,1"
+    assert devices.PLATFORMS_ENV not in devices.os.environ  # a GPU host: jax picks its backend
+
+
+def test_a_host_without_accelerators_runs_jax_on_its_cpu(monkeypatch):
+    _host_with(monkeypatch, ["/dev/null", "/dev/nvidiactl"])  # a driver node, no GPU
+    devices.quiet_absent_tpu()
+    assert devices.os.environ[devices.PLATFORMS_ENV] == "cpu"
+    monkeypatch.setenv(devices.PLATFORMS_ENV, "cuda")  # the user's own choice stays
+    devices.quiet_absent_tpu()
+    assert devices.os.environ[devices.PLATFORMS_ENV] == "cuda"
 
 
 def test_a_host_with_tpus_is_left_alone(monkeypatch):
-    for key in devices.NO_TPU_ENV:
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setattr(devices.glob, "glob", lambda pattern: ["/dev/accel0"])
+    _host_with(monkeypatch, ["/dev/accel0"])
     devices.quiet_absent_tpu()
-    assert not set(devices.NO_TPU_ENV) & set(devices.os.environ)
+    assert not {*devices.NO_TPU_ENV, devices.PLATFORMS_ENV} & set(devices.os.environ)
 
 
 @pytest.mark.libtpu
 def test_jax_starts_without_libtpu_warnings_on_a_tpu_less_host():
     code = ("from harness.devices import quiet_absent_tpu; quiet_absent_tpu(); "
             "import jax; print(jax.devices()[0].platform)")
-    env = {k: v for k, v in os.environ.items() if k not in devices.NO_TPU_ENV}
+    env = {k: v for k, v in os.environ.items()
+           if k not in (*devices.NO_TPU_ENV, devices.PLATFORMS_ENV)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env=env)
     assert out.stdout.strip() == "cpu"
