@@ -1,11 +1,12 @@
 """How often ``harness compare`` cries wolf, and how often it catches a real slowdown.
 
     python benchmarks/bench_regress_sim.py [RUN_OR_STEPS_PARQUET ...] [--comparisons N]
+                                           [--steps N [N ...]]
 
 Draws pairs of synthetic runs with the noise of real stored runs of one workload (default:
-``benchmarks/data/llama_train_cpu/``, six back-to-back ``harness run llama_train --steps 10``
-runs on the 2-core development host, 432 ops each) and compares them with
-``harness.runs.regress.compare_runs``:
+``benchmarks/data/llama_train_cpu/``, ten back-to-back ``harness run llama_train`` runs of 10
+steps on the 2-core development host, 430 ops each; the ops of their ops tables) and compares
+them with ``harness.runs.regress.compare_runs``:
 
 - A/A: nothing changed; a comparison that fails (``regressed``) is a false regression;
 - A/B: one op holding >= 5% of the step is 20% slower in the candidate; the comparison should
@@ -22,7 +23,9 @@ real spread; ``--noise-scale`` shrinks or grows them all. Also printed: the old 
 U test at 0.05, no correction) on the same comparisons.
 
 Pass other runs (run directories or steps.parquet files; at least 3) to measure another host:
-the figures are only as quiet as the runs they are drawn from.
+the figures are only as quiet as the runs they are drawn from. ``--steps 10 40 160`` draws runs of
+each length (steps resampled from the real ones, as if independent): how many steps a nightly job
+on this host needs for the power it wants.
 """
 from __future__ import annotations
 
@@ -114,32 +117,13 @@ def ci(k: int, n: int) -> str:
     return f"{p:6.1%} ({k}/{n}; 95% CI {max(0, c - h):.1%}-{min(1, c + h):.1%})"
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("runs", nargs="*", type=Path, help="runs or steps.parquet files (default: "
-                   f"{DATA.relative_to(ROOT)})")
-    p.add_argument("--comparisons", type=int, default=1000, help="A/A and A/B pairs each")
-    p.add_argument("--steps", type=int, default=None, help="steps per synthetic run "
-                   "(default: as many as the real runs have)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--noise-scale", type=float, default=1.0, help="multiply every log deviation "
-                   "(0.25: a host four times quieter than the one the runs came from)")
-    args = p.parse_args(argv)
-    paths = args.runs or sorted(DATA.glob("*.parquet"))
-    log_t, ops = load(paths)
-    model = NoiseModel(log_t, args.noise_scale)
-    steps = args.steps or log_t.shape[2]
-    big = np.flatnonzero(model.share >= MIN_SHARE)
+def simulate(model: NoiseModel, ops: list[str], big: np.ndarray, steps: int, n: int,
+             rng: np.random.Generator) -> None:
+    """``n`` A/A and ``n`` A/B comparisons of runs of ``steps`` steps; prints the rates."""
     rule = regress.Rule()
-    rng = np.random.default_rng(args.seed)
-    print(f"{len(paths)} real runs, {len(ops)} ops, {steps} steps per synthetic run, noise x "
-          f"{args.noise_scale:g}; "
-          f"{len(big)} ops hold >= {MIN_SHARE:.0%} of the step; run-to-run drift sigma "
-          f"{np.std(model.drift):.1%}, median op offset sigma "
-          f"{np.median(np.std(model.offset, axis=0)):.1%}")
     false_new = false_old = caught = inconclusive = 0
     t0 = time.perf_counter()
-    for i in range(args.comparisons):
+    for _ in range(n):
         a, b = model.draw(rng, steps), model.draw(rng, steps)
         v = regress.compare_runs(stored("A", ops, a), stored("B", ops, b))
         false_new += v.regressed
@@ -150,12 +134,36 @@ def main(argv=None) -> int:
         b[j] *= SLOWDOWN
         v = regress.compare_runs(stored("A", ops, a), stored("B", ops, b))
         caught += v.regressed and ops[j] in set(v.regressions[schema.OP])
-    n = args.comparisons
-    print(f"A/A false regressions (goal <= 1%):     {ci(false_new, n)}")
-    print(f"  old rule (per-op U at 0.05, no FDR):  {ci(false_old, n)}")
-    print(f"  A/A with some op inconclusive:        {ci(inconclusive, n)}")
-    print(f"A/B power, +20% on an op >= 5% (goal >= 95%): {ci(caught, n)}")
-    print(f"({2 * n} comparisons in {time.perf_counter() - t0:.0f} s)")
+    print(f"{steps} steps per run:")
+    print(f"  A/A false regressions (goal <= 1%):     {ci(false_new, n)}")
+    print(f"    old rule (per-op U at 0.05, no FDR):  {ci(false_old, n)}")
+    print(f"    A/A with some op inconclusive:        {ci(inconclusive, n)}")
+    print(f"  A/B power, +20% on an op >= 5% (goal >= 95%): {ci(caught, n)}")
+    print(f"  ({2 * n} comparisons in {time.perf_counter() - t0:.0f} s)")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("runs", nargs="*", type=Path, help="runs or steps.parquet files (default: "
+                   f"{DATA.relative_to(ROOT)})")
+    p.add_argument("--comparisons", type=int, default=1000, help="A/A and A/B pairs each")
+    p.add_argument("--steps", type=int, nargs="+", default=None, help="steps per synthetic "
+                   "run, one or more lengths (default: as many as the real runs have)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--noise-scale", type=float, default=1.0, help="multiply every log deviation "
+                   "(0.25: a host four times quieter than the one the runs came from)")
+    args = p.parse_args(argv)
+    paths = args.runs or sorted(DATA.glob("*.parquet"))
+    log_t, ops = load(paths)
+    model = NoiseModel(log_t, args.noise_scale)
+    big = np.flatnonzero(model.share >= MIN_SHARE)
+    rng = np.random.default_rng(args.seed)
+    print(f"{len(paths)} real runs, {len(ops)} ops, {log_t.shape[2]} steps each; noise x "
+          f"{args.noise_scale:g}; {len(big)} ops hold >= {MIN_SHARE:.0%} of the step; run-to-run "
+          f"drift sigma {np.std(model.drift):.1%}, median op offset sigma "
+          f"{np.median(np.std(model.offset, axis=0)):.1%}")
+    for steps in args.steps or [log_t.shape[2]]:
+        simulate(model, ops, big, steps, args.comparisons, rng)
     return 0
 
 

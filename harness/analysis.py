@@ -17,7 +17,7 @@ import pandas as pd
 
 from harness import schema
 from harness.calibrate import drift
-from harness.capture import CAPTURE_FILE, HLO_FILE, Capture, capture
+from harness.capture import CAPTURE_FILE, HLO_FILE, STEPS, Capture, capture
 from harness.chip import chip_for_run, peak_dtype
 from harness.compare import (
     beats_roofline_reason,
@@ -179,7 +179,7 @@ def _step_s(cap: Capture, events: pd.DataFrame) -> float:
     return float(statistics.median(times)) if times else step_time(events)
 
 
-def analyze(fn, *args, chip=None, steps: int = 5, warmup: int = 2,
+def analyze(fn, *args, chip=None, steps: int = STEPS, warmup: int = 2,
             out_dir: str | Path | None = None, command_buffers: bool = False,
             **kwargs) -> Analysis:
     """Capture ``fn(*args)`` (jitted, any shardings) and analyse it per op.

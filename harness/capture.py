@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 HLO_FILE = "module.hlo.txt"
 CAPTURE_FILE = "capture.json"
 STEP_NAME = "step"
+# Measured steps by default: 10 vs 10 steps let a U test reach p = 1.1e-5, enough to flag one op
+# among a few hundred tested at once (5 vs 5 give at best 0.008; harness.runs.regress).
+STEPS = 10
 # Compiler options of the traced executable, per backend. GPU: no command buffers (CUDA graphs),
 # whose kernels the profiler cannot tie to HLO ops; the user's own compile is timed beside it.
 TRACE_COMPILE_OPTIONS: dict[str, dict[str, object]] = {
@@ -195,7 +198,7 @@ def _time_user_compile(lowered, step_s: float, args: tuple, carry, steps: int
     return out, args
 
 
-def capture(fn: Callable, args: Sequence, *, warmup: int = 2, steps: int = 5,
+def capture(fn: Callable, args: Sequence, *, warmup: int = 2, steps: int = STEPS,
             out_dir: str | os.PathLike, mesh=None,
             carry: Callable | None = None, command_buffers: bool = False) -> Capture:
     """Compile ``fn(*args)``, run ``warmup`` untraced steps, then trace ``steps`` steps.

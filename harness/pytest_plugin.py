@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from harness.capture import STEPS
 from harness.devices import set_host_device_count
 
 # Deferred on purpose: this module is a pytest11 entry point, loaded by every pytest session, so
@@ -130,7 +131,7 @@ def harness_run(request, tmp_path):
     save_root = request.config.getoption("--harness-save", default=None)
 
     def run(target, *args, preset: str = "tiny", overrides: dict | None = None,
-            mesh: str | None = None, steps: int = 5, warmup: int = 2, chip=None,
+            mesh: str | None = None, steps: int = STEPS, warmup: int = 2, chip=None,
             rounds: int | None = None, time: bool = True) -> HarnessResult:
         import jax  # deferred: see the note at the top
 

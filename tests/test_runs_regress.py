@@ -169,9 +169,12 @@ def test_too_few_steps_are_inconclusive_not_regressions(tmp_path):
     assert not v.regressed and v.headline().startswith("INCONCLUSIVE")
 
 
-def test_four_steps_decide_a_single_tested_op_but_not_three(tmp_path):
-    # 4 vs 4 steps reach p = 2/70 = 0.029: enough when one op is tested (alpha / 1), not when
-    # three are (0.029 > 0.05 / 3) unless all three move.
+def test_four_steps_decide_a_single_tested_op_but_not_a_small_one_among_three(tmp_path):
+    # 4 vs 4 steps reach p = 2/70 = 0.029: enough when one op is tested (alpha / 1). Among three,
+    # Benjamini-Hochberg weighs each by its baseline share (0.6, 0.3, 0.095; mean 0.332): fusion.12
+    # (weight 1.81) gets q = 0.029 / 1.81 x 3 = 0.047 <= 0.05, fusion.7 (weight 0.29) gets
+    # q = 0.029 / 0.29 x 3 = 0.30, and 4 vs 4 steps could never bring it to 0.05 (the medians
+    # carry 1% jitter: the shares, hence the weights, are within 1% of these).
     ops = OPS[:1] + (("fusion.9", "fusion", "matmul", "compute", "", 1, 0.05e-3, 0.02e-3),)
     v = verdicts(tmp_path, base_kw={"steps": 4, "ops": ops},
                  cand_kw={"steps": 4, "ops": ops, "scale": {"fusion.12": 2.0}})
@@ -180,7 +183,15 @@ def test_four_steps_decide_a_single_tested_op_but_not_three(tmp_path):
     v = verdicts(tmp_path / "3", base_kw={"steps": 4}, cand_kw={"steps": 4,
                                                                  "scale": {"fusion.12": 2.0}})
     assert v.tested == 3
-    assert by_op(v).loc["fusion.12", schema.VERDICT] == regress.INCONCLUSIVE
+    row = by_op(v).loc["fusion.12"]
+    assert row[schema.Q_VALUE] == pytest.approx(2 / 70 / (0.6 / (0.995 / 3)) * 3, rel=0.01)
+    assert row[schema.VERDICT] == regress.REGRESSION
+    v = verdicts(tmp_path / "7", base_kw={"steps": 4}, cand_kw={"steps": 4,
+                                                                 "scale": {"fusion.7": 2.0}})
+    row = by_op(v).loc["fusion.7"]
+    assert row[schema.Q_VALUE] == pytest.approx(2 / 70 / (0.095 / (0.995 / 3)) * 3, rel=0.01)
+    assert row[schema.VERDICT] == regress.INCONCLUSIVE
+    assert row[schema.NOTE].startswith("too few steps to decide (4 vs 4")
 
 
 def test_runs_without_step_samples_are_inconclusive(tmp_path):
@@ -244,6 +255,17 @@ def test_benjamini_hochberg_matches_scipy_and_the_worked_example():
     assert q[0] == pytest.approx(0.02) and math.isnan(q[1]) and q[2] == pytest.approx(0.04)
 
 
+def test_weighted_benjamini_hochberg_is_bh_on_p_over_the_weights():
+    bh = regress.noise.bh_adjust
+    p = np.random.default_rng(4).uniform(size=20) ** 2
+    assert bh(p, weights=np.full(20, 7.0)) == pytest.approx(bh(p))  # equal weights: plain BH
+    # weights 3:1 -> 1.5, 0.5 (mean 1): p / w = 0.0133, 0.04; q = 0.0133 x 2/1, 0.04 x 2/2
+    assert bh(np.array([0.02, 0.02]), weights=np.array([3.0, 1.0])) == pytest.approx(
+        [0.02 / 1.5 * 2, 0.04])
+    with pytest.raises(ValueError, match="positive"):
+        bh(np.array([0.02, 0.02]), weights=np.array([1.0, 0.0]))
+
+
 def many_ops(n=40, t=0.25e-3):
     """``n`` equal elementwise ops (1/n of the step each)."""
     return tuple((f"fusion.{i}", "fusion", "elementwise", "memory", "", 1, t, t / 2)
@@ -271,21 +293,22 @@ def test_run_to_run_shifts_are_noise_but_a_real_change_stands_out(tmp_path):
     assert list(v.ops.loc[v.ops[schema.VERDICT] == regress.REGRESSION, schema.OP]) == ["fusion.3"]
 
 
-def test_op_regression_the_step_cannot_see_is_inconclusive(tmp_path):
+def test_op_regressions_the_step_cannot_see_carry_its_verdict(tmp_path):
     # fusion.12 (6 ms) takes 3..9 ms per step in both runs: the step total's noise is
-    # 1.2533 x 1.4826 MAD x sqrt(2/10), about 1.2 ms. fusion.7 doubles: +0.95 ms, below it.
+    # 1.2533 x 1.4826 MAD x sqrt(2/10), about 1.2 ms. fusion.7 doubles: +0.95 ms, below it, yet
+    # its own test rejects. The step row says so instead of contradicting its op.
     wide = {"fusion.12": np.linspace(3e-3, 9e-3, 10)}
     v = verdicts(tmp_path, base_kw={"samples": wide},
                  cand_kw={"samples": wide, "scale": {"fusion.7": 2.0}})
     t = by_op(v)
-    assert t.loc[regress.STEP_TOTAL, schema.VERDICT] == regress.UNCHANGED  # +9.5%
-    assert t.loc["fusion.7", schema.Q_VALUE] <= 0.05  # the op's own test does reject
-    assert t.loc["fusion.7", schema.VERDICT] == regress.INCONCLUSIVE
-    assert "within the step's noise" in t.loc["fusion.7", schema.NOTE]
-    assert not v.regressed
-    # A quiet step (1% per-step jitter everywhere) sees the same +0.95 ms: the job fails.
-    v = verdicts(tmp_path / "quiet", cand_kw={"scale": {"fusion.7": 2.0}})
-    assert by_op(v).loc["fusion.7", schema.VERDICT] == regress.REGRESSION and v.regressed
+    assert t.loc["fusion.7", schema.Q_VALUE] <= 0.05
+    assert t.loc["fusion.7", schema.VERDICT] == regress.REGRESSION
+    step = t.loc[regress.STEP_TOTAL]
+    assert step[schema.CHANGE] == pytest.approx(0.095, abs=0.01)  # +0.95 ms on 10 ms
+    assert step[schema.VERDICT] == regress.REGRESSION and v.regressed
+    assert step[schema.NOTE].startswith("carried by 1 op regression(s) adding 0.95 ms per step")
+    assert "within its noise" in step[schema.NOTE]
+    assert v.headline().startswith("REGRESSION: fusion.7;")
 
 
 def test_every_op_slower_alike_is_inconclusive_not_a_regression(tmp_path):
@@ -302,17 +325,20 @@ def test_every_op_slower_alike_is_inconclusive_not_a_regression(tmp_path):
     assert not v.regressed and v.headline().startswith("INCONCLUSIVE")
     v = verdicts(tmp_path / "ab", base_kw={"ops": ops, "seed": 2},
                  cand_kw={"ops": ops, "scale": dict(uniform, **{"fusion.3": 4.5}), "seed": 1})
-    assert list(v.regressions[schema.OP]) == ["fusion.3"]
+    assert list(v.ops.loc[v.ops[schema.VERDICT] == regress.REGRESSION, schema.OP]) == ["fusion.3"]
+    assert by_op(v).loc[regress.STEP_TOTAL, schema.NOTE].startswith("carried by 1 op")
 
 
 def test_a_step_regression_no_op_explains_is_inconclusive():
     step = {schema.VERDICT: regress.REGRESSION, schema.NOTE: "", schema.EXPLANATION: "x"}
     quiet = pd.DataFrame({schema.VERDICT: [regress.NOISE, regress.UNCHANGED]})
-    out = regress._step_agrees(quiet, step, tested=10)
+    none = np.array([])
+    out = regress._agree(quiet, step, none, none, tested=10)
     assert out[schema.VERDICT] == regress.INCONCLUSIVE and "no op is on its own" in out[schema.NOTE]
     # explained by an op regression or a new op, or too few ops tested to tell: kept
     for verdicts, tested in (([regress.REGRESSION], 10), ([regress.NEW], 10), ([], 3)):
-        kept = regress._step_agrees(pd.DataFrame({schema.VERDICT: verdicts}), step, tested)
+        kept = regress._agree(pd.DataFrame({schema.VERDICT: verdicts, schema.DELTA_S: 1e-3}),
+                              step, none, none, tested)
         assert kept[schema.VERDICT] == regress.REGRESSION
 
 

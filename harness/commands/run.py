@@ -6,6 +6,7 @@ import traceback
 from pathlib import Path
 
 from harness import report
+from harness.capture import STEPS
 from harness.commands import count
 from harness.errors import HarnessError, one_line
 from harness.multihost import run as distributed
@@ -35,7 +36,7 @@ def add_arguments(p) -> None:
                    help="override a config field (repeatable)")
     p.add_argument("--mesh", help="mesh shape such as 4x2 (default: the workload's)")
     p.add_argument("--chip", help="predict for this chip (default: the one the run is on)")
-    p.add_argument("--steps", type=int, default=5, help="measured steps (default 5)")
+    p.add_argument("--steps", type=int, default=STEPS, help=f"measured steps (default {STEPS})")
     p.add_argument("--warmup", type=int, default=2, help="untraced warm-up steps (default 2)")
     p.add_argument("--command-buffers", action="store_true",
                    help="GPU: trace the executable with XLA's command buffers (CUDA graphs) on, "

@@ -30,7 +30,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from harness import schema
-from harness.capture import capture
+from harness.capture import STEPS, capture
 from harness.errors import HarnessError, one_line
 from harness.multihost import merge as hosts
 from harness.runs.run import build_workload
@@ -259,7 +259,7 @@ def await_outcome(tag: str) -> Path:
 
 # --- the run ------------------------------------------------------------------------------------
 def run_workload(name: str, *, cluster: Cluster, preset: str = "tiny",
-                 overrides: dict | None = None, mesh: str | None = None, steps: int = 5,
+                 overrides: dict | None = None, mesh: str | None = None, steps: int = STEPS,
                  warmup: int = 2, out: Path = Path("results"), chip=None):
     """``runner.run_workload`` across the job: every process builds the workload on the global
     mesh and captures its own devices. Process 0 returns ``(analysis, run path)``, the others

@@ -10,7 +10,9 @@ samples stored with the run (``steps.parquet``). The rule, per op:
 4. The tested ops are the rest of the ops in both runs with ``>= min_share`` of the step, chosen
    by size, not by their change (independent filtering, Bourgon et al. 2010). Each gets two
    p-values and keeps the larger (both must reject; an intersection-union test):
-   - the two-sided Mann-Whitney U test of its per-step samples (within-run noise);
+   - the two-sided Mann-Whitney U test of its per-step samples (within-run noise), the
+     candidate's divided by the run's drift (exp of the tested ops' median log change), so
+     that it asks what the next test asks: did the op move against the rest of the run?
    - its log change against the run-to-run noise (``noise.run_to_run``): back-to-back runs move
      every op a little, and a per-step test alone mistakes that for a change. The op's noise is
      its own within-run standard error plus a between-run term tau common to all tested ops,
@@ -105,9 +107,10 @@ def decide(row: dict, rule: Rule, tested: int, sigma: float, p_null: float,
 
 
 def _row(key, b: dict | None, c: dict | None, a: np.ndarray, z: np.ndarray,
-         rule: Rule) -> dict:
+         rule: Rule, test: bool = False) -> dict:
     """One row before its verdict (None when both sides are present); ``b``/``c`` are the op's
-    baseline/candidate rows (None if absent). Only ops ``>= min_share`` get a U test."""
+    baseline/candidate rows (None if absent). ``test``: give it its U test now (the step total;
+    ops get theirs in ``_decide_ops``, once the run's drift is known)."""
     def get(side, col, default=np.nan):
         return float(side[col]) if side is not None else default
 
@@ -124,7 +127,8 @@ def _row(key, b: dict | None, c: dict | None, a: np.ndarray, z: np.ndarray,
             schema.CANDIDATE_EFFICIENCY: get(c, "eff"), schema.BASELINE_SHARE: sb,
             schema.CANDIDATE_SHARE: sc, schema.BASELINE_STEPS: len(a),
             schema.CANDIDATE_STEPS: len(z),
-            schema.P_VALUE: noise.u_test(a, z) if tested else np.nan, schema.Q_VALUE: np.nan,
+            schema.P_VALUE: noise.u_test(a, z) if tested and test else np.nan,
+            schema.Q_VALUE: np.nan,
             schema.NOTE: "", schema.EXPLANATION: "",
             schema.VERDICT: NEW if b is None else GONE if c is None else None}
 
@@ -140,16 +144,28 @@ def _decide_ops(ops: pd.DataFrame, rule: Rule, mesh: dict | None, samples: tuple
     ops = ops.copy()
     both = ops[schema.VERDICT].isna()
     family = (both & (ops[[schema.BASELINE_SHARE, schema.CANDIDATE_SHARE]].max(axis=1)
-                      >= rule.min_share) & ops[schema.P_VALUE].notna()).to_numpy()
+                      >= rule.min_share) & (ops[schema.BASELINE_STEPS] > 0)
+              & (ops[schema.CANDIDATE_STEPS] > 0)).to_numpy()
     r = np.log1p(ops.loc[family, schema.CHANGE].to_numpy(float))
-    keys = zip(ops.loc[family, schema.PROGRAM], ops.loc[family, schema.OP])
+    keys = list(zip(ops.loc[family, schema.PROGRAM], ops.loc[family, schema.OP]))
     se = [_log_se(samples[0][k], samples[1][k]) for k in keys]
     sigma, p_null, total = noise.run_to_run(r, se)
     shift = float(np.median(r)) if len(r) >= noise.MIN_OPS_FOR_SPREAD else math.nan
+    # Each op's U test asks what the run-to-run term asks: did it move against the rest of the
+    # run? Its candidate samples are taken back by the run's drift (the tested ops' median log
+    # change) first, so a host that ran 20% faster throughout neither hides an op's slowdown
+    # nor makes every op look changed.
+    back = math.exp(-shift) if math.isfinite(shift) else 1.0
+    ops.loc[family, schema.P_VALUE] = [noise.u_test(samples[0][k], samples[1][k] * back)
+                                       for k in keys]
     nulls, noises = np.zeros(len(ops)), np.zeros(len(ops))
     nulls[family], noises[family] = p_null, np.nan_to_num(total)
     combined = np.maximum(ops.loc[family, schema.P_VALUE].to_numpy(float), p_null)
-    ops.loc[family, schema.Q_VALUE] = noise.bh_adjust(combined)
+    # Weighted by each op's share of the baseline's step (known before the candidate is): the
+    # false discovery rate stays at alpha, and more of it goes where a change costs the most.
+    ops.loc[family, schema.Q_VALUE] = noise.bh_adjust(
+        combined, weights=np.maximum(ops.loc[family, schema.BASELINE_SHARE].to_numpy(float),
+                                     max(rule.min_share, 1e-9)))
     tested = int(family.sum())
     records = ops.to_dict("records")
     verdicts, notes, texts = (list(ops[c]) for c in (schema.VERDICT, schema.NOTE,
@@ -175,7 +191,7 @@ def _workload_row(b: pd.DataFrame, c: pd.DataFrame, a: np.ndarray, z: np.ndarray
         return pd.Series({"t": t, "share": 1.0, "eff": eff,
                           **dict.fromkeys(pair.DESCRIPTIVE), schema.CATEGORY: "all ops"})
     bs, cs = side(b, a), side(c, z)
-    row = _row((ALL_PROGRAMS, STEP_TOTAL), bs, cs, a, z, rule)
+    row = _row((ALL_PROGRAMS, STEP_TOTAL), bs, cs, a, z, rule, test=True)
     # Run-to-run noise of a sum of ops moving independently by sigma each: sigma x the root of
     # the summed squared shares (few big ops: the step moves nearly as much as they do).
     rest = (1 + row[schema.CHANGE]) / math.exp(shift) - 1 if math.isfinite(shift) else math.nan
@@ -195,25 +211,23 @@ def _workload_row(b: pd.DataFrame, c: pd.DataFrame, a: np.ndarray, z: np.ndarray
     return row
 
 
-def _agree(ops: pd.DataFrame, workload: dict, a: np.ndarray, z: np.ndarray) -> pd.DataFrame:
-    """Op regressions the step cannot see become ``inconclusive`` (see the module docstring)."""
+def _agree(ops: pd.DataFrame, step: dict, a: np.ndarray, z: np.ndarray, tested: int) -> dict:
+    """The step's row, made to say what its ops say (see the module docstring): op regressions
+    make it a regression carried by them, whatever its own total did; a step regression that no
+    op explains (no op regression, no new op) becomes ``inconclusive`` when enough ops were
+    tested to tell."""
     regs = ops[schema.VERDICT] == REGRESSION
-    step_noise_s = noise.median_se(a, z)
-    total = float(ops.loc[regs, schema.DELTA_S].sum())
-    if workload[schema.VERDICT] == REGRESSION or not regs.any() or \
-            not total < step_noise_s:  # NaN (no step samples): nothing to gate on
-        return ops
-    note = (f"slower, but the flagged ops add {total * 1e3:.3g} ms per step, within the step's "
-            f"noise ({step_noise_s * 1e3:.3g} ms)")
-    return ops.assign(**{
-        schema.VERDICT: ops[schema.VERDICT].where(~regs, INCONCLUSIVE),
-        schema.NOTE: ops[schema.NOTE].where(~regs, note),
-        schema.EXPLANATION: ops[schema.EXPLANATION].where(~regs, "")})
-
-
-def _step_agrees(ops: pd.DataFrame, step: dict, tested: int) -> dict:
-    """A step regression no op explains (no op regression, no new op) becomes ``inconclusive``
-    when enough ops were tested to tell (see the module docstring)."""
+    if regs.any() and step[schema.VERDICT] != REGRESSION:
+        added, base = float(ops.loc[regs, schema.DELTA_S].sum()), step[schema.BASELINE_S]
+        step_noise_s = noise.median_se(a, z)
+        seen = ("" if not math.isfinite(step_noise_s) else
+                f", within its noise ({step_noise_s * 1e3:.3g} ms)"
+                if abs(step[schema.CHANGE] * base) < step_noise_s else "")
+        return dict(step, **{
+            schema.VERDICT: REGRESSION, schema.EXPLANATION: "",
+            schema.NOTE: (f"carried by {int(regs.sum())} op regression(s) adding "
+                          f"{added * 1e3:.3g} ms per step ({added / base:+.1%} of the step); the "
+                          f"step total alone moved {step[schema.CHANGE]:+.1%}{seen}")})
     explained = ops[schema.VERDICT].isin([REGRESSION, NEW]).any()
     if step[schema.VERDICT] != REGRESSION or explained or tested < noise.MIN_OPS_FOR_SPREAD:
         return step
@@ -253,8 +267,7 @@ def compare_runs(baseline: StoredRun, candidate: StoredRun, *, threshold: float 
     ops, sigma, tested, shift = _decide_ops(ops, rule, mesh, (sb, sc))
     totals = pair.step_totals(baseline, b), pair.step_totals(candidate, c)
     step = _workload_row(b, c, *totals, rule, shift, sigma)
-    ops = _agree(ops, step, *totals)
-    step = _step_agrees(ops, step, tested)
+    step = _agree(ops, step, *totals, tested)
     v = Verdicts(baseline=baseline.run_id, candidate=candidate.run_id, ops=_order(ops),
                  workload=pd.DataFrame([step], columns=list(schema.REGRESS)), rule=rule,
                  warnings=warnings, run_to_run=sigma, tested=tested)

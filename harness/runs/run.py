@@ -15,7 +15,7 @@ from harness import memory, schema
 from harness.analysis import Analysis, analyze_capture
 from harness.book import Analytic, analytic
 from harness.calibrate import drift
-from harness.capture import capture
+from harness.capture import STEPS, capture
 from harness.errors import HarnessError
 from harness.runs import store
 from predictions import hardware
@@ -97,7 +97,7 @@ def build_workload(name: str, preset: str = "tiny", overrides: dict | None = Non
 
 
 def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = None,
-                 mesh: str | None = None, steps: int = 5, warmup: int = 2,
+                 mesh: str | None = None, steps: int = STEPS, warmup: int = 2,
                  out: Path = Path("results"), chip=None,
                  command_buffers: bool = False, with_plots: bool = True
                  ) -> tuple[Analysis, Path]:
