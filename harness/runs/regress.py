@@ -31,19 +31,18 @@ medians, ``noise.median_se``) exceeds the threshold, or when the tested ops all 
 (the step's change divided by the tested ops' median change is within the threshold): a host
 that runs slower or faster looks exactly like that, and one pair of runs cannot tell them apart.
 
-Step and ops agree, both ways. Op regressions make the job fail only together with the step they sit
-in: when the step total is not itself a regression and the op regressions' summed delta is below the
-step's noise, they become ``inconclusive`` (their note says so): a change the step cannot see is
-reported, not failed on. A step regression that no op explains (no op regression, no new op; with at
-least ``noise.MIN_OPS_FOR_SPREAD`` ops tested) is ``inconclusive`` too: time spread thinly over many
-ops is what a busier host looks like. ``Verdicts.regressed`` (exit 1 of ``harness compare``) is any
-``regression`` left.
+Step and ops agree, both ways. Op regressions make the step row a regression "carried by" them,
+whatever its own total did (its note gives their added time and says when that is within the
+step's noise): per-op tests see changes a noisy step total cannot. A step regression that no op
+explains (no op regression, no new op; with at least ``noise.MIN_OPS_FOR_SPREAD`` ops tested) is
+``inconclusive``: time spread thinly over many ops is what a busier host looks like.
+``Verdicts.regressed`` (exit 1 of ``harness compare``) is any ``regression`` left.
 
 The false-alarm rate: Benjamini-Hochberg keeps the expected share of false regressions among
 flagged ops at ``alpha``; in A/A comparisons (nothing changed) every flag is false, so the
-chance that a comparison flags any op is at most ``alpha`` (5%), and the run-to-run term, the
-threshold and the step gate push it lower. ``benchmarks/bench_regress_sim.py`` measures it by
-simulation from real CPU runs (false regressions per comparison, and the power to flag a 20%
+chance that a comparison flags any op is at most ``alpha`` (5%), and the run-to-run term (a
+heavy-tailed null) and the threshold push it lower. ``benchmarks/bench_regress_sim.py`` measures
+it by simulation from real CPU runs (false regressions per comparison, and the power to flag a 20%
 slowdown of an op holding 5% of the step); README's compare section gives the figures.
 
 Explanations (``harness.runs.explain``) use the book's roofline terms.
@@ -106,11 +105,10 @@ def decide(row: dict, rule: Rule, tested: int, sigma: float, p_null: float,
     return NOISE, f"not significant (q={q:.2g} > {rule.alpha:g})"
 
 
-def _row(key, b: dict | None, c: dict | None, a: np.ndarray, z: np.ndarray,
-         rule: Rule, test: bool = False) -> dict:
-    """One row before its verdict (None when both sides are present); ``b``/``c`` are the op's
-    baseline/candidate rows (None if absent). ``test``: give it its U test now (the step total;
-    ops get theirs in ``_decide_ops``, once the run's drift is known)."""
+def _row(key, b: dict | None, c: dict | None, a: np.ndarray, z: np.ndarray) -> dict:
+    """One row before its verdict and its tests (None when both sides are present); ``b``/``c``
+    are the op's baseline/candidate rows (None if absent). Ops get their U test in
+    ``_decide_ops``, once the run's drift is known; the step total in ``_workload_row``."""
     def get(side, col, default=np.nan):
         return float(side[col]) if side is not None else default
 
@@ -119,7 +117,6 @@ def _row(key, b: dict | None, c: dict | None, a: np.ndarray, z: np.ndarray,
     change = np.nan  # undefined for new and gone ops
     if b is not None and c is not None:
         change = tc / tb - 1.0 if tb > 0 else (math.inf if tc > 0 else np.nan)
-    tested = b is not None and c is not None and max(sb, sc) >= rule.min_share
     return {schema.PROGRAM: key[0], schema.OP: key[1],
             **{col: src[col] for col in pair.DESCRIPTIVE},
             schema.BASELINE_S: tb, schema.CANDIDATE_S: tc, schema.DELTA_S: tc - tb,
@@ -127,8 +124,7 @@ def _row(key, b: dict | None, c: dict | None, a: np.ndarray, z: np.ndarray,
             schema.CANDIDATE_EFFICIENCY: get(c, "eff"), schema.BASELINE_SHARE: sb,
             schema.CANDIDATE_SHARE: sc, schema.BASELINE_STEPS: len(a),
             schema.CANDIDATE_STEPS: len(z),
-            schema.P_VALUE: noise.u_test(a, z) if tested and test else np.nan,
-            schema.Q_VALUE: np.nan,
+            schema.P_VALUE: np.nan, schema.Q_VALUE: np.nan,
             schema.NOTE: "", schema.EXPLANATION: "",
             schema.VERDICT: NEW if b is None else GONE if c is None else None}
 
@@ -191,7 +187,8 @@ def _workload_row(b: pd.DataFrame, c: pd.DataFrame, a: np.ndarray, z: np.ndarray
         return pd.Series({"t": t, "share": 1.0, "eff": eff,
                           **dict.fromkeys(pair.DESCRIPTIVE), schema.CATEGORY: "all ops"})
     bs, cs = side(b, a), side(c, z)
-    row = _row((ALL_PROGRAMS, STEP_TOTAL), bs, cs, a, z, rule, test=True)
+    row = _row((ALL_PROGRAMS, STEP_TOTAL), bs, cs, a, z)
+    row[schema.P_VALUE] = noise.u_test(a, z)
     # Run-to-run noise of a sum of ops moving independently by sigma each: sigma x the root of
     # the summed squared shares (few big ops: the step moves nearly as much as they do).
     rest = (1 + row[schema.CHANGE]) / math.exp(shift) - 1 if math.isfinite(shift) else math.nan
@@ -219,15 +216,14 @@ def _agree(ops: pd.DataFrame, step: dict, a: np.ndarray, z: np.ndarray, tested: 
     regs = ops[schema.VERDICT] == REGRESSION
     if regs.any() and step[schema.VERDICT] != REGRESSION:
         added, base = float(ops.loc[regs, schema.DELTA_S].sum()), step[schema.BASELINE_S]
+        note = (f"carried by {int(regs.sum())} op regression(s) adding {added * 1e3:.3g} ms per "
+                f"step ({added / base:+.1%} of the step); the step total alone moved "
+                f"{step[schema.CHANGE]:+.1%}")
         step_noise_s = noise.median_se(a, z)
-        seen = ("" if not math.isfinite(step_noise_s) else
-                f", within its noise ({step_noise_s * 1e3:.3g} ms)"
-                if abs(step[schema.CHANGE] * base) < step_noise_s else "")
-        return dict(step, **{
-            schema.VERDICT: REGRESSION, schema.EXPLANATION: "",
-            schema.NOTE: (f"carried by {int(regs.sum())} op regression(s) adding "
-                          f"{added * 1e3:.3g} ms per step ({added / base:+.1%} of the step); the "
-                          f"step total alone moved {step[schema.CHANGE]:+.1%}{seen}")})
+        if abs(step[schema.CHANGE] * base) < step_noise_s:  # False for NaN (no samples)
+            note += f", within its noise ({step_noise_s * 1e3:.3g} ms)"
+        return dict(step, **{schema.VERDICT: REGRESSION, schema.EXPLANATION: "",
+                             schema.NOTE: note})
     explained = ops[schema.VERDICT].isin([REGRESSION, NEW]).any()
     if step[schema.VERDICT] != REGRESSION or explained or tested < noise.MIN_OPS_FOR_SPREAD:
         return step
@@ -260,7 +256,7 @@ def compare_runs(baseline: StoredRun, candidate: StoredRun, *, threshold: float 
     keys = list(dict.fromkeys(list(ci) + list(bi)))
     mesh = candidate.meta.get("mesh") if isinstance(candidate.meta.get("mesh"), dict) else None
     empty = np.array([])
-    rows = [_row(k, bi.get(k), ci.get(k), sb.get(k, empty), sc.get(k, empty), rule)
+    rows = [_row(k, bi.get(k), ci.get(k), sb.get(k, empty), sc.get(k, empty))
             for k in keys]
     ops = pd.DataFrame(rows, columns=list(schema.REGRESS)) if rows else schema.empty(
         schema.REGRESS)
