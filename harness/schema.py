@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from harness.errors import HarnessError
-from predictions import rules
+from predictions import roofline, rules
 
 # --- identifiers --------------------------------------------------------------------------
 PROGRAM = "program"          # HLO module name, e.g. "jit_train_step"
@@ -46,8 +46,8 @@ GROUP_SIZE = "group_size"    # devices in each replica group
 T_COMPUTE_S = "t_compute_s"
 T_MEMORY_S = "t_memory_s"
 T_COMM_S = "t_comm_s"
-PREDICTED_S = "predicted_s"  # max of the terms times count (book: T_lower)
-BOUND = "bound"              # "compute" | "memory" | "comm" | "unmodeled"
+PREDICTED_S = "predicted_s"  # (max of the terms + the chip's op overhead) x count (T_lower)
+BOUND = "bound"              # one of BOUNDS
 
 # --- compared -----------------------------------------------------------------------------
 EFFICIENCY = "efficiency"    # predicted_s / measured_s, 1.0 = at the roofline
@@ -151,7 +151,8 @@ WORK_X = "{compile}_work_x"        # the HLO's work / the book's work
 EXCESS_S = "{compile}_excess_s"    # HLO seconds beyond its work done at the book's rate
 
 UNMODELED = "unmodeled"
-BOUNDS = ("compute", "memory", "comm", UNMODELED)
+OVERHEAD = roofline.OVERHEAD      # bound of an op its fixed cost per execution dominates
+BOUNDS = ("compute", "memory", "comm", OVERHEAD, UNMODELED)
 CATEGORIES = rules.CATEGORIES     # an op's kind of work, in report order (predictions.rules)
 (CAT_MATMUL, CAT_ATTENTION, CAT_COLLECTIVE, CAT_ELEMENTWISE, CAT_REDUCTION, CAT_COPY,
  CAT_OTHER) = CATEGORIES

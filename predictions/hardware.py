@@ -40,6 +40,9 @@ class Chip:
     ``software_bytes_per_s``: CPU only, measured rates of work the host does in software, by
     kind (``"convert"``: bf16 <-> f32, which a CPU without bf16 units converts element by
     element); such ops are priced at this rate, not at ``hbm_bytes_per_s``.
+    ``op_overhead_s``: CPU only, the measured fixed cost of one op execution (the runtime's
+    dispatch, about a microsecond), added to every modeled op's roofline time; the book's
+    rooflines leave it out, so it is 0 for every chip the book describes.
     ``None`` marks a figure the book does not give.
     """
 
@@ -60,6 +63,7 @@ class Chip:
     pcie_bytes_per_s: float | None = None
     node_bytes_per_s: float | None = None
     software_bytes_per_s: tuple[tuple[str, float], ...] = ()
+    op_overhead_s: float = 0.0
 
     def flops_per_s(self, dtype: str = "bf16") -> float:
         """Peak FLOP/s (OP/s for integers) at ``dtype``; KeyError lists the dtypes given."""

@@ -49,6 +49,9 @@ def critical_intensity(chip: Chip | str, dtype: str = "bf16", over: str = "hbm")
     return c.flops_per_s(dtype) / bandwidth(c, over)  # roofline.md: critical intensity C/W
 
 
+OVERHEAD = "overhead"  # an op whose fixed cost per execution outweighs its roofline terms
+
+
 def _bound(terms: dict[str, float]) -> str:
     return max(terms, key=terms.get)  # ties go to the first term (compute)
 
@@ -109,7 +112,7 @@ class OpTime:
     t_memory_s: float
     t_comm_s: float
     predicted_s: float
-    bound: str  # "compute" | "memory" | "comm" | "unmodeled"
+    bound: str  # "compute" | "memory" | "comm" | "overhead" | "unmodeled"
 
 
 UNMODELED_TIME = OpTime(0.0, 0.0, 0.0, 0.0, "unmodeled")
@@ -149,5 +152,15 @@ def op_time(cost: Cost, chip: Chip | str, dtype: str = "bf16") -> OpTime:
         "memory": cost.hbm_bytes / c.hbm_bytes_per_s,
         "comm": comm_time(cost, c),
     }
-    return OpTime(terms["compute"], terms["memory"], terms["comm"], max(terms.values()),
-                  _bound(terms))
+    return combine(terms["compute"], terms["memory"], terms["comm"], c.op_overhead_s)
+
+
+def combine(t_compute_s: float, t_memory_s: float, t_comm_s: float,
+            overhead_s: float = 0.0) -> OpTime:
+    """roofline.md's T_lower = max(T_math, T_hbm, T_comm), plus the chip's fixed cost per op
+    execution (``Chip.op_overhead_s``: measured on CPU hosts, 0 on the book's chips). The bound
+    is the largest term, or ``"overhead"`` when the fixed cost outweighs all three."""
+    terms = {"compute": t_compute_s, "memory": t_memory_s, "comm": t_comm_s}
+    top = max(terms.values())
+    bound = OVERHEAD if overhead_s > top else _bound(terms)
+    return OpTime(t_compute_s, t_memory_s, t_comm_s, top + overhead_s, bound)

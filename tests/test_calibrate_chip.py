@@ -43,6 +43,9 @@ def synthetic(device_count: int = N, host: str | None = None) -> C.Calibration:
         samples.append(C.Sample("stream", scope, "fp32", 1 << 24, "peak", 8 * (1 << 24),
                                 t_stream, t_stream))
         samples += _collective_samples(scope, 2 if scope == "one" else device_count)
+    # a tiny in-place op's time, three sizes' worth of samples: the per-op overhead (all busy)
+    samples += [C.Sample("stream", "all", "fp32", 16, "overhead", 128, t, 3 * t)
+                for t in (1e-6, 2e-6, 4e-6)]
     return C.Calibration(
         host=host or platform.node(), cpu_model=C._cpu_model(), cores=2,
         device_count=device_count, jax_version="0", jaxlib_version="0",
@@ -75,6 +78,8 @@ def test_figures_invert_the_ring_model_of_predictions():
     assert cal.all.flops_per_s["fp32"] == pytest.approx(2 * 1024 ** 3 / 0.16)
     assert cal.all.flops_per_s_wall["fp32"] == pytest.approx(2 * 1024 ** 3 / (1.25 * 0.16))
     assert cal.one.memory_bytes_per_s == pytest.approx(8 * (1 << 24) / 0.004)
+    # the overhead is the tiny op's time itself (median of 1, 2, 4 us); none measured alone
+    assert (cal.all.op_overhead_s, cal.one.op_overhead_s) == (pytest.approx(2e-6), 0.0)
 
 
 def test_to_chip_is_a_cpu_chip_the_predictions_accept():
@@ -83,11 +88,12 @@ def test_to_chip_is_a_cpu_chip_the_predictions_accept():
     assert (chip.name, chip.kind, chip.chips_per_node) == ("cpu", "cpu", N)
     assert chip.flops_per_s("fp32") == pytest.approx(2 * 1024 ** 3 / 0.16)  # the all-busy one
     assert chip.hbm_bytes_per_s == pytest.approx(8 * (1 << 24) / 0.032)
+    assert chip.op_overhead_s == pytest.approx(2e-6)
     assert min(chip.flops_per_s(d) for d in chip.dtypes) > 0 and chip.hbm_bytes > 0
     est = roofline.matmul(4096, 4096, 4096, chip, dtype="fp32")
     assert est.t_compute_s == pytest.approx(2 * 4096 ** 3 / chip.flops_per_s("fp32"))
     t = roofline.op_time(Cost(flops=1e9, hbm_bytes=1e6), chip, "f32")
-    assert t.predicted_s == pytest.approx(1e9 / chip.flops_per_s("fp32"))
+    assert t.predicted_s == pytest.approx(1e9 / chip.flops_per_s("fp32") + 2e-6)
     # the chip reproduces the times it was calibrated from
     assert collectives.all_gather(4 * MiB, N, chip) == pytest.approx(
         collectives.estimate("all-gather", 4 * MiB, N, REF).seconds)
@@ -135,7 +141,8 @@ def test_another_hosts_calibration_is_not_used(cache, caplog):
 @pytest.mark.parametrize("content, why", [
     ("{not json", "Expecting"),
     ('{"format": 99}', "format 99"),
-    ('{"format": 1, "host": "x"}', "not a usable calibration"),
+    ('{"format": 1, "host": "x"}', "format 1, expected 2"),  # before the per-op overhead
+    ('{"format": 2, "host": "x"}', "not a usable calibration"),
     ("[1, 2]", "format 'list'"),
 ])
 def test_corrupt_cache_file_is_a_one_line_error_naming_it(cache, caplog, content, why):
@@ -174,6 +181,31 @@ def test_cli_prints_table_caveat_and_where_it_saved(tmp_path, monkeypatch, capsy
     assert record["device_count"] == N and record["all"]["flops_per_s"]["fp32"] > 0
 
 
+def test_a_tiny_op_the_trace_leaves_out_gives_no_overhead_and_the_rest_stands(monkeypatch):
+    """One device runs a program this small inline, untraced: the overhead sample is skipped;
+    any other program without ops in its trace is still an error."""
+    from harness.calibrate import drift
+    from harness.errors import TraceError
+
+    monkeypatch.setattr(drift, "reference_rates", lambda devices: [1e9] * 3)
+    todo = [("stream", "all", "fp32", 16, "overhead", 1), ("matmul", "all", "fp32", 64, "peak", 1)]
+    monkeypatch.setattr(C, "tasks", lambda plan, n: todo)
+
+    def measure(kind, scope, dtype, size, role, devices, plan):
+        if role == "overhead":
+            raise TraceError("trace has no XLA op executions (cpu layout)")
+        return C.Sample(kind, scope, dtype, size, role, 2.0 * size ** 3, 1e-3, 1e-3)
+
+    monkeypatch.setattr(C, "measure", measure)
+    cal = C.calibrate("quick", 1)
+    assert [s.role for s in cal.samples] == ["peak"] and cal.all.op_overhead_s == 0.0
+    assert cal.all.flops_per_s["fp32"] == pytest.approx(2.0 * 64 ** 3 / 1e-3)
+    monkeypatch.setattr(C, "tasks", lambda plan, n: todo[1:])  # the matmul alone, no ops
+    monkeypatch.setattr(C, "measure", lambda *a: measure(*a[:4], "overhead", *a[5:]))
+    with pytest.raises(TraceError, match="no XLA op executions"):
+        C.calibrate("quick", 1)
+
+
 @pytest.fixture(scope="module")
 def calibrated(tmp_path_factory):
     original = hardware.CHIPS["cpu"]
@@ -191,6 +223,8 @@ def test_quick_calibration_runs_saves_and_registers(calibrated):
     assert C.load(root / "cpu-8.json") == cal
     assert hardware.chip("cpu") is chip
     assert cal.all.group == N and set(cal.all.collective_bytes_per_s) == set(C.RING)
+    # eight devices trace even a tiny op: its time is the per-op overhead the chip carries
+    assert cal.all.op_overhead_s > 0 and chip.op_overhead_s == cal.all.op_overhead_s
     assert "rendezvous" in cal.note and "not a network" in cal.note
 
 
@@ -229,6 +263,7 @@ def test_drift_factor_scales_compute_and_memory_not_collectives():
     assert f == pytest.approx(2.0) and "2.00x its calibrated speed" in note
     assert scaled.flops_per_s("fp32") == pytest.approx(2 * chip.flops_per_s("fp32"))
     assert scaled.hbm_bytes_per_s == pytest.approx(2 * chip.hbm_bytes_per_s)
+    assert scaled.op_overhead_s == pytest.approx(chip.op_overhead_s / 2)  # 2x faster: half
     assert scaled.ici_bytes_per_s == chip.ici_bytes_per_s
     assert scaled.hop_latency_s == chip.hop_latency_s
     # an older calibration without a reference: the chip as it is

@@ -170,6 +170,29 @@ def test_counts_multiply_times_but_not_per_execution_costs():
     assert dot[schema.T_COMPUTE_S] == pytest.approx(5 * once.t_compute_s)
 
 
+def test_the_chips_per_op_overhead_is_paid_once_per_execution():
+    import dataclasses
+
+    from predictions import hardware
+
+    base = dataclasses.replace(hardware.CHIPS["cpu"], op_overhead_s=0.0)
+    chip = dataclasses.replace(base, op_overhead_s=1e-3)  # far above any term below
+    m = load("fori_loop")
+    plain, slow = (hlo.hlo_costs(m, c).set_index(schema.OP) for c in (base, chip))
+    # the dot runs 5 times a step: 5 x (its roofline time + 1 ms)
+    assert slow.loc["ynn_fusion", schema.PREDICTED_S] == pytest.approx(
+        plain.loc["ynn_fusion", schema.PREDICTED_S] + 5 * 1e-3)
+    assert slow.loc["ynn_fusion", schema.BOUND] == "overhead"
+    assert slow.loc["ynn_fusion", schema.T_COMPUTE_S] == plain.loc["ynn_fusion",
+                                                                  schema.T_COMPUTE_S]
+    # a bf16 convert priced at the software rate (1 ms of work) pays it too, and stays compute-
+    # bound: 1 ms + 0.5 ms
+    cast = hlo.hlo_costs(CAST, dataclasses.replace(
+        base, software_bytes_per_s=(("convert", 6.144e6),), op_overhead_s=5e-4)).set_index(
+        schema.OP).loc["wrapped_convert"]
+    assert cast[schema.PREDICTED_S] == pytest.approx(1.5e-3) and cast[schema.BOUND] == "compute"
+
+
 def test_compute_dtype_and_explicit_dtype():
     tpu = load("tpu_style")
     assert hlo.compute_dtype(tpu.instruction("fusion"), tpu) == "bf16"  # the dot's operands
@@ -281,7 +304,7 @@ def test_bf16_converts_take_the_chips_measured_software_rate():
     from predictions import hardware
 
     # whatever cpu chip is registered (a calibration may have set a rate): one without, one with
-    base = dataclasses.replace(hardware.CHIPS["cpu"], software_bytes_per_s=())
+    base = dataclasses.replace(hardware.CHIPS["cpu"], software_bytes_per_s=(), op_overhead_s=0.0)
     # read 1024 bf16 + write 1024 f32 = 6144 bytes at 6.144 MB/s: 1 ms, compute-bound
     chip = dataclasses.replace(base, software_bytes_per_s=(("convert", 6.144e6),))
     rows = hlo.hlo_costs(CAST, chip).set_index(schema.OP)

@@ -102,6 +102,19 @@ def test_op_time_terms_and_bounds():
     assert t.bound == "memory" and t.predicted_s == pytest.approx(1.0)
 
 
+def test_op_time_adds_the_chips_per_op_overhead_after_the_max():
+    """T = max(T_math, T_hbm, T_comm) + the fixed cost per execution; the book's chips have
+    none, so their times are the book's T_lower unchanged."""
+    assert all(c.op_overhead_s == 0.0 for c in hardware.CHIPS.values() if c.kind != "cpu")
+    import dataclasses
+    c = dataclasses.replace(hardware.chip("tpu-v5e"), op_overhead_s=0.25)
+    t = roofline.op_time(Cost(flops=1.97e14, hbm_bytes=8.2e11 / 2), c)  # 1 s compute, 0.5 memory
+    assert t.predicted_s == pytest.approx(1.0 + 0.25) and t.bound == "compute"
+    t = roofline.op_time(Cost(flops=1.97e13, hbm_bytes=8.2e10 / 2), c)  # 0.1 s, 0.05 s
+    assert t.predicted_s == pytest.approx(0.1 + 0.25) and t.bound == roofline.OVERHEAD
+    assert (t.t_compute_s, t.t_memory_s) == (pytest.approx(0.1), pytest.approx(0.05))
+
+
 def test_op_time_comm_term_dispatches_on_the_collective():
     cost = Cost(hbm_bytes=1e3, comm_bytes=34e6, collective="all-gather", group_axes=(4,))
     t = roofline.op_time(cost, "tpu-v5e")

@@ -63,12 +63,14 @@ def factor(calibrated: float, before: float, after: float) -> float:
 
 
 def scaled(chip, f: float):
-    """``chip`` with its compute, memory and software rates multiplied by ``f`` (collectives
-    unchanged: they measure thread rendezvous, not arithmetic)."""
+    """``chip`` with its compute, memory and software rates multiplied by ``f`` and its per-op
+    overhead divided by it (collectives unchanged: they measure thread rendezvous, not
+    arithmetic)."""
     return dataclasses.replace(
         chip, peak_flops=tuple((d, v * f) for d, v in chip.peak_flops),
         hbm_bytes_per_s=chip.hbm_bytes_per_s * f,
-        software_bytes_per_s=tuple((k, v * f) for k, v in chip.software_bytes_per_s))
+        software_bytes_per_s=tuple((k, v * f) for k, v in chip.software_bytes_per_s),
+        op_overhead_s=chip.op_overhead_s / f)
 
 
 def apply(chip, calibration: dict | None, host: dict | None):
@@ -87,5 +89,5 @@ def apply(chip, calibration: dict | None, host: dict | None):
                                 "run (a reference matmul before and after): no drift factor "
                                 "applied; efficiencies may be off by as much")
     return scaled(chip, f), f, (f"host ran at {f:.2f}x its calibrated speed around this run (a "
-                                "reference matmul before and after): cpu compute, memory and "
-                                "convert rates scaled by it")
+                                "reference matmul before and after): cpu compute, memory, convert "
+                                "rates and per-op overhead scaled by it")

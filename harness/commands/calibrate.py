@@ -55,6 +55,10 @@ def rows(cal: cal_lib.Calibration) -> list[tuple[str, str, str]]:
                 _si(all_.memory_bytes_per_s, "B/s")))
     out.append(("  (step wall clock)", _si(one.memory_bytes_per_s_wall, "B/s"),
                 _si(all_.memory_bytes_per_s_wall, "B/s")))
+    out.append(("bf16 -> f32 convert", _si(one.convert_bytes_per_s, "B/s"),
+                _si(all_.convert_bytes_per_s, "B/s")))
+    out.append(("per-op overhead (a tiny op)", _si(one.op_overhead_s, "s"),
+                _si(all_.op_overhead_s, "s")))
     for kind in cal_lib.RING:
         out.append((f"{kind} bandwidth W", _si(one.collective_bytes_per_s.get(kind), "B/s"),
                     _si(all_.collective_bytes_per_s.get(kind), "B/s")))

@@ -90,13 +90,11 @@ def software_seconds(instr: Instruction, module: Module, cost: Cost, chip) -> fl
     return 0.0
 
 
-def _with_software(t, seconds: float):
-    """``t`` (a roofline ``OpTime``) with ``seconds`` of software work as its compute term."""
+def _with_software(t: OpTime, seconds: float, chip) -> OpTime:
+    """``t`` with ``seconds`` of software work as its compute term."""
     if seconds <= t.t_compute_s:
         return t
-    terms = {"compute": seconds, "memory": t.t_memory_s, "comm": t.t_comm_s}
-    bound = max(terms, key=terms.get)
-    return OpTime(seconds, t.t_memory_s, t.t_comm_s, terms[bound], bound)
+    return roofline.combine(seconds, t.t_memory_s, t.t_comm_s, chip.op_overhead_s)
 
 
 def _as_module(hlo: str | Module) -> Module:
@@ -116,7 +114,7 @@ def hlo_costs(hlo_text: str | Module, chip, dtype: str | None = None) -> pd.Data
         cost = instruction_cost(instr, module)
         t = roofline.op_time(cost, chip, dtype or compute_dtype(instr, module))
         if cost.modeled:
-            t = _with_software(t, software_seconds(instr, module, cost, chip))
+            t = _with_software(t, software_seconds(instr, module, cost, chip), chip)
         rows.append({
             schema.PROGRAM: module.name, schema.OP: instr.name, schema.OPCODE: instr.opcode,
             schema.CATEGORY: category(module, instr), schema.COUNT: count,

@@ -16,7 +16,8 @@ from harness.report.tables import fmt_seconds
 
 # How a bound reads in the book's terms (`roofline.md`).
 BOUND_TERMS = {"compute": "compute-bound", "memory": "memory-bound",
-               "comm": "communication-bound", schema.UNMODELED: "no roofline model"}
+               "comm": "communication-bound", schema.OVERHEAD: "bound by the per-op overhead",
+               schema.UNMODELED: "no roofline model"}
 
 
 def _over(size, mesh: dict | None) -> str:
