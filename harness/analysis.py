@@ -28,6 +28,7 @@ from harness.compare import (
 )
 from harness.errors import HarnessError
 from harness.hlo import cross_check, cross_check_skip, hlo_costs, parse_module
+from harness.memory import host_note
 from harness.ops import op_times, step_samples, step_time
 from harness.report import plots
 from harness.report.document import CATEGORIES_PNG, ROOFLINE_PNG, Report
@@ -142,6 +143,7 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
     beating = ops_beating_roofline(ops)
     if beating:
         notes.append(f"{beating} run {beats_roofline_reason(entry.name, entry.kind)}")
+    notes += [line for line in (host_note({**cap.meta, **(meta or {})}),) if line]
     if summ[schema.COVERAGE] < 0.95:
         notes.append(f"only {summ[schema.COVERAGE]:.0%} of measured time is in ops a rule predicts")
     unexpected = None

@@ -220,7 +220,7 @@ def capture(fn: Callable, args: Sequence, *, warmup: int = 2, steps: int = STEPS
     lowered = jitted.lower(*args)
     compiled, options = _compile(lowered,
                                  trace_compile_options(jax.default_backend(), command_buffers))
-    memory.check_fits(compiled)  # refuse before running a program that cannot fit
+    need, have = memory.check_fits(compiled)  # refuse before running what cannot fit
     hlo_text = compiled.as_text()
     args = tuple(args)
 
@@ -255,6 +255,7 @@ def capture(fn: Callable, args: Sequence, *, warmup: int = 2, steps: int = STEPS
                  schema.STEPS: steps, schema.COMPILER_OPTIONS: options,
                  schema.STEP_TIMES_S: step_times, schema.TRACED_STEP_TIMES_S: traced,
                  schema.TRACE_STOP_S: stop_s, **timing,
+                 schema.MEMORY_NEEDED_BYTES: need, schema.MEMORY_CAPACITY_BYTES: have,
                  schema.TIME: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
     if mesh is not None:
         meta[schema.MESH] = {str(k): int(v) for k, v in dict(mesh.shape).items()}

@@ -16,6 +16,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 
+from harness import schema
 from harness.errors import HarnessError, one_line
 
 MEMORY_ENV = "SCALING_HARNESS_DEVICE_MEMORY"
@@ -100,6 +101,19 @@ def check_fits(compiled, devices: Sequence | None = None,
         raise OutOfMemory(f"the program needs {fmt_bytes(need)} per device but a {kind} has "
                           f"{fmt_bytes(have)}; what helps: {knobs}")
     return need, have
+
+
+def host_note(meta: Mapping) -> str:
+    """One line for a CPU run's report: what the process's devices need of the host's RAM
+    together (virtual devices share it); empty when XLA gave no figure or they are not CPUs."""
+    need, have = meta.get(schema.MEMORY_NEEDED_BYTES), meta.get(schema.MEMORY_CAPACITY_BYTES)
+    n = int(meta.get(schema.DEVICE_COUNT) or 1) // max(1, int(meta.get("process_count") or 1))
+    if not need or meta.get("platform") != "cpu":
+        return ""
+    each = f" (a device's share: {fmt_bytes(have)})" if have else ""
+    return (f"memory: the program needs {fmt_bytes(need)} per device{each}, XLA's "
+            f"memory_analysis; its {n} device(s) share the host's RAM: {fmt_bytes(need * n)} "
+            "together")
 
 
 def is_oom(exc: BaseException) -> bool:

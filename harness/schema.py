@@ -139,6 +139,8 @@ GRAPH_NOTE = "graph_note"          # GPU: why graph_step_s and step_s differ, wh
 STEP_TIMES_S = "step_times_s"      # untraced steps' wall times, right after the trace (capture)
 TRACED_STEP_TIMES_S = "traced_step_times_s"  # the traced steps' wall times
 TRACE_STOP_S = "trace_stop_s"      # seconds jax.profiler.stop_trace took
+MEMORY_NEEDED_BYTES = "memory_needed_bytes"  # per device, XLA's memory_analysis (harness.memory)
+MEMORY_CAPACITY_BYTES = "memory_capacity_bytes"  # what one device holds (CPU: its share of RAM)
 TRACE_FILE = "trace"               # the xplane.pb a trace analysis read (harness trace)
 # WORKLOAD, PRESET, MESH, CHIP and PROGRAM above are meta keys too.
 

@@ -65,6 +65,27 @@ def test_cpu_without_override_gets_a_share_of_host_ram(monkeypatch):
     assert memory.capacity_bytes(cpu, 8) == ram // 8
 
 
+def test_a_cpu_run_says_what_its_devices_need_of_the_hosts_ram(tmp_path, monkeypatch):
+    from harness import schema
+    from harness.capture import capture
+
+    # 8 devices of 1.5 GiB each share the host: 12 GiB together; a device's share is 3 GiB
+    meta = {schema.MEMORY_NEEDED_BYTES: 3 * 2**29, schema.MEMORY_CAPACITY_BYTES: 3 * 2**30,
+            schema.DEVICE_COUNT: 8, "platform": "cpu"}
+    note = memory.host_note(meta)
+    assert "1.50 GiB per device" in note and "3.00 GiB" in note and "12.00 GiB together" in note
+    assert memory.host_note({**meta, "platform": "gpu"}) == ""  # its own memory, not the host's
+    assert memory.host_note({**meta, schema.MEMORY_NEEDED_BYTES: None}) == ""
+    # two processes of 4 devices each: each process's 4 share its host, 6 GiB
+    assert "6.00 GiB together" in memory.host_note({**meta, "process_count": 2})
+    # a capture records XLA's figure and the capacity it was checked against
+    monkeypatch.setenv(memory.MEMORY_ENV, "1GiB")
+    x = jax.device_put(jnp.ones((1024,), jnp.float32), jax.devices()[0])
+    cap = capture(jax.jit(lambda a: a * 2), (x,), warmup=0, steps=1, out_dir=tmp_path)
+    assert cap.meta[schema.MEMORY_NEEDED_BYTES] >= 2 * x.nbytes  # argument + output
+    assert cap.meta[schema.MEMORY_CAPACITY_BYTES] == 2**30
+
+
 def test_xla_out_of_memory_becomes_one_line():
     err = jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate "
                                      "16.02GiB.\n  ... 40 lines of allocator state ...")
