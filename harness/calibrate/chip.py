@@ -167,7 +167,7 @@ def calibrate(mode: str = "full", device_count: int | None = None,
         except TraceError:
             if role != "overhead":
                 raise
-            # a one-device program this small runs inline, untraced: no overhead to measure
+            # a program this small may run inline, untraced: no overhead to measure
             log.info("calibrate: %s left no op in the trace; no per-op overhead", label)
     reference += drift.reference_rates(devices[:n])
     busy = drift.spread(reference)

@@ -26,9 +26,11 @@ DTYPES = ("fp32", "bf16")  # the book dtypes whose matmul peak is measured
 # below an in-place stream of the same size; beyond the cache a fresh f32 buffer's page
 # faults slow it further, so large converts run slower than this rate predicts.
 CONVERT_ELEMENTS = 1 << 18
-# The per-op overhead program: an in-place stream this small (128 bytes, a few ns of memory
-# traffic) takes the runtime's fixed cost per op execution and nothing else.
-OVERHEAD_ELEMENTS = 16
+# The per-op overhead programs: in-place streams this small (64 to 1024 bytes, a few ns of
+# memory traffic) take the runtime's fixed cost per op execution and nothing else; the median
+# over five sizes steadies a figure single programs put anywhere in 0.55-1.0 us here. XLA runs
+# a one-device program this small inline, untraced: one device gets none.
+OVERHEAD_ELEMENTS = (16, 32, 64, 128, 256)
 # predictions.collectives' CPU ring (gpus.md's ring, AllReduce = 2x AllGather):
 # t_bw = RING*V*(g-1)/(g*W), t_lat = RING*(g-1)*hop latency
 RING = {"all-gather": 1, "all-reduce": 2}
@@ -192,8 +194,8 @@ def tasks(plan: Plan, n: int) -> list[tuple[str, str, str, int, str, int]]:
                     for role, sizes in (("latency", plan.latency_bytes),
                                         ("bandwidth", plan.bandwidth_bytes)) for s in sizes]
         out += [("stream", scope, "fp32", s, "peak", k) for s in plan.stream_elements]
-        out += [("convert", scope, "bf16", CONVERT_ELEMENTS, "peak", k),
-                ("stream", scope, "fp32", OVERHEAD_ELEMENTS, "overhead", k)]
+        out += [("convert", scope, "bf16", CONVERT_ELEMENTS, "peak", k)]
+        out += [("stream", scope, "fp32", s, "overhead", k) for s in OVERHEAD_ELEMENTS if k > 1]
         # matmuls last, fp32 last of all: what runs lean on most, nearest to what follows
         out += [("matmul", scope, dt, s, "peak", k) for dt in sorted(DTYPES)
                 for s in plan.matmul_n]
