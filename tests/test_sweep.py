@@ -326,6 +326,24 @@ TWO = f"""
     """
 
 
+def _wait_stopped(pid: int, timeout: float = 5.0) -> None:
+    """Wait until every thread of ``pid`` is stopped (Linux /proc; elsewhere a short pause)."""
+    tasks = Path(f"/proc/{pid}/task")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                      for t in tasks.iterdir()]
+        except OSError:  # no /proc, or a thread just ended
+            time.sleep(0.05)
+            if not tasks.exists():
+                return
+            continue
+        if all(st in "Tt" for st in states):
+            return
+        time.sleep(0.001)
+
+
 def _interrupt_second_point(path: Path, out: Path, sig: int) -> tuple[Path, int, str]:
     """Run the sweep in a subprocess and send ``sig`` once point 1 is recorded and point 2 is
     being captured (its scratch directory exists). Returns (sweep dir, exit code, stderr)."""
@@ -339,8 +357,17 @@ def _interrupt_second_point(path: Path, out: Path, sig: int) -> tuple[Path, int,
         while time.monotonic() < deadline and proc.poll() is None:
             dirs = list(out.glob(f"{plan.name}-*")) if out.exists() else []
             if dirs and _stray(sw.point_dir(dirs[0], plan.points[1])):
-                proc.send_signal(sig)
-                break
+                # Freeze the sweep and look again: on a loaded host the point may have finished
+                # between the look and the signal. Frozen with its scratch in place, it is still
+                # inside the point, so the signal lands there whatever the host's load.
+                proc.send_signal(signal.SIGSTOP)
+                _wait_stopped(proc.pid)
+                still = _stray(sw.point_dir(dirs[0], plan.points[1]))
+                if still:
+                    proc.send_signal(sig)
+                proc.send_signal(signal.SIGCONT)
+                if still:
+                    break
             time.sleep(0.01)
         else:
             pytest.fail(f"sweep ended (rc={proc.poll()}) or stalled before the signal: "
