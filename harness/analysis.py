@@ -143,7 +143,9 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
     beating = ops_beating_roofline(ops)
     if beating:
         notes.append(f"{beating} run {beats_roofline_reason(entry.name, entry.kind)}")
-    notes += [line for line in (host_note({**cap.meta, **(meta or {})}),) if line]
+    ram = host_note({**cap.meta, **(meta or {})})
+    if ram:
+        notes.append(ram)
     if summ[schema.COVERAGE] < 0.95:
         notes.append(f"only {summ[schema.COVERAGE]:.0%} of measured time is in ops a rule predicts")
     unexpected = None
