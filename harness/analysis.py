@@ -33,6 +33,7 @@ from harness.ops import op_times, step_samples, step_time
 from harness.report import plots
 from harness.report.document import CATEGORIES_PNG, ROOFLINE_PNG, Report
 from harness.sharding import unexpected_collectives
+from harness.shares import apart, host_shares, shares_cores
 from harness.trace.hlo_proto import device_kind, trace_hlo
 from harness.trace.load import find_trace_file, read_events, read_xspace
 
@@ -76,7 +77,8 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
                     expected_collectives: dict[str, int] | None = None,
                     meta: dict | None = None, events: pd.DataFrame | None = None,
                     notes: list[str] | None = None, device=None,
-                    async_names: dict | None = None, with_plots: bool = True) -> Analysis:
+                    async_names: dict | None = None, with_plots: bool = True,
+                    layout: str | None = None) -> Analysis:
     """Parse, predict and compare one capture; build its report (with plots).
 
     ``model_flops``: the step's useful FLOPs over all devices (gives MFU); ``analytic_s``: the
@@ -84,7 +86,9 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
     ``events``: the EVENTS to analyse when they do not come from ``cap``'s own trace (a
     multi-host run merges every process's); ``notes`` go into the report first. ``device``: the
     device (or device kind) that ran the capture, when not this process's first device.
-    ``async_names``: the trace's name of each async op, with ``events`` (``TraceEvents``).
+    ``async_names``: the trace's name of each async op, with ``events`` (``TraceEvents``), and
+    ``layout``, the trace layout that read them (a CPU one times ops as host shares,
+    ``harness.shares``; without it, the devices' platform in ``cap.meta`` decides).
     ``with_plots`` False leaves out the report's plots (a sweep point: matplotlib costs more
     than the step).
     """
@@ -105,13 +109,15 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
             model_flops, analytic_s, formula = est.model_flops, est.analytic_s, est.formula
     if events is None:
         read = read_events(cap.trace_dir, hlo_text=cap.hlo_text)
-        events, async_names = read.events, read.async_names
-    measured = op_times(events)
+        events, async_names, layout = read.events, read.async_names, read.layout
     module = parse_module(cap.hlo_text)
     predicted = hlo_costs(module, entry)
     # the trace names an async op (``fusion-start.3`` in the HLO text) by the op it wraps
     if async_names:
         predicted[schema.OP] = predicted[schema.OP].replace(async_names)
+    shared = shares_cores(layout, cap.meta.get("platform"))
+    timed = host_shares(events, apart(predicted)) if shared else events
+    measured = op_times(timed, mean=shared)
     # The trace may hold other programs (e.g. a user's helper jits); compare the captured one.
     program = cap.program or (measured[schema.PROGRAM].iloc[0] if len(measured) else "")
     measured = measured[measured[schema.PROGRAM] == program]
@@ -169,7 +175,7 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
                     ops=ops, categories=cats, summary=summ, meta=full_meta, notes=notes,
                     unexpected=unexpected, plots=figures)
     return Analysis(capture=cap, events=events, async_names=dict(async_names or {}),
-                    steps=step_samples(events), report=report,
+                    steps=step_samples(timed, mean=shared), report=report,
                     chip=entry, cross_check=check)
 
 
@@ -231,7 +237,8 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     cap = Capture(trace_dir=trace_file.parent, hlo_text=text,
                   cost_analysis=saved.get("cost_analysis", {}), meta=meta)
     return analyze_capture(cap, chip=chip, events=events, async_names=read.async_names,
-                           device=meta.get(schema.DEVICE_KIND) or None, **kwargs)
+                           layout=read.layout, device=meta.get(schema.DEVICE_KIND) or None,
+                           **kwargs)
 
 
 def _saved_beside(trace_file: Path, root: Path) -> dict:

@@ -141,11 +141,11 @@ def beats_roofline(efficiency) -> bool:
 
 
 # Why a CPU op can beat the calibrated cpu chip (README, "CPU calibration"): its virtual devices
-# are threads on shared cores, and one op's own time depends on how they take turns (the same
-# matmul lasted 3 ms on one device and 18 ms on another in one step here; single ops landed
-# at 0.6-3.7x the chip's figures in quick sweeps).
-CPU_REASON = ("on CPU the virtual devices share the host's cores, and an op's time depends on how "
-              "their threads take turns, which puts single ops anywhere within 2-4x of the "
+# are threads on shared cores, timed as host shares (harness.shares), and one matmul rate
+# calibrated on square matmuls prices every shape (single matmuls landed at 0.68-1.53x the
+# chip's figures in quick sweeps here).
+CPU_REASON = ("on CPU the virtual devices share the host's cores and one calibrated matmul rate "
+              "stands for every shape, which puts single ops anywhere within +-50% of the "
               "chip's figures; a calibration taken under load lowers them too (`harness "
               "calibrate` on a quiet host)")
 

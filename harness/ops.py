@@ -2,7 +2,9 @@
 
 Time per step of an op on a device is the sum of its executions in that step. ``measured_s`` is
 the median over steps of that sum, per device, then the median over devices; the min and max
-over devices are kept so that skew between devices stays visible.
+over devices are kept so that skew between devices stays visible. Shares of a host whose
+devices share cores (``harness.shares``) take the mean over devices instead (``mean=True``): it
+is what they conserve.
 """
 from __future__ import annotations
 
@@ -20,15 +22,19 @@ def _per_device_step(events: pd.DataFrame) -> pd.DataFrame:
             .agg(["sum", "size"]).reset_index())
 
 
-def op_times(events: pd.DataFrame) -> pd.DataFrame:
-    """The measured OPS table, sorted by ``measured_s`` descending."""
+def _over_devices(mean: bool) -> str:
+    return "mean" if mean else "median"
+
+
+def op_times(events: pd.DataFrame, mean: bool = False) -> pd.DataFrame:
+    """The measured OPS table, sorted by ``measured_s`` descending. ``mean``: over devices."""
     per_step = _per_device_step(events)
     per_device = (per_step.groupby([schema.PROGRAM, schema.OP, schema.DEVICE], observed=True)
                   .agg(t=("sum", "median"), n=("size", "median")).reset_index())
     grouped = per_device.groupby([schema.PROGRAM, schema.OP], observed=True)
     out = grouped.agg(**{
         schema.COUNT: ("n", "median"),
-        schema.MEASURED_S: ("t", "median"),
+        schema.MEASURED_S: ("t", _over_devices(mean)),
         schema.MEASURED_MIN_S: ("t", "min"),
         schema.MEASURED_MAX_S: ("t", "max"),
         schema.DEVICES: (schema.DEVICE, "nunique"),
@@ -41,14 +47,15 @@ def op_times(events: pd.DataFrame) -> pd.DataFrame:
     return out[list(schema.OPS_MEASURED)].reset_index(drop=True)
 
 
-def step_samples(events: pd.DataFrame) -> pd.DataFrame:
-    """Per (program, op, step): the op's time in that step, median over devices (seconds).
+def step_samples(events: pd.DataFrame, mean: bool = False) -> pd.DataFrame:
+    """Per (program, op, step): the op's time in that step, median (``mean``: mean) over
+    devices (seconds).
 
     The per-step distribution behind ``measured_s``; regression checks test on it.
     """
     per_step = _per_device_step(events)
     out = (per_step.groupby([schema.PROGRAM, schema.OP, schema.STEP], observed=True)["sum"]
-           .median().mul(_NS).rename(schema.MEASURED_S).reset_index())
+           .agg(_over_devices(mean)).mul(_NS).rename(schema.MEASURED_S).reset_index())
     out[schema.PROGRAM] = out[schema.PROGRAM].astype(str)
     out[schema.OP] = out[schema.OP].astype(str)
     return out

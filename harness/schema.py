@@ -25,7 +25,8 @@ CATEGORY = "category"
 
 # --- measured -----------------------------------------------------------------------------
 COUNT = "count"              # executions per step (per device)
-MEASURED_S = "measured_s"    # median over steps of the time per step, median over devices
+MEASURED_S = "measured_s"    # median over steps of the time per step, median over devices (CPU:
+                             # mean over devices of host shares, harness.shares)
 MEASURED_MIN_S = "measured_min_s"  # min over devices of the per-device median
 MEASURED_MAX_S = "measured_max_s"  # max over devices of the per-device median
 DEVICES = "devices"          # number of devices the op ran on

@@ -98,3 +98,22 @@ def test_capture_times_each_traced_step_with_a_lean_profiler(matmul_capture):
     assert matmul_capture.meta["trace_stop_s"] > 0
     # step_s is their median, not the trace's op sums (the other tests find the ops traced)
     assert _step_s(matmul_capture, None) == statistics.median(times)
+
+
+def test_cpu_ops_are_timed_as_their_share_of_the_host(matmul_capture):
+    """On CPU an op's time is its share of the host (harness.shares): the shares of every op
+    on every device add up to D x the time any op was running, so the per-step samples (means
+    over the 8 devices) add up to that time, the union of all op intervals, taken here from the
+    raw events by sorting and merging."""
+    from harness.analysis import analyze_capture
+
+    a = analyze_capture(matmul_capture, chip="h100", with_plots=False)
+    ev = a.events.sort_values(schema.START_NS)
+    union_ns, reach = 0, -1
+    for s, d in zip(ev[schema.START_NS], ev[schema.DURATION_NS]):
+        e = s + d
+        if e > reach:
+            union_ns += e - max(s, reach)
+            reach = e
+    assert (a.report.ops[schema.DEVICES] == 8).all()  # every op on all 8: mean over 8 = sum / 8
+    assert a.steps[schema.MEASURED_S].sum() == pytest.approx(union_ns * 1e-9, rel=1e-3)

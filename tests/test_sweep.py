@@ -456,7 +456,7 @@ def test_summary_flags_efficiency_and_mfu_beyond_the_roofline():
     notes = sweep_report.impossible_notes(df)
     assert notes[0] == "point 1 (matmul case=no_comm): efficiency 144%, mfu 286%"
     assert notes[1].startswith("1 point(s) ran faster than the cpu roofline allows")
-    assert "threads take turns" in notes[1] and "calibration taken under load" in notes[1]
+    assert "share the host's cores" in notes[1] and "calibration taken under load" in notes[1]
     assert len(notes) == 2
     # a book chip's numbers are its data sheet's: there, beating them means they are too low
     from harness.compare import beats_roofline_reason

@@ -15,6 +15,7 @@ from typing import NamedTuple
 from harness import schema
 from harness.capture import capture
 from harness.errors import HarnessError
+from harness.shares import apart_by_opcode, host_shares
 from harness.trace.load import load_events
 
 # jax is imported inside the functions that run it, on purpose: importing this module must
@@ -73,7 +74,8 @@ class Sample:
 
 # --- what runs: one program per sample ---------------------------------------------------------
 class Program(NamedTuple):
-    """``opcodes``: the ops to time (empty: the longest op); ``carry`` feeds outputs back."""
+    """``opcodes``: the ops to time (empty: the longest op); ``carry`` feeds outputs back;
+    ``shared``: timed as host shares (``harness.shares``), as a run on CPU times its ops."""
 
     fn: Callable
     args: tuple
@@ -81,6 +83,7 @@ class Program(NamedTuple):
     opcodes: tuple[str, ...] = ()
     carry: Callable | None = None
     chain: int = 1
+    shared: bool = False
 
 
 def _mesh(devices):
@@ -107,7 +110,9 @@ def _matmul(devices, dtype, n, chain) -> Program:
     m, k = _mesh(devices), len(devices)  # data parallel: each device its own [n,n] @ [n,n]
     name = canonical_dtype(dtype)  # book name -> jax.numpy name
     args = (_ones(m, (k * n, n), name, P("X", None)), _ones(m, (n, n), name, P()))
-    return Program(jax.jit(lambda x, w: x @ w), args, 2.0 * n ** 3)  # roofline.md: 2BDF FLOPs
+    # every device's matmul runs at once, queued on the host's shared thread pool: timed as shares
+    return Program(jax.jit(lambda x, w: x @ w), args, 2.0 * n ** 3,  # roofline.md: 2BDF FLOPs
+                   shared=True)
 
 
 def _stream(devices, dtype, elements, chain) -> Program:
@@ -164,8 +169,14 @@ def _opcodes(hlo_text: str) -> dict[str, str]:
 
 
 def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
-    """One program under the profiler. The op's time: per step the median over devices, then
-    the best step; a chain of collectives gives the median over its ops."""
+    """One program under the profiler. The op's time: per step the median over devices (a
+    ``shared`` program: the mean of host shares, as a run measures ops on CPU), then the best
+    step; a chain of collectives gives the median over its ops.
+
+    Only the matmul is timed as shares. The other programs run one short op per device per
+    step, dispatched device after device, so their ops hardly overlap and a share would charge
+    each with a host that sat idle; in a run, such ops run beside the other devices' ops, where
+    a share is the op's own duration (``harness.shares``)."""
     prog = BUILDERS[kind](devices, dtype, size, plan.chain)
     with tempfile.TemporaryDirectory(prefix="calibrate-") as tmp:
         cap = capture(prog.fn, prog.args, warmup=1, steps=plan.steps, out_dir=tmp,
@@ -173,10 +184,13 @@ def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
         ev = load_events(cap.trace_dir)
     by_step = ev.assign(end=ev[schema.START_NS] + ev[schema.DURATION_NS]).groupby(schema.STEP)
     span_ns = (by_step["end"].max() - by_step[schema.START_NS].min()).median()
+    codes = _opcodes(cap.hlo_text)
+    if prog.shared:
+        ev = host_shares(ev, apart_by_opcode(codes))
     per = (ev.groupby([schema.OP, schema.STEP, schema.DEVICE], observed=True)
-           [schema.DURATION_NS].sum().groupby(level=[0, 1]).median().groupby(level=0).min())
+           [schema.DURATION_NS].sum().groupby(level=[0, 1])
+           .agg("mean" if prog.shared else "median").groupby(level=0).min())
     if prog.opcodes:
-        codes = _opcodes(cap.hlo_text)
         per = per[[codes.get(str(op)) in prog.opcodes for op in per.index]]
         if per.empty:
             raise HarnessError(f"calibration: no {kind} op in the trace of {cap.program}")

@@ -24,6 +24,7 @@ from harness.runs.run import new_run_id, save_analysis
 # leave XLA_FLAGS settable (harness.devices) and stay cheap for commands that never run jax.
 
 BY_DEVICE_CSV = "by_device.csv"
+MERGED = "merged"  # the layout name analyze_capture gets for every process's EVENTS together
 
 
 def by_device(events: pd.DataFrame) -> pd.DataFrame:
@@ -61,8 +62,10 @@ def store_merged(built, cap, events: pd.DataFrame, processes: list[dict], *, chi
                      "not a network")
     meta = dict(meta, processes=processes)
     name = built.workload.name
+    # MERGED is no single-host layout: the processes' clocks differ, so the host-share timing
+    # of a CPU host (harness.shares) is not taken; ops keep their per-device durations
     a = analyze_capture(cap, chip=chip, meta=meta, book=built.book, events=events, notes=notes,
-                        expected_collectives=built.expected_collectives(),
+                        layout=MERGED, expected_collectives=built.expected_collectives(),
                         title=f"{name} ({meta['preset']}) on mesh {meta['mesh']} across "
                               f"{len(processes)} processes")
     keys = [schema.PROGRAM, schema.OP]

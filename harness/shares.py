@@ -1,0 +1,76 @@
+"""On a host whose devices share cores, an op's time is its share of the host's time.
+
+XLA's CPU devices are threads, eight of them on two cores here. An op's own duration on such a
+host tells how the threads happened to be scheduled more than what the op costs: in one step of
+an 8-device matmul the same op lasted 3 ms on one device and 18 ms on another, and its median
+over devices moved 2x between identical runs while the step's wall time held within 10%. Its
+share of the host does not depend on the scheduling:
+
+    share = D * (integral over the op's execution of dt / n(t))
+
+with D the devices in the trace and n(t) the ops running at time t on all of them. Every device
+running the same op at once: share = duration. An op running alone: D x its duration (it had
+the host the D devices share). The shares of a step add up to D x the time ops were running, so
+their mean over devices adds up to that time: measured on CPU, ``measured_s`` is a mean over
+devices (``harness.ops``), and the ``cpu`` chip's matmul rate is a share too
+(``harness.calibrate.programs``).
+
+Collectives count like any op: a thread inside one holds its device, waiting for the others or
+reducing, so an op beside it gets no more of the host than one beside a matmul. Control-flow ops
+(``while``, ``call``, ``conditional``) neither share nor count: their body ops run inside them
+and are counted themselves.
+"""
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+import numpy as np
+import pandas as pd
+
+from harness import schema
+from predictions.rules import CONTAINERS
+
+LAYOUTS = ("cpu",)  # trace layouts (harness.trace) whose devices share the host's cores
+
+
+def shares_cores(layout: str | None, platform: str | None = None) -> bool:
+    """Whether a trace's devices share cores: its layout, else the devices' platform."""
+    return (layout in LAYOUTS) if layout else platform == "cpu"
+
+
+def apart(predicted: pd.DataFrame) -> set[str]:
+    """Ops of a predicted OPS table that keep their durations: the control-flow containers."""
+    keep = predicted[schema.OPCODE].isin(CONTAINERS)
+    return set(predicted.loc[keep, schema.OP].astype(str))
+
+
+def apart_by_opcode(opcodes: Mapping[str, str]) -> set[str]:
+    """The same from op name -> HLO opcode."""
+    return {op for op, code in opcodes.items() if code in CONTAINERS}
+
+
+def host_shares(events: pd.DataFrame, keep: Collection[str] = ()) -> pd.DataFrame:
+    """EVENTS with each op execution's ``duration_ns`` replaced by its share of the host; the
+    ops named in ``keep`` (``apart``) neither share nor count in n(t)."""
+    schema.validate(events, schema.EVENTS, where="host_shares(events)")
+    start = events[schema.START_NS].to_numpy(np.int64)
+    end = start + events[schema.DURATION_NS].to_numpy(np.int64)
+    split = ~events[schema.OP].astype(str).isin(set(keep)).to_numpy()
+    if not split.any():
+        return events
+    # n(t) is a step function: +1 at each start, -1 at each end of a splitting op
+    t = np.concatenate([start[split], end[split]])
+    order = np.argsort(t, kind="stable")
+    t = t[order]
+    n = np.cumsum(np.concatenate([np.ones(split.sum()), -np.ones(split.sum())])[order])
+    # F(t) = integral of dt / n up to t, at each boundary; piecewise linear in between
+    gaps = np.diff(t, append=t[-1]).astype(float)
+    F = np.concatenate([[0.0], np.cumsum(np.where(n > 0, gaps / np.maximum(n, 1), 0.0))])[:-1]
+
+    def at(x):  # F at the times x, each of which is a boundary
+        return F[np.searchsorted(t, x, side="left")]
+
+    devices = events[schema.DEVICE].nunique()
+    out = events[schema.DURATION_NS].to_numpy(np.int64).copy()
+    out[split] = np.rint(devices * (at(end[split]) - at(start[split]))).astype(np.int64)
+    return events.assign(**{schema.DURATION_NS: out})

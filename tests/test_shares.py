@@ -1,0 +1,76 @@
+"""harness.shares: an op's share of a host whose devices share cores, worked by hand."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from harness import schema
+from harness.ops import op_times
+from harness.shares import apart, apart_by_opcode, host_shares, shares_cores
+
+
+def events(rows) -> pd.DataFrame:
+    """EVENTS from (op, device, start_ns, duration_ns), one program, one step."""
+    return pd.DataFrame([{schema.PROGRAM: "p", schema.OP: op, schema.DEVICE: d, schema.STEP: 0,
+                          schema.START_NS: s, schema.DURATION_NS: t} for op, d, s, t in rows])
+
+
+def shares(rows, keep=()) -> dict:
+    out = host_shares(events(rows), keep)
+    return dict(zip(zip(out[schema.OP], out[schema.DEVICE]), out[schema.DURATION_NS]))
+
+
+def test_the_same_op_on_every_device_at_once_keeps_its_duration():
+    # n = 2 throughout: share = D * 10 / 2 = 10
+    assert shares([("dot", 0, 0, 10), ("dot", 1, 0, 10)]) == {("dot", 0): 10, ("dot", 1): 10}
+
+
+def test_an_op_running_alone_had_the_devices_host_to_itself():
+    # a on device 0 over [0, 10), b on device 1 over [5, 15): n = 1, 2, 1 on 5 ns each.
+    # a: 2 * (5/1 + 5/2) = 15; b: 2 * (5/2 + 5/1) = 15
+    s = shares([("a", 0, 0, 10), ("b", 1, 5, 10)])
+    assert s == {("a", 0): 15, ("b", 1): 15}
+    # the shares add up to D x the time any op ran: 2 * 15
+    assert sum(s.values()) == 2 * 15
+
+
+def test_a_staggered_op_measures_as_its_span_over_devices():
+    # the same op 2 ns on device 0 and 18 ns on device 1 (one thread got the cores later):
+    # [0, 2) n = 2, [2, 18) n = 1. Shares 2 * 2/2 = 2 and 2 * (2/2 + 16) = 34; mean 18, the
+    # span in which the host ran the op, where the median of raw durations says 10
+    rows = [("dot", 0, 0, 2), ("dot", 1, 0, 18)]
+    raw = op_times(events(rows))
+    assert raw[schema.MEASURED_S].iloc[0] == pytest.approx(10e-9)
+    shared = op_times(host_shares(events(rows)), mean=True)
+    assert shared[schema.MEASURED_S].iloc[0] == pytest.approx(18e-9)
+    assert shared[schema.MEASURED_MIN_S].iloc[0] == pytest.approx(2e-9)
+    assert shared[schema.MEASURED_MAX_S].iloc[0] == pytest.approx(34e-9)
+
+
+def test_collectives_count_like_any_op():
+    # a thread in a collective holds its device: with every device in the all-reduce or in a
+    # matmul, n = 2 and each keeps its duration
+    assert shares([("all-reduce.1", 0, 0, 10), ("dot", 1, 0, 10)]) == {
+        ("all-reduce.1", 0): 10, ("dot", 1): 10}
+
+
+def test_containers_neither_share_nor_count():
+    # while on device 0 over [0, 20) around its body op over [2, 8); c on device 1 over [0, 20).
+    # n leaves the while out: 1 on [0, 2), 2 on [2, 8), 1 on [8, 20).
+    # c: 2 * (2 + 6/2 + 12) = 34; body: 2 * 6/2 = 6; the while keeps 20
+    s = shares([("while", 0, 0, 20), ("body", 0, 2, 6), ("c", 1, 0, 20)], keep={"while"})
+    assert s == {("while", 0): 20, ("body", 0): 6, ("c", 1): 34}
+
+
+def test_one_device_ops_back_to_back_keep_their_durations():
+    assert shares([("a", 0, 0, 7), ("b", 0, 7, 3)]) == {("a", 0): 7, ("b", 0): 3}
+
+
+def test_what_is_apart_and_which_traces_share():
+    predicted = pd.DataFrame({schema.OP: ["while.1", "all-reduce.2", "dot.3"],
+                              schema.OPCODE: ["while", "all-reduce", "dot"]})
+    assert apart(predicted) == {"while.1"}
+    assert apart_by_opcode({"while.1": "while", "dot.3": "dot", "c.4": "conditional"}) == {
+        "while.1", "c.4"}
+    assert shares_cores("cpu") and not shares_cores("gpu") and not shares_cores("tpu")
+    assert shares_cores(None, "cpu") and not shares_cores(None, "gpu")
