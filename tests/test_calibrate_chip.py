@@ -141,8 +141,9 @@ def test_another_hosts_calibration_is_not_used(cache, caplog):
 @pytest.mark.parametrize("content, why", [
     ("{not json", "Expecting"),
     ('{"format": 99}', "format 99"),
-    ('{"format": 1, "host": "x"}', "format 1, expected 2"),  # before the per-op overhead
-    ('{"format": 2, "host": "x"}', "not a usable calibration"),
+    ('{"format": 1, "host": "x"}', "format 1, expected 3"),  # before the per-op overhead
+    ('{"format": 2, "host": "x"}', "format 2, expected 3"),  # matmul timed by raw durations
+    ('{"format": 3, "host": "x"}', "not a usable calibration"),
     ("[1, 2]", "format 'list'"),
 ])
 def test_corrupt_cache_file_is_a_one_line_error_naming_it(cache, caplog, content, why):

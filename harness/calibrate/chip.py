@@ -45,7 +45,7 @@ from predictions.hardware import Chip
 log = logging.getLogger(__name__)
 
 CACHE_ENV = "SCALING_HARNESS_CACHE"
-FORMAT = 2  # 2: the per-op overhead (records without it are measured again)
+FORMAT = 3  # 2: the per-op overhead; 3: the matmul rate as host shares (older: measured again)
 NOTE = ("{n} virtual devices share {cores} host cores: 'all' figures are per device with every "
         "device busy at once; collective figures measure thread rendezvous and skew between "
         "device threads on a shared-core host, not a network")
