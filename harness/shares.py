@@ -16,7 +16,10 @@ devices (``harness.ops``), and the ``cpu`` chip's matmul rate is a share too
 (``harness.calibrate.programs``).
 
 Collectives count like any op: a thread inside one holds its device, waiting for the others or
-reducing, so an op beside it gets no more of the host than one beside a matmul. Control-flow ops
+reducing. Left out of n(t), llama_train's elementwise ops, which run no faster beside a
+collective, were charged 2.5x their durations. Counted, a thread blocked in a long rendezvous
+charges the ops beside it too little: a matmul right after an all-gather whose group waited
+30 ms for a queued partner measured at a third of its cost (README, "CPU calibration"). Control-flow ops
 (``while``, ``call``, ``conditional``) neither share nor count: their body ops run inside them
 and are counted themselves.
 """
