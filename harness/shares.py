@@ -31,20 +31,23 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
+from harness.trace.layouts import LAYOUTS
 from predictions.rules import CONTAINERS
-
-LAYOUTS = ("cpu",)  # trace layouts (harness.trace) whose devices share the host's cores
 
 
 def shares_cores(layout: str | None, platform: str | None = None) -> bool:
-    """Whether a trace's devices share cores: its layout, else the devices' platform."""
-    return (layout in LAYOUTS) if layout else platform == "cpu"
+    """Whether a trace's devices share cores: its layout (``harness.trace.layouts``; a name
+    that is no single-host layout, as a merged multi-host trace, does not), else the devices'
+    platform."""
+    if layout:
+        known = LAYOUTS.get(layout)
+        return bool(known and known.shares_cores)
+    return platform == "cpu"
 
 
 def apart(predicted: pd.DataFrame) -> set[str]:
     """Ops of a predicted OPS table that keep their durations: the control-flow containers."""
-    keep = predicted[schema.OPCODE].isin(CONTAINERS)
-    return set(predicted.loc[keep, schema.OP].astype(str))
+    return apart_by_opcode(dict(zip(predicted[schema.OP].astype(str), predicted[schema.OPCODE])))
 
 
 def apart_by_opcode(opcodes: Mapping[str, str]) -> set[str]:

@@ -74,3 +74,4 @@ def test_what_is_apart_and_which_traces_share():
         "while.1", "c.4"}
     assert shares_cores("cpu") and not shares_cores("gpu") and not shares_cores("tpu")
     assert shares_cores(None, "cpu") and not shares_cores(None, "gpu")
+    assert not shares_cores("merged", "cpu")  # a multi-host merge: clocks differ per process

@@ -32,11 +32,12 @@ class Layout:
     detect: Callable[[XSpace], bool]
     extract: Callable[..., Columns]  # (space) or, with uses_hlo, (space, hlo_text)
     uses_hlo: bool = False  # the layout can use the module's HLO text (GPU: CUDA graphs)
+    shares_cores: bool = False  # its devices are threads on the host's cores (harness.shares)
 
 
 # Order matters: device planes first; the CPU layout also matches the host plane of GPU runs.
 LAYOUTS: dict[str, Layout] = {
     "tpu": Layout(layout_tpu.detect, layout_tpu.extract),
     "gpu": Layout(layout_gpu.detect, layout_gpu.extract, uses_hlo=True),
-    "cpu": Layout(layout_cpu.detect, layout_cpu.extract),
+    "cpu": Layout(layout_cpu.detect, layout_cpu.extract, shares_cores=True),
 }
