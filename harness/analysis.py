@@ -33,7 +33,7 @@ from harness.ops import op_times, step_samples, step_time
 from harness.report import plots
 from harness.report.document import CATEGORIES_PNG, ROOFLINE_PNG, Report
 from harness.sharding import unexpected_collectives
-from harness.shares import apart, host_shares, shares_cores
+from harness.shares import apart, host_shares, op_timing, shares_cores
 from harness.trace.hlo_proto import device_kind, trace_hlo
 from harness.trace.load import find_trace_file, read_events, read_xspace
 
@@ -160,7 +160,8 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
         if not unexpected.empty:
             notes.append(f"{len(unexpected)} collective op(s) the layout did not call for; "
                          f"expected {expected_collectives or 'none'}")
-    full_meta = dict(cap.meta, **(meta or {}), **chip_meta, **{schema.CHIP: entry.name})
+    full_meta = dict(cap.meta, **(meta or {}), **chip_meta,
+                     **{schema.CHIP: entry.name, schema.OP_TIMING: op_timing(shared)})
     figures = {}
     if with_plots:
         png = plots.roofline(ops, peak_flops_per_s=entry.flops_per_s(peak_dtype(entry)),

@@ -143,6 +143,7 @@ TRACE_STOP_S = "trace_stop_s"      # seconds jax.profiler.stop_trace took
 MEMORY_NEEDED_BYTES = "memory_needed_bytes"  # per device, XLA's memory_analysis (harness.memory)
 MEMORY_CAPACITY_BYTES = "memory_capacity_bytes"  # what one device holds (CPU: its share of RAM)
 TRACE_FILE = "trace"               # the xplane.pb a trace analysis read (harness trace)
+OP_TIMING = "op_timing"            # what measured_s is: harness.shares.HOST_SHARE or DEVICE_MEDIAN
 # WORKLOAD, PRESET, MESH, CHIP and PROGRAM above are meta keys too.
 
 # --- the gap between the per-op sum and the book's step, per part (harness.hlo.chips.book_gap)

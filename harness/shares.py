@@ -34,6 +34,17 @@ from harness import schema
 from harness.trace.layouts import LAYOUTS
 from predictions.rules import CONTAINERS
 
+# What a run's ``measured_s`` is (meta ``op_timing``): the mean over devices of each op's share
+# of the host, or the median over devices of its durations. Runs stored before the key existed
+# timed every op the second way.
+HOST_SHARE = "host_share"
+DEVICE_MEDIAN = "device_median"
+
+
+def op_timing(shared: bool) -> str:
+    """The ``op_timing`` a run records: HOST_SHARE when its devices share cores."""
+    return HOST_SHARE if shared else DEVICE_MEDIAN
+
 
 def shares_cores(layout: str | None, platform: str | None = None) -> bool:
     """Whether a trace's devices share cores: its layout (``harness.trace.layouts``; a name

@@ -117,3 +117,4 @@ def test_cpu_ops_are_timed_as_their_share_of_the_host(matmul_capture):
             reach = e
     assert (a.report.ops[schema.DEVICES] == 8).all()  # every op on all 8: mean over 8 = sum / 8
     assert a.steps[schema.MEASURED_S].sum() == pytest.approx(union_ns * 1e-9, rel=1e-3)
+    assert a.report.meta[schema.OP_TIMING] == "host_share"  # so compare can tell the rules apart

@@ -94,6 +94,7 @@ def test_two_processes_merge_into_one_run_with_all_devices(tmp_path, workload):
                                                                host_medians.min())
         assert row.at[op, schema.SLOWEST_HOST] == host_medians.idxmax()
     assert any("cross-host skew" in n for n in run.meta["notes"])
+    assert run.meta[schema.OP_TIMING] == "device_median"  # hosts' clocks differ: no shares
     assert (run.path / "report.html").exists() and (run.path / "report.md").exists()
     # the merged trace holds both hosts' devices and each op's executions on all 8
     merged = load_events(run.path / "trace" / MERGED_DIR / MERGED_FILE)

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import schema
+from harness import schema, shares
 from harness.errors import HarnessError
 from harness.runs import regress, store
 
@@ -226,6 +226,22 @@ def test_different_runs_warn_but_compare(tmp_path):
     # No single axis of the 2x2 mesh has 4 devices: the group is named by its size only.
     assert "all-reduce.3 (all-reduce over 4 devices, communication-bound)" in \
         by_op(v).loc["all-reduce.3", schema.EXPLANATION]
+
+
+def test_runs_timed_by_different_rules_say_so(tmp_path):
+    """A CPU run timed as host shares against one stored before runs recorded their rule (every
+    op then a median over devices): one warning naming both; the same rule on both: none."""
+    older = store.load(save(tmp_path, "older"))  # no op_timing key
+    shared = dict(META, **{schema.OP_TIMING: shares.HOST_SHARE})
+    new = store.load(save(tmp_path, "new", meta=shared))
+    v = regress.compare_runs(older, new)
+    assert len(v.warnings) == 1
+    assert "baseline device_median, candidate host_share" in v.warnings[0]
+    again = store.load(save(tmp_path, "again", meta=shared))
+    assert regress.compare_runs(new, again).warnings == []
+    median = store.load(save(tmp_path, "median", meta=dict(META, **{
+        schema.OP_TIMING: shares.DEVICE_MEDIAN})))
+    assert regress.compare_runs(older, median).warnings == []
 
 
 @pytest.mark.parametrize("rule", [{"alpha": 0.0}, {"alpha": 1.5}, {"threshold": -0.1},

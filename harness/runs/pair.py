@@ -8,10 +8,13 @@ import pandas as pd
 from harness import schema
 from harness.errors import HarnessError
 from harness.runs.store import StoredRun
+from harness.shares import DEVICE_MEDIAN
 
 # Meta fields that make two runs different experiments; a difference is warned about.
 META_KEYS = (schema.WORKLOAD, schema.PRESET, schema.OVERRIDES, schema.MESH, schema.DEVICE_KIND,
              schema.DEVICE_COUNT, schema.CHIP)
+# A run stored before the op_timing key timed every op as the median over devices.
+META_DEFAULTS = {schema.OP_TIMING: DEVICE_MEDIAN}
 KEYS = [schema.PROGRAM, schema.OP]
 _NEEDED = (schema.PROGRAM, schema.OP, schema.MEASURED_S)
 _STEP_COLUMNS = (schema.PROGRAM, schema.OP, schema.STEP, schema.MEASURED_S)
@@ -59,8 +62,15 @@ def prepare(run: StoredRun, which: str) -> pd.DataFrame:
 
 
 def meta_warnings(baseline: StoredRun, candidate: StoredRun) -> list[str]:
-    """One line per meta field (``META_KEYS``) on which the two runs differ."""
+    """One line per meta field (``META_KEYS``) on which the two runs differ; first, whether
+    their op times are defined differently (``op_timing``, ``harness.shares``)."""
+    timing = [run.meta.get(schema.OP_TIMING, META_DEFAULTS[schema.OP_TIMING])
+              for run in (baseline, candidate)]
     out = []
+    if timing[0] != timing[1]:
+        out.append(f"op times are defined differently: baseline {timing[0]}, candidate "
+                   f"{timing[1]} (harness.shares); verdicts mix the two, so take a baseline "
+                   "with this version")
     for key in META_KEYS:
         vb, vc = baseline.meta.get(key), candidate.meta.get(key)
         if (vb is not None or vc is not None) and vb != vc:
