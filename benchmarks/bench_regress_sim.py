@@ -118,25 +118,28 @@ def ci(k: int, n: int) -> str:
 
 
 def simulate(model: NoiseModel, ops: list[str], big: np.ndarray, steps: int, n: int,
-             rng: np.random.Generator) -> None:
-    """``n`` A/A and ``n`` A/B comparisons of runs of ``steps`` steps; prints the rates."""
+             rng: np.random.Generator, history: int = 1) -> None:
+    """``n`` A/A and ``n`` A/B comparisons of runs of ``steps`` steps against ``history``
+    baseline runs each; prints the rates."""
     rule = regress.Rule()
     false_new = false_old = caught = inconclusive = 0
     t0 = time.perf_counter()
     for _ in range(n):
-        a, b = model.draw(rng, steps), model.draw(rng, steps)
-        v = regress.compare_runs(stored("A", ops, a), stored("B", ops, b))
+        a = [stored(f"A{i}", ops, model.draw(rng, steps)) for i in range(history)]
+        b = model.draw(rng, steps)
+        v = regress.compare_runs(a, stored("B", ops, b))
         false_new += v.regressed
-        false_old += old_rule(v, rule)
+        false_old += history == 1 and old_rule(v, rule)
         inconclusive += v.counts()[regress.INCONCLUSIVE] > 0
         j = rng.choice(big)
         b = b.copy()
         b[j] *= SLOWDOWN
-        v = regress.compare_runs(stored("A", ops, a), stored("B", ops, b))
+        v = regress.compare_runs(a, stored("B", ops, b))
         caught += v.regressed and ops[j] in set(v.regressions[schema.OP])
-    print(f"{steps} steps per run:")
+    print(f"{steps} steps per run, {history} baseline run(s) per comparison:")
     print(f"  A/A false regressions (goal <= 1%):     {ci(false_new, n)}")
-    print(f"    old rule (per-op U at 0.05, no FDR):  {ci(false_old, n)}")
+    if history == 1:
+        print(f"    old rule (per-op U at 0.05, no FDR):  {ci(false_old, n)}")
     print(f"    A/A with some op inconclusive:        {ci(inconclusive, n)}")
     print(f"  A/B power, +20% on an op >= 5% (goal >= 95%): {ci(caught, n)}")
     print(f"  ({2 * n} comparisons in {time.perf_counter() - t0:.0f} s)")
@@ -149,6 +152,9 @@ def main(argv=None) -> int:
     p.add_argument("--comparisons", type=int, default=1000, help="A/A and A/B pairs each")
     p.add_argument("--steps", type=int, nargs="+", default=None, help="steps per synthetic "
                    "run, one or more lengths (default: as many as the real runs have)")
+    p.add_argument("--history", type=int, nargs="+", default=[1], help="baseline runs per "
+                   "comparison, one or more counts (more than 1: harness compare with a history "
+                   "of baselines, each op judged by its own run-to-run spread)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--noise-scale", type=float, default=1.0, help="multiply every log deviation "
                    "(0.25: a host four times quieter than the one the runs came from)")
@@ -163,7 +169,8 @@ def main(argv=None) -> int:
           f"drift sigma {np.std(model.drift):.1%}, median op offset sigma "
           f"{np.median(np.std(model.offset, axis=0)):.1%}")
     for steps in args.steps or [log_t.shape[2]]:
-        simulate(model, ops, big, steps, args.comparisons, rng)
+        for k in args.history:
+            simulate(model, ops, big, steps, args.comparisons, rng, k)
     return 0
 
 

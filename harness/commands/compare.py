@@ -1,4 +1,6 @@
-"""``harness compare BASELINE CANDIDATE``: noise-aware per-op verdicts; exit 1 on a regression.
+"""``harness compare BASELINE [BASELINE ...] CANDIDATE``: noise-aware per-op verdicts; exit 1 on
+a regression. Several baselines (earlier runs of the same code, oldest first) judge each op by its
+own run-to-run spread (``harness.runs.history``).
 
 Exit codes: 0 no regression (``inconclusive`` verdicts included: the data could not decide, the
 headline says so), 1 at least one regression (a nightly CI job fails), 2 bad input (missing or
@@ -25,8 +27,10 @@ EXIT_OK, EXIT_REGRESSION = 0, 1
 
 
 def add_arguments(p) -> None:
-    p.add_argument("baseline",
-                   help="baseline run: a run directory, or a run id (prefix) under --root")
+    p.add_argument("baseline", nargs="+",
+                   help="baseline run: a run directory, or a run id (prefix) under --root; "
+                        "several (oldest first, e.g. the last nightly runs): each op is judged "
+                        "by its own spread over them")
     p.add_argument("candidate", help="candidate run, same forms as BASELINE")
     p.add_argument("--threshold", type=float, default=0.10,
                    help="relative slowdown that counts (default 0.10 = 10%%)")
@@ -146,7 +150,7 @@ def locate(ref: str, root: Path) -> Path:
 
 
 def main(args) -> int:
-    baseline = store.load(locate(args.baseline, args.root))
+    baseline = [store.load(locate(ref, args.root)) for ref in args.baseline]
     candidate = store.load(locate(args.candidate, args.root))
     verdicts = regress.compare_runs(baseline, candidate, threshold=args.threshold,
                                     alpha=args.alpha, min_share=args.min_share)

@@ -7,13 +7,17 @@
   op's change against it;
 - ``bh_adjust``: Benjamini-Hochberg adjusted p-values (q-values), which control the false
   discovery rate over many ops tested at once;
-- ``median_se``: the standard error of a difference of two medians (the step total's noise).
+- ``median_se``: the standard error of a difference of two medians (the step total's noise);
+- ``moderated_variance``: per-op variances from a few runs each, moderated towards their common
+  value (``harness.runs.history``: a baseline of several runs).
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
+from scipy.optimize import brentq
+from scipy.special import digamma, polygamma
 from scipy.stats import mannwhitneyu, t
 
 MAD_TO_SIGMA = 1.4826    # sigma of a normal distribution = 1.4826 x its median absolute deviation
@@ -134,3 +138,36 @@ def median_se(a: np.ndarray, b: np.ndarray) -> float:
     if len(a) < 2 or len(b) < 2:
         return float("nan")
     return MEDIAN_SE * math.sqrt(robust_sigma(a) ** 2 / len(a) + robust_sigma(b) ** 2 / len(b))
+
+
+MAX_PRIOR_DF = 1e6  # "infinitely many": the variances agree with one common value
+
+
+def moderated_variance(s2: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(s~^2, degrees of freedom) per op: each sample variance ``s2`` (on ``d`` degrees of
+    freedom; NaN or d = 0: none) moderated towards the common value, as limma does (Smyth 2004,
+    "Linear models and empirical Bayes methods for assessing differential expression").
+
+    The ops' variances are taken as draws of s0^2 x chi2(d0) / d0, scaled by each op's own. From
+    the moments of log s^2 (E = log s0^2 + digamma(d/2) - log(d/2) - digamma(d0/2) + log(d0/2),
+    Var = trigamma(d/2) + trigamma(d0/2)): d0 and s0^2, then
+    s~^2 = (d0 s0^2 + d s^2) / (d0 + d) on d0 + d degrees of freedom. An op with no variance of
+    its own gets s0^2 on d0; when the variances spread no more than chance gives, d0 is
+    ``MAX_PRIOR_DF`` and every op gets s0^2. Fewer than 3 ops with a variance: no moderation.
+    """
+    s2 = np.asarray(s2, float)
+    d = np.asarray(d, float)
+    has = np.isfinite(s2) & (d > 0)
+    if has.sum() < 3:
+        return np.where(has, s2, np.nan), d
+    tiny = 1e-12 * max(float(np.median(s2[has])), 1e-300)
+    e = np.log(np.maximum(s2[has], tiny)) - digamma(d[has] / 2) + np.log(d[has] / 2)
+    excess = float(np.var(e, ddof=1) - np.mean(polygamma(1, d[has] / 2)))
+    if excess > polygamma(1, MAX_PRIOR_DF / 2):  # solve trigamma(d0 / 2) = excess for d0
+        d0 = 2 * brentq(lambda x: polygamma(1, x) - excess, 1e-8, MAX_PRIOR_DF / 2)
+    else:
+        d0 = MAX_PRIOR_DF
+    s0_2 = math.exp(float(np.mean(e)) + digamma(d0 / 2) - math.log(d0 / 2))
+    own = np.where(has, s2, 0.0)
+    dd = np.where(has, d, 0.0)
+    return (d0 * s0_2 + dd * own) / (d0 + dd), d0 + dd

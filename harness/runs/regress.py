@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -59,6 +60,7 @@ from harness import schema
 from harness.compare import workload_efficiency
 from harness.runs import noise, pair
 from harness.runs.explain import explain
+from harness.runs.history import History
 from harness.runs.noise import min_p_value
 from harness.runs.store import StoredRun
 from harness.runs.verdicts import (  # noqa: F401 (re-exported: the verdicts' vocabulary)
@@ -134,9 +136,11 @@ def _log_se(a: np.ndarray, z: np.ndarray) -> float:
     return noise.median_se(np.log(np.clip(a, 1e-12, None)), np.log(np.clip(z, 1e-12, None)))
 
 
-def _decide_ops(ops: pd.DataFrame, rule: Rule, mesh: dict | None, samples: tuple[dict, dict]):
-    """Verdicts of the ops present in both runs: (table, run-to-run tau, ops tested, the
-    tested ops' median log change, NaN when too few to tell)."""
+def _decide_ops(ops: pd.DataFrame, rule: Rule, mesh: dict | None, samples: tuple[dict, dict],
+                history: History | None = None):
+    """Verdicts of the ops present in both runs: (table, run-to-run sigma, ops tested, the
+    tested ops' median log change, NaN when too few to tell). With a ``history`` of baseline
+    runs each op's run-to-run noise is its own spread over them (``harness.runs.history``)."""
     ops = ops.copy()
     both = ops[schema.VERDICT].isna()
     family = (both & (ops[[schema.BASELINE_SHARE, schema.CANDIDATE_SHARE]].max(axis=1)
@@ -145,7 +149,7 @@ def _decide_ops(ops: pd.DataFrame, rule: Rule, mesh: dict | None, samples: tuple
     r = np.log1p(ops.loc[family, schema.CHANGE].to_numpy(float))
     keys = list(zip(ops.loc[family, schema.PROGRAM], ops.loc[family, schema.OP]))
     se = [_log_se(samples[0][k], samples[1][k]) for k in keys]
-    sigma, p_null, total = noise.run_to_run(r, se)
+    sigma, p_null, total = history.run_to_run(keys, r) if history else noise.run_to_run(r, se)
     shift = float(np.median(r)) if len(r) >= noise.MIN_OPS_FOR_SPREAD else math.nan
     # Each op's U test asks what the run-to-run term asks: did it move against the rest of the
     # run? Its candidate samples are taken back by the run's drift (the tested ops' median log
@@ -241,13 +245,24 @@ def _order(df: pd.DataFrame) -> pd.DataFrame:
             .reset_index(drop=True))
 
 
-def compare_runs(baseline: StoredRun, candidate: StoredRun, *, threshold: float = 0.10,
-                 alpha: float = 0.05, min_share: float = 0.01) -> Verdicts:
-    """Per-op and per-workload verdicts of ``candidate`` against ``baseline``."""
+def compare_runs(baseline: StoredRun | Sequence[StoredRun], candidate: StoredRun, *,
+                 threshold: float = 0.10, alpha: float = 0.05,
+                 min_share: float = 0.01) -> Verdicts:
+    """Per-op and per-workload verdicts of ``candidate`` against ``baseline``: one run, or
+    several runs of the same code, oldest first (``harness.runs.history``)."""
     rule = Rule(threshold, alpha, min_share)
+    history = None
+    if not isinstance(baseline, StoredRun):
+        runs = list(baseline)
+        if len(runs) == 1:
+            baseline = runs[0]
+        else:
+            history = History.of(runs, min_share)
+            baseline = history.pooled()
     b, c = pair.prepare(baseline, "baseline"), pair.prepare(candidate, "candidate")
     sb, sc = pair.samples(baseline, "baseline"), pair.samples(candidate, "candidate")
-    warnings = pair.meta_warnings(baseline, candidate)
+    warnings = list(dict.fromkeys(w for run in (history.runs if history else [baseline])
+                                  for w in pair.meta_warnings(run, candidate)))
     for which, run, s in (("baseline", baseline, sb), ("candidate", candidate, sc)):
         if not s:
             warnings.append(f"{which} run {run.path.name} has no per-step samples; "
@@ -260,12 +275,14 @@ def compare_runs(baseline: StoredRun, candidate: StoredRun, *, threshold: float 
             for k in keys]
     ops = pd.DataFrame(rows, columns=list(schema.REGRESS)) if rows else schema.empty(
         schema.REGRESS)
-    ops, sigma, tested, shift = _decide_ops(ops, rule, mesh, (sb, sc))
+    ops, sigma, tested, shift = _decide_ops(ops, rule, mesh, (sb, sc), history)
     totals = pair.step_totals(baseline, b), pair.step_totals(candidate, c)
     step = _workload_row(b, c, *totals, rule, shift, sigma)
     step = _agree(ops, step, *totals, tested)
-    v = Verdicts(baseline=baseline.run_id, candidate=candidate.run_id, ops=_order(ops),
+    v = Verdicts(baseline=history.label if history else baseline.run_id,
+                 candidate=candidate.run_id, ops=_order(ops),
                  workload=pd.DataFrame([step], columns=list(schema.REGRESS)), rule=rule,
-                 warnings=warnings, run_to_run=sigma, tested=tested)
+                 warnings=warnings, run_to_run=sigma, tested=tested,
+                 baselines=len(history.runs) if history else 1)
     log.info("compare %s -> %s: %s", v.baseline, v.candidate, v.headline())
     return v

@@ -46,6 +46,7 @@ class Verdicts:
     warnings: list[str] = field(default_factory=list)
     run_to_run: float = math.nan  # sigma of the tested ops' log changes
     tested: int = 0               # ops in the Benjamini-Hochberg family
+    baselines: int = 1            # baseline runs (more than one: each op's own spread)
 
     def table(self) -> pd.DataFrame:
         """The workload row, then every op row."""
@@ -68,6 +69,8 @@ class Verdicts:
         """One line: the overall verdict, what regressed, and the rule used."""
         r, c = self.rule, self.counts()
         sigma = "n/a" if not math.isfinite(self.run_to_run) else f"{self.run_to_run:.1%}"
+        if self.baselines > 1:
+            sigma += f" (median op, over {self.baselines} baseline runs)"
         rule = (f"threshold {r.threshold:.0%}, FDR {r.alpha:g} over {self.tested} tested ops, "
                 f"min share {r.min_share:.0%}, between-run noise {sigma}")
         w = self.workload.iloc[0]
