@@ -1,7 +1,7 @@
 """Back-to-back runs of the same code, compared pairwise: how many say "regression"? And does an
 injected 2x slowdown of the largest op get flagged?
 
-    python benchmarks/bench_compare_runs.py [--runs 10] [--steps 10] [RUN_DIR ...]
+    python benchmarks/bench_compare_runs.py [--runs 10] [--steps 10] [--history] [RUN_DIR ...]
 
 Without run directories, runs ``python -m harness run llama_train --steps N`` ``--runs`` times
 into a temporary directory (each in a fresh process, as a nightly job would), then compares
@@ -37,9 +37,11 @@ def make_runs(n: int, steps: int) -> list[Path]:
     return sorted(p for p in out.iterdir() if (p / store.META).exists())
 
 
-def slowed(run: store.StoredRun, factor: float = 2.0) -> tuple[store.StoredRun, str]:
-    """``run`` with its largest op ``factor`` times slower in every step and in its table."""
-    op = run.ops.sort_values(schema.MEASURED_S).iloc[-1][schema.OP]
+def slowed(run: store.StoredRun, factor: float = 2.0,
+           op: str | None = None) -> tuple[store.StoredRun, str]:
+    """``run`` with ``op`` (default: its largest) ``factor`` times slower in every step and in
+    its table."""
+    op = op or run.ops.sort_values(schema.MEASURED_S).iloc[-1][schema.OP]
     ops = run.ops.copy()
     ops.loc[ops[schema.OP] == op, schema.MEASURED_S] *= factor
     steps = run.steps.copy()
@@ -53,8 +55,41 @@ def main(argv=None) -> int:
     p.add_argument("dirs", nargs="*", type=Path, help="stored runs (default: make them)")
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--history", action="store_true", help="also compare each run against all "
+                   "the others as a history of baselines (leave one out), with every op holding "
+                   ">= 5%% of the step slowed by 20%% in turn")
     args = p.parse_args(argv)
     runs = [store.load(d) for d in (args.dirs or make_runs(args.runs, args.steps))]
+    pairwise(runs)
+    if args.history:
+        leave_one_out(runs)
+    return 0
+
+
+def leave_one_out(runs: list[store.StoredRun], factor: float = 1.2,
+                  min_share: float = 0.05) -> None:
+    """Each run against the other runs as its baselines: as is (any regression is false), and
+    with each op holding >= ``min_share`` of its step ``factor`` times slower (power)."""
+    false, tries, caught = 0, 0, 0
+    for i, cand in enumerate(runs):
+        history = runs[:i] + runs[i + 1:]
+        v = regress.compare_runs(history, cand)
+        false += v.regressed
+        if v.regressed:
+            print(f"  false alarm against {v.baseline} -> {cand.run_id}: {v.headline()}")
+        share = cand.ops[schema.MEASURED_S] / cand.ops[schema.MEASURED_S].sum()
+        for op in cand.ops.loc[share >= min_share, schema.OP]:
+            slow, _ = slowed(cand, factor, op)
+            v = regress.compare_runs(history, slow)
+            tries += 1
+            caught += v.regressed and op in set(v.regressions[schema.OP])
+    print(f"{len(runs)} runs, each against the other {len(runs) - 1} as its baselines: "
+          f"{false} of {len(runs)} say REGRESSION (goal: 0); an op >= {min_share:.0%} of the step "
+          f"slowed {factor - 1:.0%}: flagged in {caught}/{tries} (goal: >= 95%)")
+
+
+def pairwise(runs: list[store.StoredRun]) -> None:
+    """Every ordered pair of runs: verdicts of identical code, and an injected 2x slowdown."""
     same, injected, caught = Counter(), 0, 0
     for a, b in itertools.permutations(runs, 2):
         v = regress.compare_runs(a, b)
@@ -70,7 +105,6 @@ def main(argv=None) -> int:
           + ", ".join(f"{k} {n}" for k, n in sorted(same.items()))
           + f" (goal: REGRESSION 0); injected 2x slowdown of the largest op flagged in "
             f"{caught}/{injected} (goal: all)")
-    return 0
 
 
 if __name__ == "__main__":

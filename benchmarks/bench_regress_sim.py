@@ -1,11 +1,12 @@
 """How often ``harness compare`` cries wolf, and how often it catches a real slowdown.
 
     python benchmarks/bench_regress_sim.py [RUN_OR_STEPS_PARQUET ...] [--comparisons N]
-                                           [--steps N [N ...]]
+                                           [--steps N [N ...]] [--history K [K ...]]
 
 Draws pairs of synthetic runs with the noise of real stored runs of one workload (default:
 ``benchmarks/data/llama_train_cpu/``, ten back-to-back ``harness run llama_train`` runs of 10
-steps on the 2-core development host, 430 ops each; the ops of their ops tables) and compares
+steps on the 2-core development host, CPU ops timed as host shares, 430 ops each; the ops of
+their ops tables) and compares
 them with ``harness.runs.regress.compare_runs``:
 
 - A/A: nothing changed; a comparison that fails (``regressed``) is a false regression;
@@ -25,7 +26,8 @@ U test at 0.05, no correction) on the same comparisons.
 Pass other runs (run directories or steps.parquet files; at least 3) to measure another host:
 the figures are only as quiet as the runs they are drawn from. ``--steps 10 40 160`` draws runs of
 each length (steps resampled from the real ones, as if independent): how many steps a nightly job
-on this host needs for the power it wants.
+on this host needs for the power it wants. ``--history 1 9`` compares each candidate against one
+baseline and against nine drawn the same way (``harness compare`` with several baselines).
 """
 from __future__ import annotations
 

@@ -17,7 +17,8 @@ samples stored with the run (``steps.parquet``). The rule, per op:
      every op a little, and a per-step test alone mistakes that for a change. The op's noise is
      its own within-run standard error plus a between-run term tau common to all tested ops,
      tau chosen so that their standardized changes spread (MAD) like N(0, 1); the p-value is
-     Student's t with ``noise.NULL_DF`` degrees of freedom.
+     Student's t with ``noise.NULL_DF`` degrees of freedom. Given several baseline runs
+     (``harness.runs.history``), the op's noise is instead its own spread over them.
    Benjamini-Hochberg adjusts these over the tested ops (``q_value``); ``q <= alpha`` (default
    0.05) makes a ``regression`` / ``improvement``. Otherwise ``noise`` (not significant), or
    ``inconclusive`` when the data could not decide: too few steps for any op to reach
