@@ -75,9 +75,13 @@ class History:
         ids = [r.run_id for r in self.runs]
         return f"{len(ids)} runs ({ids[0]} .. {ids[-1]})"
 
+    def adjusted(self) -> pd.DataFrame:
+        """Each op's log times, each run's taken back by its drift."""
+        return self.log_t - self.drift
+
     def mean_log(self) -> pd.Series:
         """Each op's mu: the mean over the runs that have it of its drift-adjusted log time."""
-        return (self.log_t - self.drift).mean(axis=1)
+        return self.adjusted().mean(axis=1)
 
     def pooled(self) -> StoredRun:
         """One baseline standing for the K runs (module docstring). Its ops table is the newest
@@ -113,7 +117,7 @@ class History:
         r = np.asarray(log_changes, float)
         if len(keys) == 0:
             return math.nan, np.zeros(0), np.zeros(0)
-        a = (self.log_t - self.drift).reindex(pd.MultiIndex.from_tuples(keys, names=pair.KEYS))
+        a = self.adjusted().reindex(pd.MultiIndex.from_tuples(keys, names=pair.KEYS))
         n = a.notna().sum(axis=1).to_numpy()
         s2 = a.var(axis=1, ddof=1).to_numpy(float)  # NaN for an op in one run only
         s2_mod, df = noise.moderated_variance(s2, np.maximum(n - 1, 0))
