@@ -46,8 +46,7 @@ log = logging.getLogger(__name__)
 
 CACHE_ENV = "SCALING_HARNESS_CACHE"
 # 2: the per-op overhead; 3: the matmul rate as host shares; 4: the drift reference as
-# drift.around the all-devices matmuls, as a run takes it around its capture (older: measured
-# again)
+# drift.around, the statistic a run takes (older: measured again)
 FORMAT = 4
 NOTE = ("{n} virtual devices share {cores} host cores: 'all' figures are per device with every "
         "device busy at once; collective figures measure thread rendezvous and skew between "
@@ -144,9 +143,8 @@ def calibrate(mode: str = "full", device_count: int | None = None,
     """Measure this host on its first ``device_count`` CPU devices (default: all of them).
     ``progress(done, total, label)`` is called before each program and once at the end.
 
-    The drift reference kernel runs at the start and around the all-devices matmuls:
-    ``drift.around`` the matmuls is kept (runs divide their own by it), and the spread (best /
-    median) of all its rates says whether the host was busy meanwhile; above
+    The drift reference kernel runs before and after: ``drift.around`` them is kept (runs divide
+    their own by it), and its spread (best / median) says whether the host was busy meanwhile; above
     ``drift.BUSY_SPREAD`` ``refuse_busy`` raises instead of returning figures that describe
     other people's load, not the host."""
     import jax
@@ -161,17 +159,9 @@ def calibrate(mode: str = "full", device_count: int | None = None,
                            f"devices (set --devices, or XLA_FLAGS before jax is imported)")
     plan, t0 = PLANS[mode], time.perf_counter()
     todo, samples = tasks(plan, n), []
-    # the reference at the start (for the busy check), and around the all-devices matmuls, the
-    # last programs: the rates a run's drift factor scales (a run takes its own around its
-    # capture). Taken at the start instead, 30 s before them, it put the calibrated matmul rate
-    # at 0.83x, 1.10x and 1.28x of the reference in three calibrations of the same hour.
-    before = seen = drift.reference_rates(devices[:n])
-    anchor = next((i for i, t in enumerate(todo) if t[:2] == ("matmul", "all")), 0)
+    before = drift.reference_rates(devices[:n])
     for i, (kind, scope, dt, size, role, k) in enumerate(todo):
         label = f"{kind} {dt} {size} on {k} device{'s' * (k > 1)}"
-        if i == anchor and i > 0:
-            before = drift.reference_rates(devices[:n])
-            seen = seen + before
         if progress:
             progress(i, len(todo), label)
         log.info("calibrate: %s", label)
@@ -183,7 +173,7 @@ def calibrate(mode: str = "full", device_count: int | None = None,
             # a program this small may run inline, untraced: no overhead to measure
             log.info("calibrate: %s left no op in the trace; no per-op overhead", label)
     after = drift.reference_rates(devices[:n])
-    busy = drift.spread(seen + after)
+    busy = drift.spread(before + after)
     if busy > drift.BUSY_SPREAD:
         msg = (f"the host was busy while calibrating: a reference matmul's rate varied "
                f"{busy:.2f}x (best / median; steady hosts stay under {drift.BUSY_SPREAD}x)")
