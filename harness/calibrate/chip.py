@@ -45,9 +45,7 @@ from predictions.hardware import Chip
 log = logging.getLogger(__name__)
 
 CACHE_ENV = "SCALING_HARNESS_CACHE"
-# 2: the per-op overhead; 3: the matmul rate as host shares; 4: the drift reference as
-# drift.around, the statistic a run takes (older: measured again)
-FORMAT = 4
+FORMAT = 3  # 2: the per-op overhead; 3: the matmul rate as host shares (older: measured again)
 NOTE = ("{n} virtual devices share {cores} host cores: 'all' figures are per device with every "
         "device busy at once; collective figures measure thread rendezvous and skew between "
         "device threads on a shared-core host, not a network")
@@ -88,9 +86,8 @@ class Calibration:
     all: Figures
     samples: tuple[Sample, ...] = ()
     format: int = FORMAT
-    # harness.calibrate.drift's reference kernel around the calibration (``drift.around``: the
-    # mean of the best rate before and the best after; 0: not measured, an older record) and
-    # best / median over its repeats (the host's steadiness)
+    # harness.calibrate.drift's reference kernel, best rate around the calibration (0: not
+    # measured, an older record) and best / median over its repeats (the host's steadiness)
     reference_flops_per_s: float = 0.0
     reference_spread: float = 0.0
 
@@ -143,8 +140,8 @@ def calibrate(mode: str = "full", device_count: int | None = None,
     """Measure this host on its first ``device_count`` CPU devices (default: all of them).
     ``progress(done, total, label)`` is called before each program and once at the end.
 
-    The drift reference kernel runs before and after: ``drift.around`` them is kept (runs divide
-    their own by it), and its spread (best / median) says whether the host was busy meanwhile; above
+    The drift reference kernel runs before and after: its best rate is kept (runs divide their
+    own by it), and its spread (best / median) says whether the host was busy meanwhile; above
     ``drift.BUSY_SPREAD`` ``refuse_busy`` raises instead of returning figures that describe
     other people's load, not the host."""
     import jax
@@ -159,7 +156,7 @@ def calibrate(mode: str = "full", device_count: int | None = None,
                            f"devices (set --devices, or XLA_FLAGS before jax is imported)")
     plan, t0 = PLANS[mode], time.perf_counter()
     todo, samples = tasks(plan, n), []
-    before = drift.reference_rates(devices[:n])
+    reference = drift.reference_rates(devices[:n])
     for i, (kind, scope, dt, size, role, k) in enumerate(todo):
         label = f"{kind} {dt} {size} on {k} device{'s' * (k > 1)}"
         if progress:
@@ -172,8 +169,8 @@ def calibrate(mode: str = "full", device_count: int | None = None,
                 raise
             # a program this small may run inline, untraced: no overhead to measure
             log.info("calibrate: %s left no op in the trace; no per-op overhead", label)
-    after = drift.reference_rates(devices[:n])
-    busy = drift.spread(before + after)
+    reference += drift.reference_rates(devices[:n])
+    busy = drift.spread(reference)
     if busy > drift.BUSY_SPREAD:
         msg = (f"the host was busy while calibrating: a reference matmul's rate varied "
                f"{busy:.2f}x (best / median; steady hosts stay under {drift.BUSY_SPREAD}x)")
@@ -189,8 +186,7 @@ def calibrate(mode: str = "full", device_count: int | None = None,
         time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), mode=mode,
         seconds=round(time.perf_counter() - t0, 2), note=NOTE.format(n=n, cores=cores),
         one=figures(samples, "one", 1, 2), all=figures(samples, "all", n, n),
-        samples=tuple(samples), reference_flops_per_s=drift.around(before, after),
-        reference_spread=busy)
+        samples=tuple(samples), reference_flops_per_s=max(reference), reference_spread=busy)
 
 
 # --- the chip and the cache --------------------------------------------------------------------

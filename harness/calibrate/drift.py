@@ -5,11 +5,9 @@ it was calibrated divides out of the run's efficiencies.
 The reference: every device multiplies its own [n, n] @ [n, n] fp32 (``REFERENCE_N``) at once,
 as a run's devices share the cores; the rate is FLOPs per device over the step's wall time,
 best of ``REPEATS`` steps (best sustained: a step slowed by another process is not the host's
-speed), once before and once after. Both sides take the same statistic, ``around``: the mean of
-the best before and the best after (the calibration's programs or the run's capture in between),
-so that the factor carries no bias of its own. ``factor`` is the run's rate over the
-calibration's; the run's ``cpu`` chip has its compute and memory rates scaled by it
-(``scaled``), and the run's meta records both rates and the factor (``HOST_DRIFT``).
+speed). ``factor`` is the run's reference rate over the calibration's; the run's ``cpu`` chip
+has its compute and memory rates scaled by it (``scaled``), and the run's meta records both
+rates and the factor (``HOST_DRIFT``).
 """
 from __future__ import annotations
 
@@ -50,13 +48,6 @@ def reference_rate(devices=None) -> float:
     return max(reference_rates(devices))
 
 
-def around(before, after) -> float:
-    """The host's speed around a measurement: the mean of the best reference rate before and the
-    best after (``reference_rates`` each). A calibration keeps it and a run's ``factor`` divides
-    its own by it."""
-    return (max(before) + max(after)) / 2
-
-
 def spread(rates) -> float:
     """Best rate over median rate (1.0: steady; above ``BUSY_SPREAD``: a busy host)."""
     rates = sorted(r for r in rates if r > 0)
@@ -65,11 +56,10 @@ def spread(rates) -> float:
 
 def factor(calibrated: float, before: float, after: float) -> float:
     """How much faster the host ran around the capture than when calibrated (NaN if unknown):
-    ``around`` the capture (``before`` and ``after``: each the best of its repeats) over
-    ``around`` the calibration."""
+    the mean of the rates before and after over the calibration's."""
     if not (calibrated and calibrated > 0 and before > 0 and after > 0):
         return math.nan
-    return around([before], [after]) / calibrated
+    return (before + after) / 2 / calibrated
 
 
 def scaled(chip, f: float):
