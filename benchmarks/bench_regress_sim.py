@@ -2,6 +2,7 @@
 
     python benchmarks/bench_regress_sim.py [RUN_OR_STEPS_PARQUET ...] [--comparisons N]
                                            [--steps N [N ...]] [--history K [K ...]]
+                                           [--slowdown F [F ...]]
 
 Draws pairs of synthetic runs with the noise of real stored runs of one workload (default:
 ``benchmarks/data/llama_train_cpu/``, ten back-to-back ``harness run llama_train`` runs of 10
@@ -28,6 +29,8 @@ the figures are only as quiet as the runs they are drawn from. ``--steps 10 40 1
 each length (steps resampled from the real ones, as if independent): how many steps a nightly job
 on this host needs for the power it wants. ``--history 1 9`` compares each candidate against one
 baseline and against nine drawn the same way (``harness compare`` with several baselines).
+``--slowdown 1.2 1.5 2`` measures the power at each slowdown on the same draws: the smallest a
+nightly job on this host catches with the power it wants.
 """
 from __future__ import annotations
 
@@ -120,11 +123,13 @@ def ci(k: int, n: int) -> str:
 
 
 def simulate(model: NoiseModel, ops: list[str], big: np.ndarray, steps: int, n: int,
-             rng: np.random.Generator, history: int = 1) -> None:
-    """``n`` A/A and ``n`` A/B comparisons of runs of ``steps`` steps against ``history``
-    baseline runs each; prints the rates."""
+             rng: np.random.Generator, history: int = 1,
+             slowdowns: tuple[float, ...] = (SLOWDOWN,)) -> None:
+    """``n`` A/A and ``n`` A/B comparisons per slowdown (the same op of the same draw slowed by
+    each) of runs of ``steps`` steps against ``history`` baseline runs each; prints the rates."""
     rule = regress.Rule()
-    false_new = false_old = caught = inconclusive = 0
+    false_new = false_old = inconclusive = 0
+    caught = dict.fromkeys(slowdowns, 0)
     t0 = time.perf_counter()
     for _ in range(n):
         a = [stored(f"A{i}", ops, model.draw(rng, steps)) for i in range(history)]
@@ -134,17 +139,20 @@ def simulate(model: NoiseModel, ops: list[str], big: np.ndarray, steps: int, n: 
         false_old += history == 1 and old_rule(v, rule)
         inconclusive += v.counts()[regress.INCONCLUSIVE] > 0
         j = rng.choice(big)
-        b = b.copy()
-        b[j] *= SLOWDOWN
-        v = regress.compare_runs(a, stored("B", ops, b))
-        caught += v.regressed and ops[j] in set(v.regressions[schema.OP])
+        for f in slowdowns:
+            slower = b.copy()
+            slower[j] *= f
+            v = regress.compare_runs(a, stored("B", ops, slower))
+            caught[f] += v.regressed and ops[j] in set(v.regressions[schema.OP])
     print(f"{steps} steps per run, {history} baseline run(s) per comparison:")
     print(f"  A/A false regressions (goal <= 1%):     {ci(false_new, n)}")
     if history == 1:
         print(f"    old rule (per-op U at 0.05, no FDR):  {ci(false_old, n)}")
     print(f"    A/A with some op inconclusive:        {ci(inconclusive, n)}")
-    print(f"  A/B power, +20% on an op >= 5% (goal >= 95%): {ci(caught, n)}")
-    print(f"  ({2 * n} comparisons in {time.perf_counter() - t0:.0f} s)")
+    for f, k in caught.items():
+        goal = " (goal >= 95%)" if f == SLOWDOWN else ""
+        print(f"  A/B power, {f:g}x on an op >= {MIN_SHARE:.0%}{goal}: {ci(k, n)}")
+    print(f"  ({(1 + len(slowdowns)) * n} comparisons in {time.perf_counter() - t0:.0f} s)")
 
 
 def main(argv=None) -> int:
@@ -157,6 +165,8 @@ def main(argv=None) -> int:
     p.add_argument("--history", type=int, nargs="+", default=[1], help="baseline runs per "
                    "comparison, one or more counts (more than 1: harness compare with a history "
                    "of baselines, each op judged by its own run-to-run spread)")
+    p.add_argument("--slowdown", type=float, nargs="+", default=[SLOWDOWN], help="the A/B "
+                   "slowdown of one op, one or more factors (default 1.2), each on the same draws")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--noise-scale", type=float, default=1.0, help="multiply every log deviation "
                    "(0.25: a host four times quieter than the one the runs came from)")
@@ -172,7 +182,7 @@ def main(argv=None) -> int:
           f"{np.median(np.std(model.offset, axis=0)):.1%}")
     for steps in args.steps or [log_t.shape[2]]:
         for k in args.history:
-            simulate(model, ops, big, steps, args.comparisons, rng, k)
+            simulate(model, ops, big, steps, args.comparisons, rng, k, tuple(args.slowdown))
     return 0
 
 
