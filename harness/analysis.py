@@ -39,6 +39,11 @@ from harness.trace.load import find_trace_file, read_events, read_xspace
 
 log = logging.getLogger(__name__)
 
+# A run's notes say what tracing cost when its traced steps ran this much slower than untraced
+# ones (on CPU, XLA's per-op host events cost about 1.2-1.3x a llama_train tiny step; on the
+# H100 the cost was within noise).
+TRACE_NOTE = 1.05
+
 
 @dataclass
 class Analysis:
@@ -134,6 +139,13 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
         if est.book_flops and t_step > 0:  # the book's 6P, printed beside it
             summ[schema.MFU_BOOK] = est.book_flops / (
                 t_step * devices * entry.flops_per_s(peak_dtype(entry)))
+    overhead = trace_overhead(cap.meta)
+    if overhead is not None:
+        summ[schema.TRACE_OVERHEAD] = overhead
+        if overhead > TRACE_NOTE:
+            notes.append(f"tracing slowed each step {overhead:.2f}x (median traced step over "
+                         f"median untraced one): op times come from the traced steps and carry "
+                         f"part of that cost; step_s is untraced")
     if cap.meta.get(schema.GRAPH_STEP_S) is not None:
         summ[schema.GRAPH_STEP_S] = cap.meta[schema.GRAPH_STEP_S]
     if cap.meta.get(schema.GRAPH_NOTE):
@@ -178,6 +190,15 @@ def analyze_capture(cap: Capture, *, chip=None, title: str | None = None,
     return Analysis(capture=cap, events=events, async_names=dict(async_names or {}),
                     steps=step_samples(timed, mean=shared), report=report,
                     chip=entry, cross_check=check)
+
+
+def trace_overhead(meta: dict) -> float | None:
+    """What tracing cost a capture: its median traced step over its median untraced one (the
+    steps ``capture`` times right after the trace), or None when either is missing."""
+    traced, plain = meta.get(schema.TRACED_STEP_TIMES_S), meta.get(schema.STEP_TIMES_S)
+    if not traced or not plain or statistics.median(plain) <= 0:
+        return None
+    return float(statistics.median(traced) / statistics.median(plain))
 
 
 def _step_s(cap: Capture, events: pd.DataFrame) -> float:

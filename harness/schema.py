@@ -86,6 +86,7 @@ STEPS = "steps"                    # measured steps per point
 WARMUP = "warmup"                  # untraced warm-up steps per point
 RUN = "run"                        # run directory, relative to the sweep directory
 STEP_S = "step_s"                  # median untraced step's wall time (harness.analysis._step_s)
+TRACE_OVERHEAD = "trace_overhead"  # median traced step / median untraced step (capture's timing)
 GRAPH_STEP_S = "graph_step_s"      # GPU: the same for the user's own compile (CUDA graphs)
 COVERAGE = "coverage"              # share of measured time in ops a rule predicts
 MFU = "mfu"                        # model FLOPs utilisation (matmul parameters, MaxText's)
@@ -117,7 +118,7 @@ FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE = "flops_vs_cost_analysis_loops_once"  # same,
 # ahead-of-time predictions (harness predict-hlo; harness.hlo.chips): no measured step
 PREDICTED_STEP_S = "predicted_step_s"  # sum of the ops' roofline times (no overlap)
 MFU_AT_ROOFLINE = "mfu_at_roofline"    # MFU if the step ran at predicted_step_s
-FIGURES = (STEP_S, GRAPH_STEP_S, MEASURED_OPS_S, PREDICTED_OPS_S, COVERAGE,
+FIGURES = (STEP_S, GRAPH_STEP_S, TRACE_OVERHEAD, MEASURED_OPS_S, PREDICTED_OPS_S, COVERAGE,
            EFFICIENCY, HLO_FLOPS_PER_DEVICE, HFU, DEVICES, MODEL_FLOPS, MFU, MFU_BOOK, MFU_FORMULA,
            ANALYTIC_S, ANALYTIC_FORMULA, FLOPS_VS_COST_ANALYSIS,
            FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE, PREDICTED_STEP_S, MFU_AT_ROOFLINE)

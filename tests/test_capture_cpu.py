@@ -118,3 +118,33 @@ def test_cpu_ops_are_timed_as_their_share_of_the_host(matmul_capture):
     assert (a.report.ops[schema.DEVICES] == 8).all()  # every op on all 8: mean over 8 = sum / 8
     assert a.steps[schema.MEASURED_S].sum() == pytest.approx(union_ns * 1e-9, rel=1e-3)
     assert a.report.meta[schema.OP_TIMING] == "host_share"  # so compare can tell the rules apart
+
+
+def test_each_run_says_what_tracing_cost_it(matmul_capture):
+    """``trace_overhead`` is the median traced step over the median untraced one, from the two
+    timings the capture kept; traced steps 1.5x slower than untraced ones make a note."""
+    import dataclasses
+    import statistics
+
+    from harness.analysis import TRACE_NOTE, analyze_capture
+
+    meta = matmul_capture.meta
+    a = analyze_capture(matmul_capture, chip="h100", with_plots=False)
+    expected = (statistics.median(meta["traced_step_times_s"])
+                / statistics.median(meta["step_times_s"]))
+    assert a.report.summary[schema.TRACE_OVERHEAD] == pytest.approx(expected)
+    slowed = dataclasses.replace(matmul_capture, meta={
+        **meta, "traced_step_times_s": [1.5 * t for t in meta["step_times_s"]]})
+    b = analyze_capture(slowed, chip="h100", with_plots=False)
+    assert b.report.summary[schema.TRACE_OVERHEAD] == pytest.approx(1.5) and 1.5 > TRACE_NOTE
+    assert any("tracing slowed each step 1.50x" in n for n in b.report.notes)
+    same = dataclasses.replace(matmul_capture, meta={
+        **meta, "traced_step_times_s": list(meta["step_times_s"])})
+    c = analyze_capture(same, chip="h100", with_plots=False)
+    assert c.report.summary[schema.TRACE_OVERHEAD] == pytest.approx(1.0)
+    assert not any("tracing slowed" in n for n in c.report.notes)
+    # a trace captured elsewhere has no step timings: no figure
+    bare = dataclasses.replace(matmul_capture, meta={
+        k: v for k, v in meta.items() if k not in ("step_times_s", "traced_step_times_s")})
+    assert schema.TRACE_OVERHEAD not in analyze_capture(bare, chip="h100",
+                                                        with_plots=False).report.summary
