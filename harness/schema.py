@@ -101,6 +101,8 @@ MEASURED_BUS_GBPS = "measured_bus_GBps"    # bus_bytes / collective_s, in 1e9 by
 PREDICTED_BUS_GBPS = "predicted_bus_GBps"  # bus_bytes / analytic_s, in 1e9 bytes/s
 MODEL_FLOPS = "model_flops"        # the step's useful FLOPs over all devices (matmul: 2BDF)
 MATMUL_EFFICIENCY = "matmul_efficiency"    # predicted / measured time of the matmul-category ops
+HOST_SPEED = "host_speed"           # CPU: the run's drift factor (harness.calibrate.drift), its
+                                   # host's speed over the calibration's; chip rates scaled by it
 
 # --- per-category table (harness.compare.by_category) ---------------------------------------
 OPS_COUNT = "ops"                  # ops in the category
@@ -179,7 +181,7 @@ REGRESS = (PROGRAM, OP, CATEGORY, BOUND, COLLECTIVE, GROUP_SIZE, BASELINE_S, CAN
 SWEEP_SUMMARY = (POINT, WORKLOAD, PRESET, MESH, CHIP, OVERRIDES, STATUS, STEP_S, COVERAGE,
                  EFFICIENCY, MFU, ANALYTIC_S, COLLECTIVE, GROUP_SIZE, MESSAGE_BYTES, COLLECTIVE_S,
                  BUS_BYTES, MEASURED_BUS_GBPS, PREDICTED_BUS_GBPS, MODEL_FLOPS, MATMUL_EFFICIENCY,
-                 SERIES, ERROR, RUN, KEY)
+                 HOST_SPEED, SERIES, ERROR, RUN, KEY)
 
 
 class SchemaError(HarnessError):

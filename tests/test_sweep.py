@@ -447,14 +447,16 @@ def test_summary_flags_efficiency_and_mfu_beyond_the_roofline():
 
     rows = [{schema.POINT: 1, schema.WORKLOAD: "matmul", schema.OVERRIDES: "case=no_comm",
              schema.CHIP: "cpu", schema.STATUS: "done", schema.RUN: "",
-             schema.EFFICIENCY: 1.44, schema.MFU: 2.86, schema.MATMUL_EFFICIENCY: 0.9},
+             schema.EFFICIENCY: 1.44, schema.MFU: 2.86, schema.MATMUL_EFFICIENCY: 0.9,
+             schema.HOST_SPEED: 0.73},
             {schema.POINT: 2, schema.WORKLOAD: "matmul", schema.OVERRIDES: "case=allgather",
              schema.CHIP: "cpu", schema.STATUS: "done", schema.RUN: "",
              schema.EFFICIENCY: ROOFLINE_MARGIN, schema.MFU: 0.5,  # at the margin: not flagged
              schema.MATMUL_EFFICIENCY: float("nan")}]
     df = pd.DataFrame(rows).reindex(columns=list(schema.SWEEP_SUMMARY))
     notes = sweep_report.impossible_notes(df)
-    assert notes[0] == "point 1 (matmul case=no_comm): efficiency 144%, mfu 286%"
+    assert notes[0] == ("point 1 (matmul case=no_comm): efficiency 144%, mfu 286% "
+                        "(host at 0.73x its calibrated speed)")
     assert notes[1].startswith("1 point(s) ran faster than the cpu roofline allows")
     assert "share the host's cores" in notes[1] and "calibration taken under load" in notes[1]
     assert len(notes) == 2
@@ -471,3 +473,23 @@ def test_garbage_is_collected_between_points_only_when_memory_is_short(tmp_path)
     info.write_text("MemTotal:       16000000 kB\nMemAvailable:    3000000 kB\n")
     assert sw.memory_short(meminfo=info)      # 3/16 < 1/4
     assert sw.memory_short(meminfo=tmp_path / "absent")  # cannot tell: collect
+
+
+def test_summary_row_carries_the_host_speed_a_cpu_run_was_scaled_by(tmp_path, monkeypatch):
+    """A CPU run's drift factor (meta host_drift) is its row's host_speed; a run without one
+    (an accelerator, or a chip named by hand) leaves it empty, and ``shown`` drops the column."""
+    from harness.calibrate import drift
+
+    ops = pd.DataFrame({schema.CATEGORY: ["matmul"], schema.MEASURED_S: [1e-3],
+                        schema.PREDICTED_S: [1e-3], schema.EFFICIENCY: [1.0]})
+    metas = {"cpu": {drift.HOST_DRIFT: {drift.REFERENCE: [9e9, 10e9], drift.FACTOR: 0.8}},
+             "gpu": {}}
+    monkeypatch.setattr(sweep_report.store, "load",
+                        lambda path: store.StoredRun(path, metas[path.name], ops))
+    record = {"index": 0, "workload": "other", "preset": "tiny", "mesh": "8", "overrides": {},
+              "status": "done", "key": "k"}
+    cpu = sweep_report.point_row(dict(record, run="cpu"), tmp_path)
+    gpu = sweep_report.point_row(dict(record, run="gpu"), tmp_path)
+    assert cpu[schema.HOST_SPEED] == 0.8 and gpu[schema.HOST_SPEED] is None
+    df = pd.DataFrame([gpu]).reindex(columns=list(schema.SWEEP_SUMMARY))
+    assert schema.HOST_SPEED not in sweep_report.shown(df).columns

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness import schema
+from harness.calibrate import drift
 from harness.compare import (
     beats_roofline,
     beats_roofline_reason,
@@ -90,7 +91,8 @@ def point_row(record: dict, sweep_dir: Path) -> dict:
                 schema.STEP_S: s.get(schema.STEP_S), schema.COVERAGE: s.get(schema.COVERAGE),
                 schema.EFFICIENCY: workload_efficiency(run.ops),
                 schema.MFU: s.get(schema.MFU), schema.ANALYTIC_S: s.get(schema.ANALYTIC_S),
-                schema.MODEL_FLOPS: s.get(schema.MODEL_FLOPS)})
+                schema.MODEL_FLOPS: s.get(schema.MODEL_FLOPS),
+                schema.HOST_SPEED: (run.meta.get(drift.HOST_DRIFT) or {}).get(drift.FACTOR)})
     figures = FIGURES.get(record["workload"])
     if figures is not None:
         row.update(figures(run))
@@ -108,7 +110,8 @@ def summary_table(sweep_dir: Path, records: list[dict]) -> pd.DataFrame:
 
 SHOWN = (schema.POINT, schema.WORKLOAD, schema.MESH, schema.OVERRIDES, schema.STATUS,
          schema.STEP_S, schema.COVERAGE, schema.EFFICIENCY, schema.MFU, schema.ANALYTIC_S,
-         schema.MEASURED_BUS_GBPS, schema.PREDICTED_BUS_GBPS, schema.MATMUL_EFFICIENCY)
+         schema.MEASURED_BUS_GBPS, schema.PREDICTED_BUS_GBPS, schema.MATMUL_EFFICIENCY,
+         schema.HOST_SPEED)
 
 
 def shown(df: pd.DataFrame) -> pd.DataFrame:
@@ -123,7 +126,8 @@ ROOFLINE_FIGURES = (schema.EFFICIENCY, schema.MATMUL_EFFICIENCY, schema.MFU)
 
 def impossible_notes(df: pd.DataFrame) -> list[str]:
     """One note per point whose efficiency or MFU beats the roofline (as the run report flags
-    its ops: ``harness.compare.beats_roofline``), then the reason per chip."""
+    its ops: ``harness.compare.beats_roofline``), with the host's speed its chip was scaled by
+    where there is one (CPU), then the reason per chip."""
     out, chips = [], {}
     for _, row in df.iterrows():
         bad = [f"{c} {float(row[c]):.0%}" for c in ROOFLINE_FIGURES
@@ -131,8 +135,10 @@ def impossible_notes(df: pd.DataFrame) -> list[str]:
         if bad:
             chip = str(row.get(schema.CHIP) or "?")
             chips[chip] = chips.get(chip, 0) + 1
+            speed = pd.to_numeric(row.get(schema.HOST_SPEED), errors="coerce")
+            host = (f" (host at {speed:.2f}x its calibrated speed)" if pd.notna(speed) else "")
             out.append(f"point {row[schema.POINT]} ({row[schema.WORKLOAD]} "
-                       f"{row[schema.OVERRIDES]}): {', '.join(bad)}")
+                       f"{row[schema.OVERRIDES]}): {', '.join(bad)}{host}")
     out += [f"{n} point(s) ran {beats_roofline_reason(chip, getattr(CHIPS.get(chip), 'kind', ''))}"
             for chip, n in chips.items()]
     return out
