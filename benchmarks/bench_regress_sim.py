@@ -30,7 +30,10 @@ each length (steps resampled from the real ones, as if independent): how many st
 on this host needs for the power it wants. ``--history 1 9`` compares each candidate against one
 baseline and against nine drawn the same way (``harness compare`` with several baselines).
 ``--slowdown 1.2 1.5 2`` measures the power at each slowdown on the same draws: the smallest a
-nightly job on this host catches with the power it wants.
+nightly job on this host catches with the power it wants. Also printed: what each A/A comparison
+said it could flag of the op the A/B then slows (``detectable``, ``harness.runs.detect``), and how
+often the A/B outcome was the one that figure foretold (flagged exactly when the slowdown reaches
+it).
 """
 from __future__ import annotations
 
@@ -130,6 +133,8 @@ def simulate(model: NoiseModel, ops: list[str], big: np.ndarray, steps: int, n: 
     rule = regress.Rule()
     false_new = false_old = inconclusive = 0
     caught = dict.fromkeys(slowdowns, 0)
+    predicted = dict.fromkeys(slowdowns, 0)  # A/B outcomes the A/A detectable figure foretold
+    figures = []
     t0 = time.perf_counter()
     for _ in range(n):
         a = [stored(f"A{i}", ops, model.draw(rng, steps)) for i in range(history)]
@@ -139,11 +144,15 @@ def simulate(model: NoiseModel, ops: list[str], big: np.ndarray, steps: int, n: 
         false_old += history == 1 and old_rule(v, rule)
         inconclusive += v.counts()[regress.INCONCLUSIVE] > 0
         j = rng.choice(big)
+        d = float(v.ops.set_index(schema.OP).loc[ops[j], schema.DETECTABLE])
+        figures.append(d)
         for f in slowdowns:
             slower = b.copy()
             slower[j] *= f
             v = regress.compare_runs(a, stored("B", ops, slower))
-            caught[f] += v.regressed and ops[j] in set(v.regressions[schema.OP])
+            hit = v.regressed and ops[j] in set(v.regressions[schema.OP])
+            caught[f] += hit
+            predicted[f] += hit == (f - 1 >= d)
     print(f"{steps} steps per run, {history} baseline run(s) per comparison:")
     print(f"  A/A false regressions (goal <= 1%):     {ci(false_new, n)}")
     if history == 1:
@@ -152,6 +161,10 @@ def simulate(model: NoiseModel, ops: list[str], big: np.ndarray, steps: int, n: 
     for f, k in caught.items():
         goal = " (goal >= 95%)" if f == SLOWDOWN else ""
         print(f"  A/B power, {f:g}x on an op >= {MIN_SHARE:.0%}{goal}: {ci(k, n)}")
+    q = np.percentile(figures, [25, 50, 75])
+    print(f"  what the A/A comparison said it could flag of that op (detectable): quartiles "
+          f"+{q[0]:.0%}, +{q[1]:.0%}, +{q[2]:.0%}; A/B outcome as it foretold: "
+          + ", ".join(f"{predicted[f] / n:.1%} at {f:g}x" for f in slowdowns))
     print(f"  ({(1 + len(slowdowns)) * n} comparisons in {time.perf_counter() - t0:.0f} s)")
 
 

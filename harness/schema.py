@@ -68,6 +68,7 @@ BASELINE_STEPS = "baseline_steps"  # per-step samples behind the test
 CANDIDATE_STEPS = "candidate_steps"
 P_VALUE = "p_value"                # Mann-Whitney U, two-sided, on the per-step samples
 Q_VALUE = "q_value"                # Benjamini-Hochberg adjusted p over the tested ops (regress.py)
+DETECTABLE = "detectable"          # least slowdown of the op alone flagged (0.4 = +40%; detect.py)
 VERDICT = "verdict"                # see harness.runs.regress.VERDICTS
 NOTE = "note"                      # why a verdict is what it is (too few steps, below min_share)
 EXPLANATION = "explanation"        # one line in the book's terms, for regressions/improvements
@@ -176,8 +177,8 @@ OPS = (PROGRAM, OP, OPCODE, CATEGORY, COUNT, MEASURED_S, PREDICTED_S, EFFICIENCY
 
 REGRESS = (PROGRAM, OP, CATEGORY, BOUND, COLLECTIVE, GROUP_SIZE, BASELINE_S, CANDIDATE_S,
            DELTA_S, CHANGE, BASELINE_EFFICIENCY, CANDIDATE_EFFICIENCY, BASELINE_SHARE,
-           CANDIDATE_SHARE, BASELINE_STEPS, CANDIDATE_STEPS, P_VALUE, Q_VALUE, VERDICT, NOTE,
-           EXPLANATION)
+           CANDIDATE_SHARE, BASELINE_STEPS, CANDIDATE_STEPS, P_VALUE, Q_VALUE, DETECTABLE, VERDICT,
+           NOTE, EXPLANATION)
 SWEEP_SUMMARY = (POINT, WORKLOAD, PRESET, MESH, CHIP, OVERRIDES, STATUS, STEP_S, COVERAGE,
                  EFFICIENCY, MFU, ANALYTIC_S, COLLECTIVE, GROUP_SIZE, MESSAGE_BYTES, COLLECTIVE_S,
                  BUS_BYTES, MEASURED_BUS_GBPS, PREDICTED_BUS_GBPS, MODEL_FLOPS, MATMUL_EFFICIENCY,

@@ -5,8 +5,10 @@ own run-to-run spread (``harness.runs.history``).
 Exit codes: 0 no regression (``inconclusive`` verdicts included: the data could not decide, the
 headline says so), 1 at least one regression (a nightly CI job fails), 2 bad input (missing or
 damaged run, bad option). The rule and its false-alarm rate: ``harness.runs.regress``. ``--format
-md`` prints a heading, the verdict and a table: a CI comment. ``csv`` and ``json`` print only the
-table (all columns), the verdict goes to stderr.
+md`` prints a heading, the verdict and a table: a CI comment. Both say what the comparison could
+have seen: per op, the smallest slowdown of it alone that would have been flagged (``flags
+from``, ``harness.runs.detect``), and a line for the largest ops. ``csv`` and ``json`` print
+only the table (all columns), the verdict goes to stderr.
 """
 from __future__ import annotations
 
@@ -56,6 +58,13 @@ def _signed(x) -> str:
     return "-" if not finite(x) else f"{x:+.0%}"
 
 
+def _detectable(x) -> str:
+    """A ``detectable`` value as the slowdown it names ("never": too few steps)."""
+    if isinstance(x, float) and math.isinf(x):
+        return "never"
+    return "-" if not finite(x) else f"+{x:.0%}"
+
+
 def _text(x) -> str:
     return "" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x)
 
@@ -72,6 +81,7 @@ SHOWN: tuple[tuple[str, str, Callable[[object], str]], ...] = (
     (schema.BASELINE_EFFICIENCY, "eff. before", _pct),
     (schema.CANDIDATE_EFFICIENCY, "eff. after", _pct),
     (schema.Q_VALUE, "q", lambda q: f"{q:.2g}" if finite(q) else "-"),
+    (schema.DETECTABLE, "flags from", _detectable),
     (schema.VERDICT, "verdict", _text),
     (schema.NOTE, "note", _text),
 )
@@ -107,6 +117,8 @@ def render_text(verdicts, top: int) -> str:
     if hidden:
         out.append(f"... {hidden} more ops (--top 0 shows all)")
     out += [f"  {e}" for e in _explanations(verdicts)]
+    if verdicts.could_see():
+        out.append(verdicts.could_see())
     out.append(verdicts.headline())
     return "\n".join(out) + "\n"
 
@@ -122,6 +134,8 @@ def render_markdown(verdicts, top: int) -> str:
     explanations = _explanations(verdicts)
     if explanations:
         out += [f"- {e}" for e in explanations] + [""]
+    if verdicts.could_see():
+        out += [verdicts.could_see(), ""]
     out.append(tables.to_markdown(display(rows)).rstrip("\n"))
     if hidden:
         out += ["", f"_{hidden} more ops not shown (`--top 0` shows all)._"]

@@ -109,14 +109,14 @@ class History:
         return StoredRun(path=newest.path, meta=newest.meta, ops=ops.reset_index(drop=True),
                          steps=pd.concat(steps, ignore_index=True) if steps else pd.DataFrame())
 
-    def run_to_run(self, keys: list, log_changes: np.ndarray):
-        """(sigma, p-values, noise) of the tested ops, as ``noise.run_to_run`` gives them, from
-        each op's own spread over the runs: ``log_changes`` are the candidate's log times less
-        mu (log of its time over the pooled baseline's); sigma is the median op's moderated
-        spread, noise each op's scale ``s~ sqrt(1 + 1/n)``."""
+    def run_to_run(self, keys: list, log_changes: np.ndarray) -> noise.RunToRun:
+        """The tested ops' run-to-run term, as ``noise.run_to_run`` gives it, from each op's own
+        spread over the runs: ``log_changes`` are the candidate's log times less mu (log of its
+        time over the pooled baseline's); sigma is the median op's moderated spread, noise each
+        op's scale ``s~ sqrt(1 + 1/n)``."""
         r = np.asarray(log_changes, float)
         if len(keys) == 0:
-            return math.nan, np.zeros(0), np.zeros(0)
+            return noise.RunToRun(math.nan, *np.zeros((4, 0)))
         a = self.adjusted().reindex(pd.MultiIndex.from_tuples(keys, names=pair.KEYS))
         n = a.notna().sum(axis=1).to_numpy()
         s2 = a.var(axis=1, ddof=1).to_numpy(float)  # NaN for an op in one run only
@@ -125,9 +125,9 @@ class History:
         finite = np.isfinite(r)
         shift = float(np.median(r[finite])) if finite.any() else 0.0
         d = np.where(finite, r - shift, 0.0)
+        df = np.minimum(df, noise.NULL_DF)
         with np.errstate(divide="ignore", invalid="ignore"):
-            p = np.where(scale > 0, 2 * student_t.sf(np.abs(d) / scale,
-                                                     np.minimum(df, noise.NULL_DF)),
+            p = np.where(scale > 0, 2 * student_t.sf(np.abs(d) / scale, df),
                          np.where(d == 0, 1.0, 0.0))
         sigma = float(np.median(np.sqrt(s2_mod))) if len(s2_mod) else math.nan
-        return sigma, np.where(finite, p, 1.0), scale
+        return noise.RunToRun(sigma, np.where(finite, p, 1.0), scale, scale, df)

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from scipy.optimize import brentq
@@ -49,6 +50,13 @@ def u_test(a: np.ndarray, b: np.ndarray) -> float:
     return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
 
 
+def u_tests(a: np.ndarray, zs: np.ndarray) -> np.ndarray:
+    """``u_test(a, z)`` for each row ``z`` of ``zs`` (none of them tied with ``a``), in one
+    call: scipy picks its method from the sizes and the ties, the same for every row."""
+    return np.asarray(mannwhitneyu(a[None, :], zs, alternative="two-sided", axis=-1).pvalue,
+                      float)
+
+
 def robust_sigma(x: np.ndarray) -> float:
     """sigma estimated as 1.4826 x the median absolute deviation (NaN for no data)."""
     x = np.asarray(x, float)
@@ -58,9 +66,28 @@ def robust_sigma(x: np.ndarray) -> float:
     return float(MAD_TO_SIGMA * np.median(np.abs(x - np.median(x))))
 
 
-def run_to_run(log_changes: np.ndarray, se: np.ndarray | None = None):
-    """(tau, p-values, noise): how far the tested ops move between runs beyond their own
-    within-run noise, each op's two-sided p, and each op's total noise sqrt(se^2 + tau^2).
+class RunToRun(NamedTuple):
+    """The run-to-run term of the tested ops (``run_to_run``, ``History.run_to_run``).
+
+    ``sigma``: its size (tau, or the median op's own spread); ``p``: each op's two-sided p;
+    ``noise``: each op's total noise, which ``regress.decide`` holds against the threshold; and
+    the null each p came from: an op's drift-adjusted log change over ``t_scale`` is Student's
+    t on ``t_df`` degrees of freedom (``t_scale`` 0: the term is absent and every p is 0)."""
+
+    sigma: float
+    p: np.ndarray
+    noise: np.ndarray
+    t_scale: np.ndarray
+    t_df: np.ndarray
+
+    def critical(self, level) -> np.ndarray:
+        """Per op, the drift-adjusted log change whose p is ``level`` (0 where absent)."""
+        return np.asarray(self.t_scale, float) * t.isf(np.asarray(level, float) / 2, self.t_df)
+
+
+def run_to_run(log_changes: np.ndarray, se: np.ndarray | None = None) -> RunToRun:
+    """How far the tested ops move between runs beyond their own within-run noise (tau), each
+    op's two-sided p, and each op's total noise sqrt(se^2 + tau^2).
 
     ``log_changes``: each op's log(candidate / baseline); ``se``: the standard error of each
     (``median_se`` of its log samples; None: 0). Most ops of a program do not change between two
@@ -74,32 +101,69 @@ def run_to_run(log_changes: np.ndarray, se: np.ndarray | None = None):
     r = np.asarray(log_changes, float)
     se = np.zeros(len(r)) if se is None else np.nan_to_num(np.asarray(se, float))
     finite = np.isfinite(r)
+    df = np.full(len(r), float(NULL_DF))
     if finite.sum() < MIN_OPS_FOR_SPREAD:
-        return float("nan"), np.zeros(len(r)), np.full(len(r), np.nan)
+        return RunToRun(float("nan"), np.zeros(len(r)), np.full(len(r), np.nan),
+                        np.zeros(len(r)), df)
     d = np.where(finite, r - np.median(r[finite]), 0.0)
-
-    def spread(tau: float) -> float:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            z = d[finite] / np.sqrt(se[finite] ** 2 + tau ** 2)
-        return robust_sigma(np.where(d[finite] == 0, 0.0, z))
-
-    lo, hi = 0.0, robust_sigma(d[finite]) + float(se[finite].max()) + 1e-12
-    if not spread(lo) <= 1:  # bisect: spread falls as tau grows
-        for _ in range(50):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if spread(mid) > 1 else (lo, mid)
-        lo = hi
-    total = np.sqrt(se ** 2 + lo ** 2)
+    tau = float(_taus(d[finite][None, :], se[finite])[0])
+    total = np.sqrt(se ** 2 + tau ** 2)
     with np.errstate(divide="ignore", invalid="ignore"):
         p = np.where(total > 0, null_p(d / total, 1.0), np.where(d == 0, 1.0, 0.0))
-    return lo, np.where(finite, p, 1.0), total
+    return RunToRun(tau, np.where(finite, p, 1.0), total, total * _null_scale(1.0), df)
+
+
+def _taus(d: np.ndarray, se: np.ndarray) -> np.ndarray:
+    """``run_to_run``'s tau for each row of ``d`` (finite drift-adjusted log changes; ``se`` per
+    column): the smallest tau that brings the MAD spread of ``d / sqrt(se^2 + tau^2)`` down to
+    1, by bisection, all rows at once."""
+    def mad(x: np.ndarray) -> np.ndarray:
+        return MAD_TO_SIGMA * np.median(np.abs(x - np.median(x, axis=1, keepdims=True)), axis=1)
+
+    def spread(tau: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = d / np.sqrt(se[None, :] ** 2 + tau[:, None] ** 2)
+        return mad(np.where(d == 0, 0.0, z))
+
+    lo, hi = np.zeros(len(d)), mad(d) + float(np.max(se, initial=0.0)) + 1e-12
+    with np.errstate(divide="ignore", invalid="ignore"):  # at tau 0 an op without se drops out
+        at_zero = np.where(d == 0, 0.0, d / se[None, :])
+    bisect = np.array([not robust_sigma(row) <= 1 for row in at_zero])  # spread falls with tau
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        wide = spread(mid) > 1
+        lo, hi = np.where(wide, mid, lo), np.where(wide, hi, mid)
+    return np.where(bisect, hi, 0.0)
+
+
+def critical_on_top(log_changes: np.ndarray, se: np.ndarray, level: np.ndarray) -> np.ndarray:
+    """Per op, ``run_to_run(...).critical(level)`` of the run with that op's log change put above
+    every other's (``harness.runs.detect``: where a slowdown that is flagged puts it; the
+    drift, a median, and tau, from a MAD, are then those of the other ops' positions)."""
+    r = np.asarray(log_changes, float)
+    se = np.nan_to_num(np.asarray(se, float))
+    finite = np.isfinite(r)
+    if finite.sum() < MIN_OPS_FOR_SPREAD:
+        return np.zeros(len(r))
+    rf, sf = r[finite], se[finite]
+    slowed = np.tile(rf, (len(rf), 1))
+    np.fill_diagonal(slowed, float(rf.max()) + 10.0)
+    total = np.zeros(len(r))
+    total[finite] = np.sqrt(sf ** 2 + _taus(slowed - np.median(slowed, axis=1, keepdims=True),
+                                            sf) ** 2)
+    return total * _null_scale(1.0) * t.isf(np.asarray(level, float) / 2, NULL_DF)
+
+
+def _null_scale(sigma: float) -> float:
+    """The scale of the Student t (``NULL_DF``) whose median absolute deviation is that of
+    N(0, sigma^2)."""
+    return sigma / MAD_TO_SIGMA / t.ppf(0.75, NULL_DF)
 
 
 def null_p(d, sigma: float):
     """Two-sided p of log change(s) ``d`` under the run-to-run null: Student's t (``NULL_DF``)
     whose median absolute deviation is that of N(0, sigma^2)."""
-    scale = sigma / MAD_TO_SIGMA / t.ppf(0.75, NULL_DF)
-    return 2 * t.sf(np.abs(d) / scale, NULL_DF)
+    return 2 * t.sf(np.abs(d) / _null_scale(sigma), NULL_DF)
 
 
 def bh_adjust(p: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:

@@ -59,7 +59,7 @@ import pandas as pd
 
 from harness import schema
 from harness.compare import workload_efficiency
-from harness.runs import noise, pair
+from harness.runs import detect, noise, pair
 from harness.runs.explain import explain
 from harness.runs.history import History
 from harness.runs.noise import min_p_value
@@ -127,7 +127,7 @@ def _row(key, b: dict | None, c: dict | None, a: np.ndarray, z: np.ndarray) -> d
             schema.CANDIDATE_EFFICIENCY: get(c, "eff"), schema.BASELINE_SHARE: sb,
             schema.CANDIDATE_SHARE: sc, schema.BASELINE_STEPS: len(a),
             schema.CANDIDATE_STEPS: len(z),
-            schema.P_VALUE: np.nan, schema.Q_VALUE: np.nan,
+            schema.P_VALUE: np.nan, schema.Q_VALUE: np.nan, schema.DETECTABLE: np.nan,
             schema.NOTE: "", schema.EXPLANATION: "",
             schema.VERDICT: NEW if b is None else GONE if c is None else None}
 
@@ -150,7 +150,8 @@ def _decide_ops(ops: pd.DataFrame, rule: Rule, mesh: dict | None, samples: tuple
     r = np.log1p(ops.loc[family, schema.CHANGE].to_numpy(float))
     keys = list(zip(ops.loc[family, schema.PROGRAM], ops.loc[family, schema.OP]))
     se = [_log_se(samples[0][k], samples[1][k]) for k in keys]
-    sigma, p_null, total = history.run_to_run(keys, r) if history else noise.run_to_run(r, se)
+    null = history.run_to_run(keys, r) if history else noise.run_to_run(r, se)
+    sigma, p_null, total = null.sigma, null.p, null.noise
     shift = float(np.median(r)) if len(r) >= noise.MIN_OPS_FOR_SPREAD else math.nan
     # Each op's U test asks what the run-to-run term asks: did it move against the rest of the
     # run? Its candidate samples are taken back by the run's drift (the tested ops' median log
@@ -164,9 +165,16 @@ def _decide_ops(ops: pd.DataFrame, rule: Rule, mesh: dict | None, samples: tuple
     combined = np.maximum(ops.loc[family, schema.P_VALUE].to_numpy(float), p_null)
     # Weighted by each op's share of the baseline's step (known before the candidate is): the
     # false discovery rate stays at alpha, and more of it goes where a change costs the most.
-    ops.loc[family, schema.Q_VALUE] = noise.bh_adjust(
-        combined, weights=np.maximum(ops.loc[family, schema.BASELINE_SHARE].to_numpy(float),
-                                     max(rule.min_share, 1e-9)))
+    weights = np.maximum(ops.loc[family, schema.BASELINE_SHARE].to_numpy(float),
+                         max(rule.min_share, 1e-9))
+    ops.loc[family, schema.Q_VALUE] = noise.bh_adjust(combined, weights=weights)
+    # What each op's test could have seen (harness.runs.detect): with a history its null is its
+    # own spread, which no other op moves; with one baseline it comes from all ops' spread.
+    level = detect.levels(rule.alpha, weights)
+    critical = null.critical(level) if history else noise.critical_on_top(r, se, level)
+    ops.loc[family, schema.DETECTABLE] = detect.per_op(
+        ops.loc[family, schema.CHANGE].to_numpy(float), critical, level,
+        [(samples[0][k], samples[1][k]) for k in keys], rule.threshold)
     tested = int(family.sum())
     records = ops.to_dict("records")
     verdicts, notes, texts = (list(ops[c]) for c in (schema.VERDICT, schema.NOTE,
@@ -178,6 +186,7 @@ def _decide_ops(ops: pd.DataFrame, rule: Rule, mesh: dict | None, samples: tuple
             texts[i] = explain(pd.Series(dict(records[i], **{schema.VERDICT: verdicts[i]})),
                                mesh)
     ops[schema.VERDICT], ops[schema.NOTE], ops[schema.EXPLANATION] = verdicts, notes, texts
+    ops.loc[ops[schema.VERDICT] == REGRESSION, schema.DETECTABLE] = np.nan
     return ops, sigma, tested, shift
 
 

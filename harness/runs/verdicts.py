@@ -65,6 +65,24 @@ class Verdicts:
         vc = self.ops[schema.VERDICT].value_counts()
         return {v: int(vc.get(v, 0)) for v in VERDICTS}
 
+    def could_see(self, largest: int = 3) -> str:
+        """One line: the smallest slowdown of one op alone this comparison flags
+        (``harness.runs.detect``), for the ``largest`` tested ops by baseline share and the
+        median tested op; empty when no op was tested."""
+        o = self.ops[self.ops[schema.DETECTABLE].notna()]
+        if o.empty:
+            return ""
+
+        def slowdown(x: float) -> str:
+            return "never (too few steps)" if math.isinf(x) else f"from +{x:.0%}"
+
+        big = o.sort_values(schema.BASELINE_SHARE, ascending=False, kind="stable").head(largest)
+        each = ", ".join(f"{r[schema.OP]} ({r[schema.BASELINE_SHARE]:.0%} of the step) "
+                         f"{slowdown(r[schema.DETECTABLE])}" for _, r in big.iterrows())
+        median = float(o[schema.DETECTABLE].median())
+        return (f"could flag one op slowed alone: {each}; the median of {len(o)} ops "
+                f"{slowdown(median)}")
+
     def headline(self) -> str:
         """One line: the overall verdict, what regressed, and the rule used."""
         r, c = self.rule, self.counts()
