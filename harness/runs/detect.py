@@ -90,10 +90,7 @@ def per_op(changes: np.ndarray, critical: np.ndarray, level: np.ndarray,
     finite = np.isfinite(r)
     shifts = np.full(len(r), math.nan)
     if finite.sum() >= noise.MIN_OPS_FOR_SPREAD:
-        rf = r[finite]
-        slowed = np.tile(rf, (len(rf), 1))
-        np.fill_diagonal(slowed, float(rf.max()) + 10.0)
-        shifts[finite] = np.median(slowed, axis=1)
+        shifts[finite] = np.median(noise.each_on_top(r[finite]), axis=1)
     return np.array([detectable(changes[i], r[i], shifts[i], float(critical[i]),
                                 float(level[i]), *samples[i], threshold)
                      for i in range(len(r))])

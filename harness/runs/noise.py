@@ -136,6 +136,13 @@ def _taus(d: np.ndarray, se: np.ndarray) -> np.ndarray:
     return np.where(bisect, hi, 0.0)
 
 
+def each_on_top(r: np.ndarray) -> np.ndarray:
+    """Row i: the finite log changes ``r`` with the i-th put far above every other."""
+    slowed = np.tile(np.asarray(r, float), (len(r), 1))
+    np.fill_diagonal(slowed, float(np.max(r)) + 10.0)
+    return slowed
+
+
 def critical_on_top(log_changes: np.ndarray, se: np.ndarray, level: np.ndarray) -> np.ndarray:
     """Per op, ``run_to_run(...).critical(level)`` of the run with that op's log change put above
     every other's (``harness.runs.detect``: where a slowdown that is flagged puts it; the
@@ -146,8 +153,7 @@ def critical_on_top(log_changes: np.ndarray, se: np.ndarray, level: np.ndarray) 
     if finite.sum() < MIN_OPS_FOR_SPREAD:
         return np.zeros(len(r))
     rf, sf = r[finite], se[finite]
-    slowed = np.tile(rf, (len(rf), 1))
-    np.fill_diagonal(slowed, float(rf.max()) + 10.0)
+    slowed = each_on_top(rf)
     total = np.zeros(len(r))
     total[finite] = np.sqrt(sf ** 2 + _taus(slowed - np.median(slowed, axis=1, keepdims=True),
                                             sf) ** 2)
