@@ -117,3 +117,26 @@ def test_compare_prints_what_it_could_have_seen(tmp_path, capsys):
     assert line.startswith("could flag one op slowed alone: fusion.12 (60% of the step) from +")
     code, out, _ = run_cli(capsys, base, cand, "--format", "md")
     assert "could flag one op slowed alone:" in out and "| flags from |" in out
+
+
+def test_an_op_that_leaves_the_tested_family_moves_the_figure_to_where_it_leaves():
+    """Eight tested ops, the first 60% of the candidate's step; the last is tested only for its
+    candidate share, 1.2% (0.9% in the baseline). Slowed by x, op 0 shrinks the others' shares
+    by 1 + 0.6 x, so op 7 leaves the family beyond x = (0.012 / 0.01 - 1) / 0.6 = 1/3, and with
+    seven ops left the run-to-run term drops out (fewer than noise.MIN_OPS_FOR_SPREAD). Here
+    that term alone would need e^5; without it the threshold and the U test pass from +10%. So
+    op 0 is first flagged where op 7 leaves: +33.3%."""
+    rng = np.random.default_rng(0)
+    steps = [(1 + 0.01 * rng.standard_normal(10), 1 + 0.01 * rng.standard_normal(10))
+             for _ in range(8)]
+    base = np.array([0.6, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.009])
+    cand = np.array([0.6, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.012])
+
+    def critical(tested, level, rows):
+        n = np.ones(int(tested.sum())) * (5.0 if tested.sum() >= noise.MIN_OPS_FOR_SPREAD else 0)
+        return n if rows is None else n[rows]
+
+    got = detect.per_op(np.zeros(8), (base, cand), base, steps, critical, alpha=0.05,
+                        threshold=0.10, min_share=0.01)
+    assert got[0] == pytest.approx(1 / 3, rel=1e-9)
+    assert got[1] == pytest.approx(0.2 / 0.05, rel=1e-9)  # op 1 (5%) pushes it out at x = 4

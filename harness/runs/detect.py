@@ -24,6 +24,7 @@ few steps for the U test to reach the level); NaN: not tested, or already a regr
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -77,20 +78,68 @@ def detectable(change: float, r: float, shift: float, critical: float, level: fl
     return max(f_threshold, f_null, f_u, 1.0) - 1.0
 
 
-def per_op(changes: np.ndarray, critical: np.ndarray, level: np.ndarray,
-           samples: list[tuple[np.ndarray, np.ndarray]], threshold: float) -> np.ndarray:
-    """``detectable`` of each tested op, from its change, the critical log change of its
-    run-to-run null with its change at the top (``noise.critical_on_top``; with a history, its
-    own spread's), its level and its (baseline, candidate) samples. The drift is likewise the
-    median with the op's change at the top: slowed enough to be flagged, it lies above every
-    other's, and with 40 ops one op moved from the middle to the top moves the median by a
-    rank (and took tau from 4.5% to 3.6% in a synthetic pair)."""
-    changes = np.asarray(changes, float)
-    r = np.log1p(changes)
+# critical(tested, level, rows): per op of ``rows`` (indices into the ops of the boolean mask
+# ``tested``; None: all), the log change its run-to-run null rejects at ``level`` (one per op of
+# ``tested``) with that op's change at the top, when only the ops of ``tested`` are tested
+Critical = Callable[[np.ndarray, np.ndarray, "list[int] | None"], np.ndarray]
+
+def _figures(changes: np.ndarray, critical: np.ndarray, level: np.ndarray, samples: list,
+             threshold: float, rows: list[int]) -> np.ndarray:
+    """``detectable`` of the ops ``rows`` of one tested family (all of whose ``changes`` are
+    given), each with its change at the top of the drift's median."""
+    r = np.log1p(np.asarray(changes, float))
     finite = np.isfinite(r)
     shifts = np.full(len(r), math.nan)
     if finite.sum() >= noise.MIN_OPS_FOR_SPREAD:
-        shifts[finite] = np.median(noise.each_on_top(r[finite]), axis=1)
-    return np.array([detectable(changes[i], r[i], shifts[i], float(critical[i]),
+        top = float(np.max(r[finite])) + 10.0
+        for i in rows:
+            if finite[i]:
+                shifts[i] = float(np.median(np.where(np.arange(len(r)) == i, top, r)[finite]))
+    return np.array([detectable(changes[i], r[i], shifts[i], float(critical[j]),
                                 float(level[i]), *samples[i], threshold)
-                     for i in range(len(r))])
+                     for j, i in enumerate(rows)])
+
+
+def per_op(changes: np.ndarray, shares: tuple[np.ndarray, np.ndarray], weights: np.ndarray,
+           samples: list[tuple[np.ndarray, np.ndarray]], critical: Critical, alpha: float,
+           threshold: float, min_share: float) -> np.ndarray:
+    """``detectable`` of each tested op, from the tested ops' changes, (baseline, candidate)
+    shares of the step, Benjamini-Hochberg weights and (baseline, candidate) samples, and their
+    run-to-run null (``critical``).
+
+    Slowed enough to be flagged, an op's change lies above every other's, so the drift (a
+    median) and the run-to-run noise (from a median absolute deviation) it is judged against are
+    those with its change at the top: with 40 ops, one op moved from the middle to the top moved
+    the median by a rank and took tau from 4.5% to 3.6% in a synthetic pair. And an op slowed by
+    ``x`` takes a larger share of the candidate's step, so an op tested only for its candidate
+    share (below ``min_share`` in the baseline) leaves the family once that share falls below
+    ``min_share``: beyond ``x_k = (share_k / min_share - 1) / share_i``. That changes m, the
+    weights, the median and tau: on draws from the real CPU runs, 2 of 240 slowdowns of a 5-12%
+    collective went otherwise. Between consecutive ``x_k`` the family is fixed; the figure is the
+    first interval's whose own figure (solved for its family) falls inside it."""
+    changes = np.asarray(changes, float)
+    base, cand = (np.asarray(x, float) for x in shares)
+    n = len(changes)
+    everyone = np.ones(n, dtype=bool)
+    level = levels(alpha, weights)
+    out = _figures(changes, critical(everyone, level, None), level, samples, threshold,
+                   list(range(n)))
+    for i in range(n):
+        leaving = (base < min_share) & (cand >= min_share) & (np.arange(n) != i)
+        if math.isnan(out[i]) or cand[i] <= 0 or not leaving.any():
+            continue
+        x = np.where(leaving, (cand / min_share - 1) / cand[i], np.inf)
+        bounds = np.unique(x[np.isfinite(x)])
+        if out[i] <= bounds[0]:
+            continue  # flagged before any op leaves
+        for lo, hi in zip(bounds, np.append(bounds[1:], np.inf)):
+            tested = ~(x <= lo)  # beyond lo: the ops whose x_k <= lo have left
+            idx = np.flatnonzero(tested)
+            pos = int(np.searchsorted(idx, i))
+            lv = levels(alpha, np.asarray(weights, float)[idx])
+            d = _figures(changes[idx], critical(tested, lv, [pos]), lv,
+                         [samples[k] for k in idx], threshold, [pos])[0]
+            if max(d, lo) <= hi or hi == np.inf:
+                out[i] = max(d, lo)
+                break
+    return out

@@ -143,21 +143,25 @@ def each_on_top(r: np.ndarray) -> np.ndarray:
     return slowed
 
 
-def critical_on_top(log_changes: np.ndarray, se: np.ndarray, level: np.ndarray) -> np.ndarray:
-    """Per op, ``run_to_run(...).critical(level)`` of the run with that op's log change put above
-    every other's (``harness.runs.detect``: where a slowdown that is flagged puts it; the
-    drift, a median, and tau, from a MAD, are then those of the other ops' positions)."""
+def critical_on_top(log_changes: np.ndarray, se: np.ndarray, level: np.ndarray,
+                    rows: list[int] | None = None) -> np.ndarray:
+    """Per op of ``rows`` (default: all), ``run_to_run(...).critical(level)`` of the run with
+    that op's log change put above every other's (``harness.runs.detect``: where a slowdown
+    that is flagged puts it; the drift, a median, and tau, from a MAD, are then those of the
+    other ops' positions)."""
     r = np.asarray(log_changes, float)
     se = np.nan_to_num(np.asarray(se, float))
+    rows = list(range(len(r))) if rows is None else list(rows)
     finite = np.isfinite(r)
     if finite.sum() < MIN_OPS_FOR_SPREAD:
-        return np.zeros(len(r))
+        return np.zeros(len(rows))
     rf, sf = r[finite], se[finite]
-    slowed = each_on_top(rf)
-    total = np.zeros(len(r))
-    total[finite] = np.sqrt(sf ** 2 + _taus(slowed - np.median(slowed, axis=1, keepdims=True),
-                                            sf) ** 2)
-    return total * _null_scale(1.0) * t.isf(np.asarray(level, float) / 2, NULL_DF)
+    at = np.cumsum(finite) - 1  # an op's position among the finite ones
+    live = [i for i in rows if finite[i]]
+    slowed = each_on_top(rf)[at[live]] if live else np.zeros((0, len(rf)))
+    tau = dict(zip(live, _taus(slowed - np.median(slowed, axis=1, keepdims=True), sf)))
+    total = np.array([math.sqrt(se[i] ** 2 + tau[i] ** 2) if finite[i] else 0.0 for i in rows])
+    return total * _null_scale(1.0) * t.isf(np.asarray(level, float)[rows] / 2, NULL_DF)
 
 
 def _null_scale(sigma: float) -> float:

@@ -170,11 +170,19 @@ def _decide_ops(ops: pd.DataFrame, rule: Rule, mesh: dict | None, samples: tuple
     ops.loc[family, schema.Q_VALUE] = noise.bh_adjust(combined, weights=weights)
     # What each op's test could have seen (harness.runs.detect): with a history its null is its
     # own spread, which no other op moves; with one baseline it comes from all ops' spread.
-    level = detect.levels(rule.alpha, weights)
-    critical = null.critical(level) if history else noise.critical_on_top(r, se, level)
+    def critical(tested, level, rows):
+        if history:
+            crit = history.run_to_run([k for k, t in zip(keys, tested) if t],
+                                      r[tested]).critical(level)
+            return crit if rows is None else crit[rows]
+        return noise.critical_on_top(r[tested], np.asarray(se)[tested], level, rows)
+
     ops.loc[family, schema.DETECTABLE] = detect.per_op(
-        ops.loc[family, schema.CHANGE].to_numpy(float), critical, level,
-        [(samples[0][k], samples[1][k]) for k in keys], rule.threshold)
+        ops.loc[family, schema.CHANGE].to_numpy(float),
+        (ops.loc[family, schema.BASELINE_SHARE].to_numpy(float),
+         ops.loc[family, schema.CANDIDATE_SHARE].to_numpy(float)), weights,
+        [(samples[0][k], samples[1][k]) for k in keys], critical, rule.alpha, rule.threshold,
+        rule.min_share)
     tested = int(family.sum())
     records = ops.to_dict("records")
     verdicts, notes, texts = (list(ops[c]) for c in (schema.VERDICT, schema.NOTE,
