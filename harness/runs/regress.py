@@ -46,7 +46,9 @@ heavy-tailed null) and the threshold push it lower. ``benchmarks/bench_regress_s
 it by simulation from real CPU runs (false regressions per comparison, and the power to flag a 20%
 slowdown of an op holding 5% of the step); README's compare section gives the figures.
 
-Explanations (``harness.runs.explain``) use the book's roofline terms.
+Every tested op that is not a regression also gets ``detectable``: the smallest slowdown of it
+alone that this comparison would have flagged (``harness.runs.detect``), so that a pass says what
+it could not have seen. Explanations (``harness.runs.explain``) use the book's roofline terms.
 """
 from __future__ import annotations
 
@@ -168,8 +170,9 @@ def _decide_ops(ops: pd.DataFrame, rule: Rule, mesh: dict | None, samples: tuple
     weights = np.maximum(ops.loc[family, schema.BASELINE_SHARE].to_numpy(float),
                          max(rule.min_share, 1e-9))
     ops.loc[family, schema.Q_VALUE] = noise.bh_adjust(combined, weights=weights)
-    # What each op's test could have seen (harness.runs.detect): with a history its null is its
-    # own spread, which no other op moves; with one baseline it comes from all ops' spread.
+    # What each op's test could have seen (harness.runs.detect) needs its run-to-run null for
+    # any subset of the tested ops: with a history, its own spread moderated over the subset;
+    # with one baseline, the subset's spread with the op's change at the top.
     def critical(tested, level, rows):
         if history:
             crit = history.run_to_run([k for k, t in zip(keys, tested) if t],
