@@ -83,6 +83,7 @@ def detectable(change: float, r: float, shift: float, critical: float, level: fl
 # ``tested``) with that op's change at the top, when only the ops of ``tested`` are tested
 Critical = Callable[[np.ndarray, np.ndarray, "list[int] | None"], np.ndarray]
 
+
 def _figures(changes: np.ndarray, critical: np.ndarray, level: np.ndarray, samples: list,
              threshold: float, rows: list[int]) -> np.ndarray:
     """``detectable`` of the ops ``rows`` of one tested family (all of whose ``changes`` are
@@ -90,11 +91,10 @@ def _figures(changes: np.ndarray, critical: np.ndarray, level: np.ndarray, sampl
     r = np.log1p(np.asarray(changes, float))
     finite = np.isfinite(r)
     shifts = np.full(len(r), math.nan)
-    if finite.sum() >= noise.MIN_OPS_FOR_SPREAD:
-        top = float(np.max(r[finite])) + 10.0
-        for i in rows:
-            if finite[i]:
-                shifts[i] = float(np.median(np.where(np.arange(len(r)) == i, top, r)[finite]))
+    live = [i for i in rows if finite[i]]
+    if finite.sum() >= noise.MIN_OPS_FOR_SPREAD and live:
+        at = np.cumsum(finite) - 1  # an op's position among the finite ones
+        shifts[live] = np.median(noise.each_on_top(r[finite], at[live]), axis=1)
     return np.array([detectable(changes[i], r[i], shifts[i], float(critical[j]),
                                 float(level[i]), *samples[i], threshold)
                      for j, i in enumerate(rows)])
@@ -115,8 +115,9 @@ def per_op(changes: np.ndarray, shares: tuple[np.ndarray, np.ndarray], weights: 
     share (below ``min_share`` in the baseline) leaves the family once that share falls below
     ``min_share``: beyond ``x_k = (share_k / min_share - 1) / share_i``. That changes m, the
     weights, the median and tau: on draws from the real CPU runs, 2 of 240 slowdowns of a 5-12%
-    collective went otherwise. Between consecutive ``x_k`` the family is fixed; the figure is the
-    first interval's whose own figure (solved for its family) falls inside it."""
+    collective went otherwise until this was taken in. Between consecutive ``x_k`` the family is
+    fixed; the figure is the first interval's whose own figure (solved for its family) falls
+    inside it."""
     changes = np.asarray(changes, float)
     base, cand = (np.asarray(x, float) for x in shares)
     n = len(changes)

@@ -136,10 +136,13 @@ def _taus(d: np.ndarray, se: np.ndarray) -> np.ndarray:
     return np.where(bisect, hi, 0.0)
 
 
-def each_on_top(r: np.ndarray) -> np.ndarray:
-    """Row i: the finite log changes ``r`` with the i-th put far above every other."""
-    slowed = np.tile(np.asarray(r, float), (len(r), 1))
-    np.fill_diagonal(slowed, float(np.max(r)) + 10.0)
+def each_on_top(r: np.ndarray, rows=None) -> np.ndarray:
+    """Row k: the finite log changes ``r`` with the ``rows[k]``-th (default: the k-th) put far
+    above every other."""
+    r = np.asarray(r, float)
+    rows = np.arange(len(r)) if rows is None else np.asarray(rows, int)
+    slowed = np.tile(r, (len(rows), 1))
+    slowed[np.arange(len(rows)), rows] = float(np.max(r)) + 10.0
     return slowed
 
 
@@ -158,7 +161,7 @@ def critical_on_top(log_changes: np.ndarray, se: np.ndarray, level: np.ndarray,
     rf, sf = r[finite], se[finite]
     at = np.cumsum(finite) - 1  # an op's position among the finite ones
     live = [i for i in rows if finite[i]]
-    slowed = each_on_top(rf)[at[live]] if live else np.zeros((0, len(rf)))
+    slowed = each_on_top(rf, at[live])
     tau = dict(zip(live, _taus(slowed - np.median(slowed, axis=1, keepdims=True), sf)))
     total = np.array([math.sqrt(se[i] ** 2 + tau[i] ** 2) if finite[i] else 0.0 for i in rows])
     return total * _null_scale(1.0) * t.isf(np.asarray(level, float)[rows] / 2, NULL_DF)
