@@ -161,7 +161,7 @@ def simulate(model: NoiseModel, ops: list[str], big: np.ndarray, steps: int, n: 
     for f, k in caught.items():
         goal = " (goal >= 95%)" if f == SLOWDOWN else ""
         print(f"  A/B power, {f:g}x on an op >= {MIN_SHARE:.0%}{goal}: {ci(k, n)}")
-    q = np.percentile(figures, [25, 50, 75])
+    q = np.nanpercentile(figures, [25, 50, 75])  # NaN: the op was flagged in the A/A itself
     print(f"  what the A/A comparison said it could flag of that op (detectable): quartiles "
           f"+{q[0]:.0%}, +{q[1]:.0%}, +{q[2]:.0%}; A/B outcome as it foretold: "
           + ", ".join(f"{predicted[f] / n:.1%} at {f:g}x" for f in slowdowns))

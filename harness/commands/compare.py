@@ -117,8 +117,9 @@ def render_text(verdicts, top: int) -> str:
     if hidden:
         out.append(f"... {hidden} more ops (--top 0 shows all)")
     out += [f"  {e}" for e in _explanations(verdicts)]
-    if verdicts.could_see():
-        out.append(verdicts.could_see())
+    could_see = verdicts.could_see()
+    if could_see:
+        out.append(could_see)
     out.append(verdicts.headline())
     return "\n".join(out) + "\n"
 
@@ -134,8 +135,9 @@ def render_markdown(verdicts, top: int) -> str:
     explanations = _explanations(verdicts)
     if explanations:
         out += [f"- {e}" for e in explanations] + [""]
-    if verdicts.could_see():
-        out += [verdicts.could_see(), ""]
+    could_see = verdicts.could_see()
+    if could_see:
+        out += [could_see, ""]
     out.append(tables.to_markdown(display(rows)).rstrip("\n"))
     if hidden:
         out += ["", f"_{hidden} more ops not shown (`--top 0` shows all)._"]
