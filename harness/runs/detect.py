@@ -93,8 +93,7 @@ def _figures(changes: np.ndarray, critical: np.ndarray, level: np.ndarray, sampl
     shifts = np.full(len(r), math.nan)
     live = [i for i in rows if finite[i]]
     if finite.sum() >= noise.MIN_OPS_FOR_SPREAD and live:
-        at = np.cumsum(finite) - 1  # an op's position among the finite ones
-        shifts[live] = np.median(noise.each_on_top(r[finite], at[live]), axis=1)
+        shifts[live] = np.median(noise.each_on_top(r, live), axis=1)
     return np.array([detectable(changes[i], r[i], shifts[i], float(critical[j]),
                                 float(level[i]), *samples[i], threshold)
                      for j, i in enumerate(rows)])

@@ -136,13 +136,14 @@ def _taus(d: np.ndarray, se: np.ndarray) -> np.ndarray:
     return np.where(bisect, hi, 0.0)
 
 
-def each_on_top(r: np.ndarray, rows=None) -> np.ndarray:
-    """Row k: the finite log changes ``r`` with the ``rows[k]``-th (default: the k-th) put far
-    above every other."""
+def each_on_top(r: np.ndarray, rows) -> np.ndarray:
+    """Row k: the finite log changes of ``r`` with that of op ``rows[k]`` (an index into ``r``;
+    its change must be finite) put far above every other."""
     r = np.asarray(r, float)
-    rows = np.arange(len(r)) if rows is None else np.asarray(rows, int)
-    slowed = np.tile(r, (len(rows), 1))
-    slowed[np.arange(len(rows)), rows] = float(np.max(r)) + 10.0
+    finite = np.isfinite(r)
+    at = (np.cumsum(finite) - 1)[np.asarray(rows, int)]  # positions among the finite ones
+    slowed = np.tile(r[finite], (len(at), 1))
+    slowed[np.arange(len(at)), at] = float(np.max(r[finite])) + 10.0
     return slowed
 
 
@@ -158,11 +159,9 @@ def critical_on_top(log_changes: np.ndarray, se: np.ndarray, level: np.ndarray,
     finite = np.isfinite(r)
     if finite.sum() < MIN_OPS_FOR_SPREAD:
         return np.zeros(len(rows))
-    rf, sf = r[finite], se[finite]
-    at = np.cumsum(finite) - 1  # an op's position among the finite ones
     live = [i for i in rows if finite[i]]
-    slowed = each_on_top(rf, at[live])
-    tau = dict(zip(live, _taus(slowed - np.median(slowed, axis=1, keepdims=True), sf)))
+    slowed = each_on_top(r, live)
+    tau = dict(zip(live, _taus(slowed - np.median(slowed, axis=1, keepdims=True), se[finite])))
     total = np.array([math.sqrt(se[i] ** 2 + tau[i] ** 2) if finite[i] else 0.0 for i in rows])
     return total * _null_scale(1.0) * t.isf(np.asarray(level, float)[rows] / 2, NULL_DF)
 
