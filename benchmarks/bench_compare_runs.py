@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness import schema
+from harness.run import Run
 from harness.runs import regress, store
 
 
@@ -37,8 +38,8 @@ def make_runs(n: int, steps: int) -> list[Path]:
     return sorted(p for p in out.iterdir() if (p / store.META).exists())
 
 
-def slowed(run: store.StoredRun, factor: float = 2.0,
-           op: str | None = None) -> tuple[store.StoredRun, str]:
+def slowed(run: Run, factor: float = 2.0,
+           op: str | None = None) -> tuple[Run, str]:
     """``run`` with ``op`` (default: its largest) ``factor`` times slower in every step and in
     its table."""
     op = op or run.ops.sort_values(schema.MEASURED_S).iloc[-1][schema.OP]
@@ -46,7 +47,7 @@ def slowed(run: store.StoredRun, factor: float = 2.0,
     ops.loc[ops[schema.OP] == op, schema.MEASURED_S] *= factor
     steps = run.steps.copy()
     steps.loc[steps[schema.OP] == op, schema.MEASURED_S] *= factor
-    return store.StoredRun(path=run.path.with_name(run.path.name + "-slowed"), meta=run.meta,
+    return Run(path=run.path.with_name(run.path.name + "-slowed"), meta=run.meta,
                            ops=ops, steps=steps), op
 
 
@@ -59,14 +60,14 @@ def main(argv=None) -> int:
                    "the others as a history of baselines (leave one out), with every op holding "
                    ">= 5%% of the step slowed by 20%% in turn")
     args = p.parse_args(argv)
-    runs = [store.load(d) for d in (args.dirs or make_runs(args.runs, args.steps))]
+    runs = [Run.load(d) for d in (args.dirs or make_runs(args.runs, args.steps))]
     pairwise(runs)
     if args.history:
         leave_one_out(runs)
     return 0
 
 
-def leave_one_out(runs: list[store.StoredRun], factor: float = 1.2,
+def leave_one_out(runs: list[Run], factor: float = 1.2,
                   min_share: float = 0.05) -> None:
     """Each run against the other runs as its baselines: as is (any regression is false), and
     with each op holding >= ``min_share`` of its step ``factor`` times slower (power)."""
@@ -88,7 +89,7 @@ def leave_one_out(runs: list[store.StoredRun], factor: float = 1.2,
           f"slowed {factor - 1:.0%}: flagged in {caught}/{tries} (goal: >= 95%)")
 
 
-def pairwise(runs: list[store.StoredRun]) -> None:
+def pairwise(runs: list[Run]) -> None:
     """Every ordered pair of runs: verdicts of identical code, and an injected 2x slowdown."""
     same, injected, caught = Counter(), 0, 0
     for a, b in itertools.permutations(runs, 2):

@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness import schema
 from harness.calibrate.chip import CACHE_ENV
+from harness.run import Run
 from harness.runs import store
 
 LARGE_B, VISIBLE = 1024, 0.05
@@ -53,7 +54,7 @@ def sweep_figures(sweep_dir: Path) -> tuple[float, float, str]:
     for rec in manifest["points"]:
         if rec["status"] != "done":
             continue
-        run = store.load(sweep_dir / rec["run"])
+        run = Run.load(sweep_dir / rec["run"])
         ops = run.ops[run.ops[schema.PREDICTED_S].notna()]
         if rec["workload"] == "matmul" and int(rec["overrides"].get("B", 0)) >= LARGE_B:
             large += list(ops.loc[ops[schema.CATEGORY] == "matmul", schema.EFFICIENCY])
@@ -68,7 +69,7 @@ def sweep_figures(sweep_dir: Path) -> tuple[float, float, str]:
 def llama_log_error(out: Path) -> tuple[float, int]:
     harness("run", "llama_train", "--out", str(out), "--top", "1")
     (path,) = [p for p in out.iterdir() if (p / store.META).exists()]
-    ops = store.load(path).ops
+    ops = Run.load(path).ops
     ok = (ops[schema.PREDICTED_S] > 0) & (ops[schema.MEASURED_S] > 0)
     err = np.abs(np.log(ops.loc[ok, schema.PREDICTED_S] / ops.loc[ok, schema.MEASURED_S]))
     return float(np.median(err)), int(ok.sum())

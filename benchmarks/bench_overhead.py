@@ -8,7 +8,7 @@ sweep point's cost with and without per-point plots and garbage collection. One 
    comparison) alternate ``--repeats`` times, so host drift hits both alike. Printed: the median
    traced step / the median plain step (goal <= 1.05 with the lean options), and the
    ``stop_trace`` time per traced step.
-2. ``step_s`` of a ``harness.capture`` + ``analyze_capture`` of the same program against the
+2. ``step_s`` of a ``harness.capture`` + ``pipeline.from_capture`` of the same program against the
    plain steps timed beside it (goal within 5%).
 3. A quick sweep point (matmul tiny, ``run_workload``) with the point's plots and a
    ``gc.collect()`` (before) and without them (after), alternated: after / before.
@@ -36,9 +36,9 @@ quiet_absent_tpu()  # as the harness command does, before jax starts
 
 import jax
 
-from harness.analysis import analyze_capture
 from harness.capture import STEP_NAME, capture, lean_profile_options
-from harness.runs.run import build_workload, run_workload
+from harness.runs.pipeline import from_capture
+from harness.runs.workload import build_workload, run_workload
 
 
 def timed_steps(compiled, args, n: int) -> list[float]:
@@ -94,7 +94,7 @@ def tracing(repeats: int, steps: int) -> None:
     cap = capture(fn, built.args, warmup=1, steps=steps,
                   out_dir=tempfile.mkdtemp(prefix="bench-overhead-"))
     after = timed_steps(compiled, built.args, steps)
-    step_s = analyze_capture(cap, with_plots=False).summary["step_s"]
+    step_s = from_capture(cap).summary["step_s"]
     direct = statistics.median(before + after)
     print(f"  step_s {step_s * 1e3:.2f} ms vs directly timed {direct * 1e3:.2f} ms: "
           f"{step_s / direct - 1:+.1%} (goal within 5%)")

@@ -50,8 +50,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness import schema
+from harness.run import STEPS_PARQUET, Run
 from harness.runs import regress
-from harness.runs.store import STEPS_PARQUET, StoredRun
 
 DATA = ROOT / "benchmarks" / "data" / "llama_train_cpu"
 PROGRAM = "jit_train_step"
@@ -100,7 +100,7 @@ class NoiseModel:
         return np.exp(self.mu[:, None] + self.drift[rng.integers(k)] + offset[:, None] + resid)
 
 
-def stored(name: str, ops: list[str], t: np.ndarray) -> StoredRun:
+def stored(name: str, ops: list[str], t: np.ndarray) -> Run:
     """An in-memory run (ops table of medians and the per-step table) for ``compare_runs``."""
     n_ops, steps = t.shape
     ops_df = pd.DataFrame({schema.PROGRAM: PROGRAM, schema.OP: ops,
@@ -108,7 +108,7 @@ def stored(name: str, ops: list[str], t: np.ndarray) -> StoredRun:
     steps_df = pd.DataFrame({schema.PROGRAM: PROGRAM, schema.OP: np.repeat(ops, steps),
                              schema.STEP: np.tile(np.arange(steps), n_ops),
                              schema.MEASURED_S: t.ravel()})
-    return StoredRun(path=Path(name), meta={}, ops=ops_df, steps=steps_df)
+    return Run(path=Path(name), meta={}, ops=ops_df, steps=steps_df)
 
 
 def old_rule(v: regress.Verdicts, rule: regress.Rule) -> bool:

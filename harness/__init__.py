@@ -19,12 +19,13 @@ EXPORTS: dict[str, str] = {
     "hlo_costs": "harness.hlo",
     "summary": "harness.compare",
     "render": "harness.report",
-    "save_analysis": "harness.runs",
-    "load_run": "harness.runs",
-    "analyze": "harness.analysis",
-    "analyze_capture": "harness.analysis",
-    "analyze_trace": "harness.analysis",
+    "Run": "harness.run",
+    "analyze": "harness.runs.pipeline",
+    "analyze_trace": "harness.runs.pipeline",
+    "run_workload": "harness.runs.workload",
 }
+# ``harness.analyze`` is the user's entry: capture ``fn(*args, **kwargs)`` and analyse it.
+ALIASES: dict[str, str] = {"analyze": "profile"}
 
 __all__ = sorted(EXPORTS)
 
@@ -32,7 +33,7 @@ __all__ = sorted(EXPORTS)
 def __getattr__(name: str):
     if name not in EXPORTS:
         raise AttributeError(f"module 'harness' has no attribute {name!r}")
-    value = getattr(importlib.import_module(EXPORTS[name]), name)
+    value = getattr(importlib.import_module(EXPORTS[name]), ALIASES.get(name, name))
     globals()[name] = value
     return value
 

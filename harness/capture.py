@@ -19,13 +19,14 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata as _md
 from pathlib import Path
 
 from harness import memory, schema
 from harness.errors import HarnessError, one_line
+from harness.hlo.cost import cost_dict
 
 # jax is imported inside the functions that run it, on purpose: importing this module must
 # leave XLA_FLAGS settable (harness.devices) and stay cheap for commands that never run jax.
@@ -54,6 +55,7 @@ class Capture:
     hlo_text: str
     cost_analysis: dict
     meta: dict = field(default_factory=dict)
+    owned: bool = True  # trace_dir is the capture's own: a saved run takes it (else: a copy)
 
     @property
     def program(self) -> str:
@@ -85,14 +87,6 @@ def environment(devices: Sequence | None = None) -> dict:
         "host": platform.node(),
         "python": platform.python_version(),
     }
-
-
-def cost_dict(cost_analysis) -> dict | None:
-    """What ``compiled.cost_analysis()`` returned, as one dict: jax >= 0.10 returns a dict,
-    older jax a list of one dict per program (the first is taken). None for anything else."""
-    if isinstance(cost_analysis, (list, tuple)):
-        cost_analysis = cost_analysis[0] if cost_analysis else {}
-    return cost_analysis if isinstance(cost_analysis, Mapping) else None
 
 
 def _cost_dict(compiled) -> dict:
@@ -164,47 +158,91 @@ def _compile(lowered, options: dict):
         return lowered.compile(), {}
 
 
-def _step_times(compiled, args: tuple, carry: Callable | None, steps: int
-                ) -> tuple[list[float], tuple]:
-    """Wall times of ``steps`` untraced steps (dispatch to outputs ready, each waited on), and
-    the arguments of the next step (``carry`` threads outputs into them; donated inputs are
-    not reused)."""
-    import jax
+class _Steps:
+    """One step at a time of a compiled program: the arguments of each step, the call (the
+    timed part: dispatch to outputs ready), and the next step's arguments. ``carry(args, out)``
+    threads a step's outputs into them; without it, a program that donates inputs gets fresh
+    copies of the donated arguments before each step, made outside the timed part (a donated
+    buffer is gone after the step that took it), and every other program reuses ``args``."""
 
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        res = compiled(*args)
+    def __init__(self, compiled, args: tuple, kwargs: dict, carry: Callable | None, fresh):
+        self.compiled, self.args, self.kwargs = compiled, args, kwargs
+        self.carry, self.fresh = carry, fresh
+
+    def with_program(self, compiled) -> _Steps:
+        return _Steps(compiled, self.args, self.kwargs, self.carry, self.fresh)
+
+    def next_args(self) -> tuple:
+        return self.fresh(self.args) if self.fresh else self.args
+
+    def call(self, a: tuple):
+        import jax
+
+        res = self.compiled(*a, **self.kwargs)
         jax.block_until_ready(res)
-        times.append(time.perf_counter() - t0)
-        args = carry(args, res) if carry else args
-    return times, args
+        return res
+
+    def done(self, a: tuple, res) -> None:
+        if self.carry:
+            self.args = self.carry(a, res)
+
+    def times(self, steps: int) -> list[float]:
+        """Wall times of ``steps`` untraced steps, each waited on."""
+        out = []
+        for _ in range(steps):
+            a = self.next_args()
+            t0 = time.perf_counter()
+            res = self.call(a)
+            out.append(time.perf_counter() - t0)
+            self.done(a, res)
+        return out
 
 
-def _time_user_compile(lowered, step_s: float, args: tuple, carry, steps: int
-                       ) -> tuple[dict, tuple]:
+def donated_copies(lowered) -> Callable[[tuple], tuple] | None:
+    """A function giving fresh copies of the arguments ``lowered`` donates (``donate_argnums``),
+    the others as they are; None when it donates none."""
+    import jax
+    import jax.numpy as jnp
+
+    info = getattr(lowered, "args_info", None)
+    info = info[0] if isinstance(info, tuple) and len(info) == 2 else info  # (args, kwargs)
+    flags = [bool(getattr(i, "donated", False)) for i in jax.tree.leaves(info)]
+    if not any(flags):
+        return None
+
+    def fresh(args: tuple) -> tuple:
+        leaves, tree = jax.tree.flatten(args)
+        if len(leaves) != len(flags):  # not the structure lowered: copy every array
+            return jax.tree.map(jnp.copy, args)
+        return tree.unflatten([jnp.copy(x) if d else x for x, d in zip(leaves, flags)])
+
+    return fresh
+
+
+def _time_user_compile(lowered, step_s: float, steps_of: _Steps, steps: int) -> dict:
     """The step time of the user's own compile (XLA's defaults), timed as ``step_s`` was (the
     traced executable's untraced steps), and a note when they differ by more than
-    GRAPH_DIFF_NOTE; with the arguments of the next step."""
-    own = lowered.compile()
-    _, args = _step_times(own, args, carry, 1)  # warm up
-    times, args = _step_times(own, args, carry, steps)
-    graph_s = statistics.median(times)
+    GRAPH_DIFF_NOTE."""
+    own = steps_of.with_program(lowered.compile())
+    own.times(1)  # warm up
+    graph_s = statistics.median(own.times(steps))
+    steps_of.args = own.args
     out = {schema.GRAPH_STEP_S: graph_s}
     if step_s > 0 and abs(graph_s / step_s - 1) > GRAPH_DIFF_NOTE:
         out[schema.GRAPH_NOTE] = (f"the executable as compiled by default (command buffers on) "
                                   f"steps in {graph_s * 1e3:.3g} ms against {step_s * 1e3:.3g} "
                                   f"ms for the traced one ({graph_s / step_s - 1:+.0%})")
-    return out, args
+    return out
 
 
 def capture(fn: Callable, args: Sequence, *, warmup: int = 2, steps: int = STEPS,
-            out_dir: str | os.PathLike, mesh=None,
+            out_dir: str | os.PathLike, mesh=None, kwargs: dict | None = None,
             carry: Callable | None = None, command_buffers: bool = False) -> Capture:
-    """Compile ``fn(*args)``, run ``warmup`` untraced steps, then trace ``steps`` steps.
+    """Compile ``fn(*args, **kwargs)``, run ``warmup`` untraced steps, then trace ``steps``.
 
     ``carry(args, out) -> args`` feeds a step's outputs into the next step's arguments (a
-    training step that returns new parameters); by default every step reuses ``args``.
+    training step that returns new parameters); without it every step reuses ``args``, and a
+    function that donates inputs gets fresh copies of them before each step (``_Steps``).
     On GPU the traced executable is compiled without command buffers (``TRACE_COMPILE_OPTIONS``)
     and the user's own compile is timed as well (``meta["graph_step_s"]``);
     ``command_buffers=True`` traces the default executable instead.
@@ -216,39 +254,35 @@ def capture(fn: Callable, args: Sequence, *, warmup: int = 2, steps: int = STEPS
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+    kwargs = dict(kwargs or {})
     log.info("compiling")
-    lowered = jitted.lower(*args)
+    lowered = jitted.lower(*args, **kwargs)
     compiled, options = _compile(lowered,
                                  trace_compile_options(jax.default_backend(), command_buffers))
     need, have = memory.check_fits(compiled)  # refuse before running what cannot fit
     hlo_text = compiled.as_text()
-    args = tuple(args)
-
-    def one_step(a):
-        res = compiled(*a)
-        jax.block_until_ready(res)
-        return carry(a, res) if carry else a
-
-    for _ in range(warmup):
-        args = one_step(args)
+    run = _Steps(compiled, tuple(args), kwargs, carry,
+                 None if carry else donated_copies(lowered))
+    run.times(warmup)
     log.info("tracing %d steps into %s", steps, out)
     traced = []
     start_lean_trace(out)
     try:
         for i in range(steps):
+            a = run.next_args()
             with jax.profiler.StepTraceAnnotation(STEP_NAME, step_num=i):
                 t0 = time.perf_counter()
-                args = one_step(args)
+                res = run.call(a)
                 traced.append(time.perf_counter() - t0)
+            run.done(a, res)
     finally:
         t0 = time.perf_counter()
         jax.profiler.stop_trace()
         stop_s = time.perf_counter() - t0
-    step_times, args = _step_times(compiled, args, carry, steps)
+    step_times = run.times(steps)
     timing = {}
     if options:  # the executable traced is not the user's: time theirs too
-        timing, args = _time_user_compile(lowered, statistics.median(step_times), args, carry,
-                                          steps)
+        timing = _time_user_compile(lowered, statistics.median(step_times), run, steps)
 
     meta = environment()
     meta.update({schema.PROGRAM: _module_name(hlo_text), schema.WARMUP: warmup,

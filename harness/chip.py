@@ -1,10 +1,12 @@
 """Which chip a run is predicted for: a look-up (``resolve_chip``), and the run path's explicit
 calibration step (``chip_for_run``: on a CPU host with no chip named, this host's calibrated
-``cpu`` chip, passed along as a value; the registry is never changed).
+``cpu`` chip, scaled by the host's drift around the run, passed along as a value; the registry
+is never changed). It happens before the analysis, which takes the chip as it is given.
 """
 from __future__ import annotations
 
 from harness import schema
+from harness.calibrate import drift
 from harness.calibrate.chip import cpu_chip_for_run
 from predictions import hardware
 
@@ -36,14 +38,27 @@ def resolve_chip(chip=None, device=None) -> tuple[object, list[str], dict]:
     return entry, notes, {}
 
 
-def chip_for_run(chip=None, device=None) -> tuple[object, list[str], dict]:
+def chip_for_run(chip=None, device=None, host_drift: dict | None = None
+                 ) -> tuple[object, list[str], dict]:
     """``resolve_chip``, then the run path's explicit calibration step: with no chip named and
     a CPU device, the ``cpu`` chip is this host's calibration (``calibrate.cpu_chip_for_run``:
-    the saved one, or a quick one measured and saved now), passed along as a value. Returns
-    (chip, notes, metadata to keep with the run: the calibration behind a ``cpu`` chip)."""
+    the saved one, or a quick one measured and saved now), passed along as a value, its rates
+    scaled by the run's drift factor when ``host_drift`` (the reference rates measured around
+    the capture, ``harness.calibrate.drift``) is given. Returns (chip, notes, metadata to keep
+    with the run: the calibration behind a ``cpu`` chip, the drift and its factor)."""
     entry, notes, meta = resolve_chip(chip, device)
     if chip is not None or entry.name != "cpu":
         return entry, notes, meta
+    entry, notes, meta = _calibrated(notes)
+    if host_drift:
+        entry, f, note = drift.apply(entry, meta.get(schema.CALIBRATION), host_drift)
+        meta[drift.HOST_DRIFT] = {**host_drift, drift.FACTOR: f}
+        notes += [note] if note else []
+    return entry, notes, meta
+
+
+def _calibrated(notes: list[str]) -> tuple[object, list[str], dict]:
+    """This host's calibrated ``cpu`` chip, with the notes and metadata a CPU run carries."""
     import jax  # deferred with the calibration, which runs JAX programs
 
     # this process's devices: a multi-process job cannot run programs on the others'
@@ -55,14 +70,3 @@ def chip_for_run(chip=None, device=None) -> tuple[object, list[str], dict]:
     notes.append("CPU run: the virtual devices share the host's cores, so collectives "
                  "mostly measure rendezvous skew between device threads, not a network")
     return entry, notes, meta
-
-
-def peak_dtype(entry) -> str:
-    """The dtype whose peak the summary quotes: fp32 on a host CPU, else bf16 where listed."""
-    for dtype in (("fp32", "bf16") if entry.kind == "cpu" else ("bf16", "fp32")):
-        try:
-            if entry.flops_per_s(dtype) > 0:
-                return dtype
-        except (KeyError, ValueError):
-            continue
-    return "bf16"

@@ -1,11 +1,13 @@
 """pytest plugin: the ``harness_run`` fixture profiles a workload (or any jitted fn) in a test.
 
     def test_matmul(benchmark, harness_run):
-        result = harness_run("matmul", preset="tiny", overrides={"case": "allreduce"})
-        assert result.step_s > 0
+        run = harness_run("matmul", preset="tiny", overrides={"case": "allreduce"})
+        assert run.summary["step_s"] > 0
 
 ``harness_run(target, *args, ...)`` captures ``steps`` profiled steps after ``warmup`` and runs
-the whole pipeline (``harness.analysis.analyze``): per-op times against each op's roofline time
+the one pipeline of every entry point (``harness.runs.pipeline``; a registered workload as
+``harness run`` runs it) and returns the ``harness.run.Run``: per-op times against each op's
+roofline time
 (`roofline.md`). If the test also asks for pytest-benchmark's ``benchmark`` fixture, the compiled
 step is timed with ``benchmark.pedantic`` outside the profiler (so ``--benchmark-autosave`` and
 ``--benchmark-compare`` see wall-clock step times) and the harness figures go into
@@ -21,9 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -40,62 +40,37 @@ PREFIX = "harness_"
 TOP_OPS = 5  # ops listed in extra_info, slowest first
 
 
-@dataclass
-class HarnessResult:
-    """What one profiled run gave: the analysis, its step time (s) and efficiency."""
+def efficiency(run) -> float | None:
+    """The run's roofline efficiency (``harness.compare.workload_efficiency``), None if none."""
+    from harness.compare import workload_efficiency  # deferred
 
-    analysis: Any                 # harness.analysis.Analysis
-    path: Path | None = None      # the stored run, with --harness-save
+    eff = workload_efficiency(run.ops)
+    return eff if math.isfinite(eff) else None
 
-    @property
-    def ops(self):
-        return self.analysis.ops
 
-    @property
-    def summary(self) -> dict:
-        return self.analysis.summary
+def extra_info(run) -> dict:
+    """JSON-able figures of a ``harness.run.Run`` for pytest-benchmark's ``extra_info``, under
+    ``harness_*`` keys (NaN becomes None)."""
+    from harness import schema  # deferred
 
-    @property
-    def meta(self) -> dict:
-        return self.analysis.meta
-
-    @property
-    def step_s(self) -> float:
-        from harness import schema  # deferred
-
-        return float(self.summary.get(schema.STEP_S, math.nan))
-
-    @property
-    def efficiency(self) -> float | None:
-        """The workload's roofline efficiency (``harness.compare.workload_efficiency``)."""
-        from harness.compare import workload_efficiency  # deferred
-
-        eff = workload_efficiency(self.ops)
-        return eff if math.isfinite(eff) else None
-
-    def extra_info(self) -> dict:
-        """JSON-able figures for pytest-benchmark's ``extra_info`` (NaN becomes None)."""
-        from harness import schema  # deferred
-
-        info = {schema.STEP_S: self.step_s, "ops_s": float(self.ops[schema.MEASURED_S].sum()),
-                schema.EFFICIENCY: self.efficiency,
-                schema.DEVICE_KIND: self.meta.get(schema.DEVICE_KIND),
-                schema.DEVICES: self.meta.get(schema.DEVICE_COUNT),
-                schema.WORKLOAD: self.meta.get(schema.WORKLOAD),
-                schema.CHIP: self.meta.get(schema.CHIP)}
-        for key in (schema.COVERAGE, schema.HFU, schema.MFU):
-            if key in self.summary:
-                info[key] = self.summary[key]
-        cols = [c for c in (schema.OP, schema.CATEGORY, schema.MEASURED_S, schema.EFFICIENCY)
-                if c in self.ops.columns]
-        top = self.ops.sort_values(schema.MEASURED_S, ascending=False).head(TOP_OPS)[cols]
-        info["top_ops"] = [{c: _plain(v) for c, v in row.items()}
-                           for row in top.to_dict("records")]
-        if self.path is not None:
-            info[schema.RUN] = str(self.path)
-        if self.analysis.report.notes:
-            info[schema.NOTES] = list(self.analysis.report.notes)
-        return {PREFIX + k: _plain(v) for k, v in info.items() if v is not None}
+    ops, meta, summ = run.ops, run.meta, run.summary
+    info = {schema.STEP_S: float(summ.get(schema.STEP_S, math.nan)),
+            "ops_s": float(ops[schema.MEASURED_S].sum()), schema.EFFICIENCY: efficiency(run),
+            schema.DEVICE_KIND: meta.get(schema.DEVICE_KIND),
+            schema.DEVICES: meta.get(schema.DEVICE_COUNT),
+            schema.WORKLOAD: meta.get(schema.WORKLOAD), schema.CHIP: meta.get(schema.CHIP)}
+    for key in (schema.COVERAGE, schema.HFU, schema.MFU):
+        if key in summ:
+            info[key] = summ[key]
+    cols = [c for c in (schema.OP, schema.CATEGORY, schema.MEASURED_S, schema.EFFICIENCY)
+            if c in ops.columns]
+    top = ops.sort_values(schema.MEASURED_S, ascending=False).head(TOP_OPS)[cols]
+    info["top_ops"] = [{c: _plain(v) for c, v in row.items()} for row in top.to_dict("records")]
+    if run.path is not None:
+        info[schema.RUN] = str(run.path)
+    if run.notes:
+        info[schema.NOTES] = list(run.notes)
+    return {PREFIX + k: _plain(v) for k, v in info.items() if v is not None}
 
 
 def _plain(v):
@@ -125,41 +100,53 @@ def pytest_configure(config) -> None:
 @pytest.fixture
 def harness_run(request, tmp_path):
     """``harness_run(workload_or_fn, *args, preset=, overrides=, mesh=, steps=, warmup=, chip=,
-    rounds=, time=True) -> HarnessResult``; fills ``benchmark.extra_info`` when present."""
+    rounds=, time=True, **kwargs) -> harness.run.Run`` (``kwargs`` go to a function target);
+    fills ``benchmark.extra_info`` when present."""
     benchmark = request.getfixturevalue("benchmark") if "benchmark" in request.fixturenames \
         else None
     save_root = request.config.getoption("--harness-save", default=None)
 
     def run(target, *args, preset: str = "tiny", overrides: dict | None = None,
             mesh: str | None = None, steps: int = STEPS, warmup: int = 2, chip=None,
-            rounds: int | None = None, time: bool = True) -> HarnessResult:
-        import jax  # deferred: see the note at the top
-
-        from harness.analysis import analyze  # deferred
-        from harness.runs.run import build_workload, new_run_id, save_analysis  # deferred
+            rounds: int | None = None, time: bool = True, **kwargs):
+        from harness.runs import pipeline, workload  # deferred
 
         meta = {"test": request.node.nodeid}
-        expected = book = None
+        trace = tmp_path / "trace"
         if isinstance(target, str):
-            built = build_workload(target, preset, overrides, mesh)
+            built = workload.build_workload(target, preset, overrides, mesh)
             fn, args = built.fn, built.args
-            meta.update(built.meta, preset=preset, overrides=dict(overrides or {}))
-            expected, book = built.expected_collectives(), built.book
+            result = workload.run_built(built, preset=preset, overrides=overrides, steps=steps,
+                                        warmup=warmup, out_dir=trace, chip=chip, meta=meta)
         else:
             fn = target
-        analysis = analyze(fn, *args, chip=chip, steps=steps, warmup=warmup,
-                           out_dir=tmp_path / "trace", meta=meta, book=book,
-                           expected_collectives=expected)
-        result = HarnessResult(analysis)
+            result = pipeline.profile(fn, *args, chip=chip, steps=steps, warmup=warmup,
+                                      out_dir=trace, **kwargs)
+            result.meta.update(meta)
         if save_root:
             name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name).strip("_")[:80]
-            result.path = save_analysis(analysis, Path(save_root) / new_run_id(name))
+            result.save(Path(save_root) / workload.new_run_id(name))
         if benchmark is not None:
-            benchmark.extra_info.update(result.extra_info())
+            benchmark.extra_info.update(extra_info(result))
             if time:
-                jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
-                benchmark.pedantic(lambda: jax.block_until_ready(jitted(*args)),
-                                   rounds=rounds or max(steps, 5), warmup_rounds=1)
+                _time(benchmark, fn, args, kwargs, rounds or max(steps, 5))
         return result
 
     return run
+
+
+def _time(benchmark, fn, args: tuple, kwargs: dict, rounds: int) -> None:
+    """Time ``fn(*args, **kwargs)`` with ``benchmark.pedantic``, outside the profiler; inputs
+    the function donates are copied afresh before each round, outside the timing."""
+    import jax  # deferred
+
+    from harness.capture import donated_copies  # deferred
+
+    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+    fresh = donated_copies(jitted.lower(*args, **kwargs))
+
+    def step(*a, **kw):
+        return jax.block_until_ready(jitted(*a, **kw))
+
+    setup = (lambda: (fresh(args), kwargs)) if fresh else (lambda: (args, kwargs))
+    benchmark.pedantic(step, setup=setup, rounds=rounds, warmup_rounds=1)

@@ -129,6 +129,9 @@ FIGURES = (STEP_S, GRAPH_STEP_S, TRACE_OVERHEAD, MEASURED_OPS_S, PREDICTED_OPS_S
 FRACTIONS = (EFFICIENCY, SHARE, COVERAGE, MFU, MFU_BOOK, HFU, MFU_AT_ROOFLINE)
 
 # --- run metadata (meta.json; harness.capture.environment writes the machine's) --------------
+# The formats a run's report renders to (harness.report.document.FORMATS implements each).
+REPORT_FORMATS = ("csv", "html", "json", "md", "text")
+
 TITLE = "title"
 SUMMARY = "summary"                # the figures above
 NOTES = "notes"                    # report notes, one line each

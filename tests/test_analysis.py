@@ -4,7 +4,9 @@ import json
 import pytest
 
 import harness
+import harness.run as hrun
 from harness import report, schema
+from harness.run import Run
 from harness.runs import store
 
 
@@ -46,38 +48,61 @@ def test_ops_ranked_by_gap(analysis):
 
 
 def test_reports_render(analysis):
-    md = report.render(analysis.report, "md")
+    md = analysis.render("md")
     assert "## Ops ranked by gap" in md and "roofline.png" in md
-    html = report.render(analysis.report, "html")
+    html = analysis.render("html")
     assert html.startswith("<!doctype html>") and "data:image/png;base64," in html
-    data = json.loads(report.render(analysis.report, "json"))
+    data = json.loads(analysis.render("json"))
     assert len(data["ops"]) == len(analysis.ops)
     with pytest.raises(harness.errors.HarnessError, match="choose from"):
-        report.render(analysis.report, "pdf")
+        analysis.render("pdf")
+
+
+def test_the_cli_offers_every_report_format_and_only_those():
+    assert tuple(sorted(report.FORMATS)) == schema.REPORT_FORMATS
 
 
 def test_saved_run_round_trips(analysis, tmp_path):
-    from harness.runs.run import save_analysis
-
-    path = save_analysis(analysis, tmp_path / "run-1")
+    path = analysis.save(tmp_path / "run-1")
     for name in ("meta.json", "ops.parquet", "ops.csv", "steps.parquet", "report.md",
-                 "report.html", "trace"):
+                 "report.html", "roofline.png", "trace"):
         assert (path / name).exists(), name
-    loaded = store.load(path)
+    loaded = Run.load(path)
     assert list(loaded.ops[schema.OP]) == list(analysis.ops[schema.OP])
     assert loaded.meta["chip"] == analysis.chip.name
+    assert loaded.summary == pytest.approx(analysis.summary, nan_ok=True)
+    assert loaded.notes == analysis.notes and loaded.title == analysis.title
+    assert loaded.render("json") == analysis.render("json")  # the same report, read back
+    assert json.loads((path / "meta.json").read_text())["format"] == hrun.FORMAT
     assert not list(tmp_path.glob(store.TMP_PREFIX + "*"))  # nothing half-written left
+
+
+def test_a_run_saved_before_the_format_key_loads(analysis, tmp_path):
+    path = analysis.save(tmp_path / "old")
+    meta = json.loads((path / "meta.json").read_text())
+    del meta["format"]  # as every run stored before the one Run was written
+    (path / "meta.json").write_text(json.dumps(meta))
+    assert list(Run.load(path).ops[schema.OP]) == list(analysis.ops[schema.OP])
+
+
+def test_a_run_from_a_newer_harness_names_its_format(analysis, tmp_path):
+    path = analysis.save(tmp_path / "new")
+    meta = json.loads((path / "meta.json").read_text())
+    meta["format"] = hrun.FORMAT + 1
+    (path / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(harness.errors.HarnessError, match=f"run format {hrun.FORMAT + 1}"):
+        Run.load(path)
 
 
 def test_damaged_runs_give_one_line_errors(tmp_path):
     with pytest.raises(harness.errors.HarnessError, match="no such run"):
-        store.load(tmp_path / "nope")
+        Run.load(tmp_path / "nope")
     (tmp_path / "r").mkdir()
     with pytest.raises(harness.errors.HarnessError, match="not a run"):
-        store.load(tmp_path / "r")
+        Run.load(tmp_path / "r")
     (tmp_path / "r" / "meta.json").write_text("{")
     with pytest.raises(harness.errors.HarnessError, match="corrupt JSON"):
-        store.load(tmp_path / "r")
+        Run.load(tmp_path / "r")
 
 
 def test_seconds_format_at_unit_boundaries():

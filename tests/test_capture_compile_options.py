@@ -50,13 +50,13 @@ def test_a_refused_option_falls_back_to_xla_defaults(tmp_path, monkeypatch, capl
 def test_graph_note_when_the_users_executable_differs(monkeypatch):
     # the traced executable steps in 10 ms (step_s), the user's in 12 ms: +20% is worth a note
     times = iter([[0.001], [0.012, 0.012, 0.013]])  # warm-up, the user's three steps
-    monkeypatch.setattr(capture_mod, "_step_times",
-                        lambda compiled, args, carry, steps: (next(times), args))
+    monkeypatch.setattr(capture_mod._Steps, "times", lambda self, steps: next(times))
 
     class Lowered:
         def compile(self):
             return object()
 
-    timing, _ = capture_mod._time_user_compile(Lowered(), 0.010, (), None, 3)
+    steps = capture_mod._Steps(object(), (), {}, None, None)
+    timing = capture_mod._time_user_compile(Lowered(), 0.010, steps, 3)
     assert timing["graph_step_s"] == pytest.approx(0.012)  # the median
     assert "+20%" in timing["graph_note"]

@@ -97,7 +97,7 @@ def test_capture_times_each_traced_step_with_a_lean_profiler(matmul_capture):
     assert len(matmul_capture.meta["traced_step_times_s"]) == 3
     assert matmul_capture.meta["trace_stop_s"] > 0
     # step_s is their median, not the trace's op sums (the other tests find the ops traced)
-    assert _step_s(matmul_capture, None) == statistics.median(times)
+    assert _step_s(times, None) == statistics.median(times)
 
 
 def test_cpu_ops_are_timed_as_their_share_of_the_host(matmul_capture):
@@ -105,9 +105,9 @@ def test_cpu_ops_are_timed_as_their_share_of_the_host(matmul_capture):
     on every device add up to D x the time any op was running, so the per-step samples (means
     over the 8 devices) add up to that time, the union of all op intervals, taken here from the
     raw events by sorting and merging."""
-    from harness.analysis import analyze_capture
+    from harness.runs.pipeline import from_capture
 
-    a = analyze_capture(matmul_capture, chip="h100", with_plots=False)
+    a = from_capture(matmul_capture, chip="h100")
     ev = a.events.sort_values(schema.START_NS)
     union_ns, reach = 0, -1
     for s, d in zip(ev[schema.START_NS], ev[schema.DURATION_NS]):
@@ -115,9 +115,9 @@ def test_cpu_ops_are_timed_as_their_share_of_the_host(matmul_capture):
         if e > reach:
             union_ns += e - max(s, reach)
             reach = e
-    assert (a.report.ops[schema.DEVICES] == 8).all()  # every op on all 8: mean over 8 = sum / 8
+    assert (a.ops[schema.DEVICES] == 8).all()  # every op on all 8: mean over 8 = sum / 8
     assert a.steps[schema.MEASURED_S].sum() == pytest.approx(union_ns * 1e-9, rel=1e-3)
-    assert a.report.meta[schema.OP_TIMING] == "host_share"  # so compare can tell the rules apart
+    assert a.meta[schema.OP_TIMING] == "host_share"  # so compare can tell the rules apart
 
 
 def test_each_run_says_what_tracing_cost_it(matmul_capture):
@@ -126,25 +126,25 @@ def test_each_run_says_what_tracing_cost_it(matmul_capture):
     import dataclasses
     import statistics
 
-    from harness.analysis import TRACE_NOTE, analyze_capture
+    from harness.analysis import TRACE_NOTE
+    from harness.runs.pipeline import from_capture
 
     meta = matmul_capture.meta
-    a = analyze_capture(matmul_capture, chip="h100", with_plots=False)
+    a = from_capture(matmul_capture, chip="h100")
     expected = (statistics.median(meta["traced_step_times_s"])
                 / statistics.median(meta["step_times_s"]))
-    assert a.report.summary[schema.TRACE_OVERHEAD] == pytest.approx(expected)
+    assert a.summary[schema.TRACE_OVERHEAD] == pytest.approx(expected)
     slowed = dataclasses.replace(matmul_capture, meta={
         **meta, "traced_step_times_s": [1.5 * t for t in meta["step_times_s"]]})
-    b = analyze_capture(slowed, chip="h100", with_plots=False)
-    assert b.report.summary[schema.TRACE_OVERHEAD] == pytest.approx(1.5) and 1.5 > TRACE_NOTE
-    assert any("tracing slowed each step 1.50x" in n for n in b.report.notes)
+    b = from_capture(slowed, chip="h100")
+    assert b.summary[schema.TRACE_OVERHEAD] == pytest.approx(1.5) and 1.5 > TRACE_NOTE
+    assert any("tracing slowed each step 1.50x" in n for n in b.notes)
     same = dataclasses.replace(matmul_capture, meta={
         **meta, "traced_step_times_s": list(meta["step_times_s"])})
-    c = analyze_capture(same, chip="h100", with_plots=False)
-    assert c.report.summary[schema.TRACE_OVERHEAD] == pytest.approx(1.0)
-    assert not any("tracing slowed" in n for n in c.report.notes)
+    c = from_capture(same, chip="h100")
+    assert c.summary[schema.TRACE_OVERHEAD] == pytest.approx(1.0)
+    assert not any("tracing slowed" in n for n in c.notes)
     # a trace captured elsewhere has no step timings: no figure
     bare = dataclasses.replace(matmul_capture, meta={
         k: v for k, v in meta.items() if k not in ("step_times_s", "traced_step_times_s")})
-    assert schema.TRACE_OVERHEAD not in analyze_capture(bare, chip="h100",
-                                                        with_plots=False).report.summary
+    assert schema.TRACE_OVERHEAD not in from_capture(bare, chip="h100").summary

@@ -7,9 +7,10 @@ import pandas as pd
 import pytest
 from test_runs_regress import save
 
+import harness.run as hrun
 from harness import schema
 from harness.cli import main
-from harness.runs import regress, store
+from harness.runs import regress
 
 
 def run_cli(capsys, *argv):
@@ -49,14 +50,14 @@ def test_tiny_op_twice_as_slow_exits_0(tmp_path, base, capsys):
 
 def _double_op_on_disk(run_dir, op):
     """Edit a stored run in place: the op's per-step samples and median time double."""
-    ops = pd.read_parquet(run_dir / store.OPS_PARQUET)
-    steps = pd.read_parquet(run_dir / store.STEPS_PARQUET)
+    ops = pd.read_parquet(run_dir / hrun.OPS_PARQUET)
+    steps = pd.read_parquet(run_dir / hrun.STEPS_PARQUET)
     hit = ops[schema.OP] == op
     ops.loc[hit, schema.MEASURED_S] *= 2
     ops.loc[hit, schema.EFFICIENCY] /= 2
     steps.loc[steps[schema.OP] == op, schema.MEASURED_S] *= 2
-    ops.to_parquet(run_dir / store.OPS_PARQUET, index=False)
-    steps.to_parquet(run_dir / store.STEPS_PARQUET, index=False)
+    ops.to_parquet(run_dir / hrun.OPS_PARQUET, index=False)
+    steps.to_parquet(run_dir / hrun.STEPS_PARQUET, index=False)
 
 
 def test_acceptance_edited_stored_run_2x_slower_on_one_op(tmp_path, base, capsys):
@@ -137,7 +138,7 @@ def test_dir_without_meta(tmp_path, base, capsys):
 def test_corrupt_ops_parquet(tmp_path, base, capsys):
     bad = tmp_path / "bad"
     shutil.copytree(base, bad)
-    (bad / store.OPS_PARQUET).write_bytes(b"PAR1 this is not parquet")
+    (bad / hrun.OPS_PARQUET).write_bytes(b"PAR1 this is not parquet")
     err = _one_line_error(capsys, base, bad)
     assert "unreadable run table" in err
 

@@ -5,9 +5,9 @@ import math
 import pandas as pd
 import pytest
 
+import harness.run as hrun
 from harness import schema
-from harness.compare import by_category, compare, coverage
-from harness.sharding import unexpected_collectives
+from harness.compare import by_category, compare, coverage, unexpected_collectives
 
 
 def measured():
@@ -97,7 +97,7 @@ def test_ops_beating_the_roofline_are_called_out():
 @pytest.fixture(scope="module")
 def stored_collective(tmp_path_factory):
     """An all-reduce over both axes of a 4x2 mesh, spelt "X+Y", run and stored."""
-    from harness.runs.run import run_workload
+    from harness.runs.workload import run_workload
 
     out = tmp_path_factory.mktemp("runs")
     return run_workload("collective", overrides={"kind": "all_reduce", "axes": "X+Y"},
@@ -105,19 +105,20 @@ def stored_collective(tmp_path_factory):
 
 
 def test_axes_with_plus_keep_the_book_estimate(stored_collective):
-    analysis, _ = stored_collective
-    assert analysis.summary[schema.ANALYTIC_S] > 0
-    assert not [n for n in analysis.report.notes if "no workload-level prediction" in n]
+    run = stored_collective
+    assert run.summary[schema.ANALYTIC_S] > 0
+    assert not [n for n in run.notes if "no workload-level prediction" in n]
 
 
 def test_every_view_prints_the_same_efficiency(stored_collective, capsys):
     from harness.cli import main
-    from harness.pytest_plugin import HarnessResult
-    from harness.runs import regress, store
+    from harness.pytest_plugin import efficiency
+    from harness.runs import regress
     from harness.sweep.report import point_row
 
-    analysis, path = stored_collective
-    ops = pd.read_parquet(path / store.OPS_PARQUET)
+    run = stored_collective
+    path = run.path
+    ops = pd.read_parquet(path / hrun.OPS_PARQUET)
     modeled = ops[schema.BOUND] != schema.UNMODELED
     # predicted over measured time of the ops a rule predicts, from the stored table itself
     expected = (ops.loc[modeled, schema.PREDICTED_S].sum()
@@ -132,7 +133,7 @@ def test_every_view_prints_the_same_efficiency(stored_collective, capsys):
     assert main(["compare", str(path), str(path), "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     (step,) = [r for r in rows if r[schema.OP] == regress.STEP_TOTAL]
-    plugin = HarnessResult(analysis).efficiency
+    plugin = efficiency(run)
     for value in (report, sweep, step[schema.BASELINE_EFFICIENCY], plugin):
         assert value == pytest.approx(expected, rel=1e-9)  # JSON keeps 10 digits
 

@@ -15,12 +15,12 @@ import pandas as pd
 import pytest
 
 from harness import schema
-from harness.analysis import analyze_trace
 from harness.cli import main
 from harness.hlo import parse_module, to_desc
 from harness.ops import op_times
+from harness.runs.pipeline import analyze_trace, decode
 from harness.trace.hlo_proto import trace_hlo
-from harness.trace.load import find_trace_file, load_events, read_events, read_xspace
+from harness.trace.load import find_trace_file, load_events, read_xspace
 
 FIXTURES = Path(__file__).parent / "fixtures" / "h100"
 PLAIN = ["llama_train-100m", "matmul-B1024-8192x8192-bf16", "matmul-B4096-8192x8192-bf16",
@@ -121,7 +121,7 @@ def _named_exception(row, module, renames, steps: int) -> str:
 def test_bytes_per_op_agree_with_xprofs_or_a_named_rule(name, xprof_stats, analysis):
     j = _joined(name, xprof_stats, analysis)
     module = _module(name)
-    renames = analysis(name).async_names
+    renames = analysis(name).trace.async_names
     ours = j[schema.HBM_BYTES] * j[schema.COUNT]
     agree = (ours / j["x_bytes"] - 1).abs() <= 0.10
     steps = analysis(name).events[schema.STEP].nunique()
@@ -152,7 +152,7 @@ def test_coverage(name, analysis):
 
 @pytest.mark.parametrize("name", GRAPHS)
 def test_kernels_inside_cuda_graphs_are_attributed_to_hlo_ops(name):
-    read = read_events(FIXTURES / name)
+    read = decode(FIXTURES / name).trace  # the trace, with its program's schedule
     events = read.events
     ops = op_times(events)
     graph = ops[schema.OP].str.startswith("command_buffer_")
@@ -165,7 +165,7 @@ def test_kernels_inside_cuda_graphs_are_attributed_to_hlo_ops(name):
 
 def test_graph_op_times_match_the_same_program_traced_without_graphs():
     plain = op_times(load_events(FIXTURES / "llama_train-100m"))
-    graphs = op_times(load_events(FIXTURES / "llama_train-100m-command-buffers"))
+    graphs = op_times(decode(FIXTURES / "llama_train-100m-command-buffers").trace.events)
     big = plain[plain[schema.MEASURED_S] >= 0.01 * plain[schema.MEASURED_S].sum()]
     j = big.merge(graphs, on=schema.OP, suffixes=("", "_graphs"), how="left")
     ratio = j[schema.MEASURED_S + "_graphs"] / j[schema.MEASURED_S]

@@ -6,6 +6,7 @@ this test process, which has 8 virtual devices (conftest).
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -23,6 +24,7 @@ import pytest
 from harness import cli, schema
 from harness.multihost.merge import BY_DEVICE_CSV, by_device, host_columns
 from harness.multihost.xspace import MERGED_DIR, MERGED_FILE, write_merged
+from harness.run import Run
 from harness.runs import store
 from harness.trace.load import load_events
 
@@ -58,7 +60,7 @@ def _only_run(out: Path) -> Path:
 # --- acceptance: 2 processes x 4 devices, one merged run ------------------------------------
 @pytest.mark.parametrize("workload", ["collective", "llama_train"])
 def test_two_processes_merge_into_one_run_with_all_devices(tmp_path, workload):
-    from harness.runs.run import run_workload
+    from harness.runs.workload import run_workload
 
     out = tmp_path / "results"
     # `harness run ... --distributed` after `--`, as the README's table spells it
@@ -66,7 +68,7 @@ def test_two_processes_merge_into_one_run_with_all_devices(tmp_path, workload):
                    *STEPS)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"[p0] {workload} (tiny) on mesh" in done.stdout
-    run = store.load(_only_run(out))
+    run = Run.load(_only_run(out))
     assert (f"[p1] process 1 of 2: per-op tables sent; process 0 stored the run in {run.path}"
             in done.stdout)
     assert list((tmp_path / "tmp").iterdir()) == []  # launch's scratch space is gone
@@ -93,7 +95,7 @@ def test_two_processes_merge_into_one_run_with_all_devices(tmp_path, workload):
         assert row.at[op, schema.HOST_SKEW_S] == pytest.approx(host_medians.max() -
                                                                host_medians.min())
         assert row.at[op, schema.SLOWEST_HOST] == host_medians.idxmax()
-    assert any("cross-host skew" in n for n in run.meta["notes"])
+    assert any("cross-host skew" in n for n in run.notes)
     assert run.meta[schema.OP_TIMING] == "device_median"  # hosts' clocks differ: no shares
     assert (run.path / "report.html").exists() and (run.path / "report.md").exists()
     # the merged trace holds both hosts' devices and each op's executions on all 8
@@ -102,10 +104,48 @@ def test_two_processes_merge_into_one_run_with_all_devices(tmp_path, workload):
     ran = merged[merged[schema.OP].isin(per_device[schema.OP])]
     assert (ran.groupby(schema.OP, observed=True)[schema.DEVICE].nunique() == 8).all()
 
-    single, _ = run_workload(workload, out=tmp_path / "single", steps=2, warmup=1, chip="cpu")
+    single = run_workload(workload, out=tmp_path / "single", steps=2, warmup=1, chip="cpu")
     assert set(ops[schema.OP]) == set(single.ops[schema.OP])
     if workload == "collective":
         assert ops[schema.OPCODE].tolist() == ["all-gather"]
+
+
+# --- a sweep across the job: every point stored once, resumable ------------------------------
+SWEEP = """name = "job"
+description = "a sweep across two processes: one good point, one mesh the job cannot hold"
+steps = 2
+warmup = 1
+chip = "cpu"
+[[grid]]
+workload = "collective"
+mesh = ["8", "3x3"]
+[grid.set]
+kind = ["all_gather", "all_reduce"]
+nbytes = [4096]
+"""
+
+
+def test_a_sweep_across_two_processes_stores_every_point_once(tmp_path):
+    plan = tmp_path / "job.toml"
+    plan.write_text(SWEEP)
+    out = tmp_path / "sweeps"
+    done = _launch(tmp_path, "sweep", str(plan), "--out", str(out), timeout=300)
+    # 2 kinds x 2 meshes: the 3x3 mesh needs 9 devices of the job's 8, so 2 points fail
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "[p1] process 1 of 2: ran 4 point(s) with process 0, which stored 2" in done.stdout
+    (sweep_dir,) = list(out.iterdir())
+    runs = sorted(p.parent for p in sweep_dir.rglob(store.META))
+    assert len(runs) == 2  # one run per good point, stored once, by process 0
+    for path in runs:
+        run = Run.load(path)
+        assert run.meta["process_count"] == 2 and run.meta["device_count"] == 8
+        assert sorted(p["process"] for p in run.meta["processes"]) == [0, 1]
+    manifest = json.loads((sweep_dir / "manifest.json").read_text())
+    assert sorted(r["status"] for r in manifest["points"]) == ["done", "done", "failed",
+                                                                "failed"]
+    again = _launch(tmp_path, "sweep", str(plan), "--out", str(out), "--resume", timeout=300)
+    assert "2 of 4 points done, 2 failed (2 run now, 2 already done)" in again.stdout
+    assert sorted(p.parent for p in sweep_dir.rglob(store.META)) == runs  # nothing re-run
 
 
 # --- a process killed mid-run ---------------------------------------------------------------

@@ -11,14 +11,15 @@ from test_runs_regress import META, by_op, frames, many_ops, save
 
 from harness import schema
 from harness.errors import HarnessError
-from harness.runs import noise, regress, store
+from harness.run import Run
+from harness.runs import noise, regress
 from harness.runs.history import History
 
 OPS = many_ops(40)        # 40 equal elementwise ops, 2.5% of the step each
 JUMPY = {op[0] for op in OPS[::2]}  # fusion.0, .2, ...: 25% between runs; the others 2%
 
 
-def drawn_run(root: Path, name: str, rng, scale=None) -> store.StoredRun:
+def drawn_run(root: Path, name: str, rng, scale=None) -> Run:
     """One run: each op's run offset exp(sigma N(0,1)) (sigma 0.25 jumpy, 0.02 steady), its 10
     steps 1% apart, times ``scale`` per op."""
     samples = {}
@@ -27,7 +28,7 @@ def drawn_run(root: Path, name: str, rng, scale=None) -> store.StoredRun:
         samples[op] = (t * math.exp(sigma * rng.standard_normal())
                        * (1 + 0.01 * rng.standard_normal(10)) * (scale or {}).get(op, 1.0))
     ops, steps = frames(ops=OPS, samples=samples)
-    return store.load(store.save(root / name, META, ops, steps=steps))
+    return Run.load(Run(meta=META, ops=ops, steps=steps).save(root / name))
 
 
 def test_each_op_is_judged_by_its_own_spread(tmp_path):
@@ -61,7 +62,7 @@ def test_pooled_baseline_takes_each_run_back_by_its_drift(tmp_path):
     runs = []
     for k, fk in enumerate(f):
         ops, steps = frames(jitter=0.0, ops=OPS, scale={op[0]: fk for op in OPS})
-        runs.append(store.load(store.save(tmp_path / f"r{k}", META, ops, steps=steps)))
+        runs.append(Run.load(Run(meta=META, ops=ops, steps=steps).save(tmp_path / f"r{k}")))
     h = History.of(runs)
     assert h.drift == pytest.approx(np.log(f) - np.log(f).mean())
     pooled = h.pooled()
@@ -85,7 +86,7 @@ def test_an_op_missing_from_a_baseline_run_is_still_judged(tmp_path):
 
 def test_a_history_needs_two_runs(tmp_path):
     with pytest.raises(HarnessError, match="at least 2 runs, got 1"):
-        History.of([store.load(save(tmp_path, "only"))])
+        History.of([Run.load(save(tmp_path, "only"))])
 
 
 def test_moderated_variances_recover_the_prior_they_were_drawn_from():

@@ -7,7 +7,8 @@ import pytest
 
 from harness import schema, shares
 from harness.errors import HarnessError
-from harness.runs import regress, store
+from harness.run import Run
+from harness.runs import regress
 
 PROGRAM = "jit_step"
 # op, opcode, category, bound, collective, group size, time per step (s), roofline time (s).
@@ -48,12 +49,12 @@ def frames(scale=None, *, jitter=0.01, seed=0, steps=10, ops=OPS, samples=None):
 def save(root, name, scale=None, *, meta=META, no_steps=False, **kw):
     """A stored run under ``root/name`` built by ``frames``."""
     ops, steps = frames(scale, **kw)
-    return store.save(root / name, meta, ops, steps=None if no_steps else steps)
+    return Run(meta=meta, ops=ops, steps=None if no_steps else steps).save(root / name)
 
 
 def verdicts(tmp_path, base_kw=None, cand_kw=None, **rule):
-    b = store.load(save(tmp_path, "base", **(base_kw or {})))
-    c = store.load(save(tmp_path, "cand", **(cand_kw or {})))
+    b = Run.load(save(tmp_path, "base", **(base_kw or {})))
+    c = Run.load(save(tmp_path, "cand", **(cand_kw or {})))
     return regress.compare_runs(b, c, **rule)
 
 
@@ -217,8 +218,8 @@ def test_new_and_gone_ops(tmp_path):
 
 
 def test_different_runs_warn_but_compare(tmp_path):
-    b = store.load(save(tmp_path, "base"))
-    c = store.load(save(tmp_path, "cand", {"all-reduce.3": 2.0},
+    b = Run.load(save(tmp_path, "base"))
+    c = Run.load(save(tmp_path, "cand", {"all-reduce.3": 2.0},
                         meta=dict(META, mesh={"X": 2, "Y": 2})))
     v = regress.compare_runs(b, c)
     assert len(v.warnings) == 1 and "mesh" in v.warnings[0]
@@ -231,15 +232,15 @@ def test_different_runs_warn_but_compare(tmp_path):
 def test_runs_timed_by_different_rules_say_so(tmp_path):
     """A CPU run timed as host shares against one stored before runs recorded their rule (every
     op then a median over devices): one warning naming both; the same rule on both: none."""
-    older = store.load(save(tmp_path, "older"))  # no op_timing key
+    older = Run.load(save(tmp_path, "older"))  # no op_timing key
     shared = dict(META, **{schema.OP_TIMING: shares.HOST_SHARE})
-    new = store.load(save(tmp_path, "new", meta=shared))
+    new = Run.load(save(tmp_path, "new", meta=shared))
     v = regress.compare_runs(older, new)
     assert len(v.warnings) == 1
     assert "baseline device_median, candidate host_share" in v.warnings[0]
-    again = store.load(save(tmp_path, "again", meta=shared))
+    again = Run.load(save(tmp_path, "again", meta=shared))
     assert regress.compare_runs(new, again).warnings == []
-    median = store.load(save(tmp_path, "median", meta=dict(META, **{
+    median = Run.load(save(tmp_path, "median", meta=dict(META, **{
         schema.OP_TIMING: shares.DEVICE_MEDIAN})))
     assert regress.compare_runs(older, median).warnings == []
 
@@ -253,10 +254,11 @@ def test_bad_rule_names_the_knob(rule):
 
 def test_ops_table_without_needed_columns_is_rejected(tmp_path):
     ops, steps = frames()
-    path = store.save(tmp_path / "bad", META, ops.drop(columns=[schema.MEASURED_S]), steps=steps)
-    good = store.load(save(tmp_path, "good"))
+    bad = ops.drop(columns=[schema.MEASURED_S])
+    path = Run(meta=META, ops=bad, steps=steps).save(tmp_path / "bad")
+    good = Run.load(save(tmp_path, "good"))
     with pytest.raises(HarnessError, match=schema.MEASURED_S):
-        regress.compare_runs(good, store.load(path))
+        regress.compare_runs(good, Run.load(path))
 
 
 def test_benjamini_hochberg_matches_scipy_and_the_worked_example():

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import pytest
 
 from harness import schema
-from harness.analysis import analyze_trace
 from harness.book import analytic
 from harness.hlo import cross_check_skip
+from harness.runs.pipeline import analyze_trace
 from predictions import hardware
 
 FIXTURES = Path(__file__).parent / "fixtures" / "h100"
@@ -41,13 +41,13 @@ def test_gpu_cost_analysis_leaves_cublas_out():
     # alone do far more; a ratio of the two (39.6 before) says nothing
     a = analyze_trace(FIXTURES / "llama_train-100m", chip="h100")
     assert "flops_vs_cost_analysis" not in a.summary
-    assert any("custom-call" in n and "cross-check" in n for n in a.report.notes)
+    assert any("custom-call" in n and "cross-check" in n for n in a.notes)
 
 
 def test_matmul_whose_cost_analysis_is_minus_one():
     a = analyze_trace(FIXTURES / "matmul-B4096-8192x8192-bf16", chip="h100")
     assert "flops_vs_cost_analysis" not in a.summary
-    assert any("flops=-1" in n for n in a.report.notes)
+    assert any("flops=-1" in n for n in a.notes)
 
 
 def test_hfu_is_at_least_mfu_for_the_train_step():
@@ -71,12 +71,11 @@ def test_hfu_is_at_least_mfu_for_the_train_step():
 def test_report_names_the_mfu_formula_and_prints_the_books_beside_it():
     meta = json.loads((FIXTURES / "llama_train-100m" / "meta.json").read_text())
     cfg, mesh = SimpleNamespace(**meta["config"]), SimpleNamespace(shape=meta["mesh"])
-    a = analyze_trace(FIXTURES / "llama_train-100m", chip="h100",
-                      book=lambda chip: analytic("llama_train", cfg, mesh, chip))
+    book = SimpleNamespace(estimate=lambda chip: (analytic("llama_train", cfg, mesh, chip), ""),
+                           expected_collectives=lambda: None)
+    a = analyze_trace(FIXTURES / "llama_train-100m", chip="h100", workload=book)
     s = a.summary
     assert "P_matmul" in s[schema.MFU_FORMULA]
     assert s["hfu"] >= s[schema.MFU] and s[schema.MFU_BOOK] > s[schema.MFU]
-    from harness import report
-
-    text = report.to_text(a.report)
+    text = a.render("text")
     assert schema.MFU_BOOK in text and schema.MFU_FORMULA in text

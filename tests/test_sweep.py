@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 
 from harness import cli, schema
+from harness.run import Run
 from harness.runs import store
 from harness.sweep import report as sweep_report
 from harness.sweep import run as sw
@@ -250,7 +251,7 @@ def test_failing_points_recorded_and_rest_complete(failing):
         if r["status"] == "failed":
             assert r["run"] is None
         else:
-            run = store.load(sweep_dir / r["run"])  # complete and readable
+            run = Run.load(sweep_dir / r["run"])  # complete and readable
             assert run.meta["workload"] == r["workload"]
             assert run.meta["overrides"] == r["overrides"]
             # a missing mesh axis has size 1: mesh "8" for a 2-axis workload is 8x1
@@ -270,7 +271,7 @@ def test_summary_and_plots(failing):
     from predictions import collectives, hardware
 
     for i, nbytes in ((0, 4096), (1, 65536)):
-        run = store.load(sweep_dir / df.loc[i, schema.RUN])
+        run = Run.load(sweep_dir / df.loc[i, schema.RUN])
         op = run.ops[run.ops[schema.OPCODE] == "all-gather"]
         assert len(op) == 1
         # an all-gather over 8 devices moves the 7 other shards into each device
@@ -402,7 +403,7 @@ def test_killed_sweep_resumes_and_stores_each_point_once(tmp_path):
     assert result.records[0]["run"] == first_run
     runs = _complete_runs(sweep_dir)
     assert runs == sorted(sweep_dir / r["run"] for r in result.records)
-    assert [store.load(r).meta["workload"] for r in runs] == ["collective", "matmul"]
+    assert [Run.load(r).meta["workload"] for r in runs] == ["collective", "matmul"]
     assert not _stray(sweep_dir)
     assert result.report.is_file()
 
@@ -433,8 +434,9 @@ def test_collective_over_two_axes_spelt_with_plus(tmp_path):
     ops = pd.DataFrame({schema.CATEGORY: ["collective", "copy"], schema.MEASURED_S: [2e-5, 1e-5]})
     meta = {schema.CONFIG: {"kind": "all_reduce", "axes": "X+Y", "nbytes": 4096,
                             "dtype": "float32"},
-            schema.MESH: {"X": 4, "Y": 2}, schema.SUMMARY: {schema.ANALYTIC_S: 1e-5}}
-    row = sweep_report.FIGURES["collective"](store.StoredRun(tmp_path, meta, ops))
+            schema.MESH: {"X": 4, "Y": 2}}
+    run = Run(path=tmp_path, meta=meta, ops=ops, summary={schema.ANALYTIC_S: 1e-5})
+    row = sweep_report.FIGURES["collective"](run)
     assert row[schema.GROUP_SIZE] == 8 and row[schema.BUS_BYTES] == 7168
     assert row[schema.MEASURED_BUS_GBPS] == pytest.approx(7168 / 2e-5 / 1e9)
     assert row[schema.PREDICTED_BUS_GBPS] == pytest.approx(7168 / 1e-5 / 1e9)
@@ -484,8 +486,9 @@ def test_summary_row_carries_the_host_speed_a_cpu_run_was_scaled_by(tmp_path, mo
                         schema.PREDICTED_S: [1e-3], schema.EFFICIENCY: [1.0]})
     metas = {"cpu": {drift.HOST_DRIFT: {drift.REFERENCE: [9e9, 10e9], drift.FACTOR: 0.8}},
              "gpu": {}}
-    monkeypatch.setattr(sweep_report.store, "load",
-                        lambda path: store.StoredRun(path, metas[path.name], ops))
+    monkeypatch.setattr(sweep_report.Run, "load",
+                        classmethod(lambda cls, path: Run(path=path, meta=metas[path.name],
+                                                          ops=ops)))
     record = {"index": 0, "workload": "other", "preset": "tiny", "mesh": "8", "overrides": {},
               "status": "done", "key": "k"}
     cpu = sweep_report.point_row(dict(record, run="cpu"), tmp_path)

@@ -22,6 +22,7 @@ import pandas as pd
 from harness import schema
 from harness.commands import count
 from harness.report import tables
+from harness.run import Run
 from harness.runs import regress, store
 from harness.runs.explain import finite
 
@@ -166,8 +167,8 @@ def locate(ref: str, root: Path) -> Path:
 
 
 def main(args) -> int:
-    baseline = [store.load(locate(ref, args.root)) for ref in args.baseline]
-    candidate = store.load(locate(args.candidate, args.root))
+    baseline = [Run.load(locate(ref, args.root)) for ref in args.baseline]
+    candidate = Run.load(locate(args.candidate, args.root))
     verdicts = regress.compare_runs(baseline, candidate, threshold=args.threshold,
                                     alpha=args.alpha, min_share=args.min_share)
     print(RENDERERS[args.format](verdicts, args.top), end="")

@@ -27,7 +27,7 @@ import time
 
 from harness.errors import HarnessError
 
-DISTRIBUTED_COMMANDS = ("run",)  # commands that take --distributed
+DISTRIBUTED_COMMANDS = ("run", "sweep")  # commands that take --distributed
 INJECTED = ("--coordinator", "--num-processes", "--process-id", "--devices")
 HOST = "127.0.0.1"
 

@@ -7,7 +7,7 @@ import pandas as pd
 
 from harness import schema
 from harness.report import tables
-from harness.runs import store
+from harness.run import list_runs
 
 
 def add_arguments(p) -> None:
@@ -17,7 +17,7 @@ def add_arguments(p) -> None:
 
 def runs_table(root: Path) -> pd.DataFrame:
     rows = []
-    for run in store.list_runs(root):
+    for run in list_runs(root):
         m, s = run.meta, run.summary
         rows.append({schema.RUN: run.run_id, schema.WORKLOAD: m.get(schema.WORKLOAD, ""),
                      schema.PRESET: m.get(schema.PRESET, ""), schema.MESH: "x".join(

@@ -3,20 +3,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness import report
+from harness import schema
 from harness.commands import count
+from harness.run import Run
 from harness.runs import store
 
 
 def add_arguments(p) -> None:
     p.add_argument("run", help="run directory, or run id (prefix) under --root")
     p.add_argument("--root", type=Path, default=Path("results"), help="results directory")
-    p.add_argument("--format", choices=sorted(report.FORMATS), default="text")
+    p.add_argument("--format", choices=schema.REPORT_FORMATS, default="text")
     p.add_argument("--top", type=count, default=20, help="op rows in the terminal table")
 
 
 def main(args) -> int:
-    r = store.load(store.resolve(args.run, args.root)).report
-    print(report.to_text(r, top=args.top) if args.format == "text"
-          else report.render(r, args.format), end="")
+    run = Run.load(store.resolve(args.run, args.root))
+    print(run.render(args.format, top=args.top if args.format == "text" else None), end="")
     return 0

@@ -1,17 +1,15 @@
 """``harness run WORKLOAD``: build a registered workload, capture it, analyse it, store the run."""
 from __future__ import annotations
 
-import sys
-import traceback
 from pathlib import Path
 
-from harness import report
+from harness import schema
 from harness.capture import STEPS
-from harness.commands import count
-from harness.errors import HarnessError, one_line
+from harness.commands import add_distributed_arguments, count, in_job
+from harness.errors import HarnessError
 from harness.multihost import run as distributed
 from harness.report import tables
-from harness.runs.run import list_workloads, run_workload
+from harness.runs.workload import list_workloads, run_workload
 
 # jax is imported inside the functions that run it, on purpose: importing this module must
 # leave XLA_FLAGS settable (harness.devices) and stay cheap for commands that never run jax.
@@ -45,19 +43,11 @@ def add_arguments(p) -> None:
     p.add_argument("--out", type=Path, default=Path("results"),
                    help="directory that receives the run (default results/)")
     p.add_argument("--top", type=count, default=15, help="op rows to print (default 15; 0 = all)")
-    p.add_argument("--format", choices=sorted(report.FORMATS), default="text")
+    p.add_argument("--format", choices=schema.REPORT_FORMATS, default="text")
     p.add_argument("--no-compile-cache", dest="compile_cache", action="store_false",
                    help="compile every program afresh (default: reuse JAX's persistent "
                         "compilation cache in the harness's cache directory)")
-    g = p.add_argument_group("multi-host (jax.distributed; see `harness launch` to rehearse)")
-    g.add_argument("--distributed", action="store_true",
-                   help="run as one process of a multi-process JAX job; without the next three "
-                        "options the job is auto-detected (TPU VM, SLURM, Open MPI)")
-    g.add_argument("--coordinator", metavar="HOST:PORT", help="process 0's address and a port")
-    g.add_argument("--num-processes", type=int, metavar="N", help="processes in the job")
-    g.add_argument("--process-id", type=int, metavar="I", help="this process, 0..N-1")
-    g.add_argument("--init-timeout", type=float, default=300.0, metavar="S",
-                   help="seconds to wait for every process to join (default 300)")
+    add_distributed_arguments(p)
 
 
 def main(args) -> int:
@@ -72,57 +62,29 @@ def main(args) -> int:
         compile_cache.enable()
     if args.distributed:
         return _main_distributed(args)
-    analysis, path = run_workload(args.workload, preset=args.preset,
-                                  overrides=parse_sets(args.sets), mesh=args.mesh,
-                                  steps=args.steps, warmup=args.warmup, out=args.out,
-                                  chip=args.chip, command_buffers=args.command_buffers)
-    _print_report(analysis, path, args)
+    run = run_workload(args.workload, preset=args.preset, overrides=parse_sets(args.sets),
+                       mesh=args.mesh, steps=args.steps, warmup=args.warmup, out=args.out,
+                       chip=args.chip, command_buffers=args.command_buffers)
+    _print_report(run, args)
     return 0
 
 
-def _print_report(analysis, path, args) -> None:
-    if args.format == "text":
-        print(report.to_text(analysis.report, top=args.top), end="")
-    else:
-        print(report.render(analysis.report, args.format), end="")
-    print(f"report: {path / 'report.html'}")
+def _print_report(run, args) -> None:
+    print(run.render(args.format, top=args.top if args.format == "text" else None), end="")
+    print(f"report: {run.path / 'report.html'}")
 
 
 def _main_distributed(args) -> int:
-    """One process of a multi-process run; process 0 stores the run and prints the report.
-
-    A process that fails after joining the job leaves at once (``distributed.leave``): its peers
-    may be waiting for it in a collective, and jax's exit would wait for them.
-    """
-    def timed_out(message: str) -> None:
-        print(f"harness run: error: {message}", file=sys.stderr)
-
-    who = "this process" if args.process_id is None else f"process {args.process_id}"
-    try:
-        cluster = distributed.initialize(args.coordinator, args.num_processes, args.process_id,
-                                         timeout_s=args.init_timeout, on_timeout=timed_out)
-        who = f"process {cluster.process_index}"
-        analysis, path = distributed.run_workload(
+    """One process of a multi-process run; process 0 stores the run and prints the report."""
+    def body(cluster) -> int:
+        run, path = distributed.run_workload(
             args.workload, cluster=cluster, preset=args.preset, overrides=parse_sets(args.sets),
             mesh=args.mesh, steps=args.steps, warmup=args.warmup, out=args.out, chip=args.chip)
-    except BaseException as e:
-        if not distributed.joined():
-            raise  # nothing started yet: the CLI reports it
-        import jax
-
-        if isinstance(e, (HarnessError, ValueError, KeyError, jax.errors.JaxRuntimeError)):
-            # A runtime error here is mostly a peer gone in mid-collective: one line is enough.
-            message = e.args[0] if isinstance(e, KeyError) and e.args else one_line(e)
-            print(f"harness run: error: {who}: {message}", file=sys.stderr)
-            distributed.leave(2)
-        if isinstance(e, KeyboardInterrupt):
-            print(f"harness run: {who} interrupted", file=sys.stderr)
-            distributed.leave(130)
-        traceback.print_exc()
-        distributed.leave(1)
-    if analysis is None:
-        print(f"{who} of {cluster.process_count}: per-op tables sent; process 0 stored the run "
-              f"in {path}")
+        if run is None:
+            print(f"process {cluster.process_index} of {cluster.process_count}: per-op tables "
+                  f"sent; process 0 stored the run in {path}")
+            return 0
+        _print_report(run, args)
         return 0
-    _print_report(analysis, path, args)
-    return 0
+
+    return in_job(args, "run", body)

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from harness import schema
+from harness.commands import add_distributed_arguments, in_job
 from harness.errors import HarnessError
 from harness.report import tables
 from harness.sweep import report as sweep_report
@@ -41,6 +42,7 @@ def add_arguments(p) -> None:
     p.add_argument("--no-compile-cache", dest="compile_cache", action="store_false",
                    help="compile every program afresh (default: reuse JAX's persistent "
                         "compilation cache in the harness's cache directory)")
+    add_distributed_arguments(p)
 
 
 def _sweep_dir(args, plan) -> Path:
@@ -74,6 +76,13 @@ def _progress():
 
 
 def main(args) -> int:
+    if args.distributed and not args.dry_run:  # join first: the plan counts the job's devices
+        if args.compile_cache:
+            from harness.runs import compile_cache
+
+            compile_cache.enable()
+        return in_job(args, "sweep", lambda cluster: _in_job(args, load_sweep(args.file),
+                                                             cluster))
     plan = load_sweep(args.file)
     if args.dry_run:
         statuses = None
@@ -84,11 +93,33 @@ def main(args) -> int:
                              title=f"sweep {plan.name}: {len(plan.points)} points"), end="")
         print(f"{args.file}: valid, {len(plan.points)} points")
         return 0
-    sweep_dir = _sweep_dir(args, plan)
     if args.compile_cache:
         from harness.runs import compile_cache
 
         compile_cache.enable()
+    return _run(args, plan, _sweep_dir(args, plan), sweep.run_sweep)
+
+
+def _in_job(args, plan, cluster) -> int:
+    """One process of a sweep across a multi-process job: process 0 runs and stores it, the
+    others run the points it names (``harness.multihost.sweep``)."""
+    from harness.multihost import sweep as job
+
+    if cluster.process_index == 0:
+        code = _run(args, plan, _sweep_dir(args, plan),
+                    lambda *a, **kw: job.lead(*a, cluster=cluster, **kw))
+    else:
+        ran, stored = job.follow(plan, cluster)
+        print(f"process {cluster.process_index} of {cluster.process_count}: ran {ran} "
+              f"point(s) with process 0, which stored {stored}", flush=True)
+        code = 0
+    job.finish(cluster)
+    return code
+
+
+def _run(args, plan, sweep_dir: Path, run_sweep) -> int:
+    """Run the sweep in ``sweep_dir`` with ``run_sweep`` (on this host, or led across a job),
+    with progress on stderr and the summary table on stdout."""
     print(f"sweep {plan.name}: {len(plan.points)} points in {sweep_dir}", file=sys.stderr)
     interrupted = []
 
@@ -116,8 +147,7 @@ def main(args) -> int:
                     progress.console.print(escape(f"point {e.index + 1} failed: "
                                                   f"{e.record['error']}"))
 
-            result = sweep.run_sweep(plan, sweep_dir, on_event=on_event,
-                                     point_plots=args.point_plots)
+            result = run_sweep(plan, sweep_dir, on_event=on_event, point_plots=args.point_plots)
             progress.update(task, description=escape(f"sweep {plan.name}"))
     except KeyboardInterrupt:
         print(f"harness sweep: interrupted; resume with: harness sweep {args.file} "

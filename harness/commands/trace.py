@@ -2,18 +2,17 @@
 
 With the program's HLO (carried by the trace, or ``--hlo``) and a chip (``--chip``, or the
 accelerator the trace names), the full measured-vs-predicted report of ``harness run``; a trace
-from a CPU host without ``--chip`` gives its measured per-op table only.
+from a CPU host without ``--chip`` gives its measured per-op table only. The trace is decoded
+once and the program's HLO parsed once (``harness.runs.pipeline``); plots are drawn only for
+the formats that show them (md, html).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness import report, schema
+from harness import schema
 from harness.commands import count
 from harness.errors import HarnessError
-from harness.ops import op_times
-from harness.report import tables
-from harness.trace.load import read_events
 
 
 def add_arguments(p) -> None:
@@ -24,19 +23,18 @@ def add_arguments(p) -> None:
     p.add_argument("--top", type=count, default=20, help="rows to print (default 20; 0 = all)")
     p.add_argument("--warmup-steps", type=int, default=0,
                    help="annotated steps to drop from the start (default 0)")
-    p.add_argument("--format", choices=sorted(report.FORMATS), default="text")
+    p.add_argument("--format", choices=schema.REPORT_FORMATS, default="text")
     p.add_argument("--csv", type=Path, help="also write the full op table as CSV here")
     p.add_argument("--json", type=Path, help="also write the full op table as JSON here")
     p.add_argument("--html", type=Path, help="also write the HTML report here")
 
 
-def _accelerator(path) -> str | None:
+def _accelerator(space) -> str | None:
     """The chip of the trace's accelerator, when it names one the registry knows."""
     from harness.trace.hlo_proto import device_kind
-    from harness.trace.load import read_xspace
     from predictions import hardware
 
-    kind = device_kind(read_xspace(path)[0])
+    kind = device_kind(space)
     try:
         return hardware.chip_for(kind).name if kind else None
     except KeyError:
@@ -44,41 +42,42 @@ def _accelerator(path) -> str | None:
 
 
 def main(args) -> int:
+    from harness.report import tables
+    from harness.runs import pipeline
+    from harness.trace.load import find_trace_file, read_xspace
+
     if args.hlo is not None and not args.hlo.is_file():
         raise HarnessError(f"--hlo {args.hlo}: no such file")
-    chip = args.chip or _accelerator(args.path)
+    space, label = read_xspace(find_trace_file(args.path))
+    chip = args.chip or _accelerator(space)
     if chip is None and args.hlo is None:
-        return _measured_only(args)
-    from harness.analysis import analyze_trace
-
-    analysis = analyze_trace(args.path, chip=chip, hlo=args.hlo, warmup_steps=args.warmup_steps)
-    r = analysis.report
+        return _measured_only(space, label, args)
+    run = pipeline.analyze_trace(args.path, chip=chip, hlo=args.hlo,
+                                 warmup_steps=args.warmup_steps, space=space)
     if args.csv:
-        args.csv.write_text(tables.to_csv(r.ops))
+        args.csv.write_text(tables.to_csv(run.ops))
     if args.json:
-        args.json.write_text(report.render(r, "json"))
+        args.json.write_text(run.render("json"))
     if args.html:
-        args.html.write_text(report.render(r, "html"))
-    if args.format == "text":
-        print(report.to_text(r, top=args.top or len(r.ops)), end="")
-    else:
-        print(report.render(r, args.format), end="")
+        args.html.write_text(run.render("html"))
+    print(run.render(args.format, top=args.top if args.format == "text" else None), end="")
     return 0
 
 
-def _measured_only(args) -> int:
-    read = read_events(args.path, warmup_steps=args.warmup_steps)
-    events = read.events
-    ops = op_times(events)
+def _measured_only(space, label: str, args) -> int:
+    from harness.report import tables
+    from harness.runs.pipeline import measured_only
+
+    read, ops = measured_only(space, warmup_steps=args.warmup_steps, label=label)
     if args.csv:
         args.csv.write_text(tables.to_csv(ops))
     if args.json:
         args.json.write_text(tables.to_json(ops))
     shown = ops if args.top == 0 else ops.head(args.top)
-    steps = events[schema.STEP].nunique()
-    devices = events[schema.DEVICE].nunique()
-    title = (f"{read.source}: {read.layout} layout, {devices} devices, "
-             f"{steps} steps, {len(ops)} ops (measured only: give --chip for predictions)")
+    events = read.events
+    title = (f"{read.source}: {read.layout} layout, {events[schema.DEVICE].nunique()} devices, "
+             f"{events[schema.STEP].nunique()} steps, {len(ops)} ops (measured only: give "
+             f"--chip for predictions)")
     fmt = args.format if args.format in tables.FORMATS else "text"
     print(tables.render(shown, fmt) if fmt != "text"
           else tables.to_text(shown, title=title), end="")

@@ -4,6 +4,7 @@ The public face of ``hlo_*``::
 
     module = parse_module(compiled.as_text())      # Module / Computation / Instruction
     executed(module)                               # [(instruction, executions per step)]
+    schedule(module, renames)                      # [(name, opcode, computation)] in order
     category(module, instr)                        # one of schema.CATEGORIES
     to_desc(instr, module)                         # predictions.rules.OpDesc
     hlo_costs(text, "cpu")                         # predicted OPS table (schema.OPS_PREDICTED)
@@ -24,13 +25,13 @@ from harness.hlo.cost import (
 from harness.hlo.desc import to_desc
 from harness.hlo.ir import Computation, Instruction, Module
 from harness.hlo.parse import parse_module
-from harness.hlo.walk import TripCount, executed, fused_instructions, trip_count
+from harness.hlo.walk import TripCount, executed, fused_instructions, schedule, trip_count
 from predictions.rules import CONTAINERS, STRUCTURAL  # the opcode sets the HLO layer uses
 
 __all__ = [
     "HloParseError", "ReplicaGroups", "Computation", "Instruction", "Module", "TripCount",
-    "CONTAINERS", "STRUCTURAL", "parse_module", "executed", "trip_count", "fused_instructions",
-    "category",
+    "CONTAINERS", "STRUCTURAL", "parse_module", "executed", "schedule", "trip_count",
+    "fused_instructions", "category",
     "to_desc", "instruction_cost", "compute_dtype", "hlo_costs", "module_totals", "cross_check",
     "cross_check_skip",
 ]

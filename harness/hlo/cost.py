@@ -20,7 +20,6 @@ from collections.abc import Mapping
 import pandas as pd
 
 from harness import schema
-from harness.capture import cost_dict
 from harness.hlo import tpu
 from harness.hlo.attrs import HloParseError
 from harness.hlo.category import category
@@ -150,6 +149,14 @@ def _rel(ours: float, theirs: float | None) -> float | None:
     if theirs == 0:
         return 0.0 if ours == 0 else math.inf
     return (ours - theirs) / theirs
+
+
+def cost_dict(cost_analysis) -> dict | None:
+    """What ``compiled.cost_analysis()`` returned, as one dict: jax >= 0.10 returns a dict,
+    older jax a list of one dict per program (the first is taken). None for anything else."""
+    if isinstance(cost_analysis, (list, tuple)):
+        cost_analysis = cost_analysis[0] if cost_analysis else {}
+    return cost_analysis if isinstance(cost_analysis, Mapping) else None
 
 
 def cross_check(module: str | Module, cost_analysis: Mapping | list) -> dict:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from harness.hlo.attrs import HloParseError
@@ -220,6 +220,15 @@ def executed(module: Module, *, loops_once: bool = False) -> list[tuple[Instruct
     walk(module.entry, 1)
     module.derived.executed[loops_once] = out
     return out
+
+
+def schedule(module: Module, renames: Mapping[str, str] | None = None
+             ) -> list[tuple[str, str, str]]:
+    """The module's ops in program order as (name, opcode, computation), each name as the trace
+    gives it (``renames``: async-start -> the op it wraps, ``harness.trace.hlo_proto``): what
+    the trace needs to place kernels that carry no op name of their own (GPU CUDA graphs)."""
+    renames = renames or {}
+    return [(renames.get(i.name, i.name), i.opcode, i.computation) for i, _ in executed(module)]
 
 
 def fused_instructions(module: Module, fusion: Instruction) -> list[Instruction]:

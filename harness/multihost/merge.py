@@ -9,22 +9,21 @@ process's EVENTS, whose ``schema.HOST`` column names the process each row came f
 """
 from __future__ import annotations
 
-import dataclasses
-
 import pandas as pd
 
 from harness import schema
-from harness.analysis import analyze_capture
 from harness.multihost.xspace import write_merged
 from harness.ops import op_times
 from harness.report import tables
-from harness.runs.run import new_run_id, save_analysis
+from harness.runs.pipeline import from_capture
+from harness.runs.workload import new_run_id
+from harness.trace.load import TraceEvents
 
 # jax is imported inside the functions that run it, on purpose: importing this module must
 # leave XLA_FLAGS settable (harness.devices) and stay cheap for commands that never run jax.
 
 BY_DEVICE_CSV = "by_device.csv"
-MERGED = "merged"  # the layout name analyze_capture gets for every process's EVENTS together
+MERGED = "merged"  # the layout name of every process's EVENTS together (no single host's)
 
 
 def by_device(events: pd.DataFrame) -> pd.DataFrame:
@@ -50,7 +49,7 @@ def host_columns(events: pd.DataFrame) -> pd.DataFrame:
 
 
 def store_merged(built, cap, events: pd.DataFrame, processes: list[dict], *, chip, meta: dict,
-                 out):
+                 out, plots: bool = True):
     """Analyse every process's ``events`` as one capture (process 0's ``cap``: its HLO, cost
     analysis and trace directory), add the host columns, store one run under ``out``."""
     import jax
@@ -64,12 +63,12 @@ def store_merged(built, cap, events: pd.DataFrame, processes: list[dict], *, chi
     name = built.workload.name
     # MERGED is no single-host layout: the processes' clocks differ, so the host-share timing
     # of a CPU host (harness.shares) is not taken; ops keep their per-device durations
-    a = analyze_capture(cap, chip=chip, meta=meta, book=built.book, events=events, notes=notes,
-                        layout=MERGED, expected_collectives=built.expected_collectives(),
-                        title=f"{name} ({meta['preset']}) on mesh {meta['mesh']} across "
-                              f"{len(processes)} processes")
+    run = from_capture(cap, chip=chip, workload=built, meta=meta, notes=notes,
+                       trace=TraceEvents(events, MERGED, str(cap.trace_dir)),
+                       title=built.title(meta[schema.PRESET],
+                                         f" across {len(processes)} processes"))
     keys = [schema.PROGRAM, schema.OP]
-    ops = a.ops.merge(host_columns(events), on=keys, how="left")
+    ops = run.ops.merge(host_columns(events), on=keys, how="left")
     skew = []
     if len(ops):
         top = ops.loc[ops[schema.HOST_SKEW_S].idxmax()]
@@ -77,11 +76,10 @@ def store_merged(built, cap, events: pd.DataFrame, processes: list[dict], *, chi
                      f"{tables.fmt_seconds(top[schema.HOST_SKEW_S])} between hosts, slowest on "
                      f"process {top[schema.SLOWEST_HOST]} (per-host columns in ops.csv, per "
                      f"device in {BY_DEVICE_CSV})")
-    report = dataclasses.replace(a.report, ops=ops, notes=a.report.notes + skew)
-    a = dataclasses.replace(a, report=report)
+    run.ops, run.notes = ops, run.notes + skew
     # the report's ops only: control-flow containers (while, call) are left out as in ops
     table = by_device(events[events[schema.PROGRAM] == cap.program]).merge(ops[keys], on=keys)
-    path = save_analysis(a, out / new_run_id(name),
-                         extra={BY_DEVICE_CSV: table.to_csv(index=False)})
+    run.files[BY_DEVICE_CSV] = table.to_csv(index=False)
+    path = run.save(out / new_run_id(name), plots=plots)
     write_merged(path, events, processes)
-    return a, path
+    return run, path

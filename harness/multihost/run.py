@@ -33,7 +33,7 @@ from harness import schema
 from harness.capture import STEPS, capture
 from harness.errors import HarnessError, one_line
 from harness.multihost import merge as hosts
-from harness.runs.run import build_workload
+from harness.runs.workload import build_workload
 from harness.trace.load import load_events
 from predictions import hardware
 
@@ -260,12 +260,11 @@ def await_outcome(tag: str) -> Path:
 # --- the run ------------------------------------------------------------------------------------
 def run_workload(name: str, *, cluster: Cluster, preset: str = "tiny",
                  overrides: dict | None = None, mesh: str | None = None, steps: int = STEPS,
-                 warmup: int = 2, out: Path = Path("results"), chip=None):
-    """``runner.run_workload`` across the job: every process builds the workload on the global
-    mesh and captures its own devices. Process 0 returns ``(analysis, run path)``, the others
-    ``(None, run path)`` once process 0 has stored the run."""
+                 warmup: int = 2, out: Path = Path("results"), chip=None, plots: bool = True):
+    """``harness.runs.workload.run_workload`` across the job: every process builds the workload
+    on the global mesh and captures its own devices. Process 0 returns ``(run, run path)``, the
+    others ``(None, run path)`` once process 0 has stored the run (``plots``: with its PNGs)."""
     if chip is not None:  # a bad chip name fails on every process before anything compiles
-
         chip = hardware.chip_entry(chip)
     tag = f"{KEY_PREFIX}/{next(_rounds)}"
     built = build_workload(name, preset, overrides, mesh)
@@ -285,13 +284,13 @@ def run_workload(name: str, *, cluster: Cluster, preset: str = "tiny",
             return None, await_outcome(tag)
         try:
             merged, processes = gather_events(load_events(cap.trace_dir), cluster, tag)
-            meta = dict(built.meta, preset=preset, overrides=overrides or {})
-            analysis, path = hosts.store_merged(built, cap, merged, processes, chip=chip,
-                                                meta=meta, out=Path(out))
+            meta = built.run_meta(preset, overrides)
+            run, path = hosts.store_merged(built, cap, merged, processes, chip=chip,
+                                           meta=meta, out=Path(out), plots=plots)
         except BaseException as e:  # the others wait for the outcome, unless one is gone
             post_outcome(tag, f"error {one_line(e)}", wait=not isinstance(e, PeerError))
             raise
         post_outcome(tag, f"ok {path}")
-        return analysis, path
+        return run, path
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

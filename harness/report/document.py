@@ -1,41 +1,27 @@
 """A run's report: the op table ranked by gap, per-category summary, workload figures, plots.
 
-``render(report, fmt)`` gives text (terminal), md, html, csv or json. Markdown references the
-plot files written next to it; HTML embeds them, so a report.html is one self-contained file.
+``render(run, fmt)`` gives text (terminal), md, html, csv or json of a ``harness.run.Run`` (any
+object with its title, meta, ops, categories, summary, notes, unexpected and ``figures()``).
+Markdown references the plot files written next to it; HTML embeds them, so a report.html is
+one self-contained file. Only those two draw the plots.
 """
 from __future__ import annotations
 
 import base64
 import html
 import json
-from dataclasses import dataclass, field
 
 import pandas as pd
 
 from harness import schema
 from harness.errors import HarnessError
 from harness.report import tables
+from harness.report.plots import CATEGORIES_PNG, ROOFLINE_PNG
 
 OP_COLUMNS = (schema.OP, schema.CATEGORY, schema.BOUND, schema.COUNT, schema.MEASURED_S,
               schema.PREDICTED_S, schema.EFFICIENCY, schema.GAP_S, schema.SHARE)
 CATEGORY_COLUMNS = (schema.CATEGORY, schema.OPS_COUNT, schema.MEASURED_S, schema.PREDICTED_S,
                     schema.UNMODELED_S, schema.EFFICIENCY, schema.SHARE)
-ROOFLINE_PNG = "roofline.png"
-CATEGORIES_PNG = "categories.png"
-
-
-@dataclass
-class Report:
-    """Everything a rendered report shows."""
-
-    title: str
-    ops: pd.DataFrame
-    categories: pd.DataFrame
-    summary: dict
-    meta: dict
-    notes: list[str] = field(default_factory=list)
-    unexpected: pd.DataFrame | None = None  # collectives the layout did not call for
-    plots: dict[str, bytes] = field(default_factory=dict)  # file name -> PNG
 
 
 def _fmt_summary(summary: dict) -> list[tuple[str, str]]:
@@ -48,7 +34,7 @@ def _meta_line(meta: dict) -> str:
     return ", ".join(f"{k}={meta[k]}" for k in keys if meta.get(k) not in (None, "", {}))
 
 
-def to_text(r: Report, top: int = 20) -> str:
+def to_text(r, top: int | None = 20) -> str:
     parts = [tables.render(r.ops.head(top) if top else r.ops, "text", OP_COLUMNS)]
     parts.append(tables.render(r.categories, "text", CATEGORY_COLUMNS))
     parts.append("  ".join(f"{k}: {v}" for k, v in _fmt_summary(r.summary)) + "\n")
@@ -59,7 +45,7 @@ def to_text(r: Report, top: int = 20) -> str:
     return f"{r.title}\n" + "".join(parts)
 
 
-def to_markdown(r: Report, top: int = 30) -> str:
+def to_markdown(r, top: int | None = 30) -> str:
     out = [f"# {r.title}\n", f"_{_meta_line(r.meta)}_\n"]
     out.append("## Summary\n")
     out.append("| figure | value |\n|---|---|\n" +
@@ -73,8 +59,9 @@ def to_markdown(r: Report, top: int = 30) -> str:
     out.append(tables.render(r.ops.head(top), "md", OP_COLUMNS))
     out.append("\n## By category\n\n")
     out.append(tables.render(r.categories, "md", CATEGORY_COLUMNS))
+    plots = r.figures()
     for name in (ROOFLINE_PNG, CATEGORIES_PNG):
-        if name in r.plots:
+        if name in plots:
             out.append(f"\n![{name[:-4]}]({name})\n")
     return "".join(out)
 
@@ -89,7 +76,7 @@ def _html_table(df: pd.DataFrame, columns) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
-def to_html(r: Report, top: int = 50) -> str:
+def to_html(r, top: int | None = 50) -> str:
     style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}"
              "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;"
              "padding:3px 8px;text-align:right}th{background:#f4f4f4}"
@@ -102,9 +89,10 @@ def to_html(r: Report, top: int = 50) -> str:
     if r.unexpected is not None and not r.unexpected.empty:
         body.append("<h2>Collectives the layout did not call for</h2>"
                     + _html_table(r.unexpected, r.unexpected.columns))
+    plots = r.figures()
     for name in (ROOFLINE_PNG, CATEGORIES_PNG):
-        if name in r.plots:
-            b64 = base64.b64encode(r.plots[name]).decode()
+        if name in plots:
+            b64 = base64.b64encode(plots[name]).decode()
             body.append(f'<p><img alt="{name}" src="data:image/png;base64,{b64}"></p>')
     body.append(f"<h2>Ops ranked by gap (top {top})</h2>"
                 + _html_table(r.ops.head(top), OP_COLUMNS))
@@ -113,7 +101,7 @@ def to_html(r: Report, top: int = 50) -> str:
             f"</title><style>{style}</style></head><body>{''.join(body)}</body></html>\n")
 
 
-def to_json(r: Report) -> str:
+def to_json(r, top: int | None = None) -> str:
     return json.dumps({schema.TITLE: r.title, "meta": r.meta, schema.SUMMARY: r.summary,
                        schema.NOTES: r.notes, "ops": json.loads(r.ops.to_json(orient="records")),
                        "categories": json.loads(r.categories.to_json(orient="records"))},
@@ -122,11 +110,12 @@ def to_json(r: Report) -> str:
 
 FORMATS = {
     "text": to_text, "md": to_markdown, "html": to_html, "json": to_json,
-    "csv": lambda r: tables.to_csv(r.ops),
+    "csv": lambda r, top=None: tables.to_csv(r.ops),
 }
 
 
-def render(r: Report, fmt: str = "text") -> str:
+def render(r, fmt: str = "text", top: int | None = None) -> str:
+    """``r`` in format ``fmt``; ``top``: op rows shown (None: the format's default; 0: all)."""
     if fmt not in FORMATS:
         raise HarnessError(f"unknown report format {fmt!r}; choose from {sorted(FORMATS)}")
-    return FORMATS[fmt](r)
+    return FORMATS[fmt](r) if top is None else FORMATS[fmt](r, top=top or len(r.ops))

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
+from harness.compare import peak_dtype
 
 # matplotlib is imported inside the plotting functions, on purpose: it is slow to import and
 # only a figure needs it.
@@ -89,3 +90,16 @@ def category_bars(categories: pd.DataFrame) -> bytes | None:
     ax.set_title("Measured vs predicted time per category")
     ax.legend(fontsize=8)
     return _png(fig)
+
+
+ROOFLINE_PNG = "roofline.png"
+CATEGORIES_PNG = "categories.png"
+
+
+def report_plots(ops: pd.DataFrame, categories: pd.DataFrame, chip) -> dict[str, bytes]:
+    """A run report's plots, file name -> PNG: its roofline on ``chip`` (a
+    ``predictions.hardware.Chip``) and its categories; a plot with nothing to show is left out."""
+    pngs = {ROOFLINE_PNG: roofline(ops, peak_flops_per_s=chip.flops_per_s(peak_dtype(chip)),
+                                   hbm_bytes_per_s=chip.hbm_bytes_per_s, chip_name=chip.name),
+            CATEGORIES_PNG: category_bars(categories)}
+    return {name: png for name, png in pngs.items() if png}

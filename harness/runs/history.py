@@ -36,8 +36,8 @@ from scipy.stats import t as student_t
 
 from harness import schema
 from harness.errors import HarnessError
+from harness.run import Run
 from harness.runs import noise, pair
-from harness.runs.store import StoredRun
 
 
 @dataclass
@@ -45,12 +45,12 @@ class History:
     """K baseline runs, oldest first: each op's log times (rows (program, op), a column per run,
     NaN where a run lacks the op) and each run's drift."""
 
-    runs: list[StoredRun]
+    runs: list[Run]
     log_t: pd.DataFrame
     drift: np.ndarray
 
     @classmethod
-    def of(cls, runs: Sequence[StoredRun], min_share: float = 0.01) -> History:
+    def of(cls, runs: Sequence[Run], min_share: float = 0.01) -> History:
         """The history of ``runs`` (at least 2); drift is taken over the ops every run has that
         hold ``min_share`` of the step on average (all common ops when fewer than
         ``noise.MIN_OPS_FOR_SPREAD`` do)."""
@@ -83,7 +83,7 @@ class History:
         """Each op's mu: the mean over the runs that have it of its drift-adjusted log time."""
         return self.adjusted().mean(axis=1)
 
-    def pooled(self) -> StoredRun:
+    def pooled(self) -> Run:
         """One baseline standing for the K runs (module docstring). Its ops table is the newest
         run's rows for each op (descriptive columns), with ``measured_s`` = exp(mu) and the
         efficiency recomputed from it."""
@@ -106,7 +106,7 @@ class History:
             offset = int(s[schema.STEP].max()) + 1
             steps.append(s)
         newest = self.runs[-1]
-        return StoredRun(path=newest.path, meta=newest.meta, ops=ops.reset_index(drop=True),
+        return Run(path=newest.path, meta=newest.meta, ops=ops.reset_index(drop=True),
                          steps=pd.concat(steps, ignore_index=True) if steps else pd.DataFrame())
 
     def run_to_run(self, keys: list, log_changes: np.ndarray) -> noise.RunToRun:

@@ -7,7 +7,7 @@ import pandas as pd
 
 from harness import schema
 from harness.errors import HarnessError
-from harness.runs.store import StoredRun
+from harness.run import Run
 from harness.shares import DEVICE_MEDIAN
 
 # Meta fields that make two runs different experiments; a difference is warned about.
@@ -21,7 +21,7 @@ _STEP_COLUMNS = (schema.PROGRAM, schema.OP, schema.STEP, schema.MEASURED_S)
 DESCRIPTIVE = (schema.CATEGORY, schema.BOUND, schema.COLLECTIVE, schema.GROUP_SIZE)
 
 
-def samples(run: StoredRun, which: str) -> dict[tuple[str, str], np.ndarray]:
+def samples(run: Run, which: str) -> dict[tuple[str, str], np.ndarray]:
     """(program, op) -> per-step times; {} when the run has no per-step table."""
     steps = run.steps
     if steps is None or steps.empty:
@@ -33,7 +33,7 @@ def samples(run: StoredRun, which: str) -> dict[tuple[str, str], np.ndarray]:
             for k, i in steps.groupby(KEYS, sort=False).indices.items()}
 
 
-def step_totals(run: StoredRun, ops: pd.DataFrame) -> np.ndarray:
+def step_totals(run: Run, ops: pd.DataFrame) -> np.ndarray:
     """Per step, the summed time of the ops in the run's ops table (other programs left out)."""
     if run.steps is None or run.steps.empty:
         return np.array([])
@@ -42,7 +42,7 @@ def step_totals(run: StoredRun, ops: pd.DataFrame) -> np.ndarray:
     return steps.groupby(schema.STEP)[schema.MEASURED_S].sum().to_numpy(float)
 
 
-def prepare(run: StoredRun, which: str) -> pd.DataFrame:
+def prepare(run: Run, which: str) -> pd.DataFrame:
     ops = schema.validate(run.ops, _NEEDED, where=f"{which} run {run.path} ops")
     dup = ops.duplicated(KEYS)
     if dup.any():
@@ -61,7 +61,7 @@ def prepare(run: StoredRun, which: str) -> pd.DataFrame:
     return out
 
 
-def meta_warnings(baseline: StoredRun, candidate: StoredRun) -> list[str]:
+def meta_warnings(baseline: Run, candidate: Run) -> list[str]:
     """One line per meta field (``META_KEYS``) on which the two runs differ; first, whether
     their op times are defined differently (``op_timing``, ``harness.shares``)."""
     timing = [run.meta.get(schema.OP_TIMING, META_DEFAULTS[schema.OP_TIMING])

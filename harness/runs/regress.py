@@ -61,11 +61,11 @@ import pandas as pd
 
 from harness import schema
 from harness.compare import workload_efficiency
+from harness.run import Run
 from harness.runs import detect, noise, pair
 from harness.runs.explain import explain
 from harness.runs.history import History
 from harness.runs.noise import min_p_value
-from harness.runs.store import StoredRun
 from harness.runs.verdicts import (  # noqa: F401 (re-exported: the verdicts' vocabulary)
     ALL_PROGRAMS,
     GONE,
@@ -266,14 +266,14 @@ def _order(df: pd.DataFrame) -> pd.DataFrame:
             .reset_index(drop=True))
 
 
-def compare_runs(baseline: StoredRun | Sequence[StoredRun], candidate: StoredRun, *,
+def compare_runs(baseline: Run | Sequence[Run], candidate: Run, *,
                  threshold: float = 0.10, alpha: float = 0.05,
                  min_share: float = 0.01) -> Verdicts:
     """Per-op and per-workload verdicts of ``candidate`` against ``baseline``: one run, or
     several runs of the same code, oldest first (``harness.runs.history``)."""
     rule = Rule(threshold, alpha, min_share)
     history = None
-    if not isinstance(baseline, StoredRun):
+    if not isinstance(baseline, Run):
         runs = list(baseline)
         if len(runs) == 1:
             baseline = runs[0]

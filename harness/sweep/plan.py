@@ -50,7 +50,7 @@ class SweepFileError(HarnessError):
 
 @dataclass(frozen=True, eq=False)
 class Point:
-    """One run of a sweep: what ``harness.runs.run.run_workload`` gets."""
+    """One run of a sweep: what ``harness.runs.workload.run_workload`` gets."""
 
     workload: str
     preset: str

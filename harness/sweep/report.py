@@ -25,7 +25,7 @@ from harness.compare import (
 )
 from harness.errors import HarnessError
 from harness.report import tables
-from harness.runs import store
+from harness.run import Run
 from harness.sweep import plots as sweep_plots
 from predictions import collectives
 from predictions.hardware import CHIPS
@@ -38,7 +38,7 @@ REPORT_HTML = "report.html"
 COLLECTIVE_PNG = "collective_bandwidth.png"
 MATMUL_PNG = "matmul_efficiency.png"
 
-def _collective(run: store.StoredRun) -> dict:
+def _collective(run: Run) -> dict:
     cfg, mesh = run.meta.get(schema.CONFIG, {}), run.meta.get(schema.MESH, {})
     axes = collectives.axis_names(cfg.get("axes", ""))
     n = math.prod(collectives.axis_sizes(cfg.get("axes", ""), mesh)) if axes else 1
@@ -58,14 +58,14 @@ def _collective(run: store.StoredRun) -> dict:
                            f"{cfg.get('dtype', '')}"}
 
 
-def _matmul(run: store.StoredRun) -> dict:
+def _matmul(run: Run) -> dict:
     cfg, mesh = run.meta.get(schema.CONFIG, {}), run.meta.get(schema.MESH, {})
     shape = "x".join(str(v) for v in mesh.values())
     return {schema.MATMUL_EFFICIENCY: category_efficiency(run.ops, schema.CAT_MATMUL),
             schema.SERIES: f"{cfg.get('case', '')} on {shape}, {cfg.get('dtype', '')}"}
 
 
-FIGURES: dict[str, Callable[[store.StoredRun], dict]] = {
+FIGURES: dict[str, Callable[[Run], dict]] = {
     "collective": _collective,
     "matmul": _matmul,
 }
@@ -82,7 +82,7 @@ def point_row(record: dict, sweep_dir: Path) -> dict:
     if record["status"] != "done" or not record.get("run"):
         return row
     try:
-        run = store.load(sweep_dir / record["run"])
+        run = Run.load(sweep_dir / record["run"])
     except HarnessError as e:
         log.warning("sweep point %d: %s", record["index"] + 1, e)
         return dict(row, **{schema.ERROR: str(e)})

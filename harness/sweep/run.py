@@ -5,7 +5,7 @@ per point: key, status, run, error), the runs under ``runs/<workload>-<key>/<run
 once the sweep closes, the summary table, plots and ``report.html`` (``harness.sweep.report``).
 
 The manifest is rewritten atomically (temp file + ``os.replace``) after every point, and runs
-are stored atomically by ``harness.runs.store.save``, so an interrupted or killed sweep leaves only
+are stored atomically by ``harness.run.Run.save``, so an interrupted or killed sweep leaves only
 complete runs. Running a plan in a directory that already has a manifest resumes it: done points
 are skipped (a complete run found in a point's directory but missing from the manifest, i.e. a
 kill between the two writes, is adopted, not re-run), failed and pending points run again, and
@@ -32,7 +32,7 @@ from pathlib import Path
 from harness.errors import HarnessError
 from harness.memory import OutOfMemory
 from harness.runs import store
-from harness.runs.run import run_workload
+from harness.runs.workload import run_workload
 from harness.sweep import report as sweep_report
 from harness.sweep.plan import Point, SweepPlan
 
@@ -187,19 +187,31 @@ class Manifest:
         write_json_atomic(self.path, dict(self.data, points=self.records + self.extra))
 
 
+def run_point(point: Point, out: Path, point_plots: bool = False):
+    """Run one point on this host and store it under ``out``: the point's ``Run``."""
+    return run_workload(point.workload, preset=point.preset, overrides=dict(point.overrides),
+                        mesh=point.mesh, steps=point.steps, warmup=point.warmup, out=out,
+                        chip=point.chip, with_plots=point_plots)
+
+
 def run_sweep(plan: SweepPlan, sweep_dir: str | os.PathLike, *,
               on_event: Callable[[Event], None] | None = None, close: bool = True,
-              point_plots: bool = False) -> SweepResult:
+              point_plots: bool = False, runner: Callable | None = None,
+              on_todo: Callable[[list[int]], None] | None = None) -> SweepResult:
     """Run (or resume) ``plan`` in ``sweep_dir``; returns the records and, with ``close``, the
     summary table and report path. Point failures are recorded, not raised. The sweep plots
-    once, at the close; ``point_plots`` also draws each point's own report plots."""
+    once, at the close; ``point_plots`` also draws each point's own report plots.
+    ``runner(point, out, point_plots) -> Run`` runs one point (default ``run_point``: on this
+    host; a multi-process sweep runs it across the job); ``on_todo`` gets the indices of the
+    points about to run, before the first runs (a multi-process sweep tells the others)."""
     sweep_dir = Path(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     clean_stale(sweep_dir)
     manifest = Manifest(sweep_dir, plan)
     manifest.save()
     emit = on_event or (lambda e: None)
-    total, ran = len(plan.points), 0
+    runner = runner or run_point
+    total, todo = len(plan.points), []
     for i, (point, rec) in enumerate(zip(plan.points, manifest.records)):
         runs = _complete_runs(point_dir(sweep_dir, point))
         if runs:  # done, or finished but killed before the manifest said so
@@ -213,26 +225,26 @@ def run_sweep(plan: SweepPlan, sweep_dir: str | os.PathLike, *,
             continue
         if rec["status"] == DONE:
             log.warning("point %s: its run is gone; running it again", point.label)
+        todo.append(i)
+    if on_todo is not None:
+        on_todo(todo)
+    for i in todo:
+        point, rec = plan.points[i], manifest.records[i]
         rec.update(status=PENDING, run=None, error=None)
         emit(Event("start", i, total, point, rec))
         t0 = time.perf_counter()
         try:
-            _, path = run_workload(point.workload, preset=point.preset,
-                                   overrides=dict(point.overrides), mesh=point.mesh,
-                                   steps=point.steps, warmup=point.warmup,
-                                   out=point_dir(sweep_dir, point), chip=point.chip,
-                                   with_plots=point_plots)
+            run = runner(point, point_dir(sweep_dir, point), point_plots)
         except Exception as e:  # any point failure is recorded and the sweep goes on
             log.debug("point %s failed", point.label, exc_info=True)
             rec.update(status=OOM if isinstance(e, OutOfMemory) else FAILED, error=one_line(e))
         else:
-            rec.update(status=DONE, run=str(Path(path).relative_to(sweep_dir)))
+            rec.update(status=DONE, run=str(Path(run.path).relative_to(sweep_dir)))
         rec.update(seconds=round(time.perf_counter() - t0, 3), finished=_now())
         manifest.save()
-        ran += 1
         emit(Event(rec["status"], i, total, point, rec))
         _release()
-    result = SweepResult(path=sweep_dir, records=manifest.records, ran=ran)
+    result = SweepResult(path=sweep_dir, records=manifest.records, ran=len(todo))
     if close:
         result.summary, result.report = sweep_report.write(sweep_dir, manifest.data,
                                                            manifest.records)

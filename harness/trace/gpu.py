@@ -6,8 +6,8 @@ from the host's step annotations.
 
 CUDA graphs (XLA's command buffers, on by default): every kernel launched inside a graph
 carries a ``cuda_graph_id`` stat and the graph's op as ``hlo_op`` (``command_buffer_24``), not
-its own. Such kernels are attributed to HLO ops here, from the module's HLO (the trace's own,
-else ``hlo_text``):
+its own. Such kernels are attributed to HLO ops here, from the module's schedule (the caller's
+``harness.hlo.schedule`` of the program: its ops in order, as the trace names them):
 
 - a fusion's kernel is named after it: ``loop_multiply_fusion_2`` is ``loop_multiply_fusion.2``
   (or the name itself, ``loop_broadcast_fusion``), checked against the HLO's instruction names;
@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from harness.hlo import executed, parse_module
-from harness.trace.hlo_proto import async_names, embedded_modules, trace_hlo
+from harness.trace.hlo_proto import async_names, embedded_modules
 from harness.trace.planes import (
     Columns,
     PlaneIndex,
@@ -94,22 +94,23 @@ def _kernels(idx: PlaneIndex) -> list[Kernel]:
     return out
 
 
-def extract(space: XSpace, hlo_text: str | None = None) -> Columns:
+def extract(space: XSpace, schedule: Sequence[tuple[str, str, str]] | None = None) -> Columns:
+    """The GPU op executions; ``schedule``: the program's ops in order, (name, opcode,
+    computation) each (``harness.hlo.schedule``), for kernels inside CUDA graphs."""
     cols = Columns()
     annotated, _ = host_steps(space)
-    schedule = None
+    sched = None
     for device, plane in device_planes(space, _GPU_PLANE):
         idx = PlaneIndex(plane)
         steps = device_step_windows(idx) or StepWindows(
             zip(annotated.starts, annotated.ends, annotated.steps), open_ended=True)
         kernels = _kernels(idx)
         if any(k.in_graph for k in kernels):
-            if schedule is None:
-                schedule, cols.async_names = _schedule(space, hlo_text, kernels)
-            attribute(kernels, schedule)
+            if sched is None:
+                sched = _schedule(schedule)
+            attribute(kernels, sched)
         _fold(kernels, steps, device, cols)
-    if schedule is None:
-        cols.async_names = _async_names(space)
+    cols.async_names = _async_names(space)
     return cols
 
 
@@ -138,32 +139,26 @@ def _async_names(space: XSpace) -> dict[str, str]:
     return names
 
 
-def _schedule(space: XSpace, hlo_text: str | None, kernels: list[Kernel]
-              ) -> tuple[Schedule, dict[str, str]]:
-    """The schedule of the module the graph kernels ran (its HLO from the trace, else
-    ``hlo_text``); an empty one, with a warning, when neither has it."""
-    program = next((k.module for k in kernels if k.in_graph), "")
-    found = trace_hlo(space, program)
-    text, renames = found if found else (hlo_text, {})
-    if not text:
-        log.warning("CUDA-graph kernels but no HLO (neither in the trace nor given): their time "
-                    "stays with the command_buffer ops")
-        return Schedule(), {}
-    module = parse_module(text)
+def _schedule(rows: Sequence[tuple[str, str, str]] | None) -> Schedule:
+    """The ``Schedule`` of a program's ops in order; an empty one, with a warning, when the
+    caller has none (no HLO)."""
     sched = Schedule()
-    for instr, _ in executed(module):
-        name = renames.get(instr.name, instr.name)
+    if not rows:
+        log.warning("CUDA-graph kernels but no HLO schedule of the program: their time stays "
+                    "with the command_buffer ops")
+        return sched
+    for name, opcode, computation in rows:
         sched.names.add(name)
-        if instr.opcode in _NO_KERNEL or instr.opcode.endswith("-done"):
+        if opcode in _NO_KERNEL or opcode.endswith("-done"):
             continue
-        ops = sched.order.setdefault(instr.computation, [])
-        sched.position[name] = (instr.computation, len(ops))
+        ops = sched.order.setdefault(computation, [])
+        sched.position[name] = (computation, len(ops))
         ops.append(name)
-        if instr.opcode == "custom-call":
+        if opcode == "custom-call":
             sched.library.add(name)
-        elif instr.opcode == "fusion":
+        elif opcode == "fusion":
             sched.fusions.add(name)
-    return sched, renames
+    return sched
 
 
 def kernel_op(name: str, names: set) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,8 +42,11 @@ def find_trace_file(path: str | os.PathLike) -> Path:
     return found[-1]
 
 
-def read_xspace(source: str | os.PathLike | bytes) -> tuple[XSpace, str]:
-    """Parse an XSpace; returns it with a label naming where it came from (for errors)."""
+def read_xspace(source: str | os.PathLike | bytes | XSpace) -> tuple[XSpace, str]:
+    """Parse an XSpace; returns it with a label naming where it came from (for errors). An
+    XSpace already parsed is returned as it is."""
+    if isinstance(source, XSpace):
+        return source, "<xspace>"
     if isinstance(source, (bytes, bytearray, memoryview)):
         data, label = bytes(source), "<bytes>"
     else:
@@ -93,27 +97,29 @@ class TraceEvents:
     async_names: dict = field(default_factory=dict)
 
 
-def load_events(source: str | os.PathLike | bytes, *, warmup_steps: int = 0,
-                hlo_text: str | None = None) -> pd.DataFrame:
+def load_events(source: str | os.PathLike | bytes | XSpace, *, warmup_steps: int = 0,
+                schedule: Sequence[tuple[str, str, str]] | None = None) -> pd.DataFrame:
     """The EVENTS table of a trace (``read_events(...).events``)."""
-    return read_events(source, warmup_steps=warmup_steps, hlo_text=hlo_text).events
+    return read_events(source, warmup_steps=warmup_steps, schedule=schedule).events
 
 
-def read_events(source: str | os.PathLike | bytes, *, warmup_steps: int = 0,
-                hlo_text: str | None = None) -> TraceEvents:
+def read_events(source: str | os.PathLike | bytes | XSpace, *, warmup_steps: int = 0,
+                schedule: Sequence[tuple[str, str, str]] | None = None,
+                label: str | None = None) -> TraceEvents:
     """The EVENTS table of a trace: one row per op execution inside a measured step, with the
     layout that read it and the source's label.
 
     Op executions outside every step annotation (warm-up, compilation) are dropped; so are the
-    first ``warmup_steps`` annotated steps. Steps are renumbered from 0. ``hlo_text``: the
-    program's compiled HLO, for a GPU trace whose CUDA-graph kernels must be attributed to ops
-    and which does not carry its HLO itself.
+    first ``warmup_steps`` annotated steps. Steps are renumbered from 0. ``schedule``: the
+    program's ops in order (``harness.hlo.schedule``), for a GPU trace whose CUDA-graph kernels
+    must be attributed to ops. ``source`` may be an XSpace already parsed (``label`` names it).
     """
-    space, label = read_xspace(source)
+    space, read_label = read_xspace(source)
+    label = label or read_label
     layout_name = detect_layout(space, label)
     layout = LAYOUTS[layout_name]
     try:
-        cols: Columns = (layout.extract(space, hlo_text) if layout.uses_hlo
+        cols: Columns = (layout.extract(space, schedule) if layout.uses_hlo
                          else layout.extract(space))
     except DecodeError as e:  # lines are decoded lazily, so corruption inside one shows here
         raise TraceError(f"{label}: corrupt XSpace line ({e})") from None

@@ -1,4 +1,5 @@
-"""A registered workload end to end: build -> capture -> analyse -> store in results/<run-id>/."""
+"""A registered workload end to end: build -> capture -> ``pipeline.from_capture`` -> a Run
+stored in results/<run-id>/."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,12 +13,13 @@ from pathlib import Path
 import pandas as pd
 
 from harness import memory, schema
-from harness.analysis import Analysis, analyze_capture
 from harness.book import Analytic, analytic
 from harness.calibrate import drift
 from harness.capture import STEPS, capture
 from harness.errors import HarnessError
+from harness.run import Run
 from harness.runs import store
+from harness.runs.pipeline import from_capture
 from predictions import hardware
 
 log = logging.getLogger(__name__)
@@ -50,15 +52,6 @@ def _presets(w) -> list[str]:
             for name, cfg in w.presets.items()]
 
 
-def save_analysis(a: Analysis, path: Path, extra: dict[str, str | bytes] | None = None) -> Path:
-    """Store an analysis as a run directory (atomically): its report, per-step samples, XLA
-    cross-check and trace; ``extra`` maps more file names to contents (a multi-host run's
-    per-device table). ``store.load(path).report`` gives the report back."""
-    return store.save_report(path, a.report, steps=a.steps,
-                             meta={schema.CROSS_CHECK: a.cross_check}, extra=extra,
-                             trace_dir=a.capture.trace_dir)
-
-
 @dataclasses.dataclass
 class Built:
     """A workload ready to run: its record, config, mesh, and ``fn(*args)``."""
@@ -74,12 +67,26 @@ class Built:
         return {schema.WORKLOAD: self.workload.name, schema.CONFIG: _config_dict(self.cfg),
                 schema.MESH: {str(k): int(v) for k, v in dict(self.mesh.shape).items()}}
 
+    def run_meta(self, preset: str, overrides: dict | None) -> dict:
+        """What a run of it keeps of what ran: ``meta``, the preset and the overrides."""
+        return dict(self.meta, **{schema.PRESET: preset, schema.OVERRIDES: overrides or {}})
+
+    def title(self, preset: str, suffix: str = "") -> str:
+        return f"{self.workload.name} ({preset}) on mesh {self.meta[schema.MESH]}{suffix}"
+
     def expected_collectives(self) -> dict[str, int] | None:
         return self.workload.expected_collectives(self.cfg, self.mesh)
 
     def book(self, chip) -> Analytic | None:
         """The book's workload-level figures on ``chip`` (`harness.book`)."""
         return analytic(self.workload.name, self.cfg, self.mesh, chip)
+
+    def estimate(self, chip) -> tuple[Analytic | None, str]:
+        """``book(chip)``, or None and a note saying why the chip has no estimate."""
+        try:
+            return self.book(chip), ""
+        except (ValueError, KeyError) as e:  # e.g. a mesh axis the chip's topology cannot hold
+            return None, f"no workload-level prediction on {chip.name}: {e}"
 
 
 def build_workload(name: str, preset: str = "tiny", overrides: dict | None = None,
@@ -99,11 +106,10 @@ def build_workload(name: str, preset: str = "tiny", overrides: dict | None = Non
 def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = None,
                  mesh: str | None = None, steps: int = STEPS, warmup: int = 2,
                  out: Path = Path("results"), chip=None,
-                 command_buffers: bool = False, with_plots: bool = True
-                 ) -> tuple[Analysis, Path]:
-    """Run workload ``name`` and store it under ``out``; returns the analysis and the run path.
-    ``command_buffers``: on GPU, trace the executable with XLA's command buffers on;
-    ``with_plots`` False: the run's report without its PNG plots."""
+                 command_buffers: bool = False, with_plots: bool = True) -> Run:
+    """Run workload ``name`` and store it under ``out`` (``run.path``). ``command_buffers``: on
+    GPU, trace the executable with XLA's command buffers on; ``with_plots`` False: store the
+    run without its PNG plots (a sweep point: matplotlib costs more than the step)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise HarnessError(f"--out {out}: is a file; give a directory for the runs "
@@ -118,27 +124,34 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
     except OSError as e:
         raise HarnessError(f"--out {out}: cannot create it ({e.strerror or e})") from None
     store.clean_stale_scratch(out)
-    # Capture into a scratch directory beside the run; store.save moves it into place. Its
+    # Capture into a scratch directory beside the run; Run.save moves it into place. Its
     # name holds this process's id, so a later run can tell a killed run's scratch.
     scratch = Path(tempfile.mkdtemp(prefix=store.scratch_prefix("capture"), dir=out))
     try:
-        log.info("running %s (%s) on mesh %s", name, preset, dict(built.mesh.shape))
-        before = _host_reference(built.mesh)
         with memory.oom_as_error(what, _knobs(name, preset, overrides)):
-            cap = capture(built.fn, built.args, warmup=warmup, steps=steps,
-                          out_dir=scratch / "trace", mesh=built.mesh,
-                          command_buffers=command_buffers, carry=built.workload.carry)
-        meta = dict(built.meta, **{schema.PRESET: preset, schema.OVERRIDES: overrides or {}})
-        if before is not None:  # a CPU run: the host's speed around it (harness.calibrate.drift)
-            meta[drift.HOST_DRIFT] = {drift.REFERENCE: [before, _host_reference(built.mesh)]}
-        analysis = analyze_capture(cap, chip=chip, meta=meta, book=built.book,
-                                   expected_collectives=built.expected_collectives(),
-                                   title=f"{name} ({preset}) on mesh {meta[schema.MESH]}",
-                                   with_plots=with_plots)
-        path = save_analysis(analysis, out / new_run_id(name))
+            run = run_built(built, preset=preset, overrides=overrides, steps=steps,
+                            warmup=warmup, out_dir=scratch / "trace", chip=chip,
+                            command_buffers=command_buffers)
+        run.save(out / new_run_id(name), plots=with_plots)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return analysis, path
+    return run
+
+
+def run_built(built: Built, *, preset: str, overrides: dict | None, out_dir: Path,
+              steps: int = STEPS, warmup: int = 2, chip=None, command_buffers: bool = False,
+              meta: dict | None = None) -> Run:
+    """Capture a built workload into ``out_dir`` and make its Run (not saved): on a CPU host,
+    the host's speed is measured right before and after the capture (``calibrate.drift``).
+    ``meta`` adds to what the run keeps of what ran."""
+    log.info("running %s (%s) on mesh %s", built.workload.name, preset, dict(built.mesh.shape))
+    before = _host_reference(built.mesh)
+    cap = capture(built.fn, built.args, warmup=warmup, steps=steps, out_dir=out_dir,
+                  mesh=built.mesh, command_buffers=command_buffers, carry=built.workload.carry)
+    host = None if before is None else {drift.REFERENCE: [before, _host_reference(built.mesh)]}
+    return from_capture(cap, chip=chip, workload=built, host_drift=host,
+                        meta=dict(meta or {}, **built.run_meta(preset, overrides)),
+                        title=built.title(preset))
 
 
 # Config fields that shrink a program's memory, and how to say so (`training.md`: remat trades

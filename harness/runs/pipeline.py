@@ -1,0 +1,194 @@
+"""One path from a program to a Run: capture -> chip -> decode -> analyze -> Run.
+
+Every entry point goes through ``from_capture``: ``harness run`` and ``sweep`` (a registered
+workload, ``harness.runs.workload``), ``run --distributed`` (``harness.multihost``), the pytest
+plugin, ``harness.analyze`` (``profile``: the user's own function) and ``harness trace``
+(``analyze_trace``: a trace captured anywhere). The chip is resolved first (on a CPU host,
+calibrated: ``harness.chip``), the trace decoded once and the program's HLO parsed once
+(``decode``), then the pure ``harness.analysis.analyze`` makes the tables.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pandas as pd
+
+from harness import schema
+from harness.analysis import Context, analyze
+from harness.capture import CAPTURE_FILE, HLO_FILE, STEPS, Capture, capture
+from harness.chip import chip_for_run
+from harness.errors import HarnessError
+from harness.hlo import Module, parse_module, schedule
+from harness.ops import op_times
+from harness.run import Run
+from harness.trace.hlo_proto import async_names, device_kind, embedded_modules, module_text
+from harness.trace.load import TraceEvents, find_trace_file, read_events, read_xspace
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Decoded:
+    """A trace decoded once, with the HLO of its program parsed once: the XSpace (``space``,
+    ``label`` for errors), its EVENTS and the program's module and text."""
+
+    space: object
+    label: str
+    trace: TraceEvents
+    module: Module
+    hlo_text: str
+
+
+def trace_program(space, program: str = "", hlo_text: str | None = None
+                  ) -> tuple[str | None, dict[str, str]]:
+    """(HLO text, async names) of ``program`` in a decoded trace (default: its largest
+    module); ``hlo_text`` given is used as it is, with the trace's async names. (None, {})
+    when neither the trace nor the caller has the HLO."""
+    modules = embedded_modules(space)
+    if not modules:
+        return hlo_text, {}
+    name = program if program in modules else max(modules, key=lambda k: len(modules[k]))
+    if program and program != name:
+        log.info("trace holds no HLO for %s; using %s", program, name)
+    return (hlo_text if hlo_text is not None else module_text(modules[name]),
+            async_names(modules[name]))
+
+
+def decode(source, *, hlo_text: str | None = None, program: str = "",
+           warmup_steps: int = 0) -> Decoded:
+    """Decode a trace (a path, a directory holding one, bytes or an XSpace) and parse its
+    program's HLO (``hlo_text``, else the trace's own), each once."""
+    space, label = read_xspace(source)
+    text, renames = trace_program(space, program, hlo_text)
+    if text is None:
+        raise HarnessError(f"{label}: the trace holds no HLO; give the program's optimized HLO "
+                           f"with --hlo FILE (an XLA dump, *after_optimizations.txt)")
+    module = parse_module(text)
+    trace = read_events(space, warmup_steps=warmup_steps, schedule=schedule(module, renames),
+                        label=label)
+    return Decoded(space, label, trace, module, text)
+
+
+def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, workload=None,
+                 meta: dict | None = None, notes: list[str] | tuple = (),
+                 title: str | None = None, device=None, host_drift: dict | None = None,
+                 trace: TraceEvents | None = None) -> Run:
+    """The Run of one capture.
+
+    ``chip``: a name or ``Chip`` (None: the device's, calibrated on a CPU host, with the
+    host's ``host_drift`` around the capture divided out). ``workload``: the built workload
+    (``harness.runs.workload.Built``), whose book estimate and expected collectives go into
+    the analysis. ``meta`` is kept with the run; ``notes`` come first in its report.
+    ``device``: the device (or kind) that ran it, when not this process's first device.
+    ``trace``: the EVENTS to analyse when they are not the capture's own trace (a multi-host
+    run merges every process's).
+    """
+    entry, chip_notes, chip_meta = chip_for_run(chip, device, host_drift)
+    notes = list(notes) + chip_notes
+    estimate = None
+    if workload is not None:
+        estimate, note = workload.estimate(entry)
+        notes += [note] if note else []
+    if decoded is None and trace is None:
+        decoded = decode(cap.trace_dir, hlo_text=cap.hlo_text, program=cap.program)
+    events = trace if trace is not None else decoded.trace
+    module = decoded.module if decoded is not None else parse_module(cap.hlo_text)
+    m = cap.meta
+    ctx = Context(program=cap.program, devices=m.get(schema.DEVICE_COUNT),
+                  platform=m.get("platform", ""), step_times_s=m.get(schema.STEP_TIMES_S) or (),
+                  traced_step_times_s=m.get(schema.TRACED_STEP_TIMES_S) or (),
+                  graph_step_s=m.get(schema.GRAPH_STEP_S), graph_note=m.get(schema.GRAPH_NOTE, ""),
+                  cost_analysis=cap.cost_analysis, book=estimate,
+                  expected_collectives=workload.expected_collectives() if workload else None,
+                  memory={**m, **(meta or {})}, notes=notes)
+    t = analyze(events, module, entry, ctx)
+    full_meta = dict(m, **(meta or {}), **chip_meta,
+                     **{schema.CHIP: entry.name, schema.OP_TIMING: t.op_timing})
+    devices = int(m.get(schema.DEVICE_COUNT, events.events[schema.DEVICE].nunique()))
+    title = title or (f"{t.program} on {devices}x {m.get(schema.DEVICE_KIND, '?')} "
+                      f"(predicted for {entry.name})")
+    return Run(title=title, meta=full_meta, ops=t.ops, categories=t.categories,
+               summary=t.summary, notes=t.notes, steps=t.steps, unexpected=t.unexpected,
+               cross_check=t.cross_check, chip=entry, capture=cap, trace=events)
+
+
+def profile(fn: Callable, *args, chip=None, steps: int = STEPS, warmup: int = 2,
+            out_dir: str | Path | None = None, carry: Callable | None = None,
+            command_buffers: bool = False, **kwargs) -> Run:
+    """Capture ``fn(*args, **kwargs)`` (jitted, any shardings) and analyse it per op: the
+    ``harness.analyze`` of the README.
+
+    Keyword arguments other than the harness's own go to ``fn``. ``chip``: predict for this
+    chip (default: the chip the program runs on). The trace goes to ``out_dir`` (a temporary
+    directory by default). ``carry(args, out) -> args`` threads a step's outputs into the
+    next step's arguments; without it, inputs ``fn`` donates are copied afresh before each
+    step. ``command_buffers=True``: on GPU, trace the executable with XLA's command buffers.
+    ``run.save(dir)`` stores the result for ``harness compare``.
+    """
+    out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="harness-"))
+    cap = capture(fn, args, kwargs=kwargs, warmup=warmup, steps=steps, out_dir=out,
+                  carry=carry, command_buffers=command_buffers)
+    return from_capture(cap, chip=chip)
+
+
+def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
+                  warmup_steps: int = 0, space=None, workload=None) -> Run:
+    """Analyse a profiler trace someone else captured (``jax.profiler``) per op.
+
+    The program's optimized HLO comes from ``hlo`` (an XLA dump, ``*after_optimizations.txt``),
+    else the trace itself (``/host:metadata``), else a ``module.hlo.txt`` saved beside it by
+    ``harness``. ``chip``: predict for this chip (default: the trace's device). ``space``: the
+    trace already decoded (by a caller that looked at it first). ``workload``: what
+    ``from_capture`` takes, for a trace of a known workload (its book estimate).
+    """
+    trace_file = find_trace_file(path)
+    space, _ = read_xspace(trace_file if space is None else space)
+    label = str(trace_file)
+    saved = _saved_beside(trace_file, Path(path))
+    program = saved.get("meta", {}).get(schema.PROGRAM, "")
+    text = Path(hlo).read_text() if hlo is not None else None
+    if text is None and not embedded_modules(space):
+        text = saved.get("hlo_text")
+    decoded = replace(decode(space, hlo_text=text, program=program, warmup_steps=warmup_steps),
+                      label=label)
+    events = decoded.trace.events
+    meta = dict(saved.get("meta", {}))
+    meta.setdefault(schema.PROGRAM, decoded.module.name)
+    meta.setdefault(schema.DEVICE_KIND, device_kind(space))
+    meta.setdefault(schema.DEVICE_COUNT, int(events[schema.DEVICE].nunique()))
+    meta[schema.TRACE_FILE] = str(trace_file)
+    cap = Capture(trace_dir=trace_file.parent, hlo_text=decoded.hlo_text,
+                  cost_analysis=saved.get("cost_analysis", {}), meta=meta, owned=False)
+    return from_capture(cap, chip=chip, decoded=decoded, workload=workload,
+                        device=meta.get(schema.DEVICE_KIND) or None)
+
+
+def _saved_beside(trace_file: Path, root: Path) -> dict:
+    """What ``harness`` saved next to a trace it captured (``capture.json``,
+    ``module.hlo.txt``), searched from the trace's folder up to ``root``: ``meta``,
+    ``cost_analysis``, ``hlo_text`` where found (never above ``root``, a directory given)."""
+    out: dict = {}
+    folder = trace_file.parent
+    # a trace directory keeps its trace at plugins/profile/<run>/: three folders up at most
+    for _ in range(4):
+        if "meta" not in out and (folder / CAPTURE_FILE).is_file():
+            saved = json.loads((folder / CAPTURE_FILE).read_text())
+            out.update(meta=saved.get("meta", {}), cost_analysis=saved.get("cost_analysis", {}))
+        if "hlo_text" not in out and (folder / HLO_FILE).is_file():
+            out["hlo_text"] = (folder / HLO_FILE).read_text()
+        if folder == root or folder == folder.parent:
+            break
+        folder = folder.parent
+    return out
+
+
+def measured_only(source, warmup_steps: int = 0, label: str | None = None
+                  ) -> tuple[TraceEvents, pd.DataFrame]:
+    """A trace's EVENTS and measured OPS table, for a trace with neither HLO nor chip."""
+    read = read_events(source, warmup_steps=warmup_steps, label=label)
+    return read, op_times(read.events)
