@@ -2,6 +2,7 @@
 
 ``CHIPS`` is the registry; ``chip(name)`` looks an entry up, ``chip_for(device)`` maps a JAX
 device's ``device_kind`` to one, ``register(chip)`` installs a calibrated entry at run time.
+``WRAP_RULES`` says, per rule a chip names, which axes of a slice wrap around (tpus.md).
 Values follow the newest edition of the book (tpus.md, gpus.md spec tables); where the book
 disagrees with itself the choice is commented on the entry.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
@@ -90,6 +92,32 @@ class Chip:
         return self.ici_bidi_bytes_per_s if self.kind == "tpu" else self.ici_bytes_per_s
 
     gpus_per_node = property(lambda self: self.chips_per_node)  # the GPU chapter's name
+
+
+# --- wraparound rules (tpus.md): which axes of a slice wrap ------------------------------------
+WrapRule = Callable[[Chip, tuple[int, ...], "tuple[int, ...] | None"], tuple[bool, ...]]
+
+
+def _wrap_full_axis(chip: Chip, axes: tuple[int, ...], slice_shape) -> tuple[bool, ...]:
+    # tpus.md: v5e/v6e pods are one 16x16 torus; an axis wraps only at the pod's full length (16).
+    return tuple(n == max(chip.max_slice) for n in axes)
+
+
+def _wrap_cube(chip: Chip, axes: tuple[int, ...], slice_shape) -> tuple[bool, ...]:
+    # tpus.md: v4p/v5p slices of whole 4x4x4 cubes wrap on every axis, sub-cube slices on none
+    # (the "multiple of 4 per axis" wording clashes with the no-wrap 2x2x4 slice; whole-cube wins).
+    # Without a slice shape, the collective's own axes are taken to be the slice.
+    shape = tuple(slice_shape) if slice_shape else axes
+    whole_cubes = all(n % 4 == 0 for n in shape)
+    return tuple(whole_cubes and n % 4 == 0 for n in axes)
+
+
+def _wrap_always(chip: Chip, axes: tuple[int, ...], slice_shape) -> tuple[bool, ...]:
+    return tuple(True for _ in axes)  # switched networks and the CPU ring: no topology penalty
+
+
+WRAP_RULES: dict[str, WrapRule] = {"full-axis": _wrap_full_axis, "cube": _wrap_cube,
+                                   "always": _wrap_always}
 
 
 _TPU = dict(kind="tpu", hop_latency_s=1e-6)  # tpus.md: ~1 us per ICI hop, every generation
@@ -190,8 +218,6 @@ def register(entry: Chip, replace: bool = False) -> Chip:
         raise ValueError(f"register() takes a Chip, got {type(entry).__name__}")
     if entry.name in CHIPS and not replace:
         raise ValueError(f"chip {entry.name!r} is already registered; pass replace=True")
-    from predictions.topology import WRAP_RULES  # deferred: topology imports this module
-
     if entry.wrap_rule not in WRAP_RULES:
         raise ValueError(f"unknown wrap_rule {entry.wrap_rule!r}; known: {sorted(WRAP_RULES)}")
     CHIPS[entry.name] = entry
