@@ -13,19 +13,12 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from predictions import dtypes
+
 log = logging.getLogger(__name__)
 
-# Spellings accepted by ``Chip.flops_per_s``: HLO and numpy names map to the book's columns.
-# fp16 runs at the bf16 MXU/Tensor Core rate.
-DTYPE_ALIASES: dict[str, str] = {
-    **dict.fromkeys(("bf16", "bfloat16", "f16", "fp16", "float16"), "bf16"),
-    **dict.fromkeys(("fp32", "f32", "float32"), "fp32"),
-    **dict.fromkeys(("int8", "s8", "u8"), "int8"),
-    **dict.fromkeys(("fp8", "f8e4m3fn", "f8e5m2", "f8e4m3", "f8e4m3fnuz", "f8e5m2fnuz",
-                     "f8e4m3b11fnuz"), "fp8"),
-    **dict.fromkeys(("int4", "s4", "u4"), "int4"),
-    **dict.fromkeys(("fp4", "f4e2m1fn"), "fp4"),
-}
+# Any dtype spelling -> the book's peak-FLOP/s column: predictions.dtypes.PEAK_COLUMN, old name.
+DTYPE_ALIASES: dict[str, str] = dtypes.PEAK_COLUMN
 
 
 @dataclass(frozen=True)
@@ -70,7 +63,7 @@ class Chip:
     def flops_per_s(self, dtype: str = "bf16") -> float:
         """Peak FLOP/s (OP/s for integers) at ``dtype``; KeyError lists the dtypes given."""
         table = dict(self.peak_flops)
-        key = DTYPE_ALIASES.get(str(dtype).lower())
+        key = dtypes.peak_column(dtype)
         if key not in table:
             raise KeyError(f"{self.name} has no peak FLOP/s for dtype {dtype!r} in the book; "
                            f"known for this chip: {sorted(table)}")
