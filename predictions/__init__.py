@@ -1,5 +1,6 @@
 """The book *How To Scale Your Model* as a library: pure Python (stdlib only), SI units.
 
-Modules: hardware (chips), roofline, collectives, transformer, training, inference,
-costs (OpDesc/Cost types) and rules (per-opcode costs, ``RULES``).
+Modules: dtypes (element types: bytes and names), hardware (chips), topology (slices),
+roofline, collectives, transformer, training, inference, costs (OpDesc/Cost types) and rules
+(per-opcode costs, ``RULES``).
 """

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from predictions.dtypes import DTYPE_BYTES  # HLO element type -> bytes per element
+
 
 def positive(name: str, value: float) -> float:
     """``value`` if it is a finite number above zero; ValueError naming ``name`` otherwise."""
@@ -17,14 +19,6 @@ def positive(name: str, value: float) -> float:
         raise ValueError(f"{name} must be positive, got {value!r}")
     return value
 
-
-# Bytes per element (`transformers.md` §1.1 of the reference). HLO spellings.
-DTYPE_BYTES: dict[str, float] = {
-    "pred": 1, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "s32": 4, "u32": 4,
-    "s64": 8, "u64": 8, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1, "f8e5m2fnuz": 1,
-    "f8e4m3fnuz": 1, "f8e4m3b11fnuz": 1, "f8e3m4": 1, "f8e8m0fnu": 1, "f4e2m1fn": 0.5,
-    "bf16": 2, "f16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16, "token": 0,
-}
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 ``CHIPS`` is the registry; ``chip(name)`` looks an entry up, ``chip_for(device)`` maps a JAX
 device's ``device_kind`` to one, ``register(chip)`` installs a calibrated entry at run time.
+``WRAP_RULES`` says, per rule a chip names, which axes of a slice wrap around (tpus.md).
 Values follow the newest edition of the book (tpus.md, gpus.md spec tables); where the book
 disagrees with itself the choice is commented on the entry.
 """
@@ -9,21 +10,15 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from predictions import dtypes
 
 log = logging.getLogger(__name__)
 
-# Spellings accepted by ``Chip.flops_per_s``: HLO and numpy names map to the book's columns.
-# fp16 runs at the bf16 MXU/Tensor Core rate.
-DTYPE_ALIASES: dict[str, str] = {
-    **dict.fromkeys(("bf16", "bfloat16", "f16", "fp16", "float16"), "bf16"),
-    **dict.fromkeys(("fp32", "f32", "float32"), "fp32"),
-    **dict.fromkeys(("int8", "s8", "u8"), "int8"),
-    **dict.fromkeys(("fp8", "f8e4m3fn", "f8e5m2", "f8e4m3", "f8e4m3fnuz", "f8e5m2fnuz",
-                     "f8e4m3b11fnuz"), "fp8"),
-    **dict.fromkeys(("int4", "s4", "u4"), "int4"),
-    **dict.fromkeys(("fp4", "f4e2m1fn"), "fp4"),
-}
+# Any dtype spelling -> the book's peak-FLOP/s column: predictions.dtypes.PEAK_COLUMN, old name.
+DTYPE_ALIASES: dict[str, str] = dtypes.PEAK_COLUMN
 
 
 @dataclass(frozen=True)
@@ -68,7 +63,7 @@ class Chip:
     def flops_per_s(self, dtype: str = "bf16") -> float:
         """Peak FLOP/s (OP/s for integers) at ``dtype``; KeyError lists the dtypes given."""
         table = dict(self.peak_flops)
-        key = DTYPE_ALIASES.get(str(dtype).lower())
+        key = dtypes.peak_column(dtype)
         if key not in table:
             raise KeyError(f"{self.name} has no peak FLOP/s for dtype {dtype!r} in the book; "
                            f"known for this chip: {sorted(table)}")
@@ -90,6 +85,32 @@ class Chip:
         return self.ici_bidi_bytes_per_s if self.kind == "tpu" else self.ici_bytes_per_s
 
     gpus_per_node = property(lambda self: self.chips_per_node)  # the GPU chapter's name
+
+
+# --- wraparound rules (tpus.md): which axes of a slice wrap ------------------------------------
+WrapRule = Callable[[Chip, tuple[int, ...], "tuple[int, ...] | None"], tuple[bool, ...]]
+
+
+def _wrap_full_axis(chip: Chip, axes: tuple[int, ...], slice_shape) -> tuple[bool, ...]:
+    # tpus.md: v5e/v6e pods are one 16x16 torus; an axis wraps only at the pod's full length (16).
+    return tuple(n == max(chip.max_slice) for n in axes)
+
+
+def _wrap_cube(chip: Chip, axes: tuple[int, ...], slice_shape) -> tuple[bool, ...]:
+    # tpus.md: v4p/v5p slices of whole 4x4x4 cubes wrap on every axis, sub-cube slices on none
+    # (the "multiple of 4 per axis" wording clashes with the no-wrap 2x2x4 slice; whole-cube wins).
+    # Without a slice shape, the collective's own axes are taken to be the slice.
+    shape = tuple(slice_shape) if slice_shape else axes
+    whole_cubes = all(n % 4 == 0 for n in shape)
+    return tuple(whole_cubes and n % 4 == 0 for n in axes)
+
+
+def _wrap_always(chip: Chip, axes: tuple[int, ...], slice_shape) -> tuple[bool, ...]:
+    return tuple(True for _ in axes)  # switched networks and the CPU ring: no topology penalty
+
+
+WRAP_RULES: dict[str, WrapRule] = {"full-axis": _wrap_full_axis, "cube": _wrap_cube,
+                                   "always": _wrap_always}
 
 
 _TPU = dict(kind="tpu", hop_latency_s=1e-6)  # tpus.md: ~1 us per ICI hop, every generation
@@ -190,8 +211,6 @@ def register(entry: Chip, replace: bool = False) -> Chip:
         raise ValueError(f"register() takes a Chip, got {type(entry).__name__}")
     if entry.name in CHIPS and not replace:
         raise ValueError(f"chip {entry.name!r} is already registered; pass replace=True")
-    from predictions.topology import WRAP_RULES  # deferred: topology imports this module
-
     if entry.wrap_rule not in WRAP_RULES:
         raise ValueError(f"unknown wrap_rule {entry.wrap_rule!r}; known: {sorted(WRAP_RULES)}")
     CHIPS[entry.name] = entry

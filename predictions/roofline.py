@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from predictions import collectives, hardware, topology
+from predictions import collectives, dtypes, hardware, topology
 from predictions.costs import positive
 from predictions.hardware import Chip
 from predictions.rules import Cost
@@ -71,18 +71,6 @@ class MatmulEstimate:
     critical_intensity: float
 
 
-# Bytes per element of the book's dtype columns (transformers.md / roofline.md).
-ELEMENT_BYTES: dict[str, float] = {"bf16": 2, "fp32": 4, "int8": 1, "fp8": 1, "int4": 0.5,
-                                   "fp4": 0.5}
-
-
-def _dtype_bytes(dtype: str) -> float:
-    key = hardware.DTYPE_ALIASES.get(str(dtype).lower())
-    if key is None:
-        raise KeyError(f"unknown dtype {dtype!r}; known: {', '.join(hardware.DTYPE_ALIASES)}")
-    return ELEMENT_BYTES[key]
-
-
 def matmul(B: float, D: float, F: float, chip: Chip | str, dtype: str = "bf16",
            weight_dtype: str | None = None) -> MatmulEstimate:
     """Roofline of X[B,D] . W[D,F]; activations and output in ``dtype`` (the compute dtype),
@@ -90,8 +78,8 @@ def matmul(B: float, D: float, F: float, chip: Chip | str, dtype: str = "bf16",
     c = hardware.chip_entry(chip)
     for name, v in (("B", B), ("D", D), ("F", F)):
         positive(name, v)
-    s_x = _dtype_bytes(dtype)
-    s_w = _dtype_bytes(weight_dtype or dtype)
+    s_x = dtypes.nbytes(dtype)  # bytes per element (predictions.dtypes)
+    s_w = dtypes.nbytes(weight_dtype or dtype)
     flops = 2 * B * D * F  # roofline.md: 2BDF FLOPs
     nbytes = s_x * B * D + s_w * D * F + s_x * B * F  # roofline.md: s_x*BD + s_w*DF + s_out*BF
     t_c = flops / c.flops_per_s(dtype)  # roofline.md: T_math = FLOPs / C
@@ -137,7 +125,7 @@ def peak_flops(chip: Chip | str, dtype: str) -> float:
     optimistic lower bound: TPUs run f32 matmuls as bf16 passes by default)."""
     c = hardware.chip_entry(chip)
     for candidate in (dtype, "fp32", "bf16"):
-        if hardware.DTYPE_ALIASES.get(str(candidate).lower()) in c.dtypes:
+        if dtypes.peak_column(candidate) in c.dtypes:
             return c.flops_per_s(candidate)
     return c.flops_per_s("bf16")
 

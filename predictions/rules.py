@@ -14,8 +14,10 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
-# The types live in predictions.costs; importing them from here is supported.
-from predictions.costs import DTYPE_BYTES, UNMODELED, Cost, OpDesc, Shape
+# The types live in predictions.costs (the bytes per element in predictions.dtypes); importing
+# them from here is supported.
+from predictions.costs import UNMODELED, Cost, OpDesc, Shape
+from predictions.dtypes import DTYPE_BYTES
 
 __all__ = ["DTYPE_BYTES", "UNMODELED", "Cost", "OpDesc", "Shape", "RULES", "CATEGORY", "Rule",
            "category", "cost", "fusion_cost"]

@@ -1,36 +1,13 @@
 """Slice topology (tpus.md): which axes of a TPU slice wrap around, and how a mesh axis maps
-onto a slice's physical torus axes. A chip names its rule (``Chip.wrap_rule``)."""
+onto a slice's physical torus axes. A chip names its rule (``Chip.wrap_rule``, a key into
+``hardware.WRAP_RULES``)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from predictions.hardware import Chip, chip_entry
-
-# --- wraparound rules (tpus.md): which axes of a slice wrap ------------------------------------
-WrapRule = Callable[[Chip, tuple[int, ...], "tuple[int, ...] | None"], tuple[bool, ...]]
-
-
-def _wrap_full_axis(chip: Chip, axes: tuple[int, ...], slice_shape) -> tuple[bool, ...]:
-    # tpus.md: v5e/v6e pods are one 16x16 torus; an axis wraps only at the pod's full length (16).
-    return tuple(n == max(chip.max_slice) for n in axes)
-
-
-def _wrap_cube(chip: Chip, axes: tuple[int, ...], slice_shape) -> tuple[bool, ...]:
-    # tpus.md: v4p/v5p slices of whole 4x4x4 cubes wrap on every axis, sub-cube slices on none
-    # (the "multiple of 4 per axis" wording clashes with the no-wrap 2x2x4 slice; whole-cube wins).
-    # Without a slice shape, the collective's own axes are taken to be the slice.
-    shape = tuple(slice_shape) if slice_shape else axes
-    whole_cubes = all(n % 4 == 0 for n in shape)
-    return tuple(whole_cubes and n % 4 == 0 for n in axes)
-
-
-def _wrap_always(chip: Chip, axes: tuple[int, ...], slice_shape) -> tuple[bool, ...]:
-    return tuple(True for _ in axes)  # switched networks and the CPU ring: no topology penalty
-
-
-WRAP_RULES: dict[str, WrapRule] = {"full-axis": _wrap_full_axis, "cube": _wrap_cube,
-                                   "always": _wrap_always}
+# the wrap rules live beside the Chip record that names them (hardware.WRAP_RULES)
+from predictions.hardware import WRAP_RULES, Chip, chip_entry
 
 
 def wraps(chip: Chip | str, axes: Sequence[int], slice_shape: Sequence[int] | None = None

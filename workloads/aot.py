@@ -29,17 +29,16 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from workloads import aot_cache, tpu
+from workloads.aot_cache import CPU_COMPILER, AotResult
 from workloads.base import WorkloadError
 
 log = logging.getLogger(__name__)
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
 
-CPU_COMPILER = "XLA:CPU"
 OOM_EXIT = 3  # the child's exit code when the TPU compiler ran out of HBM (message in oom.txt)
 
 
@@ -50,19 +49,6 @@ class HbmExhausted(WorkloadError):
 MEMORY_FIELDS = {"argument_size_in_bytes": "arguments", "output_size_in_bytes": "outputs",
                  "alias_size_in_bytes": "aliased", "temp_size_in_bytes": "temporaries",
                  "generated_code_size_in_bytes": "code", "peak_memory_in_bytes": "peak"}
-
-
-@dataclass(frozen=True)
-class AotResult:
-    hlo_text: str
-    lower_s: float
-    compile_s: float
-    devices: int
-    cost_analysis: dict
-    compiler: str = CPU_COMPILER  # "XLA:CPU" or "XLA:TPU (libtpu <version>)"
-    topology: str | None = None   # the TPU slice compiled for, e.g. "v5p:4x4x4"
-    memory: dict = field(default_factory=dict)  # MEMORY_FIELDS values, bytes per device
-    cached: bool = False          # read from workloads.aot_cache, not compiled now
 
 
 def compile_here(name: str, preset: str, overrides: Mapping[str, str] | None, mesh_shape: str,

@@ -17,11 +17,29 @@ import json
 import logging
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 FORMAT = 1
 _SOURCE = Path(__file__).resolve().parent
+CPU_COMPILER = "XLA:CPU"
+
+
+@dataclass(frozen=True)
+class AotResult:
+    """One ahead-of-time compile, as ``workloads.aot`` makes it and this cache stores it
+    (times in seconds, ``memory`` in bytes per device)."""
+
+    hlo_text: str
+    lower_s: float
+    compile_s: float
+    devices: int
+    cost_analysis: dict
+    compiler: str = CPU_COMPILER  # "XLA:CPU" or "XLA:TPU (libtpu <version>)"
+    topology: str | None = None   # the TPU slice compiled for, e.g. "v5p:4x4x4"
+    memory: dict = field(default_factory=dict)  # workloads.aot.MEMORY_FIELDS values, bytes
+    cached: bool = False          # read from this cache, not compiled now
 
 
 def _source_digest() -> str:
@@ -54,10 +72,8 @@ def _path(directory: Path, digest: str) -> Path:
     return Path(directory) / f"aot-{digest}.json.gz"
 
 
-def load(directory: Path, digest: str):
+def load(directory: Path, digest: str) -> AotResult | None:
     """The cached ``AotResult`` (with ``cached=True``), or None when absent or unreadable."""
-    from workloads.aot import AotResult
-
     path = _path(directory, digest)
     if not path.exists():
         return None
@@ -69,7 +85,7 @@ def load(directory: Path, digest: str):
         return None
 
 
-def save(directory: Path, digest: str, result) -> Path:
+def save(directory: Path, digest: str, result: AotResult) -> Path:
     """Write atomically (a crash never leaves half an entry); returns the path."""
     path = _path(directory, digest)
     path.parent.mkdir(parents=True, exist_ok=True)

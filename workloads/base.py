@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from predictions import dtypes
+
 
 class WorkloadError(ValueError):
     """Bad workload input. The message is one line naming what was wrong and the valid choices."""
@@ -42,13 +44,11 @@ class Workload:
     memory: Callable[[Any, Any], dict[str, float]] | None = None
 
 
-# Canonical dtype names (numpy/jax spelling) and the aliases the CLI accepts.
-DTYPE_ALIASES: dict[str, str] = {
-    "bf16": "bfloat16", "bfloat16": "bfloat16",
-    "f32": "float32", "fp32": "float32", "float32": "float32",
-    "f16": "float16", "fp16": "float16", "float16": "float16",
-    "int8": "int8", "s8": "int8", "i8": "int8",
-}
+# The element types a workload can be built in (jax.numpy names); the command line accepts
+# every spelling predictions.dtypes knows for them (bf16, fp32, s8, i8, ...).
+WORKLOAD_DTYPES = ("bfloat16", "float16", "float32", "int8")
+DTYPE_ALIASES: dict[str, str] = {name: d.numpy for name, d in dtypes.NAMES.items()
+                                 if d.numpy in WORKLOAD_DTYPES}
 # Sizes by the book's letters (`transformers.md` notation): an override must be >= 1.
 SIZE_FIELDS: dict[str, str] = {
     "B": "the batch", "T": "the sequence length", "S": "the KV-cache length", "D": "d_model",
@@ -69,8 +69,9 @@ def canonical_dtype(value: str, field_name: str = "dtype") -> str:
     """``"bf16"`` -> ``"bfloat16"``; unknown names raise ``WorkloadError``."""
     key = str(value).lower()
     if key not in DTYPE_ALIASES:
-        valid = ", ".join(sorted(set(DTYPE_ALIASES.values())))
-        raise WorkloadError(f"unknown {field_name} {value!r}; valid: {valid} (or bf16, fp32, f16)")
+        others = ", ".join(sorted(set(DTYPE_ALIASES) - set(WORKLOAD_DTYPES)))
+        raise WorkloadError(f"unknown {field_name} {value!r}; valid: "
+                            f"{', '.join(sorted(WORKLOAD_DTYPES))} (or {others})")
     return DTYPE_ALIASES[key]
 
 

@@ -17,6 +17,7 @@ from harness.capture import capture
 from harness.errors import HarnessError
 from harness.shares import apart_by_opcode, host_shares
 from harness.trace.load import load_events
+from predictions import dtypes
 
 # jax is imported inside the functions that run it, on purpose: importing this module must
 # leave XLA_FLAGS settable (harness.devices) and stay cheap for commands that never run jax.
@@ -105,10 +106,8 @@ def _matmul(devices, dtype, n, chain) -> Program:
     import jax
     from jax.sharding import PartitionSpec as P
 
-    from workloads.base import canonical_dtype  # deferred with jax: workloads imports jax
-
     m, k = _mesh(devices), len(devices)  # data parallel: each device its own [n,n] @ [n,n]
-    name = canonical_dtype(dtype)  # book name -> jax.numpy name
+    name = dtypes.numpy_name(dtype)  # book name -> jax.numpy name
     args = (_ones(m, (k * n, n), name, P("X", None)), _ones(m, (n, n), name, P()))
     # every device's matmul runs at once, queued on the host's shared thread pool: timed as shares
     return Program(jax.jit(lambda x, w: x @ w), args, 2.0 * n ** 3,  # roofline.md: 2BDF FLOPs
@@ -122,7 +121,8 @@ def _stream(devices, dtype, elements, chain) -> Program:
     x = _ones(_mesh(devices), (len(devices) * elements,), "float32", P("X"))
     fn = jax.jit(lambda x: x * 0.5 + 0.5, donate_argnums=0)  # in place; tends to 1, no denormals
     # roofline.md: bytes = read x + write the result
-    return Program(fn, (x,), 2.0 * 4 * elements, carry=lambda args, out: (out,))
+    return Program(fn, (x,), 2.0 * dtypes.nbytes("float32") * elements,
+                   carry=lambda args, out: (out,))
 
 
 def _convert(devices, dtype, elements, chain) -> Program:
@@ -132,7 +132,8 @@ def _convert(devices, dtype, elements, chain) -> Program:
 
     x = _ones(_mesh(devices), (len(devices) * elements,), "bfloat16", P("X"))
     # bf16 -> f32, as a training step's casts: bytes = read 2 + write 4 per element
-    return Program(jax.jit(lambda x: x.astype(jnp.float32)), (x,), (2.0 + 4.0) * elements)
+    nbytes = float(dtypes.nbytes("bfloat16") + dtypes.nbytes("float32"))
+    return Program(jax.jit(lambda x: x.astype(jnp.float32)), (x,), nbytes * elements)
 
 
 def _collective(kind: str) -> Callable[..., Program]:

@@ -12,7 +12,8 @@ import re
 from harness.hlo import attrs as hlo_attrs
 from harness.hlo.attrs import HloParseError
 from harness.hlo.ir import Instruction
-from predictions.rules import DTYPE_BYTES, Shape
+from predictions.dtypes import DTYPE_BYTES
+from predictions.rules import Shape
 
 _INSTR_RE = re.compile(r"\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*")
 _LEAF_RE = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](?:\{([^}]*)\})?")

@@ -8,7 +8,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from workloads.base import WorkloadError, canonical_dtype
+from predictions import dtypes
+from workloads.base import WORKLOAD_DTYPES, WorkloadError, canonical_dtype
 
 ATTENTIONS = ("fused", "naive")
 
@@ -68,7 +69,7 @@ MODEL_DIMS: dict[str, Dims] = {
 }
 
 
-FLOAT_DTYPES = ("bfloat16", "float16", "float32")
+FLOAT_DTYPES = tuple(n for n in WORKLOAD_DTYPES if dtypes.lookup(n).kind == "float")
 
 
 def fix_dtypes(cfg, *names: str) -> None:
