@@ -1,5 +1,6 @@
 """The book *How To Scale Your Model* as a library: pure Python (stdlib only), SI units.
 
 Modules: hardware (chips), roofline, collectives, transformer, training, inference,
-costs (OpDesc/Cost types) and rules (per-opcode costs, ``RULES``).
+costs (OpDesc/Cost types), rules (per-opcode costs, ``RULES``) and step (a workload's
+step as the book models it: ``Analytic``, ``BookPart``).
 """
