@@ -13,12 +13,12 @@ import pandas as pd
 
 from harness import memory, schema
 from harness.analysis import Analysis, analyze_capture
-from harness.book import Analytic, analytic
 from harness.calibrate import drift
 from harness.capture import STEPS, capture
 from harness.errors import HarnessError
 from harness.runs import store
 from predictions import hardware
+from predictions.step import Analytic
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +78,9 @@ class Built:
         return self.workload.expected_collectives(self.cfg, self.mesh)
 
     def book(self, chip) -> Analytic | None:
-        """The book's workload-level figures on ``chip`` (`harness.book`)."""
-        return analytic(self.workload.name, self.cfg, self.mesh, chip)
+        """The book's workload-level figures on ``chip`` (the record's ``Workload.book``)."""
+        book = self.workload.book
+        return book(self.cfg, self.mesh, chip) if book is not None else None
 
 
 def build_workload(name: str, preset: str = "tiny", overrides: dict | None = None,
