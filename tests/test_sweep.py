@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import workloads
 from harness import cli, schema
 from harness.runs import store
 from harness.sweep import report as sweep_report
@@ -434,7 +435,8 @@ def test_collective_over_two_axes_spelt_with_plus(tmp_path):
     meta = {schema.CONFIG: {"kind": "all_reduce", "axes": "X+Y", "nbytes": 4096,
                             "dtype": "float32"},
             schema.MESH: {"X": 4, "Y": 2}, schema.SUMMARY: {schema.ANALYTIC_S: 1e-5}}
-    row = sweep_report.FIGURES["collective"](store.StoredRun(tmp_path, meta, ops))
+    row = sweep_report.workload_figures(store.StoredRun(tmp_path, meta, ops),
+                                        workloads.get("collective"))
     assert row[schema.GROUP_SIZE] == 8 and row[schema.BUS_BYTES] == 7168
     assert row[schema.MEASURED_BUS_GBPS] == pytest.approx(7168 / 2e-5 / 1e9)
     assert row[schema.PREDICTED_BUS_GBPS] == pytest.approx(7168 / 1e-5 / 1e9)
