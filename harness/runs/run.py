@@ -142,22 +142,16 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
     return analysis, path
 
 
-# Config fields that shrink a program's memory, and how to say so (`training.md`: remat trades
-# FLOPs for activation memory).
-MEMORY_KNOBS: dict[str, str] = {"B": "a smaller --set B", "S": "a smaller --set S",
-                                "T": "a smaller --set T", "remat": "--set remat=full"}
-
-
 def _knobs(name: str, preset: str, overrides: dict | None) -> str:
-    """The memory knobs workload ``name`` has: a bigger mesh, then its own fields."""
+    """The memory knobs workload ``name`` has: a bigger mesh, then its own
+    (``Workload.memory_knobs``, the same for every preset and override)."""
     import workloads
 
     try:
-        fields = workloads.make_config(name, preset, overrides or {}).__dataclass_fields__
-    except (ValueError, AttributeError):
-        fields = {}
-    return ", ".join(["--mesh over more devices"] + [v for k, v in MEMORY_KNOBS.items()
-                                                     if k in fields])
+        own = workloads.get(name).memory_knobs
+    except workloads.WorkloadError:  # an unknown workload: only the mesh
+        own = {}
+    return ", ".join(["--mesh over more devices", *own.values()])
 
 
 def _host_reference(mesh) -> float | None:
