@@ -154,7 +154,7 @@ OP_TIMING = "op_timing"            # what measured_s is: harness.shares.HOST_SHA
 # WORKLOAD, PRESET, MESH, CHIP and PROGRAM above are meta keys too.
 
 # --- the gap between the per-op sum and the book's step, per part (harness.hlo.chips.book_gap)
-PART = "part"                      # harness.book.PARTS, then "step"
+PART = "part"                      # predictions.step.PARTS, then "step"
 BOOK_S = "book_s"                  # the book's seconds for the part
 BOOK_WORK = "book_work"            # its work per device: FLOPs (matmul) or bytes
 HLO_S = "{compile}_s"              # per-op sum of the part's ops, one column per compile

@@ -1,5 +1,6 @@
 """The whole pipeline on a user's jitted function and on a registered workload."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -147,3 +148,66 @@ def test_the_calibrated_cpu_chip_is_a_value_and_the_registry_stays_as_shipped(an
     assert analysis.chip == entry and analysis.meta[schema.CHIP] == "cpu"
     assert hardware.CHIPS["cpu"] is shipped
     assert any("share the host's cores" in n for n in notes)
+
+
+def test_a_run_stored_by_the_previous_version_reads_back_as_it_printed(tmp_path):
+    """A nightly job's baselines survive the upgrade: a quick-sweep point stored by ab45c76
+    (run format 1: no format key) loads, and renders the JSON report `harness report` printed
+    for it then (saved beside it, .report.json), figure for figure."""
+    old = Path(__file__).parent / "fixtures" / "runs" / "format1-matmul"
+    assert "format" not in json.loads((old / "meta.json").read_text())
+    printed = json.loads((old.parent / "format1-matmul.report.json").read_text())
+    run = Run.load(old)
+    again = json.loads(run.render("json"))
+    assert again == printed
+    assert run.meta["git_sha"] == "ab45c7603a50" and run.summary == printed["summary"]
+
+
+@pytest.fixture(scope="module")
+def donated_step(tmp_path_factory):
+    """A training step as users write one: it donates its parameters and takes its learning
+    rate as a keyword argument."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def train_step(w_DF, x_BD, *, lr):
+        loss, g = jax.value_and_grad(lambda w: jnp.mean((x_BD @ w) ** 2))(w_DF)
+        return w_DF - lr * g, loss
+
+    w = jnp.ones((256, 128)) * 0.01
+    x = jnp.ones((64, 256))
+    run = harness.analyze(train_step, w, x, lr=0.1, steps=3, warmup=1,
+                          out_dir=tmp_path_factory.mktemp("donated"))
+    return run, w
+
+
+def test_a_donated_training_step_with_keyword_arguments_is_analysed(donated_step):
+    run, w = donated_step
+    # each step got its own copy of the donated parameters: the user's are untouched
+    assert not w.is_deleted() and float(w.sum()) == pytest.approx(0.01 * 256 * 128)
+    # forward x @ w and the gradient x^T @ g: two dots of 2*64*256*128 FLOPs each
+    dots = run.ops[run.ops[schema.CATEGORY] == "matmul"]
+    assert len(dots) >= 2
+    assert set(run.summary) >= {schema.STEP_S, schema.COVERAGE}
+    assert run.summary[schema.HLO_FLOPS_PER_DEVICE] >= 2 * (2 * 64 * 256 * 128)
+
+
+def test_carry_threads_a_steps_outputs_into_the_next(tmp_path):
+    import jax
+    import jax.numpy as jnp
+
+    seen = []
+
+    def carry(args, out):
+        seen.append(float(out[0]))
+        return (out[1],)
+
+    step = jax.jit(lambda n: ((n @ n).sum(), n + 1.0), donate_argnums=0)
+    harness.analyze(step, jnp.zeros((128, 128)), steps=2, warmup=1, carry=carry,
+                    out_dir=tmp_path)
+    # warm-up, 2 traced and 2 untraced steps on n = k (k = 0..4) everywhere: n @ n sums to
+    # 128 * 128 entries of 128 k^2
+    assert seen == [128.0 ** 3 * k * k for k in range(5)]

@@ -1,10 +1,15 @@
-"""Workload-level book figures: the mapping from workload configs to the book's formulas."""
+"""Workload-level book figures: each workload record's book model (``Workload.book``), from its
+config to the book's formulas."""
 from types import SimpleNamespace
 
 import pytest
 
-from harness.book import analytic
+import workloads
 from predictions import hardware
+
+
+def analytic(name, cfg, mesh, chip):
+    return workloads.get(name).book(cfg, mesh, chip)
 
 MESH = SimpleNamespace(shape={"X": 4, "Y": 2})
 
@@ -57,8 +62,9 @@ def test_decode_flops_are_2_p_per_sequence():
     assert est.analytic_s == pytest.approx(expected)
 
 
-def test_unknown_workload_has_no_figures():
-    assert analytic("nope", None, MESH, hardware.chip("cpu")) is None
+def test_every_workload_has_a_book_model():
+    assert {n: w.book is not None for n, w in workloads.WORKLOADS.items()} == dict.fromkeys(
+        ("matmul", "collective", "llama_train", "llama_prefill", "llama_decode"), True)
 
 
 def test_several_axes_spelt_with_plus_are_one_group():

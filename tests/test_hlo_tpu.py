@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import book, schema
+from harness import schema
 from harness.cli import main
 from harness.commands.predict_hlo import plan
 from harness.errors import HarnessError
@@ -17,6 +17,7 @@ from harness.hlo import category, cross_check, executed, parse_module
 from harness.hlo.chips import book_gap, memory_fit, predict_module
 from harness.hlo.cost import instruction_cost
 from harness.hlo.tpu import chain_role
+from predictions import step
 from workloads import tpu
 from workloads.base import WorkloadError
 
@@ -86,7 +87,7 @@ def test_matmul_flops_per_device(name):
 
 
 # collective preset "1mb": 1 MiB per device on 8 devices; bytes in predictions.collectives'
-# convention (harness.book._COLLECTIVE_V): V = gathered output, reduced array, whole exchange
+# convention (V_OF_INPUT): V = gathered output, reduced array, whole exchange
 COMM_BYTES = {
     "collective_all_gather": ("all-gather", 8 * MiB),
     "collective_all_reduce": ("all-reduce", MiB),
@@ -186,10 +187,10 @@ def _ops(rows):
 
 
 def test_book_gap_parts_work_and_excess():
-    parts = {book.MATMUL: book.BookPart(2.0, 100.0, ""),
-             book.COLLECTIVE: book.BookPart(1.0, 50.0, ""),
-             book.MEMORY: book.BookPart(0.0, 0.0, ""),
-             book.OVERLAP: book.BookPart(-1.0, None, "")}
+    parts = {step.MATMUL: step.BookPart(2.0, 100.0, ""),
+             step.COLLECTIVE: step.BookPart(1.0, 50.0, ""),
+             step.MEMORY: step.BookPart(0.0, 0.0, ""),
+             step.OVERLAP: step.BookPart(-1.0, None, "")}
     ops = _ops([("matmul", 2.5, 30.0, 0, 0, 4),       # 120 FLOPs = 1.2x the book's
                 ("attention", 0.5, 0.0, 0, 0, 1),
                 ("collective", 3.0, 0.0, 0, 25.0, 4),  # 100 bytes = 2x the book's
@@ -213,11 +214,11 @@ def test_book_parts_add_up_to_the_books_step():
     for name in ("llama_train", "llama_prefill", "llama_decode"):
         cfg = workloads.make_config(name, "70b", {})
         mesh = SimpleNamespace(shape={"X": 8, "Y": 8})
-        est = book.analytic(name, cfg, mesh, "tpu-v5p")
+        est = workloads.get(name).book(cfg, mesh, "tpu-v5p")
         assert sum(p.seconds for p in est.parts.values()) == pytest.approx(est.analytic_s)
         # matmul work: the book's FLOPs (6P or 2P over all parameters, not the MFU count)
         # spread over the 64 chips
-        assert est.parts[book.MATMUL].work == pytest.approx(est.book_flops / 64)
+        assert est.parts[step.MATMUL].work == pytest.approx(est.book_flops / 64)
 
 
 # --- live compiles with libtpu -----------------------------------------------------------------
@@ -255,7 +256,7 @@ def test_real_size_train_step_on_v5p(capsys, preset, mesh):
     assert out["compiles"]["tpu-v5p"]["topology"] == tpu.topology_name("tpu-v5p", (
         tuple(int(d) for d in mesh.split("x"))))
     assert chip["totals"]["unmodeled_ops"] == 0 and chip["memory_fit"]["peak_bytes"] > 0
-    assert {r["part"] for r in chip["book_gap"]} == {*book.PARTS, "step"}
+    assert {r["part"] for r in chip["book_gap"]} == {*step.PARTS, "step"}
 
 
 def test_permute_group_is_one_ring():

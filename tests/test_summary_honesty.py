@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import pytest
 
 from harness import schema
-from harness.book import analytic
 from harness.hlo import cross_check_skip
 from harness.runs.pipeline import analyze_trace
 from predictions import hardware
+from workloads.llama import book as llama_book
 
 FIXTURES = Path(__file__).parent / "fixtures" / "h100"
 DOT = """HloModule m, is_scheduled=true
@@ -58,7 +58,7 @@ def test_hfu_is_at_least_mfu_for_the_train_step():
     cfg = SimpleNamespace(**meta["config"])
     mesh = SimpleNamespace(shape=meta["mesh"])
     chip = hardware.chip("h100")
-    est = analytic("llama_train", cfg, mesh, chip)
+    est = llama_book.train(cfg, mesh, chip)
     a = analyze_trace(FIXTURES / "llama_train-100m", chip="h100")
     step_s, peak = a.summary[schema.STEP_S], chip.flops_per_s("bf16")
     mfu, mfu_book = (f / (step_s * peak) for f in (est.model_flops, est.book_flops))
@@ -71,7 +71,7 @@ def test_hfu_is_at_least_mfu_for_the_train_step():
 def test_report_names_the_mfu_formula_and_prints_the_books_beside_it():
     meta = json.loads((FIXTURES / "llama_train-100m" / "meta.json").read_text())
     cfg, mesh = SimpleNamespace(**meta["config"]), SimpleNamespace(shape=meta["mesh"])
-    book = SimpleNamespace(estimate=lambda chip: (analytic("llama_train", cfg, mesh, chip), ""),
+    book = SimpleNamespace(estimate=lambda chip: (llama_book.train(cfg, mesh, chip), ""),
                            expected_collectives=lambda: None)
     a = analyze_trace(FIXTURES / "llama_train-100m", chip="h100", workload=book)
     s = a.summary

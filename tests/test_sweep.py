@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import workloads
 from harness import cli, schema
 from harness.run import Run
 from harness.runs import store
@@ -436,7 +437,7 @@ def test_collective_over_two_axes_spelt_with_plus(tmp_path):
                             "dtype": "float32"},
             schema.MESH: {"X": 4, "Y": 2}}
     run = Run(path=tmp_path, meta=meta, ops=ops, summary={schema.ANALYTIC_S: 1e-5})
-    row = sweep_report.FIGURES["collective"](run)
+    row = sweep_report.workload_figures(run, workloads.get("collective"))
     assert row[schema.GROUP_SIZE] == 8 and row[schema.BUS_BYTES] == 7168
     assert row[schema.MEASURED_BUS_GBPS] == pytest.approx(7168 / 2e-5 / 1e9)
     assert row[schema.PREDICTED_BUS_GBPS] == pytest.approx(7168 / 1e-5 / 1e9)

@@ -1,7 +1,8 @@
 """The ``Workload`` record, ``WorkloadError``, and config coercion shared by every family.
 
 Plain Python: nothing here imports jax, so the record and the coercion can be used before
-``XLA_FLAGS`` is settled.
+``XLA_FLAGS`` is settled. A workload is one record: its build, its book model, its sweep figures
+and its memory knobs; a family module fills in its own and ``workloads.WORKLOADS`` lists it.
 """
 from __future__ import annotations
 
@@ -11,10 +12,34 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from predictions import dtypes
+from predictions.step import Analytic
 
 
 class WorkloadError(ValueError):
     """Bad workload input. The message is one line naming what was wrong and the valid choices."""
+
+
+@dataclass(frozen=True)
+class BusBytes:
+    """A collective's sweep point: what its bus bandwidth (nccl-tests' busbw) is computed from."""
+
+    collective: str        # the workload's collective kind ("all_gather")
+    group_size: int        # devices in each group
+    message_bytes: float   # input bytes per device
+    bus_bytes: float       # bytes each device moves over links (NaN where none: one device)
+
+
+@dataclass(frozen=True)
+class SweepFigures:
+    """What a sweep summary shows for one point beyond the columns every point has; the harness
+    adds what the run measured beside it (``harness.sweep.report``).
+
+    ``efficiency_of``: op categories whose roofline efficiency the summary shows ("matmul");
+    ``bus``: a collective's bytes, shown as measured and book bus bandwidth."""
+
+    series: str                          # the curve the point belongs to in the sweep plots
+    efficiency_of: tuple[str, ...] = ()
+    bus: BusBytes | None = None
 
 
 @dataclass(frozen=True)
@@ -30,6 +55,13 @@ class Workload:
     device), from the book's formulas. ``carry(args, out) -> args`` gives the next step's
     arguments when ``fn`` donates some of its inputs (a decode step's KV cache); None: every
     step reuses ``args``.
+
+    What the harness reports about it, each from the workload's own arithmetic (``mesh``: a jax
+    Mesh or anything whose ``.shape`` maps axis name -> size, such as a stored run's mesh):
+    ``book(cfg, mesh, chip) -> predictions.step.Analytic`` the book's FLOPs and step time;
+    ``figures(cfg, mesh) -> SweepFigures`` its sweep summary figures (None: it has no book
+    model, no figures of its own); ``memory_knobs`` config field -> how to turn it to need less
+    memory, named in an out-of-memory message.
     """
 
     name: str
@@ -42,6 +74,22 @@ class Workload:
         default=lambda cfg, mesh: None)
     carry: Callable[[tuple, Any], tuple] | None = None
     memory: Callable[[Any, Any], dict[str, float]] | None = None
+    book: Callable[[Any, Any, Any], Analytic] | None = None
+    figures: Callable[[Any, Any], SweepFigures] | None = None
+    memory_knobs: Mapping[str, str] = field(default_factory=dict)
+
+    def stored_config(self, values: Mapping[str, Any]) -> Any:
+        """The config a run stored as ``values`` (``config_dict``, in its meta.json)."""
+        try:
+            return self.Config(**values)
+        except TypeError as e:  # a field this Config no longer has, or lacks a default for
+            raise WorkloadError(f"{self.name}: stored config does not fit "
+                                f"{self.Config.__name__}: {e}") from None
+
+
+def smaller(*fields: str) -> dict[str, str]:
+    """Memory knobs that are sizes to make smaller: ``{"B": "a smaller --set B"}``."""
+    return {f: f"a smaller --set {f}" for f in fields}
 
 
 # The element types a workload can be built in (jax.numpy names); the command line accepts

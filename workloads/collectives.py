@@ -27,9 +27,18 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from predictions import collectives as book_collectives
 from predictions.collectives import axis_names
-from workloads.base import Workload, WorkloadError, canonical_dtype, check_choice
-from workloads.mesh import AnyMesh, axis_size, named, put
+from predictions.step import Analytic
+from workloads.base import (
+    BusBytes,
+    SweepFigures,
+    Workload,
+    WorkloadError,
+    canonical_dtype,
+    check_choice,
+)
+from workloads.mesh import AnyMesh, axis_size, named, put, shape_str
 
 
 @dataclass(frozen=True)
@@ -210,6 +219,31 @@ def reference(cfg: CollectiveConfig, mesh: AnyMesh, x: np.ndarray) -> np.ndarray
     return np.transpose(y, np.argsort(other_idx + group_idx + [len(names)]))
 
 
+def book(cfg: CollectiveConfig, mesh, chip) -> Analytic:
+    """The book's time for the collective on ``chip``; no FLOPs."""
+    axes = book_collectives.axis_sizes(cfg.axes, dict(mesh.shape))
+    n = math.prod(axes)
+    opcode = KINDS[cfg.kind].opcode
+    if opcode == "collective-permute":
+        # sharding.md: a point-to-point shift moves the whole buffer over one link
+        return Analytic(0.0, book_collectives.ppermute(cfg.nbytes, chip), "bytes/W_1 (sharding.md)")
+    v = book_collectives.V_OF_INPUT[opcode](cfg.nbytes, n)
+    t = book_collectives.estimate(opcode, v, axes, chip)
+    return Analytic(0.0, t.seconds, f"{t.formula} (sharding.md)")
+
+
+def figures(cfg: CollectiveConfig, mesh) -> SweepFigures:
+    """In a sweep: the bus bandwidth (nccl-tests' busbw: the bytes each device moves over links,
+    `sharding.md`'s ring) against message size, one curve per mesh, group axes and dtype."""
+    sizes = dict(mesh.shape)
+    n = math.prod(book_collectives.axis_sizes(cfg.axes, sizes))
+    b = float(cfg.nbytes)
+    bus = book_collectives.BUS_BYTES[KINDS[cfg.kind].opcode](b, n) if n > 1 else math.nan
+    series = (f"mesh {shape_str(tuple(sizes.values()))} over {'+'.join(cfg.axis_names)} "
+              f"({n} devices), {cfg.dtype}")
+    return SweepFigures(series, bus=BusBytes(cfg.kind, n, b, bus))
+
+
 WORKLOAD = Workload(
     name="collective",
     Config=CollectiveConfig,
@@ -218,4 +252,6 @@ WORKLOAD = Workload(
     description="shard_map all-gather / reduce-scatter / all-reduce / all-to-all / ppermute "
                 "over mesh axes, nbytes per device",
     expected_collectives=expected_collectives,
+    book=book,
+    figures=figures,
 )

@@ -34,8 +34,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from workloads.base import Workload, WorkloadError, canonical_dtype, check_choice
-from workloads.mesh import AnyMesh, check_spec, named
+from predictions.step import Analytic
+from workloads.base import (
+    SweepFigures,
+    Workload,
+    WorkloadError,
+    canonical_dtype,
+    check_choice,
+    smaller,
+)
+from workloads.mesh import AnyMesh, check_spec, named, shape_str
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +189,18 @@ def build(cfg: MatmulConfig, mesh: AnyMesh, abstract: bool = False):
     return fn, args
 
 
+def book(cfg: MatmulConfig, mesh, chip) -> Analytic:
+    """The step's FLOPs over all devices; no step time (the per-op roofline is the prediction)."""
+    # roofline.md: 2BDF FLOPs for X[B, D] @ Y[D, F], over all devices
+    return Analytic(2.0 * cfg.B * cfg.D * cfg.F, None, "2*B*D*F (roofline.md)")
+
+
+def figures(cfg: MatmulConfig, mesh) -> SweepFigures:
+    """In a sweep: the roofline efficiency of the matmul ops, one curve per case, mesh, dtype."""
+    shape = shape_str(tuple(dict(mesh.shape).values()))
+    return SweepFigures(f"{cfg.case} on {shape}, {cfg.dtype}", efficiency_of=("matmul",))
+
+
 WORKLOAD = Workload(
     name="matmul",
     Config=MatmulConfig,
@@ -188,4 +208,7 @@ WORKLOAD = Workload(
     presets=PRESETS,
     description="X[B,D] @ Y[D,F] under each sharding case of the book's sharding chapter",
     expected_collectives=expected_collectives,
+    book=book,
+    figures=figures,
+    memory_knobs=smaller("B"),
 )

@@ -12,7 +12,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from harness import schema
-from harness.book import analytic
 from harness.calibrate.chip import cache_root
 from harness.commands import count
 from harness.commands.run import parse_sets
@@ -150,7 +149,7 @@ def main(args) -> int:
             notes.append(f"{chip.name}: does NOT fit: {refused}; costing XLA:CPU's HLO instead")
             key = keys[chip.name] = CPU
         aot, module, check = compiles[key]
-        book = analytic(args.workload, cfg, mesh, chip)
+        book = wl.book(cfg, mesh, chip) if wl.book is not None else None
         pred = predict_module(module, chip, devices=aot.devices,
                               model_flops=book.model_flops if book else None,
                               analytic_s=book.analytic_s if book else None)

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from harness import book, schema
+from harness import schema
 from harness.hlo import Module, hlo_costs
 from harness.memory import footprint
 from predictions import hardware
+from predictions.step import COLLECTIVE, MATMUL, MEMORY, PARTS
 
 
 @dataclass
@@ -62,21 +63,21 @@ def predict_module(module: Module, chip, *, model_flops: float | None = None,
     return ChipPrediction(name, pred, by_category(pred), totals)
 
 
-# HLO categories -> the book's parts of a step (harness.book.PARTS)
+# HLO categories -> the book's parts of a step (predictions.step.PARTS)
 PART_OF_CATEGORY: dict[str, str] = {
-    "matmul": book.MATMUL, "attention": book.MATMUL, "collective": book.COLLECTIVE,
-    "elementwise": book.MEMORY, "reduction": book.MEMORY, "copy": book.MEMORY,
-    "other": book.MEMORY,
+    "matmul": MATMUL, "attention": MATMUL, "collective": COLLECTIVE,
+    "elementwise": MEMORY, "reduction": MEMORY, "copy": MEMORY,
+    "other": MEMORY,
 }
 # which OPS column measures a part's work (FLOPs for matmuls, bytes otherwise)
-WORK_COLUMN = {book.MATMUL: schema.FLOPS, book.COLLECTIVE: schema.COMM_BYTES,
-               book.MEMORY: schema.HBM_BYTES}
+WORK_COLUMN = {MATMUL: schema.FLOPS, COLLECTIVE: schema.COMM_BYTES,
+               MEMORY: schema.HBM_BYTES}
 STEP = "step"
 
 
 def _hlo_parts(pred: pd.DataFrame) -> dict[str, tuple[float, float]]:
     """Per part: (predicted seconds, work per device) summed over the part's ops."""
-    part = pred[schema.CATEGORY].map(PART_OF_CATEGORY).fillna(book.MEMORY)
+    part = pred[schema.CATEGORY].map(PART_OF_CATEGORY).fillna(MEMORY)
     out = {}
     for name, column in WORK_COLUMN.items():
         rows = pred[part == name]
@@ -87,7 +88,7 @@ def _hlo_parts(pred: pd.DataFrame) -> dict[str, tuple[float, float]]:
 
 def book_gap(parts: dict, compiles: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """The per-op sum next to the book's step, part by part, for each compile's OPS table
-    (``{"tpu": ops, "cpu": ops}``). ``parts``: ``harness.book.Analytic.parts``.
+    (``{"tpu": ops, "cpu": ops}``). ``parts``: ``predictions.step.Analytic.parts``.
 
     Per compile: ``<c>_s`` the part's predicted seconds; ``<c>_work_x`` its work (FLOPs or
     bytes per device) over the book's; ``<c>_excess_s`` the seconds beyond that work done at the
@@ -96,7 +97,7 @@ def book_gap(parts: dict, compiles: dict[str, pd.DataFrame]) -> pd.DataFrame:
     overlap, so its ``overlap`` row is 0."""
     hlo = {c: _hlo_parts(ops) for c, ops in compiles.items()}
     rows = []
-    for name in (*book.PARTS, STEP):
+    for name in (*PARTS, STEP):
         bp = parts.get(name)
         book_s = sum(p.seconds for p in parts.values()) if name == STEP else bp.seconds
         work = bp.work if bp is not None else None

@@ -13,7 +13,6 @@ from pathlib import Path
 import pandas as pd
 
 from harness import memory, schema
-from harness.book import Analytic, analytic
 from harness.calibrate import drift
 from harness.capture import STEPS, capture
 from harness.errors import HarnessError
@@ -21,6 +20,7 @@ from harness.run import Run
 from harness.runs import store
 from harness.runs.pipeline import from_capture
 from predictions import hardware
+from predictions.step import Analytic
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +78,9 @@ class Built:
         return self.workload.expected_collectives(self.cfg, self.mesh)
 
     def book(self, chip) -> Analytic | None:
-        """The book's workload-level figures on ``chip`` (`harness.book`)."""
-        return analytic(self.workload.name, self.cfg, self.mesh, chip)
+        """The book's workload-level figures on ``chip`` (the record's ``Workload.book``)."""
+        book = self.workload.book
+        return book(self.cfg, self.mesh, chip) if book is not None else None
 
     def estimate(self, chip) -> tuple[Analytic | None, str]:
         """``book(chip)``, or None and a note saying why the chip has no estimate."""
@@ -117,7 +118,7 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
     if chip is not None:  # a bad chip name fails before anything is compiled
         chip = hardware.chip_entry(chip)
     what = f"{name} ({preset})" + (f" on mesh {mesh}" if mesh else "")
-    with memory.oom_as_error(what, _knobs(name, preset, overrides)):
+    with memory.oom_as_error(what, _knobs(name)):
         built = build_workload(name, preset, overrides, mesh)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -128,7 +129,7 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
     # name holds this process's id, so a later run can tell a killed run's scratch.
     scratch = Path(tempfile.mkdtemp(prefix=store.scratch_prefix("capture"), dir=out))
     try:
-        with memory.oom_as_error(what, _knobs(name, preset, overrides)):
+        with memory.oom_as_error(what, _knobs(name)):
             run = run_built(built, preset=preset, overrides=overrides, steps=steps,
                             warmup=warmup, out_dir=scratch / "trace", chip=chip,
                             command_buffers=command_buffers)
@@ -154,22 +155,16 @@ def run_built(built: Built, *, preset: str, overrides: dict | None, out_dir: Pat
                         title=built.title(preset))
 
 
-# Config fields that shrink a program's memory, and how to say so (`training.md`: remat trades
-# FLOPs for activation memory).
-MEMORY_KNOBS: dict[str, str] = {"B": "a smaller --set B", "S": "a smaller --set S",
-                                "T": "a smaller --set T", "remat": "--set remat=full"}
-
-
-def _knobs(name: str, preset: str, overrides: dict | None) -> str:
-    """The memory knobs workload ``name`` has: a bigger mesh, then its own fields."""
+def _knobs(name: str) -> str:
+    """The memory knobs workload ``name`` has: a bigger mesh, then its own
+    (``Workload.memory_knobs``)."""
     import workloads
 
     try:
-        fields = workloads.make_config(name, preset, overrides or {}).__dataclass_fields__
-    except (ValueError, AttributeError):
-        fields = {}
-    return ", ".join(["--mesh over more devices"] + [v for k, v in MEMORY_KNOBS.items()
-                                                     if k in fields])
+        own = workloads.get(name).memory_knobs
+    except workloads.WorkloadError:  # an unknown workload: only the mesh
+        own = {}
+    return ", ".join(["--mesh over more devices", *own.values()])
 
 
 def _host_reference(mesh) -> float | None:

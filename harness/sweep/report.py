@@ -1,17 +1,18 @@
 """A sweep's closing summary: one row per point, from its stored run, plus plots and report.html.
 
-Per-workload figures come from a registry (``FIGURES``): for a collective, the measured bus
-bandwidth (bytes each device moves over links / measured collective time) next to the one the
-book predicts (same bytes / ``analytic_s``); for a matmul, the roofline efficiency of its matmul
-ops and its MFU, against its size 2BDF.
+A workload's own figures come from its record (``Workload.figures``: the workload's arithmetic on
+the stored config and mesh), with what the run measured beside them here: for a collective, the
+measured bus bandwidth (bytes each device moves over links / measured collective time) next to
+the one the book predicts (same bytes / ``analytic_s``); for a matmul, the roofline efficiency of
+its matmul ops and its MFU, against its size 2BDF.
 """
 from __future__ import annotations
 
 import html
 import logging
 import math
-from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 
@@ -27,7 +28,6 @@ from harness.errors import HarnessError
 from harness.report import tables
 from harness.run import Run
 from harness.sweep import plots as sweep_plots
-from predictions import collectives
 from predictions.hardware import CHIPS
 
 log = logging.getLogger(__name__)
@@ -38,37 +38,42 @@ REPORT_HTML = "report.html"
 COLLECTIVE_PNG = "collective_bandwidth.png"
 MATMUL_PNG = "matmul_efficiency.png"
 
-def _collective(run: Run) -> dict:
-    cfg, mesh = run.meta.get(schema.CONFIG, {}), run.meta.get(schema.MESH, {})
-    axes = collectives.axis_names(cfg.get("axes", ""))
-    n = math.prod(collectives.axis_sizes(cfg.get("axes", ""), mesh)) if axes else 1
-    b = float(cfg.get("nbytes", math.nan))
-    kind = cfg.get("kind", "")
+# Op categories whose roofline efficiency a workload's figures may show -> the summary column
+EFFICIENCY_OF: dict[str, str] = {schema.CAT_MATMUL: schema.MATMUL_EFFICIENCY}
+
+
+def _efficiency(run: Run, category: str) -> dict:
+    if category not in EFFICIENCY_OF:
+        raise HarnessError(f"no sweep summary column for the efficiency of {category!r} ops; "
+                           f"valid: {', '.join(EFFICIENCY_OF)}")
+    return {EFFICIENCY_OF[category]: category_efficiency(run.ops, category)}
+
+
+def _bus_bandwidth(run: Run, bus) -> dict:
+    """A collective's bus bandwidth (``workloads.base.BusBytes``), measured over the collective
+    ops' time and predicted over the book's ``analytic_s``, in 1e9 bytes/s."""
     in_collectives = run.ops[schema.CATEGORY] == schema.CAT_COLLECTIVE
     t = float(run.ops.loc[in_collectives, schema.MEASURED_S].sum())
-    analytic_s = run.summary.get(schema.ANALYTIC_S)
-    bus_bytes = collectives.BUS_BYTES.get(collectives.KIND_OF_WORKLOAD.get(kind, ""))
-    bus = bus_bytes(b, n) if bus_bytes and n > 1 else math.nan
-    gbps = (lambda s: bus / s / 1e9 if s and s > 0 else math.nan)
-    shape = "x".join(str(v) for v in mesh.values())
-    return {schema.COLLECTIVE: kind, schema.GROUP_SIZE: n, schema.MESSAGE_BYTES: b,
-            schema.COLLECTIVE_S: t, schema.BUS_BYTES: bus, schema.MEASURED_BUS_GBPS: gbps(t),
-            schema.PREDICTED_BUS_GBPS: gbps(analytic_s),
-            schema.SERIES: f"mesh {shape} over {'+'.join(axes)} ({n} devices), "
-                           f"{cfg.get('dtype', '')}"}
+    gbps = (lambda s: bus.bus_bytes / s / 1e9 if s and s > 0 else math.nan)
+    return {schema.COLLECTIVE: bus.collective, schema.GROUP_SIZE: bus.group_size,
+            schema.MESSAGE_BYTES: bus.message_bytes, schema.COLLECTIVE_S: t,
+            schema.BUS_BYTES: bus.bus_bytes, schema.MEASURED_BUS_GBPS: gbps(t),
+            schema.PREDICTED_BUS_GBPS: gbps(run.summary.get(schema.ANALYTIC_S))}
 
 
-def _matmul(run: Run) -> dict:
-    cfg, mesh = run.meta.get(schema.CONFIG, {}), run.meta.get(schema.MESH, {})
-    shape = "x".join(str(v) for v in mesh.values())
-    return {schema.MATMUL_EFFICIENCY: category_efficiency(run.ops, schema.CAT_MATMUL),
-            schema.SERIES: f"{cfg.get('case', '')} on {shape}, {cfg.get('dtype', '')}"}
-
-
-FIGURES: dict[str, Callable[[Run], dict]] = {
-    "collective": _collective,
-    "matmul": _matmul,
-}
+def workload_figures(run: Run, workload) -> dict:
+    """The sweep figures ``workload`` declares for a stored run (``Workload.figures`` on its
+    stored config and mesh), with what the run measured beside them; {} when it declares none."""
+    if workload.figures is None:
+        return {}
+    cfg = workload.stored_config(run.meta.get(schema.CONFIG, {}))
+    figures = workload.figures(cfg, SimpleNamespace(shape=run.meta.get(schema.MESH, {})))
+    row = {schema.SERIES: figures.series}
+    for category in figures.efficiency_of:
+        row.update(_efficiency(run, category))
+    if figures.bus is not None:
+        row.update(_bus_bandwidth(run, figures.bus))
+    return row
 
 
 def point_row(record: dict, sweep_dir: Path) -> dict:
@@ -93,9 +98,12 @@ def point_row(record: dict, sweep_dir: Path) -> dict:
                 schema.MFU: s.get(schema.MFU), schema.ANALYTIC_S: s.get(schema.ANALYTIC_S),
                 schema.MODEL_FLOPS: s.get(schema.MODEL_FLOPS),
                 schema.HOST_SPEED: (run.meta.get(drift.HOST_DRIFT) or {}).get(drift.FACTOR)})
-    figures = FIGURES.get(record["workload"])
-    if figures is not None:
-        row.update(figures(run))
+    import workloads  # deferred: importing workloads imports jax
+
+    try:
+        row.update(workload_figures(run, workloads.get(record["workload"])))
+    except workloads.WorkloadError as e:  # no longer registered, or its config changed shape
+        log.warning("sweep point %d: no workload figures: %s", record["index"] + 1, e)
     return row
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from predictions import dtypes
+from predictions import dtypes, transformer
 from workloads.base import WORKLOAD_DTYPES, WorkloadError, canonical_dtype
 
 ATTENTIONS = ("fused", "naive")
@@ -48,6 +48,11 @@ class Dims:
     def G(self) -> int:
         """Query heads per KV head (book: G = N/K)."""
         return self.N // self.K
+
+
+def book_model(cfg: Dims) -> transformer.Config:
+    """The architecture as the book's model shape (``predictions.transformer.Config``)."""
+    return transformer.Config(L=cfg.L, D=cfg.D, F=cfg.F, N=cfg.N, K=cfg.K, H=cfg.H, V=cfg.V)
 
 
 def dims_of(cfg: Dims) -> Dims:

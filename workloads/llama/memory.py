@@ -16,15 +16,12 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from predictions import transformer
+from workloads.llama.config import book_model
 from workloads.llama.sharding import PARALLELISMS, Layout
 from workloads.mesh import AnyMesh, axis_size
 
 # Our remat field -> the book's checkpoint policies (predictions.transformer.CHECKPOINT_POLICIES).
 REMAT_POLICY = {"none": "none", "full": "block", "dots": "matmuls"}
-
-
-def _model(cfg) -> transformer.Config:
-    return transformer.Config(L=cfg.L, D=cfg.D, F=cfg.F, N=cfg.N, K=cfg.K, H=cfg.H, V=cfg.V)
 
 
 def _nbytes(dtype: str) -> int:
@@ -48,7 +45,7 @@ def _attention_scores(cfg, tokens: float, keys: float) -> float:
 def train_bytes(cfg, mesh: AnyMesh | None = None) -> dict[str, float]:
     """Per-device bytes of one ``llama_train`` step: parameters, gradients, AdamW moments,
     saved activations, the fp32 logits (and their gradient), one layer's transients."""
-    model, (w, b, m) = _model(cfg), _splits(cfg, mesh)
+    model, (w, b, m) = book_model(cfg), _splits(cfg, mesh)
     P = transformer.param_count(model)
     act = _nbytes(cfg.param_dtype)
     tokens = cfg.B * cfg.T / b
@@ -67,7 +64,7 @@ def train_bytes(cfg, mesh: AnyMesh | None = None) -> dict[str, float]:
 def serve_bytes(cfg, mesh: AnyMesh | None = None, prefill: bool = False) -> dict[str, float]:
     """Per-device bytes of ``llama_prefill`` / ``llama_decode``: weights, the KV cache (one
     copy: decode updates it in place), one layer's transients and the logits."""
-    model, (w, b, m) = _model(cfg), _splits(cfg, mesh)
+    model, (w, b, m) = book_model(cfg), _splits(cfg, mesh)
     act = _nbytes(cfg.dtype)
     kv = transformer.kv_cache_bytes(model, cfg.B * cfg.S, 1 if cfg.int8_kv else act) / b
     kv_split = m if cfg.K % m == 0 else 1          # K/V replicated beyond K-way (§7.4)

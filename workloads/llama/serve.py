@@ -26,8 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from workloads.base import Workload, WorkloadError, check_choice
-from workloads.llama import memory, model
+from workloads.base import Workload, WorkloadError, check_choice, smaller
+from workloads.llama import book, memory, model
 from workloads.llama.config import MODEL_DIMS, Dims, dims_of, fix_dtypes
 from workloads.llama.sharding import PARALLELISMS, Sharder
 from workloads.mesh import AnyMesh, named
@@ -273,6 +273,8 @@ PREFILL = Workload(
     presets=PRESETS,
     description="LLaMA-3 prefill: B prompts of T tokens into a fresh KV cache of S slots",
     memory=memory.prefill_bytes,
+    book=book.prefill,
+    memory_knobs=smaller("B", "S", "T"),
 )
 
 DECODE = Workload(
@@ -283,4 +285,6 @@ DECODE = Workload(
     description="LLaMA-3 decode: one token for each of B sequences against a KV cache of S slots",
     carry=carry_cache,
     memory=memory.serve_bytes,
+    book=book.decode,
+    memory_knobs=smaller("B", "S", "T"),
 )

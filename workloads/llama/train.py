@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from workloads.base import Workload, check_choice
-from workloads.llama import memory, model
+from workloads.base import Workload, check_choice, smaller
+from workloads.llama import book, memory, model
 from workloads.llama.config import MODEL_DIMS, Dims, dims_of, fix_dtypes
 from workloads.llama.sharding import PARALLELISMS, Sharder
 from workloads.mesh import AnyMesh, named, put
@@ -168,4 +168,7 @@ WORKLOAD = Workload(
     presets=PRESETS,
     description="LLaMA-3 training step (forward, backward, AdamW) under dp/fsdp/tp/fsdp_tp/dp_tp",
     memory=memory.train_bytes,
+    book=book.train,
+    # training.md: remat trades FLOPs for activation memory
+    memory_knobs={**smaller("B", "T"), "remat": "--set remat=full"},
 )
