@@ -140,7 +140,7 @@ def beats_roofline(efficiency) -> bool:
         return False
 
 
-# Why a CPU op can beat the calibrated cpu chip (README, "CPU calibration"): its virtual devices
+# Why a CPU op can beat the calibrated cpu chip (docs/accuracy.md): its virtual devices
 # are threads on shared cores, timed as host shares (harness.shares), and one matmul rate
 # calibrated on square matmuls prices every shape, and a thread waiting in a collective counts
 # as running (single matmuls landed at 0.68-3.0x the chip's figures in quick sweeps here).

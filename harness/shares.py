@@ -19,7 +19,7 @@ Collectives count like any op: a thread inside one holds its device, waiting for
 reducing. Left out of n(t), llama_train's elementwise ops, which run no faster beside a
 collective, were charged 2.5x their durations. Counted, a thread blocked in a long rendezvous
 charges the ops beside it too little: a matmul right after an all-gather whose group waited
-30 ms for a queued partner measured at a third of its cost (README, "CPU calibration").
+30 ms for a queued partner measured at a third of its cost (docs/accuracy.md).
 Control-flow ops (``while``, ``call``, ``conditional``) neither share nor count: their body ops
 run inside them and are counted themselves.
 """

@@ -63,7 +63,7 @@ def test_two_processes_merge_into_one_run_with_all_devices(tmp_path, workload):
     from harness.runs.workload import run_workload
 
     out = tmp_path / "results"
-    # `harness run ... --distributed` after `--`, as the README's table spells it
+    # `harness run ... --distributed` after `--`, as docs/commands.md spells it
     done = _launch(tmp_path, "harness", "run", workload, "--distributed", "--out", str(out),
                    *STEPS)
     assert done.returncode == 0, done.stderr[-3000:]

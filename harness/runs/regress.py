@@ -44,7 +44,7 @@ flagged ops at ``alpha``; in A/A comparisons (nothing changed) every flag is fal
 chance that a comparison flags any op is at most ``alpha`` (5%), and the run-to-run term (a
 heavy-tailed null) and the threshold push it lower. ``benchmarks/bench_regress_sim.py`` measures
 it by simulation from real CPU runs (false regressions per comparison, and the power to flag a 20%
-slowdown of an op holding 5% of the step); README's compare section gives the figures.
+slowdown of an op holding 5% of the step); docs/regression.md gives the figures.
 
 Every tested op that is not a regression also gets ``detectable``: the smallest slowdown of it
 alone that this comparison would have flagged (``harness.runs.detect``), so that a pass says what
