@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness import schema
-from harness.calibrate.chip import CACHE_ENV
+from harness.calibrate.cache import CACHE_ENV
 from harness.run import Run
 from harness.runs import store
 

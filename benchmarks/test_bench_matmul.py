@@ -16,9 +16,9 @@ from harness import schema
 
 @pytest.mark.parametrize("case", ["no_comm", "allreduce"])
 def test_sharded_matmul(benchmark, harness_run, case):
-    result = harness_run("matmul", preset="tiny", overrides={"case": case}, mesh="4x2", steps=5)
-    assert result.step_s > 0
-    assert benchmark.extra_info["harness_step_s"] == pytest.approx(result.step_s)
+    run = harness_run("matmul", preset="tiny", overrides={"case": case}, mesh="4x2", steps=5)
+    assert run.summary[schema.STEP_S] > 0
+    assert benchmark.extra_info["harness_step_s"] == pytest.approx(run.summary[schema.STEP_S])
     if case == "allreduce":  # the trace shows the collective the layout calls for
-        ops = set(result.ops[schema.OP])
+        ops = set(run.ops[schema.OP])
         assert any(op.startswith("all-reduce") for op in ops), sorted(ops)

@@ -10,8 +10,9 @@ import importlib
 
 __version__ = "0.1.0"
 
-# name -> module that defines it, in pipeline order (docs/pipeline.md). ``capture`` and ``compare`` are
-# not listed: they are also submodules' names, and ``import harness.compare`` rebinds the name.
+# name -> module that defines it, in pipeline order (docs/pipeline.md). ``capture`` and
+# ``compare`` are not listed: they are also submodules' names, and ``import harness.compare``
+# rebinds the name.
 EXPORTS: dict[str, str] = {
     "load_events": "harness.trace",
     "op_times": "harness.ops",

@@ -91,7 +91,7 @@ def analyze(trace: TraceEvents, module: Module, chip, context: Context = Context
         predicted[schema.OP] = predicted[schema.OP].replace(trace.async_names)
     shared = shares_cores(trace.layout, ctx.platform)
     timed = host_shares(events, apart(predicted)) if shared else events
-    measured = op_times(timed, mean=shared)
+    measured = op_times(timed, shares=shared)
     # The trace may hold other programs (e.g. a user's helper jits); compare the captured one.
     program = ctx.program or (measured[schema.PROGRAM].iloc[0] if len(measured) else "")
     measured = measured[measured[schema.PROGRAM] == program]
@@ -133,7 +133,7 @@ def analyze(trace: TraceEvents, module: Module, chip, context: Context = Context
         if not unexpected.empty:
             notes.append(f"{len(unexpected)} collective op(s) the layout did not call for; "
                          f"expected {dict(ctx.expected_collectives) or 'none'}")
-    return Tables(ops=ops, categories=cats, steps=step_samples(timed, mean=shared), summary=summ,
+    return Tables(ops=ops, categories=cats, steps=step_samples(timed, shares=shared), summary=summ,
                   notes=notes, unexpected=unexpected, cross_check=check,
                   op_timing=op_timing(shared), program=program)
 

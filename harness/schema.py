@@ -20,6 +20,7 @@ HOST = "host"                # process index (multi-host runs)
 STEP = "step"                # measured step number, 0-based
 START_NS = "start_ns"        # event start, trace clock
 DURATION_NS = "duration_ns"  # event duration
+SHARE_NS = "share_ns"        # CPU: the execution's share of the host (harness.shares)
 OPCODE = "opcode"
 CATEGORY = "category"
 

@@ -67,14 +67,16 @@ def apart_by_opcode(opcodes: Mapping[str, str]) -> set[str]:
 
 
 def host_shares(events: pd.DataFrame, keep: Collection[str] = ()) -> pd.DataFrame:
-    """EVENTS with each op execution's ``duration_ns`` replaced by its share of the host; the
-    ops named in ``keep`` (``apart``) neither share nor count in n(t)."""
+    """EVENTS with a ``share_ns`` column: each op execution's share of the host (its own
+    duration for the ops named in ``keep``, ``apart``, which neither share nor count in n(t));
+    ``duration_ns`` stays as the trace gave it."""
     schema.validate(events, schema.EVENTS, where="host_shares(events)")
     start = events[schema.START_NS].to_numpy(np.int64)
     end = start + events[schema.DURATION_NS].to_numpy(np.int64)
     split = ~events[schema.OP].astype(str).isin(set(keep)).to_numpy()
+    out = events[schema.DURATION_NS].to_numpy(np.int64).copy()
     if not split.any():
-        return events
+        return events.assign(**{schema.SHARE_NS: out})
     # n(t) is a step function: +1 at each start, -1 at each end of a splitting op
     t = np.concatenate([start[split], end[split]])
     order = np.argsort(t, kind="stable")
@@ -88,6 +90,5 @@ def host_shares(events: pd.DataFrame, keep: Collection[str] = ()) -> pd.DataFram
         return F[np.searchsorted(t, x, side="left")]
 
     devices = events[schema.DEVICE].nunique()
-    out = events[schema.DURATION_NS].to_numpy(np.int64).copy()
     out[split] = np.rint(devices * (at(end[split]) - at(start[split]))).astype(np.int64)
-    return events.assign(**{schema.DURATION_NS: out})
+    return events.assign(**{schema.SHARE_NS: out})

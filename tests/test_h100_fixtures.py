@@ -18,8 +18,7 @@ from harness import schema
 from harness.cli import main
 from harness.hlo import parse_module, to_desc
 from harness.ops import op_times
-from harness.runs.pipeline import analyze_trace, decode
-from harness.trace.hlo_proto import trace_hlo
+from harness.runs.pipeline import analyze_trace, decode, trace_program
 from harness.trace.load import find_trace_file, load_events, read_xspace
 
 FIXTURES = Path(__file__).parent / "fixtures" / "h100"
@@ -84,7 +83,7 @@ def test_per_op_times_equal_xprofs(name, xprof_stats, analysis):
 
 
 def _module(name):
-    text, _ = trace_hlo(read_xspace(FIXTURES / name)[0])
+    text, _ = trace_program(read_xspace(FIXTURES / name)[0])
     return parse_module(text)
 
 
@@ -197,7 +196,7 @@ def test_cli_trace_predicts_for_the_traces_own_accelerator(capsys, tmp_path):
 
 
 def test_trace_carries_the_compiled_hlo():
-    text, renames = trace_hlo(read_xspace(FIXTURES / "llama_train-100m")[0])
+    text, renames = trace_program(read_xspace(FIXTURES / "llama_train-100m")[0])
     saved = (FIXTURES / "llama_train-100m" / "trace" / "module.hlo.txt").read_text()
     assert parse_module(text).name == parse_module(saved).name == "jit_train_step"
     # the text prints an async fusion as fusion-start.N; the trace names the fusion it wraps

@@ -351,11 +351,11 @@ def test_a_step_regression_no_op_explains_is_inconclusive():
     step = {schema.VERDICT: regress.REGRESSION, schema.NOTE: "", schema.EXPLANATION: "x"}
     quiet = pd.DataFrame({schema.VERDICT: [regress.NOISE, regress.UNCHANGED]})
     none = np.array([])
-    out = regress._agree(quiet, step, none, none, tested=10)
+    out = regress.agree(quiet, step, none, none, tested=10)
     assert out[schema.VERDICT] == regress.INCONCLUSIVE and "no op is on its own" in out[schema.NOTE]
     # explained by an op regression or a new op, or too few ops tested to tell: kept
     for verdicts, tested in (([regress.REGRESSION], 10), ([regress.NEW], 10), ([], 3)):
-        kept = regress._agree(pd.DataFrame({schema.VERDICT: verdicts, schema.DELTA_S: 1e-3}),
+        kept = regress.agree(pd.DataFrame({schema.VERDICT: verdicts, schema.DELTA_S: 1e-3}),
                               step, none, none, tested)
         assert kept[schema.VERDICT] == regress.REGRESSION
 

@@ -17,7 +17,7 @@ def events(rows) -> pd.DataFrame:
 
 def shares(rows, keep=()) -> dict:
     out = host_shares(events(rows), keep)
-    return dict(zip(zip(out[schema.OP], out[schema.DEVICE]), out[schema.DURATION_NS]))
+    return dict(zip(zip(out[schema.OP], out[schema.DEVICE]), out[schema.SHARE_NS]))
 
 
 def test_the_same_op_on_every_device_at_once_keeps_its_duration():
@@ -41,7 +41,7 @@ def test_a_staggered_op_measures_as_its_span_over_devices():
     rows = [("dot", 0, 0, 2), ("dot", 1, 0, 18)]
     raw = op_times(events(rows))
     assert raw[schema.MEASURED_S].iloc[0] == pytest.approx(10e-9)
-    shared = op_times(host_shares(events(rows)), mean=True)
+    shared = op_times(host_shares(events(rows)), shares=True)
     assert shared[schema.MEASURED_S].iloc[0] == pytest.approx(18e-9)
     assert shared[schema.MEASURED_MIN_S].iloc[0] == pytest.approx(2e-9)
     assert shared[schema.MEASURED_MAX_S].iloc[0] == pytest.approx(34e-9)
@@ -75,3 +75,10 @@ def test_what_is_apart_and_which_traces_share():
     assert shares_cores("cpu") and not shares_cores("gpu") and not shares_cores("tpu")
     assert shares_cores(None, "cpu") and not shares_cores(None, "gpu")
     assert not shares_cores("merged", "cpu")  # a multi-host merge: clocks differ per process
+
+
+def test_shares_are_a_column_beside_the_durations_the_trace_gave():
+    rows = [("a", 0, 0, 10), ("b", 1, 5, 10)]
+    out = host_shares(events(rows))
+    assert list(out[schema.DURATION_NS]) == [10, 10]  # as traced
+    assert list(out[schema.SHARE_NS]) == [15, 15]     # 2 * (5/1 + 5/2) each, as above

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.calibrate import drift
+from harness.calibrate.cache import CACHE_ENV, cache_path, cache_root  # noqa: F401 (re-exported)
 from harness.calibrate.programs import DTYPES, PLANS, RING, Sample, measure, tasks
 from harness.errors import HarnessError, TraceError
 from predictions import hardware
@@ -44,7 +45,6 @@ from predictions.hardware import Chip
 
 log = logging.getLogger(__name__)
 
-CACHE_ENV = "SCALING_HARNESS_CACHE"
 FORMAT = 3  # 2: the per-op overhead; 3: the matmul rate as host shares (older: measured again)
 NOTE = ("{n} virtual devices share {cores} host cores: 'all' figures are per device with every "
         "device busy at once; collective figures measure thread rendezvous and skew between "
@@ -222,16 +222,6 @@ def to_chip(cal: Calibration) -> Chip:
         chips_per_node=n, software_bytes_per_s=(
             (("convert", f.convert_bytes_per_s),) if f.convert_bytes_per_s > 0 else ()),
         op_overhead_s=f.op_overhead_s)
-
-
-def cache_root() -> Path:
-    """The harness's cache directory: ``$SCALING_HARNESS_CACHE`` or ``~/.cache/scaling-harness``."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "scaling-harness")
-
-
-def cache_path(device_count: int) -> Path:
-    """``$SCALING_HARNESS_CACHE/cpu-<N>.json`` (default ``~/.cache/scaling-harness/``)."""
-    return cache_root() / f"cpu-{device_count}.json"
 
 
 def save(cal: Calibration, path: str | os.PathLike | None = None) -> Path:

@@ -188,8 +188,9 @@ def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
     codes = _opcodes(cap.hlo_text)
     if prog.shared:
         ev = host_shares(ev, apart_by_opcode(codes))
+    time = schema.SHARE_NS if prog.shared else schema.DURATION_NS
     per = (ev.groupby([schema.OP, schema.STEP, schema.DEVICE], observed=True)
-           [schema.DURATION_NS].sum().groupby(level=[0, 1])
+           [time].sum().groupby(level=[0, 1])
            .agg("mean" if prog.shared else "median").groupby(level=0).min())
     if prog.opcodes:
         per = per[[codes.get(str(op)) in prog.opcodes for op in per.index]]

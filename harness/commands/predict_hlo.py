@@ -12,7 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from harness import schema
-from harness.calibrate.chip import cache_root
+from harness.calibrate.cache import cache_root
 from harness.commands import count
 from harness.commands.run import parse_sets
 from harness.errors import HarnessError

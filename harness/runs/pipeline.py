@@ -13,7 +13,7 @@ import json
 import logging
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -60,11 +60,15 @@ def trace_program(space, program: str = "", hlo_text: str | None = None
 
 
 def decode(source, *, hlo_text: str | None = None, program: str = "",
-           warmup_steps: int = 0) -> Decoded:
-    """Decode a trace (a path, a directory holding one, bytes or an XSpace) and parse its
-    program's HLO (``hlo_text``, else the trace's own), each once."""
-    space, label = read_xspace(source)
+           warmup_steps: int = 0, saved_hlo: str | None = None,
+           label: str | None = None) -> Decoded:
+    """Decode a trace (a path, a directory holding one, bytes or an XSpace, which ``label``
+    names) and parse its program's HLO (``hlo_text``, else the trace's own, else
+    ``saved_hlo``), each once."""
+    space, read_label = read_xspace(source)
+    label = label or read_label
     text, renames = trace_program(space, program, hlo_text)
+    text = text if text is not None else saved_hlo
     if text is None:
         raise HarnessError(f"{label}: the trace holds no HLO; give the program's optimized HLO "
                            f"with --hlo FILE (an XLA dump, *after_optimizations.txt)")
@@ -152,10 +156,8 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     saved = _saved_beside(trace_file, Path(path))
     program = saved.get("meta", {}).get(schema.PROGRAM, "")
     text = Path(hlo).read_text() if hlo is not None else None
-    if text is None and not embedded_modules(space):
-        text = saved.get("hlo_text")
-    decoded = replace(decode(space, hlo_text=text, program=program, warmup_steps=warmup_steps),
-                      label=label)
+    decoded = decode(space, hlo_text=text, program=program, warmup_steps=warmup_steps,
+                     saved_hlo=saved.get("hlo_text"), label=label)
     events = decoded.trace.events
     meta = dict(saved.get("meta", {}))
     meta.setdefault(schema.PROGRAM, decoded.module.name)

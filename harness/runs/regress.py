@@ -79,6 +79,7 @@ from harness.runs.verdicts import (  # noqa: F401 (re-exported: the verdicts' vo
     VERDICTS,
     Rule,
     Verdicts,
+    agree,
 )
 
 log = logging.getLogger(__name__)
@@ -233,30 +234,6 @@ def _workload_row(b: pd.DataFrame, c: pd.DataFrame, a: np.ndarray, z: np.ndarray
     return row
 
 
-def _agree(ops: pd.DataFrame, step: dict, a: np.ndarray, z: np.ndarray, tested: int) -> dict:
-    """The step's row, made to say what its ops say (see the module docstring): op regressions
-    make it a regression carried by them, whatever its own total did; a step regression that no
-    op explains (no op regression, no new op) becomes ``inconclusive`` when enough ops were
-    tested to tell."""
-    regs = ops[schema.VERDICT] == REGRESSION
-    if regs.any() and step[schema.VERDICT] != REGRESSION:
-        added, base = float(ops.loc[regs, schema.DELTA_S].sum()), step[schema.BASELINE_S]
-        note = (f"carried by {int(regs.sum())} op regression(s) adding {added * 1e3:.3g} ms per "
-                f"step ({added / base:+.1%} of the step); the step total alone moved "
-                f"{step[schema.CHANGE]:+.1%}")
-        step_noise_s = noise.median_se(a, z)
-        if abs(step[schema.CHANGE] * base) < step_noise_s:  # False for NaN (no samples)
-            note += f", within its noise ({step_noise_s * 1e3:.3g} ms)"
-        return dict(step, **{schema.VERDICT: REGRESSION, schema.EXPLANATION: "",
-                             schema.NOTE: note})
-    explained = ops[schema.VERDICT].isin([REGRESSION, NEW]).any()
-    if step[schema.VERDICT] != REGRESSION or explained or tested < noise.MIN_OPS_FOR_SPREAD:
-        return step
-    return dict(step, **{schema.VERDICT: INCONCLUSIVE, schema.EXPLANATION: "",
-                         schema.NOTE: "slower, but no op is on its own: the time is spread over "
-                                      "many ops, as when the host is busier; rerun to tell"})
-
-
 def _order(df: pd.DataFrame) -> pd.DataFrame:
     rank = {v: i for i, v in enumerate(VERDICTS)}
     key = df[schema.DELTA_S].abs().fillna(df[schema.BASELINE_S].fillna(0)
@@ -299,7 +276,7 @@ def compare_runs(baseline: Run | Sequence[Run], candidate: Run, *,
     ops, sigma, tested, shift = _decide_ops(ops, rule, mesh, (sb, sc), history)
     totals = pair.step_totals(baseline, b), pair.step_totals(candidate, c)
     step = _workload_row(b, c, *totals, rule, shift, sigma)
-    step = _agree(ops, step, *totals, tested)
+    step = agree(ops, step, *totals, tested)
     v = Verdicts(baseline=history.label if history else baseline.run_id,
                  candidate=candidate.run_id, ops=_order(ops),
                  workload=pd.DataFrame([step], columns=list(schema.REGRESS)), rule=rule,

@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from harness import schema
 from harness.errors import HarnessError
+from harness.runs import noise
 
 REGRESSION, IMPROVEMENT, INCONCLUSIVE, NEW, GONE, NOISE, UNCHANGED = (
     "regression", "improvement", "inconclusive", "new", "gone", "noise", "unchanged")
@@ -102,3 +104,27 @@ class Verdicts:
         return (f"{word}: no regression ({c[IMPROVEMENT]} improved, {c[INCONCLUSIVE]} "
                 f"inconclusive, {c[NOISE]} within noise, {c[UNCHANGED]} unchanged, {c[NEW]} new, "
                 f"{c[GONE]} gone); {step}; {rule}")
+
+
+def agree(ops: pd.DataFrame, step: dict, a: np.ndarray, z: np.ndarray, tested: int) -> dict:
+    """The step's row, made to say what its ops say (``harness.runs.regress``'s docstring): op
+    regressions make it a regression carried by them, whatever its own total did; a step
+    regression that no op explains (no op regression, no new op) becomes ``inconclusive`` when
+    enough ops were tested to tell."""
+    regs = ops[schema.VERDICT] == REGRESSION
+    if regs.any() and step[schema.VERDICT] != REGRESSION:
+        added, base = float(ops.loc[regs, schema.DELTA_S].sum()), step[schema.BASELINE_S]
+        note = (f"carried by {int(regs.sum())} op regression(s) adding {added * 1e3:.3g} ms per "
+                f"step ({added / base:+.1%} of the step); the step total alone moved "
+                f"{step[schema.CHANGE]:+.1%}")
+        step_noise_s = noise.median_se(a, z)
+        if abs(step[schema.CHANGE] * base) < step_noise_s:  # False for NaN (no samples)
+            note += f", within its noise ({step_noise_s * 1e3:.3g} ms)"
+        return dict(step, **{schema.VERDICT: REGRESSION, schema.EXPLANATION: "",
+                             schema.NOTE: note})
+    explained = ops[schema.VERDICT].isin([REGRESSION, NEW]).any()
+    if step[schema.VERDICT] != REGRESSION or explained or tested < noise.MIN_OPS_FOR_SPREAD:
+        return step
+    return dict(step, **{schema.VERDICT: INCONCLUSIVE, schema.EXPLANATION: "",
+                         schema.NOTE: "slower, but no op is on its own: the time is spread over "
+                                      "many ops, as when the host is busier; rerun to tell"})

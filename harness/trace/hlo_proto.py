@@ -128,18 +128,6 @@ def async_names(module_bytes: bytes) -> dict[str, str]:
     return names
 
 
-def trace_hlo(space: XSpace, program: str = "") -> tuple[str, dict[str, str]] | None:
-    """(HLO text, async names) of ``program`` (default: the largest module) in the trace, or
-    None when the trace holds no HLO."""
-    modules = embedded_modules(space)
-    if not modules:
-        return None
-    name = program if program in modules else max(modules, key=lambda k: len(modules[k]))
-    if program and program != name:
-        log.info("trace holds no HLO for %s; using %s", program, name)
-    return module_text(modules[name]), async_names(modules[name])
-
-
 def device_kind(space: XSpace) -> str:
     """The device kind a trace's first device plane names (``gpu_device_name``), or ""."""
     for p in space.planes:
