@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness import schema
-from harness.run import Run
 from harness.runs import regress, store
+from harness.runs.run import Run
 
 
 def make_runs(n: int, steps: int) -> list[Path]:

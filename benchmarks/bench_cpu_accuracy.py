@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 from harness import schema
 from harness.calibrate.cache import CACHE_ENV
-from harness.run import Run
 from harness.runs import store
+from harness.runs.run import Run
 
 LARGE_B, VISIBLE = 1024, 0.05
 

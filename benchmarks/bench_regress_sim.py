@@ -50,8 +50,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness import schema
-from harness.run import STEPS_PARQUET, Run
 from harness.runs import regress
+from harness.runs.run import STEPS_PARQUET, Run
 
 DATA = ROOT / "benchmarks" / "data" / "llama_train_cpu"
 PROGRAM = "jit_train_step"

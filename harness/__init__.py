@@ -20,7 +20,7 @@ EXPORTS: dict[str, str] = {
     "hlo_costs": "harness.hlo",
     "summary": "harness.compare",
     "render": "harness.report",
-    "Run": "harness.run",
+    "Run": "harness.runs.run",
     "analyze": "harness.runs.pipeline",
     "analyze_trace": "harness.runs.pipeline",
     "run_workload": "harness.runs.workload",

@@ -28,7 +28,7 @@ from harness.compare import (
 from harness.hlo import Module, cross_check, cross_check_skip, hlo_costs
 from harness.memory import host_note
 from harness.ops import op_times, step_samples, step_time
-from harness.shares import apart, host_shares, op_timing, shares_cores
+from harness.shares import apart, host_shares, op_timing
 from harness.trace.load import TraceEvents
 
 # A run's notes say what tracing cost when its traced steps ran this much slower than untraced
@@ -43,8 +43,7 @@ class Context:
 
     ``program``: the program to report (default: the one that took the most time first in the
     measured table). ``devices``: the run's device count (default: devices in the trace).
-    ``platform``: the devices' platform, when the trace's layout does not tell whether they
-    share cores. ``step_times_s`` / ``traced_step_times_s``: wall times of the untraced and the
+    ``step_times_s`` / ``traced_step_times_s``: wall times of the untraced and the
     traced steps (``harness.capture``). ``book``: the book's estimate of the workload's step on
     this chip (``predictions.step.Analytic``). ``memory``: XLA's memory figures of the run
     (``harness.memory.host_note``). ``notes`` come first in the report.
@@ -52,7 +51,6 @@ class Context:
 
     program: str = ""
     devices: int | None = None
-    platform: str = ""
     step_times_s: Sequence[float] = ()
     traced_step_times_s: Sequence[float] = ()
     graph_step_s: float | None = None
@@ -89,7 +87,7 @@ def analyze(trace: TraceEvents, module: Module, chip, context: Context = Context
     # the trace names an async op (``fusion-start.3`` in the HLO text) by the op it wraps
     if trace.async_names:
         predicted[schema.OP] = predicted[schema.OP].replace(trace.async_names)
-    shared = shares_cores(trace.layout, ctx.platform)
+    shared = trace.shares_cores
     timed = host_shares(events, apart(predicted)) if shared else events
     measured = op_times(timed, shares=shared)
     # The trace may hold other programs (e.g. a user's helper jits); compare the captured one.

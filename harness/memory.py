@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from harness import schema
 from harness.errors import HarnessError, one_line
+from predictions import hardware
 
 MEMORY_ENV = "SCALING_HARNESS_DEVICE_MEMORY"
 UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
@@ -52,6 +53,18 @@ def footprint(memory: Mapping[str, float]) -> float:
     temporaries + code (``memory`` keyed as ``workloads.aot.memory_stats`` gives them)."""
     return sum(memory.get(k, 0) for k in ("arguments", "outputs", "temporaries", "code")) \
         - memory.get("aliased", 0)
+
+
+def memory_fit(memory: dict, chip) -> dict:
+    """``compiled.memory_analysis()`` per device against the chip's HBM. ``peak_bytes``: the
+    compiler's own peak where it reports one (buffers whose lifetimes do not overlap share
+    memory), else arguments + outputs - aliased + temporaries + code, an upper bound;
+    ``headroom_bytes`` < 0 means it does not fit."""
+    hbm = hardware.chip_entry(chip).hbm_bytes
+    total = footprint(memory)
+    peak = memory.get("peak") or total
+    return {**memory, "sum_bytes": total, "peak_bytes": peak, "hbm_bytes": hbm,
+            "headroom_bytes": hbm - peak, "fits": peak <= hbm}
 
 
 def needed_bytes(compiled) -> int | None:

@@ -6,7 +6,7 @@
 
 ``harness_run(target, *args, ...)`` captures ``steps`` profiled steps after ``warmup`` and runs
 the one pipeline of every entry point (``harness.runs.pipeline``; a registered workload as
-``harness run`` runs it) and returns the ``harness.run.Run``: per-op times against each op's
+``harness run`` runs it) and returns the ``harness.runs.run.Run``: per-op times against each op's
 roofline time
 (`roofline.md`). If the test also asks for pytest-benchmark's ``benchmark`` fixture, the compiled
 step is timed with ``benchmark.pedantic`` outside the profiler (so ``--benchmark-autosave`` and
@@ -49,7 +49,7 @@ def efficiency(run) -> float | None:
 
 
 def extra_info(run) -> dict:
-    """JSON-able figures of a ``harness.run.Run`` for pytest-benchmark's ``extra_info``, under
+    """JSON-able figures of a ``harness.runs.run.Run`` for pytest-benchmark's ``extra_info``, under
     ``harness_*`` keys (NaN becomes None)."""
     from harness import schema  # deferred
 
@@ -100,7 +100,7 @@ def pytest_configure(config) -> None:
 @pytest.fixture
 def harness_run(request, tmp_path):
     """``harness_run(workload_or_fn, *args, preset=, overrides=, mesh=, steps=, warmup=, chip=,
-    rounds=, time=True, **kwargs) -> harness.run.Run`` (``kwargs`` go to a function target);
+    rounds=, time=True, **kwargs) -> harness.runs.run.Run`` (``kwargs`` go to a function target);
     fills ``benchmark.extra_info`` when present."""
     benchmark = request.getfixturevalue("benchmark") if "benchmark" in request.fixturenames \
         else None

@@ -31,7 +31,6 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
-from harness.trace.layouts import LAYOUTS
 from predictions.rules import CONTAINERS
 
 # What a run's ``measured_s`` is (meta ``op_timing``): the mean over devices of each op's share
@@ -44,16 +43,6 @@ DEVICE_MEDIAN = "device_median"
 def op_timing(shared: bool) -> str:
     """The ``op_timing`` a run records: HOST_SHARE when its devices share cores."""
     return HOST_SHARE if shared else DEVICE_MEDIAN
-
-
-def shares_cores(layout: str | None, platform: str | None = None) -> bool:
-    """Whether a trace's devices share cores: its layout (``harness.trace.layouts``; a name
-    that is no single-host layout, as a merged multi-host trace, does not), else the devices'
-    platform."""
-    if layout:
-        known = LAYOUTS.get(layout)
-        return bool(known and known.shares_cores)
-    return platform == "cpu"
 
 
 def apart(predicted: pd.DataFrame) -> set[str]:

@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 
 import harness
-import harness.run as hrun
+import harness.runs.run as hrun
 from harness import report, schema
-from harness.run import Run
 from harness.runs import store
+from harness.runs.run import Run
 
 
 @pytest.fixture(scope="module")

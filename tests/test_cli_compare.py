@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from test_runs_regress import save
 
-import harness.run as hrun
+import harness.runs.run as hrun
 from harness import schema
 from harness.cli import main
 from harness.runs import regress

@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-import harness.run as hrun
+import harness.runs.run as hrun
 from harness import schema
 from harness.compare import by_category, compare, coverage, unexpected_collectives
 

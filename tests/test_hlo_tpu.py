@@ -14,9 +14,10 @@ from harness.cli import main
 from harness.commands.predict_hlo import plan
 from harness.errors import HarnessError
 from harness.hlo import category, cross_check, executed, parse_module
-from harness.hlo.chips import book_gap, memory_fit, predict_module
+from harness.hlo.chips import book_gap, predict_module
 from harness.hlo.cost import instruction_cost
 from harness.hlo.tpu import chain_role
+from harness.memory import memory_fit
 from predictions import step
 from workloads import tpu
 from workloads.base import WorkloadError

@@ -24,8 +24,8 @@ import pytest
 from harness import cli, schema
 from harness.multihost.merge import BY_DEVICE_CSV, by_device, host_columns
 from harness.multihost.xspace import MERGED_DIR, MERGED_FILE, write_merged
-from harness.run import Run
 from harness.runs import store
+from harness.runs.run import Run
 from harness.trace.load import load_events
 
 HARNESS = [sys.executable, "-m", "harness"]

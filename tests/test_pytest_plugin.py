@@ -3,7 +3,7 @@ user's own step (donated inputs and keyword arguments included), fills pytest-be
 ``extra_info``, and stores runs that ``harness compare`` reads."""
 from __future__ import annotations
 
-from harness.run import list_runs
+from harness.runs.run import list_runs
 
 pytest_plugins = ["pytester"]
 
@@ -57,7 +57,7 @@ def test_extra_info_is_json_plain():
 
     from harness import schema
     from harness.pytest_plugin import extra_info
-    from harness.run import Run
+    from harness.runs.run import Run
 
     ops = pd.DataFrame({schema.OP: ["dot.1"], schema.CATEGORY: ["matmul"],
                         schema.MEASURED_S: [2e-3], schema.PREDICTED_S: [1e-3],

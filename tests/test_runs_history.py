@@ -11,9 +11,9 @@ from test_runs_regress import META, by_op, frames, many_ops, save
 
 from harness import schema
 from harness.errors import HarnessError
-from harness.run import Run
 from harness.runs import noise, regress
 from harness.runs.history import History
+from harness.runs.run import Run
 
 OPS = many_ops(40)        # 40 equal elementwise ops, 2.5% of the step each
 JUMPY = {op[0] for op in OPS[::2]}  # fusion.0, .2, ...: 25% between runs; the others 2%

@@ -7,8 +7,8 @@ import pytest
 
 from harness import schema, shares
 from harness.errors import HarnessError
-from harness.run import Run
 from harness.runs import regress
+from harness.runs.run import Run
 
 PROGRAM = "jit_step"
 # op, opcode, category, bound, collective, group size, time per step (s), roofline time (s).

@@ -6,7 +6,8 @@ import pytest
 
 from harness import schema
 from harness.ops import op_times
-from harness.shares import apart, apart_by_opcode, host_shares, shares_cores
+from harness.shares import apart, apart_by_opcode, host_shares
+from harness.trace.load import TraceEvents
 
 
 def events(rows) -> pd.DataFrame:
@@ -72,9 +73,11 @@ def test_what_is_apart_and_which_traces_share():
     assert apart(predicted) == {"while.1"}
     assert apart_by_opcode({"while.1": "while", "dot.3": "dot", "c.4": "conditional"}) == {
         "while.1", "c.4"}
+    def shares_cores(layout):
+        return TraceEvents(events([("a", 0, 0, 1)]), layout, "<test>").shares_cores
+
     assert shares_cores("cpu") and not shares_cores("gpu") and not shares_cores("tpu")
-    assert shares_cores(None, "cpu") and not shares_cores(None, "gpu")
-    assert not shares_cores("merged", "cpu")  # a multi-host merge: clocks differ per process
+    assert not shares_cores("merged")  # a multi-host merge: clocks differ per process
 
 
 def test_shares_are_a_column_beside_the_durations_the_trace_gave():

@@ -19,8 +19,8 @@ import pytest
 
 import workloads
 from harness import cli, schema
-from harness.run import Run
 from harness.runs import store
+from harness.runs.run import Run
 from harness.sweep import report as sweep_report
 from harness.sweep import run as sw
 from harness.sweep.plan import SweepFileError, load_sweep

@@ -22,9 +22,9 @@ import pandas as pd
 from harness import schema
 from harness.commands import count
 from harness.report import tables
-from harness.run import Run
 from harness.runs import regress, store
 from harness.runs.explain import finite
+from harness.runs.run import Run
 
 EXIT_OK, EXIT_REGRESSION = 0, 1
 

@@ -7,7 +7,7 @@ import pandas as pd
 
 from harness import schema
 from harness.report import tables
-from harness.run import list_runs
+from harness.runs.run import list_runs
 
 
 def add_arguments(p) -> None:

@@ -17,7 +17,8 @@ from harness.commands import count
 from harness.commands.run import parse_sets
 from harness.errors import HarnessError
 from harness.hlo import cross_check, parse_module
-from harness.hlo.chips import book_gap, memory_fit, predict_module
+from harness.hlo.chips import book_gap, predict_module
+from harness.memory import memory_fit
 from harness.report import tables
 from predictions import hardware
 

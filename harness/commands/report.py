@@ -5,8 +5,8 @@ from pathlib import Path
 
 from harness import schema
 from harness.commands import count
-from harness.run import Run
 from harness.runs import store
+from harness.runs.run import Run
 
 
 def add_arguments(p) -> None:

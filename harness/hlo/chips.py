@@ -5,7 +5,8 @@ TPU compiler's own HLO for the matching slice; otherwise a compile on virtual CP
 per-device shapes and collectives are those of the target mesh but whose fusion and collective
 choices are XLA:CPU's (it never forms reduce-scatters, for one). The per-op sum assumes no
 overlap between ops (the book's upper-bound view of a schedule); ``book_gap`` sets it beside the
-book's step part by part, and ``memory_fit`` sets ``memory_analysis()`` against the chip's HBM.
+book's step part by part (``harness.memory.memory_fit`` sets ``memory_analysis()`` against the
+chip's HBM).
 """
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import pandas as pd
 
 from harness import schema
 from harness.hlo import Module, hlo_costs
-from harness.memory import footprint
 from predictions import hardware
 from predictions.step import COLLECTIVE, MATMUL, MEMORY, PARTS
 
@@ -114,15 +114,3 @@ def book_gap(parts: dict, compiles: dict[str, pd.DataFrame]) -> pd.DataFrame:
             row[schema.EXCESS_S.format(compile=c)] = s - (ratio * book_s if work else book_s)
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def memory_fit(memory: dict, chip) -> dict:
-    """``compiled.memory_analysis()`` per device against the chip's HBM. ``peak_bytes``: the
-    compiler's own peak where it reports one (buffers whose lifetimes do not overlap share
-    memory), else arguments + outputs - aliased + temporaries + code, an upper bound;
-    ``headroom_bytes`` < 0 means it does not fit."""
-    hbm = hardware.chip_entry(chip).hbm_bytes
-    total = footprint(memory)
-    peak = memory.get("peak") or total
-    return {**memory, "sum_bytes": total, "peak_bytes": peak, "hbm_bytes": hbm,
-            "headroom_bytes": hbm - peak, "fits": peak <= hbm}

@@ -1,7 +1,7 @@
 """A run's report: the op table ranked by gap, per-category summary, workload figures, plots.
 
-``render(run, fmt)`` gives text (terminal), md, html, csv or json of a ``harness.run.Run`` (any
-object with its title, meta, ops, categories, summary, notes, unexpected and ``figures()``).
+``render(run, fmt)`` gives text (terminal), md, html, csv or json of a Run (``harness.runs.run``;
+any object with its title, meta, ops, categories, summary, notes, unexpected and ``figures()``).
 Markdown references the plot files written next to it; HTML embeds them, so a report.html is
 one self-contained file. Only those two draw the plots.
 """

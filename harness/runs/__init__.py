@@ -1,7 +1,7 @@
 """Stage 7: runs on disk and what is done with them.
 
-``pipeline`` is the one path from a capture (or any trace) to a ``harness.run.Run``,
-``workload`` takes a registered workload from build to stored run, ``store`` keeps run
-directories, ``regress`` compares a baseline with a candidate, ``explain`` words a verdict in
-the book's terms.
+``run`` is the Run (what ran, its tables; save, load, render), ``pipeline`` the one path from a
+capture (or any trace) to a Run, ``workload`` takes a registered workload from build to stored
+run, ``store`` keeps run directories, ``regress`` compares a baseline with a candidate,
+``explain`` words a verdict in the book's terms.
 """

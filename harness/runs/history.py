@@ -36,8 +36,8 @@ from scipy.stats import t as student_t
 
 from harness import schema
 from harness.errors import HarnessError
-from harness.run import Run
 from harness.runs import noise, pair
+from harness.runs.run import Run
 
 
 @dataclass

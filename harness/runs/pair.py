@@ -7,7 +7,7 @@ import pandas as pd
 
 from harness import schema
 from harness.errors import HarnessError
-from harness.run import Run
+from harness.runs.run import Run
 from harness.shares import DEVICE_MEDIAN
 
 # Meta fields that make two runs different experiments; a difference is warned about.

@@ -25,7 +25,7 @@ from harness.chip import chip_for_run
 from harness.errors import HarnessError
 from harness.hlo import Module, parse_module, schedule
 from harness.ops import op_times
-from harness.run import Run
+from harness.runs.run import Run
 from harness.trace.hlo_proto import async_names, device_kind, embedded_modules, module_text
 from harness.trace.load import TraceEvents, find_trace_file, read_events, read_xspace
 
@@ -104,7 +104,7 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
     module = decoded.module if decoded is not None else parse_module(cap.hlo_text)
     m = cap.meta
     ctx = Context(program=cap.program, devices=m.get(schema.DEVICE_COUNT),
-                  platform=m.get("platform", ""), step_times_s=m.get(schema.STEP_TIMES_S) or (),
+                  step_times_s=m.get(schema.STEP_TIMES_S) or (),
                   traced_step_times_s=m.get(schema.TRACED_STEP_TIMES_S) or (),
                   graph_step_s=m.get(schema.GRAPH_STEP_S), graph_note=m.get(schema.GRAPH_NOTE, ""),
                   cost_analysis=cap.cost_analysis, book=estimate,

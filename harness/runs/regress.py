@@ -61,11 +61,11 @@ import pandas as pd
 
 from harness import schema
 from harness.compare import workload_efficiency
-from harness.run import Run
 from harness.runs import detect, noise, pair
 from harness.runs.explain import explain
 from harness.runs.history import History
 from harness.runs.noise import min_p_value
+from harness.runs.run import Run
 from harness.runs.verdicts import (  # noqa: F401 (re-exported: the verdicts' vocabulary)
     ALL_PROGRAMS,
     GONE,

@@ -2,7 +2,7 @@
 
 A run is written into a temporary sibling directory and renamed into place, so a crash never
 leaves a half-written run; a directory without ``meta.json`` is not a run. What the files hold
-is the Run's business (``harness.run``); this module knows directories, ``meta.json``, the
+is the Run's business (``harness.runs.run``); this module knows directories, ``meta.json``, the
 ``trace/`` folder, run ids and the scratch space of runs in progress.
 """
 from __future__ import annotations

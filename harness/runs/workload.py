@@ -16,9 +16,9 @@ from harness import memory, schema
 from harness.calibrate import drift
 from harness.capture import STEPS, capture
 from harness.errors import HarnessError
-from harness.run import Run
 from harness.runs import store
 from harness.runs.pipeline import from_capture
+from harness.runs.run import Run
 from predictions import hardware
 from predictions.step import Analytic
 

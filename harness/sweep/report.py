@@ -26,7 +26,7 @@ from harness.compare import (
 )
 from harness.errors import HarnessError
 from harness.report import tables
-from harness.run import Run
+from harness.runs.run import Run
 from harness.sweep import plots as sweep_plots
 from predictions.hardware import CHIPS
 

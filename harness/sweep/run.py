@@ -5,11 +5,11 @@ per point: key, status, run, error), the runs under ``runs/<workload>-<key>/<run
 once the sweep closes, the summary table, plots and ``report.html`` (``harness.sweep.report``).
 
 The manifest is rewritten atomically (temp file + ``os.replace``) after every point, and runs
-are stored atomically by ``harness.run.Run.save``, so an interrupted or killed sweep leaves only
-complete runs. Running a plan in a directory that already has a manifest resumes it: done points
-are skipped (a complete run found in a point's directory but missing from the manifest, i.e. a
-kill between the two writes, is adopted, not re-run), failed and pending points run again, and
-stray ``.tmp-*`` directories left by a kill are removed first.
+are stored atomically by ``Run.save`` (``harness.runs.run``), so an interrupted or killed sweep
+leaves only complete runs. Running a plan in a directory that already has a manifest resumes it:
+done points are skipped (a complete run found in a point's directory but missing from the
+manifest, i.e. a kill between the two writes, is adopted, not re-run), failed and pending points
+run again, and stray ``.tmp-*`` directories left by a kill are removed first.
 
 A point that raises (invalid mesh for the device count, out of memory, compile error, any
 exception from the workload) is recorded as failed with a one-line error and the sweep goes on.

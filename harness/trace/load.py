@@ -96,6 +96,14 @@ class TraceEvents:
     source: str
     async_names: dict = field(default_factory=dict)
 
+    @property
+    def shares_cores(self) -> bool:
+        """Whether the trace's devices are threads on the host's shared cores (its layout
+        says; a name that is no single-host layout, as a merged multi-host trace, does not):
+        then an op's time is its share of the host (``harness.shares``)."""
+        known = LAYOUTS.get(self.layout)
+        return bool(known and known.shares_cores)
+
 
 def load_events(source: str | os.PathLike | bytes | XSpace, *, warmup_steps: int = 0,
                 schedule: Sequence[tuple[str, str, str]] | None = None) -> pd.DataFrame:
