@@ -13,6 +13,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from harness import schema
@@ -24,10 +25,11 @@ from harness.compare import (
     peak_dtype,
     summary,
     unexpected_collectives,
+    workload_efficiency,
 )
 from harness.hlo import Module, cross_check, cross_check_skip, hlo_costs
 from harness.memory import host_note
-from harness.ops import op_times, step_samples, step_time
+from harness.ops import by_execution, executions, op_times, step_samples, step_time
 from harness.shares import apart, host_shares, op_timing
 from harness.trace.load import TraceEvents
 
@@ -62,11 +64,15 @@ class Context:
     notes: Sequence[str] = ()
 
 
+ProgramKey = tuple[str, str]  # (program name, program id): one compilation
+
+
 @dataclass
 class Tables:
     """What ``analyze`` derives: the OPS table ranked by gap, per-category sums, per-step
-    samples, the collectives the layout did not call for, summary figures, notes, XLA's
-    cross-check, and how ops were timed (``harness.shares.op_timing``)."""
+    samples, the PROGRAMS that ran, the collectives the layout did not call for, summary
+    figures (of the main program), notes, XLA's cross-check, how ops were timed
+    (``harness.shares.op_timing``) and the main program."""
 
     ops: pd.DataFrame
     categories: pd.DataFrame
@@ -77,29 +83,77 @@ class Tables:
     cross_check: dict
     op_timing: str
     program: str
+    programs: pd.DataFrame = field(default_factory=lambda: schema.empty(schema.PROGRAMS))
 
 
-def analyze(trace: TraceEvents, module: Module, chip, context: Context = Context()) -> Tables:
-    """Measure, predict and compare one program of a decoded trace on ``chip``."""
+def programs_ran(events: pd.DataFrame) -> list[ProgramKey]:
+    """Every (program, program id) with op executions in EVENTS, most device time first."""
+    ids = events[schema.PROGRAM_ID] if schema.PROGRAM_ID in events.columns else ""
+    t = (events.assign(**{schema.PROGRAM_ID: ids})
+         .groupby([schema.PROGRAM, schema.PROGRAM_ID], observed=True)[schema.DURATION_NS].sum())
+    t = t[t.index.get_level_values(0) != ""] if len(t) > 1 else t
+    return [(str(p), str(i)) for p, i in t.sort_values(ascending=False, kind="stable").index]
+
+
+def module_for(modules: Mapping, key: ProgramKey) -> Module | None:
+    """The module of one compilation: by (name, id), else the only one of that name."""
+    if key in modules:
+        return modules[key]
+    same = [m for (name, _), m in modules.items() if name == key[0]]
+    return same[0] if len(same) == 1 else None
+
+
+def _program(events: pd.DataFrame, key: ProgramKey, module: Module | None, chip,
+             trace: TraceEvents) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """One compilation's OPS table, its EVENTS (each execution a step when the trace has no
+    step markers) and its executions."""
+    ev = events[events[schema.PROGRAM] == key[0]]
+    if schema.PROGRAM_ID in ev.columns:
+        ev = ev[ev[schema.PROGRAM_ID].astype(str) == key[1]]
+    if module is not None:
+        predicted = hlo_costs(module, chip)
+        # the trace names an async op (``fusion-start.3`` in the HLO text) by the op it wraps
+        if trace.async_names:
+            predicted[schema.OP] = predicted[schema.OP].replace(trace.async_names)
+    else:
+        predicted = schema.empty(schema.OPS_PREDICTED)
+    counts = dict(zip(predicted[schema.OP].astype(str), predicted[schema.COUNT]))
+    if not trace.stepped:
+        ev = by_execution(ev, counts)
+    shares = trace.shares_cores and schema.SHARE_NS in ev.columns
+    measured = op_times(ev, shares=shares)
+    ops = compare(measured.assign(**{schema.PROGRAM: key[0]}),
+                  predicted.assign(**{schema.PROGRAM: key[0]}))
+    return ops, ev, executions(ev, counts)
+
+
+def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
+            context: Context = Context()) -> Tables:
+    """Measure, predict and compare every program of a decoded trace on ``chip``: ``modules``
+    holds the HLO of each (name, program id) there is one for; a program without one is
+    measured only. ``context.program`` restricts the ops to that program (the captured one)."""
     ctx, notes = context, list(context.notes)
-    events = trace.events
-    predicted = hlo_costs(module, chip)
-    # the trace names an async op (``fusion-start.3`` in the HLO text) by the op it wraps
-    if trace.async_names:
-        predicted[schema.OP] = predicted[schema.OP].replace(trace.async_names)
-    shared = trace.shares_cores
-    timed = host_shares(events, apart(predicted)) if shared else events
-    measured = op_times(timed, shares=shared)
-    # The trace may hold other programs (e.g. a user's helper jits); compare the captured one.
-    program = ctx.program or (measured[schema.PROGRAM].iloc[0] if len(measured) else "")
-    measured = measured[measured[schema.PROGRAM] == program]
-    ops = compare(measured, predicted)
-    cats = by_category(ops)
+    events, shared = trace.events, trace.shares_cores
+    ran = programs_ran(events)
+    if shared:  # an op's share of the host counts every program running beside it
+        containers = set().union(*(apart(hlo_costs(m, chip)) for m in modules.values()))
+        events = host_shares(events, containers)
+    per = {key: _program(events, key, module_for(modules, key), chip, trace) for key in ran}
+    shown = [k for k in ran if not ctx.program or k[0] == ctx.program] or ran[:1]
+    main = shown[0] if shown else ("", "")
+    ops = pd.concat([per[k][0] for k in shown] or [schema.empty(schema.OPS)],
+                    ignore_index=True)
+    main_ops = per[main][0] if main in per else ops
+    ops = ops.sort_values(schema.GAP_S, ascending=False, kind="stable").reset_index(drop=True)
+    steps = pd.concat([step_samples(per[k][1], shares=shared) for k in shown]
+                      or [schema.empty([schema.PROGRAM, schema.OP, schema.STEP,
+                                        schema.MEASURED_S])], ignore_index=True)
+    module = module_for(modules, main)
     devices = int(ctx.devices or events[schema.DEVICE].nunique())
-    t_step = _step_s(ctx.step_times_s, events[events[schema.PROGRAM] == program])
+    t_step = _step_s(ctx.step_times_s, per[main][1] if main in per else events)
     peak = chip.flops_per_s(peak_dtype(chip))
     est = ctx.book
-    summ = summary(ops, step_s=t_step, peak_flops_per_s=peak, devices=devices,
+    summ = summary(main_ops, step_s=t_step, peak_flops_per_s=peak, devices=devices,
                    model_flops=est.model_flops if est else None,
                    analytic_s=est.analytic_s if est else None)
     if est is not None and est.formula:
@@ -109,14 +163,17 @@ def analyze(trace: TraceEvents, module: Module, chip, context: Context = Context
         if est.book_flops and t_step > 0:  # the book's 6P, printed beside it
             summ[schema.MFU_BOOK] = est.book_flops / (t_step * devices * peak)
     notes += _timing(summ, ctx)
-    skip = cross_check_skip(module, ctx.cost_analysis)
-    check = cross_check(module, ctx.cost_analysis) if not skip else {}
-    if skip:
-        notes.append(f"no cost_analysis cross-check: {skip}")
-    elif check.get("flops_rel_diff") is not None:
-        summ[schema.FLOPS_VS_COST_ANALYSIS] = check["flops_rel_diff"]
-        if check.get("loops"):  # XLA's analysis counts a loop body once
-            summ[schema.FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE] = check["flops_loops_once_rel_diff"]
+    check = {}
+    if module is not None:
+        skip = cross_check_skip(module, ctx.cost_analysis)
+        check = cross_check(module, ctx.cost_analysis) if not skip else {}
+        if skip:
+            notes.append(f"no cost_analysis cross-check: {skip}")
+        elif check.get("flops_rel_diff") is not None:
+            summ[schema.FLOPS_VS_COST_ANALYSIS] = check["flops_rel_diff"]
+            if check.get("loops"):  # XLA's analysis counts a loop body once
+                summ[schema.FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE] = check["flops_loops_once_rel_diff"]
+    notes += _program_notes(ran, shown, per, modules, main)
     beating = ops_beating_roofline(ops)
     if beating:
         notes.append(f"{beating} run {beats_roofline_reason(chip.name, chip.kind)}")
@@ -131,9 +188,47 @@ def analyze(trace: TraceEvents, module: Module, chip, context: Context = Context
         if not unexpected.empty:
             notes.append(f"{len(unexpected)} collective op(s) the layout did not call for; "
                          f"expected {dict(ctx.expected_collectives) or 'none'}")
-    return Tables(ops=ops, categories=cats, steps=step_samples(timed, shares=shared), summary=summ,
-                  notes=notes, unexpected=unexpected, cross_check=check,
-                  op_timing=op_timing(shared), program=program)
+    return Tables(ops=ops, categories=by_category(ops), steps=steps, summary=summ, notes=notes,
+                  unexpected=unexpected, cross_check=check, op_timing=op_timing(shared),
+                  program=main[0], programs=program_table(per))
+
+
+def program_table(per: Mapping[ProgramKey, tuple]) -> pd.DataFrame:
+    """``schema.PROGRAMS``: one row per compilation that ran, most device time first."""
+    rows = []
+    for (name, pid), (ops, _, runs) in per.items():
+        rows.append({schema.PROGRAM: name, schema.PROGRAM_ID: pid, schema.EXECUTIONS: runs,
+                     schema.MEASURED_S: float(ops[schema.MEASURED_S].sum()),
+                     schema.PREDICTED_S: float(ops[schema.PREDICTED_S].fillna(0.0).sum()),
+                     schema.EFFICIENCY: workload_efficiency(ops),
+                     schema.TOTAL_S: float(ops[schema.TOTAL_S].sum())})
+    table = pd.DataFrame(rows, columns=list(schema.PROGRAMS))
+    total = table[schema.TOTAL_S].sum()
+    table[schema.SHARE] = table[schema.TOTAL_S] / total if total > 0 else np.nan
+    return table.sort_values(schema.TOTAL_S, ascending=False, kind="stable").reset_index(
+        drop=True)
+
+
+def _program_notes(ran, shown, per, modules, main) -> list[str]:
+    """What a report says about the programs: others that ran, and any measured only."""
+    notes = []
+    others = [k for k in ran if k not in shown]
+    if len(shown) > 1:
+        notes.append(f"{len(shown)} programs ran; the summary is of {_name(main)} (the most "
+                     f"device time); the programs table lists each")
+    elif others:
+        notes.append(f"{len(others)} other program(s) ran beside {_name(main)}: "
+                     f"{', '.join(_name(k) for k in others[:4])}"
+                     f"{', ...' if len(others) > 4 else ''} (the programs table)")
+    blind = [k for k in shown if module_for(modules, k) is None]
+    if blind:
+        notes.append(f"no HLO for {', '.join(_name(k) for k in blind[:4])}: measured only "
+                     f"(give the program's optimized HLO with --hlo)")
+    return notes
+
+
+def _name(key: ProgramKey) -> str:
+    return f"{key[0]}({key[1]})" if key[1] else key[0]
 
 
 def _timing(summ: dict, ctx: Context) -> list[str]:

@@ -29,6 +29,8 @@ def compare(measured: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
     ops = measured.merge(pred, on=_KEYS, how="left", validate="one_to_one")
     ops = ops[~ops[schema.OPCODE].isin(CONTAINERS)]
     missing = ops[schema.BOUND].isna()
+    for col in (schema.BOUND, schema.CATEGORY, schema.OPCODE):  # text, whatever came in
+        ops[col] = ops[col].astype(object)
     ops.loc[missing, schema.BOUND] = schema.UNMODELED
     ops.loc[missing, schema.CATEGORY] = schema.CAT_OTHER
     ops.loc[missing, schema.OPCODE] = ""

@@ -14,6 +14,8 @@ from predictions import roofline, rules
 
 # --- identifiers --------------------------------------------------------------------------
 PROGRAM = "program"          # HLO module name, e.g. "jit_train_step"
+PROGRAM_ID = "program_id"    # the compilation's id in the trace ("" where it gives none): two
+#                              compilations of one name are two programs
 OP = "op"                    # HLO instruction name as it appears in the trace ("fusion.12")
 DEVICE = "device"            # global device id
 HOST = "host"                # process index (multi-host runs)
@@ -31,6 +33,9 @@ MEASURED_S = "measured_s"    # median over steps of the time per step, median ov
 MEASURED_MIN_S = "measured_min_s"  # min over devices of the per-device median
 MEASURED_MAX_S = "measured_max_s"  # max over devices of the per-device median
 DEVICES = "devices"          # number of devices the op ran on
+TOTAL_S = "total_s"          # the op's device time over the whole trace, every device and
+#                              execution summed (xprof's hlo_stats "total self time")
+EXECUTIONS = "executions"    # times a program ran (per device, median over devices)
 
 # --- multi-host (harness.multihost.run) ------------------------------------------------------
 HOSTS = "hosts"              # processes (hosts) the op ran on
@@ -172,6 +177,9 @@ CATEGORIES = rules.CATEGORIES     # an op's kind of work, in report order (predi
 # --- tables -------------------------------------------------------------------------------
 EVENTS = (PROGRAM, OP, DEVICE, STEP, START_NS, DURATION_NS)
 OPS_MEASURED = (PROGRAM, OP, COUNT, MEASURED_S, MEASURED_MIN_S, MEASURED_MAX_S, DEVICES)
+# one row per program that ran: its executions, time per execution measured and predicted (the
+# sums of its ops' measured_s / predicted_s, per step), efficiency, total_s and share of it
+PROGRAMS = (PROGRAM, PROGRAM_ID, EXECUTIONS, MEASURED_S, PREDICTED_S, EFFICIENCY, TOTAL_S, SHARE)
 OPS_HOSTS = (PROGRAM, OP, HOSTS, HOST_MIN_S, HOST_MAX_S, HOST_SKEW_S, SLOWEST_HOST)
 OPS_BY_DEVICE = (PROGRAM, OP, HOST, DEVICE, COUNT, MEASURED_S)
 OPS_PREDICTED = (PROGRAM, OP, OPCODE, CATEGORY, COUNT, FLOPS, HBM_BYTES, COMM_BYTES, COLLECTIVE,

@@ -24,6 +24,23 @@ CATEGORY_COLUMNS = (schema.CATEGORY, schema.OPS_COUNT, schema.MEASURED_S, schema
                     schema.UNMODELED_S, schema.EFFICIENCY, schema.SHARE)
 
 
+PROGRAM_COLUMNS = (schema.PROGRAM, schema.PROGRAM_ID, schema.EXECUTIONS, schema.MEASURED_S,
+                   schema.PREDICTED_S, schema.EFFICIENCY, schema.TOTAL_S, schema.SHARE)
+
+
+def _programs(r) -> pd.DataFrame | None:
+    """The run's programs table, when more than one program ran (else the title says it)."""
+    p = getattr(r, "programs", None)
+    return p if p is not None and len(p) > 1 else None
+
+
+def _op_columns(r) -> tuple:
+    """The op table's columns: with the program and its id when the ops come from several."""
+    many = len(r.ops) and any(c in r.ops.columns and r.ops[c].nunique() > 1
+                              for c in (schema.PROGRAM, schema.PROGRAM_ID))
+    return ((schema.PROGRAM, schema.PROGRAM_ID) if many else ()) + OP_COLUMNS
+
+
 def _fmt_summary(summary: dict) -> list[tuple[str, str]]:
     return [(k, tables.fmt_figure(k, v)) for k, v in summary.items()]
 
@@ -35,8 +52,10 @@ def _meta_line(meta: dict) -> str:
 
 
 def to_text(r, top: int | None = 20) -> str:
-    parts = [tables.render(r.ops.head(top) if top else r.ops, "text", OP_COLUMNS)]
+    parts = [tables.render(r.ops.head(top) if top else r.ops, "text", _op_columns(r))]
     parts.append(tables.render(r.categories, "text", CATEGORY_COLUMNS))
+    if _programs(r) is not None:
+        parts.append(tables.render(_programs(r), "text", PROGRAM_COLUMNS))
     parts.append("  ".join(f"{k}: {v}" for k, v in _fmt_summary(r.summary)) + "\n")
     if r.unexpected is not None and not r.unexpected.empty:
         parts.append("Collectives the layout did not call for:\n"
@@ -56,9 +75,12 @@ def to_markdown(r, top: int | None = 30) -> str:
         out.append("\n## Collectives the layout did not call for\n\n")
         out.append(tables.to_markdown(r.unexpected))
     out.append(f"\n## Ops ranked by gap (top {top})\n\n")
-    out.append(tables.render(r.ops.head(top), "md", OP_COLUMNS))
+    out.append(tables.render(r.ops.head(top), "md", _op_columns(r)))
     out.append("\n## By category\n\n")
     out.append(tables.render(r.categories, "md", CATEGORY_COLUMNS))
+    if _programs(r) is not None:
+        out.append("\n## Programs\n\n")
+        out.append(tables.render(_programs(r), "md", PROGRAM_COLUMNS))
     plots = r.figures()
     for name in (ROOFLINE_PNG, CATEGORIES_PNG):
         if name in plots:
@@ -95,17 +117,22 @@ def to_html(r, top: int | None = 50) -> str:
             b64 = base64.b64encode(plots[name]).decode()
             body.append(f'<p><img alt="{name}" src="data:image/png;base64,{b64}"></p>')
     body.append(f"<h2>Ops ranked by gap (top {top})</h2>"
-                + _html_table(r.ops.head(top), OP_COLUMNS))
+                + _html_table(r.ops.head(top), _op_columns(r)))
     body.append("<h2>By category</h2>" + _html_table(r.categories, CATEGORY_COLUMNS))
+    if _programs(r) is not None:
+        body.append("<h2>Programs</h2>" + _html_table(_programs(r), PROGRAM_COLUMNS))
     return (f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(r.title)}"
             f"</title><style>{style}</style></head><body>{''.join(body)}</body></html>\n")
 
 
 def to_json(r, top: int | None = None) -> str:
-    return json.dumps({schema.TITLE: r.title, "meta": r.meta, schema.SUMMARY: r.summary,
-                       schema.NOTES: r.notes, "ops": json.loads(r.ops.to_json(orient="records")),
-                       "categories": json.loads(r.categories.to_json(orient="records"))},
-                      indent=1, default=str) + "\n"
+    out = {schema.TITLE: r.title, "meta": r.meta, schema.SUMMARY: r.summary,
+           schema.NOTES: r.notes, "ops": json.loads(r.ops.to_json(orient="records")),
+           "categories": json.loads(r.categories.to_json(orient="records"))}
+    programs = getattr(r, "programs", None)
+    if programs is not None and len(programs):
+        out["programs"] = json.loads(programs.to_json(orient="records"))
+    return json.dumps(out, indent=1, default=str) + "\n"
 
 
 FORMATS = {

@@ -13,13 +13,13 @@ import json
 import logging
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from harness import schema
-from harness.analysis import Context, analyze
+from harness.analysis import Context, ProgramKey, analyze, programs_ran
 from harness.capture import CAPTURE_FILE, HLO_FILE, STEPS, Capture, capture
 from harness.chip import chip_for_run
 from harness.errors import HarnessError
@@ -34,54 +34,99 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Decoded:
-    """A trace decoded once, with the HLO of its program parsed once: the XSpace (``space``,
-    ``label`` for errors), its EVENTS and the program's module and text."""
+    """A trace decoded once, with the HLO of each program that ran parsed once: the XSpace
+    (``space``, ``label`` for errors), its EVENTS, and (name, program id) -> module."""
 
     space: object
     label: str
     trace: TraceEvents
-    module: Module
-    hlo_text: str
+    modules: dict = field(default_factory=dict)
+
+    def module(self, name: str) -> Module | None:
+        """The module of the program ``name`` (its only compilation, else the first)."""
+        return next((m for (n, _), m in self.modules.items() if n == name), None)
 
 
-def trace_program(space, program: str = "", hlo_text: str | None = None
-                  ) -> tuple[str | None, dict[str, str]]:
-    """(HLO text, async names) of ``program`` in a decoded trace (default: its largest
-    module); ``hlo_text`` given is used as it is, with the trace's async names. (None, {})
-    when neither the trace nor the caller has the HLO."""
+def trace_program(space, program: str = "") -> tuple[str | None, dict[str, str]]:
+    """(HLO text, async names) of the program named ``program`` in a decoded trace (default:
+    its largest module); (None, {}) when the trace holds no HLO."""
     modules = embedded_modules(space)
     if not modules:
-        return hlo_text, {}
-    name = program if program in modules else max(modules, key=lambda k: len(modules[k]))
-    if program and program != name:
-        log.info("trace holds no HLO for %s; using %s", program, name)
-    return (hlo_text if hlo_text is not None else module_text(modules[name]),
-            async_names(modules[name]))
+        return None, {}
+    named = [k for k in modules if k[0] == program]
+    key = named[0] if named else max(modules, key=lambda k: len(modules[k]))
+    return module_text(modules[key]), async_names(modules[key])
 
 
-def decode(source, *, hlo_text: str | None = None, program: str = "",
-           warmup_steps: int = 0, saved_hlo: str | None = None,
-           label: str | None = None) -> Decoded:
+class _Embedded:
+    """The trace's own HLO of each compilation, printed and parsed on first use, once."""
+
+    def __init__(self, space):
+        self.raw, self.parsed = embedded_modules(space), {}
+
+    def get(self, key: ProgramKey) -> tuple[Module, dict] | None:
+        """(module, async names) of one compilation: by (name, id), else by its name alone
+        when the trace holds one compilation of it."""
+        if key not in self.parsed:
+            raw = self.raw.get(key)
+            if raw is None:
+                same = [k for k in self.raw if k[0] == key[0]]
+                raw = self.raw[same[0]] if len(same) == 1 or not key[1] and same else None
+            self.parsed[key] = (parse_module(module_text(raw)), async_names(raw)) if raw else None
+        return self.parsed[key]
+
+
+def decode(source, *, hlo_text: str | None = None, warmup_steps: int = 0,
+           saved_hlo: str | None = None, label: str | None = None) -> Decoded:
     """Decode a trace (a path, a directory holding one, bytes or an XSpace, which ``label``
-    names) and parse its program's HLO (``hlo_text``, else the trace's own, else
-    ``saved_hlo``), each once."""
+    names) and parse the HLO of each program that ran, each once: ``hlo_text`` for the program
+    it names, else the trace's own, else ``saved_hlo`` (what ``harness`` saved beside it)."""
     space, read_label = read_xspace(source)
     label = label or read_label
-    text, renames = trace_program(space, program, hlo_text)
-    text = text if text is not None else saved_hlo
-    if text is None:
+    embedded = _Embedded(space)
+    text = hlo_text if hlo_text is not None else (saved_hlo if not embedded.raw else None)
+    if text is None and not embedded.raw:
         raise HarnessError(f"{label}: the trace holds no HLO; give the program's optimized HLO "
                            f"with --hlo FILE (an XLA dump, *after_optimizations.txt)")
-    module = parse_module(text)
-    trace = read_events(space, warmup_steps=warmup_steps, schedule=schedule(module, renames),
-                        label=label)
-    return Decoded(space, label, trace, module, text)
+    given = parse_module(text) if text is not None else None
+
+    def module(key: ProgramKey) -> tuple[Module, dict] | None:
+        if given is not None and key[0] == given.name:
+            found = embedded.get(key)
+            return given, (found[1] if found else {})
+        return embedded.get(key)
+
+    def schedule_of(name: str):
+        found = module((name, ""))
+        return schedule(*found) if found else None
+
+    trace = read_events(space, warmup_steps=warmup_steps, schedule_of=schedule_of, label=label)
+    ran = programs_ran(trace.events)
+    if given is not None and not any(k[0] == given.name for k in ran):
+        raise HarnessError(f"{label}: the HLO given is program {given.name}, which did not run "
+                           f"in this trace; programs that ran: {_names(ran)}")
+    modules = {key: found[0] for key in ran if (found := module(key)) is not None}
+    return Decoded(space, label, trace, modules)
+
+
+def _names(keys) -> str:
+    return ", ".join(f"{n}({i})" if i else n for n, i in keys) or "none"
+
+
+def select(decoded: Decoded, program: str) -> str:
+    """``program`` (a name or a program id) checked against the programs that ran; a one-line
+    error naming them when it is none of them."""
+    ran = programs_ran(decoded.trace.events)
+    if program and not any(program in key for key in ran):
+        raise HarnessError(f"{decoded.label}: no program {program!r} ran; programs that ran "
+                           f"(name(program id)): {_names(ran)}")
+    return program
 
 
 def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, workload=None,
                  meta: dict | None = None, notes: list[str] | tuple = (),
                  title: str | None = None, device=None, host_drift: dict | None = None,
-                 trace: TraceEvents | None = None) -> Run:
+                 trace: TraceEvents | None = None, program: str | None = None) -> Run:
     """The Run of one capture.
 
     ``chip``: a name or ``Chip`` (None: the device's, calibrated on a CPU host, with the
@@ -90,7 +135,8 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
     the analysis. ``meta`` is kept with the run; ``notes`` come first in its report.
     ``device``: the device (or kind) that ran it, when not this process's first device.
     ``trace``: the EVENTS to analyse when they are not the capture's own trace (a multi-host
-    run merges every process's).
+    run merges every process's). ``program``: the program (name or id) whose ops to report
+    (default: the captured one; "" every program that ran).
     """
     entry, chip_notes, chip_meta = chip_for_run(chip, device, host_drift)
     notes = list(notes) + chip_notes
@@ -99,26 +145,33 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
         estimate, note = workload.estimate(entry)
         notes += [note] if note else []
     if decoded is None and trace is None:
-        decoded = decode(cap.trace_dir, hlo_text=cap.hlo_text, program=cap.program)
+        decoded = decode(cap.trace_dir, hlo_text=cap.hlo_text)
     events = trace if trace is not None else decoded.trace
-    module = decoded.module if decoded is not None else parse_module(cap.hlo_text)
+    modules = decoded.modules if decoded is not None else {
+        (cap.program, ""): parse_module(cap.hlo_text)}
     m = cap.meta
-    ctx = Context(program=cap.program, devices=m.get(schema.DEVICE_COUNT),
+    ctx = Context(program=cap.program if program is None else program,
+                  devices=m.get(schema.DEVICE_COUNT),
                   step_times_s=m.get(schema.STEP_TIMES_S) or (),
                   traced_step_times_s=m.get(schema.TRACED_STEP_TIMES_S) or (),
                   graph_step_s=m.get(schema.GRAPH_STEP_S), graph_note=m.get(schema.GRAPH_NOTE, ""),
                   cost_analysis=cap.cost_analysis, book=estimate,
                   expected_collectives=workload.expected_collectives() if workload else None,
                   memory={**m, **(meta or {})}, notes=notes)
-    t = analyze(events, module, entry, ctx)
+    t = analyze(events, modules, entry, ctx)
     full_meta = dict(m, **(meta or {}), **chip_meta,
                      **{schema.CHIP: entry.name, schema.OP_TIMING: t.op_timing})
+    full_meta.setdefault(schema.PROGRAM, t.program)
     devices = int(m.get(schema.DEVICE_COUNT, events.events[schema.DEVICE].nunique()))
-    title = title or (f"{t.program} on {devices}x {m.get(schema.DEVICE_KIND, '?')} "
+    shown = len(t.ops.groupby([c for c in (schema.PROGRAM, schema.PROGRAM_ID)
+                               if c in t.ops.columns]).size()) if len(t.ops) else 1
+    what = t.program if shown <= 1 else f"{shown} programs ({t.program} the longest)"
+    title = title or (f"{what} on {devices}x {m.get(schema.DEVICE_KIND, '?')} "
                       f"(predicted for {entry.name})")
     return Run(title=title, meta=full_meta, ops=t.ops, categories=t.categories,
                summary=t.summary, notes=t.notes, steps=t.steps, unexpected=t.unexpected,
-               cross_check=t.cross_check, chip=entry, capture=cap, trace=events)
+               cross_check=t.cross_check, programs=t.programs, chip=entry, capture=cap,
+               trace=events)
 
 
 def profile(fn: Callable, *args, chip=None, steps: int = STEPS, warmup: int = 2,
@@ -141,33 +194,34 @@ def profile(fn: Callable, *args, chip=None, steps: int = STEPS, warmup: int = 2,
 
 
 def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
-                  warmup_steps: int = 0, space=None, workload=None) -> Run:
+                  warmup_steps: int = 0, space=None, workload=None, program: str = "") -> Run:
     """Analyse a profiler trace someone else captured (``jax.profiler``) per op.
 
     The program's optimized HLO comes from ``hlo`` (an XLA dump, ``*after_optimizations.txt``),
     else the trace itself (``/host:metadata``), else a ``module.hlo.txt`` saved beside it by
     ``harness``. ``chip``: predict for this chip (default: the trace's device). ``space``: the
     trace already decoded (by a caller that looked at it first). ``workload``: what
-    ``from_capture`` takes, for a trace of a known workload (its book estimate).
+    ``from_capture`` takes, for a trace of a known workload (its book estimate). ``program``:
+    report the compilation with this program id, or every compilation of this name (default:
+    the program ``harness`` captured, for a trace it saved; else every program that ran).
     """
     trace_file = find_trace_file(path)
     space, _ = read_xspace(trace_file if space is None else space)
     label = str(trace_file)
     saved = _saved_beside(trace_file, Path(path))
-    program = saved.get("meta", {}).get(schema.PROGRAM, "")
     text = Path(hlo).read_text() if hlo is not None else None
-    decoded = decode(space, hlo_text=text, program=program, warmup_steps=warmup_steps,
+    decoded = decode(space, hlo_text=text, warmup_steps=warmup_steps,
                      saved_hlo=saved.get("hlo_text"), label=label)
+    program = select(decoded, program) or saved.get("meta", {}).get(schema.PROGRAM, "")
     events = decoded.trace.events
     meta = dict(saved.get("meta", {}))
-    meta.setdefault(schema.PROGRAM, decoded.module.name)
     meta.setdefault(schema.DEVICE_KIND, device_kind(space))
     meta.setdefault(schema.DEVICE_COUNT, int(events[schema.DEVICE].nunique()))
     meta[schema.TRACE_FILE] = str(trace_file)
-    cap = Capture(trace_dir=trace_file.parent, hlo_text=decoded.hlo_text,
+    cap = Capture(trace_dir=trace_file.parent, hlo_text=text or saved.get("hlo_text", ""),
                   cost_analysis=saved.get("cost_analysis", {}), meta=meta, owned=False)
     return from_capture(cap, chip=chip, decoded=decoded, workload=workload,
-                        device=meta.get(schema.DEVICE_KIND) or None)
+                        device=meta.get(schema.DEVICE_KIND) or None, program=program)
 
 
 def _saved_beside(trace_file: Path, root: Path) -> dict:

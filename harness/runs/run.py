@@ -9,8 +9,8 @@ it. Plots are drawn only when a format that shows them asks (``figures``).
 
 On disk (``FORMAT`` in meta.json; a run saved before the key existed is format 1, which has the
 same files): meta.json (meta, title, summary, notes, cross-check), ops.parquet and ops.csv,
-steps.parquet, categories.csv, unexpected_collectives.csv, report.md, report.html, the PNG plots
-and ``trace/``.
+steps.parquet, categories.csv, programs.csv, unexpected_collectives.csv, report.md,
+report.html, the PNG plots and ``trace/``.
 """
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ OPS_CSV = "ops.csv"
 STEPS_PARQUET = "steps.parquet"
 CATEGORIES_CSV = "categories.csv"
 UNEXPECTED_CSV = "unexpected_collectives.csv"
+PROGRAMS_CSV = "programs.csv"
 PLOTS = (ROOFLINE_PNG, CATEGORIES_PNG)
 REPORT_FILES = {"report.md": "md", "report.html": "html"}  # rendered beside the tables
 # meta.json keys that are the run's report rather than its metadata
@@ -64,6 +65,7 @@ class Run:
     steps: pd.DataFrame = field(default_factory=pd.DataFrame)
     unexpected: pd.DataFrame | None = None  # collectives the layout did not call for
     cross_check: dict = field(default_factory=dict)  # our FLOPs/bytes against cost_analysis()
+    programs: pd.DataFrame | None = None  # schema.PROGRAMS: every program that ran
     chip: object | None = None
     capture: object | None = None   # harness.capture.Capture: trace directory, HLO, cost
     trace: object | None = None     # harness.trace.TraceEvents: EVENTS, layout, async names
@@ -103,6 +105,8 @@ class Run:
             files[CATEGORIES_CSV] = self.categories.to_csv(index=False)
         if self.unexpected is not None and not self.unexpected.empty:
             files[UNEXPECTED_CSV] = self.unexpected.to_csv(index=False)
+        if self.programs is not None and not self.programs.empty:
+            files[PROGRAMS_CSV] = self.programs.to_csv(index=False)
         meta = dict(self.meta, **{
             schema.CROSS_CHECK: self.cross_check, schema.TITLE: self.title,
             schema.SUMMARY: self.summary, schema.NOTES: self.notes,
@@ -134,6 +138,7 @@ class Run:
             steps = _optional(p / STEPS_PARQUET, pd.read_parquet, pd.DataFrame())
             cats = _optional(p / CATEGORIES_CSV, pd.read_csv, pd.DataFrame())
             unexpected = _optional(p / UNEXPECTED_CSV, pd.read_csv, None)
+            programs = _optional(p / PROGRAMS_CSV, _read_programs, None)
         except FileNotFoundError:
             raise HarnessError(f"{p}: run is missing {OPS_PARQUET}") from None
         except Exception as e:  # pyarrow raises several types for a damaged file
@@ -142,7 +147,7 @@ class Run:
         return cls(title=meta.get(schema.TITLE, p.name), ops=ops, categories=cats,
                    summary=meta.get(schema.SUMMARY, {}),
                    notes=list(meta.get(schema.NOTES, [])), steps=steps, unexpected=unexpected,
-                   cross_check=meta.get(schema.CROSS_CHECK, {}),
+                   cross_check=meta.get(schema.CROSS_CHECK, {}), programs=programs,
                    meta={k: v for k, v in meta.items() if k not in _REPORT_KEYS},
                    plots={name: (p / name).read_bytes() for name in PLOTS if (p / name).exists()},
                    path=p)
@@ -150,6 +155,11 @@ class Run:
 
 def _optional(path: Path, read, default):
     return read(path) if path.exists() else default
+
+
+def _read_programs(path: Path) -> pd.DataFrame:
+    return pd.read_csv(path, dtype={schema.PROGRAM_ID: str}, keep_default_na=False,
+                       na_values={c: [""] for c in (schema.PREDICTED_S, schema.EFFICIENCY)})
 
 
 def list_runs(root: str | os.PathLike = "results") -> list[Run]:

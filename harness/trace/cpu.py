@@ -40,7 +40,7 @@ def _stat_positions(ev, ids: tuple, idx: PlaneIndex, cols: Columns) -> tuple | N
     the first event of a kind let later events read two stats instead of all of them (each read
     is checked). The op's name is its ``hlo_op`` stat, recorded once per event kind.
     """
-    op_id, _, dev_id, run_id = ids
+    op_id, _, dev_id, run_id, _ = ids
     stats = list(ev.stats)
     where = {st.metadata_id: i for i, st in enumerate(stats)}
     if op_id not in where:
@@ -54,9 +54,10 @@ def _cpu_line(line, ids: tuple, idx: PlaneIndex, plans: dict, run_program: dict,
     """Op executions of one XLA thread-pool line. The hot loop reads four fields and two stats
     per op and appends them; times are scaled per line, programs filled in per run afterwards.
 
-    A run_id is one execution of one program, so the program is read once per run.
+    A run_id is one execution of one program, so the program (its name and id) is read once
+    per run.
     """
-    _, mod_id, dev_id, run_id = ids
+    _, mod_id, dev_id, run_id, pid_id = ids
     offsets, durations = array("q"), array("q")
     ops, devices, runs = cols.op.append, cols.device.append, cols.runs.append
     offset, duration = offsets.append, durations.append
@@ -80,8 +81,9 @@ def _cpu_line(line, ids: tuple, idx: PlaneIndex, plans: dict, run_program: dict,
             by_id = {st.metadata_id: idx.value(st) for st in stats}
             device, run = by_id.get(dev_id, -1), by_id.get(run_id, -1)
         if run not in run_program:
-            run_program[run] = next((idx.value(st) for st in stats if st.metadata_id == mod_id),
-                                    "")
+            by_id = {st.metadata_id: st for st in stats}
+            run_program[run] = tuple(str(idx.value(by_id[k])) if k in by_id else ""
+                                     for k in (mod_id, pid_id))
         ops(mid)  # named through cols.op_names
         devices(device)
         runs(run)
@@ -95,7 +97,8 @@ def _cpu_line(line, ids: tuple, idx: PlaneIndex, plans: dict, run_program: dict,
 def extract(space: XSpace) -> Columns:
     host = plane(space, HOST_PLANE)
     idx = PlaneIndex(host)
-    ids = tuple(idx.stat_ids.get(n) for n in ("hlo_op", "hlo_module", "device_ordinal", "run_id"))
+    ids = tuple(idx.stat_ids.get(n) for n in ("hlo_op", "hlo_module", "device_ordinal", "run_id",
+                                              "program_id"))
     steps, run_step = host_steps(space, idx)
     plans: dict = {}  # event metadata id -> stat positions, or None when not an op
     run_program: dict = {}
@@ -103,8 +106,10 @@ def extract(space: XSpace) -> Columns:
     for line in idx.lines(lambda name: name.startswith(XLA_THREAD_PREFIX)):
         _cpu_line(line, ids, idx, plans, run_program, cols)  # ops run on XLA's pool lines
     runs = np.frombuffer(cols.runs, np.int64)
-    cols.program = names_of(runs, run_program)
+    cols.program = names_of(runs, {r: p[0] for r, p in run_program.items()})
+    cols.program_id = names_of(runs, {r: p[1] for r, p in run_program.items()})
     uniq, inverse = np.unique(runs, return_inverse=True)
+    cols.stepped = bool(steps)
     if not steps:  # no annotations: each execution of a program is its own step
         cols.step = inverse
     else:

@@ -6,8 +6,8 @@ from the host's step annotations.
 
 CUDA graphs (XLA's command buffers, on by default): every kernel launched inside a graph
 carries a ``cuda_graph_id`` stat and the graph's op as ``hlo_op`` (``command_buffer_24``), not
-its own. Such kernels are attributed to HLO ops here, from the module's schedule (the caller's
-``harness.hlo.schedule`` of the program: its ops in order, as the trace names them):
+its own. Such kernels are attributed to HLO ops here, from the program's schedule (the caller's
+``schedule_of(program)``, ``harness.hlo.schedule``: its ops in order, as the trace names them):
 
 - a fusion's kernel is named after it: ``loop_multiply_fusion_2`` is ``loop_multiply_fusion.2``
   (or the name itself, ``loop_broadcast_fusion``), checked against the HLO's instruction names;
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from harness.trace.hlo_proto import async_names, embedded_modules
@@ -62,6 +62,7 @@ class Kernel:
     op: str          # the HLO op: the kernel's own, or the graph's until attributed
     name: str        # the kernel's name
     in_graph: bool
+    program_id: str = ""
 
 
 @dataclass
@@ -89,25 +90,30 @@ def _kernels(idx: PlaneIndex) -> list[Kernel]:
             op = stats.get("hlo_op") or idx.stats(meta[ev.metadata_id].stats).get("hlo_op")
             if op:
                 out.append(Kernel(start, dur, stats.get("hlo_module", ""), op,
-                                  idx.event_names.get(ev.metadata_id, ""), GRAPH_STAT in stats))
+                                  idx.event_names.get(ev.metadata_id, ""), GRAPH_STAT in stats,
+                                  str(stats.get("program_id", ""))))
     out.sort(key=lambda k: k.start)
     return out
 
 
-def extract(space: XSpace, schedule: Sequence[tuple[str, str, str]] | None = None) -> Columns:
-    """The GPU op executions; ``schedule``: the program's ops in order, (name, opcode,
-    computation) each (``harness.hlo.schedule``), for kernels inside CUDA graphs."""
+def extract(space: XSpace,
+            schedule_of: Callable[[str], Sequence[tuple[str, str, str]] | None] | None = None
+            ) -> Columns:
+    """The GPU op executions; ``schedule_of(program)``: that program's ops in order, (name,
+    opcode, computation) each (``harness.hlo.schedule``), for kernels inside CUDA graphs."""
     cols = Columns()
     annotated, _ = host_steps(space)
-    sched = None
+    sched, cols.stepped = None, bool(annotated)
     for device, plane in device_planes(space, _GPU_PLANE):
         idx = PlaneIndex(plane)
         steps = device_step_windows(idx) or StepWindows(
             zip(annotated.starts, annotated.ends, annotated.steps), open_ended=True)
+        cols.stepped = cols.stepped or bool(steps)
         kernels = _kernels(idx)
         if any(k.in_graph for k in kernels):
             if sched is None:
-                sched = _schedule(schedule)
+                program = next(k.module for k in kernels if k.in_graph)
+                sched = _schedule(schedule_of(program) if schedule_of else None)
             attribute(kernels, sched)
         _fold(kernels, steps, device, cols)
     cols.async_names = _async_names(space)
@@ -126,7 +132,7 @@ def _fold(kernels: list[Kernel], steps: StepWindows, device: int, cols: Columns)
         if key == prev or waiting is not None:  # another kernel of the same execution
             cols.duration_ns[len(cols.duration_ns) - 1 if key == prev else waiting] += k.dur
             continue
-        cols.add(k.module, k.op, device, step, k.start, k.dur)
+        cols.add(k.module, k.op, device, step, k.start, k.dur, k.program_id)
         if k.name.startswith(_MEMSET):
             memset_row[key] = len(cols.duration_ns) - 1
         prev = key

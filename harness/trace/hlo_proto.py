@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 METADATA_PLANE = "/host:metadata"
 HLO_PROTO_STAT = "Hlo Proto"
-_PROGRAM_ID = re.compile(r"\(\d+\)$")  # "jit_step(0)" -> "jit_step"
+_PROGRAM_ID = re.compile(r"^(.*)\((\d+)\)$")  # "jit_step(12)" -> ("jit_step", "12")
 
 _F = descriptor_pb2.FieldDescriptorProto
 # The fields of xla/service/hlo.proto read here: (message, field, number, type, message type)
@@ -64,9 +64,10 @@ def _classes() -> dict[str, type]:
 _PROTO = _classes()
 
 
-def embedded_modules(space: XSpace) -> dict[str, bytes]:
-    """Module name (without its program id) -> serialized ``HloModuleProto``, for every module
-    whose HLO the trace holds; empty when it holds none."""
+def embedded_modules(space: XSpace) -> dict[tuple[str, str], bytes]:
+    """(module name, program id) -> serialized ``HloModuleProto``, for every module whose HLO
+    the trace holds (the id is "" where the metadata's name carries none); empty when it holds
+    none. A trace embeds every module compiled while it ran, not only those that ran."""
     meta = plane(space, METADATA_PLANE)
     if meta is None:
         return {}
@@ -76,7 +77,9 @@ def embedded_modules(space: XSpace) -> dict[str, bytes]:
         for st in m.stats:
             if idx.stat_names.get(st.metadata_id) == HLO_PROTO_STAT and st.bytes_value:
                 module = _PROTO["HloProto"].FromString(st.bytes_value).hlo_module
-                found[_PROGRAM_ID.sub("", m.name)] = module.SerializeToString()
+                named = _PROGRAM_ID.match(m.name)
+                key = (named.group(1), named.group(2)) if named else (m.name, "")
+                found[key] = module.SerializeToString()
     return found
 
 

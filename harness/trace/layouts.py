@@ -30,7 +30,7 @@ __all__ = ["LAYOUTS", "Layout", "Columns"]
 @dataclass(frozen=True)
 class Layout:
     detect: Callable[[XSpace], bool]
-    extract: Callable[..., Columns]  # (space) or, with uses_hlo, (space, schedule)
+    extract: Callable[..., Columns]  # (space) or, with uses_hlo, (space, schedule_of)
     uses_hlo: bool = False  # the layout uses the program's schedule (GPU: CUDA graphs)
     shares_cores: bool = False  # its devices are threads on the host's cores (harness.shares)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,13 +88,15 @@ def _categorical(values: list, names: dict) -> pd.Categorical:
 @dataclass(frozen=True)
 class TraceEvents:
     """A trace's EVENTS with where they came from: the layout that read them, the source label,
-    and the HLO text's name of each async op -> the name the trace gives it
-    (``fusion-start.3`` -> ``loop_..._fusion.7``; GPU traces)."""
+    the HLO text's name of each async op -> the name the trace gives it
+    (``fusion-start.3`` -> ``loop_..._fusion.7``; GPU traces), and whether the trace had step
+    markers (without them, ``harness.ops.by_execution`` numbers each program's executions)."""
 
     events: pd.DataFrame
     layout: str
     source: str
     async_names: dict = field(default_factory=dict)
+    stepped: bool = True  # steps from step markers; False: one step per program execution
 
     @property
     def shares_cores(self) -> bool:
@@ -105,36 +107,41 @@ class TraceEvents:
         return bool(known and known.shares_cores)
 
 
+Schedule = Callable[[str], "Sequence[tuple[str, str, str]] | None"]
+
+
 def load_events(source: str | os.PathLike | bytes | XSpace, *, warmup_steps: int = 0,
-                schedule: Sequence[tuple[str, str, str]] | None = None) -> pd.DataFrame:
+                schedule_of: Schedule | None = None) -> pd.DataFrame:
     """The EVENTS table of a trace (``read_events(...).events``)."""
-    return read_events(source, warmup_steps=warmup_steps, schedule=schedule).events
+    return read_events(source, warmup_steps=warmup_steps, schedule_of=schedule_of).events
 
 
 def read_events(source: str | os.PathLike | bytes | XSpace, *, warmup_steps: int = 0,
-                schedule: Sequence[tuple[str, str, str]] | None = None,
-                label: str | None = None) -> TraceEvents:
+                schedule_of: Schedule | None = None, label: str | None = None) -> TraceEvents:
     """The EVENTS table of a trace: one row per op execution inside a measured step, with the
     layout that read it and the source's label.
 
     Op executions outside every step annotation (warm-up, compilation) are dropped; so are the
-    first ``warmup_steps`` annotated steps. Steps are renumbered from 0. ``schedule``: the
-    program's ops in order (``harness.hlo.schedule``), for a GPU trace whose CUDA-graph kernels
-    must be attributed to ops. ``source`` may be an XSpace already parsed (``label`` names it).
+    first ``warmup_steps`` annotated steps. Steps are renumbered from 0. ``schedule_of(program)``:
+    that program's ops in order (``harness.hlo.schedule``), for a GPU trace whose CUDA-graph
+    kernels must be attributed to ops. ``source`` may be an XSpace already parsed (``label``
+    names it).
     """
     space, read_label = read_xspace(source)
     label = label or read_label
     layout_name = detect_layout(space, label)
     layout = LAYOUTS[layout_name]
     try:
-        cols: Columns = (layout.extract(space, schedule) if layout.uses_hlo
+        cols: Columns = (layout.extract(space, schedule_of) if layout.uses_hlo
                          else layout.extract(space))
     except DecodeError as e:  # lines are decoded lazily, so corruption inside one shows here
         raise TraceError(f"{label}: corrupt XSpace line ({e})") from None
     if not cols.op:
         raise TraceError(f"{label}: trace has no XLA op executions ({layout_name} layout)")
+    ids = cols.program_id if len(cols.program_id) == len(cols.op) else [""] * len(cols.op)
     df = pd.DataFrame({
         schema.PROGRAM: _categorical(cols.program, cols.program_names),
+        schema.PROGRAM_ID: _categorical(ids, {}),
         schema.OP: _categorical(cols.op, cols.op_names),
         schema.DEVICE: np.asarray(cols.device, dtype=np.int32),
         schema.STEP: np.asarray(cols.step, dtype=np.int32),
@@ -151,4 +158,5 @@ def read_events(source: str | os.PathLike | bytes | XSpace, *, warmup_steps: int
                          f"({layout_name} layout, warmup_steps={warmup_steps})")
     df = df.assign(**{schema.STEP: df[schema.STEP].map({s: i for i, s in enumerate(steps)})
                       .astype("int32")})
-    return TraceEvents(df.reset_index(drop=True), layout_name, label, dict(cols.async_names))
+    return TraceEvents(df.reset_index(drop=True), layout_name, label, dict(cols.async_names),
+                       cols.stepped)

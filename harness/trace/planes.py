@@ -48,11 +48,17 @@ class Columns:
     runs: array = field(default_factory=lambda: array("q"))  # CPU: run_id of each execution
     program_names: dict = field(default_factory=dict)
     op_names: dict = field(default_factory=dict)
+    # each execution's program id (the trace's ``program_id`` stat; "" where it gives none),
+    # and whether steps come from step markers (False: each execution is numbered later)
+    program_id: list = field(default_factory=list)
+    stepped: bool = True
     # GPU: {async-start name in the HLO text: the wrapped op's name, which the trace shows}
     async_names: dict = field(default_factory=dict)
 
-    def add(self, program: str, op: str, device: int, step: int, start_ns: int, dur_ns: int):
+    def add(self, program: str, op: str, device: int, step: int, start_ns: int, dur_ns: int,
+            program_id: str = ""):
         self.program.append(program)
+        self.program_id.append(program_id)
         self.op.append(op)
         self.device.append(device)
         self.step.append(step)

@@ -43,6 +43,7 @@ def extract(space: XSpace) -> Columns:
     """Vectorized over each plane's ``XLA Ops`` line: no per-event Python beyond three reads."""
     cols = Columns()
     annotated, _ = host_steps(space)
+    cols.stepped = bool(annotated)
     for device, plane in device_planes(space, _TPU_PLANE):
         idx = PlaneIndex(plane)
         raw = idx.raw_line("XLA Ops")
@@ -50,6 +51,7 @@ def extract(space: XSpace) -> Columns:
             continue
         steps = device_step_windows(idx) or StepWindows(
             zip(annotated.starts, annotated.ends, annotated.steps), open_ended=True)
+        cols.stepped = cols.stepped or bool(steps)
         mids, start, dur = line_arrays(raw)
         step = steps.assign(start) if steps else np.zeros(len(mids), dtype=np.int64)
         cols.program.extend(_tpu_modules(idx, raw, mids, start))
