@@ -86,6 +86,7 @@ WORKLOAD = "workload"
 PRESET = "preset"
 MESH = "mesh"                      # mesh shape, "4x2"
 CHIP = "chip"                      # chip the run was predicted for
+CHIP_SOURCE = "chip_source"        # where the chip came from: flag, trace (device planes), device
 OVERRIDES = "overrides"            # the point's config overrides, "kind=all_gather nbytes=4096"
 STATUS = "status"                  # see harness.sweep.run.STATUSES
 ERROR = "error"                    # one line, for failed points

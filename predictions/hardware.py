@@ -4,7 +4,9 @@
 device's ``device_kind`` to one, ``register(chip)`` installs a calibrated entry at run time.
 ``WRAP_RULES`` says, per rule a chip names, which axes of a slice wrap around (tpus.md).
 Values follow the newest edition of the book (tpus.md, gpus.md spec tables); where the book
-disagrees with itself the choice is commented on the entry.
+disagrees with itself the choice is commented on the entry. Figures the book does not give (GPU
+fp32/tf32 peaks, host links) come from the vendor's data sheet, cited on the entry; AMD's chips,
+which the book does not cover, are in ``predictions.chips_amd``.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from predictions import dtypes
+from predictions import chips_amd, dtypes
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,7 @@ class Chip:
     ``wrap_rule``: key into ``WRAP_RULES`` (which axes of a slice have wraparound links).
     ``chips_per_node``: TPU chips per host; GPUs per NVLink node.
     ``node_bytes_per_s``: GPUs only, the node's scale-out (InfiniBand) egress.
+    ``pcie_bytes_per_s``: the host link (PCIe), one direction, per chip.
     ``software_bytes_per_s``: CPU only, measured rates of work the host does in software, by
     kind (``"convert"``: bf16 <-> f32, which a CPU without bf16 units converts element by
     element); such ops are priced at this rate, not at ``hbm_bytes_per_s``.
@@ -63,7 +66,8 @@ class Chip:
     def flops_per_s(self, dtype: str = "bf16") -> float:
         """Peak FLOP/s (OP/s for integers) at ``dtype``; KeyError lists the dtypes given."""
         table = dict(self.peak_flops)
-        key = dtypes.peak_column(dtype)
+        # tf32 and fp6 are peak columns with no element type of their own: asked for by name
+        key = dtypes.peak_column(dtype) or str(dtype).lower()
         if key not in table:
             raise KeyError(f"{self.name} has no peak FLOP/s for dtype {dtype!r} in the book; "
                            f"known for this chip: {sorted(table)}")
@@ -121,12 +125,13 @@ CHIPS: dict[str, Chip] = {
         peak_flops=(("bf16", 1.4e14), ("int8", 1.4e14)), hbm_bytes=32e9, hbm_bytes_per_s=9.0e11,
         ici_bytes_per_s=1.0e11, ici_links=4, torus_dims=2, max_slice=(32, 32),
         wrap_rule="full-axis",  # assumption: the book gives no v3 rule; like the v5e pod torus
-        chips_per_node=8, **_TPU),
+        chips_per_node=8, **_TPU),  # host link: the book gives none (tpus.md table: "-")
     "tpu-v4p": Chip(
         "tpu-v4p", description="TPU v4p (megacore)",
         peak_flops=(("bf16", 2.75e14), ("int8", 2.75e14)),
         hbm_bytes=32e9, hbm_bytes_per_s=1.2e12,  # table value; a tpus.md exercise uses 1.23e12
         ici_bytes_per_s=4.5e10, ici_links=6, torus_dims=3, max_slice=(16, 16, 16),
+        # host link (all TPUs): tpus.md table, PCIe per chip, 16 GB/s each way (v6e: 32 GB/s)
         wrap_rule="cube", chips_per_node=4, pcie_bytes_per_s=1.6e10, **_TPU),
     "tpu-v5p": Chip(
         "tpu-v5p", description="TPU v5p (megacore)",
@@ -154,34 +159,52 @@ CHIPS: dict[str, Chip] = {
         peak_flops=(("bf16", 2.30e15), ("int8", 4.61e15)), hbm_bytes=192e9, hbm_bytes_per_s=7.4e12,
         ici_bytes_per_s=9.0e10, ici_links=6, torus_dims=3, max_slice=(4, 4, 576),
         wrap_rule="cube",  # assumption: the book states no 7x rule; treated like v5p
+        # host link: neither the book (tpus.md table: "-") nor Google's TPU7x page gives one
         chips_per_node=4, dcn_bytes_per_s=1.25e10, **_TPU),
     # gpus.md. hop_latency_s: the book gives no GPU per-hop latency; 1 us is an assumption.
+    # fp32 (CUDA cores) and tf32 (Tensor Cores) are the data sheets' dense figures (they print
+    # tf32 "with sparsity", twice the dense rate); the host link is PCIe, one direction (the
+    # data sheets print both directions together).
     "a100": Chip(
         "a100", kind="gpu", description="NVIDIA A100 (Ampere, NVLink 3, 8 per node)",
-        peak_flops=(("bf16", 3.1e14), ("fp8", 6.2e14), ("int8", 6.2e14)),
+        # NVIDIA A100 Tensor Core GPU data sheet (SXM): FP32 19.5, TF32 156 (312 sparse) TFLOPS;
+        # PCIe Gen4 64 GB/s. The book's fp8 is its "fp8/int8" column: A100 has int8, no fp8 units.
+        peak_flops=(("fp32", 19.5e12), ("tf32", 312e12 / 2), ("bf16", 3.1e14), ("fp8", 6.2e14),
+                    ("int8", 6.2e14)),
         hbm_bytes=80e9, hbm_bytes_per_s=2.0e12, ici_bytes_per_s=300e9, ici_links=12,
-        torus_dims=0, max_slice=(), wrap_rule="always", hop_latency_s=1e-6, chips_per_node=8),
+        torus_dims=0, max_slice=(), wrap_rule="always", hop_latency_s=1e-6, chips_per_node=8,
+        pcie_bytes_per_s=64e9 / 2),
     "h100": Chip(
         "h100", kind="gpu", description="NVIDIA H100 SXM (Hopper, NVLink 4, DGX node of 8)",
         # the book computes with 9.89e14 and 3.35e12 (critical batch 295); its table rounds to
-        # 9.9e14 and 3.4e12. fp8/int8 = 2x bf16 (table: 2.0e15).
-        peak_flops=(("bf16", 9.89e14), ("fp8", 1.978e15), ("int8", 1.978e15)),
+        # 9.9e14 and 3.4e12. fp8/int8 = 2x bf16 (table: 2.0e15). NVIDIA H100 Tensor Core GPU
+        # data sheet (SXM): FP32 67, TF32 989 sparse (494.5 dense) TFLOPS; PCIe Gen5 128 GB/s.
+        peak_flops=(("fp32", 67e12), ("tf32", 989e12 / 2), ("bf16", 9.89e14), ("fp8", 1.978e15),
+                    ("int8", 1.978e15)),
         hbm_bytes=80e9, hbm_bytes_per_s=3.35e12, ici_bytes_per_s=450e9, ici_links=18,
         torus_dims=0, max_slice=(), wrap_rule="always", hop_latency_s=1e-6, chips_per_node=8,
-        dcn_bytes_per_s=50e9, node_bytes_per_s=400e9),
+        dcn_bytes_per_s=50e9, pcie_bytes_per_s=128e9 / 2, node_bytes_per_s=400e9),
     "h200": Chip(
         "h200", kind="gpu", description="NVIDIA H200 (Hopper; NVLink as H100)",
-        peak_flops=(("bf16", 9.89e14), ("fp8", 1.978e15), ("int8", 1.978e15)),
+        # NVIDIA H200 Tensor Core GPU data sheet (SXM): FP32 67, TF32 989 sparse (494.5 dense)
+        # TFLOPS, as H100 SXM; PCIe Gen5 128 GB/s.
+        peak_flops=(("fp32", 67e12), ("tf32", 989e12 / 2), ("bf16", 9.89e14), ("fp8", 1.978e15),
+                    ("int8", 1.978e15)),
         hbm_bytes=141e9, hbm_bytes_per_s=4.8e12, ici_bytes_per_s=450e9, ici_links=18,
         torus_dims=0, max_slice=(), wrap_rule="always", hop_latency_s=1e-6, chips_per_node=8,
-        dcn_bytes_per_s=50e9, node_bytes_per_s=400e9),
+        dcn_bytes_per_s=50e9, pcie_bytes_per_s=128e9 / 2, node_bytes_per_s=400e9),
     "b200": Chip(
         "b200", kind="gpu", description="NVIDIA B200 (Blackwell, NVLink 5, DGX node of 8)",
-        # calculations use 2.25e15 (critical batch 281); the table says 2.3e15
-        peak_flops=(("bf16", 2.25e15), ("fp8", 4.5e15), ("int8", 4.5e15), ("fp4", 9.0e15)),
+        # calculations use 2.25e15 (critical batch 281); the table says 2.3e15. NVIDIA HGX B200
+        # data sheet, 8 GPUs: FP32 600 TFLOPS, TF32 18 and FP8/FP6 72 PFLOPS with sparsity, i.e.
+        # per GPU dense 75 TFLOPS, 1.125 and 4.5 PFLOPS. Host link: not taken (no per-GPU figure).
+        peak_flops=(("fp32", 600e12 / 8), ("tf32", 18e15 / 8 / 2), ("bf16", 2.25e15),
+                    ("fp8", 4.5e15), ("fp6", 72e15 / 8 / 2), ("int8", 4.5e15), ("fp4", 9.0e15)),
         hbm_bytes=192e9, hbm_bytes_per_s=8.0e12, ici_bytes_per_s=900e9, ici_links=18,
         torus_dims=0, max_slice=(), wrap_rule="always", hop_latency_s=1e-6, chips_per_node=8,
         dcn_bytes_per_s=50e9, node_bytes_per_s=400e9),
+    # AMD Instinct (not in the book): the vendor's figures, cited in predictions.chips_amd
+    **{name: Chip(name, **spec) for name, spec in chips_amd.SPECS.items()},
     # PLACEHOLDER, not from the book: a conservative shared-core host. `harness calibrate`
     # measures the real numbers; a run predicts with them (calibrate.chip.cpu_chip_for_run).
     "cpu": Chip(
@@ -230,6 +253,10 @@ DEVICE_KINDS: dict[str, str] = {
     r"(nvidia )?h100.*": "h100",
     r"(nvidia )?h200.*": "h200",
     r"(nvidia )?b200.*": "b200",
+    r"(amd )?(instinct )?mi300x.*": "mi300x",  # device names such as "AMD Instinct MI300X"
+    r"(amd )?(instinct )?mi325x.*": "mi325x",
+    r"(amd )?(instinct )?mi350x.*": "mi350x",
+    r"(amd )?(instinct )?mi355x.*": "mi355x",
     r"cpu": "cpu",
 }
 

@@ -119,14 +119,23 @@ def comm_time(cost: Cost, chip: Chip | str) -> float:
     return collectives.TIME_BY_COLLECTIVE[cost.collective](cost.comm_bytes, axes, chip)
 
 
+# Peak columns an element type runs at before its own: f32 at the tensor units' tf32 rate where
+# a chip lists one (XLA's default precision runs f32 dots as tf32 on NVIDIA Ampere and later;
+# the chip's fp32 figure is its CUDA-core rate), a lower bound either way.
+FASTER_COLUMNS: dict[str, tuple[str, ...]] = {"fp32": ("tf32",)}
+
+
 def peak_flops(chip: Chip | str, dtype: str) -> float:
     """C for an op of element type ``dtype``; for types the book gives no peak for (fp32 and
     integers on TPUs/GPUs, pred) it falls back to fp32 where listed, else the bf16 peak (an
-    optimistic lower bound: TPUs run f32 matmuls as bf16 passes by default)."""
+    optimistic lower bound: TPUs run f32 matmuls as bf16 passes by default). f32 takes tf32
+    first where the chip lists it (``FASTER_COLUMNS``)."""
     c = hardware.chip_entry(chip)
     for candidate in (dtype, "fp32", "bf16"):
-        if dtypes.peak_column(candidate) in c.dtypes:
-            return c.flops_per_s(candidate)
+        column = dtypes.peak_column(candidate)
+        for key in (*FASTER_COLUMNS.get(column, ()), column):
+            if key in c.dtypes:
+                return c.flops_per_s(key)
     return c.flops_per_s("bf16")
 
 

@@ -203,6 +203,27 @@ def test_compute_dtype_and_explicit_dtype():
         as_bf16[schema.FLOPS] / roofline.peak_flops("h100", "f32"))
 
 
+CUBLAS_BF16 = """HloModule m
+ENTRY %main (p0: bf16[128,256], p1: bf16[256,512]) -> f32[128,512] {
+  %p0 = bf16[128,256]{1,0} parameter(0)
+  %p1 = bf16[256,512]{1,0} parameter(1)
+  %custom-call.1 = (f32[128,512]{1,0}, s8[4194304]{0}) custom-call(bf16[128,256]{1,0} %p0, \
+bf16[256,512]{1,0} %p1), custom_call_target="__cublas$lt$matmul", backend_config=\
+{"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":["1"],\
+"rhs_contracting_dimensions":["0"],"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]}}}
+  ROOT %gte = f32[128,512]{1,0} get-tuple-element(%custom-call.1), index=0
+}
+"""
+
+
+def test_a_library_matmul_runs_at_its_operands_rate():
+    # cuBLAS bf16 x bf16 -> f32: the bf16 Tensor Core peak, not the f32 result's (tf32) rate
+    m = hlo.parse_module(CUBLAS_BF16)
+    assert hlo.compute_dtype(m.instruction("custom-call.1"), m) == "bf16"
+    call = row(hlo.hlo_costs(m, "h100"), "custom-call.1")
+    assert call[schema.T_COMPUTE_S] == pytest.approx(2 * 128 * 256 * 512 / 9.89e14)
+
+
 # --- module totals against cost_analysis() ----------------------------------------------------
 def xla(name: str) -> dict:
     return json.loads((FIXTURES / f"{name}.cost.json").read_text())

@@ -77,9 +77,11 @@ def test_fp16_runs_at_the_bf16_rate_and_u8_at_int8():
     assert h100.flops_per_s("u8") == h100.flops_per_s("int8") == 2 * 9.89e14
 
 
-def test_types_without_a_book_rate_fall_back_as_before():
+def test_types_without_a_book_rate_fall_back_to_fp32_then_bf16():
     assert dtypes.peak_column("f8e3m4") is None and dtypes.peak_column("f64") is None
-    assert roofline.peak_flops("h100", "f8e3m4") == 9.89e14  # bf16 peak, the fallback
+    # H100 lists fp32 (data sheet), taken at its tensor-core tf32 rate: 989 TFLOPS sparse / 2
+    assert roofline.peak_flops("h100", "f8e3m4") == 989e12 / 2
+    assert roofline.peak_flops("tpu-v5e", "f8e3m4") == 1.97e14  # no fp32 column: bf16 peak
     assert roofline.peak_flops("h100", "f8e5m2") == 1.978e15  # the fp8 column
 
 

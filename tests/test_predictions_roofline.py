@@ -143,5 +143,9 @@ def test_op_time_dtype_fallback_for_types_without_a_book_peak():
     assert roofline.peak_flops("tpu-v5e", "f32") == 1.97e14
     assert roofline.peak_flops("tpu-v5e", "s8") == 3.94e14
     assert roofline.peak_flops("cpu", "s32") == hardware.chip("cpu").flops_per_s("fp32")
+    # f32 on a GPU runs on the tensor units as tf32 (XLA's default precision): H100 data sheet
+    # TF32 989 TFLOPS with sparsity, half dense; a chip without tf32 takes its fp32 figure
+    assert roofline.peak_flops("h100", "f32") == 989e12 / 2
+    assert roofline.peak_flops("mi355x", "f32") == pytest.approx(157.3e12, rel=1e-3)
     t = roofline.op_time(Cost(flops=1.97e14), "tpu-v5e", "pred")
     assert t.t_compute_s == pytest.approx(1.0)

@@ -10,14 +10,18 @@ def _stat(ids: dict, name: str, value) -> str:
     sid = ids.setdefault(name, len(ids) + 1)
     if isinstance(value, str):
         return f'stats {{ metadata_id: {sid} str_value: "{value}" }}'
+    if isinstance(value, float):
+        return f"stats {{ metadata_id: {sid} double_value: {value!r} }}"
     return f"stats {{ metadata_id: {sid} int64_value: {int(value)} }}"
 
 
-def plane(name: str, lines: dict[str, list[tuple]], plane_id: int = 1) -> str:
-    """``lines``: line name -> [(event name, start_ns, duration_ns, {stat: value}), ...]."""
+def plane(name: str, lines: dict[str, list[tuple]], plane_id: int = 1,
+          stats_of_plane: dict | None = None) -> str:
+    """``lines``: line name -> [(event name, start_ns, duration_ns, {stat: value}), ...];
+    ``stats_of_plane``: the plane's own stats, {stat: value} (a float is a double_value)."""
     events: dict[str, int] = {}
     stats: dict[str, int] = {}
-    body = []
+    body = [_stat(stats, k, v) for k, v in (stats_of_plane or {}).items()]
     for i, (line_name, evs) in enumerate(lines.items()):
         parts = [f'id: {i + 1} name: "{line_name}" timestamp_ns: 0']
         for ev_name, start_ns, dur_ns, ev_stats in evs:

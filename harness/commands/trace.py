@@ -23,22 +23,23 @@ def add_arguments(p) -> None:
     p.add_argument("--top", type=count, default=20, help="rows to print (default 20; 0 = all)")
     p.add_argument("--warmup-steps", type=int, default=0,
                    help="annotated steps to drop from the start (default 0)")
+    p.add_argument("--program", default="", metavar="ID|NAME",
+                   help="report one compilation (its program id) or every compilation of a "
+                        "name (default: every program that ran)")
     p.add_argument("--format", choices=schema.REPORT_FORMATS, default="text")
     p.add_argument("--csv", type=Path, help="also write the full op table as CSV here")
     p.add_argument("--json", type=Path, help="also write the full op table as JSON here")
     p.add_argument("--html", type=Path, help="also write the HTML report here")
 
 
-def _accelerator(space) -> str | None:
-    """The chip of the trace's accelerator, when it names one the registry knows."""
-    from harness.trace.hlo_proto import device_kind
-    from predictions import hardware
+def _accelerator(space) -> tuple[object | None, list[str]]:
+    """The chip the trace's device planes describe (``harness.chip.chip_from_device``), and
+    its notes (one naming the device when there is no chip)."""
+    from harness.chip import chip_from_device
+    from harness.trace.device import trace_device
 
-    kind = device_kind(space)
-    try:
-        return hardware.chip_for(kind).name if kind else None
-    except KeyError:
-        return None
+    found, notes, _ = chip_from_device(trace_device(space))
+    return found, notes
 
 
 def main(args) -> int:
@@ -49,11 +50,12 @@ def main(args) -> int:
     if args.hlo is not None and not args.hlo.is_file():
         raise HarnessError(f"--hlo {args.hlo}: no such file")
     space, label = read_xspace(find_trace_file(args.path))
-    chip = args.chip or _accelerator(space)
-    if chip is None and args.hlo is None:
-        return _measured_only(space, label, args)
-    run = pipeline.analyze_trace(args.path, chip=chip, hlo=args.hlo,
-                                 warmup_steps=args.warmup_steps, space=space)
+    found, notes = (None, []) if args.chip else _accelerator(space)
+    if args.chip is None and found is None and args.hlo is None:
+        return _measured_only(space, label, args, notes)
+    run = pipeline.analyze_trace(args.path, chip=args.chip, hlo=args.hlo,
+                                 warmup_steps=args.warmup_steps, space=space,
+                                 program=args.program)
     if args.csv:
         args.csv.write_text(tables.to_csv(run.ops))
     if args.json:
@@ -64,7 +66,7 @@ def main(args) -> int:
     return 0
 
 
-def _measured_only(space, label: str, args) -> int:
+def _measured_only(space, label: str, args, notes: list[str]) -> int:
     from harness.report import tables
     from harness.runs.pipeline import measured_only
 
@@ -81,4 +83,5 @@ def _measured_only(space, label: str, args) -> int:
     fmt = args.format if args.format in tables.FORMATS else "text"
     print(tables.render(shown, fmt) if fmt != "text"
           else tables.to_text(shown, title=title), end="")
+    print("".join(f"note: {n}\n" for n in notes if fmt == "text"), end="")
     return 0

@@ -61,8 +61,8 @@ def _cost(instr: Instruction, module: Module) -> Cost:
 
 
 def compute_dtype(instr: Instruction, module: Module) -> str:
-    """The element type that sets the peak FLOP/s: a dot's (or a fusion's dot's) left operand,
-    otherwise the first result leaf."""
+    """The element type that sets the peak FLOP/s: a dot's (or a fusion's dot's, or a library
+    matmul's: cuBLAS bf16 x bf16 -> f32) left operand, otherwise the first result leaf."""
     candidates = [instr]
     if instr.opcode == "fusion":
         candidates = [i for i in fused_instructions(module, instr)
@@ -70,6 +70,10 @@ def compute_dtype(instr: Instruction, module: Module) -> str:
     first = candidates[0]
     if first.opcode in ("dot", "convolution") and first.operand_shapes:
         return first.operand_shapes[0][0].dtype
+    if first.opcode == "custom-call":  # costed as a dot when its config gives dot dimensions
+        desc = to_desc(first, module)
+        if desc.opcode == "dot" and desc.operands:
+            return desc.operands[0].dtype
     shapes = first.shapes or operand_leaves(first)
     return shapes[0].dtype if shapes else "f32"
 

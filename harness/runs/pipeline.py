@@ -26,7 +26,8 @@ from harness.errors import HarnessError
 from harness.hlo import Module, parse_module, schedule
 from harness.ops import op_times
 from harness.runs.run import Run
-from harness.trace.hlo_proto import async_names, device_kind, embedded_modules, module_text
+from harness.trace.device import trace_device
+from harness.trace.hlo_proto import async_names, embedded_modules, module_text
 from harness.trace.load import TraceEvents, find_trace_file, read_events, read_xspace
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,8 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
     host's ``host_drift`` around the capture divided out). ``workload``: the built workload
     (``harness.runs.workload.Built``), whose book estimate and expected collectives go into
     the analysis. ``meta`` is kept with the run; ``notes`` come first in its report.
-    ``device``: the device (or kind) that ran it, when not this process's first device.
+    ``device``: the device (or kind, or a trace's ``harness.trace.device.Device``) that ran
+    it, when not this process's first device.
     ``trace``: the EVENTS to analyse when they are not the capture's own trace (a multi-host
     run merges every process's). ``program``: the program (name or id) whose ops to report
     (default: the captured one; "" every program that ran).
@@ -214,14 +216,16 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
                      saved_hlo=saved.get("hlo_text"), label=label)
     program = select(decoded, program) or saved.get("meta", {}).get(schema.PROGRAM, "")
     events = decoded.trace.events
+    device = trace_device(space)  # the chip its device planes describe (harness.chip)
     meta = dict(saved.get("meta", {}))
-    meta.setdefault(schema.DEVICE_KIND, device_kind(space))
+    meta.setdefault(schema.DEVICE_KIND, device.label if device else "")
     meta.setdefault(schema.DEVICE_COUNT, int(events[schema.DEVICE].nunique()))
     meta[schema.TRACE_FILE] = str(trace_file)
     cap = Capture(trace_dir=trace_file.parent, hlo_text=text or saved.get("hlo_text", ""),
                   cost_analysis=saved.get("cost_analysis", {}), meta=meta, owned=False)
     return from_capture(cap, chip=chip, decoded=decoded, workload=workload,
-                        device=meta.get(schema.DEVICE_KIND) or None, program=program)
+                        device=device or meta.get(schema.DEVICE_KIND) or None,
+                        program=program)
 
 
 def _saved_beside(trace_file: Path, root: Path) -> dict:

@@ -130,13 +130,3 @@ def async_names(module_bytes: bytes) -> dict[str, str]:
                     names[instr.name] = wrapped
     return names
 
-
-def device_kind(space: XSpace) -> str:
-    """The device kind a trace's first device plane names (``gpu_device_name``), or ""."""
-    for p in space.planes:
-        if p.name.startswith("/device:"):
-            idx = PlaneIndex(p)
-            for st in p.stats:
-                if idx.stat_names.get(st.metadata_id) in ("gpu_device_name", "device_kind"):
-                    return str(idx.value(st))
-    return ""
