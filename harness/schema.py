@@ -14,6 +14,8 @@ from predictions import roofline, rules
 
 # --- identifiers --------------------------------------------------------------------------
 PROGRAM = "program"          # HLO module name, e.g. "jit_train_step"
+PROGRAM_ID = "program_id"    # id of one compilation of a program, a string (TPU: the ops'
+                             # program_id stat); optional in EVENTS, there when the trace names it
 OP = "op"                    # HLO instruction name as it appears in the trace ("fusion.12")
 DEVICE = "device"            # global device id
 HOST = "host"                # process index (multi-host runs)

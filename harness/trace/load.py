@@ -141,6 +141,8 @@ def read_events(source: str | os.PathLike | bytes | XSpace, *, warmup_steps: int
         schema.START_NS: np.asarray(cols.start_ns, dtype=np.int64),
         schema.DURATION_NS: np.asarray(cols.duration_ns, dtype=np.int64),
     })
+    if cols.program_id:  # optional: only layouts that name a program id give it
+        df[schema.PROGRAM_ID] = _categorical(cols.program_id, {})
     df = df[df[schema.STEP] >= 0]
     steps = sorted(df[schema.STEP].unique())
     if warmup_steps:
