@@ -83,7 +83,7 @@ def analyze(trace: TraceEvents, module: Module, chip, context: Context = Context
     """Measure, predict and compare one program of a decoded trace on ``chip``."""
     ctx, notes = context, list(context.notes)
     events = trace.events
-    predicted = hlo_costs(module, chip)
+    predicted = hlo_costs(module, chip, async_on=trace.async_time_on)
     # the trace names an async op (``fusion-start.3`` in the HLO text) by the op it wraps
     if trace.async_names:
         predicted[schema.OP] = predicted[schema.OP].replace(trace.async_names)

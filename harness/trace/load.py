@@ -104,6 +104,13 @@ class TraceEvents:
         known = LAYOUTS.get(self.layout)
         return bool(known and known.shares_cores)
 
+    @property
+    def async_time_on(self) -> str:
+        """The half of an async pair ("start" or "done") the trace gives the pair's time to
+        (its layout says; "start" for any other): ``harness.hlo.hlo_costs(async_on=...)``."""
+        known = LAYOUTS.get(self.layout)
+        return known.async_time_on if known else "start"
+
 
 def load_events(source: str | os.PathLike | bytes | XSpace, *, warmup_steps: int = 0,
                 schedule: Sequence[tuple[str, str, str]] | None = None) -> pd.DataFrame:
