@@ -148,7 +148,7 @@ def read_events(source: str | os.PathLike | bytes | XSpace, *, warmup_steps: int
         schema.START_NS: np.asarray(cols.start_ns, dtype=np.int64),
         schema.DURATION_NS: np.asarray(cols.duration_ns, dtype=np.int64),
     })
-    if cols.program_id:  # optional: only layouts that name a program id give it
+    if any(cols.program_id):  # optional: only where the trace names a program id
         df[schema.PROGRAM_ID] = _categorical(cols.program_id, {})
     df = df[df[schema.STEP] >= 0]
     steps = sorted(df[schema.STEP].unique())
