@@ -38,14 +38,11 @@ COLLECTIVE_OPCODES: dict[str, str] = {
     "collective-permute": "collective-permute", "collective-broadcast": "collective-broadcast",
 }
 
-# XLA's async pairs, -start -> -done: the pair does its work once. Which half the trace gives
-# the time to depends on the backend (harness.hlo.cost: the -start's kernel on GPU, the -done's
-# wait on TPU); the work is priced from the -start's description, a -done alone is free.
-ASYNC_PAIRS: dict[str, str] = {
-    **{f"{c}-start": f"{c}-done" for c in COLLECTIVE_OPCODES},
-    "copy-start": "copy-done", "send": "send-done", "recv": "recv-done",
-    "async-start": "async-done", "fusion-start": "fusion-done",
-}
+# XLA's async pairs, -start -> -done, doing their work once: priced from the -start's description
+# (a -done alone is free), on the half the trace times (harness.hlo.cost: GPU -start, TPU -done).
+ASYNC_PAIRS: dict[str, str] = {**{f"{c}-start": f"{c}-done" for c in COLLECTIVE_OPCODES},
+                               "copy-start": "copy-done", "send": "send-done", "recv": "recv-done",
+                               "async-start": "async-done", "fusion-start": "fusion-done"}
 
 # Control flow: no cost of its own, the instructions it runs are costed (and, on CPU, their trace
 # events are enclosed by its own, so reports leave it out).
@@ -58,9 +55,7 @@ STRUCTURAL = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "
 ZERO_COST = STRUCTURAL | {
     "reshape", "partition-id", "replica-id", "get-dimension-size", "set-dimension-size",
     "async-update", *ASYNC_PAIRS.values()}
-# A copy between host memory (layout memory space S(5)) and the device, as the HLO layer
-# describes it (harness.hlo.spaces): its bytes cross the host link, not only HBM.
-HOST_COPY = "host-copy"
+HOST_COPY = "host-copy"  # a copy to or from host memory, S(5) (harness.hlo.spaces)
 
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -127,8 +122,7 @@ def _sort(op: OpDesc) -> Cost:
 def _host_copy(op: OpDesc) -> Cost:
     # roofline.md: T_comms = bytes / W of the link they cross; a copy to or from host memory
     # crosses the host link (PCIe, W_pcie per chip: tpus.md) once and HBM once on its side
-    moved = op.result_bytes
-    return Cost(hbm_bytes=moved, host_bytes=moved)
+    return Cost(hbm_bytes=op.result_bytes, host_bytes=op.result_bytes)
 
 
 def _dot(op: OpDesc) -> Cost:
@@ -193,19 +187,17 @@ for _name in tuple(COLLECTIVE_RULES):
     COLLECTIVE_RULES[_name + "-done"] = _zero  # the work is charged to the start
 
 
-def _point_to_point(data: Callable[[OpDesc], tuple[Shape, ...]]) -> Rule:
+def _point_to_point(op: OpDesc, data: tuple[Shape, ...]) -> Cost:
     # sharding.md: a point-to-point copy (ppermute) moves its V bytes one hop, V / W_ici; a
     # device's send and recv are two transfers (out and in), each priced once for its pair
-    def rule(op: OpDesc) -> Cost:
-        v = sum(s.nbytes for s in data(op))
-        return Cost(hbm_bytes=v, comm_bytes=v, collective="collective-permute",
-                    group_axes=op.group_axes)
-    return rule
+    v = sum(s.nbytes for s in data)
+    return Cost(hbm_bytes=v, comm_bytes=v, collective="collective-permute",
+                group_axes=op.group_axes)
 
 
 # send(data, token) -> (data, context, token); recv(token) -> (data, context, token)
-COLLECTIVE_RULES["send"] = _point_to_point(lambda op: op.operands[:1])
-COLLECTIVE_RULES["recv"] = _point_to_point(lambda op: op.results[:1])
+COLLECTIVE_RULES["send"] = lambda op: _point_to_point(op, op.operands[:1])
+COLLECTIVE_RULES["recv"] = lambda op: _point_to_point(op, op.results[:1])
 
 # --- fused attention (cuDNN flash-attention custom calls) ---------------------------------------
 # The HLO layer describes a ``__cudnn$fmha*`` custom call as one of these pseudo-opcodes, with
