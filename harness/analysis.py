@@ -111,7 +111,7 @@ def _program(events: pd.DataFrame, key: ProgramKey, module: Module | None, chip,
     if schema.PROGRAM_ID in ev.columns:
         ev = ev[ev[schema.PROGRAM_ID].astype(str) == key[1]]
     if module is not None:
-        predicted = hlo_costs(module, chip)
+        predicted = hlo_costs(module, chip, async_on=trace.async_time_on)
         # the trace names an async op (``fusion-start.3`` in the HLO text) by the op it wraps
         if trace.async_names:
             predicted[schema.OP] = predicted[schema.OP].replace(trace.async_names)
@@ -136,7 +136,8 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
     events, shared = trace.events, trace.shares_cores
     ran = programs_ran(events)
     if shared:  # an op's share of the host counts every program running beside it
-        containers = set().union(*(apart(hlo_costs(m, chip)) for m in modules.values()))
+        costs = (hlo_costs(m, chip, async_on=trace.async_time_on) for m in modules.values())
+        containers = set().union(*(apart(c) for c in costs))
         events = host_shares(events, containers)
     per = {key: _program(events, key, module_for(modules, key), chip, trace) for key in ran}
     shown = [k for k in ran if not ctx.program or k[0] == ctx.program] or ran[:1]

@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
-from predictions.rules import COLLECTIVE_OPCODES, CONTAINERS
+from predictions.rules import ASYNC_PAIRS, COLLECTIVE_OPCODES, CONTAINERS
 
 _KEYS = [schema.PROGRAM, schema.OP]
+ASYNC_DONES = frozenset(ASYNC_PAIRS.values())  # the waiting half of each async pair
 
 
 def compare(measured: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
@@ -44,6 +45,9 @@ def compare(measured: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
     ops[schema.GAP_S] = m - ops[schema.PREDICTED_S].fillna(0.0)
     total = m.sum()
     ops[schema.SHARE] = m / total if total > 0 else np.nan
+    waits = ops[schema.OPCODE].isin(ASYNC_DONES)
+    if waits.any():  # shown apart: a -done's time is waiting, whichever half carries the work
+        ops[schema.WAIT_S] = m.where(waits)
     ops = ops.sort_values(schema.GAP_S, ascending=False, kind="stable").reset_index(drop=True)
     extra = [c for c in ops.columns if c not in schema.OPS]
     return ops[list(schema.OPS) + extra]
@@ -120,6 +124,8 @@ def summary(ops: pd.DataFrame, *, step_s: float, peak_flops_per_s: float, device
         schema.HFU: per_step(hlo_flops / peak_flops_per_s),
         schema.DEVICES: devices,
     }
+    if schema.WAIT_S in ops.columns:  # only where a -done was timed (TPU)
+        out[schema.WAIT_S] = float(ops[schema.WAIT_S].sum())
     if model_flops is not None:
         out[schema.MODEL_FLOPS] = model_flops
         out[schema.MFU] = per_step(model_flops / (devices * peak_flops_per_s))
@@ -160,8 +166,11 @@ def beats_roofline_reason(chip_name: str, kind: str) -> str:
 
 def ops_beating_roofline(ops: pd.DataFrame, min_share: float = 0.05) -> str:
     """The ops, by name, that take a visible share of the step (``>= min_share``) and beat
-    their roofline (``beats_roofline``). Empty when there are none."""
+    their roofline (``beats_roofline``). Empty when there are none. A ``-done`` (``wait_s``)
+    waits only for what other work did not hide of its transfer, so it is not counted."""
     fast = ops[(ops[schema.EFFICIENCY] > ROOFLINE_MARGIN) & (ops[schema.SHARE] >= min_share)]
+    if schema.WAIT_S in fast.columns:
+        fast = fast[fast[schema.WAIT_S].isna()]
     if fast.empty:
         return ""
     names = ", ".join(fast[schema.OP].head(3))

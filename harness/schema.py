@@ -48,6 +48,9 @@ SLOWEST_HOST = "slowest_host"  # process index with host_max_s
 FLOPS = "flops"              # per device, one execution
 HBM_BYTES = "hbm_bytes"
 COMM_BYTES = "comm_bytes"
+HOST_BYTES = "host_bytes"    # bytes over the host link (PCIe): a copy to or from host memory,
+                             # S(5) (harness.hlo.spaces), priced in t_comm_s at the chip's W_pcie;
+                             # a column only where some op copies to or from the host
 COLLECTIVE = "collective"    # collective kind, or "" for none
 GROUP_SIZE = "group_size"    # devices in each replica group
 T_COMPUTE_S = "t_compute_s"
@@ -60,6 +63,10 @@ BOUND = "bound"              # one of BOUNDS
 EFFICIENCY = "efficiency"    # predicted_s / measured_s, 1.0 = at the roofline
 GAP_S = "gap_s"              # measured_s - predicted_s
 SHARE = "share"              # measured_s / measured step time
+WAIT_S = "wait_s"            # measured_s of an async pair's -done: time per step blocked until
+                             # the pair's transfer lands (its exposed part), absent for other ops;
+                             # efficiency > 1 there: the transfer was hidden, not faster;
+                             # as a summary figure, the sum over the program's -done ops
 
 # --- baseline vs candidate (harness compare) ------------------------------------------------
 BASELINE_S = "baseline_s"          # baseline measured_s
@@ -131,7 +138,7 @@ MFU_AT_ROOFLINE = "mfu_at_roofline"    # MFU if the step ran at predicted_step_s
 FIGURES = (STEP_S, GRAPH_STEP_S, TRACE_OVERHEAD, MEASURED_OPS_S, PREDICTED_OPS_S, COVERAGE,
            EFFICIENCY, HLO_FLOPS_PER_DEVICE, HFU, DEVICES, MODEL_FLOPS, MFU, MFU_BOOK, MFU_FORMULA,
            ANALYTIC_S, ANALYTIC_FORMULA, FLOPS_VS_COST_ANALYSIS,
-           FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE, PREDICTED_STEP_S, MFU_AT_ROOFLINE)
+           FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE, PREDICTED_STEP_S, MFU_AT_ROOFLINE, WAIT_S)
 # shown as percentages
 FRACTIONS = (EFFICIENCY, SHARE, COVERAGE, MFU, MFU_BOOK, HFU, MFU_AT_ROOFLINE)
 

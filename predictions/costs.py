@@ -86,12 +86,14 @@ class Cost:
     ``collective`` names the collective kind ("all-gather", "reduce-scatter", "all-reduce",
     "all-to-all", "collective-permute") when ``comm_bytes`` moves over the interconnect;
     ``comm_bytes`` follows ``predictions.collectives``' convention for that kind.
+    ``host_bytes``: bytes that cross the host link (PCIe), to or from host memory.
     """
 
     flops: float = 0.0
     hbm_bytes: float = 0.0
     comm_bytes: float = 0.0
     collective: str = ""
+    host_bytes: float = 0.0
     group_axes: tuple[int, ...] = ()
     modeled: bool = True
     notes: tuple[str, ...] = field(default=(), compare=False)
@@ -103,6 +105,7 @@ class Cost:
             flops=self.flops + other.flops,
             hbm_bytes=self.hbm_bytes + other.hbm_bytes,
             comm_bytes=self.comm_bytes + other.comm_bytes,
+            host_bytes=self.host_bytes + other.host_bytes,
             collective=self.collective or other.collective,
             group_axes=self.group_axes or other.group_axes,
             modeled=self.modeled and other.modeled,
@@ -113,7 +116,7 @@ class Cost:
         if not isinstance(k, (int, float)):
             return NotImplemented
         return replace(self, flops=self.flops * k, hbm_bytes=self.hbm_bytes * k,
-                       comm_bytes=self.comm_bytes * k)
+                       comm_bytes=self.comm_bytes * k, host_bytes=self.host_bytes * k)
 
     __rmul__ = __mul__
 

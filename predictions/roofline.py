@@ -125,6 +125,16 @@ def comm_time(cost: Cost, chip: Chip | str) -> float:
 FASTER_COLUMNS: dict[str, tuple[str, ...]] = {"fp32": ("tf32",)}
 
 
+def host_time(cost: Cost, chip: Chip | str) -> float | None:
+    """Seconds of a cost's bytes over the host link (PCIe), 0 when it moves none; None when the
+    chip has no host-link figure."""
+    if not cost.host_bytes:
+        return 0.0
+    w = hardware.chip_entry(chip).pcie_bytes_per_s
+    # roofline.md: T_comms = bytes / W for the link the bytes cross; W_pcie per chip (tpus.md)
+    return cost.host_bytes / w if w else None
+
+
 def peak_flops(chip: Chip | str, dtype: str) -> float:
     """C for an op of element type ``dtype``; for types the book gives no peak for (fp32 and
     integers on TPUs/GPUs, pred) it falls back to fp32 where listed, else the bf16 peak (an
@@ -140,14 +150,16 @@ def peak_flops(chip: Chip | str, dtype: str) -> float:
 
 
 def op_time(cost: Cost, chip: Chip | str, dtype: str = "bf16") -> OpTime:
-    """roofline.md: T_math = FLOPs/C, T_hbm = bytes/W_hbm, T_comm by sharding.md; max of them."""
-    if not cost.modeled:
-        return UNMODELED_TIME
+    """roofline.md: T_math = FLOPs/C, T_hbm = bytes/W_hbm, T_comm by sharding.md (plus bytes
+    over the host link / W_pcie); max of them. Unmodeled when the chip lacks the link's figure."""
     c = hardware.chip_entry(chip)
+    t_host = host_time(cost, c)
+    if not cost.modeled or t_host is None:
+        return UNMODELED_TIME
     terms = {
         "compute": cost.flops / peak_flops(c, dtype) if cost.flops else 0.0,
         "memory": cost.hbm_bytes / c.hbm_bytes_per_s,
-        "comm": comm_time(cost, c),
+        "comm": comm_time(cost, c) + t_host,
     }
     return combine(terms["compute"], terms["memory"], terms["comm"], c.op_overhead_s)
 

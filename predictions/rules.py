@@ -38,6 +38,12 @@ COLLECTIVE_OPCODES: dict[str, str] = {
     "collective-permute": "collective-permute", "collective-broadcast": "collective-broadcast",
 }
 
+# XLA's async pairs, -start -> -done, doing their work once: priced from the -start's description
+# (a -done alone is free), on the half the trace times (harness.hlo.cost: GPU -start, TPU -done).
+ASYNC_PAIRS: dict[str, str] = {**{f"{c}-start": f"{c}-done" for c in COLLECTIVE_OPCODES},
+                               "copy-start": "copy-done", "send": "send-done", "recv": "recv-done",
+                               "async-start": "async-done", "fusion-start": "fusion-done"}
+
 # Control flow: no cost of its own, the instructions it runs are costed (and, on CPU, their trace
 # events are enclosed by its own, so reports leave it out).
 CONTAINERS = frozenset({"while", "call", "conditional"})
@@ -48,8 +54,8 @@ STRUCTURAL = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "
 # usually lowers it), ids, dimension sizes, and the -done half of every async pair.
 ZERO_COST = STRUCTURAL | {
     "reshape", "partition-id", "replica-id", "get-dimension-size", "set-dimension-size",
-    "async-update", "async-done", "copy-done", "send-done", "recv-done",
-    *(f"{c}-done" for c in COLLECTIVE_OPCODES)}
+    "async-update", *ASYNC_PAIRS.values()}
+HOST_COPY = "host-copy"  # a copy to or from host memory, S(5) (harness.hlo.spaces)
 
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -113,6 +119,12 @@ def _sort(op: OpDesc) -> Cost:
                 hbm_bytes=_io_bytes(op))
 
 
+def _host_copy(op: OpDesc) -> Cost:
+    # roofline.md: T_comms = bytes / W of the link they cross; a copy to or from host memory
+    # crosses the host link (PCIe, W_pcie per chip: tpus.md) once and HBM once on its side
+    return Cost(hbm_bytes=op.result_bytes, host_bytes=op.result_bytes)
+
+
 def _dot(op: OpDesc) -> Cost:
     if len(op.operands) < 2:
         return replace(UNMODELED, notes=("dot without two operand shapes",))
@@ -174,6 +186,19 @@ for _name in tuple(COLLECTIVE_RULES):
     COLLECTIVE_RULES[_name + "-start"] = COLLECTIVE_RULES[_name]
     COLLECTIVE_RULES[_name + "-done"] = _zero  # the work is charged to the start
 
+
+def _point_to_point(op: OpDesc, data: tuple[Shape, ...]) -> Cost:
+    # sharding.md: a point-to-point copy (ppermute) moves its V bytes one hop, V / W_ici; a
+    # device's send and recv are two transfers (out and in), each priced once for its pair
+    v = sum(s.nbytes for s in data)
+    return Cost(hbm_bytes=v, comm_bytes=v, collective="collective-permute",
+                group_axes=op.group_axes)
+
+
+# send(data, token) -> (data, context, token); recv(token) -> (data, context, token)
+COLLECTIVE_RULES["send"] = lambda op: _point_to_point(op, op.operands[:1])
+COLLECTIVE_RULES["recv"] = lambda op: _point_to_point(op, op.results[:1])
+
 # --- fused attention (cuDNN flash-attention custom calls) ---------------------------------------
 # The HLO layer describes a ``__cudnn$fmha*`` custom call as one of these pseudo-opcodes, with
 # operands (Q, K, V, ...) and ``rhs_batch``/``rhs_contracting`` naming K's batch/head and head-dim
@@ -224,7 +249,7 @@ RULES: dict[str, Rule] = {
     "slice": _read_result, "dynamic-slice": _read_result, "gather": _read_result,
     "dynamic-update-slice": _dynamic_update_slice, "scatter": _scatter,
     "reduce": _reduce, "reduce-window": _reduce, "select-and-scatter": _reduce,
-    "sort": _sort, "dot": _dot, "convolution": _convolution,
+    "sort": _sort, "dot": _dot, "convolution": _convolution, HOST_COPY: _host_copy,
     **COLLECTIVE_RULES,
     **{name: _fused_attention for name in FUSED_ATTENTION},
 }
@@ -233,7 +258,7 @@ RULES: dict[str, Rule] = {
 # layer from their contents.
 CATEGORY: dict[str, str] = {
     **{name: C_ELEMENTWISE for name in ELEMENTWISE + ("bitcast-convert",)},
-    **{name: C_COPY for name in MOVEMENT + ("slice", "dynamic-slice", "gather",
+    **{name: C_COPY for name in MOVEMENT + ("slice", "dynamic-slice", "gather", HOST_COPY,
                                             "dynamic-update-slice", "scatter", "sort")},
     **{name: C_REDUCTION for name in ("reduce", "reduce-window", "select-and-scatter")},
     **{name: C_COLLECTIVE for name in COLLECTIVE_RULES},

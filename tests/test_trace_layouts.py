@@ -142,7 +142,7 @@ def test_stat_free_lines_decode_in_one_pass_exactly_as_field_by_field():
     # pass decoder must find event boundaries all the same, and refuse lines with stats.
     import numpy as np
 
-    from harness.trace.planes import _field_arrays, _varint_events
+    from harness.trace.planes import _field_arrays, varint_events
     from harness.trace.xplane import XLine
 
     line = XLine(timestamp_ns=5)
@@ -150,10 +150,10 @@ def test_stat_free_lines_decode_in_one_pass_exactly_as_field_by_field():
     for mid, off, dur in events:
         line.events.add(metadata_id=mid, offset_ps=off, duration_ps=dur)
     raw = line.SerializeToString()
-    fast, slow = _varint_events(raw), _field_arrays(XLine.FromString(raw))
+    fast, slow = varint_events(raw), _field_arrays(XLine.FromString(raw))
     assert fast is not None and len(fast[0]) == len(events)
     for a, b in zip(fast, slow):
         np.testing.assert_array_equal(a, b)
     assert list(fast[0]) == [m for m, _, _ in events]
     line.events[2].stats.add(metadata_id=4, str_value="not a varint")
-    assert _varint_events(line.SerializeToString()) is None
+    assert varint_events(line.SerializeToString()) is None

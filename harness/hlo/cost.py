@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 
 import pandas as pd
 
@@ -26,15 +27,33 @@ from harness.hlo.category import category
 from harness.hlo.desc import operand_leaves, to_desc
 from harness.hlo.ir import Instruction, Module
 from harness.hlo.parse import parse_module
-from harness.hlo.walk import executed, fused_instructions, trip_count
+from harness.hlo.walk import async_done, async_start, executed, fused_instructions, trip_count
 from predictions import hardware, roofline, rules
 from predictions.roofline import OpTime
 from predictions.rules import CONTAINERS, STRUCTURAL, Cost
 
 log = logging.getLogger(__name__)
+_DONES = frozenset(rules.ASYNC_PAIRS.values())
 
-# Ops with no work of their own: control flow (their bodies are rows), the waiting half of an
-# async pair (the ``-start`` carries the cost), device-id reads.
+# Which half of an async pair (predictions.rules.ASYNC_PAIRS) carries the pair's work: the
+# half the trace gives its time to (harness.trace.layouts: the -start's kernel on GPU and CPU,
+# the -done's wait on TPU). The work is costed once, on that half; the other costs nothing.
+ASYNC_TIME_ON = ("start", "done")
+
+
+def pair_cost(instr: Instruction, module: Module, async_on: str = "start"
+              ) -> tuple[Cost, Instruction]:
+    """One execution's cost with an async pair's work on the half ``async_on`` names, and the
+    instruction whose work it is (for its compute dtype)."""
+    if async_on not in ASYNC_TIME_ON:
+        raise ValueError(f"async_on must be one of {ASYNC_TIME_ON}, got {async_on!r}")
+    if async_on == "done":
+        if instr.opcode in rules.ASYNC_PAIRS and async_done(module, instr) is not None:
+            return Cost(), instr  # its -done carries the work
+        start = async_start(module, instr) if instr.opcode in _DONES else None
+        if start is not None:
+            return instruction_cost(start, module), start
+    return instruction_cost(instr, module), instr
 
 
 def instruction_cost(instr: Instruction, module: Module) -> Cost:
@@ -104,31 +123,48 @@ def _as_module(hlo: str | Module) -> Module:
     return hlo if isinstance(hlo, Module) else parse_module(hlo)
 
 
-def hlo_costs(hlo_text: str | Module, chip, dtype: str | None = None) -> pd.DataFrame:
+def _host_link_unknown(cost: Cost, chip, name: str) -> Cost:
+    """``cost``, unmodeled with the reason when it crosses a host link the chip gives no
+    figure for."""
+    if not cost.host_bytes or chip.pcie_bytes_per_s:
+        return cost
+    reason = (f"{name} copies to or from host memory, but {chip.name} has no host-link (PCIe) "
+              f"bandwidth")
+    log.warning("%s: left unmodeled", reason)
+    return replace(cost, modeled=False, notes=cost.notes + (reason,))
+
+
+def hlo_costs(hlo_text: str | Module, chip, dtype: str | None = None,
+              async_on: str = "start") -> pd.DataFrame:
     """The predicted OPS table (``schema.OPS_PREDICTED``) of a compiled module on ``chip`` (a
     name or a ``predictions.hardware`` chip). ``dtype`` fixes the peak FLOP/s for every op;
     by default each op's own compute dtype is used. Unmodeled ops keep their row with zero
-    times and ``bound == "unmodeled"`` (the coverage figure counts them)."""
+    times and ``bound == "unmodeled"`` (the coverage figure counts them). ``async_on``: the
+    half of an async pair that carries its work ("start" or "done", ``pair_cost``)."""
     module, chip = _as_module(hlo_text), hardware.chip_entry(chip)
     rows = []
     for instr, count in executed(module):
         if instr.opcode in STRUCTURAL:
             continue
-        cost = instruction_cost(instr, module)
-        t = roofline.op_time(cost, chip, dtype or compute_dtype(instr, module))
+        cost, worker = pair_cost(instr, module, async_on)
+        cost = _host_link_unknown(cost, chip, instr.name)
+        t = roofline.op_time(cost, chip, dtype or compute_dtype(worker, module))
         if cost.modeled:
-            t = _with_software(t, software_seconds(instr, module, cost, chip), chip)
+            t = _with_software(t, software_seconds(worker, module, cost, chip), chip)
         rows.append({
             schema.PROGRAM: module.name, schema.OP: instr.name, schema.OPCODE: instr.opcode,
             schema.CATEGORY: category(module, instr), schema.COUNT: count,
             schema.FLOPS: cost.flops, schema.HBM_BYTES: cost.hbm_bytes,
-            schema.COMM_BYTES: cost.comm_bytes, schema.COLLECTIVE: cost.collective,
+            schema.COMM_BYTES: cost.comm_bytes, schema.HOST_BYTES: cost.host_bytes,
+            schema.COLLECTIVE: cost.collective,
             schema.GROUP_SIZE: math.prod(cost.group_axes) if cost.group_axes else 1,
             schema.T_COMPUTE_S: t.t_compute_s * count, schema.T_MEMORY_S: t.t_memory_s * count,
             schema.T_COMM_S: t.t_comm_s * count, schema.PREDICTED_S: t.predicted_s * count,
             schema.BOUND: t.bound if cost.modeled else schema.UNMODELED,
         })
-    return pd.DataFrame(rows, columns=list(schema.OPS_PREDICTED))
+    df = pd.DataFrame(rows, columns=[*schema.OPS_PREDICTED, schema.HOST_BYTES])
+    # a figure that does not apply is left out: host bytes only where a copy crosses the host
+    return df if df[schema.HOST_BYTES].any() else df.drop(columns=[schema.HOST_BYTES])
 
 
 def module_totals(module: str | Module, *, loops_once: bool = False) -> tuple[float, float]:

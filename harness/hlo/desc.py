@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from harness.hlo import conv, tpu
+from harness.hlo import conv, spaces, tpu
 from harness.hlo.attrs import HloParseError
 from harness.hlo.fmha import fmha_desc, is_fmha
 from harness.hlo.ir import Computation, Instruction, Module
@@ -292,6 +292,8 @@ DESC_BUILDERS: dict[str, Callable[[Instruction, Module], OpDesc]] = {
 
 
 def to_desc(instr: Instruction, module: Module) -> OpDesc:
-    """The per-device description of one instruction that ``predictions.rules`` prices."""
-    return DESC_BUILDERS.get(instr.opcode, _plain)(instr, module)
+    """The per-device description of one instruction that ``predictions.rules`` prices (a copy
+    from or to host memory as ``rules.HOST_COPY``: ``harness.hlo.spaces``)."""
+    desc = DESC_BUILDERS.get(instr.opcode, _plain)(instr, module)
+    return spaces.on_host_link(desc, instr, module)
 

@@ -80,7 +80,7 @@ class Derived:
     trip_counts: dict = field(default_factory=dict)  # (computation, loop) -> walk.trip_count
     executed: dict = field(default_factory=dict)     # loops_once -> walk.executed
     fused: dict = field(default_factory=dict)        # called computations -> fused_instructions
-    done: dict = field(default_factory=dict)         # computation -> {start: done} (async_done)
+    done: dict = field(default_factory=dict)         # computation -> {start: waiter} (async_done)
     users: dict = field(default_factory=dict)        # computation -> {name: users} (hlo.desc)
     costs: dict = field(default_factory=dict)        # (computation, name) -> instruction_cost
     chain_roles: dict = field(default_factory=dict)  # fusion -> role in a TPU chain (hlo.tpu)

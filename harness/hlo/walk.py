@@ -25,13 +25,14 @@ from dataclasses import dataclass
 
 from harness.hlo.attrs import HloParseError
 from harness.hlo.ir import Computation, Instruction, Module
-from predictions.rules import STRUCTURAL
+from predictions.rules import ASYNC_PAIRS, STRUCTURAL
 
 log = logging.getLogger(__name__)
 
 MAX_TRIPS = 1 << 40  # beyond this a "trip count" is a misread, not a loop that runs in a step
 # Looked through when tracing a loop bound or step back to its constant.
 _TRANSPARENT = frozenset({"copy", "convert", "bitcast", "reshape", "broadcast"})
+_WAITS = frozenset({*ASYNC_PAIRS.values(), "async-update"})  # what consumes an async start
 
 
 @dataclass(frozen=True)
@@ -258,10 +259,33 @@ def fused_instructions(module: Module, fusion: Instruction) -> list[Instruction]
 
 
 def async_done(module: Module, start: Instruction) -> Instruction | None:
-    """The ``-done`` consuming an async ``-start`` (``all-gather-start`` -> ``all-gather-done``)."""
-    by_start, key = module.derived.done, start.computation
-    if key not in by_start:
-        by_start[key] = {i.operand_names[0]: i for i in module.computation(key).instructions
-                         if i.opcode.endswith("-done") and i.operand_names}
-    done = by_start[key].get(start.name)
-    return done if done is not None and done.opcode == start.opcode[:-6] + "-done" else None
+    """The ``-done`` that waits for an async start (``all-gather-start`` -> ``all-gather-done``,
+    ``send`` -> ``send-done``, an ``async-start`` through its ``async-update``s): the pairs of
+    ``predictions.rules.ASYNC_PAIRS``."""
+    want = ASYNC_PAIRS.get(start.opcode)
+    if want is None:
+        return None
+    by_operand, key = module.derived.done, start.computation
+    if key not in by_operand:
+        by_operand[key] = {i.operand_names[0]: i for i in module.computation(key).instructions
+                           if i.opcode in _WAITS and i.operand_names}
+    step = start
+    for _ in range(64):  # start -> update* -> done; bounded against malformed self-references
+        step = by_operand[key].get(step.name)
+        if step is None or step.opcode == want:
+            return step
+        if step.opcode != "async-update":
+            return None
+    return None
+
+
+def async_start(module: Module, done: Instruction) -> Instruction | None:
+    """The async start a ``-done`` waits for (``async_done`` backwards), or None."""
+    comp, step = module.computation(done.computation), done
+    for _ in range(64):
+        step = comp.by_name.get(step.operand_names[0]) if step.operand_names else None
+        if step is None or ASYNC_PAIRS.get(step.opcode) == done.opcode:
+            return step
+        if step.opcode != "async-update":
+            return None
+    return None

@@ -19,7 +19,7 @@ from harness.report import tables
 from harness.report.plots import CATEGORIES_PNG, ROOFLINE_PNG
 
 OP_COLUMNS = (schema.OP, schema.CATEGORY, schema.BOUND, schema.COUNT, schema.MEASURED_S,
-              schema.PREDICTED_S, schema.EFFICIENCY, schema.GAP_S, schema.SHARE)
+              schema.WAIT_S, schema.PREDICTED_S, schema.EFFICIENCY, schema.GAP_S, schema.SHARE)
 CATEGORY_COLUMNS = (schema.CATEGORY, schema.OPS_COUNT, schema.MEASURED_S, schema.PREDICTED_S,
                     schema.UNMODELED_S, schema.EFFICIENCY, schema.SHARE)
 

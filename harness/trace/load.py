@@ -106,6 +106,13 @@ class TraceEvents:
         known = LAYOUTS.get(self.layout)
         return bool(known and known.shares_cores)
 
+    @property
+    def async_time_on(self) -> str:
+        """The half of an async pair ("start" or "done") the trace gives the pair's time to
+        (its layout says; "start" for any other): ``harness.hlo.hlo_costs(async_on=...)``."""
+        known = LAYOUTS.get(self.layout)
+        return known.async_time_on if known else "start"
+
 
 Schedule = Callable[[str], "Sequence[tuple[str, str, str]] | None"]
 
@@ -148,6 +155,8 @@ def read_events(source: str | os.PathLike | bytes | XSpace, *, warmup_steps: int
         schema.START_NS: np.asarray(cols.start_ns, dtype=np.int64),
         schema.DURATION_NS: np.asarray(cols.duration_ns, dtype=np.int64),
     })
+    if any(cols.program_id):  # optional: only where the trace names a program id
+        df[schema.PROGRAM_ID] = _categorical(cols.program_id, {})
     df = df[df[schema.STEP] >= 0]
     steps = sorted(df[schema.STEP].unique())
     if warmup_steps:

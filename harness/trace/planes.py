@@ -46,6 +46,9 @@ class Columns:
     start_ns: array = field(default_factory=lambda: array("q"))
     duration_ns: array = field(default_factory=lambda: array("q"))
     runs: array = field(default_factory=lambda: array("q"))  # CPU: run_id of each execution
+    # the program id of each execution (TPU: the metadata's program_id stat), as a string;
+    # empty when the layout names none (EVENTS then has no program_id column)
+    program_id: list = field(default_factory=list)
     program_names: dict = field(default_factory=dict)
     op_names: dict = field(default_factory=dict)
     # each execution's program id (the trace's ``program_id`` stat; "" where it gives none),
@@ -143,10 +146,10 @@ class StepWindows:
 def line_arrays(raw: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A line's events (``raw``: its bytes) as arrays: metadata ids, start and duration (ns).
 
-    Events without stats are decoded in one pass in C (``_varint_events``); otherwise the line
+    Events without stats are decoded in one pass in C (``varint_events``); otherwise the line
     is decoded and read field by field (``_field_arrays``).
     """
-    fast = _varint_events(raw)
+    fast = varint_events(raw)
     return fast if fast is not None else _field_arrays(XLine.FromString(raw))
 
 
@@ -159,7 +162,7 @@ def _field_arrays(line) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return mids, (line.timestamp_ns * 1000 + offsets) // 1000, durations // 1000
 
 
-def _varint_events(raw: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def varint_events(raw: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Decode a line whose events hold only varint fields, or None when it holds anything else.
 
     Read as packed varints, the events field is a run of (tag, value) pairs; proto3 writes an

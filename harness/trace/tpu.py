@@ -1,7 +1,32 @@
-"""The TPU layout: planes ``/device:TPU:<n>``, line ``XLA Ops``.
+"""The TPU layout, read as xprof reads it: planes ``/device:TPU:<n>``, line ``XLA Ops``.
 
-The event name is the HLO op; modules come from the ``XLA Modules`` line, steps from the
-``Steps`` line, else from the host's step annotations. (GPU: ``harness.trace.gpu``.)
+- **Op names.** An ``XLA Ops`` event's metadata ``name`` is the whole HLO instruction text
+  (``%copy-done.2 = f32[...] copy-done(...)``); the op is its ``display_name``, else an
+  ``hlo_op`` stat (of the event or its metadata), else the name before ``=`` in that text
+  (``op_name``). xprof names an op the same way (``SetOpMetadataFromHloEventMetadata`` in
+  ``xprof/utils/op_metrics_db_utils.cc``: the display name, else the name).
+- **Op times.** The device's own busy time is the event stat ``device_duration_ps`` (from
+  ``device_offset_ps``), else the event's duration. An op's time is its *self time*: that
+  duration less the durations of the ops nested directly inside it (the events of the line
+  whose device span it includes), as xprof's ``ConvertTensorCoreDeviceTraceXPlaneToOpMetricsDb``
+  does (``xprof/convert/xplane_to_op_metrics_db.cc``: ``GetDeviceEventTimespan``, then an
+  ``AncestorStack`` that subtracts each child from its parent). ``start_ns`` stays on the line's
+  clock, which the ``XLA Modules`` and ``Steps`` lines and the host's annotations share.
+- **Asynchronous pairs.** Only op lines count: xprof reads ``XLA Ops`` (tsl's
+  ``IsOpLineName``: ``XLA Ops``, ``TensorFlow Ops``, ``SparseCore Ops``) and never ``Async XLA
+  Ops``, whose events span a pair from its ``-start`` to its ``-done`` (display name
+  ``async-copy``, stat ``hlo_op`` = the ``-done``). So the self time of a pair in xprof's
+  ``hlo_stats`` is two rows of ``XLA Ops`` time: the ``-start`` issuing the transfer (1 to 6 ns
+  in the v6e fixture) and the ``-done``, the core blocked until the transfer lands (its exposed
+  part: 190 ms for 5.37 GB from host memory). The rule here is the same: ``Async XLA Ops`` is
+  not read, and the pair's work is costed on its ``-done`` (``ASYNC_TIME_ON``,
+  ``harness.hlo.cost``).
+- **Programs.** The name from an ``hlo_module`` stat, else the ``XLA Modules`` event enclosing
+  the op, without its ``(program id)``; the id from the metadata's ``program_id`` stat
+  (``Columns.program_id``), xprof's key with the op's ``symbol_id`` (``GetOpKeyFromXEvent``).
+
+Steps come from the ``Steps`` line, else from the host's step annotations. (GPU:
+``harness.trace.gpu``.)
 """
 from __future__ import annotations
 
@@ -16,18 +41,99 @@ from harness.trace.planes import (
     device_planes,
     device_step_windows,
     host_steps,
-    line_arrays,
     line_events,
     names_of,
+    varint_events,
 )
 from harness.trace.xplane import XLine, XSpace
 
 _TPU_PLANE = re.compile(r"^/device:TPU:(\d+)$")
 _MODULE_SUFFIX = re.compile(r"\(\d+\)$")  # "jit_step(12)" -> "jit_step"
+_NAME_IN_TEXT = re.compile(r"\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=")  # "%copy-done.2 = f32[...] ..."
+OPS_LINE = "XLA Ops"
+DEVICE_DURATION_PS, DEVICE_OFFSET_PS = "device_duration_ps", "device_offset_ps"
+HLO_OP, PROGRAM_ID = "hlo_op", "program_id"
+# Which half of an async -start/-done pair the trace gives the time to (harness.hlo.cost):
+# on TPU the -done, where the core waits; the -start only issues the transfer.
+ASYNC_TIME_ON = "done"
 
 
 def detect(space: XSpace) -> bool:
-    return any("XLA Ops" in PlaneIndex(p).line_names for _, p in device_planes(space, _TPU_PLANE))
+    return any(OPS_LINE in PlaneIndex(p).line_names for _, p in device_planes(space, _TPU_PLANE))
+
+
+def op_name(name: str, display_name: str = "", hlo_op: str = "") -> str:
+    """The op an ``XLA Ops`` event names: its display name, else its ``hlo_op`` stat, else the
+    instruction's name in the HLO text ``name`` holds, else ``name`` itself."""
+    if display_name or hlo_op:
+        return display_name or hlo_op
+    m = _NAME_IN_TEXT.match(name)
+    return m.group(1) if m else name
+
+
+def self_times(begin: np.ndarray, duration: np.ndarray) -> np.ndarray:
+    """Each event's duration less those of the events nested directly inside it (a child lies
+    within its parent's span), xprof's self time; events in any order, any unit."""
+    begin, duration = np.asarray(begin, np.int64), np.asarray(duration, np.int64)
+    order = np.lexsort((-duration, begin))  # the line's order: by start, longest first
+    b, d = begin[order], duration[order]
+    e = b + d
+    if len(b) < 2 or (e[:-1] <= b[1:]).all():
+        return duration.copy()  # nothing overlaps, so nothing nests
+    children = np.zeros(len(b), dtype=np.int64)
+    stack: list[int] = []
+    for i in range(len(b)):
+        while stack and e[i] > e[stack[-1]]:  # sorted by start: inside iff it ends in time
+            stack.pop()
+        if stack:
+            children[stack[-1]] += d[i]
+        stack.append(i)
+    out = np.empty_like(duration)
+    out[order] = d - children
+    return out
+
+
+def _ops_line(raw: bytes, idx: PlaneIndex) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """(metadata ids, start ns on the line's clock, self time ns, {event index: hlo_op stat})
+    of an ``XLA Ops`` line. A line without stats decodes in one pass (``varint_events``);
+    otherwise each event's device stats are read."""
+    fast = varint_events(raw)
+    if fast is not None:
+        mids, start, dur = fast
+        return mids, start, self_times(start, dur), {}
+    line = XLine.FromString(raw)
+    ids = idx.stat_ids
+    dur_id, off_id, op_id = ids.get(DEVICE_DURATION_PS), ids.get(DEVICE_OFFSET_PS), ids.get(HLO_OP)
+    n, base = len(line.events), line.timestamp_ns * 1000
+    mids, host, begin, dur = (np.empty(n, dtype=np.int64) for _ in range(4))
+    hlo_ops: dict[int, str] = {}
+    for i, ev in enumerate(line.events):
+        mids[i], host[i] = ev.metadata_id, base + ev.offset_ps
+        begin[i], dur[i] = host[i], ev.duration_ps
+        for st in ev.stats:
+            k = st.metadata_id
+            if k == dur_id:
+                dur[i] = st.int64_value or st.uint64_value
+            elif k == off_id:
+                begin[i] = st.int64_value or st.uint64_value
+            elif k == op_id:
+                hlo_ops[i] = str(idx.value(st))
+    # whole nanoseconds, rounded: at most 0.5 ns off per execution
+    return mids, host // 1000, (self_times(begin, dur) + 500) // 1000, hlo_ops
+
+
+def _metadata(idx: PlaneIndex) -> tuple[dict, dict, set]:
+    """Per event metadata id: its op name, its program id ("" when none), and the ids whose
+    name an event's own ``hlo_op`` stat may give (those without a display name)."""
+    names, programs, plain = {}, {}, set()
+    for k, m in idx.plane.event_metadata.items():
+        stats = idx.stats(m.stats)
+        names[k] = op_name(m.name, m.display_name, str(stats.get(HLO_OP) or ""))
+        program = stats.get(PROGRAM_ID)
+        programs[k] = "" if program is None else str(program)
+        if not m.display_name:
+            plain.add(k)
+    return names, programs, plain
 
 
 def _module_windows(idx: PlaneIndex) -> StepWindows:
@@ -40,22 +146,28 @@ def _module_windows(idx: PlaneIndex) -> StepWindows:
 
 
 def extract(space: XSpace) -> Columns:
-    """Vectorized over each plane's ``XLA Ops`` line: no per-event Python beyond three reads."""
+    """Each plane's ``XLA Ops`` line; per-event work is the reading of its device stats."""
     cols = Columns()
     annotated, _ = host_steps(space)
     cols.stepped = bool(annotated)
     for device, plane in device_planes(space, _TPU_PLANE):
         idx = PlaneIndex(plane)
-        raw = idx.raw_line("XLA Ops")
+        raw = idx.raw_line(OPS_LINE)
         if raw is None:
             continue
         steps = device_step_windows(idx) or StepWindows(
             zip(annotated.starts, annotated.ends, annotated.steps), open_ended=True)
         cols.stepped = cols.stepped or bool(steps)
-        mids, start, dur = line_arrays(raw)
+        mids, start, dur, hlo_ops = _ops_line(raw, idx)
+        names, programs, plain = _metadata(idx)
+        ops = names_of(mids, names)
+        for i, name in hlo_ops.items():
+            if int(mids[i]) in plain:
+                ops[i] = name
         step = steps.assign(start) if steps else np.zeros(len(mids), dtype=np.int64)
         cols.program.extend(_tpu_modules(idx, raw, mids, start))
-        cols.op.extend(names_of(mids, idx.event_names))
+        cols.program_id.extend(names_of(mids, programs))
+        cols.op.extend(ops)
         cols.device.extend([device] * len(mids))
         cols.step.extend(step.tolist())
         cols.start_ns.extend(start.tolist())

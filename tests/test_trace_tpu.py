@@ -1,0 +1,63 @@
+"""The TPU layout on hand-made planes: op names from the instruction text or an hlo_op stat,
+device time from device_duration_ps, self time less nested ops (xprof's rules, see
+harness.trace.tpu). Times worked out by hand."""
+import numpy as np
+import pytest
+from xspace_text import plane, serialize
+
+from harness import schema
+from harness.ops import op_times
+from harness.trace.load import read_events
+from harness.trace.tpu import op_name, self_times
+
+US, PS = 1000, 1000  # ns per us, ps per ns
+
+
+def test_op_name_prefers_display_name_then_hlo_op_then_the_text():
+    text = "%copy-done.2 = f32[5,1024]{1,0:T(8,128)} copy-done((f32[5,1024]) %copy-start.2)"
+    assert op_name(text, "copy-done.2") == "copy-done.2"
+    assert op_name(text, "", "copy-done.9") == "copy-done.9"
+    assert op_name(text) == "copy-done.2"
+    assert op_name("ROOT %tuple.1 = (f32[]) tuple(%a)") == "tuple.1"
+    assert op_name("fusion.3") == "fusion.3"  # already short
+
+
+def test_self_time_subtracts_direct_children_only():
+    # while [0, 100) holds fusion [10, 40), which holds copy [20, 30); add [50, 60) follows
+    begin = np.array([50, 0, 20, 10])
+    dur = np.array([10, 100, 10, 30])
+    # while: 100 - 30 - 10 (fusion and add, its direct children); fusion: 30 - 10; leaves whole
+    assert self_times(begin, dur).tolist() == [10, 60, 10, 20]
+    # overlapping but not nested: nothing subtracted
+    assert self_times(np.array([0, 5]), np.array([10, 10])).tolist() == [10, 10]
+
+
+def _device(n):
+    """One execution of jit_step(7): a while loop holding two fusions, then an all-reduce.
+    Host offsets and durations differ from the device's (device_*_ps stats), as on a v6e."""
+    def dev(start_us, dur_us):
+        return {"device_offset_ps": start_us * US * PS, "device_duration_ps": dur_us * US * PS}
+    ops = [
+        ("%while.1 = (s32[], f32[8]{0}) while(%tuple), condition=%c, body=%b", 100 * US,
+         900 * US, dev(100, 400)),
+        ("%fusion.2 = f32[8]{0} fusion(%p), kind=kLoop, calls=%f", 150 * US, 10 * US,
+         dev(150, 100)),
+        ("%fusion.3 = f32[8]{0} fusion(%p), kind=kLoop, calls=%g", 300 * US, 10 * US,
+         dev(300, 50 + n)),
+        ("%x = f32[8]{0} all-reduce(%p)", 700 * US, 10 * US, {"hlo_op": "all-reduce.4"}),
+    ]
+    return plane(f"/device:TPU:{n}", {"XLA Modules": [("jit_step(7)", 0, 1000 * US, {})],
+                                      "XLA Ops": ops}, plane_id=n + 1)
+
+
+def test_device_times_self_times_and_short_names():
+    read = read_events(serialize(_device(0), _device(1)))
+    assert read.layout == "tpu" and read.async_time_on == "done"
+    assert set(read.events[schema.PROGRAM_ID]) == {""}  # these ops name no program id
+    ops = op_times(read.events).set_index(schema.OP)
+    assert set(ops.index) == {"while.1", "fusion.2", "fusion.3", "all-reduce.4"}
+    # device 0: while 400 - 100 - 50 = 250 us (its fusions are nested in it); device 1: 249 us
+    assert ops.loc["while.1", schema.MEASURED_S] == pytest.approx(249.5e-6)
+    assert ops.loc["fusion.2", schema.MEASURED_S] == pytest.approx(100e-6)
+    assert ops.loc["fusion.3", schema.MEASURED_S] == pytest.approx(50.5e-6)
+    assert ops.loc["all-reduce.4", schema.MEASURED_S] == pytest.approx(10e-6)  # event duration
