@@ -123,16 +123,20 @@ def extract(space: XSpace,
 def _fold(kernels: list[Kernel], steps: StepWindows, device: int, cols: Columns) -> None:
     """One execution per run of consecutive kernels of one op; a memset (a library clearing its
     output first) joins the next kernel of its op even when another stream's kernel started
-    in between."""
-    prev, memset_row = None, {}
+    in between. A kernel the run already holds starts a new execution: the op ran again (a
+    program of one op called twice in a row), not another of its kernels."""
+    prev, memset_row, launched = None, {}, set()
     for k in kernels:
         step = steps.step_at(k.start) if steps else 0
-        key = (k.module, k.op, step)
+        key = (k.module, k.program_id, k.op, step)
         waiting = memset_row.pop(key, None)  # this op's memset, waiting for its kernel
-        if key == prev or waiting is not None:  # another kernel of the same execution
+        again = key == prev and k.name in launched
+        if (key == prev and not again) or waiting is not None:  # a kernel of this execution
             cols.duration_ns[len(cols.duration_ns) - 1 if key == prev else waiting] += k.dur
+            launched.add(k.name)
             continue
         cols.add(k.module, k.op, device, step, k.start, k.dur, k.program_id)
+        launched = {k.name}
         if k.name.startswith(_MEMSET):
             memset_row[key] = len(cols.duration_ns) - 1
         prev = key

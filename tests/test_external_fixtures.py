@@ -1,0 +1,102 @@
+"""Profiles the harness did not capture (tests/fixtures/external, see its README), read with no
+--chip, against xprof's own ``hlo_stats`` on the same file: one row per (program id, op) that
+xprof lists, the same device time per row, every program that ran with its executions, and
+predictions on every op that takes a visible part of the time."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness import schema
+from harness.runs.pipeline import analyze_trace
+from harness.trace.load import find_trace_file
+
+FIXTURES = Path(__file__).parent / "fixtures" / "external"
+NAMES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
+
+
+@pytest.fixture(scope="module")
+def xprof(tmp_path_factory):
+    from xprof.convert.raw_to_tool_data import xspace_to_tool_data
+
+    cache = {}
+
+    def get(name: str) -> pd.DataFrame:
+        if name not in cache:
+            copy = tmp_path_factory.mktemp("xprof") / "vm.xplane.pb"
+            shutil.copy(find_trace_file(FIXTURES / name), copy)
+            data = json.loads(xspace_to_tool_data([str(copy)], "hlo_stats", {})[0])
+            cols = [c["id"] for c in data["cols"]]
+            df = pd.DataFrame([{c: (v or {}).get("v") for c, v in zip(cols, r["c"])}
+                               for r in data["rows"]], columns=cols)
+            # xprof keys rows by program id and op; its times are microseconds
+            cache[name] = df.assign(program_id=df["program_id"].astype(str),
+                                    total_self_s=df["total_self_time"] * 1e-6)
+        return cache[name]
+    return get
+
+
+@pytest.fixture(scope="module")
+def runs():
+    cache = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = analyze_trace(FIXTURES / name)  # no chip named: the trace's own
+        return cache[name]
+    return get
+
+
+def _joined(name, xprof, runs) -> pd.DataFrame:
+    ours = runs(name).ops[[schema.PROGRAM_ID, schema.OP, schema.TOTAL_S, schema.COUNT]]
+    return xprof(name).merge(ours, left_on=["program_id", "hlo_op_name"],
+                             right_on=[schema.PROGRAM_ID, schema.OP], how="outer",
+                             indicator=True)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_one_row_per_program_id_and_op_that_xprof_lists(name, xprof, runs):
+    j = _joined(name, xprof, runs)
+    assert (j["_merge"] == "both").all(), j.loc[j["_merge"] != "both",
+                                                 ["program_id", "hlo_op_name", schema.OP]]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_total_time_per_row_is_xprofs_total_self_time(name, xprof, runs):
+    # Both sum the op's device time over every device and execution; ours keeps whole
+    # nanoseconds per execution, so a row may differ by up to 0.5 ns x occurrences.
+    j = _joined(name, xprof, runs)
+    close = (j[schema.TOTAL_S] - j["total_self_s"]).abs() <= (
+        0.02 * j["total_self_s"] + 0.5e-9 * j["occurrences"])
+    assert j.loc[close, "total_self_s"].sum() >= 0.95 * j["total_self_s"].sum()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_program_that_ran_is_listed_with_its_executions(name, xprof, runs):
+    """xprof counts an op's occurrences over every device: executions x devices x the op's
+    executions per program run (our ``count``). Per program, that ratio over its ops is one
+    number, our ``executions``."""
+    run = runs(name)
+    x = xprof(name)
+    programs = run.programs.set_index(schema.PROGRAM_ID)
+    assert set(programs.index) == set(x["program_id"])
+    j = _joined(name, xprof, runs)
+    devices = run.events.groupby(schema.PROGRAM_ID, observed=True)[schema.DEVICE].nunique()
+    for pid, g in j.groupby("program_id"):
+        ratio = (g["occurrences"] / (g[schema.COUNT] * devices[pid])).median()
+        assert programs.at[pid, schema.EXECUTIONS] == ratio, (pid, ratio)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_time_is_on_modeled_ops_and_no_big_op_beats_its_roofline(name, runs):
+    ops = runs(name).ops
+    share = ops[schema.TOTAL_S] / ops[schema.TOTAL_S].sum()  # of the whole trace
+    modeled = ops[schema.BOUND] != schema.UNMODELED
+    assert share[modeled].sum() >= 0.95, ops.loc[~modeled, [schema.OP, schema.TOTAL_S]]
+    big = ops[share >= 0.05]
+    assert big[schema.EFFICIENCY].between(0.05, 1.2).all(), big[[schema.OP,
+                                                                 schema.EFFICIENCY]]
