@@ -61,6 +61,10 @@ def store_merged(built, cap, events: pd.DataFrame, processes: list[dict], *, chi
                      "not a network")
     meta = dict(meta, processes=processes)
     name = built.workload.name
+    # each process numbers its own compilations: one program across the job has one id per
+    # process, so the merged table names programs by name alone
+    if schema.PROGRAM_ID in events.columns:
+        events = events.assign(**{schema.PROGRAM_ID: ""})
     # MERGED is no single-host layout: the processes' clocks differ, so the host-share timing
     # of a CPU host (harness.shares) is not taken; ops keep their per-device durations
     run = from_capture(cap, chip=chip, workload=built, meta=meta, notes=notes,
