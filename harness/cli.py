@@ -18,6 +18,8 @@ from harness.errors import HarnessError
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("harness.commands.run", "run a registered workload under the profiler, report per op"),
     "trace": ("harness.commands.trace", "per-op table of an existing profiler trace"),
+    "profile": ("harness.commands.profile",
+                "run your own script under the profiler; report every program it ran"),
     "predict": ("harness.commands.predict", "answer the book's questions: step times, bounds"),
     "predict-hlo": ("harness.commands.predict_hlo",
                     "compile a (real-size) workload on a virtual mesh and cost its HLO on a chip"),

@@ -1,10 +1,11 @@
 """``harness trace PATH``: the per-op report of an existing profiler trace.
 
-With the program's HLO (carried by the trace, or ``--hlo``) and a chip (``--chip``, or the
-accelerator the trace names), the full measured-vs-predicted report of ``harness run``; a trace
-from a CPU host without ``--chip`` gives its measured per-op table only. The trace is decoded
-once and the program's HLO parsed once (``harness.runs.pipeline``); plots are drawn only for
-the formats that show them (md, html).
+With the program's HLO (carried by the trace, or ``--hlo``) and a chip (``--chip``, the
+accelerator the trace's device planes describe, or for a CPU trace this host's calibrated
+``cpu`` chip), the full measured-vs-predicted report of ``harness run`` for every program that
+ran; a trace whose device the registry does not know gives its measured per-op table only.
+The trace is decoded once and each program's HLO parsed once (``harness.runs.pipeline``);
+plots are drawn only for the formats that show them (md, html).
 """
 from __future__ import annotations
 
@@ -45,13 +46,15 @@ def _accelerator(space) -> tuple[object | None, list[str]]:
 def main(args) -> int:
     from harness.report import tables
     from harness.runs import pipeline
-    from harness.trace.load import find_trace_file, read_xspace
+    from harness.trace.load import detect_layout, find_trace_file, read_xspace
 
     if args.hlo is not None and not args.hlo.is_file():
         raise HarnessError(f"--hlo {args.hlo}: no such file")
     space, label = read_xspace(find_trace_file(args.path))
     found, notes = (None, []) if args.chip else _accelerator(space)
-    if args.chip is None and found is None and args.hlo is None:
+    # a CPU trace names no chip: it is predicted for this host's calibrated cpu chip
+    on_cpu = detect_layout(space, label) == "cpu"
+    if args.chip is None and found is None and args.hlo is None and not on_cpu:
         return _measured_only(space, label, args, notes)
     run = pipeline.analyze_trace(args.path, chip=args.chip, hlo=args.hlo,
                                  warmup_steps=args.warmup_steps, space=space,
