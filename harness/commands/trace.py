@@ -56,35 +56,53 @@ def main(args) -> int:
     on_cpu = detect_layout(space, label) == "cpu"
     if args.chip is None and found is None and args.hlo is None and not on_cpu:
         return _measured_only(space, label, args, notes)
-    run = pipeline.analyze_trace(args.path, chip=args.chip, hlo=args.hlo,
-                                 warmup_steps=args.warmup_steps, space=space,
-                                 program=args.program)
-    if args.csv:
-        args.csv.write_text(tables.to_csv(run.ops))
-    if args.json:
-        args.json.write_text(run.render("json"))
-    if args.html:
-        args.html.write_text(run.render("html"))
+    try:
+        run = pipeline.analyze_trace(args.path, chip=args.chip, hlo=args.hlo,
+                                     warmup_steps=args.warmup_steps, space=space,
+                                     program=args.program)
+    except pipeline.NoHlo as e:
+        if args.chip:  # predictions were asked for: say what they need
+            raise
+        return _measured_only(space, label, args, [*notes, f"no predictions: {e}"])
     print(run.render(args.format, top=args.top if args.format == "text" else None), end="")
+    _write(args, csv=lambda: tables.to_csv(run.ops), json=lambda: run.render("json"),
+           html=lambda: run.render("html"))
     return 0
+
+
+def _write(args, **render) -> None:
+    """Write each output file asked for (``--csv``, ``--json``, ``--html``), every one that
+    can be; then one line naming the first path that could not be written."""
+    failed = []
+    for option, text in render.items():
+        path = getattr(args, option)
+        if path is None:
+            continue
+        try:
+            path.write_text(text())
+        except OSError as e:
+            failed.append(f"--{option} {path}: cannot write it ({e.strerror or e})")
+    if failed:
+        raise HarnessError(failed[0] + (f" (and {len(failed) - 1} more)" if len(failed) > 1
+                                        else ""))
 
 
 def _measured_only(space, label: str, args, notes: list[str]) -> int:
     from harness.report import tables
     from harness.runs.pipeline import measured_only
+    from harness.runs.run import Run
 
     read, ops = measured_only(space, warmup_steps=args.warmup_steps, label=label)
-    if args.csv:
-        args.csv.write_text(tables.to_csv(ops))
-    if args.json:
-        args.json.write_text(tables.to_json(ops))
-    shown = ops if args.top == 0 else ops.head(args.top)
     events = read.events
     title = (f"{read.source}: {read.layout} layout, {events[schema.DEVICE].nunique()} devices, "
              f"{events[schema.STEP].nunique()} steps, {len(ops)} ops (measured only: give "
              f"--chip for predictions)")
+    page = Run(title=title, ops=ops, notes=list(notes))
+    shown = ops if args.top == 0 else ops.head(args.top)
     fmt = args.format if args.format in tables.FORMATS else "text"
     print(tables.render(shown, fmt) if fmt != "text"
           else tables.to_text(shown, title=title), end="")
     print("".join(f"note: {n}\n" for n in notes if fmt == "text"), end="")
+    _write(args, csv=lambda: tables.to_csv(ops), json=lambda: tables.to_json(ops),
+           html=lambda: page.render("html"))
     return 0

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+from google.protobuf.message import DecodeError
 
 from harness import schema
 from harness.analysis import Context, ProgramKey, analyze, programs_ran
@@ -24,7 +25,7 @@ from harness.capture import CAPTURE_FILE, HLO_FILE, STEPS, Capture, capture
 from harness.chip import chip_for_run
 from harness.errors import HarnessError
 from harness.hlo import Module, parse_module, schedule
-from harness.ops import op_times
+from harness.ops import by_execution, op_times
 from harness.runs.run import Run
 from harness.trace.device import trace_device
 from harness.trace.hlo_proto import async_names, embedded_modules, module_text
@@ -42,6 +43,7 @@ class Decoded:
     label: str
     trace: TraceEvents
     modules: dict = field(default_factory=dict)
+    damaged: list = field(default_factory=list)  # programs whose embedded HLO is damaged
 
     def module(self, name: str) -> Module | None:
         """The module of the program ``name`` (its only compilation, else the first)."""
@@ -59,11 +61,16 @@ def trace_program(space, program: str = "") -> tuple[str | None, dict[str, str]]
     return module_text(modules[key]), async_names(modules[key])
 
 
+class NoHlo(HarnessError):
+    """The trace holds no HLO and none was given: it can be measured, not predicted."""
+
+
 class _Embedded:
     """The trace's own HLO of each compilation, printed and parsed on first use, once."""
 
     def __init__(self, space):
-        self.raw, self.parsed = embedded_modules(space), {}
+        self.damaged: list[str] = []
+        self.raw, self.parsed = embedded_modules(space, self.damaged), {}
 
     def get(self, key: ProgramKey) -> tuple[Module, dict] | None:
         """(module, async names) of one compilation: by (name, id), else by its name alone
@@ -73,8 +80,16 @@ class _Embedded:
             if raw is None:
                 same = [k for k in self.raw if k[0] == key[0]]
                 raw = self.raw[same[0]] if len(same) == 1 or not key[1] and same else None
-            self.parsed[key] = (parse_module(module_text(raw)), async_names(raw)) if raw else None
+            self.parsed[key] = self._parse(key, raw) if raw else None
         return self.parsed[key]
+
+    def _parse(self, key: ProgramKey, raw: bytes) -> tuple[Module, dict] | None:
+        try:
+            return parse_module(module_text(raw)), async_names(raw)
+        except (HarnessError, DecodeError) as e:  # damaged: that program is measured only
+            log.warning("the HLO embedded for %s cannot be read: %s", _names([key]), e)
+            self.damaged.append(_names([key]))
+            return None
 
 
 def decode(source, *, hlo_text: str | None = None, warmup_steps: int = 0,
@@ -86,8 +101,8 @@ def decode(source, *, hlo_text: str | None = None, warmup_steps: int = 0,
     label = label or read_label
     embedded = _Embedded(space)
     text = hlo_text if hlo_text is not None else (saved_hlo if not embedded.raw else None)
-    if text is None and not embedded.raw:
-        raise HarnessError(f"{label}: the trace holds no HLO; give the program's optimized HLO "
+    if text is None and not embedded.raw and not embedded.damaged:
+        raise NoHlo(f"{label}: the trace holds no HLO; give the program's optimized HLO "
                            f"with --hlo FILE (an XLA dump, *after_optimizations.txt)")
     given = parse_module(text) if text is not None else None
 
@@ -107,7 +122,7 @@ def decode(source, *, hlo_text: str | None = None, warmup_steps: int = 0,
         raise HarnessError(f"{label}: the HLO given is program {given.name}, which did not run "
                            f"in this trace; programs that ran: {_names(ran)}")
     modules = {key: found[0] for key in ran if (found := module(key)) is not None}
-    return Decoded(space, label, trace, modules)
+    return Decoded(space, label, trace, modules, embedded.damaged)
 
 
 def _names(keys) -> str:
@@ -142,6 +157,9 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
     """
     entry, chip_notes, chip_meta = chip_for_run(chip, device, host_drift)
     notes = list(notes) + chip_notes
+    if decoded is not None and decoded.damaged:
+        notes.append(f"the trace's embedded HLO of {', '.join(decoded.damaged[:4])} is "
+                     f"damaged: those programs are measured only")
     estimate = None
     if workload is not None:
         estimate, note = workload.estimate(entry)
@@ -251,4 +269,8 @@ def measured_only(source, warmup_steps: int = 0, label: str | None = None
                   ) -> tuple[TraceEvents, pd.DataFrame]:
     """A trace's EVENTS and measured OPS table, for a trace with neither HLO nor chip."""
     read = read_events(source, warmup_steps=warmup_steps, label=label)
-    return read, op_times(read.events)
+    events = read.events
+    if not read.stepped and len(events):  # no step markers: each execution is a step
+        events = pd.concat([by_execution(g) for _, g in events.groupby(
+            [schema.PROGRAM, schema.PROGRAM_ID], observed=True)], ignore_index=True)
+    return read, op_times(events)

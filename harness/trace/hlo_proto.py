@@ -13,6 +13,7 @@ import os
 import re
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
 
 from harness.errors import TraceError
 from harness.trace.planes import PlaneIndex, plane
@@ -64,10 +65,12 @@ def _classes() -> dict[str, type]:
 _PROTO = _classes()
 
 
-def embedded_modules(space: XSpace) -> dict[tuple[str, str], bytes]:
+def embedded_modules(space: XSpace, damaged: list | None = None
+                     ) -> dict[tuple[str, str], bytes]:
     """(module name, program id) -> serialized ``HloModuleProto``, for every module whose HLO
     the trace holds (the id is "" where the metadata's name carries none); empty when it holds
-    none. A trace embeds every module compiled while it ran, not only those that ran."""
+    none. A trace embeds every module compiled while it ran, not only those that ran. A module
+    whose proto cannot be read is left out, its metadata name appended to ``damaged``."""
     meta = plane(space, METADATA_PLANE)
     if meta is None:
         return {}
@@ -76,7 +79,13 @@ def embedded_modules(space: XSpace) -> dict[tuple[str, str], bytes]:
     for m in meta.event_metadata.values():
         for st in m.stats:
             if idx.stat_names.get(st.metadata_id) == HLO_PROTO_STAT and st.bytes_value:
-                module = _PROTO["HloProto"].FromString(st.bytes_value).hlo_module
+                try:
+                    module = _PROTO["HloProto"].FromString(st.bytes_value).hlo_module
+                except DecodeError:
+                    log.warning("the HLO embedded for %s is damaged; left out", m.name)
+                    if damaged is not None:
+                        damaged.append(m.name)
+                    continue
                 named = _PROGRAM_ID.match(m.name)
                 key = (named.group(1), named.group(2)) if named else (m.name, "")
                 found[key] = module.SerializeToString()

@@ -25,6 +25,7 @@ from harness.trace.xplane import XSpaceLazy as XSpace
 log = logging.getLogger(__name__)
 
 TRACE_SUFFIX = ".xplane.pb"
+GZIP_MAGIC = b"\x1f\x8b"  # what a *.trace.json.gz starts with
 
 
 def find_trace_file(path: str | os.PathLike) -> Path:
@@ -36,7 +37,10 @@ def find_trace_file(path: str | os.PathLike) -> Path:
         return p
     found = sorted(p.rglob(f"*{TRACE_SUFFIX}"), key=lambda f: f.stat().st_mtime)
     if not found:
-        raise TraceError(f"{p}: no *{TRACE_SUFFIX} trace below this directory")
+        json_traces = [f.name for f in p.rglob("*.json*")][:3]
+        hint = (f" (only Chrome/Perfetto JSON traces, {', '.join(json_traces)}: harness reads "
+                f"XSpace, which jax.profiler writes as *{TRACE_SUFFIX})" if json_traces else "")
+        raise TraceError(f"{p}: no *{TRACE_SUFFIX} trace below this directory{hint}")
     if len(found) > 1:
         log.info("%s: %d traces found, using the newest %s", p, len(found), found[-1])
     return found[-1]
@@ -54,6 +58,11 @@ def read_xspace(source: str | os.PathLike | bytes | XSpace) -> tuple[XSpace, str
         data, label = path.read_bytes(), str(path)
     if not data:
         raise TraceError(f"{label}: empty trace file")
+    if data[:2] == GZIP_MAGIC or data.lstrip()[:1] in (b"{", b"["):
+        raise TraceError(f"{label}: a Chrome/Perfetto JSON trace (as PyTorch, TensorBoard and "
+                         f"jax.profiler's *.trace.json.gz hold), not an XSpace; harness reads "
+                         f"the *{TRACE_SUFFIX} that jax.profiler writes beside it "
+                         f"(plugins/profile/<run>/)")
     try:
         space = XSpace.FromString(data)
     except DecodeError as e:
@@ -66,7 +75,12 @@ def read_xspace(source: str | os.PathLike | bytes | XSpace) -> tuple[XSpace, str
 def detect_layout(space: XSpace, label: str = "<trace>") -> str:
     """Name of the first registered layout that recognises the trace."""
     for name, layout in LAYOUTS.items():
-        if layout.detect(space):
+        try:
+            found = layout.detect(space)
+        except DecodeError as e:  # lines are decoded lazily: damage inside one shows here
+            raise TraceError(f"{label}: damaged XSpace: a line's header cannot be read "
+                             f"({e})") from None
+        if found:
             return name
     planes = [p.name for p in space.planes]
     raise TraceError(f"{label}: no XLA op timeline found (planes {planes}); "
