@@ -32,6 +32,7 @@ def compare(measured: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
     ops.loc[missing, schema.BOUND] = schema.UNMODELED
     ops.loc[missing, schema.CATEGORY] = schema.CAT_OTHER
     ops.loc[missing, schema.OPCODE] = ""
+    ops.loc[missing, schema.WHY_UNMODELED] = "no instruction of this name in the program's HLO"
     unmodeled = ops[schema.BOUND] == schema.UNMODELED
     for col in (schema.PREDICTED_S, schema.T_COMPUTE_S, schema.T_MEMORY_S, schema.T_COMM_S,
                 schema.FLOPS, schema.HBM_BYTES, schema.COMM_BYTES):

@@ -32,7 +32,8 @@ def predicted():
         schema.FLOPS: 1.0, schema.HBM_BYTES: 1.0, schema.COMM_BYTES: 0.0,
         schema.COLLECTIVE: [r[6] for r in rows], schema.GROUP_SIZE: 1,
         schema.T_COMPUTE_S: 0.0, schema.T_MEMORY_S: 0.0, schema.T_COMM_S: 0.0,
-        schema.PREDICTED_S: [r[4] for r in rows], schema.BOUND: [r[5] for r in rows]})
+        schema.PREDICTED_S: [r[4] for r in rows], schema.BOUND: [r[5] for r in rows],
+        schema.WHY_UNMODELED: ""})
 
 
 def test_efficiency_gap_share_and_ranking():
@@ -77,7 +78,7 @@ def test_control_flow_containers_are_left_out():
     m.loc[len(m)] = ["p", "while.7", 1, 15e-6, 15e-6, 15e-6, 8]
     p = predicted()
     p.loc[len(p)] = ["p", "while.7", "while", "other", 1, 0.0, 0.0, 0.0, "", 1, 0.0, 0.0, 0.0,
-                     0.0, "compute"]
+                     0.0, "compute", ""]
     ops = compare(m, p)
     assert "while.7" not in set(ops[schema.OP])
     assert ops[schema.MEASURED_S].sum() == pytest.approx(20e-6)
