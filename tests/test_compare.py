@@ -53,6 +53,7 @@ def test_unmodeled_ops_are_listed_not_zero():
     assert ops.loc["mystery.4", schema.BOUND] == schema.UNMODELED
     assert math.isnan(ops.loc["mystery.4", schema.PREDICTED_S])
     assert ops.loc["mystery.4", schema.GAP_S] == pytest.approx(1e-6)
+    assert "no instruction of this name" in ops.loc["mystery.4", schema.WHY_UNMODELED]
     assert coverage(ops.reset_index()) == pytest.approx(1 - 1 / 20)
 
 
@@ -156,3 +157,12 @@ def test_unmodeled_ops_stay_out_of_every_views_efficiency(tmp_path, capsys):
     assert main(["compare", str(path), str(path), "--format", "json"]) == 0
     (step,) = [r for r in json.loads(capsys.readouterr().out) if r[schema.OP] == regress.STEP_TOTAL]
     assert step[schema.BASELINE_EFFICIENCY] == pytest.approx(expected)
+
+
+def test_reports_list_why_ops_are_unmodeled():
+    from harness.report.document import unmodeled_reasons
+
+    ops = compare(measured(), predicted())
+    assert unmodeled_reasons(ops) == [
+        ("mystery.4", "no instruction of this name in the program's HLO")]
+    assert unmodeled_reasons(ops.drop(columns=[schema.WHY_UNMODELED])) == []  # an older run
