@@ -138,7 +138,8 @@ CONV_VIEWS: dict[str, Callable[[OpDesc], tuple[Shape, Shape]]] = {   # -> (outpu
 
 
 def _convolution(op: OpDesc) -> Cost:
-    # a dot over the kernel: 2 x output elements x (kernel dims each output contracts)
+    # a dot over the kernel (roofline.md: 2 x every distinct dim): 2 x output elements x (the
+    # kernel dims each output contracts)
     if len(op.operands) < 2 or not op.results or not CONV_VIEWS[op.opcode](op)[1].dims:
         return replace(UNMODELED, notes=(f"{op.opcode} without shapes",))
     out, kernel = CONV_VIEWS[op.opcode](op)
