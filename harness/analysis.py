@@ -124,6 +124,8 @@ def _program(events: pd.DataFrame, key: ProgramKey, module: Module | None, chip,
     measured = op_times(ev, shares=shares)
     ops = compare(measured.assign(**{schema.PROGRAM: key[0]}),
                   predicted.assign(**{schema.PROGRAM: key[0]}))
+    if module is None:
+        ops[schema.WHY_UNMODELED] = "no HLO for this program (the trace holds none; --hlo)"
     return ops, ev, executions(ev, counts)
 
 

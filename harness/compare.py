@@ -30,11 +30,12 @@ def compare(measured: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
     ops = measured.merge(pred, on=_KEYS, how="left", validate="one_to_one")
     ops = ops[~ops[schema.OPCODE].isin(CONTAINERS)]
     missing = ops[schema.BOUND].isna()
-    for col in (schema.BOUND, schema.CATEGORY, schema.OPCODE):  # text, whatever came in
+    for col in (schema.BOUND, schema.CATEGORY, schema.OPCODE, schema.WHY_UNMODELED):  # text
         ops[col] = ops[col].astype(object)
     ops.loc[missing, schema.BOUND] = schema.UNMODELED
     ops.loc[missing, schema.CATEGORY] = schema.CAT_OTHER
     ops.loc[missing, schema.OPCODE] = ""
+    ops.loc[missing, schema.WHY_UNMODELED] = "no instruction of this name in the program's HLO"
     unmodeled = ops[schema.BOUND] == schema.UNMODELED
     for col in (schema.PREDICTED_S, schema.T_COMPUTE_S, schema.T_MEMORY_S, schema.T_COMM_S,
                 schema.FLOPS, schema.HBM_BYTES, schema.COMM_BYTES):

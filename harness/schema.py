@@ -58,6 +58,7 @@ T_MEMORY_S = "t_memory_s"
 T_COMM_S = "t_comm_s"
 PREDICTED_S = "predicted_s"  # (max of the terms + the chip's op overhead) x count (T_lower)
 BOUND = "bound"              # one of BOUNDS
+WHY_UNMODELED = "why_unmodeled"  # why no rule predicts the op ("" when one does)
 
 # --- compared -----------------------------------------------------------------------------
 EFFICIENCY = "efficiency"    # predicted_s / measured_s, 1.0 = at the roofline
@@ -191,7 +192,7 @@ PROGRAMS = (PROGRAM, PROGRAM_ID, EXECUTIONS, MEASURED_S, PREDICTED_S, EFFICIENCY
 OPS_HOSTS = (PROGRAM, OP, HOSTS, HOST_MIN_S, HOST_MAX_S, HOST_SKEW_S, SLOWEST_HOST)
 OPS_BY_DEVICE = (PROGRAM, OP, HOST, DEVICE, COUNT, MEASURED_S)
 OPS_PREDICTED = (PROGRAM, OP, OPCODE, CATEGORY, COUNT, FLOPS, HBM_BYTES, COMM_BYTES, COLLECTIVE,
-                 GROUP_SIZE, T_COMPUTE_S, T_MEMORY_S, T_COMM_S, PREDICTED_S, BOUND)
+                 GROUP_SIZE, T_COMPUTE_S, T_MEMORY_S, T_COMM_S, PREDICTED_S, BOUND, WHY_UNMODELED)
 OPS = (PROGRAM, OP, OPCODE, CATEGORY, COUNT, MEASURED_S, PREDICTED_S, EFFICIENCY, GAP_S, SHARE,
        BOUND, FLOPS, HBM_BYTES, COMM_BYTES, T_COMPUTE_S, T_MEMORY_S, T_COMM_S)
 

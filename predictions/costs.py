@@ -51,6 +51,9 @@ class OpDesc:
     dimension; reduce dimensions). A convolution is described as a dot over its kernel:
     ``rhs_contracting`` = every kernel dim but the output features, or only the input features
     with ``window_positions`` giving the spatial part.
+    ``attention``: a fused attention call that names its sizes instead of laying out Q and K,
+    as (B, T, S, N, H). ``estimate``: (FLOPs, HBM bytes) a kernel declares for itself (a Pallas
+    ``CostEstimate``), for calls whose work no shape shows.
     """
 
     opcode: str
@@ -65,6 +68,8 @@ class OpDesc:
     # convolution: kernel window positions per output element that meet input data (product
     # over spatial dims); None = every window position, with the spatial dims in rhs_contracting
     window_positions: float | None = None
+    attention: tuple[int, int, int, int, int] | None = None
+    estimate: tuple[float, float] | None = None
 
     @property
     def group_size(self) -> int:

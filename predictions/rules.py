@@ -14,6 +14,8 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
+from predictions.collective_rules import COLLECTIVE_RULES
+
 # The types live in predictions.costs (the bytes per element in predictions.dtypes); importing
 # them from here is supported.
 from predictions.costs import UNMODELED, Cost, OpDesc, Shape
@@ -137,11 +139,24 @@ def _dot(op: OpDesc) -> Cost:
     return Cost(flops=factor * lhs.elements * math.prod(free_rhs), hbm_bytes=_io_bytes(op))
 
 
+# Where the forward convolution's output and kernel are, per direction: a library call for a
+# backward pass is described by the forward convolution's dim_labels and window (XLA's
+# GpuConvConfig): backward-input reads (dy, W) and writes dx; backward-filter reads (x, dy) and
+# writes dW. Each does the forward's multiply-adds (transformers.md: a matmul trains at 2NPM
+# forward, 2NPM for the input gradient, 2NPM for the weight gradient).
+CONV_VIEWS: dict[str, Callable[[OpDesc], tuple[Shape, Shape]]] = {   # -> (output, kernel)
+    "convolution": lambda op: (op.results[0], op.operands[1]),
+    "convolution-backward-input": lambda op: (op.operands[0], op.operands[1]),
+    "convolution-backward-filter": lambda op: (op.operands[1], op.results[0]),
+}
+
+
 def _convolution(op: OpDesc) -> Cost:
-    # a dot over the kernel: 2 x output elements x (kernel dims each output contracts)
-    if len(op.operands) < 2 or not op.results or not op.operands[1].dims:
-        return replace(UNMODELED, notes=("convolution without shapes",))
-    kernel = op.operands[1]
+    # a dot over the kernel (roofline.md: 2 x every distinct dim): 2 x output elements x (the
+    # kernel dims each output contracts)
+    if len(op.operands) < 2 or not op.results or not CONV_VIEWS[op.opcode](op)[1].dims:
+        return replace(UNMODELED, notes=(f"{op.opcode} without shapes",))
+    out, kernel = CONV_VIEWS[op.opcode](op)
     contracted = op.rhs_contracting
     notes: tuple[str, ...] = ()
     if not contracted:  # guess: XLA's canonical HWIO puts the output features last
@@ -150,54 +165,8 @@ def _convolution(op: OpDesc) -> Cost:
     per_output = math.prod(kernel.dims[i] for i in contracted)
     if op.window_positions is not None:  # only the window positions that meet input data
         per_output *= op.window_positions
-    return Cost(flops=2 * op.results[0].elements * per_output, hbm_bytes=_io_bytes(op),
-                notes=notes)
+    return Cost(flops=2 * out.elements * per_output, hbm_bytes=_io_bytes(op), notes=notes)
 
-
-# --- collectives -------------------------------------------------------------------------------
-def _outputs(op: OpDesc) -> tuple[Shape, ...]:
-    # "-start" forms return (operands..., outputs...) as one tuple; keep the outputs
-    if op.opcode.endswith("-start") and len(op.results) > len(op.operands):
-        return op.results[len(op.operands):]
-    return op.results
-
-
-def _collective(kind: str, comm: Callable[[OpDesc, float], float], reduces: bool = False) -> Rule:
-    def rule(op: OpDesc) -> Cost:
-        out = sum(s.nbytes for s in _outputs(op))
-        n = op.group_size
-        # sharding.md: ReduceScatter/AllReduce also do the additions, (n-1)/n of the elements
-        flops = sum(s.elements for s in op.operands) * (n - 1) / n if reduces else 0.0
-        return Cost(flops=flops, hbm_bytes=op.operand_bytes + out, comm_bytes=comm(op, out),
-                    collective=kind, group_axes=op.group_axes)
-    return rule
-
-
-COLLECTIVE_RULES: dict[str, Rule] = {
-    # predictions.collectives convention: V after an all-gather, before a reduce-scatter,
-    # the reduced array for all-reduce, the whole exchanged array (group x local) for all-to-all
-    "all-gather": _collective("all-gather", lambda op, out: out),
-    "reduce-scatter": _collective("reduce-scatter", lambda op, out: op.operand_bytes, True),
-    "all-reduce": _collective("all-reduce", lambda op, out: op.operand_bytes, True),
-    "all-to-all": _collective("all-to-all", lambda op, out: op.group_size * op.operand_bytes),
-    "collective-permute": _collective("collective-permute", lambda op, out: op.operand_bytes),
-}
-for _name in tuple(COLLECTIVE_RULES):
-    COLLECTIVE_RULES[_name + "-start"] = COLLECTIVE_RULES[_name]
-    COLLECTIVE_RULES[_name + "-done"] = _zero  # the work is charged to the start
-
-
-def _point_to_point(op: OpDesc, data: tuple[Shape, ...]) -> Cost:
-    # sharding.md: a point-to-point copy (ppermute) moves its V bytes one hop, V / W_ici; a
-    # device's send and recv are two transfers (out and in), each priced once for its pair
-    v = sum(s.nbytes for s in data)
-    return Cost(hbm_bytes=v, comm_bytes=v, collective="collective-permute",
-                group_axes=op.group_axes)
-
-
-# send(data, token) -> (data, context, token); recv(token) -> (data, context, token)
-COLLECTIVE_RULES["send"] = lambda op: _point_to_point(op, op.operands[:1])
-COLLECTIVE_RULES["recv"] = lambda op: _point_to_point(op, op.results[:1])
 
 # --- fused attention (cuDNN flash-attention custom calls) ---------------------------------------
 # The HLO layer describes a ``__cudnn$fmha*`` custom call as one of these pseudo-opcodes, with
@@ -218,13 +187,24 @@ FUSED_ATTENTION: dict[str, tuple[float, float]] = {   # pseudo-opcode: (x forwar
 
 
 def _fused_attention(op: OpDesc) -> Cost:
+    passes, causal = FUSED_ATTENTION[op.opcode]
+    if op.attention is not None:  # the call names B, T, S, N, H (TransformerEngine's attributes)
+        return Cost(flops=4.0 * math.prod(op.attention) * passes * causal,
+                    hbm_bytes=_io_bytes(op))
     if len(op.operands) < 3 or not op.rhs_contracting:
         return replace(UNMODELED, notes=(f"{op.opcode} without Q, K, V and dot dimensions",))
     q, k = op.operands[0], op.operands[1]
     S = math.prod(d for i, d in enumerate(k.dims)
                   if i not in op.rhs_batch and i not in op.rhs_contracting)
-    passes, causal = FUSED_ATTENTION[op.opcode]
     return Cost(flops=4.0 * q.elements * S * passes * causal, hbm_bytes=_io_bytes(op))
+
+
+def _kernel_estimate(op: OpDesc) -> Cost:
+    # a hand-written kernel's own declaration (Pallas: pallas_call(cost_estimate=
+    # pl.CostEstimate(flops, transcendentals, bytes_accessed)), what XLA's scheduler uses too)
+    if op.estimate is None:
+        return replace(UNMODELED, notes=("kernel without a cost estimate",))
+    return Cost(flops=op.estimate[0], hbm_bytes=op.estimate[1])
 
 
 ELEMENTWISE = (
@@ -249,9 +229,11 @@ RULES: dict[str, Rule] = {
     "slice": _read_result, "dynamic-slice": _read_result, "gather": _read_result,
     "dynamic-update-slice": _dynamic_update_slice, "scatter": _scatter,
     "reduce": _reduce, "reduce-window": _reduce, "select-and-scatter": _reduce,
-    "sort": _sort, "dot": _dot, "convolution": _convolution, HOST_COPY: _host_copy,
+    "sort": _sort, "dot": _dot, **{name: _convolution for name in CONV_VIEWS},
+    HOST_COPY: _host_copy,
     **COLLECTIVE_RULES,
     **{name: _fused_attention for name in FUSED_ATTENTION},
+    "kernel-estimate": _kernel_estimate,
 }
 
 # HLO opcode -> report category (harness.schema.CATEGORIES); fusions are classified by the HLO
@@ -262,8 +244,9 @@ CATEGORY: dict[str, str] = {
                                             "dynamic-update-slice", "scatter", "sort")},
     **{name: C_REDUCTION for name in ("reduce", "reduce-window", "select-and-scatter")},
     **{name: C_COLLECTIVE for name in COLLECTIVE_RULES},
-    "dot": C_MATMUL, "convolution": C_MATMUL,
+    "dot": C_MATMUL, **{name: C_MATMUL for name in CONV_VIEWS},
     **{name: C_ATTENTION for name in FUSED_ATTENTION},
+    "kernel-estimate": C_OTHER,  # a hand-written kernel: the HLO layer names it by its target
 }
 
 

@@ -32,7 +32,8 @@ def predicted():
         schema.FLOPS: 1.0, schema.HBM_BYTES: 1.0, schema.COMM_BYTES: 0.0,
         schema.COLLECTIVE: [r[6] for r in rows], schema.GROUP_SIZE: 1,
         schema.T_COMPUTE_S: 0.0, schema.T_MEMORY_S: 0.0, schema.T_COMM_S: 0.0,
-        schema.PREDICTED_S: [r[4] for r in rows], schema.BOUND: [r[5] for r in rows]})
+        schema.PREDICTED_S: [r[4] for r in rows], schema.BOUND: [r[5] for r in rows],
+        schema.WHY_UNMODELED: ""})
 
 
 def test_efficiency_gap_share_and_ranking():
@@ -52,6 +53,7 @@ def test_unmodeled_ops_are_listed_not_zero():
     assert ops.loc["mystery.4", schema.BOUND] == schema.UNMODELED
     assert math.isnan(ops.loc["mystery.4", schema.PREDICTED_S])
     assert ops.loc["mystery.4", schema.GAP_S] == pytest.approx(1e-6)
+    assert "no instruction of this name" in ops.loc["mystery.4", schema.WHY_UNMODELED]
     assert coverage(ops.reset_index()) == pytest.approx(1 - 1 / 20)
 
 
@@ -77,7 +79,7 @@ def test_control_flow_containers_are_left_out():
     m.loc[len(m)] = ["p", "while.7", 1, 15e-6, 15e-6, 15e-6, 8]
     p = predicted()
     p.loc[len(p)] = ["p", "while.7", "while", "other", 1, 0.0, 0.0, 0.0, "", 1, 0.0, 0.0, 0.0,
-                     0.0, "compute"]
+                     0.0, "compute", ""]
     ops = compare(m, p)
     assert "while.7" not in set(ops[schema.OP])
     assert ops[schema.MEASURED_S].sum() == pytest.approx(20e-6)
@@ -155,3 +157,12 @@ def test_unmodeled_ops_stay_out_of_every_views_efficiency(tmp_path, capsys):
     assert main(["compare", str(path), str(path), "--format", "json"]) == 0
     (step,) = [r for r in json.loads(capsys.readouterr().out) if r[schema.OP] == regress.STEP_TOTAL]
     assert step[schema.BASELINE_EFFICIENCY] == pytest.approx(expected)
+
+
+def test_reports_list_why_ops_are_unmodeled():
+    from harness.report.document import unmodeled_reasons
+
+    ops = compare(measured(), predicted())
+    assert unmodeled_reasons(ops) == [
+        ("mystery.4", "no instruction of this name in the program's HLO")]
+    assert unmodeled_reasons(ops.drop(columns=[schema.WHY_UNMODELED])) == []  # an older run

@@ -91,11 +91,7 @@ def test_every_program_that_ran_is_listed_with_its_executions(name, xprof, runs)
         assert programs.at[pid, schema.EXECUTIONS] == ratio, (pid, ratio)
 
 
-UNMODELED_YET = {"mi300x-conv": "the MIOpen convolution (cudnn-conv custom call) has no rule yet"}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
-    reason=UNMODELED_YET[n], strict=True)) if n in UNMODELED_YET else n for n in NAMES])
+@pytest.mark.parametrize("name", NAMES)
 def test_the_time_is_on_modeled_ops_and_no_big_op_beats_its_roofline(name, runs):
     ops = runs(name).ops
     share = ops[schema.TOTAL_S] / ops[schema.TOTAL_S].sum()  # of the whole trace

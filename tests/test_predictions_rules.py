@@ -104,6 +104,28 @@ def test_convolution_as_a_dot_over_the_kernel():
     assert guessed.flops == c.flops and "guessed" in guessed.notes[0]
 
 
+def test_convolution_backward_passes_do_the_forward_multiply_adds():
+    # transformers.md: 2NPM forward, 2NPM for the input gradient, 2NPM for the weight gradient
+    x, kernel, y = f32(2, 10, 10, 16), f32(3, 3, 16, 32), f32(2, 8, 8, 32)
+    k = dict(rhs_contracting=(0, 1, 2))
+    forward = cost(op("convolution", [y], [x, kernel], **k))
+    dx = cost(op("convolution-backward-input", [x], [y, kernel], **k))     # (dy, W) -> dx
+    dw = cost(op("convolution-backward-filter", [kernel], [x, y], **k))    # (x, dy) -> dW
+    assert forward.flops == dx.flops == dw.flops == 2 * (2 * 8 * 8 * 32) * (3 * 3 * 16)
+    assert forward.hbm_bytes == dx.hbm_bytes == dw.hbm_bytes  # the same three arrays move
+    assert not cost(op("convolution-backward-filter", [], [x, y], **k)).modeled
+
+
+def test_fused_attention_from_named_sizes_and_kernel_estimates():
+    sizes = (2, 512, 1024, 8, 64)  # B, T, S, N, H
+    c = cost(op("fused-attention-causal", [bf16(2, 512, 8, 64)], [bf16(2, 512, 8, 64)],
+                attention=sizes))
+    assert c.flops == 4 * math.prod(sizes) * 0.5
+    est = cost(op("kernel-estimate", [bf16(4)], [bf16(4)], estimate=(1e9, 3e6)))
+    assert (est.flops, est.hbm_bytes) == (1e9, 3e6)  # the kernel's word, not its shapes
+    assert not cost(op("kernel-estimate", [bf16(4)], [bf16(4)])).modeled
+
+
 # --- elementwise, reductions, data movement ------------------------------------------------------
 @pytest.mark.parametrize("opcode", ["add", "multiply", "exponential", "tanh", "compare", "select",
                                     "convert", "rsqrt", "logistic", "power", "clamp"])

@@ -37,7 +37,8 @@ OPCODE_CATEGORY: dict[str, str] = {
 }
 
 CUSTOM_CALL_CATEGORY: dict[str, str] = {
-    "fmha": ATTENTION, "flash": ATTENTION, "attention": ATTENTION,
+    "fmha": ATTENTION, "fhma": ATTENTION, "flash": ATTENTION, "attention": ATTENTION,
+    "attn": ATTENTION,  # TransformerEngine's te_fused_attn_*
     "gemm": MATMUL, "matmul": MATMUL, "conv": MATMUL,
     "allreduce": COLLECTIVE, "all-reduce": COLLECTIVE, "allgather": COLLECTIVE,
 }

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from predictions.rules import OpDesc, Shape
+
 _DENSE_LIMIT = 1 << 22  # output x kernel positions evaluated as one array below this
 
 
@@ -53,3 +55,19 @@ def window_positions(window: dict, labels: tuple[str, str, str], lhs: tuple[int,
                              get("rhs_dilate", 1))
         total *= pairs / o if o else 0.0
     return total
+
+
+def describe(opcode: str, results: tuple[Shape, ...], operands: tuple[Shape, ...],
+             labels: tuple[str, str, str], window: dict, lhs: Shape, rhs: Shape,
+             out: Shape) -> OpDesc:
+    """A convolution as a dot over its kernel: each output element contracts the kernel's input
+    features (``rhs_contracting``: the ``i`` of the kernel's labels) and the window positions
+    that meet input data (``window_positions``). ``lhs``, ``rhs``, ``out`` are the forward
+    convolution's input, kernel and output, wherever the call holds them
+    (``predictions.rules.CONV_VIEWS``)."""
+    lhs_l, rhs_l, _ = labels
+    return OpDesc(opcode, results, operands,
+                  lhs_contracting=tuple(i for i, c in enumerate(lhs_l) if c == "f"),
+                  rhs_contracting=tuple(i for i, c in enumerate(rhs_l) if c == "i"),
+                  window_positions=window_positions(window, labels, lhs.dims, rhs.dims,
+                                                    out.dims))

@@ -21,7 +21,7 @@ from dataclasses import replace
 import pandas as pd
 
 from harness import schema
-from harness.hlo import tpu
+from harness.hlo import calls, tpu
 from harness.hlo.attrs import HloParseError
 from harness.hlo.category import category
 from harness.hlo.desc import operand_leaves, to_desc
@@ -76,13 +76,27 @@ def _cost(instr: Instruction, module: Module) -> Cost:
         inner = [to_desc(i, module) for i in fused_instructions(module, instr)
                  if not tpu.in_flight(module, instr, i)]
         return rules.fusion_cost(to_desc(instr, module), inner)
-    return rules.cost(to_desc(instr, module))
+    cost = rules.cost(to_desc(instr, module))
+    if instr.opcode == "custom-call" and not cost.modeled:  # say which call, and why
+        cost = replace(cost, notes=(calls.why_unmodeled(instr) or
+                                    f"custom call {calls.target(instr)}: {'; '.join(cost.notes)}",))
+    return cost
+
+
+def why_unmodeled(cost: Cost) -> str:
+    """The reason an unmodeled op's row carries (``schema.WHY_UNMODELED``); "" when modeled."""
+    return "" if cost.modeled else "; ".join(dict.fromkeys(cost.notes)) or "no rule"
+
+
+_LIBRARY_MATMULS = frozenset({"dot", *rules.CONV_VIEWS})
 
 
 def compute_dtype(instr: Instruction, module: Module) -> str:
     """The element type that sets the peak FLOP/s: a dot's (or a fusion's dot's, or a library
     matmul's: cuBLAS bf16 x bf16 -> f32) left operand, otherwise the first result leaf."""
     candidates = [instr]
+    if instr.opcode == "custom-call" and calls.to_desc(instr).opcode in _LIBRARY_MATMULS:
+        return operand_leaves(instr)[0].dtype  # a GEMM or convolution call: its left operand
     if instr.opcode == "fusion":
         candidates = [i for i in fused_instructions(module, instr)
                       if i.opcode in ("dot", "convolution")] or [instr]
@@ -161,6 +175,7 @@ def hlo_costs(hlo_text: str | Module, chip, dtype: str | None = None,
             schema.T_COMPUTE_S: t.t_compute_s * count, schema.T_MEMORY_S: t.t_memory_s * count,
             schema.T_COMM_S: t.t_comm_s * count, schema.PREDICTED_S: t.predicted_s * count,
             schema.BOUND: t.bound if cost.modeled else schema.UNMODELED,
+            schema.WHY_UNMODELED: why_unmodeled(cost),
         })
     df = pd.DataFrame(rows, columns=[*schema.OPS_PREDICTED, schema.HOST_BYTES])
     # a figure that does not apply is left out: host bytes only where a copy crosses the host
@@ -245,9 +260,11 @@ def cross_check_skip(module: str | Module, cost_analysis: Mapping | None) -> str
     if flops < 0:
         return f"XLA's cost analysis reports flops={flops:g} (unknown)"
     module = _as_module(module)
-    calls = {i.name for i, _ in executed(module)
-             if i.opcode == "custom-call" and instruction_cost(i, module).flops > 0}
-    if calls:
-        return (f"XLA's cost analysis leaves out the {len(calls)} library custom-call(s) that do "
-                f"FLOPs (e.g. {min(calls)}, a cuBLAS GEMM on GPU)")
+    # a kernel priced by its own cost estimate (Pallas on TPU) is in XLA's figure too
+    library = {i.name for i, _ in executed(module)
+               if i.opcode == "custom-call" and instruction_cost(i, module).flops > 0
+               and calls.to_desc(i).opcode != "kernel-estimate"}
+    if library:
+        return (f"XLA's cost analysis leaves out the {len(library)} library custom-call(s) that "
+                f"do FLOPs (e.g. {min(library)}, a cuBLAS GEMM on GPU)")
     return ""

@@ -8,11 +8,9 @@ named mesh axes when XLA printed the mesh form, otherwise ``(group size,)``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
-from harness.hlo import conv, spaces, tpu
+from harness.hlo import calls, conv, spaces
 from harness.hlo.attrs import HloParseError
-from harness.hlo.fmha import fmha_desc, is_fmha
 from harness.hlo.ir import Computation, Instruction, Module
 from harness.hlo.walk import async_done
 from predictions.rules import COLLECTIVE_OPCODES, ELEMENTWISE, OpDesc, Shape
@@ -106,43 +104,15 @@ def _convolution(instr: Instruction, module: Module) -> OpDesc:
     leaves = operand_leaves(instr)
     if labels is None or len(leaves) < 2 or len(labels[1]) != len(leaves[1].dims):
         return _plain(instr, module)
-    lhs, rhs, _ = labels
     # the window part counts only positions that meet input data (harness.hlo.conv)
-    positions = conv.window_positions(instr.attrs.get("window") or {}, labels, leaves[0].dims,
-                                      leaves[1].dims, instr.shapes[0].dims)
-    return OpDesc("convolution", instr.shapes, leaves,
-                  lhs_contracting=tuple(i for i, c in enumerate(lhs) if c == "f"),
-                  rhs_contracting=tuple(i for i, c in enumerate(rhs) if c == "i"),
-                  window_positions=positions)
-
-
-def _ints(values) -> tuple[int, ...]:
-    try:
-        return tuple(int(v) for v in values or ())
-    except (TypeError, ValueError):
-        return ()
+    return conv.describe("convolution", instr.shapes, leaves, labels,
+                         instr.attrs.get("window") or {}, leaves[0], leaves[1], instr.shapes[0])
 
 
 def _custom_call(instr: Instruction, module: Module) -> OpDesc:
-    """cuBLAS-style GEMM custom calls carry dot dimension numbers in their backend config;
-    they are costed as a ``dot`` (result = the first leaf; the rest, an ``s8[...]`` workspace,
-    never leaves the library) reading every operand (a third one is the C or bias matrix). TPU
-    bookkeeping calls take the rule of the opcode ``harness.hlo.tpu`` names; cuDNN fused
-    attention calls go to ``harness.hlo.fmha``."""
-    if is_fmha(instr):
-        return fmha_desc(instr)
-    as_opcode = tpu.custom_call_opcode(instr)
-    if as_opcode is not None:
-        return replace(_plain(instr, module), opcode=as_opcode)
-    config = instr.backend_config()
-    gemm = config.get("gemm_backend_config", config)
-    dims = gemm.get("dot_dimension_numbers") if isinstance(gemm, dict) else None
-    if not isinstance(dims, dict):
-        return _plain(instr, module)
-    return OpDesc("dot", instr.shapes[:1], operand_leaves(instr),
-                  _ints(dims.get("lhs_contracting_dimensions")),
-                  _ints(dims.get("rhs_contracting_dimensions")),
-                  _ints(dims.get("lhs_batch_dimensions")), _ints(dims.get("rhs_batch_dimensions")))
+    """Library calls and kernels: ``harness.hlo.calls`` (cuBLAS/hipBLASLt GEMMs, cuDNN/MIOpen
+    convolutions, fused attention, Pallas kernels, libtpu's bookkeeping calls)."""
+    return calls.to_desc(instr)
 
 
 _SLICING = frozenset({"slice", "dynamic-slice", "gather"})

@@ -3,7 +3,8 @@
 Seen in modules compiled by libtpu (``tests/fixtures/tpu/``):
 
 - Custom calls that are bookkeeping, not kernels. ``CUSTOM_CALL_AS`` prices each target by the
-  rule of an ordinary opcode that does the same work (``predictions.rules.RULES``).
+  rule of an ordinary opcode that does the same work (``predictions.rules.RULES``;
+  ``harness.hlo.calls`` registers them).
 - Async collective fusions: one collective is split across a chain of fusions that share a
   ``frontend_attributes={chain_id="k"}`` on a copy of the collective: ``async-collective-start``
   (root ``custom-call`` ``AsyncCollectiveStart``), continuation fusions where the transfer runs
@@ -30,11 +31,6 @@ START, DONE = "AsyncCollectiveStart", "AsyncCollectiveDone"
 COLLECTIVE_OPCODES = frozenset({"all-gather", "all-reduce", "reduce-scatter", "all-to-all",
                                 "collective-permute", "ragged-all-to-all"})
 _CHAIN_RE = re.compile(r'chain_id="([^"]*)"')
-
-
-def custom_call_opcode(instr: Instruction) -> str | None:
-    """The opcode whose rule prices a TPU custom call, or None for other targets."""
-    return CUSTOM_CALL_AS.get(_target(instr))
 
 
 def _target(instr: Instruction) -> str:

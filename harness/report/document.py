@@ -51,8 +51,20 @@ def _meta_line(meta: dict) -> str:
     return ", ".join(f"{k}={meta[k]}" for k in keys if meta.get(k) not in (None, "", {}))
 
 
+def unmodeled_reasons(ops: pd.DataFrame, top: int = 10) -> list[tuple[str, str]]:
+    """(op, why) for the unmodeled ops that say why (``schema.WHY_UNMODELED``), the most
+    measured time first."""
+    if schema.WHY_UNMODELED not in ops.columns:
+        return []
+    why = ops[schema.WHY_UNMODELED].fillna("").astype(str)
+    rows = ops[(ops[schema.BOUND] == schema.UNMODELED) & (why != "")]
+    rows = rows.sort_values(schema.MEASURED_S, ascending=False, kind="stable").head(top)
+    return list(zip(rows[schema.OP], rows[schema.WHY_UNMODELED]))
+
+
 def to_text(r, top: int | None = 20) -> str:
     parts = [tables.render(r.ops.head(top) if top else r.ops, "text", _op_columns(r))]
+    parts += [f"unmodeled {op}: {why}\n" for op, why in unmodeled_reasons(r.ops)]
     parts.append(tables.render(r.categories, "text", CATEGORY_COLUMNS))
     if _programs(r) is not None:
         parts.append(tables.render(_programs(r), "text", PROGRAM_COLUMNS))
@@ -76,6 +88,10 @@ def to_markdown(r, top: int | None = 30) -> str:
         out.append(tables.to_markdown(r.unexpected))
     out.append(f"\n## Ops ranked by gap (top {top})\n\n")
     out.append(tables.render(r.ops.head(top), "md", _op_columns(r)))
+    reasons = unmodeled_reasons(r.ops)
+    if reasons:
+        out.append("\n## Unmodeled ops: why\n\n" + "".join(f"- `{op}`: {why}\n"
+                                                          for op, why in reasons))
     out.append("\n## By category\n\n")
     out.append(tables.render(r.categories, "md", CATEGORY_COLUMNS))
     if _programs(r) is not None:
