@@ -62,7 +62,7 @@ def decode_and_cost(source, chip: str, lap=lambda stage: None):
     lap("parse HLO")
     predicted = hlo_costs(module, chip_entry(chip))
     lap("cost HLO")
-    events = read_events(space, schedule=schedule(module, renames)).events
+    events = read_events(space, schedule_of=lambda name: schedule(module, renames)).events
     lap("read events")
     measured = op_times(events)
     lap("op_times")
