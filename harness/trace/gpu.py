@@ -130,7 +130,8 @@ def _fold(kernels: list[Kernel], steps: StepWindows, device: int, cols: Columns)
         step = steps.step_at(k.start) if steps else 0
         key = (k.module, k.program_id, k.op, step)
         waiting = memset_row.pop(key, None)  # this op's memset, waiting for its kernel
-        again = key == prev and k.name in launched
+        # (kernels inside a CUDA graph are placed by the schedule: no such evidence there)
+        again = key == prev and k.name in launched and not k.in_graph
         if (key == prev and not again) or waiting is not None:  # a kernel of this execution
             cols.duration_ns[len(cols.duration_ns) - 1 if key == prev else waiting] += k.dur
             launched.add(k.name)
