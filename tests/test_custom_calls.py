@@ -7,12 +7,11 @@ literals), and against xprof's own ``hlo_stats`` (``xspace_to_tool_data``, on a 
 trace: it writes cache files beside what it reads), which gives FLOPs per op as a rate:
 FLOPs per kernel = ``model_flop_rate`` (GFLOP/s) x ``total_self_time`` (us) / ``occurrences``.
 """
-import json
-import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from xprof_stats import hlo_stats
 
 from harness import hlo
 from harness.hlo import calls
@@ -120,18 +119,11 @@ def test_conv_flops_count_the_window_positions_that_meet_data(modules):
 @pytest.fixture(scope="module")
 def xprof_stats(tmp_path_factory):
     """trace name -> xprof's hlo_stats rows, with FLOPs and bytes per kernel worked out."""
-    from xprof.convert.raw_to_tool_data import xspace_to_tool_data
-
     cache = {}
 
     def get(name: str) -> pd.DataFrame:
         if name not in cache:
-            copy = tmp_path_factory.mktemp("xprof") / "vm.xplane.pb"
-            shutil.copy(find_trace_file(FIXTURES / name), copy)
-            data = json.loads(xspace_to_tool_data([str(copy)], "hlo_stats", {})[0])
-            cols = [c["id"] for c in data["cols"]]
-            df = pd.DataFrame([{c: (v or {}).get("v") for c, v in zip(cols, r["c"])}
-                               for r in data["rows"]], columns=cols)
+            df = hlo_stats(FIXTURES / name, tmp_path_factory.mktemp("xprof"))
             seconds = df["total_self_time"] * 1e-6 / df["occurrences"]
             cache[name] = df.assign(
                 flops=df["model_flop_rate"] * 1e9 * seconds,

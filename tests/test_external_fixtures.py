@@ -4,16 +4,14 @@ xprof lists, the same device time per row, every program that ran with its execu
 predictions on every op that takes a visible part of the time."""
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from xprof_stats import hlo_stats
 
 from harness import schema
 from harness.runs.pipeline import analyze_trace
-from harness.trace.load import find_trace_file
 
 FIXTURES = Path(__file__).parent / "fixtures" / "external"
 NAMES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
@@ -21,18 +19,11 @@ NAMES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
 
 @pytest.fixture(scope="module")
 def xprof(tmp_path_factory):
-    from xprof.convert.raw_to_tool_data import xspace_to_tool_data
-
     cache = {}
 
     def get(name: str) -> pd.DataFrame:
         if name not in cache:
-            copy = tmp_path_factory.mktemp("xprof") / "vm.xplane.pb"
-            shutil.copy(find_trace_file(FIXTURES / name), copy)
-            data = json.loads(xspace_to_tool_data([str(copy)], "hlo_stats", {})[0])
-            cols = [c["id"] for c in data["cols"]]
-            df = pd.DataFrame([{c: (v or {}).get("v") for c, v in zip(cols, r["c"])}
-                               for r in data["rows"]], columns=cols)
+            df = hlo_stats(FIXTURES / name, tmp_path_factory.mktemp("xprof"))
             # xprof keys rows by program id and op; its times are microseconds
             cache[name] = df.assign(program_id=df["program_id"].astype(str),
                                     total_self_s=df["total_self_time"] * 1e-6)

@@ -6,13 +6,12 @@ It writes cache files beside the trace it reads, so it is given a copy. Command 
 graphs) hide every op from xprof; those traces are checked against the same program traced
 without them.
 """
-import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from xprof_stats import hlo_stats
 
 from harness import schema
 from harness.cli import main
@@ -33,18 +32,11 @@ H100_L2_BYTES = 50 * 2**20  # NVIDIA H100 SXM: 50 MB of L2 cache
 @pytest.fixture(scope="module")
 def xprof_stats(tmp_path_factory):
     """fixture name -> xprof's hlo_stats rows as a DataFrame (computed once per name)."""
-    from xprof.convert.raw_to_tool_data import xspace_to_tool_data
-
     cache = {}
 
     def get(name: str) -> pd.DataFrame:
         if name not in cache:
-            copy = tmp_path_factory.mktemp("xprof") / "vm.xplane.pb"
-            shutil.copy(find_trace_file(FIXTURES / name), copy)
-            data = json.loads(xspace_to_tool_data([str(copy)], "hlo_stats", {})[0])
-            cols = [c["id"] for c in data["cols"]]
-            cache[name] = pd.DataFrame([{c: (v or {}).get("v") for c, v in zip(cols, r["c"])}
-                                        for r in data["rows"]], columns=cols)
+            cache[name] = hlo_stats(FIXTURES / name, tmp_path_factory.mktemp("xprof"))
         return cache[name]
     return get
 

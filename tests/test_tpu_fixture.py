@@ -7,17 +7,17 @@ op) with its occurrences over the trace (4 devices x executions) and total self 
 same sums of our EVENTS must equal them.
 """
 import json
-import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from xprof_stats import hlo_stats
 
 from harness import schema
 from harness.cli import main
 from harness.hlo import hlo_costs, parse_module
 from harness.runs.pipeline import trace_program
-from harness.trace.load import find_trace_file, load_events, read_xspace
+from harness.trace.load import load_events, read_xspace
 from predictions import hardware
 
 FIXTURE = Path(__file__).parent / "fixtures" / "external" / "tpu-v6e-inference"
@@ -34,13 +34,7 @@ HIDDEN = ["copy-done.1", "copy-done.3"]  # landed while other work ran: waited ~
 @pytest.fixture(scope="module")
 def xprof(tmp_path_factory) -> pd.DataFrame:
     """xprof's hlo_stats rows, indexed by (program id, op)."""
-    convert = pytest.importorskip("xprof.convert.raw_to_tool_data")
-    copy = tmp_path_factory.mktemp("xprof") / "tpu.xplane.pb"
-    shutil.copy(find_trace_file(FIXTURE), copy)
-    data = json.loads(convert.xspace_to_tool_data([str(copy)], "hlo_stats", {})[0])
-    cols = [c["id"] for c in data["cols"]]
-    df = pd.DataFrame([{c: (v or {}).get("v") for c, v in zip(cols, r["c"])}
-                       for r in data["rows"]], columns=cols)
+    df = hlo_stats(FIXTURE, tmp_path_factory.mktemp("xprof"))
     return df.set_index(["program_id", "hlo_op_name"]).rename_axis([schema.PROGRAM_ID, schema.OP])
 
 
