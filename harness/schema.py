@@ -183,6 +183,14 @@ CATEGORIES = rules.CATEGORIES     # an op's kind of work, in report order (predi
 (CAT_MATMUL, CAT_ATTENTION, CAT_COLLECTIVE, CAT_ELEMENTWISE, CAT_REDUCTION, CAT_COPY,
  CAT_OTHER) = CATEGORIES
 
+# --- the step as the timeline shows it (harness.step), per (step, device) -------------------
+TIMELINE_STEP_S = "timeline_step_s"  # a device's step: its first op's start to its last op's end
+COMPUTE_S = "compute_s"              # union of the compute ops' intervals in the step
+COMM_S = "comm_s"                    # union of the communication ops' intervals
+OVERLAPPED_COMM_S = "overlapped_comm_s"  # communication while some compute op ran
+EXPOSED_COMM_S = "exposed_comm_s"    # communication while no compute op ran
+IDLE_S = "idle_s"                    # union of the gaps with nothing running
+
 # --- tables -------------------------------------------------------------------------------
 EVENTS = (PROGRAM, OP, DEVICE, STEP, START_NS, DURATION_NS)
 OPS_MEASURED = (PROGRAM, OP, COUNT, MEASURED_S, MEASURED_MIN_S, MEASURED_MAX_S, DEVICES)
@@ -196,6 +204,8 @@ OPS_PREDICTED = (PROGRAM, OP, OPCODE, CATEGORY, COUNT, FLOPS, HBM_BYTES, COMM_BY
 OPS = (PROGRAM, OP, OPCODE, CATEGORY, COUNT, MEASURED_S, PREDICTED_S, EFFICIENCY, GAP_S, SHARE,
        BOUND, FLOPS, HBM_BYTES, COMM_BYTES, T_COMPUTE_S, T_MEMORY_S, T_COMM_S)
 
+STEP_TIMES = (STEP, DEVICE, TIMELINE_STEP_S, COMPUTE_S, COMM_S, OVERLAPPED_COMM_S, EXPOSED_COMM_S,
+              IDLE_S)
 REGRESS = (PROGRAM, OP, CATEGORY, BOUND, COLLECTIVE, GROUP_SIZE, BASELINE_S, CANDIDATE_S,
            DELTA_S, CHANGE, BASELINE_EFFICIENCY, CANDIDATE_EFFICIENCY, BASELINE_SHARE,
            CANDIDATE_SHARE, BASELINE_STEPS, CANDIDATE_STEPS, P_VALUE, Q_VALUE, DETECTABLE, VERDICT,

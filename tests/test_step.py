@@ -1,0 +1,70 @@
+"""harness.step: the step decomposed from hand-drawn timelines (times in ns, worked by hand)."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from harness import schema
+from harness.step import decompose, exposed_by_op, merged
+
+NS = 1e-9
+
+
+def events(rows) -> pd.DataFrame:
+    """EVENTS from (op, device, step, start_ns, duration_ns)."""
+    return pd.DataFrame([{schema.PROGRAM: "p", schema.OP: op, schema.DEVICE: d, schema.STEP: k,
+                          schema.START_NS: s, schema.DURATION_NS: t}
+                         for op, d, k, s, t in rows])
+
+
+def test_union_of_overlapping_nested_and_back_to_back_intervals():
+    # [0,10) holds [2,5); [10,12) touches it; [20,25) stands apart: union [0,12), [20,25)
+    s, e = merged([2, 0, 10, 20], [5, 10, 12, 25])
+    assert list(s) == [0, 20] and list(e) == [12, 25]
+
+
+def test_communication_partly_under_compute():
+    # device 0: dot [0,40), all-gather [30,70) (10 ns under the dot), gap [70,80), add [80,100)
+    rows = [("dot", 0, 0, 0, 40), ("all-gather", 0, 0, 30, 40), ("add", 0, 0, 80, 20)]
+    (row,) = decompose(events(rows), {"all-gather"}).to_dict("records")
+    assert row[schema.TIMELINE_STEP_S] == pytest.approx(100 * NS)
+    assert row[schema.COMPUTE_S] == pytest.approx(60 * NS)      # 40 + 20
+    assert row[schema.COMM_S] == pytest.approx(40 * NS)
+    assert row[schema.OVERLAPPED_COMM_S] == pytest.approx(10 * NS)  # [30,40)
+    assert row[schema.EXPOSED_COMM_S] == pytest.approx(30 * NS)     # [40,70)
+    assert row[schema.IDLE_S] == pytest.approx(10 * NS)             # [70,80)
+    # measured apart, the terms add up: 60 + 30 + 10 = 100 and 10 + 30 = 40
+    assert row[schema.COMPUTE_S] + row[schema.EXPOSED_COMM_S] + row[schema.IDLE_S] == \
+        pytest.approx(row[schema.TIMELINE_STEP_S])
+
+
+def test_fully_hidden_communication_and_two_lanes():
+    # two compute streams cover [0,50) between them; the collective [10,40) hides under them
+    rows = [("dot.1", 0, 0, 0, 30), ("dot.2", 0, 0, 20, 30), ("all-reduce", 0, 0, 10, 30)]
+    (row,) = decompose(events(rows), {"all-reduce"}).to_dict("records")
+    assert row[schema.COMPUTE_S] == pytest.approx(50 * NS)
+    assert row[schema.EXPOSED_COMM_S] == 0 and row[schema.IDLE_S] == 0
+    assert row[schema.OVERLAPPED_COMM_S] == pytest.approx(30 * NS)
+
+
+def test_each_step_and_device_is_its_own_row_and_containers_stay_out():
+    rows = [("while.1", 0, 0, 0, 100), ("dot", 0, 0, 10, 20), ("dot", 0, 0, 60, 20),
+            ("dot", 1, 0, 0, 50), ("dot", 0, 1, 200, 10)]
+    out = decompose(events(rows), set(), apart={"while.1"}).set_index(
+        [schema.STEP, schema.DEVICE])
+    # without the while: device 0 step 0 runs [10,30) and [60,80): step 70, idle 30
+    assert out.loc[(0, 0), schema.TIMELINE_STEP_S] == pytest.approx(70 * NS)
+    assert out.loc[(0, 0), schema.IDLE_S] == pytest.approx(30 * NS)
+    assert out.loc[(0, 1), schema.TIMELINE_STEP_S] == pytest.approx(50 * NS)
+    assert out.loc[(1, 0), schema.COMPUTE_S] == pytest.approx(10 * NS)
+
+
+def test_each_collective_says_how_much_of_it_was_exposed():
+    # all-gather [30,70) with the dot over [0,40): 30 of its 40 ns exposed; all-reduce
+    # [85,95) inside add [80,100): hidden
+    rows = [("dot", 0, 0, 0, 40), ("all-gather", 0, 0, 30, 40), ("add", 0, 0, 80, 20),
+            ("all-reduce", 0, 0, 85, 10)]
+    out = exposed_by_op(events(rows), {"all-gather", "all-reduce"}).set_index(schema.OP)
+    assert out.loc["all-gather", schema.COMM_S] == pytest.approx(40 * NS)
+    assert out.loc["all-gather", schema.EXPOSED_COMM_S] == pytest.approx(30 * NS)
+    assert out.loc["all-reduce", schema.EXPOSED_COMM_S] == 0
