@@ -1,10 +1,11 @@
 """The pure pipeline: a trace's EVENTS, the program's parsed HLO and a chip -> the run's tables.
 
-``analyze(trace, module, chip, context)`` reads nothing, writes nothing and measures nothing:
-the trace was decoded once (``harness.trace``), the HLO parsed once (``harness.hlo``), the chip
-resolved (and, for a CPU host, calibrated) before (``harness.chip``). What the trace does not
-say about the run (its untraced step times, the book's estimate, the collectives the layout
-calls for, XLA's cost analysis) comes in a ``Context`` by name. ``harness.runs.pipeline`` wires
+``analyze(trace, modules, chip, context)`` reads nothing, writes nothing and measures nothing:
+the trace was decoded once (``harness.trace``), each program's HLO parsed once
+(``harness.hlo``), the chip resolved (and, for a CPU host, calibrated) before
+(``harness.chip``). What the trace does not say about the run (its untraced step times, the
+book's estimate, the collectives the layout calls for, XLA's cost analysis) comes in a
+``Context`` by name. ``harness.runs.pipeline`` wires
 it between capture and the stored ``Run``.
 """
 from __future__ import annotations
@@ -43,12 +44,13 @@ TRACE_NOTE = 1.05
 class Context:
     """What the trace does not say about the run, each by name.
 
-    ``program``: the program to report (default: the one that took the most time first in the
-    measured table). ``devices``: the run's device count (default: devices in the trace).
-    ``step_times_s`` / ``traced_step_times_s``: wall times of the untraced and the
-    traced steps (``harness.capture``). ``book``: the book's estimate of the workload's step on
-    this chip (``predictions.step.Analytic``). ``memory``: XLA's memory figures of the run
-    (``harness.memory.host_note``). ``notes`` come first in the report.
+    ``program``: the program whose ops to report, by name (every compilation of it) or by
+    program id (that one) (default: every program that ran). ``devices``: the run's device
+    count (default: devices in the trace). ``step_times_s`` / ``traced_step_times_s``: wall
+    times of the untraced and the traced steps (``harness.capture``). ``book``: the book's
+    estimate of the workload's step on this chip (``predictions.step.Analytic``). ``memory``:
+    XLA's memory figures of the run (``harness.memory.host_note``). ``notes`` come first in
+    the report.
     """
 
     program: str = ""
@@ -95,6 +97,16 @@ def programs_ran(events: pd.DataFrame) -> list[ProgramKey]:
     return [(str(p), str(i)) for p, i in t.sort_values(ascending=False, kind="stable").index]
 
 
+def chosen(key: ProgramKey, program: str) -> bool:
+    """Whether ``program`` (a name, or a program id; "" for every program) names ``key``."""
+    return not program or program in key
+
+
+def program_name(key: ProgramKey) -> str:
+    """``name(program id)``, or the name where the trace gives no id."""
+    return f"{key[0]}({key[1]})" if key[1] else key[0]
+
+
 def module_for(modules: Mapping, key: ProgramKey) -> Module | None:
     """The module of one compilation: by (name, id), else the only one of that name."""
     if key in modules:
@@ -103,20 +115,25 @@ def module_for(modules: Mapping, key: ProgramKey) -> Module | None:
     return same[0] if len(same) == 1 else None
 
 
-def _program(events: pd.DataFrame, key: ProgramKey, module: Module | None, chip,
+def _predicted(module: Module | None, chip, trace: TraceEvents) -> pd.DataFrame:
+    """One compilation's predicted OPS table, ops named as the trace names them (empty
+    without a module)."""
+    if module is None:
+        return schema.empty(schema.OPS_PREDICTED)
+    predicted = hlo_costs(module, chip, async_on=trace.async_time_on)
+    # the trace names an async op (``fusion-start.3`` in the HLO text) by the op it wraps
+    if trace.async_names:
+        predicted[schema.OP] = predicted[schema.OP].replace(trace.async_names)
+    return predicted
+
+
+def _program(events: pd.DataFrame, key: ProgramKey, predicted: pd.DataFrame, modeled: bool,
              trace: TraceEvents) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     """One compilation's OPS table, its EVENTS (each execution a step when the trace has no
-    step markers) and its executions."""
+    step markers) and its executions; ``modeled`` False: it has no HLO."""
     ev = events[events[schema.PROGRAM] == key[0]]
     if schema.PROGRAM_ID in ev.columns:
         ev = ev[ev[schema.PROGRAM_ID].astype(str) == key[1]]
-    if module is not None:
-        predicted = hlo_costs(module, chip, async_on=trace.async_time_on)
-        # the trace names an async op (``fusion-start.3`` in the HLO text) by the op it wraps
-        if trace.async_names:
-            predicted[schema.OP] = predicted[schema.OP].replace(trace.async_names)
-    else:
-        predicted = schema.empty(schema.OPS_PREDICTED)
     counts = dict(zip(predicted[schema.OP].astype(str), predicted[schema.COUNT]))
     if not trace.stepped:
         ev = by_execution(ev, counts)
@@ -124,7 +141,7 @@ def _program(events: pd.DataFrame, key: ProgramKey, module: Module | None, chip,
     measured = op_times(ev, shares=shares)
     ops = compare(measured.assign(**{schema.PROGRAM: key[0]}),
                   predicted.assign(**{schema.PROGRAM: key[0]}))
-    if module is None:
+    if not modeled:
         ops[schema.WHY_UNMODELED] = "no HLO for this program (the trace holds none; --hlo)"
     return ops, ev, executions(ev, counts)
 
@@ -137,12 +154,12 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
     ctx, notes = context, list(context.notes)
     events, shared = trace.events, trace.shares_cores
     ran = programs_ran(events)
+    predicted = {key: _predicted(module_for(modules, key), chip, trace) for key in ran}
     if shared:  # an op's share of the host counts every program running beside it
-        costs = (hlo_costs(m, chip, async_on=trace.async_time_on) for m in modules.values())
-        containers = set().union(*(apart(c) for c in costs))
-        events = host_shares(events, containers)
-    per = {key: _program(events, key, module_for(modules, key), chip, trace) for key in ran}
-    shown = [k for k in ran if not ctx.program or k[0] == ctx.program] or ran[:1]
+        events = host_shares(events, set().union(*(apart(p) for p in predicted.values())))
+    per = {key: _program(events, key, predicted[key], module_for(modules, key) is not None,
+                         trace) for key in ran}
+    shown = [k for k in ran if chosen(k, ctx.program)] or ran[:1]
     main = shown[0] if shown else ("", "")
     ops = pd.concat([per[k][0] for k in shown] or [schema.empty(schema.OPS)],
                     ignore_index=True)
@@ -217,21 +234,17 @@ def _program_notes(ran, shown, per, modules, main) -> list[str]:
     notes = []
     others = [k for k in ran if k not in shown]
     if len(shown) > 1:
-        notes.append(f"{len(shown)} programs ran; the summary is of {_name(main)} (the most "
-                     f"device time); the programs table lists each")
+        notes.append(f"{len(shown)} programs ran; the summary is of {program_name(main)} (the "
+                     f"most device time); the programs table lists each")
     elif others:
-        notes.append(f"{len(others)} other program(s) ran beside {_name(main)}: "
-                     f"{', '.join(_name(k) for k in others[:4])}"
+        notes.append(f"{len(others)} other program(s) ran beside {program_name(main)}: "
+                     f"{', '.join(program_name(k) for k in others[:4])}"
                      f"{', ...' if len(others) > 4 else ''} (the programs table)")
     blind = [k for k in shown if module_for(modules, k) is None]
     if blind:
-        notes.append(f"no HLO for {', '.join(_name(k) for k in blind[:4])}: measured only "
-                     f"(give the program's optimized HLO with --hlo)")
+        notes.append(f"no HLO for {', '.join(program_name(k) for k in blind[:4])}: measured "
+                     f"only (give the program's optimized HLO with --hlo)")
     return notes
-
-
-def _name(key: ProgramKey) -> str:
-    return f"{key[0]}({key[1]})" if key[1] else key[0]
 
 
 def _timing(summ: dict, ctx: Context) -> list[str]:

@@ -4,6 +4,7 @@ xprof lists, the same device time per row, every program that ran with its execu
 predictions on every op that takes a visible part of the time."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -91,3 +92,17 @@ def test_the_time_is_on_modeled_ops_and_no_big_op_beats_its_roofline(name, runs)
     big = ops[share >= 0.05]
     assert big[schema.EFFICIENCY].between(0.05, 1.2).all(), big[[schema.OP,
                                                                  schema.EFFICIENCY]]
+
+
+def test_program_picks_one_compilation_by_id_or_every_one_by_name(capsys):
+    from harness import cli
+
+    def ids(*argv):
+        assert cli.main(["trace", str(FIXTURES / "mi300x-gemm"), "--format", "json", *argv]) == 0
+        return {o[schema.PROGRAM_ID] for o in json.loads(capsys.readouterr().out)["ops"]}
+
+    # the trace holds six compilations of jit_dot (program ids 5, 21, 34, 49, 64, 79)
+    assert ids("--program", "79") == {"79"}
+    assert ids("--program", "jit_dot") == {"5", "21", "34", "49", "64", "79"}
+    assert cli.main(["trace", str(FIXTURES / "mi300x-gemm"), "--program", "80"]) == 2
+    assert "jit_dot(79)" in capsys.readouterr().err  # names the programs that did run

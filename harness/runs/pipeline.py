@@ -20,7 +20,7 @@ import pandas as pd
 from google.protobuf.message import DecodeError
 
 from harness import schema
-from harness.analysis import Context, ProgramKey, analyze, programs_ran
+from harness.analysis import Context, ProgramKey, analyze, chosen, program_name, programs_ran
 from harness.capture import CAPTURE_FILE, HLO_FILE, STEPS, Capture, capture
 from harness.chip import chip_for_run
 from harness.errors import HarnessError
@@ -44,10 +44,6 @@ class Decoded:
     trace: TraceEvents
     modules: dict = field(default_factory=dict)
     damaged: list = field(default_factory=list)  # programs whose embedded HLO is damaged
-
-    def module(self, name: str) -> Module | None:
-        """The module of the program ``name`` (its only compilation, else the first)."""
-        return next((m for (n, _), m in self.modules.items() if n == name), None)
 
 
 def trace_program(space, program: str = "") -> tuple[str | None, dict[str, str]]:
@@ -87,8 +83,8 @@ class _Embedded:
         try:
             return parse_module(module_text(raw)), async_names(raw)
         except (HarnessError, DecodeError) as e:  # damaged: that program is measured only
-            log.warning("the HLO embedded for %s cannot be read: %s", _names([key]), e)
-            self.damaged.append(_names([key]))
+            log.warning("the HLO embedded for %s cannot be read: %s", program_name(key), e)
+            self.damaged.append(program_name(key))
             return None
 
 
@@ -102,8 +98,8 @@ def decode(source, *, hlo_text: str | None = None, warmup_steps: int = 0,
     embedded = _Embedded(space)
     text = hlo_text if hlo_text is not None else (saved_hlo if not embedded.raw else None)
     if text is None and not embedded.raw and not embedded.damaged:
-        raise NoHlo(f"{label}: the trace holds no HLO; give the program's optimized HLO "
-                           f"with --hlo FILE (an XLA dump, *after_optimizations.txt)")
+        raise NoHlo(f"{label}: the trace holds no HLO; give the program's optimized HLO with "
+                    f"--hlo FILE (an XLA dump, *after_optimizations.txt)")
     given = parse_module(text) if text is not None else None
 
     def module(key: ProgramKey) -> tuple[Module, dict] | None:
@@ -126,14 +122,14 @@ def decode(source, *, hlo_text: str | None = None, warmup_steps: int = 0,
 
 
 def _names(keys) -> str:
-    return ", ".join(f"{n}({i})" if i else n for n, i in keys) or "none"
+    return ", ".join(program_name(k) for k in keys) or "none"
 
 
 def select(decoded: Decoded, program: str) -> str:
     """``program`` (a name or a program id) checked against the programs that ran; a one-line
     error naming them when it is none of them."""
     ran = programs_ran(decoded.trace.events)
-    if program and not any(program in key for key in ran):
+    if not any(chosen(key, program) for key in ran):
         raise HarnessError(f"{decoded.label}: no program {program!r} ran; programs that ran "
                            f"(name(program id)): {_names(ran)}")
     return program
