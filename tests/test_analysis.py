@@ -211,3 +211,18 @@ def test_carry_threads_a_steps_outputs_into_the_next(tmp_path):
     # warm-up, 2 traced and 2 untraced steps on n = k (k = 0..4) everywhere: n @ n sums to
     # 128 * 128 entries of 128 k^2
     assert seen == [128.0 ** 3 * k * k for k in range(5)]
+
+
+def test_a_run_saved_without_plots_draws_none(analysis, tmp_path, monkeypatch):
+    """A sweep point is stored without plots: no PNG, none embedded, and none drawn."""
+    from harness.report import plots
+
+    drawn = []
+    monkeypatch.setattr(plots, "roofline", lambda *a, **k: drawn.append(1))
+    monkeypatch.setattr(plots, "category_bars", lambda *a, **k: drawn.append(1))
+    bare = hrun.Run(title=analysis.title, meta=dict(analysis.meta), ops=analysis.ops,
+                    categories=analysis.categories, summary=analysis.summary,
+                    chip=analysis.chip)
+    path = bare.save(tmp_path / "bare", plots=False)
+    assert drawn == [] and not list(path.glob("*.png"))
+    assert "data:image/png" not in (path / "report.html").read_text()

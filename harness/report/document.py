@@ -76,7 +76,7 @@ def to_text(r, top: int | None = 20) -> str:
     return f"{r.title}\n" + "".join(parts)
 
 
-def to_markdown(r, top: int | None = 30) -> str:
+def to_markdown(r, top: int | None = 30, plots: bool = True) -> str:
     out = [f"# {r.title}\n", f"_{_meta_line(r.meta)}_\n"]
     out.append("## Summary\n")
     out.append("| figure | value |\n|---|---|\n" +
@@ -97,7 +97,7 @@ def to_markdown(r, top: int | None = 30) -> str:
     if _programs(r) is not None:
         out.append("\n## Programs\n\n")
         out.append(tables.render(_programs(r), "md", PROGRAM_COLUMNS))
-    plots = r.figures()
+    plots = r.figures() if plots else {}
     for name in (ROOFLINE_PNG, CATEGORIES_PNG):
         if name in plots:
             out.append(f"\n![{name[:-4]}]({name})\n")
@@ -114,7 +114,7 @@ def _html_table(df: pd.DataFrame, columns) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
-def to_html(r, top: int | None = 50) -> str:
+def to_html(r, top: int | None = 50, plots: bool = True) -> str:
     style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}"
              "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;"
              "padding:3px 8px;text-align:right}th{background:#f4f4f4}"
@@ -127,7 +127,7 @@ def to_html(r, top: int | None = 50) -> str:
     if r.unexpected is not None and not r.unexpected.empty:
         body.append("<h2>Collectives the layout did not call for</h2>"
                     + _html_table(r.unexpected, r.unexpected.columns))
-    plots = r.figures()
+    plots = r.figures() if plots else {}
     for name in (ROOFLINE_PNG, CATEGORIES_PNG):
         if name in plots:
             b64 = base64.b64encode(plots[name]).decode()
@@ -157,8 +157,16 @@ FORMATS = {
 }
 
 
-def render(r, fmt: str = "text", top: int | None = None) -> str:
-    """``r`` in format ``fmt``; ``top``: op rows shown (None: the format's default; 0: all)."""
+# the formats that show the plots (the others never draw them)
+PLOTTED = ("md", "html")
+
+
+def render(r, fmt: str = "text", top: int | None = None, plots: bool = True) -> str:
+    """``r`` in format ``fmt``; ``top``: op rows shown (None: the format's default; 0: all);
+    ``plots`` False: md and html without the plots (none is drawn)."""
     if fmt not in FORMATS:
         raise HarnessError(f"unknown report format {fmt!r}; choose from {sorted(FORMATS)}")
-    return FORMATS[fmt](r) if top is None else FORMATS[fmt](r, top=top or len(r.ops))
+    options = {} if top is None else {"top": top or len(r.ops)}
+    if fmt in PLOTTED:
+        options["plots"] = plots
+    return FORMATS[fmt](r, **options)

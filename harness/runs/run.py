@@ -95,10 +95,9 @@ class Run:
     def save(self, path: str | os.PathLike, *, plots: bool = True) -> Path:
         """Store the run atomically at ``path`` (which must not exist); its capture's trace
         directory moves into the run's ``trace/``. ``plots`` False: no PNGs (a sweep point)."""
-        figures = self.figures() if plots else {}
-        files: dict[str, str | bytes] = {name: render(self, fmt) for name, fmt in
+        files: dict[str, str | bytes] = {name: render(self, fmt, plots=plots) for name, fmt in
                                          REPORT_FILES.items()}
-        files.update(figures)
+        files.update(self.figures() if plots else {})
         files.update(self.files)
         files[OPS_CSV] = self.ops.to_csv(index=False)
         if self.categories is not None and not self.categories.empty:
