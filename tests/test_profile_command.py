@@ -88,3 +88,4 @@ def test_a_plain_jax_profiler_trace_of_your_function_gives_its_full_table(tmp_pa
     assert all(o[schema.BOUND] != schema.UNMODELED for o in ops)
     assert {o[schema.CATEGORY] for o in ops} >= {"matmul", "collective"}
     assert report["meta"][schema.CHIP] == "cpu"
+    assert report["title"].startswith("jit__lambda on 8x cpu ")  # the trace's devices

@@ -232,7 +232,9 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     events = decoded.trace.events
     device = trace_device(space)  # the chip its device planes describe (harness.chip)
     meta = dict(saved.get("meta", {}))
-    meta.setdefault(schema.DEVICE_KIND, device.label if device else "")
+    # a CPU trace has no device plane: its devices are the host's CPU
+    meta.setdefault(schema.DEVICE_KIND, device.label if device else (
+        "cpu" if decoded.trace.layout == "cpu" else ""))
     meta.setdefault(schema.DEVICE_COUNT, int(events[schema.DEVICE].nunique()))
     meta[schema.TRACE_FILE] = str(trace_file)
     cap = Capture(trace_dir=trace_file.parent, hlo_text=text or saved.get("hlo_text", ""),
