@@ -183,7 +183,7 @@ CATEGORIES = rules.CATEGORIES     # an op's kind of work, in report order (predi
 (CAT_MATMUL, CAT_ATTENTION, CAT_COLLECTIVE, CAT_ELEMENTWISE, CAT_REDUCTION, CAT_COPY,
  CAT_OTHER) = CATEGORIES
 
-# --- the step as the timeline shows it (harness.step), per (step, device) -------------------
+# --- the step as the timeline shows it (harness.step.timeline), per (step, device) -------------------
 TIMELINE_STEP_S = "timeline_step_s"  # a device's step: its first op's start to its last op's end
 COMPUTE_S = "compute_s"              # union of the compute ops' intervals in the step
 COMM_S = "comm_s"                    # union of the communication ops' intervals
