@@ -101,7 +101,12 @@ ERROR = "error"                    # one line, for failed points
 STEPS = "steps"                    # measured steps per point
 WARMUP = "warmup"                  # untraced warm-up steps per point
 RUN = "run"                        # run directory, relative to the sweep directory
-STEP_S = "step_s"                  # median untraced step's wall time (harness.analysis._step_s)
+STEP_S = "step_s"                  # the measured step from the timeline: the slowest device's
+#                                    median step, its first op's start to its last op's end
+#                                    (harness.step.timeline.measured_step)
+WALL_STEP_S = "wall_step_s"        # median wall time of the untraced steps capture ran right
+#                                    after the traced ones (dispatch to outputs ready; tracing's
+#                                    cost left out); absent for a trace captured elsewhere
 TRACE_OVERHEAD = "trace_overhead"  # median traced step / median untraced step (capture's timing)
 GRAPH_STEP_S = "graph_step_s"      # GPU: the same for the user's own compile (CUDA graphs)
 COVERAGE = "coverage"              # share of measured time in ops a rule predicts
@@ -125,7 +130,7 @@ OPS_COUNT = "ops"                  # ops in the category
 UNMODELED_S = "unmodeled_s"        # measured time of the category's ops no rule predicts
 
 # --- run summary (meta.json "summary"): one figure each, defined in harness.compare ---------
-# STEP_S, COVERAGE, EFFICIENCY, MFU, MODEL_FLOPS, ANALYTIC_S and DEVICES above are summary keys too.
+# STEP_S, WALL_STEP_S, COVERAGE, EFFICIENCY, MFU, MODEL_FLOPS, ANALYTIC_S and DEVICES above are summary keys too.
 MEASURED_OPS_S = "measured_ops_s"  # sum of measured_s over the step's ops
 PREDICTED_OPS_S = "predicted_ops_s"  # sum of predicted_s over the modeled ops
 HLO_FLOPS_PER_DEVICE = "hlo_flops_per_device"  # the HLO's FLOPs per device per step
@@ -136,7 +141,7 @@ FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE = "flops_vs_cost_analysis_loops_once"  # same,
 # ahead-of-time predictions (harness predict-hlo; harness.hlo.chips): no measured step
 PREDICTED_STEP_S = "predicted_step_s"  # sum of the ops' roofline times (no overlap)
 MFU_AT_ROOFLINE = "mfu_at_roofline"    # MFU if the step ran at predicted_step_s
-FIGURES = (STEP_S, GRAPH_STEP_S, TRACE_OVERHEAD, MEASURED_OPS_S, PREDICTED_OPS_S, COVERAGE,
+FIGURES = (STEP_S, WALL_STEP_S, GRAPH_STEP_S, TRACE_OVERHEAD, MEASURED_OPS_S, PREDICTED_OPS_S, COVERAGE,
            EFFICIENCY, HLO_FLOPS_PER_DEVICE, HFU, DEVICES, MODEL_FLOPS, MFU, MFU_BOOK, MFU_FORMULA,
            ANALYTIC_S, ANALYTIC_FORMULA, FLOPS_VS_COST_ANALYSIS,
            FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE, PREDICTED_STEP_S, MFU_AT_ROOFLINE, WAIT_S)
@@ -190,6 +195,21 @@ COMM_S = "comm_s"                    # union of the communication ops' intervals
 OVERLAPPED_COMM_S = "overlapped_comm_s"  # communication while some compute op ran
 EXPOSED_COMM_S = "exposed_comm_s"    # communication while no compute op ran
 IDLE_S = "idle_s"                    # union of the gaps with nothing running
+IDLE_DEVICE = "idle"                 # a device of the run with no op in the trace (listed, not
+#                                      averaged in)
+# The step object (meta.json and JSON "step"; harness.step): the measured step (STEP_S and the
+# terms above, of the slowest device's median step; DEVICE and STEP say which; STEPS how many;
+# DEVICES each device's), each communication op's share (STEP_COLLECTIVES), and the book beside
+# it (chapter 1: a step takes max(T_math, T_comms) with perfect overlap, their sum with none).
+STEP_OBJECT = "step"
+STEP_COLLECTIVES = "collectives"     # per communication op: comm_s and exposed_comm_s per step
+T_MATH_S = "t_math_s"                # the step's compute at the roofline (book: T_math)
+T_COMMS_S = "t_comms_s"              # its communication at the roofline (book: T_comms)
+BOUNDS_FROM = "bounds_from"          # where T_math/T_comms come from: "book" (the workload's
+#                                      estimate) or "hlo" (the compiled ops' roofline times)
+OVERLAP_BOUND_S = "overlap_bound_s"  # max(T_math, T_comms): the step with perfect overlap
+SERIAL_BOUND_S = "serial_bound_s"    # T_math + T_comms: the step with no overlap
+REGIME = "regime"                    # "compute-bound" (T_math >= T_comms) or "communication-bound"
 
 # --- tables -------------------------------------------------------------------------------
 EVENTS = (PROGRAM, OP, DEVICE, STEP, START_NS, DURATION_NS)

@@ -18,7 +18,7 @@ body's ops are counted themselves.
 """
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 import numpy as np
 import pandas as pd
@@ -111,3 +111,90 @@ def exposed_by_op(events: pd.DataFrame, comm_ops: Collection[str],
            .sum().groupby(level=0).median() * _NS)
     return per.rename(columns={"t": schema.COMM_S, "exposed": schema.EXPOSED_COMM_S}
                       ).reset_index()
+
+
+def async_spans(events: pd.DataFrame, pairs: Mapping[str, str]) -> pd.DataFrame:
+    """EVENTS with each async pair's two events made one, from the ``-start``'s start to the
+    ``-done``'s end and named as the ``-done``: the transfer in flight, where a layout shows
+    only the core's side of it (TPU ``XLA Ops``: the ``-start`` issues it in a few ns, the
+    ``-done`` blocks until it lands). ``pairs``: start name -> done name, as the trace names
+    them. On each device the k-th start pairs with the k-th done; one without a partner stays
+    as it is."""
+    if not pairs or events.empty:
+        return events
+    op = events[schema.OP].astype(str)
+    keep = ~op.isin(set(pairs) | set(pairs.values()))
+    spans = [events[keep]]
+    for start, done in pairs.items():
+        s = events[op == start].sort_values([schema.DEVICE, schema.START_NS], kind="stable")
+        d = events[op == done].sort_values([schema.DEVICE, schema.START_NS], kind="stable")
+        s = s.assign(_k=s.groupby(schema.DEVICE, observed=True).cumcount())
+        d = d.assign(_k=d.groupby(schema.DEVICE, observed=True).cumcount())
+        both = d.merge(s[[schema.DEVICE, "_k", schema.START_NS]], on=[schema.DEVICE, "_k"],
+                       how="left", suffixes=("", "_start"))
+        paired = both[f"{schema.START_NS}_start"].notna()
+        first = both[f"{schema.START_NS}_start"].where(paired, both[schema.START_NS])
+        first = np.minimum(first.astype(np.int64), both[schema.START_NS])
+        end = both[schema.START_NS] + both[schema.DURATION_NS]
+        spans.append(both.assign(**{schema.START_NS: first, schema.DURATION_NS: end - first})
+                     .drop(columns=["_k", f"{schema.START_NS}_start"]))
+        alone = s.merge(d[[schema.DEVICE, "_k"]], on=[schema.DEVICE, "_k"], how="left",
+                        indicator=True)
+        spans.append(alone[alone["_merge"] == "left_only"].drop(columns=["_k", "_merge"]))
+    return pd.concat(spans, ignore_index=True)
+
+
+def _median_step(g: pd.DataFrame) -> pd.Series:
+    """The row of the step whose length is the median (the lower one of an even count): its
+    terms add up as the step's did, which medians taken term by term would not."""
+    ordered = g.sort_values(schema.TIMELINE_STEP_S, kind="stable")
+    return ordered.iloc[(len(ordered) - 1) // 2]
+
+
+TERMS = (schema.COMPUTE_S, schema.COMM_S, schema.OVERLAPPED_COMM_S, schema.EXPOSED_COMM_S,
+         schema.IDLE_S)
+
+
+def measured_step(per_step: pd.DataFrame, devices: Collection[int] = ()) -> dict:
+    """The step object's measured part from ``decompose``'s table: each device's median step
+    (its terms from that one step), and the slowest device's as the step; ``devices``: every
+    device of the run, those with no ops listed as idle (not averaged in)."""
+    if per_step.empty:
+        return {}
+    rows = [_median_step(g) for _, g in per_step.groupby(schema.DEVICE, observed=True)]
+    table = pd.DataFrame(rows).sort_values(schema.DEVICE)
+    slowest = table.loc[table[schema.TIMELINE_STEP_S].idxmax()]
+    out = {schema.STEP_S: float(slowest[schema.TIMELINE_STEP_S]),
+           **{t: float(slowest[t]) for t in TERMS},
+           schema.DEVICE: int(slowest[schema.DEVICE]), schema.STEP: int(slowest[schema.STEP]),
+           schema.STEPS: int(per_step[schema.STEP].nunique())}
+    listed = [{schema.DEVICE: int(r[schema.DEVICE]),
+               schema.STEP_S: float(r[schema.TIMELINE_STEP_S]),
+               **{t: float(r[t]) for t in TERMS}} for _, r in table.iterrows()]
+    seen = set(table[schema.DEVICE].astype(int))
+    listed += [{schema.DEVICE: int(d), schema.IDLE_DEVICE: True}
+               for d in sorted(set(devices) - seen)]
+    out[schema.DEVICES] = listed
+    return out
+
+
+def measure(events: pd.DataFrame, comm_ops: Collection[str], *, apart: Collection[str] = (),
+            pairs: Mapping[str, str] | None = None, devices: Collection[int] = (),
+            top: int = 10) -> dict:
+    """The step object's measured part (``measured_step``) with each communication op's time
+    and exposed part per step, the most exposed first (``top`` of them). ``pairs``: async
+    start -> done names, made one span each (``async_spans``) where the layout gives the
+    transfer's time to the ``-done``."""
+    if events.empty:
+        return {}
+    ev = async_spans(events, pairs or {})
+    out = measured_step(decompose(ev, comm_ops, apart), devices)
+    per_op = exposed_by_op(ev, comm_ops, apart)
+    if len(per_op):
+        per_op = per_op.sort_values([schema.EXPOSED_COMM_S, schema.COMM_S], ascending=False,
+                                    kind="stable").head(top)
+        out[schema.STEP_COLLECTIVES] = [
+            {schema.OP: r[schema.OP], schema.COMM_S: float(r[schema.COMM_S]),
+             schema.EXPOSED_COMM_S: float(r[schema.EXPOSED_COMM_S])}
+            for _, r in per_op.iterrows()]
+    return out
