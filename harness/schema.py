@@ -130,7 +130,8 @@ OPS_COUNT = "ops"                  # ops in the category
 UNMODELED_S = "unmodeled_s"        # measured time of the category's ops no rule predicts
 
 # --- run summary (meta.json "summary"): one figure each, defined in harness.compare ---------
-# STEP_S, WALL_STEP_S, COVERAGE, EFFICIENCY, MFU, MODEL_FLOPS, ANALYTIC_S and DEVICES above are summary keys too.
+# STEP_S, WALL_STEP_S, COVERAGE, EFFICIENCY, MFU, MODEL_FLOPS, ANALYTIC_S and DEVICES above are
+# summary keys too.
 MEASURED_OPS_S = "measured_ops_s"  # sum of measured_s over the step's ops
 PREDICTED_OPS_S = "predicted_ops_s"  # sum of predicted_s over the modeled ops
 HLO_FLOPS_PER_DEVICE = "hlo_flops_per_device"  # the HLO's FLOPs per device per step
@@ -141,8 +142,9 @@ FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE = "flops_vs_cost_analysis_loops_once"  # same,
 # ahead-of-time predictions (harness predict-hlo; harness.hlo.chips): no measured step
 PREDICTED_STEP_S = "predicted_step_s"  # sum of the ops' roofline times (no overlap)
 MFU_AT_ROOFLINE = "mfu_at_roofline"    # MFU if the step ran at predicted_step_s
-FIGURES = (STEP_S, WALL_STEP_S, GRAPH_STEP_S, TRACE_OVERHEAD, MEASURED_OPS_S, PREDICTED_OPS_S, COVERAGE,
-           EFFICIENCY, HLO_FLOPS_PER_DEVICE, HFU, DEVICES, MODEL_FLOPS, MFU, MFU_BOOK, MFU_FORMULA,
+FIGURES = (STEP_S, WALL_STEP_S, GRAPH_STEP_S, TRACE_OVERHEAD, MEASURED_OPS_S, PREDICTED_OPS_S,
+           COVERAGE, EFFICIENCY, HLO_FLOPS_PER_DEVICE, HFU, DEVICES, MODEL_FLOPS, MFU, MFU_BOOK,
+           MFU_FORMULA,
            ANALYTIC_S, ANALYTIC_FORMULA, FLOPS_VS_COST_ANALYSIS,
            FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE, PREDICTED_STEP_S, MFU_AT_ROOFLINE, WAIT_S)
 # shown as percentages
@@ -188,7 +190,7 @@ CATEGORIES = rules.CATEGORIES     # an op's kind of work, in report order (predi
 (CAT_MATMUL, CAT_ATTENTION, CAT_COLLECTIVE, CAT_ELEMENTWISE, CAT_REDUCTION, CAT_COPY,
  CAT_OTHER) = CATEGORIES
 
-# --- the step as the timeline shows it (harness.step.timeline), per (step, device) -------------------
+# --- the step as the timeline shows it (harness.step.timeline), per (step, device) ---------
 TIMELINE_STEP_S = "timeline_step_s"  # a device's step: its first op's start to its last op's end
 COMPUTE_S = "compute_s"              # union of the compute ops' intervals in the step
 COMM_S = "comm_s"                    # union of the communication ops' intervals

@@ -25,7 +25,14 @@ from harness.hlo.cost import (
 from harness.hlo.desc import to_desc
 from harness.hlo.ir import Computation, Instruction, Module
 from harness.hlo.parse import parse_module
-from harness.hlo.walk import TripCount, async_pairs, executed, fused_instructions, schedule, trip_count
+from harness.hlo.walk import (
+    TripCount,
+    async_pairs,
+    executed,
+    fused_instructions,
+    schedule,
+    trip_count,
+)
 from predictions.rules import CONTAINERS, STRUCTURAL  # the opcode sets the HLO layer uses
 
 __all__ = [
