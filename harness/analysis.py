@@ -28,10 +28,11 @@ from harness.compare import (
     unexpected_collectives,
     workload_efficiency,
 )
-from harness.hlo import Module, cross_check, cross_check_skip, hlo_costs
+from harness.hlo import Module, async_pairs, cross_check, cross_check_skip, hlo_costs
 from harness.memory import host_note
 from harness.ops import by_execution, executions, op_times, step_samples, step_time
 from harness.shares import apart, host_shares, op_timing
+from harness.step import step_figures
 from harness.trace.load import TraceEvents
 
 # A run's notes say what tracing cost when its traced steps ran this much slower than untraced
@@ -74,7 +75,8 @@ class Tables:
     """What ``analyze`` derives: the OPS table ranked by gap, per-category sums, per-step
     samples, the PROGRAMS that ran, the collectives the layout did not call for, summary
     figures (of the main program), notes, XLA's cross-check, how ops were timed
-    (``harness.shares.op_timing``) and the main program."""
+    (``harness.shares.op_timing``), the main program and its step as a whole
+    (``schema.STEP_OBJECT``, ``harness.step``)."""
 
     ops: pd.DataFrame
     categories: pd.DataFrame
@@ -86,6 +88,8 @@ class Tables:
     op_timing: str
     program: str
     programs: pd.DataFrame = field(default_factory=lambda: schema.empty(schema.PROGRAMS))
+    step: dict = field(default_factory=dict)
+    step_spans: pd.DataFrame = field(default_factory=lambda: schema.empty(schema.STEP_SPANS))
 
 
 def programs_ran(events: pd.DataFrame) -> list[ProgramKey]:
@@ -170,12 +174,16 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
                                         schema.MEASURED_S])], ignore_index=True)
     module = module_for(modules, main)
     devices = int(ctx.devices or events[schema.DEVICE].nunique())
-    t_step = _step_s(ctx.step_times_s, per[main][1] if main in per else events)
-    peak = chip.flops_per_s(peak_dtype(chip))
+    main_events = per[main][1] if main in per else events
     est = ctx.book
+    step, spans = step_figures(main_events, main_ops, pairs=_pairs(module, trace),
+                        devices=range(devices) if ctx.devices else (), book=est)
+    t_step = _step_s(ctx.step_times_s, step, main_events)
+    peak = chip.flops_per_s(peak_dtype(chip))
     summ = summary(main_ops, step_s=t_step, peak_flops_per_s=peak, devices=devices,
                    model_flops=est.model_flops if est else None,
                    analytic_s=est.analytic_s if est else None)
+    summ = _step_figures(summ, step, ctx.step_times_s)
     if est is not None and est.formula:
         summ[schema.ANALYTIC_FORMULA] = est.formula
     if est is not None and est.flops_formula and summ.get(schema.MFU) is not None:
@@ -210,7 +218,8 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
                          f"expected {dict(ctx.expected_collectives) or 'none'}")
     return Tables(ops=ops, categories=by_category(ops), steps=steps, summary=summ, notes=notes,
                   unexpected=unexpected, cross_check=check, op_timing=op_timing(shared),
-                  program=main[0], programs=program_table(per))
+                  program=main[0], programs=program_table(per), step=step,
+                  step_spans=spans)
 
 
 def program_table(per: Mapping[ProgramKey, tuple]) -> pd.DataFrame:
@@ -256,8 +265,8 @@ def _timing(summ: dict, ctx: Context) -> list[str]:
         summ[schema.TRACE_OVERHEAD] = overhead
         if overhead > TRACE_NOTE:
             notes.append(f"tracing slowed each step {overhead:.2f}x (median traced step over "
-                         f"median untraced one): op times come from the traced steps and carry "
-                         f"part of that cost; step_s is untraced")
+                         f"median untraced one): op times and step_s come from the traced "
+                         f"steps and carry part of that cost; wall_step_s is untraced")
     if ctx.graph_step_s is not None:
         summ[schema.GRAPH_STEP_S] = ctx.graph_step_s
     if ctx.graph_note:
@@ -273,10 +282,34 @@ def trace_overhead(traced: Sequence[float], plain: Sequence[float]) -> float | N
     return float(statistics.median(traced) / statistics.median(plain))
 
 
-def _step_s(times: Sequence[float], events: pd.DataFrame) -> float:
-    """``step_s``: the median wall time, dispatch to outputs ready, of the untraced steps
-    ``capture`` runs right after the traced ones (a directly timed step: tracing's cost left
-    out). A trace captured elsewhere has no such timing: the busiest device's summed op time
-    per step stands in (on a shared-core CPU host it exceeds the wall time, as device threads
-    wait for cores)."""
-    return float(statistics.median(times)) if times else step_time(events)
+def _pairs(module: Module | None, trace: TraceEvents) -> dict[str, str]:
+    """The async pairs to make one span each: where the layout times a pair's ``-done`` (TPU
+    XLA Ops) the transfer is in flight from the ``-start`` to the ``-done``'s end."""
+    if module is None or trace.async_time_on != "done":
+        return {}
+    names = trace.async_names
+    return {names.get(s, s): names.get(d, d) for s, d in async_pairs(module).items()}
+
+
+def _step_figures(summ: dict, step: Mapping, times: Sequence[float]) -> dict:
+    """The summary with the step's figures first: ``step_s`` from the timeline and, where
+    capture timed untraced steps, ``wall_step_s`` beside it."""
+    head = {}
+    if schema.STEP_S in step:
+        head[schema.STEP_S] = step[schema.STEP_S]
+    if times:
+        head[schema.WALL_STEP_S] = float(statistics.median(times))
+    return {**head, **summ}
+
+
+def _step_s(times: Sequence[float], step: Mapping, events: pd.DataFrame) -> float:
+    """The step time that MFU and HFU are over: the median wall time, dispatch to outputs
+    ready, of the untraced steps ``capture`` runs right after the traced ones (a directly
+    timed step: tracing's cost left out); for a trace captured elsewhere, the measured step
+    from its timeline (``schema.STEP_S``); the busiest device's summed op time per step where
+    the timeline gives none."""
+    if times:
+        return float(statistics.median(times))
+    if step.get(schema.STEP_S):
+        return float(step[schema.STEP_S])
+    return step_time(events)

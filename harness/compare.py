@@ -108,15 +108,15 @@ def summary(ops: pd.DataFrame, *, step_s: float, peak_flops_per_s: float, device
             model_flops: float | None = None, analytic_s: float | None = None) -> dict:
     """Workload-level figures for one step, keyed by ``schema`` names.
 
-    ``step_s``: measured step time. ``peak_flops_per_s``: one device's peak. ``model_flops``:
-    the step's useful FLOPs over all devices (e.g. 6·P·tokens for training, `transformers.md`);
+    ``step_s``: the step time MFU and HFU are over (``harness.analysis``).
+    ``peak_flops_per_s``: one device's peak. ``model_flops``: the step's useful FLOPs over
+    all devices (e.g. 6·P·tokens for training, `transformers.md`);
     MFU = model_flops / (step_s · devices · peak), next to the hardware FLOPs utilisation from
     the HLO's own FLOPs (per device, counted per execution times count).
     """
     hlo_flops = float((ops[schema.FLOPS].fillna(0.0) * ops[schema.COUNT]).sum())
     per_step = (lambda x: x / step_s if step_s > 0 else float("nan"))
     out = {
-        schema.STEP_S: step_s,
         schema.MEASURED_OPS_S: float(ops[schema.MEASURED_S].sum()),
         schema.PREDICTED_OPS_S: float(ops[schema.PREDICTED_S].fillna(0.0).sum()),
         schema.COVERAGE: coverage(ops),

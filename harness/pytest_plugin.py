@@ -55,6 +55,7 @@ def extra_info(run) -> dict:
 
     ops, meta, summ = run.ops, run.meta, run.summary
     info = {schema.STEP_S: float(summ.get(schema.STEP_S, math.nan)),
+            schema.WALL_STEP_S: float(summ.get(schema.WALL_STEP_S, math.nan)),
             "ops_s": float(ops[schema.MEASURED_S].sum()), schema.EFFICIENCY: efficiency(run),
             schema.DEVICE_KIND: meta.get(schema.DEVICE_KIND),
             schema.DEVICES: meta.get(schema.DEVICE_COUNT),

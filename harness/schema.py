@@ -212,6 +212,17 @@ BOUNDS_FROM = "bounds_from"          # where T_math/T_comms come from: "book" (t
 OVERLAP_BOUND_S = "overlap_bound_s"  # max(T_math, T_comms): the step with perfect overlap
 SERIAL_BOUND_S = "serial_bound_s"    # T_math + T_comms: the step with no overlap
 REGIME = "regime"                    # "compute-bound" (T_math >= T_comms) or "communication-bound"
+# The predicted step (harness.step.simulate): PREDICTED_STEP_S, the schedule played with every
+# op at its roofline time, and REPLAY_STEP_S, the same schedule with every op at its measured
+# duration (a check of the schedule model: it should land on the measured STEP_S).
+REPLAY_STEP_S = "replay_step_s"
+# One step's op intervals, for the step timeline picture (harness.step.timeline.spans; the
+# simulated step's from harness.step.simulate): seconds from the step's start, per lane.
+LANE = "lane"                        # LANE_COMPUTE or LANE_COMM
+LANE_COMPUTE, LANE_COMM = "compute", "comm"
+START_S = "start_s"                  # seconds from the step's first op
+END_S = "end_s"
+STEP_SPANS = (OP, LANE, START_S, END_S)
 
 # --- tables -------------------------------------------------------------------------------
 EVENTS = (PROGRAM, OP, DEVICE, STEP, START_NS, DURATION_NS)
@@ -232,10 +243,11 @@ REGRESS = (PROGRAM, OP, CATEGORY, BOUND, COLLECTIVE, GROUP_SIZE, BASELINE_S, CAN
            DELTA_S, CHANGE, BASELINE_EFFICIENCY, CANDIDATE_EFFICIENCY, BASELINE_SHARE,
            CANDIDATE_SHARE, BASELINE_STEPS, CANDIDATE_STEPS, P_VALUE, Q_VALUE, DETECTABLE, VERDICT,
            NOTE, EXPLANATION)
-SWEEP_SUMMARY = (POINT, WORKLOAD, PRESET, MESH, CHIP, OVERRIDES, STATUS, STEP_S, COVERAGE,
-                 EFFICIENCY, MFU, ANALYTIC_S, COLLECTIVE, GROUP_SIZE, MESSAGE_BYTES, COLLECTIVE_S,
-                 BUS_BYTES, MEASURED_BUS_GBPS, PREDICTED_BUS_GBPS, MODEL_FLOPS, MATMUL_EFFICIENCY,
-                 HOST_SPEED, SERIES, ERROR, RUN, KEY)
+SWEEP_SUMMARY = (POINT, WORKLOAD, PRESET, MESH, CHIP, OVERRIDES, STATUS, STEP_S, EXPOSED_COMM_S,
+                 IDLE_S, PREDICTED_STEP_S, WALL_STEP_S, COVERAGE, EFFICIENCY, MFU, ANALYTIC_S,
+                 COLLECTIVE, GROUP_SIZE, MESSAGE_BYTES, COLLECTIVE_S, BUS_BYTES, MEASURED_BUS_GBPS,
+                 PREDICTED_BUS_GBPS, MODEL_FLOPS, MATMUL_EFFICIENCY, HOST_SPEED, SERIES, ERROR,
+                 RUN, KEY)
 
 
 class SchemaError(HarnessError):

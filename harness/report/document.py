@@ -17,6 +17,8 @@ from harness import schema
 from harness.errors import HarnessError
 from harness.report import tables
 from harness.report.plots import CATEGORIES_PNG, ROOFLINE_PNG
+from harness.report.step import step_lines
+from harness.report.step_plot import STEP_PNG
 
 OP_COLUMNS = (schema.OP, schema.CATEGORY, schema.BOUND, schema.COUNT, schema.MEASURED_S,
               schema.WAIT_S, schema.PREDICTED_S, schema.EFFICIENCY, schema.GAP_S, schema.SHARE)
@@ -62,8 +64,14 @@ def unmodeled_reasons(ops: pd.DataFrame, top: int = 10) -> list[tuple[str, str]]
     return list(zip(rows[schema.OP], rows[schema.WHY_UNMODELED]))
 
 
+def _step(r) -> list[str]:
+    """The lines on the step as a whole that open every report."""
+    return step_lines(getattr(r, "step", None) or {})
+
+
 def to_text(r, top: int | None = 20) -> str:
-    parts = [tables.render(r.ops.head(top) if top else r.ops, "text", _op_columns(r))]
+    parts = [f"{line}\n" for line in _step(r)]
+    parts += [tables.render(r.ops.head(top) if top else r.ops, "text", _op_columns(r))]
     parts += [f"unmodeled {op}: {why}\n" for op, why in unmodeled_reasons(r.ops)]
     parts.append(tables.render(r.categories, "text", CATEGORY_COLUMNS))
     if _programs(r) is not None:
@@ -78,7 +86,8 @@ def to_text(r, top: int | None = 20) -> str:
 
 def to_markdown(r, top: int | None = 30, plots: bool = True) -> str:
     out = [f"# {r.title}\n", f"_{_meta_line(r.meta)}_\n"]
-    out.append("## Summary\n")
+    out += [f"\n**{line}**\n" if i == 0 else f"\n{line}\n" for i, line in enumerate(_step(r))]
+    out.append("\n## Summary\n")
     out.append("| figure | value |\n|---|---|\n" +
                "".join(f"| {k} | {v} |\n" for k, v in _fmt_summary(r.summary)))
     if r.notes:
@@ -98,7 +107,7 @@ def to_markdown(r, top: int | None = 30, plots: bool = True) -> str:
         out.append("\n## Programs\n\n")
         out.append(tables.render(_programs(r), "md", PROGRAM_COLUMNS))
     plots = r.figures() if plots else {}
-    for name in (ROOFLINE_PNG, CATEGORIES_PNG):
+    for name in (STEP_PNG, ROOFLINE_PNG, CATEGORIES_PNG):
         if name in plots:
             out.append(f"\n![{name[:-4]}]({name})\n")
     return "".join(out)
@@ -118,17 +127,19 @@ def to_html(r, top: int | None = 50, plots: bool = True) -> str:
     style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}"
              "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;"
              "padding:3px 8px;text-align:right}th{background:#f4f4f4}"
-             "td:first-child{text-align:left}.note{color:#8a5a00}")
+             "td:first-child{text-align:left}.note{color:#8a5a00}"
+             ".step{font-size:15px}.step:first-of-type{font-weight:600}")
     summary = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
                       for k, v in _fmt_summary(r.summary))
-    body = [f"<h1>{html.escape(r.title)}</h1><p><i>{html.escape(_meta_line(r.meta))}</i></p>",
-            f"<h2>Summary</h2><table>{summary}</table>"]
+    body = [f"<h1>{html.escape(r.title)}</h1><p><i>{html.escape(_meta_line(r.meta))}</i></p>"]
+    body += [f"<p class=step>{html.escape(line)}</p>" for line in _step(r)]
+    body.append(f"<h2>Summary</h2><table>{summary}</table>")
     body += [f"<p class=note>{html.escape(n)}</p>" for n in r.notes]
     if r.unexpected is not None and not r.unexpected.empty:
         body.append("<h2>Collectives the layout did not call for</h2>"
                     + _html_table(r.unexpected, r.unexpected.columns))
     plots = r.figures() if plots else {}
-    for name in (ROOFLINE_PNG, CATEGORIES_PNG):
+    for name in (STEP_PNG, ROOFLINE_PNG, CATEGORIES_PNG):
         if name in plots:
             b64 = base64.b64encode(plots[name]).decode()
             body.append(f'<p><img alt="{name}" src="data:image/png;base64,{b64}"></p>')
@@ -143,7 +154,8 @@ def to_html(r, top: int | None = 50, plots: bool = True) -> str:
 
 def to_json(r, top: int | None = None) -> str:
     out = {schema.TITLE: r.title, "meta": r.meta, schema.SUMMARY: r.summary,
-           schema.NOTES: r.notes, "ops": json.loads(r.ops.to_json(orient="records")),
+           schema.NOTES: r.notes, schema.STEP_OBJECT: getattr(r, "step", None) or {},
+           "ops": json.loads(r.ops.to_json(orient="records")),
            "categories": json.loads(r.categories.to_json(orient="records"))}
     programs = getattr(r, "programs", None)
     if programs is not None and len(programs):

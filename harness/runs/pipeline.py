@@ -186,8 +186,9 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
                       f"(predicted for {entry.name})")
     return Run(title=title, meta=full_meta, ops=t.ops, categories=t.categories,
                summary=t.summary, notes=t.notes, steps=t.steps, unexpected=t.unexpected,
-               cross_check=t.cross_check, programs=t.programs, chip=entry, capture=cap,
-               trace=events)
+               cross_check=t.cross_check, programs=t.programs, step=t.step,
+               step_spans=t.step_spans, chip=entry,
+               capture=cap, trace=events)
 
 
 def profile(fn: Callable, *args, chip=None, steps: int = STEPS, warmup: int = 2,

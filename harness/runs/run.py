@@ -8,7 +8,7 @@ atomically as ``results/<run-id>/``, ``Run.load(dir)`` reads it back, ``run.rend
 it. Plots are drawn only when a format that shows them asks (``figures``).
 
 On disk (``FORMAT`` in meta.json; a run saved before the key existed is format 1, which has the
-same files): meta.json (meta, title, summary, notes, cross-check), ops.parquet and ops.csv,
+same files): meta.json (meta, title, summary, notes, cross-check, step), ops.parquet and ops.csv,
 steps.parquet, categories.csv, programs.csv, unexpected_collectives.csv, report.md,
 report.html, the PNG plots and ``trace/``.
 """
@@ -26,11 +26,13 @@ from harness import schema
 from harness.errors import HarnessError
 from harness.report import render
 from harness.report.plots import CATEGORIES_PNG, ROOFLINE_PNG, report_plots
+from harness.report.step_plot import STEP_PNG, step_timeline
 from harness.runs import store
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2          # 1: runs saved before the key existed (same files); 2: the one Run
+FORMAT = 3          # 1: runs saved before the key existed (same files); 2: the one Run;
+#                     3: the step object, and the summary's untraced wall time named wall_step_s
 FORMAT_KEY = "format"
 OPS_PARQUET = "ops.parquet"
 OPS_CSV = "ops.csv"
@@ -38,15 +40,16 @@ STEPS_PARQUET = "steps.parquet"
 CATEGORIES_CSV = "categories.csv"
 UNEXPECTED_CSV = "unexpected_collectives.csv"
 PROGRAMS_CSV = "programs.csv"
-PLOTS = (ROOFLINE_PNG, CATEGORIES_PNG)
+PLOTS = (STEP_PNG, ROOFLINE_PNG, CATEGORIES_PNG)
 REPORT_FILES = {"report.md": "md", "report.html": "html"}  # rendered beside the tables
 # meta.json keys that are the run's report rather than its metadata
-_REPORT_KEYS = (schema.TITLE, schema.SUMMARY, schema.NOTES, schema.CROSS_CHECK, FORMAT_KEY)
+_REPORT_KEYS = (schema.TITLE, schema.SUMMARY, schema.NOTES, schema.CROSS_CHECK, FORMAT_KEY,
+                schema.STEP_OBJECT)
 # meta.json fields that, when present, must have these JSON types (a hand-edited file may not).
 META_TYPES: dict[str, type | tuple[type, ...]] = {
     schema.SUMMARY: dict, schema.MESH: dict, schema.CONFIG: dict, schema.OVERRIDES: dict,
     schema.NOTES: list, schema.CROSS_CHECK: dict, schema.WORKLOAD: str, schema.PRESET: str,
-    schema.TITLE: str,
+    schema.TITLE: str, schema.STEP_OBJECT: dict,
 }
 
 
@@ -66,6 +69,9 @@ class Run:
     unexpected: pd.DataFrame | None = None  # collectives the layout did not call for
     cross_check: dict = field(default_factory=dict)  # our FLOPs/bytes against cost_analysis()
     programs: pd.DataFrame | None = None  # schema.PROGRAMS: every program that ran
+    step: dict = field(default_factory=dict)  # schema.STEP_OBJECT: the step as a whole
+    step_spans: pd.DataFrame | None = None  # schema.STEP_SPANS of that step (a fresh run's)
+    predicted_spans: pd.DataFrame | None = None  # the same of the simulated roofline step
     chip: object | None = None
     capture: object | None = None   # harness.capture.Capture: trace directory, HLO, cost
     trace: object | None = None     # harness.trace.TraceEvents: EVENTS, layout, async names
@@ -83,9 +89,12 @@ class Run:
         return self.path.name if self.path is not None else ""
 
     def figures(self) -> dict[str, bytes]:
-        """The report's plots (roofline, categories), drawn once on first use."""
+        """The report's plots (the step timeline, roofline, categories), drawn once on first
+        use."""
         if not self.plots and self.chip is not None and len(self.ops):
-            self.plots = report_plots(self.ops, self.categories, self.chip)
+            step = step_timeline(self.step_spans, self.step, self.predicted_spans)
+            self.plots = {**({STEP_PNG: step} if step else {}),
+                          **report_plots(self.ops, self.categories, self.chip)}
         return self.plots
 
     def render(self, fmt: str = "text", top: int | None = None) -> str:
@@ -108,7 +117,7 @@ class Run:
             files[PROGRAMS_CSV] = self.programs.to_csv(index=False)
         meta = dict(self.meta, **{
             schema.CROSS_CHECK: self.cross_check, schema.TITLE: self.title,
-            schema.SUMMARY: self.summary, schema.NOTES: self.notes,
+            schema.SUMMARY: self.summary, schema.NOTES: self.notes, schema.STEP_OBJECT: self.step,
             schema.GIT_SHA: store.git_sha(), FORMAT_KEY: FORMAT})
         tables = {OPS_PARQUET: self.ops}
         if self.steps is not None:
@@ -144,12 +153,22 @@ class Run:
             raise HarnessError(f"{p}: unreadable run table ({type(e).__name__}: {e})") from None
         _check_ops(p / OPS_PARQUET, ops)
         return cls(title=meta.get(schema.TITLE, p.name), ops=ops, categories=cats,
-                   summary=meta.get(schema.SUMMARY, {}),
+                   summary=_summary(meta.get(schema.SUMMARY, {}), version),
+                   step=meta.get(schema.STEP_OBJECT) or {},
                    notes=list(meta.get(schema.NOTES, [])), steps=steps, unexpected=unexpected,
                    cross_check=meta.get(schema.CROSS_CHECK, {}), programs=programs,
                    meta={k: v for k, v in meta.items() if k not in _REPORT_KEYS},
                    plots={name: (p / name).read_bytes() for name in PLOTS if (p / name).exists()},
                    path=p)
+
+
+def _summary(summary: dict, version: int) -> dict:
+    """A stored summary in this format's names: before format 3, ``step_s`` named what is now
+    ``wall_step_s`` (the untraced wall time, or a stand-in for it; ``step_s`` is now the
+    timeline's step, which those runs did not measure)."""
+    if version >= 3 or schema.STEP_S not in summary:
+        return summary
+    return {(schema.WALL_STEP_S if k == schema.STEP_S else k): v for k, v in summary.items()}
 
 
 def _optional(path: Path, read, default):

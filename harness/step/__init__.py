@@ -2,9 +2,12 @@
 
 ``timeline``: the measured step, decomposed per (step, device) from the trace's intervals
 (compute, communication, overlapped and exposed communication, idle).
+``bounds``: the book beside it (T_math, T_comms, the overlap and serial bounds, the regime).
+``figures``: the run's step object from those parts.
 ``simulate``: the predicted step, the compiled program's schedule played out in XLA's order
 with every op at its roofline time (``roofline``) or at its measured duration (``replay``).
 """
-from harness.step.timeline import decompose, exposed_by_op, merged
+from harness.step.figures import comm_ops, step_figures
+from harness.step.timeline import decompose, exposed_by_op, measure, merged
 
-__all__ = ["decompose", "exposed_by_op", "merged"]
+__all__ = ["comm_ops", "decompose", "exposed_by_op", "measure", "merged", "step_figures"]

@@ -31,7 +31,7 @@ _NS = 1e-9
 def merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The union of intervals [start, end) as disjoint intervals, sorted."""
     if len(starts) == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.zeros(0, np.asarray(starts).dtype), np.zeros(0, np.asarray(ends).dtype)
     order = np.argsort(starts, kind="stable")
     s, e = np.asarray(starts)[order], np.asarray(ends)[order]
     reach = np.maximum.accumulate(e)
@@ -39,7 +39,7 @@ def merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
     new[1:] = s[1:] > reach[:-1]  # a start after everything so far: a new piece
     piece = np.cumsum(new) - 1
     out_s = s[new]
-    out_e = np.zeros(len(out_s), np.int64)
+    out_e = np.full(len(out_s), e.min(), dtype=e.dtype)  # ns (int64) or seconds (float)
     np.maximum.at(out_e, piece, e)
     return out_s, out_e
 
@@ -178,18 +178,35 @@ def measured_step(per_step: pd.DataFrame, devices: Collection[int] = ()) -> dict
     return out
 
 
+def spans(events: pd.DataFrame, comm_ops: Collection[str], device: int, step: int
+          ) -> pd.DataFrame:
+    """``schema.STEP_SPANS`` of one (step, device): each op's interval in seconds from the
+    step's first op, on its lane ("comm" for the communication ops, else "compute")."""
+    ev = events[(events[schema.DEVICE] == device) & (events[schema.STEP] == step)]
+    s = ev[schema.START_NS].to_numpy(np.int64)
+    t0 = int(s.min()) if len(s) else 0
+    comm = ev[schema.OP].astype(str).isin(set(comm_ops)).to_numpy()
+    return pd.DataFrame({schema.OP: ev[schema.OP].astype(str).to_numpy(),
+                         schema.LANE: np.where(comm, schema.LANE_COMM, schema.LANE_COMPUTE),
+                         schema.START_S: (s - t0) * _NS,
+                         schema.END_S: (s - t0 + ev[schema.DURATION_NS].to_numpy(np.int64)) * _NS}
+                        ).sort_values(schema.START_S, kind="stable").reset_index(drop=True)
+
+
 def measure(events: pd.DataFrame, comm_ops: Collection[str], *, apart: Collection[str] = (),
             pairs: Mapping[str, str] | None = None, devices: Collection[int] = (),
-            top: int = 10) -> dict:
+            top: int = 10) -> tuple[dict, pd.DataFrame]:
     """The step object's measured part (``measured_step``) with each communication op's time
-    and exposed part per step, the most exposed first (``top`` of them). ``pairs``: async
-    start -> done names, made one span each (``async_spans``) where the layout gives the
-    transfer's time to the ``-done``."""
+    and exposed part per step, the most exposed first (``top`` of them), and the ``spans`` of
+    the step it names (the slowest device's median step). ``pairs``: async start -> done
+    names, made one span each (``async_spans``) where the layout gives the transfer's time to
+    the ``-done``."""
     if events.empty:
-        return {}
+        return {}, pd.DataFrame(columns=list(schema.STEP_SPANS))
     ev = async_spans(events, pairs or {})
-    out = measured_step(decompose(ev, comm_ops, apart), devices)
-    per_op = exposed_by_op(ev, comm_ops, apart)
+    ev = ev[~ev[schema.OP].astype(str).isin(set(apart))]
+    out = measured_step(decompose(ev, comm_ops), devices)
+    per_op = exposed_by_op(ev, comm_ops)
     if len(per_op):
         per_op = per_op.sort_values([schema.EXPOSED_COMM_S, schema.COMM_S], ascending=False,
                                     kind="stable").head(top)
@@ -197,4 +214,6 @@ def measure(events: pd.DataFrame, comm_ops: Collection[str], *, apart: Collectio
             {schema.OP: r[schema.OP], schema.COMM_S: float(r[schema.COMM_S]),
              schema.EXPOSED_COMM_S: float(r[schema.EXPOSED_COMM_S])}
             for _, r in per_op.iterrows()]
-    return out
+    if not out:
+        return out, pd.DataFrame(columns=list(schema.STEP_SPANS))
+    return out, spans(ev, comm_ops, out[schema.DEVICE], out[schema.STEP])

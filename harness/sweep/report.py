@@ -91,9 +91,12 @@ def point_row(record: dict, sweep_dir: Path) -> dict:
     except HarnessError as e:
         log.warning("sweep point %d: %s", record["index"] + 1, e)
         return dict(row, **{schema.ERROR: str(e)})
-    s = run.summary
+    s, step = run.summary, run.step
     row.update({schema.CHIP: run.meta.get(schema.CHIP, row[schema.CHIP]),
-                schema.STEP_S: s.get(schema.STEP_S), schema.COVERAGE: s.get(schema.COVERAGE),
+                schema.STEP_S: s.get(schema.STEP_S), schema.WALL_STEP_S: s.get(schema.WALL_STEP_S),
+                **{k: step.get(k) for k in (schema.EXPOSED_COMM_S, schema.IDLE_S,
+                                            schema.PREDICTED_STEP_S)},
+                schema.COVERAGE: s.get(schema.COVERAGE),
                 schema.EFFICIENCY: workload_efficiency(run.ops),
                 schema.MFU: s.get(schema.MFU), schema.ANALYTIC_S: s.get(schema.ANALYTIC_S),
                 schema.MODEL_FLOPS: s.get(schema.MODEL_FLOPS),
@@ -117,7 +120,8 @@ def summary_table(sweep_dir: Path, records: list[dict]) -> pd.DataFrame:
 
 
 SHOWN = (schema.POINT, schema.WORKLOAD, schema.MESH, schema.OVERRIDES, schema.STATUS,
-         schema.STEP_S, schema.COVERAGE, schema.EFFICIENCY, schema.MFU, schema.ANALYTIC_S,
+         schema.STEP_S, schema.EXPOSED_COMM_S, schema.IDLE_S, schema.PREDICTED_STEP_S,
+         schema.COVERAGE, schema.EFFICIENCY, schema.MFU, schema.ANALYTIC_S,
          schema.MEASURED_BUS_GBPS, schema.PREDICTED_BUS_GBPS, schema.MATMUL_EFFICIENCY,
          schema.HOST_SPEED)
 
