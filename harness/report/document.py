@@ -19,6 +19,7 @@ from harness.report import tables
 from harness.report.plots import CATEGORIES_PNG, ROOFLINE_PNG
 from harness.report.step import step_lines
 from harness.report.step_plot import STEP_PNG
+from harness.shares import HOST_SHARE
 
 OP_COLUMNS = (schema.OP, schema.CATEGORY, schema.BOUND, schema.COUNT, schema.MEASURED_S,
               schema.WAIT_S, schema.PREDICTED_S, schema.EFFICIENCY, schema.GAP_S, schema.SHARE)
@@ -43,8 +44,38 @@ def _op_columns(r) -> tuple:
     return ((schema.PROGRAM, schema.PROGRAM_ID) if many else ()) + OP_COLUMNS
 
 
+# summary figures a report explains in a sentence of their own (``explained``), not as a bare
+# number in the figures line
+_EXPLAINED = (schema.FLOPS_VS_COST_ANALYSIS, schema.FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE)
+
+
 def _fmt_summary(summary: dict) -> list[tuple[str, str]]:
-    return [(k, tables.fmt_figure(k, v)) for k, v in summary.items()]
+    return [(k, tables.fmt_figure(k, v)) for k, v in summary.items() if k not in _EXPLAINED]
+
+
+def _versus(rel: float) -> str:
+    return (f"within {abs(rel):.2%} of" if abs(rel) < 0.01 else
+            f"{abs(rel):.0%} {'above' if rel > 0 else 'below'}")
+
+
+def explained(r) -> list[str]:
+    """Sentences for the figures a number alone would not explain: how the HLO's FLOPs compare
+    with XLA's cost_analysis, and what a per-op time is on a host whose cores all devices
+    share."""
+    out, s = [], r.summary
+    rel = s.get(schema.FLOPS_VS_COST_ANALYSIS)
+    if rel is not None:
+        line = (f"FLOPs: the compiled program's, counted per op, are {_versus(rel)} XLA's "
+                f"cost_analysis")
+        once = s.get(schema.FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE)
+        if once is not None:
+            line += (f", which counts each loop body once; counted that way, {_versus(once)} it")
+        out.append(line)
+    if r.meta.get(schema.OP_TIMING) == HOST_SHARE:
+        out.append("op times are each op's share of a host whose cores every device shares: an "
+                   "op's efficiency moves with what runs beside it; the step line is the "
+                   "measure to trust")
+    return out
 
 
 def _meta_line(meta: dict) -> str:
@@ -77,6 +108,7 @@ def to_text(r, top: int | None = 20) -> str:
     if _programs(r) is not None:
         parts.append(tables.render(_programs(r), "text", PROGRAM_COLUMNS))
     parts.append("  ".join(f"{k}: {v}" for k, v in _fmt_summary(r.summary)) + "\n")
+    parts += [f"{line}\n" for line in explained(r)]
     if r.unexpected is not None and not r.unexpected.empty:
         parts.append("Collectives the layout did not call for:\n"
                      + tables.render(r.unexpected, "text"))
@@ -90,6 +122,7 @@ def to_markdown(r, top: int | None = 30, plots: bool = True) -> str:
     out.append("\n## Summary\n")
     out.append("| figure | value |\n|---|---|\n" +
                "".join(f"| {k} | {v} |\n" for k, v in _fmt_summary(r.summary)))
+    out += [f"\n{line}\n" for line in explained(r)]
     if r.notes:
         out.append("\n" + "".join(f"> {n}\n>\n" for n in r.notes))
     if r.unexpected is not None and not r.unexpected.empty:
@@ -134,6 +167,7 @@ def to_html(r, top: int | None = 50, plots: bool = True) -> str:
     body = [f"<h1>{html.escape(r.title)}</h1><p><i>{html.escape(_meta_line(r.meta))}</i></p>"]
     body += [f"<p class=step>{html.escape(line)}</p>" for line in _step(r)]
     body.append(f"<h2>Summary</h2><table>{summary}</table>")
+    body += [f"<p>{html.escape(line)}</p>" for line in explained(r)]
     body += [f"<p class=note>{html.escape(n)}</p>" for n in r.notes]
     if r.unexpected is not None and not r.unexpected.empty:
         body.append("<h2>Collectives the layout did not call for</h2>"
