@@ -29,7 +29,8 @@ _NS = 1e-9
 
 
 def merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals [start, end) as disjoint intervals, sorted."""
+    """The union of intervals [start, end) as disjoint intervals, sorted (integer or float
+    times, kept in their dtype)."""
     if len(starts) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     order = np.argsort(starts, kind="stable")
@@ -39,7 +40,7 @@ def merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
     new[1:] = s[1:] > reach[:-1]  # a start after everything so far: a new piece
     piece = np.cumsum(new) - 1
     out_s = s[new]
-    out_e = np.zeros(len(out_s), np.int64)
+    out_e = np.zeros(len(out_s), e.dtype)
     np.maximum.at(out_e, piece, e)
     return out_s, out_e
 
