@@ -142,7 +142,7 @@ FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE = "flops_vs_cost_analysis_loops_once"  # same,
 # ahead-of-time predictions (harness predict-hlo; harness.hlo.chips): no measured step
 PREDICTED_STEP_S = "predicted_step_s"  # the step simulated at the roofline: XLA's schedule
 #                                        played with every op at predicted_s (harness.step)
-# --- the simulated step (harness.step.simulate): one execution of the schedule, played -------
+# the simulated step (harness.step.simulate): one execution of the schedule, played out
 PREDICTED_COMM_S = "predicted_comm_s"    # union of transfers and collectives in the simulated step
 PREDICTED_EXPOSED_COMM_S = "predicted_exposed_comm_s"  # of it, the time no compute hides
 SIMULATED_FROM = "simulated_from"        # what the order was: "schedule" (is_scheduled=true) or
@@ -150,8 +150,8 @@ SIMULATED_FROM = "simulated_from"        # what the order was: "schedule" (is_sc
 CRITICAL_COMPUTE_S = "critical_compute_s"  # compute time on the simulated step's critical path
 CRITICAL_COMM_S = "critical_comm_s"      # communication time on it (the two add to its step)
 CRITICAL_S = "critical_s"                # seconds an op added to the critical path
-UNTIMED_OPS = "untimed_ops"              # executed ops the simulation had no time for (0 s)
-LANE = "lane"                            # where a simulated span ran: "core" or "link <n>"
+LANE = "lane"                            # where a simulated span ran: "core", or a link ("ici",
+#                                          "ici 2", "dma", "host")
 KIND = "kind"                            # a span's work: "compute" or "comm"
 START_S = "start_s"                      # a span's start, seconds from the step's start
 END_S = "end_s"                          # its end

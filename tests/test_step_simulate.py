@@ -138,7 +138,7 @@ SYNC = """  %all-gather-start = (f32[8]{0}, f32[32]{0}) all-gather-start(%p0), r
 def test_synchronous_collective_blocks_the_core():
     sim = run(module("sync", SYNC), {"f1": 2.0, "all-reduce": 3.0, "f2": 1.0})
     assert sim.step_s == 6.0 and sim.compute_s == 3.0
-    assert (sim.comm_s, sim.exposed_comm_s) == (3.0, 3.0)  # nothing runs beside it
+    assert (sim.comm_s, sim.exposed_comm_s, sim.sync_comm_s) == (3.0, 3.0, 3.0)  # alone
     assert path(sim) == [("f1", COMPUTE, 2.0), ("all-reduce", COMM, 3.0), ("f2", COMPUTE, 1.0)]
     assert sim.spans.set_index(schema.OP).loc["all-reduce", schema.KIND] == COMM
 
@@ -149,6 +149,7 @@ def test_synchronous_collective_waits_for_its_link():
     durations = ({"f1": 1.0, "all-reduce": 2.0, "f2": 1.0}, {"all-gather-start": 5.0})
     sim = run(module("sync_link", SYNC), *durations)
     assert sim.step_s == 8.0 and (sim.comm_s, sim.exposed_comm_s) == (7.0, 6.0)
+    assert sim.sync_comm_s == 2.0  # the core's wait for the link is no collective's own time
     assert path(sim) == [("all-gather-start", COMM, 5.0), ("all-reduce", COMM, 2.0),
                          ("f2", COMPUTE, 1.0)]
     # with a link of its own it runs 1 -> 3 s; the -done waits to 5 s; f2 5 -> 6 s
@@ -307,6 +308,12 @@ def test_unscheduled_module_and_bad_link_rule():
         simulate(m, {}, {}, links="mesh")
 
 
+def test_a_loop_too_long_to_play_is_refused_before_playing():
+    m = module("long", LOOP_ENTRY.replace('"n":"3"', '"n":"10000000"'), LOOP)
+    with pytest.raises(HarnessError, match="op executions per step"):
+        simulate(m, {}, {})
+
+
 # --- TPU programs compiled by libtpu ------------------------------------------------------------
 
 def tpu(name: str):
@@ -389,3 +396,50 @@ def test_tpu_collective_chain_overlaps_its_continuations():
         assert d.core_s[name] == pytest.approx(
             max(r[schema.T_COMPUTE_S], r[schema.T_MEMORY_S]) / r[schema.COUNT])
     assert sim.overlapped_comm_s > 0 and sim.step_s < sim.serial_s
+
+
+# --- LLaMA-3 70B on v5p 16x16 (issue "The step": the predicted step's check) -------------------
+
+@pytest.mark.slow
+@pytest.mark.libtpu
+def test_llama3_70b_fsdp_step_on_v5p_16x16():
+    """FSDP, per-device batch 4 (B = 1024 over 256 chips), sequence 4096, remat full."""
+    from types import SimpleNamespace
+
+    import workloads
+    from harness.commands.predict_hlo import aot_cache_dir
+    from harness.hlo.chips import predict_module
+    from workloads.aot import start_compile
+
+    overrides = {"parallelism": "fsdp", "B": "1024", "T": "4096", "remat": "full"}
+    aot = start_compile("llama_train", "70b", overrides, "16x16", tpu_chip="tpu-v5p",
+                        cache_dir=aot_cache_dir()).result()
+    m = parse_module(aot.hlo_text)
+    cfg = workloads.make_config("llama_train", "70b", overrides)
+    book = workloads.get("llama_train").book(cfg, SimpleNamespace(shape={"X": 16, "Y": 16}),
+                                             "tpu-v5p")
+    pred = predict_module(m, "tpu-v5p", devices=256, model_flops=book.model_flops,
+                          analytic_s=book.analytic_s)
+    sim, ops = pred.step, pred.ops
+    assert m.scheduled and not sim.missing and aot.devices == 256
+    # two loops of 80 layers (forward, backward): bodies played 80 times, conditions 81
+    assert set(ops[schema.COUNT]) == {1, 80, 81}
+    # T_math and T_comms of the HLO, from the per-op table alone: communication is the
+    # collectives and the async copies (their time on the -start), the rest is compute
+    comm = (ops[schema.CATEGORY] == schema.CAT_COLLECTIVE) | ops[schema.OPCODE].isin(
+        ["copy-start", "copy-done"])
+    t_comms, t_math = ops.loc[comm, schema.PREDICTED_S].sum(), ops.loc[~comm,
+                                                                      schema.PREDICTED_S].sum()
+    assert max(t_math, t_comms) <= sim.step_s <= (t_math + t_comms) * (1 + 1e-9)
+    assert sim.compute_s == pytest.approx(t_math)
+    assert sim.comm_s == pytest.approx(t_comms, rel=0.05)  # copies may overlap each other
+    assert 0 < sim.exposed_comm_s <= sim.comm_s
+    # libtpu emits this program's collectives without start/done (the weight all-gathers as
+    # all-reduces of zero-padded buffers), so the core runs them: all of them are exposed
+    sync = ops.loc[ops[schema.CATEGORY] == schema.CAT_COLLECTIVE, schema.PREDICTED_S].sum()
+    assert sim.sync_comm_s == pytest.approx(sync) and sim.exposed_comm_s >= sync
+    assert sim.critical_compute_s + sim.critical_comm_s == pytest.approx(sim.step_s)
+    assert pred.totals[schema.MFU_AT_ROOFLINE] == pytest.approx(
+        book.model_flops / (sim.step_s * 256 * 4.59e14))
+    # the book's step hides every collective under the matmuls; it is below the simulated one
+    assert book.analytic_s < sim.step_s

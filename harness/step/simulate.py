@@ -49,7 +49,7 @@ from harness import schema
 from harness.errors import HarnessError
 from harness.hlo.category import category
 from harness.hlo.ir import Module
-from harness.hlo.walk import trip_count
+from harness.hlo.walk import executed, trip_count
 from harness.step.timeline import merged
 from harness.step.transfers import LINK_RULES, TransferOps, transfers
 from predictions.rules import CONTAINERS, STRUCTURAL
@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 CORE = "core"
 COMPUTE, COMM = "compute", "comm"
 KINDS = (COMPUTE, COMM)
-MAX_PLAYED = 50_000_000  # op executions; beyond this the loops are misread, not a real step
+MAX_PLAYED = 5_000_000  # op executions per step played at most (about 1 GB and 10 s)
 _OP, _START, _DONE, _PLAY, _LOOP = range(5)  # the steps of a computation's plan
 
 
@@ -67,9 +67,9 @@ _OP, _START, _DONE, _PLAY, _LOOP = range(5)  # the steps of a computation's plan
 class Simulated:
     """One played step (module docstring). ``critical_path``: (op, kind, seconds it added), in
     time order, one entry per execution; ``spans``: one row per op execution or transfer
-    (``SPANS`` columns); ``lanes``: lane -> what it carries; ``missing``: executed ops given
-    no duration (taken as 0 s); ``scheduled``: the order is XLA's schedule (else only a
-    topological order)."""
+    (``SPANS`` columns); ``lanes``: lane ("core", "ici", "ici 2", "dma", ...) -> what it
+    carries; ``missing``: executed ops given no duration (taken as 0 s); ``scheduled``: the
+    order is XLA's schedule (else only a topological order)."""
 
     step_s: float
     compute_s: float
@@ -77,6 +77,7 @@ class Simulated:
     overlapped_comm_s: float
     exposed_comm_s: float
     serial_s: float             # every duration one after another: the no-overlap bound
+    sync_comm_s: float          # the core's time in synchronous collectives (exposed, all)
     critical_path: tuple[tuple[str, str, float], ...]
     critical_compute_s: float   # the critical path's compute time
     critical_comm_s: float      # its communication time
@@ -105,9 +106,11 @@ class _Plan:
         self.pairs: TransferOps = transfers(module)
 
     def lane(self, instr) -> int:
-        key, about = self.rule(self.module, instr, self.pairs)
-        if key not in self.lanes:
-            name = f"link {len(self.lanes) + 1}"
+        key, about = self.rule(self.module, instr)
+        if key not in self.lanes:  # named by its kind: "ici", "ici 2", "dma", ...
+            kind = key[0] if isinstance(key, tuple) else str(key)
+            n = sum(1 for k in self.lanes if (k[0] if isinstance(k, tuple) else str(k)) == kind)
+            name = kind if n == 0 else f"{kind} {n + 1}"
             self.lanes[key] = len(self.lane_names)
             self.lane_names.append(name)
             self.lane_about[name] = about
@@ -130,8 +133,8 @@ class _Plan:
         if name not in self.steps:
             self.steps[name] = self._build(name)
             for step in self.steps[name]:
-                for callee in step[1] if step[0] == _PLAY else step[1:3] if step[0] == _LOOP \
-                        else ():
+                callees = step[1] if step[0] == _PLAY else step[1:3] if step[0] == _LOOP else ()
+                for callee in callees:
                     self.of(callee)
         return self.steps[name]
 
@@ -174,7 +177,7 @@ class _Player:
         self.last = [-1] * (len(plan.lane_names) + 1)
         self.flight: dict[str, int] = {}
         self.op, self.lane, self.kind, self.start, self.end, self.pred = [], [], [], [], [], []
-        self.serial = 0.0
+        self.serial = self.sync = 0.0
 
     def event(self, op: str, lane: int, kind: str, start: float, end: float, pred: int) -> int:
         self.op.append(op)
@@ -199,6 +202,7 @@ class _Player:
                 self.core_t, self.core_last = start + dur, i
                 if lane >= 0:
                     self.free[lane], self.last[lane] = start + dur, i
+                    self.sync += dur
                 self.serial += dur
             elif code == _START:
                 _, name, dur, flight, lane = step
@@ -229,10 +233,6 @@ class _Player:
             else:
                 for callee in step[1]:
                     self.play(callee, depth + 1)
-            if len(self.end) > MAX_PLAYED:
-                raise HarnessError(f"the schedule of {self.plan.module.name} runs over "
-                                   f"{MAX_PLAYED:,} op executions per step; its loops' trip "
-                                   "counts look misread")
 
 
 def _union(start: np.ndarray, end: np.ndarray) -> float:
@@ -252,6 +252,11 @@ def simulate(module: Module, core_s: Mapping[str, float], transfer_s: Mapping[st
     if not module.scheduled:
         log.info("%s is not scheduled (no is_scheduled=true): its printed order is a "
                  "topological order, not necessarily the one XLA runs", module.name)
+    played = sum(n for i, n in executed(module) if i.opcode not in STRUCTURAL)
+    if played > MAX_PLAYED:
+        raise HarnessError(f"the schedule of {module.name} runs {played:,} op executions per "
+                           f"step, over the {MAX_PLAYED:,} a simulation plays; are its loops' "
+                           "trip counts right?")
     plan = _Plan(module, core_s, transfer_s, links, comm)
     plan.of(module.entry.name)  # every lane known before the play starts
     player = _Player(plan)
@@ -273,7 +278,7 @@ def simulate(module: Module, core_s: Mapping[str, float], transfer_s: Mapping[st
     return Simulated(
         step_s=float(end.max()) if len(end) else 0.0, compute_s=compute_s, comm_s=comm_s,
         overlapped_comm_s=overlapped, exposed_comm_s=comm_s - overlapped,
-        serial_s=player.serial, critical_path=path,
+        serial_s=player.serial, sync_comm_s=player.sync, critical_path=path,
         critical_compute_s=sum(s for _, k, s in path if k == COMPUTE),
         critical_comm_s=sum(s for _, k, s in path if k == COMM), spans=spans,
         lanes=dict(plan.lane_about), missing=tuple(plan.missing), scheduled=module.scheduled,

@@ -64,6 +64,8 @@ def _groups_text(instr: Instruction) -> str:
     if groups is not None and not isinstance(groups, str) and groups.num_groups != 1 \
             and groups.kind != "all":
         over = f" (mesh axes {','.join(groups.axes)})" if groups.axes else ""
+        if groups.groups:
+            over = f" ({{{','.join(map(str, groups.groups[0]))}}}, ...)"
         return f"{groups.num_groups or 1} group(s) of {groups.group_size} devices{over}"
     pairs = instr.attrs.get("source_target_pairs")
     return f"{len(pairs)} source-target pairs" if pairs else "every device"
@@ -96,7 +98,7 @@ def _devices(module: Module, moving: Instruction) -> Hashable:
     return str(groups or pairs or "every device")
 
 
-def by_groups(module: Module, instr: Instruction, pairs: TransferOps) -> tuple[Hashable, str]:
+def by_groups(module: Module, instr: Instruction) -> tuple[Hashable, str]:
     """Transfers over the same device groups share a link; copies share one DMA lane."""
     kind = _kind(module, instr)
     if kind != "ici":
@@ -105,19 +107,20 @@ def by_groups(module: Module, instr: Instruction, pairs: TransferOps) -> tuple[H
     return ("ici", _devices(module, moving)), f"collectives over {_groups_text(moving)}"
 
 
-def shared(module: Module, instr: Instruction, pairs: TransferOps) -> tuple[Hashable, str]:
+def shared(module: Module, instr: Instruction) -> tuple[Hashable, str]:
     """Every collective on one link; copies on one DMA lane."""
     kind = _kind(module, instr)
     return kind, _ABOUT.get(kind, "every collective")
 
 
-def parallel(module: Module, instr: Instruction, pairs: TransferOps) -> tuple[Hashable, str]:
+def parallel(module: Module, instr: Instruction) -> tuple[Hashable, str]:
     """Every transfer on a link of its own: nothing queues."""
-    return ("own", instr.name), f"{instr.name} alone"
+    return (_kind(module, instr), instr.name), f"{instr.name} alone"
 
 
-# link rule name -> (module, instruction, pairs) -> (lane key, what the lane carries)
-LINK_RULES: dict[str, Callable[[Module, Instruction, TransferOps], tuple[Hashable, str]]] = {
+# link rule name -> (module, instruction) -> (lane key: its kind, or a tuple led by its kind;
+# what the lane carries)
+LINK_RULES: dict[str, Callable[[Module, Instruction], tuple[Hashable, str]]] = {
     "groups": by_groups, "shared": shared, "parallel": parallel,
 }
 
