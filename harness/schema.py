@@ -151,7 +151,7 @@ CRITICAL_COMPUTE_S = "critical_compute_s"  # compute time on the simulated step'
 CRITICAL_COMM_S = "critical_comm_s"      # communication time on it (the two add to its step)
 CRITICAL_S = "critical_s"                # seconds an op added to the critical path
 LANE = "lane"                            # where a simulated span ran: "core", or a link ("ici",
-#                                          "ici 2", "dma", "host")
+#                                          "ici 2", "dma", "h2d", "d2h")
 KIND = "kind"                            # a span's work: "compute" or "comm"
 START_S = "start_s"                      # a span's start, seconds from the step's start
 END_S = "end_s"                          # its end

@@ -398,6 +398,39 @@ def test_tpu_collective_chain_overlaps_its_continuations():
     assert sim.overlapped_comm_s > 0 and sim.step_s < sim.serial_s
 
 
+def test_real_v6e_trace_waits_on_the_copies_the_simulation_exposes():
+    # tests/fixtures/external/tpu-v6e-inference (a real TPU v6e run, see test_tpu_fixture.py):
+    # three arrays come in from host memory, x + 1 each, and go back. The chip waited ~190 ms
+    # on copy-done, .2, .4 and .5 and 3 ns on .1 and .3. At the roofline, with one host-link
+    # lane per direction: in-copies land at T, 2T, 3T (T = 5.37 GB / 32 GB/s = 167.8 ms); the
+    # out-copies of the first two land while the third array still comes in; the last waits.
+    from harness.runs.pipeline import trace_program
+    from harness.trace.load import load_events, read_xspace
+
+    fixture = Path(__file__).parent / "fixtures" / "external" / "tpu-v6e-inference"
+    m = parse_module(trace_program(read_xspace(fixture)[0], "jit_f")[0])
+    d = roofline_durations(m, hlo_costs(m, "tpu-v6e", async_on="done"))
+    sim = simulate(m, d.core_s, d.transfer_s)
+    spans = sim.spans[sim.spans[schema.OP].str.startswith("copy-done")].set_index(schema.OP)
+    wait = spans[schema.END_S] - spans[schema.START_S]
+    events = load_events(fixture)
+    measured = events[events[schema.OP].astype(str).str.startswith("copy-done")].groupby(
+        schema.OP, observed=True)[schema.DURATION_NS].median() * 1e-9
+    assert set(wait[wait > 1e-3].index) == set(measured[measured > 1e-3].index) == {
+        "copy-done", "copy-done.2", "copy-done.4", "copy-done.5"}
+    array = 5 * 1024 * 1024 * 256 * 4  # one f32[5,1024,1024,256]
+    t, fusion = array / 3.2e10, 2 * array / 1.6e12  # tpus.md: v6e PCIe, HBM
+    assert sim.exposed_comm_s == pytest.approx(4 * t - 2 * fusion)
+    # the exposed waits at the roofline against the chip's: the host link ran at 80-95% of
+    # its 32 GB/s (test_tpu_fixture.py's efficiency of the same copies)
+    assert 0.8 < sim.exposed_comm_s / measured[measured > 1e-3].sum() < 0.95
+    # with every copy on a link of its own, the in-copies would not queue: .2 and .4, which
+    # the chip waited on, would land in time
+    alone = simulate(m, d.core_s, d.transfer_s, links="parallel").spans.set_index(schema.OP)
+    alone_wait = (alone[schema.END_S] - alone[schema.START_S])[wait.index]
+    assert alone_wait["copy-done.2"] == alone_wait["copy-done.4"] == 0
+
+
 # --- LLaMA-3 70B on v5p 16x16 (issue "The step": the predicted step's check) -------------------
 
 @pytest.mark.slow

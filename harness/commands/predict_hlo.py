@@ -4,6 +4,8 @@ A TPU chip with a libtpu topology (``workloads.tpu.TOPOLOGIES``) is compiled for
 by the TPU compiler when libtpu is installed (``--compiler auto``/``tpu``); every other chip, and
 every chip with ``--compiler cpu``, costs the HLO of a compile on virtual CPU devices. With
 ``auto`` the CPU compile also runs beside a TPU one, so the gap to the book can be shown for both.
+Each chip's step is its schedule played at the roofline (``harness.step.simulate``), printed
+with its exposed communication and critical path beside the per-op sum and the book's step.
 """
 from __future__ import annotations
 

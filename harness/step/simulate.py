@@ -22,7 +22,9 @@ core; ``transfer_s``: an async pair's transfer in flight, keyed by its ``-start`
   So by default (``"groups"``) transfers over the same device groups share one link, first come
   first served (for bandwidth-bound transfers the pair ends when it would sharing the
   bandwidth), transfers over different groups run in parallel, and memory copies
-  (``copy-start``) share one DMA lane (they share HBM bandwidth). ``"shared"`` puts every
+  (``copy-start``) share one DMA lane (they share HBM bandwidth), copies to or from host memory
+  one lane per direction (PCIe is full duplex; a real TPU v6e trace waits on exactly the
+  copies this predicts, ``tests/test_step_simulate.py``). ``"shared"`` puts every
   collective on one link (pessimistic where groups span disjoint axes); ``"parallel"`` gives
   every transfer its own (optimistic where they share axes).
 
@@ -67,7 +69,7 @@ _OP, _START, _DONE, _PLAY, _LOOP = range(5)  # the steps of a computation's plan
 class Simulated:
     """One played step (module docstring). ``critical_path``: (op, kind, seconds it added), in
     time order, one entry per execution; ``spans``: one row per op execution or transfer
-    (``SPANS`` columns); ``lanes``: lane ("core", "ici", "ici 2", "dma", ...) -> what it
+    (``SPANS`` columns); ``lanes``: lane ("core", "ici", "ici 2", "dma", "h2d", ...) -> what it
     carries; ``missing``: executed ops given no duration (taken as 0 s); ``scheduled``: the
     order is XLA's schedule (else only a topological order)."""
 

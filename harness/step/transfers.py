@@ -17,7 +17,7 @@ import pandas as pd
 from harness import schema
 from harness.hlo import tpu
 from harness.hlo.ir import Instruction, Module
-from harness.hlo.spaces import crosses_host
+from harness.hlo.spaces import HOST, crosses_host, operand_spaces
 from harness.hlo.walk import async_done, executed, fused_instructions
 from predictions.rules import ASYNC_PAIRS, COLLECTIVE_OPCODES
 
@@ -72,14 +72,18 @@ def _groups_text(instr: Instruction) -> str:
 
 
 def _kind(module: Module, instr: Instruction) -> str:
-    """"host" (a copy over the host link), "dma" (a copy between memories), "ici" otherwise."""
+    """"h2d"/"d2h" (a copy over the host link, from or to host memory: PCIe carries each
+    direction at full rate at once), "dma" (a copy between device memories), "ici" otherwise."""
     moving = _moving(module, instr)
     if moving.opcode in ("copy-start", "copy-done", "copy"):
-        return "host" if crosses_host(moving, module) else "dma"
+        if not crosses_host(moving, module):
+            return "dma"
+        return "h2d" if HOST in operand_spaces(moving, module) else "d2h"
     return "ici"
 
 
-_ABOUT = {"host": "copies to and from host memory", "dma": "copies between memories"}
+_ABOUT = {"h2d": "copies from host memory", "d2h": "copies to host memory",
+          "dma": "copies between device memories"}
 
 
 def _devices(module: Module, moving: Instruction) -> Hashable:
@@ -99,7 +103,8 @@ def _devices(module: Module, moving: Instruction) -> Hashable:
 
 
 def by_groups(module: Module, instr: Instruction) -> tuple[Hashable, str]:
-    """Transfers over the same device groups share a link; copies share one DMA lane."""
+    """Transfers over the same device groups share a link; copies share one DMA lane, or one
+    host-link lane per direction."""
     kind = _kind(module, instr)
     if kind != "ici":
         return kind, _ABOUT[kind]
@@ -108,7 +113,7 @@ def by_groups(module: Module, instr: Instruction) -> tuple[Hashable, str]:
 
 
 def shared(module: Module, instr: Instruction) -> tuple[Hashable, str]:
-    """Every collective on one link; copies on one DMA lane."""
+    """Every collective on one link; copies as ``by_groups`` puts them."""
     kind = _kind(module, instr)
     return kind, _ABOUT.get(kind, "every collective")
 
