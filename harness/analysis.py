@@ -32,7 +32,7 @@ from harness.hlo import Module, async_pairs, cross_check, cross_check_skip, hlo_
 from harness.memory import host_note
 from harness.ops import by_execution, executions, op_times, step_samples, step_time
 from harness.shares import apart, host_shares, op_timing
-from harness.step import step_figures
+from harness.step import containers, simulated, step_figures
 from harness.trace.load import TraceEvents
 
 # A run's notes say what tracing cost when its traced steps ran this much slower than untraced
@@ -90,6 +90,8 @@ class Tables:
     programs: pd.DataFrame = field(default_factory=lambda: schema.empty(schema.PROGRAMS))
     step: dict = field(default_factory=dict)
     step_spans: pd.DataFrame = field(default_factory=lambda: schema.empty(schema.STEP_SPANS))
+    predicted_spans: pd.DataFrame = field(
+        default_factory=lambda: schema.empty(schema.STEP_SPANS))
 
 
 def programs_ran(events: pd.DataFrame) -> list[ProgramKey]:
@@ -176,8 +178,13 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
     devices = int(ctx.devices or events[schema.DEVICE].nunique())
     main_events = per[main][1] if main in per else events
     est = ctx.book
-    step, spans = step_figures(main_events, main_ops, pairs=_pairs(module, trace),
-                        devices=range(devices) if ctx.devices else (), book=est)
+    held = containers(predicted.get(main, schema.empty(schema.OPS_PREDICTED)), main_events)
+    step, spans = step_figures(main_events, main_ops, pairs=_pairs(module, trace), apart=held,
+                               devices=range(devices) if ctx.devices else (), book=est)
+    predicted_step, predicted_spans = simulated(module, main_ops, main_events, step,
+                                                trace_names=trace.async_names,
+                                                time_on=trace.async_time_on, apart=held)
+    step.update(predicted_step)
     t_step = _step_s(ctx.step_times_s, step, main_events)
     peak = chip.flops_per_s(peak_dtype(chip))
     summ = summary(main_ops, step_s=t_step, peak_flops_per_s=peak, devices=devices,
@@ -219,7 +226,7 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
     return Tables(ops=ops, categories=by_category(ops), steps=steps, summary=summ, notes=notes,
                   unexpected=unexpected, cross_check=check, op_timing=op_timing(shared),
                   program=main[0], programs=program_table(per), step=step,
-                  step_spans=spans)
+                  step_spans=spans, predicted_spans=predicted_spans)
 
 
 def program_table(per: Mapping[ProgramKey, tuple]) -> pd.DataFrame:

@@ -103,6 +103,11 @@ def by_execution(events: pd.DataFrame, per_execution: Mapping[str, int] | None =
     k // n, n its executions per program run: ``per_execution[op]`` (from the program's HLO,
     loop trip counts included), else its occurrences over the program's executions, which are
     the most common number of occurrences among its ops (most ops run once per execution).
+    That numbering shifts every later execution of an op whose event the profiler dropped once,
+    so it only finds the program's first op: the op that runs once per execution and most often
+    opens one. Each of its occurrences then opens an execution on its device, and every event
+    belongs to the last one opened at or before its start (those before the first, to the
+    first): a dropped event leaves one execution short of it instead of shifting the others.
     """
     if events.empty:
         return events
@@ -116,7 +121,26 @@ def by_execution(events: pd.DataFrame, per_execution: Mapping[str, int] | None =
     if unknown.any():
         runs = executions(ev, per_execution)
         n[unknown] = np.maximum(np.asarray(occurrences)[unknown] // max(runs, 1), 1)
-    return ev.assign(**{schema.STEP: (rank // n).astype(np.int32)}).sort_index()
+    step = (rank // n).astype(np.int64)
+    anchor = _first_op(ev, op, step, n)
+    if anchor is not None:
+        opens = (op == anchor).to_numpy().astype(np.int64)
+        step = np.maximum(pd.Series(opens, index=ev.index).groupby(
+            ev[schema.DEVICE].to_numpy()).cumsum().to_numpy() - 1, 0)
+    return ev.assign(**{schema.STEP: step.astype(np.int32)}).sort_index()
+
+
+def _first_op(ev: pd.DataFrame, op: pd.Series, step: np.ndarray, n: np.ndarray) -> str | None:
+    """The op that runs once per execution and most often starts one (on its device, by the
+    numbering ``step``), or None where no op runs once per execution."""
+    once = n == 1
+    if not once.any():
+        return None
+    key = pd.DataFrame({"d": ev[schema.DEVICE].to_numpy(), "k": step, "op": op.to_numpy(),
+                        "once": once})
+    first = key.drop_duplicates(["d", "k"])  # ev is in time order: each execution's first op
+    first = first[first["once"]]
+    return str(first["op"].mode().iloc[0]) if len(first) else None
 
 
 def executions(events: pd.DataFrame, per_execution: Mapping[str, int] | None = None) -> int:

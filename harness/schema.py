@@ -140,7 +140,23 @@ ANALYTIC_FORMULA = "analytic_formula"  # the book formula behind analytic_s
 FLOPS_VS_COST_ANALYSIS = "flops_vs_cost_analysis"  # our HLO FLOPs vs XLA's, relative difference
 FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE = "flops_vs_cost_analysis_loops_once"  # same, loops once
 # ahead-of-time predictions (harness predict-hlo; harness.hlo.chips): no measured step
-PREDICTED_STEP_S = "predicted_step_s"  # sum of the ops' roofline times (no overlap)
+PREDICTED_STEP_S = "predicted_step_s"  # the step simulated at the roofline: XLA's schedule
+#                                        played with every op at predicted_s (harness.step)
+# the simulated step (harness.step.simulate): one execution of the schedule, played out
+PREDICTED_COMM_S = "predicted_comm_s"    # union of transfers and collectives in the simulated step
+PREDICTED_EXPOSED_COMM_S = "predicted_exposed_comm_s"  # of it, the time no compute hides
+SIMULATED_FROM = "simulated_from"        # what the order was: "schedule" (is_scheduled=true) or
+#                                          "topological order" (an unscheduled module)
+CRITICAL_COMPUTE_S = "critical_compute_s"  # compute time on the simulated step's critical path
+CRITICAL_COMM_S = "critical_comm_s"      # communication time on it (the two add to its step)
+CRITICAL_S = "critical_s"                # seconds an op added to the critical path
+CRITICAL_PATH = "critical_path"          # the ops that added most to it: op, kind, critical_s,
+#                                          count (executions that added any)
+LANE = "lane"                            # where a span ran: "device" (measured), "core" or a
+#                                          link ("ici", "ici 2", "dma", "h2d", "d2h")
+KIND = "kind"                            # a span's work: "compute" or "comm"
+START_S = "start_s"                      # a span's start, seconds from the step's start
+END_S = "end_s"                          # its end
 MFU_AT_ROOFLINE = "mfu_at_roofline"    # MFU if the step ran at predicted_step_s
 FIGURES = (STEP_S, WALL_STEP_S, GRAPH_STEP_S, TRACE_OVERHEAD, MEASURED_OPS_S, PREDICTED_OPS_S,
            COVERAGE, EFFICIENCY, HLO_FLOPS_PER_DEVICE, HFU, DEVICES, MODEL_FLOPS, MFU, MFU_BOOK,
@@ -216,13 +232,12 @@ REGIME = "regime"                    # "compute-bound" (T_math >= T_comms) or "c
 # op at its roofline time, and REPLAY_STEP_S, the same schedule with every op at its measured
 # duration (a check of the schedule model: it should land on the measured STEP_S).
 REPLAY_STEP_S = "replay_step_s"
-# One step's op intervals, for the step timeline picture (harness.step.timeline.spans; the
-# simulated step's from harness.step.simulate): seconds from the step's start, per lane.
-LANE = "lane"                        # LANE_COMPUTE or LANE_COMM
-LANE_COMPUTE, LANE_COMM = "compute", "comm"
-START_S = "start_s"                  # seconds from the step's first op
-END_S = "end_s"
-STEP_SPANS = (OP, LANE, START_S, END_S)
+# One step's op intervals, for the step timeline picture: the measured step's
+# (harness.step.timeline.spans, every op on the device's lane) and the simulated step's
+# (harness.step.simulate, on the core or a link); LANE, KIND, START_S and END_S above.
+LANE_DEVICE = "device"
+KIND_COMPUTE, KIND_COMM = "compute", "comm"
+STEP_SPANS = (OP, LANE, KIND, START_S, END_S)
 
 # --- tables -------------------------------------------------------------------------------
 EVENTS = (PROGRAM, OP, DEVICE, STEP, START_NS, DURATION_NS)

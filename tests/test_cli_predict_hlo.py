@@ -35,9 +35,18 @@ def test_predict_module_totals_are_sums_of_op_terms():
     assert ops.loc["dot.1", schema.FLOPS] == flops
     assert ops.loc["dot.1", schema.PREDICTED_S] == pytest.approx(max(flops / 4.59e14,
                                                                      nbytes / 2.8e12))
-    assert pred.totals["predicted_step_s"] == pytest.approx(ops[schema.PREDICTED_S].sum())
+    assert pred.totals[schema.PREDICTED_OPS_S] == pytest.approx(ops[schema.PREDICTED_S].sum())
     assert pred.categories[schema.PREDICTED_S].sum() == pytest.approx(
-        pred.totals["predicted_step_s"])
+        pred.totals[schema.PREDICTED_OPS_S])
+    # the simulated step: the all-reduce is synchronous and needs the dot's result, so nothing
+    # overlaps: step = dot + all-reduce, all of the all-reduce exposed
+    assert pred.totals[schema.PREDICTED_STEP_S] == pytest.approx(
+        ops.loc["dot.1", schema.PREDICTED_S] + ops.loc["all-reduce.2", schema.PREDICTED_S])
+    assert ops.loc["all-reduce.2", schema.PREDICTED_S] > 0
+    assert pred.totals[schema.PREDICTED_EXPOSED_COMM_S] == pytest.approx(
+        ops.loc["all-reduce.2", schema.PREDICTED_S])
+    assert pred.totals[schema.CRITICAL_COMM_S] == pred.totals[schema.PREDICTED_EXPOSED_COMM_S]
+    assert pred.step.scheduled is False and schema.SIMULATED_FROM in pred.totals
     assert set(pred.categories[schema.CATEGORY]) == {"matmul", "collective"}
 
 
@@ -48,7 +57,13 @@ def test_cli_compiles_tiny_train_step_on_16_devices(capsys):
     out = json.loads(capsys.readouterr().out)
     assert [c["chip"] for c in out["chips"]] == ["tpu-v5e", "h100"]
     for c in out["chips"]:
-        assert c["totals"]["predicted_step_s"] > 0 and c["totals"]["unmodeled_ops"] == 0
+        totals = c["totals"]
+        assert totals["predicted_step_s"] > 0 and totals["unmodeled_ops"] == 0
+        # the schedule can only hide time: serial sum >= simulated step >= the core's compute
+        assert totals["predicted_ops_s"] * (1 + 1e-9) >= totals["predicted_step_s"]
+        assert totals["predicted_exposed_comm_s"] <= totals["predicted_comm_s"]
+        assert totals["critical_compute_s"] + totals["critical_comm_s"] == pytest.approx(
+            totals["predicted_step_s"])
         assert c["totals"]["analytic_s"] > 0
     assert abs(out["cross_check"]["flops_loops_once_rel_diff"]) < 0.02
 

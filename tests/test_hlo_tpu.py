@@ -205,6 +205,13 @@ def test_book_gap_parts_work_and_excess():
     assert gap.loc["overlap", "tpu_s"] == 0 and gap.loc["overlap", "tpu_excess_s"] == 1.0
     assert gap.loc["step", schema.BOOK_S] == 2.0 and gap.loc["step", "tpu_s"] == 6.25
     assert gap.loc["step", "tpu_excess_s"] == 4.25
+    # with the simulated step (5.0 s, say: 1.25 s of the 6.25 s hidden), the overlap row is
+    # what the schedule hides and the parts add up to it, as the book's do
+    gap = book_gap(parts, {"tpu": ops}, {"tpu": 5.0}).set_index(schema.PART)
+    assert gap.loc["overlap", "tpu_s"] == -1.25 and gap.loc["step", "tpu_s"] == 5.0
+    assert gap.loc["overlap", "tpu_excess_s"] == pytest.approx(-1.25 - -1.0)
+    assert gap.loc[list(step.PARTS), "tpu_s"].sum() == gap.loc["step", "tpu_s"]
+    assert gap.loc["step", "tpu_excess_s"] == 5.0 - 2.0
 
 
 def test_book_parts_add_up_to_the_books_step():
@@ -243,7 +250,8 @@ def test_text_report_names_compiler_topology_and_fit(capsys):
     out = capsys.readouterr().out
     assert "XLA:TPU (libtpu" in out and "for v5p:2x2x1" in out
     assert "memory per chip:" in out and "fits" in out
-    assert "per-op sum vs the book" in out and "cpu_excess_s" in out
+    assert "the simulated step vs the book" in out and "cpu_excess_s" in out
+    assert "played at the roofline" in out and "the simulated step is" in out
 
 
 @pytest.mark.slow

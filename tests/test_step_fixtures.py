@@ -62,6 +62,21 @@ def sweep(starts, ends, comm) -> dict:
     return {k: v * 1e-9 for k, v in t.items()} | {schema.STEP_S: (cuts[-1] - cuts[0]) * 1e-9}
 
 
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name)
+def test_the_replayed_schedule_lands_on_the_measured_step(path, runs):
+    """The schedule played with each op at its measured time (placed by the schedule, never at
+    its measured start) ends within 5% of the step it replays: the model of the core, the
+    links and the waits explains the timeline. (The H100 llama_train without command buffers
+    lands 3.8% long: XLA runs some fusions as async computations on a second stream, which the
+    model plays on the core, one after another.) At the roofline the step is shorter than
+    measured on every one of these chips: no real run beats it."""
+    step = runs(path).step
+    assert step[schema.REPLAY_STEP_S] == pytest.approx(step[schema.STEP_S], rel=0.05)
+    assert 0 < step[schema.PREDICTED_STEP_S] < step[schema.STEP_S]
+    assert step[schema.CRITICAL_COMPUTE_S] + step[schema.CRITICAL_COMM_S] == \
+        pytest.approx(step[schema.PREDICTED_STEP_S], rel=1e-6)
+
+
 @pytest.mark.parametrize("path", [p for p in TRACES if p.parent.name == "h100"],
                          ids=lambda p: p.name)
 def test_each_term_agrees_with_an_independent_sweep(path, runs):

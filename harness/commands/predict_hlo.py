@@ -4,6 +4,8 @@ A TPU chip with a libtpu topology (``workloads.tpu.TOPOLOGIES``) is compiled for
 by the TPU compiler when libtpu is installed (``--compiler auto``/``tpu``); every other chip, and
 every chip with ``--compiler cpu``, costs the HLO of a compile on virtual CPU devices. With
 ``auto`` the CPU compile also runs beside a TPU one, so the gap to the book can be shown for both.
+Each chip's step is its schedule played at the roofline (``harness.step.simulate``), printed
+with its exposed communication and critical path beside the per-op sum and the book's step.
 """
 from __future__ import annotations
 
@@ -17,10 +19,12 @@ from harness.commands import count
 from harness.commands.run import parse_sets
 from harness.errors import HarnessError
 from harness.hlo import cross_check, parse_module
-from harness.hlo.chips import book_gap, predict_module
+from harness.hlo.chips import STEP, book_gap, predict_module
 from harness.memory import memory_fit
 from harness.report import tables
+from harness.step.simulate import critical_ops
 from predictions import hardware
+from predictions.step import OVERLAP
 
 OP_COLUMNS = (schema.OP, schema.OPCODE, schema.CATEGORY, schema.BOUND, schema.COUNT,
               schema.PREDICTED_S, schema.T_COMPUTE_S, schema.T_MEMORY_S, schema.T_COMM_S,
@@ -155,10 +159,11 @@ def main(args) -> int:
                               model_flops=book.model_flops if book else None,
                               analytic_s=book.analytic_s if book else None)
         label = "tpu" if key != CPU else CPU
-        by_compile = {label: pred.ops}
+        by_compile, steps = {label: pred.ops}, {label: pred.step.step_s}
         if key != CPU and CPU in compiles:
-            by_compile[CPU] = predict_module(compiles[CPU][1], chip).ops
-        gap = book_gap(book.parts, by_compile) if book and book.parts else None
+            on_cpu = predict_module(compiles[CPU][1], chip)
+            by_compile[CPU], steps[CPU] = on_cpu.ops, on_cpu.step.step_s
+        gap = book_gap(book.parts, by_compile, steps) if book and book.parts else None
         fit = memory_fit(aot.memory, chip) if aot.topology and aot.memory else None
         if refused is not None:
             fit = {"fits": False, "refused": str(refused)}
@@ -176,6 +181,9 @@ def main(args) -> int:
                              "cross_check": c}
                          for k, (a, _, c) in ok.items()},
             "chips": [{"chip": name, "compile": key, "totals": r.totals, "memory_fit": fit,
+                       "critical_path": json.loads(critical_ops(r.step, args.top).to_json(
+                           orient="records")),
+                       "links": r.step.lanes,
                        "categories": json.loads(r.categories.to_json(orient="records")),
                        "book_gap": None if gap is None else json.loads(
                            gap.to_json(orient="records")),
@@ -191,15 +199,70 @@ def main(args) -> int:
         print(f"\n{name}: {_compile_line(aot, check, args.mesh)}")
         if fit is not None and "refused" not in fit:
             print(fit_line(fit, name))
+        for line in step_lines(r.step, r.totals):
+            print(line)
         print("  ".join(f"{k}={tables.fmt_figure(k, v)}" for k, v in r.totals.items()))
         print(tables.render(r.categories, fmt), end="")
         if gap is not None:
-            print(f"per-op sum vs the book, part by part ({', '.join(gap.columns[3::3])}: "
-                  "HLO seconds; work_x: HLO FLOPs or bytes / the book's; excess: seconds beyond "
-                  "that work at the book's rate)")
+            print(f"the simulated step vs the book, part by part ({', '.join(gap.columns[3::3])}"
+                  ": HLO seconds, the overlap row what the schedule hides; work_x: HLO FLOPs or "
+                  "bytes / the book's; excess: seconds beyond that work at the book's rate)")
             print(tables.render(gap, fmt), end="")
+            print(gap_line(gap, "tpu" if key != CPU else CPU))
         print(tables.render(r.ops.head(args.top), fmt, OP_COLUMNS), end="")
     return 0
+
+
+def step_lines(sim, totals: dict) -> list[str]:
+    """The simulated step in words: its split, its critical path, the sum of ops and the
+    book's step beside it, and what the overlap hides."""
+    f = tables.fmt_seconds
+    order = "XLA's schedule" if sim.scheduled else "a topological order (unscheduled HLO)"
+    lines = [f"step {f(sim.step_s)} ({order} played at the roofline) = compute "
+             f"{f(sim.compute_s)} + exposed communication {f(sim.exposed_comm_s)}; critical "
+             f"path: compute {f(sim.critical_compute_s)}, communication "
+             f"{f(sim.critical_comm_s)}; sum of ops {f(totals[schema.PREDICTED_OPS_S])}"
+             + (f"; the book {f(totals[schema.ANALYTIC_S])}" if schema.ANALYTIC_S in totals
+                else "")]
+    if sim.comm_s > 0:
+        lines.append(f"overlap hides {f(sim.overlapped_comm_s)} of the {f(sim.comm_s)} of "
+                     f"communication (collectives and async copies); of the "
+                     f"{f(sim.exposed_comm_s)} exposed, the core runs synchronous collectives "
+                     f"for {f(sim.sync_comm_s)} and waits on async transfers for the rest")
+    if sim.missing:
+        lines.append(f"{len(sim.missing)} executed op(s) have no roofline time and take 0 s in "
+                     f"the simulation (unmodeled), e.g. {', '.join(sim.missing[:3])}")
+    return lines
+
+
+def gap_line(gap, compile_: str) -> str:
+    """One line: the simulated step minus the book's, part by part (each part's seconds minus
+    the book's, which add up to it), with the work ratio and the excess behind each."""
+    f = tables.fmt_seconds
+
+    def signed(v: float) -> str:
+        return f"{'+' if v >= 0 else '-'}{f(abs(v))}"
+
+    rows = gap.set_index(schema.PART)
+    hlo, ratio, excess = (rows[c.format(compile=compile_)]
+                          for c in (schema.HLO_S, schema.WORK_X, schema.EXCESS_S))
+    diff = hlo - rows[schema.BOOK_S]
+    said = []
+    for part in diff.index.drop(STEP):
+        if abs(diff[part]) <= 1e-3 * abs(diff[STEP]):
+            continue
+        why = ""
+        if part == OVERLAP:
+            why = (f" (the book hides {f(-rows.loc[OVERLAP, schema.BOOK_S])} of communication, "
+                   f"the schedule {f(-hlo[OVERLAP])})")
+        elif ratio[part] == ratio[part]:  # NaN where the book gives no work
+            more = (ratio[part] - 1) * rows.loc[part, schema.BOOK_S]
+            why = (f" (work {ratio[part]:.3g}x the book's: {signed(more)}; "
+                   f"{signed(excess[part])} beyond the book's rate)")
+        said.append(f"{part} {signed(diff[part])}{why}")
+    return (f"the simulated step is {f(abs(diff[STEP]))} "
+            f"{'above' if diff[STEP] >= 0 else 'below'} the book's "
+            f"{f(rows.loc[STEP, schema.BOOK_S])}: {', '.join(said) or 'no part differs'}")
 
 
 def _rel(check: dict, key: str) -> str:

@@ -88,13 +88,15 @@ class Derived:
 
 @dataclass(slots=True)
 class Module:
-    """``name`` is the program name the trace uses (``jit_train_step``)."""
+    """``name`` is the program name the trace uses (``jit_train_step``); ``scheduled``: the
+    header says ``is_scheduled=true`` (each computation is printed in the order XLA runs it)."""
 
     name: str
     computations: dict[str, Computation]
     entry: Computation
     num_partitions: int = 1
     replica_count: int = 1
+    scheduled: bool = False
     derived: Derived = field(default_factory=Derived)
 
     @property

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 _MODULE_RE = re.compile(r"HloModule\s+([\w.\-]+)")
 _PARTITIONS_RE = re.compile(r"\bnum_partitions=(\d+)")
 _REPLICAS_RE = re.compile(r"\breplica_count=(\d+)")
+_SCHEDULED_RE = re.compile(r"\bis_scheduled=true\b")
 _BLOCK_RE = re.compile(r"[A-Z][A-Za-z]*")  # FileNames, FunctionNames, FileLocations, StackFrames
 _COMP_RE = re.compile(r"(ENTRY\s+)?%?([\w.\-]+)\s*(?:\(.*\)\s*->.*)?\{")
 
@@ -76,7 +77,7 @@ def parse_module(text: str) -> Module:
     """Parse a whole module; raises :class:`HloParseError` on malformed or truncated text."""
     if not isinstance(text, str):
         raise HloParseError(f"expected HLO text (str), got {type(text).__name__}")
-    name, partitions, replicas = None, 1, 1
+    name, partitions, replicas, scheduled = None, 1, 1, False
     comps: dict[str, Computation] = {}
     entry: Computation | None = None
     comp: Computation | None = None
@@ -111,6 +112,7 @@ def parse_module(text: str) -> Module:
             name = m.group(1)
             p, r = _PARTITIONS_RE.search(line), _REPLICAS_RE.search(line)
             partitions, replicas = int(p.group(1)) if p else 1, int(r.group(1)) if r else 1
+            scheduled = _SCHEDULED_RE.search(line) is not None
             continue
         if _BLOCK_RE.fullmatch(line):
             in_block = True
@@ -133,7 +135,7 @@ def parse_module(text: str) -> Module:
                            f"(opened on line {comp.line}); the text looks truncated")
     if entry is None:
         raise err(lineno, "expected an ENTRY computation; none found (truncated text?)")
-    module = Module(name or "", comps, entry, partitions, replicas)
+    module = Module(name or "", comps, entry, partitions, replicas, scheduled)
     _resolve(module)
     log.debug("parsed HLO module %s: %d computations", module.name, len(comps))
     return module

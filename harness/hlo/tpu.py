@@ -9,9 +9,10 @@ Seen in modules compiled by libtpu (``tests/fixtures/tpu/``):
   ``frontend_attributes={chain_id="k"}`` on a copy of the collective: ``async-collective-start``
   (root ``custom-call`` ``AsyncCollectiveStart``), continuation fusions where the transfer runs
   under a matmul (a collective matmul, `sharding.md`), and ``async-collective-done`` (root
-  ``AsyncCollectiveDone``). The data moves once: the start fusion is charged the collective;
-  in continuations the copy is the same transfer in flight (the fusion is costed as the rest
-  of its work), and the done fusion only waits (zero cost, like an async ``-done``).
+  ``AsyncCollectiveDone``; ``chain_pairs`` pairs a start with its done). The data moves once:
+  the start fusion is charged the collective; in continuations the copy is the same transfer
+  in flight (the fusion is costed as the rest of its work), and the done fusion only waits
+  (zero cost, like an async ``-done``).
 """
 from __future__ import annotations
 
@@ -60,3 +61,26 @@ def in_flight(module: Module, fusion: Instruction, inner: Instruction) -> bool:
     return (inner.opcode in COLLECTIVE_OPCODES
             and chain_role(module, fusion) in ("continue", "done")
             and _CHAIN_RE.search(str(inner.attrs.get("frontend_attributes", ""))) is not None)
+
+
+
+def chain_id(module: Module, fusion: Instruction) -> str | None:
+    """The ``chain_id`` of the collective a chain fusion holds (start, continuation or done)."""
+    for inner in module.computation(fusion.called("calls")[0]).instructions:
+        m = _CHAIN_RE.search(str(inner.attrs.get("frontend_attributes", "")))
+        if m is not None and inner.opcode in COLLECTIVE_OPCODES:
+            return m.group(1)
+    return None
+
+
+def chain_pairs(module: Module, computation: str) -> dict[str, str]:
+    """Each async collective chain of one computation: its start fusion's name -> its done
+    fusion's, the two holding a copy of the collective with one ``chain_id``."""
+    starts, pairs = {}, {}
+    for instr in module.computation(computation).instructions:
+        role = chain_role(module, instr)
+        if role == "start":
+            starts[chain_id(module, instr)] = instr.name
+        elif role == "done" and chain_id(module, instr) in starts:
+            pairs[starts.pop(chain_id(module, instr))] = instr.name
+    return pairs

@@ -15,8 +15,8 @@ STEP_PNG = "step.png"
 _COLOR = {"compute": "tab:blue", "comm": "tab:orange", "exposed": "tab:red", "idle": "0.75"}
 
 
-def _union(spans: pd.DataFrame, lane: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-    rows = spans if lane is None else spans[spans[schema.LANE] == lane]
+def _union(spans: pd.DataFrame, kind: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    rows = spans if kind is None else spans[spans[schema.KIND] == kind]
     return merged(rows[schema.START_S].to_numpy(float), rows[schema.END_S].to_numpy(float))
 
 
@@ -40,8 +40,8 @@ def _minus(s: np.ndarray, e: np.ndarray, cs: np.ndarray, ce: np.ndarray) -> list
 def lanes(spans: pd.DataFrame) -> dict[str, list[tuple[float, float]]]:
     """Lane name -> intervals (start, end) in seconds: compute, comm, the exposed part of comm
     (no compute under it) and idle (nothing running between the step's first and last op)."""
-    cs, ce = _union(spans, schema.LANE_COMPUTE)
-    ks, ke = _union(spans, schema.LANE_COMM)
+    cs, ce = _union(spans, schema.KIND_COMPUTE)
+    ks, ke = _union(spans, schema.KIND_COMM)
     al, ae = _union(spans)
     return {"compute": list(zip(cs, ce)), "comm": list(zip(ks, ke)),
             "exposed": _minus(ks, ke, cs, ce), "idle": list(zip(ae[:-1], al[1:]))}

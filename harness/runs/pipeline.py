@@ -187,7 +187,7 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
     return Run(title=title, meta=full_meta, ops=t.ops, categories=t.categories,
                summary=t.summary, notes=t.notes, steps=t.steps, unexpected=t.unexpected,
                cross_check=t.cross_check, programs=t.programs, step=t.step,
-               step_spans=t.step_spans, chip=entry,
+               step_spans=t.step_spans, predicted_spans=t.predicted_spans, chip=entry,
                capture=cap, trace=events)
 
 

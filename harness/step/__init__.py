@@ -4,10 +4,14 @@
 (compute, communication, overlapped and exposed communication, idle).
 ``bounds``: the book beside it (T_math, T_comms, the overlap and serial bounds, the regime).
 ``figures``: the run's step object from those parts.
+``replay``: measured durations for the replay.
 ``simulate``: the predicted step, the compiled program's schedule played out in XLA's order
 with every op at its roofline time (``roofline``) or at its measured duration (``replay``).
 """
-from harness.step.figures import comm_ops, step_figures
+from harness.step.figures import comm_ops, containers, simulated, step_figures
+from harness.step.simulate import Simulated, critical_ops, simulate
 from harness.step.timeline import decompose, exposed_by_op, measure, merged
+from harness.step.transfers import roofline_durations
 
-__all__ = ["comm_ops", "decompose", "exposed_by_op", "measure", "merged", "step_figures"]
+__all__ = ["Simulated", "comm_ops", "containers", "critical_ops", "decompose", "exposed_by_op",
+           "measure", "merged", "roofline_durations", "simulate", "simulated", "step_figures"]

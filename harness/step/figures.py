@@ -1,5 +1,7 @@
 """The step object of a run (``schema.STEP_OBJECT``): the measured step, the book beside it,
-and (``harness.step.simulate``) the step the compiled schedule predicts.
+and the step the compiled schedule predicts (``harness.step.simulate``): played with every op
+at its roofline time (``predicted_step_s``: the step this layout should take) and at its
+measured duration (``replay_step_s``: a check of the schedule model against the measured step).
 
 Which ops communicate is read from the program's OPS table: the collectives (category
 ``collective``, async halves included) and the async transfers (``copy-start``/``copy-done``,
@@ -13,8 +15,12 @@ from collections.abc import Collection, Mapping
 import pandas as pd
 
 from harness import schema
+from harness.hlo import Module
 from harness.step.bounds import step_bounds
+from harness.step.replay import replay_durations
+from harness.step.simulate import critical_ops, simulate
 from harness.step.timeline import measure
+from harness.step.transfers import roofline_durations, transfers
 from predictions.rules import ASYNC_PAIRS, COLLECTIVE_OPCODES, CONTAINERS
 
 # async transfers that are no collective: a DMA between memory spaces or a point-to-point copy
@@ -47,23 +53,72 @@ def comm_ops(ops: pd.DataFrame) -> set[str]:
     return set(name[comm])
 
 
-def containers(ops: pd.DataFrame) -> set[str]:
-    """Control-flow ops, whose trace intervals enclose the ops they run (left out)."""
-    if schema.OPCODE not in ops.columns:
-        return set()
-    return set(ops.loc[ops[schema.OPCODE].isin(CONTAINERS), schema.OP].astype(str))
+def containers(predicted: pd.DataFrame, events: pd.DataFrame) -> set[str]:
+    """Control-flow ops, whose trace intervals enclose the ops they run (left out): by opcode
+    from the program's predicted table (the OPS table leaves them out), else, for a program
+    without HLO, by the opcode the names of its events imply."""
+    if not predicted.empty and schema.OPCODE in predicted.columns:
+        return set(predicted.loc[predicted[schema.OPCODE].isin(CONTAINERS), schema.OP]
+                   .astype(str))
+    names = pd.Series(events[schema.OP].astype(str).unique())
+    return set(names[names.map(_opcode_of_name).isin(CONTAINERS)])
 
 
 def step_figures(events: pd.DataFrame, ops: pd.DataFrame, *, pairs: Mapping[str, str] | None,
-                 devices: Collection[int] = (), book=None) -> tuple[dict, pd.DataFrame]:
+                 apart: Collection[str] = (), devices: Collection[int] = (),
+                 book=None) -> tuple[dict, pd.DataFrame]:
     """The step object of one program: its measured step from ``events`` (its EVENTS, one
     step per marker or execution), ``ops`` its OPS table, ``pairs`` the async start -> done
-    names to make one span each (where the layout times the ``-done``: TPU), ``devices``
-    every device of the run, ``book`` the workload's estimate (``predictions.step.Analytic``)
+    names to make one span each (where the layout times the ``-done``: TPU), ``apart`` the
+    control-flow ops (``containers``), ``devices`` every device of the run, ``book`` the
+    workload's estimate (``predictions.step.Analytic``)
     for the bounds ({} where neither it nor a prediction gives them); with the spans of the
     step it describes (``schema.STEP_SPANS``), for its picture."""
     comm = comm_ops(ops)
-    out, spans = measure(events, comm, apart=containers(ops), pairs=pairs, devices=devices)
+    out, spans = measure(events, comm, apart=apart, pairs=pairs, devices=devices)
     if out and not ops.empty and schema.PREDICTED_S in ops.columns:
         out.update(step_bounds(book, ops, comm))
     return out, spans
+
+
+def simulated(module: Module, ops: pd.DataFrame, events: pd.DataFrame, step: Mapping, *,
+              trace_names: Mapping[str, str], time_on: str, apart: Collection[str] = (),
+              top: int = 5) -> tuple[dict, pd.DataFrame]:
+    """The predicted part of the step object, and the spans of the roofline step (for its
+    picture). ``ops``: the program's OPS table (ops named as the trace names them;
+    ``trace_names``: HLO name -> trace name where they differ); ``events``: its EVENTS, replayed
+    from the device the measured ``step`` describes; ``time_on``: the half of an async pair the
+    trace times; ``apart``: the control-flow ops (their events enclose their bodies'). A TPU
+    collective chain is replayed as its two fusions' measured core times."""
+    if module is None or ops.empty or schema.PREDICTED_S not in ops.columns:
+        return {}, pd.DataFrame(columns=list(schema.STEP_SPANS))
+    hlo = {v: k for k, v in trace_names.items()}
+    comm = {hlo.get(op, op) for op in comm_ops(ops)}
+    roofline = roofline_durations(module, ops.assign(**{schema.OP: ops[schema.OP].astype(str)
+                                                        .map(lambda op: hlo.get(op, op))}))
+    sim = simulate(module, roofline.core_s, roofline.transfer_s, comm=comm)
+    out = {schema.PREDICTED_STEP_S: sim.step_s, schema.PREDICTED_COMM_S: sim.comm_s,
+           schema.PREDICTED_EXPOSED_COMM_S: sim.exposed_comm_s,
+           schema.CRITICAL_COMPUTE_S: sim.critical_compute_s,
+           schema.CRITICAL_COMM_S: sim.critical_comm_s,
+           schema.CRITICAL_PATH: [
+               {schema.OP: trace_names.get(r[schema.OP], r[schema.OP]), schema.KIND: r[schema.KIND],
+                schema.CRITICAL_S: float(r[schema.CRITICAL_S]), schema.COUNT: int(r[schema.COUNT])}
+               for _, r in critical_ops(sim, top).iterrows()]}
+    if not module.scheduled:
+        out[schema.SIMULATED_FROM] = "topological order"
+    if schema.DEVICE in step and not events.empty:
+        pairs = {s: d for s, d in transfers(module).done_of.items()
+                 if s not in transfers(module).chains}
+        counts = dict(zip(ops[schema.OP].astype(str), ops[schema.COUNT]))
+        events = events[~events[schema.OP].astype(str).isin(set(apart))]
+        core_s, transfer_s = replay_durations(events, counts, device=step[schema.DEVICE],
+                                              step=step[schema.STEP],
+                                              trace_names=trace_names, pairs=pairs,
+                                              time_on=time_on)
+        # a span measured from -start to -done holds the time the transfer queued for its
+        # link: replayed, each transfer flies on a link of its own, or it would queue twice
+        links = "parallel" if time_on == "done" else "groups"
+        out[schema.REPLAY_STEP_S] = simulate(module, core_s, transfer_s, comm=comm,
+                                             links=links).step_s
+    return out, sim.spans

@@ -29,7 +29,8 @@ _NS = 1e-9
 
 
 def merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals [start, end) as disjoint intervals, sorted."""
+    """The union of intervals [start, end) as disjoint intervals, sorted (integer or float
+    times, kept in their dtype)."""
     if len(starts) == 0:
         return np.zeros(0, np.asarray(starts).dtype), np.zeros(0, np.asarray(ends).dtype)
     order = np.argsort(starts, kind="stable")
@@ -181,13 +182,15 @@ def measured_step(per_step: pd.DataFrame, devices: Collection[int] = ()) -> dict
 def spans(events: pd.DataFrame, comm_ops: Collection[str], device: int, step: int
           ) -> pd.DataFrame:
     """``schema.STEP_SPANS`` of one (step, device): each op's interval in seconds from the
-    step's first op, on its lane ("comm" for the communication ops, else "compute")."""
+    step's first op, of kind "comm" for the communication ops, else "compute" (all on the
+    device's lane: EVENTS do not say which stream or thread ran an op)."""
     ev = events[(events[schema.DEVICE] == device) & (events[schema.STEP] == step)]
     s = ev[schema.START_NS].to_numpy(np.int64)
     t0 = int(s.min()) if len(s) else 0
     comm = ev[schema.OP].astype(str).isin(set(comm_ops)).to_numpy()
     return pd.DataFrame({schema.OP: ev[schema.OP].astype(str).to_numpy(),
-                         schema.LANE: np.where(comm, schema.LANE_COMM, schema.LANE_COMPUTE),
+                         schema.LANE: schema.LANE_DEVICE,
+                         schema.KIND: np.where(comm, schema.KIND_COMM, schema.KIND_COMPUTE),
                          schema.START_S: (s - t0) * _NS,
                          schema.END_S: (s - t0 + ev[schema.DURATION_NS].to_numpy(np.int64)) * _NS}
                         ).sort_values(schema.START_S, kind="stable").reset_index(drop=True)
