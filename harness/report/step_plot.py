@@ -68,6 +68,8 @@ def step_timeline(spans: pd.DataFrame, step: dict,
         rows += [("predicted compute", sim["compute"], _COLOR["compute"]),
                  ("predicted comm", sim["comm"], _COLOR["comm"]),
                  ("predicted exposed", sim["exposed"], _COLOR["exposed"])]
+    # a lane with nothing on it (communication in a program that has none) is left out
+    rows = [r for r in rows if r[1] or r[0].endswith("compute")]
     fig, ax = _figure((9, 0.45 * len(rows) + 1.3))
     for i, (_, intervals, color) in enumerate(rows):
         _draw(ax, len(rows) - 1 - i, intervals, color, scale)
