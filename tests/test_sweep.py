@@ -288,10 +288,21 @@ def test_summary_and_plots(failing):
     assert df.loc[3, schema.MATMUL_EFFICIENCY] > 0
     for name in ("collective_bandwidth.png", "matmul_efficiency.png"):
         assert (sweep_dir / name).read_bytes().startswith(PNG_MAGIC)
-    # The sweep plots once, at its close; the points' own plots only with --point-plots.
-    assert not list(sweep_dir.rglob("roofline.png")) and not list(sweep_dir.rglob("categories.png"))
+    # Each point's page has its plots (by default): the matmul's three, the collective's step
+    # (its one op has no FLOPs to place on a roofline, its one category no bars to compare);
+    # the manifest keeps what drawing them took, a part of the point's time.
+    matmul = sweep_dir / df.loc[3, schema.RUN]
+    categories = len(Run.load(matmul).categories)  # bars only to compare two or more
+    assert {p.name for p in matmul.glob("*.png")} == {"step.png", "roofline.png"} | (
+        {"categories.png"} if categories > 1 else set())
+    assert {p.name for p in (sweep_dir / df.loc[0, schema.RUN]).glob("*.png")} == {"step.png"}
+    assert "data:image/png;base64," in (matmul / "report.html").read_text()
+    done = [r for r in json.loads((sweep_dir / sw.MANIFEST).read_text())["points"]
+            if r["status"] == "done"]
+    assert all(0 < r["plot_seconds"] < r["seconds"] for r in done)
     html = (sweep_dir / "report.html").read_text()
     assert "collective_bandwidth.png" in html and "needs 9 devices" in html
+    assert "point plots: " in html
     assert "| failed |" in (sweep_dir / "summary.md").read_text()
 
 
