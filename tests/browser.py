@@ -7,11 +7,13 @@ width, and a full-page screenshot."""
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import select
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -21,6 +23,8 @@ CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "chrome")
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
          "--hide-scrollbars", "--remote-debugging-pipe")
+MOVE_FDS = ("import os, sys; r, w = int(sys.argv[1]), int(sys.argv[2]); os.dup2(r, 3); "
+            "os.dup2(w, 4); os.close(r); os.close(w); os.execv(sys.argv[3], sys.argv[3:])")
 # schemes a self-contained report may load from: anything else went to (or tried) the network
 LOCAL = ("file:", "data:", "about:", "blob:", "chrome:", "devtools:")
 
@@ -82,18 +86,19 @@ class Browser:
         self._profile = tempfile.mkdtemp(prefix="harness-browser-")
         to_browser_r, self._to_browser = os.pipe()
         self._from_browser, from_browser_w = os.pipe()
-
-        def fds():  # the child: the pipe ends on fd 3 (commands in) and fd 4 (replies out)
-            read, write = os.dup(to_browser_r), os.dup(from_browser_w)  # clear of 3 and 4
-            os.dup2(read, 3)
-            os.dup2(write, 4)
-
-        self._proc = subprocess.Popen(
-            [self.binary, *FLAGS, f"--user-data-dir={self._profile}", "about:blank"],
-            preexec_fn=fds, pass_fds=(3, 4),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # the browser's ends, numbered clear of 3 and 4, are moved onto fd 3 (commands in) and
+        # fd 4 (replies out) by a small Python that then execs it (no preexec_fn: no fork of
+        # this multithreaded process)
+        read, write = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+                       for fd in (to_browser_r, from_browser_w))
         os.close(to_browser_r)
         os.close(from_browser_w)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", MOVE_FDS, str(read), str(write), self.binary, *FLAGS,
+             f"--user-data-dir={self._profile}", "about:blank"],
+            pass_fds=(read, write), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(read)
+        os.close(write)
         return self
 
     def __exit__(self, *exc) -> None:

@@ -23,7 +23,7 @@ STYLE = ("body{font-family:system-ui,sans-serif;margin:0 auto;padding:1em 1.5em;
          "td,th{border:1px solid #ddd;padding:3px 6px;text-align:right;white-space:nowrap}"
          "th{background:#f4f4f4;vertical-align:bottom;white-space:normal;font-weight:600}"
          "th[title]{cursor:help}td.text,th.text{text-align:left}"
-         "td.text{white-space:normal;overflow-wrap:anywhere;max-width:24em}"
+         "td.text{white-space:normal;overflow-wrap:break-word;max-width:24em}"
          "td.flag{background:#fde4e4;color:#a00;font-weight:600}"
          ".legend{font-size:12px;color:#555;margin:.2em 0 1em;max-width:75em}"
          ".note{color:#8a5a00}.fail{color:#a00}"
@@ -59,7 +59,8 @@ def _text_column(df: pd.DataFrame, name: str) -> bool:
 def _th(c: tables.Column, text: bool) -> str:
     meaning = schema.GLOSSARY.get(c.name)
     attrs = (" class=text" if text else "") + (f' title="{esc(meaning)}"' if meaning else "")
-    return f"<th{attrs}>{esc(c.label)}</th>"
+    # a header may break after an underscore (matmul_<wbr>efficiency) as well as at spaces
+    return f"<th{attrs}>{esc(c.label).replace('_', '_<wbr>')}</th>"
 
 
 def table(df: pd.DataFrame, columns: Sequence[str] | None = None, *,

@@ -162,7 +162,7 @@ def roofline(ops: pd.DataFrame, *, peak_flops_per_s: float, hbm_bytes_per_s: flo
     hi = max(float(intensity.max()), ridge) * 30
     xs = np.logspace(np.log10(lo), np.log10(hi), 200)
     ax.plot(xs, np.minimum(peak_flops_per_s, xs * hbm_bytes_per_s), "k-", lw=1.5,
-            label="roof: min(C, I·W_hbm)")
+            label=f"roof: min(C, I·W_hbm), ridge (dotted) at {ridge:.3g} FLOPs/B")
     for cat, grp in d.groupby(schema.CATEGORY):
         idx = grp.index
         size = 20 + 400 * grp[schema.SHARE].fillna(0).clip(0, 1)
@@ -189,8 +189,6 @@ def roofline(ops: pd.DataFrame, *, peak_flops_per_s: float, hbm_bytes_per_s: flo
                 xytext=(-3, 5), textcoords="offset points", ha="center", va="bottom",
                 fontsize=FONT, rotation_mode="anchor",
                 rotation=math.degrees(math.atan2(y1 - y0, x1 - x0)))
-    ax.text(ridge / 1.15, y_lo * 1.5, f"ridge {ridge:.3g} FLOPs/B", fontsize=FONT - 1,
-            color="0.35", va="bottom", ha="right")
     _name_top_ops(ax, d, intensity, achieved)
     ax.set_xlabel("arithmetic intensity (FLOPs / HBM byte)", fontsize=FONT + 1)
     ax.set_ylabel("achieved FLOP/s per device", fontsize=FONT + 1)

@@ -67,6 +67,8 @@ def fmt_percent(x: float) -> str:
     if _missing(x):
         return "-"
     pct = 100 * float(x)
+    if 0 < abs(pct) < 0.01:
+        return "<0.01" if pct > 0 else ">-0.01"
     return f"{pct:.0f}" if abs(pct) >= 10 else plain(pct, 2)
 
 
@@ -79,7 +81,7 @@ def fmt_figure(key: str, value) -> str:
     if key.endswith("_s"):
         return fmt_seconds(value)
     if key in FRACTIONS or key.startswith("mfu"):
-        return f"{value:.1%}"
+        return f"{value:.1%}" if abs(value) >= 0.1 else f"{fmt_percent(value)}%"
     if key in RATIOS:
         return f"{value:.3g}x"
     if key.endswith("_GBps"):

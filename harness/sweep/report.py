@@ -220,11 +220,11 @@ def headline(df: pd.DataFrame) -> list[str]:
         eff = pd.to_numeric(g[schema.EFFICIENCY], errors="coerce").dropna()
         line = f"{name}: {len(g)} point(s)"
         if len(step):
-            line += f", step {tables.fmt_seconds(step.min())} to {tables.fmt_seconds(step.max())}"
+            lo, hi = (tables.fmt_seconds(v) for v in (step.min(), step.max()))
+            line += f", step {lo}" + (f" to {hi}" if hi != lo else "")
         if len(eff):
-            span = (f"{eff.min():.0%} to {eff.max():.0%}" if round(eff.min(), 2) != round(
-                eff.max(), 2) else f"{eff.min():.0%}")
-            line += f", efficiency {span} of the roofline"
+            lo, hi = (tables.fmt_percent(v) for v in (eff.min(), eff.max()))
+            line += f", efficiency {lo}% {f'to {hi}% ' if hi != lo else ''}of the roofline"
         over = sum(beats_roofline(v) for c in ROOFLINE_FIGURES if c in g for v in g[c])
         out.append(line + (f" ({over} figure(s) above it, flagged)" if over else ""))
     return out
