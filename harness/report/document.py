@@ -104,9 +104,10 @@ def explained(r) -> list[str]:
         out.append("op times are each op's share of a host whose cores every device shares: an "
                    "op's efficiency moves with what runs beside it; the step line is the "
                    "measure to trust")
-    over = [f"{_label(k)} {_fmt_figure(k, v)}" for k, v in figures(s) if tables.flagged(k, v)]
+    over = [f"{_label(k)} {tables.fmt_figure(k, v)}" for k, v in figures(s)
+            if tables.flagged(k, v)]
     if over:
-        out.append(f"{', '.join(over)}: {flag_reason(r)}")
+        out.append(f"{tables.FLAG} {', '.join(over)}: {flag_reason(r)}")
     return out
 
 
@@ -145,12 +146,14 @@ def _shown(df: pd.DataFrame, columns) -> pd.DataFrame:
 
 def to_text(r, top: int | None = 20) -> str:
     parts = [f"{line}\n" for line in [heading.title(r), *_step(r), *heading.meta_lines(r)]]
+    shown_columns: dict = {}  # the tables' columns, for one legend under them all
     for i, (name, df, columns) in enumerate(_tables(r, top)):
         shown = _shown(df, columns)
+        shown_columns.update(dict.fromkeys(shown.columns))
         parts.append(tables.to_text(shown, title=name if i else None))
-        parts.append(tables.legend_text(shown.columns, width=LEGEND_WIDTH) + "\n")
         if i == 0:
             parts += [f"unmodeled {op}: {why}\n" for op, why in unmodeled_reasons(r.ops)]
+    parts.append(tables.legend_text(list(shown_columns), width=LEGEND_WIDTH) + "\n")
     parts.append("  ".join(f"{_label(k)}: {_fmt_figure(k, v)}" for k, v in figures(r.summary))
                  + "\n")
     parts += [f"{line}\n" for line in explained(r)]

@@ -128,15 +128,18 @@ def log_axes(ax, x_fmt=power_of_ten, y_fmt=power_of_ten) -> None:
 
 def spread(ys: list[float], gap: float, lo: float = 0.02, hi: float = 0.98) -> list[float]:
     """Positions for labels wanted at ``ys`` (axes fractions, any order), in the same order,
-    each at least ``gap`` from the next and all within [lo, hi]: no two labels overlap."""
+    each at least ``gap`` from the next and all within [lo, hi] (the gap shrinks to fit as many
+    labels as there are): no two labels overlap."""
+    if len(ys) > 1:
+        gap = min(gap, (hi - lo) / (len(ys) - 1))
     order = sorted(range(len(ys)), key=lambda i: ys[i])
     out = [0.0] * len(ys)
     prev = lo - gap
-    for i in order:
+    for i in order:  # up from the bottom: each at least a gap above the one below
         out[i] = prev = max(min(max(ys[i], lo), hi), prev + gap)
-    over = max(out, default=0.0) - hi
-    if over > 0:  # pushed past the top: slide the whole stack down
-        out = [y - over for y in out]
+    nxt = hi + gap
+    for i in reversed(order):  # down from the top: each at least a gap below the one above
+        out[i] = nxt = min(out[i], nxt - gap)
     return out
 
 
@@ -162,7 +165,7 @@ def roofline(ops: pd.DataFrame, *, peak_flops_per_s: float, hbm_bytes_per_s: flo
     hi = max(float(intensity.max()), ridge) * 30
     xs = np.logspace(np.log10(lo), np.log10(hi), 200)
     ax.plot(xs, np.minimum(peak_flops_per_s, xs * hbm_bytes_per_s), "k-", lw=1.5,
-            label=f"roof: min(C, I·W_hbm), ridge (dotted) at {ridge:.3g} FLOPs/B")
+            label=f"roof min(C, I·W_hbm); ridge at {ridge:.3g} FLOPs/B")
     for cat, grp in d.groupby(schema.CATEGORY):
         idx = grp.index
         size = 20 + 400 * grp[schema.SHARE].fillna(0).clip(0, 1)
@@ -193,8 +196,8 @@ def roofline(ops: pd.DataFrame, *, peak_flops_per_s: float, hbm_bytes_per_s: flo
     ax.set_xlabel("arithmetic intensity (FLOPs / HBM byte)", fontsize=FONT + 1)
     ax.set_ylabel("achieved FLOP/s per device", fontsize=FONT + 1)
     ax.set_title(f"Roofline on {chip_name} (marker area = share of step time)", fontsize=FONT + 2)
-    legend = ax.legend(fontsize=FONT, loc="upper center", bbox_to_anchor=(0.5, -0.13),
-                       ncol=min(4, len(ax.get_legend_handles_labels()[1])), frameon=False)
+    legend = ax.legend(fontsize=FONT, loc="upper left", bbox_to_anchor=(-0.02, -0.12),
+                       ncol=3, frameon=False)
     for handle in legend.legend_handles[1:1 + d[schema.CATEGORY].nunique()]:
         handle.set_sizes([40])
     ax.grid(True, which="major", alpha=0.25)

@@ -132,14 +132,14 @@ def flagged(column: str, value) -> bool:
 
 def _scaled(units, values: pd.Series) -> tuple[str, float]:
     """The column's unit: the largest its biggest value reaches 1 in while its typical (median
-    nonzero) value stays above 0.1 (1.93 and 0.143 ms, not 1930 and 143 us), else the largest
+    nonzero) value stays above 0.3 (1.93 and 0.8 ms, not 1930 and 800 us), else the largest
     its typical value reaches 1 in (a column spanning 250 us to 1 s reads in ms)."""
     v = pd.to_numeric(values, errors="coerce").abs()
     v = v[(v > 0) & v.notna()]
     if not len(v):  # all zero or blank: the base unit (s, B)
         return next(u for u in units if u[1] == 1.0)
     top, typical = float(v.max()), float(v.median())
-    return next(((u, s) for u, s in units if top >= s * 0.9995 and typical >= 0.1 * s),
+    return next(((u, s) for u, s in units if top >= s * 0.9995 and typical >= 0.3 * s),
                 next(((u, s) for u, s in units if typical >= s * 0.9995), units[-1]))
 
 
