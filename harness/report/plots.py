@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
-from harness.compare import beats_roofline, peak_dtype
+from harness.compare import ROOFLINE_MARGIN, beats_roofline, peak_dtype
 
 # matplotlib is imported inside the plotting functions, on purpose: it is slow to import and
 # only a figure needs it.
@@ -172,9 +172,10 @@ def roofline(ops: pd.DataFrame, *, peak_flops_per_s: float, hbm_bytes_per_s: flo
         ax.scatter(intensity[idx], achieved[idx], s=size, alpha=0.7, label=cat,
                    color=_COLORS.get(cat, "black"), edgecolors="none")
     over = d[d[schema.EFFICIENCY].map(beats_roofline)] if schema.EFFICIENCY in d else d[:0]
-    if len(over):  # above what the roof allows: ringed, and the notes say why
+    if len(over):  # above what the roof allows: ringed
         ax.scatter(intensity[over.index], achieved[over.index], s=160, facecolors="none",
-                   edgecolors="tab:red", linewidths=1.5, label="above the roof (see notes)")
+                   edgecolors="tab:red", linewidths=1.5,
+                   label=f"efficiency over {ROOFLINE_MARGIN:.0%}: above the roof")
     y_lo = min(float(achieved.min()), lo * hbm_bytes_per_s) / 3
     ax.set_xlim(lo, hi)
     ax.set_ylim(y_lo, max(peak_flops_per_s, float(achieved.max())) * 4)
