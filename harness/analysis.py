@@ -189,7 +189,8 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
     peak = chip.flops_per_s(peak_dtype(chip))
     summ = summary(main_ops, step_s=t_step, peak_flops_per_s=peak, devices=devices,
                    model_flops=est.model_flops if est else None,
-                   analytic_s=est.analytic_s if est else None)
+                   analytic_s=est.analytic_s if est else None,
+                   bus_bytes=est.bus_bytes if est else None)
     summ = _step_figures(summ, step, ctx.step_times_s)
     if est is not None and est.formula:
         summ[schema.ANALYTIC_FORMULA] = est.formula

@@ -6,6 +6,8 @@ per step (one execution's roofline time times the executions per step), like ``m
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -104,15 +106,26 @@ def category_efficiency(ops: pd.DataFrame, category: str) -> float:
     return workload_efficiency(ops[ops[schema.CATEGORY] == category])
 
 
+def bus_gbps(bus_bytes: float | None, seconds: float | None) -> float:
+    """Bus bandwidth in 1e9 bytes/s (nccl-tests' busbw): the bytes each device moves over links
+    over the time they took; NaN without both."""
+    ok = bus_bytes is not None and math.isfinite(bus_bytes) and seconds and seconds > 0
+    return bus_bytes / seconds / 1e9 if ok else math.nan
+
+
 def summary(ops: pd.DataFrame, *, step_s: float, peak_flops_per_s: float, devices: int,
-            model_flops: float | None = None, analytic_s: float | None = None) -> dict:
+            model_flops: float | None = None, analytic_s: float | None = None,
+            bus_bytes: float | None = None) -> dict:
     """Workload-level figures for one step, keyed by ``schema`` names.
 
     ``step_s``: the step time MFU and HFU are over (``harness.analysis``).
     ``peak_flops_per_s``: one device's peak. ``model_flops``: the step's useful FLOPs over
     all devices (e.g. 6·P·tokens for training, `transformers.md`);
     MFU = model_flops / (step_s · devices · peak), next to the hardware FLOPs utilisation from
-    the HLO's own FLOPs (per device, counted per execution times count).
+    the HLO's own FLOPs (per device, counted per execution times count); a workload that does
+    no model FLOPs (a collective) has no MFU. ``bus_bytes``: a collective's bytes per device
+    over links: its bus bandwidth measured over the collective ops' time and the book's over
+    ``analytic_s``.
     """
     hlo_flops = float((ops[schema.FLOPS].fillna(0.0) * ops[schema.COUNT]).sum())
     per_step = (lambda x: x / step_s if step_s > 0 else float("nan"))
@@ -127,11 +140,16 @@ def summary(ops: pd.DataFrame, *, step_s: float, peak_flops_per_s: float, device
     }
     if schema.WAIT_S in ops.columns:  # only where a -done was timed (TPU)
         out[schema.WAIT_S] = float(ops[schema.WAIT_S].sum())
-    if model_flops is not None:
+    if model_flops:
         out[schema.MODEL_FLOPS] = model_flops
         out[schema.MFU] = per_step(model_flops / (devices * peak_flops_per_s))
     if analytic_s is not None:
         out[schema.ANALYTIC_S] = analytic_s
+    if bus_bytes is not None and math.isfinite(bus_bytes):
+        comm = ops.loc[ops[schema.CATEGORY] == schema.CAT_COLLECTIVE, schema.MEASURED_S].sum()
+        out.update({schema.BUS_BYTES: bus_bytes,
+                    schema.MEASURED_BUS_GBPS: bus_gbps(bus_bytes, float(comm)),
+                    schema.PREDICTED_BUS_GBPS: bus_gbps(bus_bytes, analytic_s)})
     return out
 
 

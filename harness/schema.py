@@ -1,7 +1,10 @@
 """Column names of the tables that flow between stages: the one source of truth.
 
-Units live in the names: ``_s`` seconds, ``_ns`` raw trace times, ``_bytes`` bytes.
+Units live in the names: ``_s`` seconds, ``_ns`` raw trace times, ``_bytes`` bytes, ``_GBps``
+1e9 bytes/s; ``FRACTIONS`` are shown as percentages, ``RATIOS`` as multiples.
 Every stage imports the constants from here; no other module spells a column as a string.
+A name a report shows is made with ``term``, which enters its one-line meaning for readers in
+``GLOSSARY``: the reports' legends under each table and their HTML hover text.
 """
 from __future__ import annotations
 
@@ -12,11 +15,20 @@ import pandas as pd
 from harness.errors import HarnessError
 from predictions import roofline, rules
 
+GLOSSARY: dict[str, str] = {}  # name -> its meaning for a reader, one line (``term``)
+
+
+def term(name: str, meaning: str) -> str:
+    """``name``, entered in ``GLOSSARY`` with ``meaning`` (what a report's reader needs)."""
+    GLOSSARY[name] = meaning
+    return name
+
+
 # --- identifiers --------------------------------------------------------------------------
-PROGRAM = "program"          # HLO module name, e.g. "jit_train_step"
-PROGRAM_ID = "program_id"    # the compilation's id in the trace ("" where it gives none): two
-#                              compilations of one name are two programs
-OP = "op"                    # HLO instruction name as it appears in the trace ("fusion.12")
+PROGRAM = term("program", "the compiled program (HLO module), e.g. jit_train_step")
+PROGRAM_ID = term("program_id", "the compilation's id in the trace: two compilations of one "
+                  "name are two programs")
+OP = term("op", "the HLO instruction as the trace names it (fusion.12)")
 DEVICE = "device"            # global device id
 HOST = "host"                # process index (multi-host runs)
 STEP = "step"                # measured step number, 0-based
@@ -24,18 +36,19 @@ START_NS = "start_ns"        # event start, trace clock
 DURATION_NS = "duration_ns"  # event duration
 SHARE_NS = "share_ns"        # CPU: the execution's share of the host (harness.shares)
 OPCODE = "opcode"
-CATEGORY = "category"
+CATEGORY = term("category", "the op's kind of work: matmul, attention, collective, elementwise, "
+                "reduction, copy, other")
 
 # --- measured -----------------------------------------------------------------------------
-COUNT = "count"              # executions per step (per device)
-MEASURED_S = "measured_s"    # median over steps of the time per step, median over devices (CPU:
-                             # mean over devices of host shares, harness.shares)
+COUNT = term("count", "executions per step, per device")
+MEASURED_S = term("measured_s", "measured time per step (median over steps and devices)")
+#                              (CPU: mean over devices of host shares, harness.shares)
 MEASURED_MIN_S = "measured_min_s"  # min over devices of the per-device median
 MEASURED_MAX_S = "measured_max_s"  # max over devices of the per-device median
-DEVICES = "devices"          # number of devices the op ran on
-TOTAL_S = "total_s"          # the op's device time over the whole trace, every device and
-#                              execution summed (xprof's hlo_stats "total self time")
-EXECUTIONS = "executions"    # times a program ran (per device, median over devices)
+DEVICES = term("devices", "devices the op (or the run) ran on")
+TOTAL_S = term("total_s", "device time over the whole trace, every device and execution "
+               "summed (xprof's total self time)")
+EXECUTIONS = term("executions", "times the program ran, per device")
 
 # --- multi-host (harness.multihost.run) ------------------------------------------------------
 HOSTS = "hosts"              # processes (hosts) the op ran on
@@ -56,18 +69,20 @@ GROUP_SIZE = "group_size"    # devices in each replica group
 T_COMPUTE_S = "t_compute_s"
 T_MEMORY_S = "t_memory_s"
 T_COMM_S = "t_comm_s"
-PREDICTED_S = "predicted_s"  # (max of the terms + the chip's op overhead) x count (T_lower)
-BOUND = "bound"              # one of BOUNDS
+PREDICTED_S = term("predicted_s", "roofline time per step: (max of the compute, memory and "
+                   "comm terms + the op overhead) x count (the book's T_lower)")
+BOUND = term("bound", "the term that sets the roofline time: compute, memory, comm, overhead; "
+             "unmodeled: no rule predicts the op")
 WHY_UNMODELED = "why_unmodeled"  # why no rule predicts the op ("" when one does)
 
 # --- compared -----------------------------------------------------------------------------
-EFFICIENCY = "efficiency"    # predicted_s / measured_s, 1.0 = at the roofline
-GAP_S = "gap_s"              # measured_s - predicted_s
-SHARE = "share"              # measured_s / measured step time
-WAIT_S = "wait_s"            # measured_s of an async pair's -done: time per step blocked until
-                             # the pair's transfer lands (its exposed part), absent for other ops;
-                             # efficiency > 1 there: the transfer was hidden, not faster;
-                             # as a summary figure, the sum over the program's -done ops
+EFFICIENCY = term("efficiency", "roofline time / measured time: 100% = at the roofline; above "
+                  "it is impossible, and flagged")
+GAP_S = term("gap_s", "measured - predicted: time above the roofline (ops are ranked by it)")
+SHARE = term("share", "share of the step's measured op time")
+WAIT_S = term("wait_s", "time per step blocked on an async transfer's -done (its exposed part)")
+#          absent for other ops; efficiency > 1 there: the transfer was hidden, not faster; as a
+#          summary figure, the sum over the program's -done ops
 
 # --- baseline vs candidate (harness compare) ------------------------------------------------
 BASELINE_S = "baseline_s"          # baseline measured_s
@@ -88,68 +103,79 @@ NOTE = "note"                      # why a verdict is what it is (too few steps,
 EXPLANATION = "explanation"        # one line in the book's terms, for regressions/improvements
 
 # --- sweep summary (harness sweep): one row per point --------------------------------------
-POINT = "point"                    # 1-based position in the expanded sweep
+POINT = term("point", "the point's place in the sweep (links to its own page)")
 KEY = "key"                        # stable hash of the point (harness.sweep.plan.Point.key)
-WORKLOAD = "workload"
+WORKLOAD = term("workload", "the registered workload that ran")
 PRESET = "preset"
-MESH = "mesh"                      # mesh shape, "4x2"
-CHIP = "chip"                      # chip the run was predicted for
+MESH = term("mesh", "device mesh shape, 4x2 = 4 devices along X by 2 along Y")
+CHIP = term("chip", "the chip the run was predicted for")
 CHIP_SOURCE = "chip_source"        # where the chip came from: flag, trace (device planes), device
-OVERRIDES = "overrides"            # the point's config overrides, "kind=all_gather nbytes=4096"
-STATUS = "status"                  # see harness.sweep.run.STATUSES
+OVERRIDES = term("overrides", "the point's settings over the workload's preset")
+STATUS = term("status", "done, failed, oom (out of memory) or pending")
 ERROR = "error"                    # one line, for failed points
 STEPS = "steps"                    # measured steps per point
 WARMUP = "warmup"                  # untraced warm-up steps per point
 RUN = "run"                        # run directory, relative to the sweep directory
-STEP_S = "step_s"                  # the measured step from the timeline: the slowest device's
-#                                    median step, its first op's start to its last op's end
-#                                    (harness.step.timeline.measured_step)
-WALL_STEP_S = "wall_step_s"        # median wall time of the untraced steps capture ran right
-#                                    after the traced ones (dispatch to outputs ready; tracing's
-#                                    cost left out); absent for a trace captured elsewhere
-TRACE_OVERHEAD = "trace_overhead"  # median traced step / median untraced step (capture's timing)
-GRAPH_STEP_S = "graph_step_s"      # GPU: the same for the user's own compile (CUDA graphs)
-COVERAGE = "coverage"              # share of measured time in ops a rule predicts
-MFU = "mfu"                        # model FLOPs utilisation (matmul parameters, MaxText's)
-MFU_BOOK = "mfu_book_6p"           # MFU with the book's 6P over all parameters (planning)
-MFU_FORMULA = "model_flops_formula"  # how the MFU numerator (model_flops) is counted
-ANALYTIC_S = "analytic_s"          # the book's workload-level step time on the chip
+STEP_S = term("step_s", "the measured step: first op's start to last op's end on the slowest "
+              "device, its median step")  # harness.step.timeline.measured_step
+WALL_STEP_S = term("wall_step_s", "wall time of an untraced step, dispatch to outputs ready "
+                   "(median; absent for a trace captured elsewhere)")
+TRACE_OVERHEAD = term("trace_overhead", "traced step / untraced step, wall time (1.0x: tracing "
+                      "cost nothing)")
+GRAPH_STEP_S = term("graph_step_s", "GPU: the untraced step of the user's own compile (CUDA "
+                    "graphs on)")
+COVERAGE = term("coverage", "share of measured op time in ops a rule predicts")
+MFU = term("mfu", "model FLOPs utilisation: the model's FLOPs / (step x devices x peak FLOP/s); "
+           "absent where the workload does no model FLOPs")  # matmul parameters, MaxText's
+MFU_BOOK = term("mfu_book_6p", "MFU counting the book's 6P FLOPs over all parameters")
+MFU_FORMULA = term("model_flops_formula", "how model_flops is counted")
+ANALYTIC_S = term("analytic_s", "the book's step time for the workload on the chip (its formula: "
+                  "analytic_formula)")
 SERIES = "series"                  # curve a point belongs to in the sweep plots
-COLLECTIVE_S = "collective_s"      # measured time per step in collective ops
-MESSAGE_BYTES = "message_bytes"    # collective input bytes per device (the workload's nbytes)
-BUS_BYTES = "bus_bytes"            # bytes each device moves over links (nccl-tests' busbw bytes)
-MEASURED_BUS_GBPS = "measured_bus_GBps"    # bus_bytes / collective_s, in 1e9 bytes/s
-PREDICTED_BUS_GBPS = "predicted_bus_GBps"  # bus_bytes / analytic_s, in 1e9 bytes/s
-MODEL_FLOPS = "model_flops"        # the step's useful FLOPs over all devices (matmul: 2BDF)
-MATMUL_EFFICIENCY = "matmul_efficiency"    # predicted / measured time of the matmul-category ops
-HOST_SPEED = "host_speed"           # CPU: the run's drift factor (harness.calibrate.drift), its
-                                   # host's speed over the calibration's; chip rates scaled by it
+COLLECTIVE_S = term("collective_s", "measured time per step in collective ops")
+MESSAGE_BYTES = term("message_bytes", "the collective's input bytes per device")
+BUS_BYTES = term("bus_bytes", "bytes each device moves over links (nccl-tests' bus bytes)")
+MEASURED_BUS_GBPS = term("measured_bus_GBps", "bus bandwidth: bus_bytes / measured collective "
+                         "time (nccl-tests' busbw)")
+PREDICTED_BUS_GBPS = term("predicted_bus_GBps", "the book's bus bandwidth: bus_bytes / "
+                          "analytic_s")
+MODEL_FLOPS = term("model_flops", "the step's useful FLOPs over all devices (matmul: 2BDF)")
+MATMUL_EFFICIENCY = term("matmul_efficiency", "efficiency of the matmul ops alone")
+HOST_SPEED = term("host_speed", "CPU: the host's speed around the run over its calibrated speed, "
+                  "which the chip's rates are scaled by; '-': it moved over 1.5x during the run, "
+                  "so no one figure holds")  # harness.calibrate.drift
 
 # --- per-category table (harness.compare.by_category) ---------------------------------------
-OPS_COUNT = "ops"                  # ops in the category
-UNMODELED_S = "unmodeled_s"        # measured time of the category's ops no rule predicts
+OPS_COUNT = term("ops", "ops in the category")
+UNMODELED_S = term("unmodeled_s", "measured time in the category's ops no rule predicts")
 
 # --- run summary (meta.json "summary"): one figure each, defined in harness.compare ---------
 # STEP_S, WALL_STEP_S, COVERAGE, EFFICIENCY, MFU, MODEL_FLOPS, ANALYTIC_S and DEVICES above are
 # summary keys too.
-MEASURED_OPS_S = "measured_ops_s"  # sum of measured_s over the step's ops
-PREDICTED_OPS_S = "predicted_ops_s"  # sum of predicted_s over the modeled ops
-HLO_FLOPS_PER_DEVICE = "hlo_flops_per_device"  # the HLO's FLOPs per device per step
-HFU = "hfu"                        # hardware FLOPs utilisation: hlo_flops / (step_s * peak)
-ANALYTIC_FORMULA = "analytic_formula"  # the book formula behind analytic_s
+MEASURED_OPS_S = term("measured_ops_s", "the step's ops' measured times, summed")
+PREDICTED_OPS_S = term("predicted_ops_s", "the modeled ops' roofline times, summed (no overlap)")
+HLO_FLOPS_PER_DEVICE = term("hlo_flops_per_device", "the compiled program's FLOPs per device "
+                            "per step")
+HFU = term("hfu", "hardware FLOPs utilisation: the compiled program's FLOPs / (step x peak "
+           "FLOP/s)")
+ANALYTIC_FORMULA = term("analytic_formula", "the book's formula behind analytic_s")
 FLOPS_VS_COST_ANALYSIS = "flops_vs_cost_analysis"  # our HLO FLOPs vs XLA's, relative difference
 FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE = "flops_vs_cost_analysis_loops_once"  # same, loops once
-# ahead-of-time predictions (harness predict-hlo; harness.hlo.chips): no measured step
-PREDICTED_STEP_S = "predicted_step_s"  # the step simulated at the roofline: XLA's schedule
-#                                        played with every op at predicted_s (harness.step)
-# the simulated step (harness.step.simulate): one execution of the schedule, played out
-PREDICTED_COMM_S = "predicted_comm_s"    # union of transfers and collectives in the simulated step
-PREDICTED_EXPOSED_COMM_S = "predicted_exposed_comm_s"  # of it, the time no compute hides
+# ahead-of-time predictions (harness predict-hlo; harness.hlo.chips) and a run's step object:
+# the schedule simulated (harness.step.simulate), one execution of it played out
+PREDICTED_STEP_S = term("predicted_step_s", "the step predicted at the roofline: XLA's schedule "
+                        "played with every op at its roofline time")
+PREDICTED_COMM_S = term("predicted_comm_s", "communication in the predicted step (transfers and "
+                        "collectives)")
+PREDICTED_EXPOSED_COMM_S = term("predicted_exposed_comm_s", "the predicted step's communication "
+                                "that no compute hides")
 SIMULATED_FROM = "simulated_from"        # what the order was: "schedule" (is_scheduled=true) or
 #                                          "topological order" (an unscheduled module)
-CRITICAL_COMPUTE_S = "critical_compute_s"  # compute time on the simulated step's critical path
-CRITICAL_COMM_S = "critical_comm_s"      # communication time on it (the two add to its step)
-CRITICAL_S = "critical_s"                # seconds an op added to the critical path
+CRITICAL_COMPUTE_S = term("critical_compute_s", "compute time on the predicted step's critical "
+                          "path")
+CRITICAL_COMM_S = term("critical_comm_s", "communication time on it (the two add to the "
+                       "predicted step)")
+CRITICAL_S = term("critical_s", "seconds an op added to the critical path")
 CRITICAL_PATH = "critical_path"          # the ops that added most to it: op, kind, critical_s,
 #                                          count (executions that added any)
 LANE = "lane"                            # where a span ran: "device" (measured), "core" or a
@@ -157,14 +183,20 @@ LANE = "lane"                            # where a span ran: "device" (measured)
 KIND = "kind"                            # a span's work: "compute" or "comm"
 START_S = "start_s"                      # a span's start, seconds from the step's start
 END_S = "end_s"                          # its end
-MFU_AT_ROOFLINE = "mfu_at_roofline"    # MFU if the step ran at predicted_step_s
+MFU_AT_ROOFLINE = term("mfu_at_roofline", "MFU if the step ran at predicted_step_s")
 FIGURES = (STEP_S, WALL_STEP_S, GRAPH_STEP_S, TRACE_OVERHEAD, MEASURED_OPS_S, PREDICTED_OPS_S,
            COVERAGE, EFFICIENCY, HLO_FLOPS_PER_DEVICE, HFU, DEVICES, MODEL_FLOPS, MFU, MFU_BOOK,
            MFU_FORMULA,
            ANALYTIC_S, ANALYTIC_FORMULA, FLOPS_VS_COST_ANALYSIS,
-           FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE, PREDICTED_STEP_S, MFU_AT_ROOFLINE, WAIT_S)
+           FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE, PREDICTED_STEP_S, MFU_AT_ROOFLINE, WAIT_S,
+           BUS_BYTES, MEASURED_BUS_GBPS, PREDICTED_BUS_GBPS)
 # shown as percentages
-FRACTIONS = (EFFICIENCY, SHARE, COVERAGE, MFU, MFU_BOOK, HFU, MFU_AT_ROOFLINE)
+FRACTIONS = (EFFICIENCY, SHARE, COVERAGE, MFU, MFU_BOOK, HFU, MFU_AT_ROOFLINE, MATMUL_EFFICIENCY,
+             HOST_SPEED)
+# shown as multiples ("1.05x")
+RATIOS = (TRACE_OVERHEAD,)
+# fractions of a roofline or a peak: above 100% is impossible (harness.compare.beats_roofline)
+ROOFLINE_FRACTIONS = (EFFICIENCY, MATMUL_EFFICIENCY, MFU, MFU_BOOK, HFU)
 
 # --- run metadata (meta.json; harness.capture.environment writes the machine's) --------------
 # The formats a run's report renders to (harness.report.document.FORMATS implements each).
@@ -208,11 +240,12 @@ CATEGORIES = rules.CATEGORIES     # an op's kind of work, in report order (predi
 
 # --- the step as the timeline shows it (harness.step.timeline), per (step, device) ---------
 TIMELINE_STEP_S = "timeline_step_s"  # a device's step: its first op's start to its last op's end
-COMPUTE_S = "compute_s"              # union of the compute ops' intervals in the step
-COMM_S = "comm_s"                    # union of the communication ops' intervals
-OVERLAPPED_COMM_S = "overlapped_comm_s"  # communication while some compute op ran
-EXPOSED_COMM_S = "exposed_comm_s"    # communication while no compute op ran
-IDLE_S = "idle_s"                    # union of the gaps with nothing running
+COMPUTE_S = term("compute_s", "time in the step with some compute op running")
+COMM_S = term("comm_s", "time in the step with some communication op running")
+OVERLAPPED_COMM_S = term("overlapped_comm_s", "communication hidden under compute")
+EXPOSED_COMM_S = term("exposed_comm_s", "communication with no compute under it: the step waits "
+                      "for it")
+IDLE_S = term("idle_s", "time in the step with no op running")
 IDLE_DEVICE = "idle"                 # a device of the run with no op in the trace (listed, not
 #                                      averaged in)
 # The step object (meta.json and JSON "step"; harness.step): the measured step (STEP_S and the

@@ -39,6 +39,7 @@ class Analytic:
     flops_formula: str = ""             # how model_flops is counted
     book_flops: float | None = None     # the book's 6P (or 2P) count, for comparison
     parts: dict = field(default_factory=dict)  # PARTS -> BookPart (harness.hlo.chips.book_gap)
+    bus_bytes: float | None = None      # a collective's bytes per device over links (busbw's)
 
 
 def with_overlap(total_s: float, parts: dict[str, BookPart], why: str) -> dict[str, BookPart]:

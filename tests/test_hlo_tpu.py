@@ -250,7 +250,7 @@ def test_text_report_names_compiler_topology_and_fit(capsys):
     out = capsys.readouterr().out
     assert "XLA:TPU (libtpu" in out and "for v5p:2x2x1" in out
     assert "memory per chip:" in out and "fits" in out
-    assert "the simulated step vs the book" in out and "cpu_excess_s" in out
+    assert "the simulated step vs the book" in out and "cpu_excess (" in out  # column, unit
     assert "played at the roofline" in out and "the simulated step is" in out
 
 

@@ -263,6 +263,18 @@ def test_failing_points_recorded_and_rest_complete(failing):
     assert stdout.strip().endswith(f"report: {sweep_dir / 'report.html'}")
 
 
+def test_summary_table_in_a_log_is_one_line_per_point(failing):
+    # stdout is no terminal here: each point is one line of its workload's table, whole
+    stdout = failing[3]
+    for point, status, settings in ((1, "done", "kind=all_gather nbytes=4096"),
+                                    (2, "done", "kind=all_gather nbytes=65536"),
+                                    (3, "failed", "case=no_comm"), (4, "done", "case=no_comm"),
+                                    (5, "failed", "kind=reduce_scatter nbytes=4100")):
+        (line,) = [x for x in stdout.splitlines() if x.startswith(f"│ {point} ")]
+        assert settings in line and status in line
+    assert "sweep fails: collective" in stdout and "sweep fails: matmul" in stdout
+
+
 def test_summary_and_plots(failing):
     _, sweep_dir, *_ = failing
     df = pd.read_csv(sweep_dir / "summary.csv")
@@ -288,10 +300,21 @@ def test_summary_and_plots(failing):
     assert df.loc[3, schema.MATMUL_EFFICIENCY] > 0
     for name in ("collective_bandwidth.png", "matmul_efficiency.png"):
         assert (sweep_dir / name).read_bytes().startswith(PNG_MAGIC)
-    # The sweep plots once, at its close; the points' own plots only with --point-plots.
-    assert not list(sweep_dir.rglob("roofline.png")) and not list(sweep_dir.rglob("categories.png"))
+    # Each point's page has its plots (by default): the matmul's three, the collective's step
+    # (its one op has no FLOPs to place on a roofline, its one category no bars to compare);
+    # the manifest keeps what drawing them took, a part of the point's time.
+    matmul = sweep_dir / df.loc[3, schema.RUN]
+    categories = len(Run.load(matmul).categories)  # bars only to compare two or more
+    assert {p.name for p in matmul.glob("*.png")} == {"step.png", "roofline.png"} | (
+        {"categories.png"} if categories > 1 else set())
+    assert {p.name for p in (sweep_dir / df.loc[0, schema.RUN]).glob("*.png")} == {"step.png"}
+    assert "data:image/png;base64," in (matmul / "report.html").read_text()
+    done = [r for r in json.loads((sweep_dir / sw.MANIFEST).read_text())["points"]
+            if r["status"] == "done"]
+    assert all(0 < r["plot_seconds"] < r["seconds"] for r in done)
     html = (sweep_dir / "report.html").read_text()
     assert "collective_bandwidth.png" in html and "needs 9 devices" in html
+    assert "point plots: " in html
     assert "| failed |" in (sweep_dir / "summary.md").read_text()
 
 
@@ -497,3 +520,36 @@ def test_summary_row_carries_the_host_speed_a_cpu_run_was_scaled_by(tmp_path, mo
     assert cpu[schema.HOST_SPEED] == 0.8 and gpu[schema.HOST_SPEED] is None
     df = pd.DataFrame([gpu]).reindex(columns=list(schema.SWEEP_SUMMARY))
     assert schema.HOST_SPEED not in sweep_report.shown(df).columns
+
+
+def test_point_plots_are_drawn_by_default_and_their_time_kept_apart(tmp_path):
+    from types import SimpleNamespace
+
+    from harness.report import plots
+
+    plan = load_sweep(_write(tmp_path, f"""
+        name = "timed"
+        chip = "{CHIP}"
+        [[grid]]
+        workload = "matmul"
+        """))
+    categories = pd.DataFrame({schema.CATEGORY: ["matmul", "copy"], schema.MEASURED_S: [2e-3, 1e-3],
+                               schema.UNMODELED_S: [0.0, 0.0], schema.PREDICTED_S: [1e-3, 1e-3]})
+    asked = []
+
+    def runner(point, out, point_plots):  # stands in for a run: draws one plot when asked
+        asked.append(point_plots)
+        if point_plots:
+            assert plots.category_bars(categories).startswith(PNG_MAGIC)
+        run = out / "run"
+        run.mkdir(parents=True)
+        (run / store.META).write_text("{}")
+        return SimpleNamespace(path=run)
+
+    (drawn,) = sw.run_sweep(plan, tmp_path / "a", runner=runner, close=False).records
+    (bare,) = sw.run_sweep(plan, tmp_path / "b", runner=runner, close=False,
+                           point_plots=False).records
+    assert asked == [True, False]
+    assert 0 < drawn["plot_seconds"] <= drawn["seconds"] and bare["plot_seconds"] == 0
+    assert sweep_report.timing([drawn]).startswith(f"point plots: {drawn['plot_seconds']:.1f} s")
+    assert sweep_report.timing([bare]) == ""

@@ -224,12 +224,14 @@ def book(cfg: CollectiveConfig, mesh, chip) -> Analytic:
     axes = book_collectives.axis_sizes(cfg.axes, dict(mesh.shape))
     n = math.prod(axes)
     opcode = KINDS[cfg.kind].opcode
+    bus = book_collectives.BUS_BYTES[opcode](float(cfg.nbytes), n) if n > 1 else math.nan
     if opcode == "collective-permute":
         # sharding.md: a point-to-point shift moves the whole buffer over one link
-        return Analytic(0.0, book_collectives.ppermute(cfg.nbytes, chip), "bytes/W_1 (sharding.md)")
+        return Analytic(0.0, book_collectives.ppermute(cfg.nbytes, chip), "bytes/W_1 (sharding.md)",
+                        bus_bytes=bus)
     v = book_collectives.V_OF_INPUT[opcode](cfg.nbytes, n)
     t = book_collectives.estimate(opcode, v, axes, chip)
-    return Analytic(0.0, t.seconds, f"{t.formula} (sharding.md)")
+    return Analytic(0.0, t.seconds, f"{t.formula} (sharding.md)", bus_bytes=bus)
 
 
 def figures(cfg: CollectiveConfig, mesh) -> SweepFigures:

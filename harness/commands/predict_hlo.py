@@ -22,6 +22,7 @@ from harness.hlo import cross_check, parse_module
 from harness.hlo.chips import STEP, book_gap, predict_module
 from harness.memory import memory_fit
 from harness.report import tables
+from harness.report.heading import mesh_str
 from harness.step.simulate import critical_ops
 from predictions import hardware
 from predictions.step import OVERLAP
@@ -168,7 +169,7 @@ def main(args) -> int:
         if refused is not None:
             fit = {"fits": False, "refused": str(refused)}
         results.append((chip.name, key, pred, gap, fit))
-    head = f"{args.workload} ({args.preset}) on mesh {dict(mesh.shape)}"
+    head = f"{args.workload} ({args.preset}) on mesh {mesh_str(dict(mesh.shape))}"
     ok = {k: v for k, v in compiles.items() if not isinstance(v, Exception)}
     if args.format == "json":
         print(json.dumps({

@@ -5,6 +5,8 @@ Exit codes: 0 every point ran, 1 some points failed (listed), 2 a malformed file
 """
 from __future__ import annotations
 
+import argparse
+import shutil
 import signal
 import sys
 import threading
@@ -34,9 +36,10 @@ def add_arguments(p) -> None:
     p.add_argument("--resume", nargs="?", const=LATEST, default=None, metavar="DIR",
                    help="continue a sweep: its directory, or without DIR the newest sweep of "
                         "this name under --out; done points are skipped, failed ones rerun")
-    p.add_argument("--point-plots", action="store_true",
-                   help="also draw each point's roofline and category plots (the sweep's own "
-                        "plots are drawn once, at the end)")
+    p.add_argument("--point-plots", action=argparse.BooleanOptionalAction, default=True,
+                   help="draw each point's step, roofline and category plots on its page "
+                        "(default; the summary says what they cost); the sweep's own plots are "
+                        "drawn once, at the end")
     p.add_argument("--dry-run", action="store_true",
                    help="validate the file and list the expanded points; run nothing")
     p.add_argument("--no-compile-cache", dest="compile_cache", action="store_false",
@@ -158,7 +161,17 @@ def _run(args, plan, sweep_dir: Path, run_sweep) -> int:
     finally:
         if main_thread:
             signal.signal(signal.SIGINT, previous)
-    print(tables.to_text(sweep_report.shown(result.summary), title=f"sweep {plan.name}"), end="")
+    # a terminal: fit its width; a log: one line per point
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    shown = sweep_report.by_workload(result.summary)
+    for name, table in shown:
+        print(tables.to_text(table, title=f"sweep {plan.name}: {name}", width=width), end="")
+    columns = dict.fromkeys(c for _, table in shown for c in table.columns)
+    print(tables.legend_text(list(columns), width=min(width or 100, 100)))
+    for line in sweep_report.headline(result.summary):
+        print(line)
+    if sweep_report.timing(result.records):
+        print(sweep_report.timing(result.records))
     for note in sweep_report.impossible_notes(result.summary):
         print(f"note: {note}")
     for rec in result.failed:

@@ -7,19 +7,23 @@ one self-contained file. Only those two draw the plots.
 """
 from __future__ import annotations
 
-import base64
-import html
 import json
+import math
 
 import pandas as pd
 
 from harness import schema
+from harness.compare import beats_roofline_reason
 from harness.errors import HarnessError
-from harness.report import tables
+from harness.report import heading, page, tables
 from harness.report.plots import CATEGORIES_PNG, ROOFLINE_PNG
 from harness.report.step import step_lines
 from harness.report.step_plot import STEP_PNG
 from harness.shares import HOST_SHARE
+from predictions.hardware import CHIPS
+
+PLOTS = (STEP_PNG, ROOFLINE_PNG, CATEGORIES_PNG)  # in the order a report shows them
+LEGEND_WIDTH = 100  # the text report's legends, wrapped
 
 OP_COLUMNS = (schema.OP, schema.CATEGORY, schema.BOUND, schema.COUNT, schema.MEASURED_S,
               schema.WAIT_S, schema.PREDICTED_S, schema.EFFICIENCY, schema.GAP_S, schema.SHARE)
@@ -47,10 +51,35 @@ def _op_columns(r) -> tuple:
 # summary figures a report explains in a sentence of their own (``explained``), not as a bare
 # number in the figures line
 _EXPLAINED = (schema.FLOPS_VS_COST_ANALYSIS, schema.FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE)
+# figures that mean nothing without FLOPs to count (a collective's step does none): the
+# figure whose zero says so -> the figures it takes with it
+_OF_FLOPS = {schema.MODEL_FLOPS: (schema.MODEL_FLOPS, schema.MFU, schema.MFU_BOOK,
+                                  schema.MFU_FORMULA),
+             schema.HLO_FLOPS_PER_DEVICE: (schema.HLO_FLOPS_PER_DEVICE, schema.HFU)}
 
 
-def _fmt_summary(summary: dict) -> list[tuple[str, str]]:
-    return [(k, tables.fmt_figure(k, v)) for k, v in summary.items() if k not in _EXPLAINED]
+def figures(summary: dict) -> list[tuple[str, object]]:
+    """The summary figures a report shows, in order: those that apply (a figure with no value,
+    and MFU or HFU where the step does no FLOPs, are left out, not shown as 0)."""
+    moot = {k for key, keys in _OF_FLOPS.items() if not summary.get(key) for k in keys}
+    return [(k, v) for k, v in summary.items()
+            if k not in _EXPLAINED and k not in moot and v is not None
+            and not (isinstance(v, float) and math.isnan(v))]
+
+
+def _fmt_figure(k: str, v) -> str:
+    return tables.fmt_figure(k, v) + (tables.FLAG if tables.flagged(k, v) else "")
+
+
+def _label(k: str) -> str:
+    return tables.Column(k, "", str).base
+
+
+def flag_reason(r) -> str:
+    """Why a figure of this run above its roofline cannot be right, for its chip."""
+    name = r.meta.get(schema.CHIP) or getattr(r.chip, "name", "")
+    kind = getattr(r.chip, "kind", "") or getattr(CHIPS.get(name), "kind", "")
+    return beats_roofline_reason(name or "chip's", kind)
 
 
 def _versus(rel: float) -> str:
@@ -61,7 +90,7 @@ def _versus(rel: float) -> str:
 def explained(r) -> list[str]:
     """Sentences for the figures a number alone would not explain: how the HLO's FLOPs compare
     with XLA's cost_analysis, and what a per-op time is on a host whose cores all devices
-    share."""
+    share; and why a figure above its roofline is flagged."""
     out, s = [], r.summary
     rel = s.get(schema.FLOPS_VS_COST_ANALYSIS)
     if rel is not None:
@@ -75,13 +104,11 @@ def explained(r) -> list[str]:
         out.append("op times are each op's share of a host whose cores every device shares: an "
                    "op's efficiency moves with what runs beside it; the step line is the "
                    "measure to trust")
+    over = [f"{_label(k)} {tables.fmt_figure(k, v)}" for k, v in figures(s)
+            if tables.flagged(k, v)]
+    if over:
+        out.append(f"{tables.FLAG} {', '.join(over)}: {flag_reason(r)}")
     return out
-
-
-def _meta_line(meta: dict) -> str:
-    keys = (schema.WORKLOAD, schema.PRESET, schema.CHIP, schema.DEVICE_KIND, schema.DEVICE_COUNT,
-            schema.MESH, "backend", "jax_version", schema.GIT_SHA, schema.TIME)
-    return ", ".join(f"{k}={meta[k]}" for k in keys if meta.get(k) not in (None, "", {}))
 
 
 def unmodeled_reasons(ops: pd.DataFrame, top: int = 10) -> list[tuple[str, str]]:
@@ -100,90 +127,93 @@ def _step(r) -> list[str]:
     return step_lines(getattr(r, "step", None) or {})
 
 
-def to_text(r, top: int | None = 20) -> str:
-    parts = [f"{line}\n" for line in _step(r)]
-    parts += [tables.render(r.ops.head(top) if top else r.ops, "text", _op_columns(r))]
-    parts += [f"unmodeled {op}: {why}\n" for op, why in unmodeled_reasons(r.ops)]
-    parts.append(tables.render(r.categories, "text", CATEGORY_COLUMNS))
+def _tables(r, top: int | None) -> list[tuple[str, pd.DataFrame, tuple]]:
+    """(heading, table, columns) of each table a report shows, in order."""
+    ops = r.ops.head(top) if top else r.ops
+    out = [(f"Ops ranked by gap (top {len(ops)} of {len(r.ops)})", ops, _op_columns(r)),
+           ("By category", r.categories, CATEGORY_COLUMNS)]
     if _programs(r) is not None:
-        parts.append(tables.render(_programs(r), "text", PROGRAM_COLUMNS))
-    parts.append("  ".join(f"{k}: {v}" for k, v in _fmt_summary(r.summary)) + "\n")
-    parts += [f"{line}\n" for line in explained(r)]
+        out.append(("Programs", _programs(r), PROGRAM_COLUMNS))
     if r.unexpected is not None and not r.unexpected.empty:
-        parts.append("Collectives the layout did not call for:\n"
-                     + tables.render(r.unexpected, "text"))
+        out.append(("Collectives the layout did not call for", r.unexpected,
+                    tuple(r.unexpected.columns)))
+    return out
+
+
+def _shown(df: pd.DataFrame, columns) -> pd.DataFrame:
+    return df[[c for c in columns if c in df.columns]]
+
+
+def to_text(r, top: int | None = 20) -> str:
+    parts = [f"{line}\n" for line in [heading.title(r), *_step(r), *heading.meta_lines(r)]]
+    shown_columns: dict = {}  # the tables' columns, for one legend under them all
+    for i, (name, df, columns) in enumerate(_tables(r, top)):
+        shown = _shown(df, columns)
+        shown_columns.update(dict.fromkeys(shown.columns))
+        parts.append(tables.to_text(shown, title=name if i else None))
+        if i == 0:
+            parts += [f"unmodeled {op}: {why}\n" for op, why in unmodeled_reasons(r.ops)]
+    parts.append(tables.legend_text(list(shown_columns), width=LEGEND_WIDTH) + "\n")
+    parts.append("  ".join(f"{_label(k)}: {_fmt_figure(k, v)}" for k, v in figures(r.summary))
+                 + "\n")
+    parts += [f"{line}\n" for line in explained(r)]
     parts += [f"note: {n}\n" for n in r.notes]
-    return f"{r.title}\n" + "".join(parts)
+    return "".join(parts)
+
+
+def _md_figures(r) -> str:
+    return ("| figure | value | what it is |\n|---|---|---|\n" + "".join(
+        f"| {_label(k)} | {_fmt_figure(k, v)} | {schema.GLOSSARY.get(k, '')} |\n"
+        for k, v in figures(r.summary)))
 
 
 def to_markdown(r, top: int | None = 30, plots: bool = True) -> str:
-    out = [f"# {r.title}\n", f"_{_meta_line(r.meta)}_\n"]
+    out = [f"# {heading.title(r)}\n\n"] + [f"_{line}_  \n" for line in heading.meta_lines(r)]
     out += [f"\n**{line}**\n" if i == 0 else f"\n{line}\n" for i, line in enumerate(_step(r))]
-    out.append("\n## Summary\n")
-    out.append("| figure | value |\n|---|---|\n" +
-               "".join(f"| {k} | {v} |\n" for k, v in _fmt_summary(r.summary)))
+    out.append("\n## Summary\n\n" + _md_figures(r))
     out += [f"\n{line}\n" for line in explained(r)]
     if r.notes:
         out.append("\n" + "".join(f"> {n}\n>\n" for n in r.notes))
-    if r.unexpected is not None and not r.unexpected.empty:
-        out.append("\n## Collectives the layout did not call for\n\n")
-        out.append(tables.to_markdown(r.unexpected))
-    out.append(f"\n## Ops ranked by gap (top {top})\n\n")
-    out.append(tables.render(r.ops.head(top), "md", _op_columns(r)))
-    reasons = unmodeled_reasons(r.ops)
-    if reasons:
-        out.append("\n## Unmodeled ops: why\n\n" + "".join(f"- `{op}`: {why}\n"
-                                                          for op, why in reasons))
-    out.append("\n## By category\n\n")
-    out.append(tables.render(r.categories, "md", CATEGORY_COLUMNS))
-    if _programs(r) is not None:
-        out.append("\n## Programs\n\n")
-        out.append(tables.render(_programs(r), "md", PROGRAM_COLUMNS))
-    plots = r.figures() if plots else {}
-    for name in (STEP_PNG, ROOFLINE_PNG, CATEGORIES_PNG):
-        if name in plots:
-            out.append(f"\n![{name[:-4]}]({name})\n")
+    pngs = r.figures() if plots else {}
+    out += [f"\n![{name[:-4]}]({name})\n" for name in PLOTS if name in pngs]
+    for i, (name, df, columns) in enumerate(_tables(r, top)):
+        shown = _shown(df, columns)
+        out.append(f"\n## {name}\n\n" + tables.to_markdown(shown))
+        out.append(f"\n_{tables.legend_text(shown.columns)}_\n")
+        reasons = unmodeled_reasons(r.ops) if i == 0 else []
+        if reasons:
+            out.append("\n### Unmodeled ops: why\n\n" + "".join(f"- `{op}`: {why}\n"
+                                                               for op, why in reasons))
     return "".join(out)
 
 
-def _html_table(df: pd.DataFrame, columns) -> str:
-    shown = df[[c for c in columns if c in df.columns]]
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in shown.columns)
-    rows = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(tables.formatter(c)(v))}</td>"
-                         for c, v in zip(shown.columns, row)) + "</tr>"
-        for row in shown.itertuples(index=False))
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+def _html_figures(r) -> str:
+    reason = flag_reason(r)
+    rows = []
+    for k, v in figures(r.summary):
+        flag = (f' class=flag title="{page.esc(reason)}"' if tables.flagged(k, v) else "")
+        rows.append(f"<tr><td class=text>{page.esc(_label(k))}</td><td{flag}>"
+                    f"{page.esc(_fmt_figure(k, v))}</td><td class=text>"
+                    f"{page.esc(schema.GLOSSARY.get(k, ''))}</td></tr>")
+    return ("<table><thead><tr><th class=text>figure</th><th>value</th><th class=text>what it "
+            f"is</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 
 def to_html(r, top: int | None = 50, plots: bool = True) -> str:
-    style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}"
-             "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;"
-             "padding:3px 8px;text-align:right}th{background:#f4f4f4}"
-             "td:first-child{text-align:left}.note{color:#8a5a00}"
-             ".step{font-size:15px}.step:first-of-type{font-weight:600}")
-    summary = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
-                      for k, v in _fmt_summary(r.summary))
-    body = [f"<h1>{html.escape(r.title)}</h1><p><i>{html.escape(_meta_line(r.meta))}</i></p>"]
-    body += [f"<p class=step>{html.escape(line)}</p>" for line in _step(r)]
-    body.append(f"<h2>Summary</h2><table>{summary}</table>")
-    body += [f"<p>{html.escape(line)}</p>" for line in explained(r)]
-    body += [f"<p class=note>{html.escape(n)}</p>" for n in r.notes]
-    if r.unexpected is not None and not r.unexpected.empty:
-        body.append("<h2>Collectives the layout did not call for</h2>"
-                    + _html_table(r.unexpected, r.unexpected.columns))
-    plots = r.figures() if plots else {}
-    for name in (STEP_PNG, ROOFLINE_PNG, CATEGORIES_PNG):
-        if name in plots:
-            b64 = base64.b64encode(plots[name]).decode()
-            body.append(f'<p><img alt="{name}" src="data:image/png;base64,{b64}"></p>')
-    body.append(f"<h2>Ops ranked by gap (top {top})</h2>"
-                + _html_table(r.ops.head(top), _op_columns(r)))
-    body.append("<h2>By category</h2>" + _html_table(r.categories, CATEGORY_COLUMNS))
-    if _programs(r) is not None:
-        body.append("<h2>Programs</h2>" + _html_table(_programs(r), PROGRAM_COLUMNS))
-    return (f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(r.title)}"
-            f"</title><style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+    body = [page.heading(heading.title(r), heading.meta_lines(r), _step(r)),
+            "<h2>Summary</h2>", _html_figures(r), page.paragraphs(explained(r)),
+            page.paragraphs(r.notes, "note")]
+    pngs = r.figures() if plots else {}
+    body += [page.image(name, pngs[name]) for name in PLOTS if name in pngs]
+    reason = flag_reason(r)
+    for i, (name, df, columns) in enumerate(_tables(r, top)):
+        body.append(f"<h2>{page.esc(name)}</h2>" + page.table(df, columns, flag_reason=reason))
+        reasons = unmodeled_reasons(r.ops) if i == 0 else []
+        if reasons:
+            body.append("<h3>Unmodeled ops: why</h3><ul>" + "".join(
+                f"<li><code>{page.esc(op)}</code>: {page.esc(why)}</li>" for op, why in reasons)
+                + "</ul>")
+    return page.document(heading.title(r), body)
 
 
 def to_json(r, top: int | None = None) -> str:

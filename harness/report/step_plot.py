@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
-from harness.report.plots import _figure, _png
+from harness.report.plots import _figure, _png, timed
 from harness.report.tables import fmt_seconds
 from harness.step.timeline import merged
 
@@ -53,6 +53,7 @@ def _draw(ax, y: float, intervals, color: str, scale: float) -> None:
                        color=color, linewidth=0)
 
 
+@timed
 def step_timeline(spans: pd.DataFrame, step: dict,
                   predicted: pd.DataFrame | None = None) -> bytes | None:
     """The picture as PNG bytes (None without a measured step). ``spans`` and ``predicted``
@@ -70,7 +71,7 @@ def step_timeline(spans: pd.DataFrame, step: dict,
                  ("predicted exposed", sim["exposed"], _COLOR["exposed"])]
     # a lane with nothing on it (communication in a program that has none) is left out
     rows = [r for r in rows if r[1] or r[0].endswith("compute")]
-    fig, ax = _figure((9, 0.45 * len(rows) + 1.3))
+    fig, ax = _figure((9, 0.45 * len(rows) + 1.3), margins=(1.5, 0.3, 0.65, 0.4))
     for i, (_, intervals, color) in enumerate(rows):
         _draw(ax, len(rows) - 1 - i, intervals, color, scale)
     ax.set_yticks(range(len(rows)))

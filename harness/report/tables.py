@@ -1,27 +1,42 @@
 """Render a table (DataFrame) as terminal text, Markdown, CSV or JSON.
 
-Columns are formatted by their unit suffix (``_s`` as adaptive time, ``_bytes`` as decimal
-bytes), so every table in the tool reads the same way.
+A shown table has one unit per column, named in its header: a column's unit comes from its name
+(``_s`` time, ``_bytes`` bytes, ``_GBps`` 1e9 bytes/s, ``schema.FRACTIONS`` percent,
+``schema.RATIOS`` multiples) and its scale from its values (``measured (ms)`` holding 0.143 and
+1.93), so every table in the tool reads the same way. A fraction of a roofline above what it
+allows (``harness.compare.beats_roofline``) is flagged where it stands (``FLAG``). ``legend``
+gives each shown column's meaning from ``schema.GLOSSARY``. CSV and JSON keep the raw SI values.
 """
 from __future__ import annotations
 
 import io
 import json
 import math
+import textwrap
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
 from harness import schema
+from harness.compare import beats_roofline
 from harness.errors import HarnessError
+
+FLAG = "!"  # after a figure above what the roofline allows (text and Markdown)
+TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
+BYTE_UNITS = (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10), ("B", 1.0))
+
+
+def _missing(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x)) or x is pd.NA
 
 
 def fmt_seconds(x: float) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
+    if _missing(x):
         return "-"
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
+    for unit, scale in TIME_UNITS[:-1]:
         # compare after rounding to 3 figures, so 999.8 us shows as 1 ms, not 1e+03 us
         if abs(float(f"{x:.3g}")) >= scale:
             return f"{x / scale:.3g} {unit}"
@@ -29,68 +44,173 @@ def fmt_seconds(x: float) -> str:
 
 
 def fmt_number(x: float) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
+    if _missing(x):
         return "-"
     if isinstance(x, (int,)) or (isinstance(x, float) and x.is_integer() and abs(x) < 1e6):
         return f"{int(x)}"
     return f"{x:.3g}"
 
 
-def fmt_fraction(x: float) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
+def plain(x: float, figures: int = 3) -> str:
+    """``x`` to ``figures`` significant figures without an exponent: 1.934 -> "1.93", 0.01234
+    -> "0.0123", 1234.5 -> "1234"; a value below 1e-4 that is not 0 -> "<0.0001"."""
+    if x == 0:
+        return "0"
+    if abs(x) < 1e-4:
+        return "<0.0001" if x > 0 else ">-0.0001"
+    digits = max(0, figures - 1 - math.floor(math.log10(abs(x))))
+    return f"{x:.{min(digits, 4)}f}"
+
+
+def fmt_percent(x: float) -> str:
+    """A fraction as a percentage without the sign: 0.78 -> "78", 0.0038 -> "0.38"."""
+    if _missing(x):
         return "-"
-    return f"{x:.0%}" if abs(x) < 10 else f"{x:.3g}x"
-
-
-# Columns holding a fraction of something (shown as a percentage).
-FRACTIONS = frozenset(schema.FRACTIONS)
+    pct = 100 * float(x)
+    if 0 < abs(pct) < 0.01:
+        return "<0.01" if pct > 0 else ">-0.01"
+    return f"{pct:.0f}" if abs(pct) >= 10 else plain(pct, 2)
 
 
 def fmt_figure(key: str, value) -> str:
-    """One summary figure, formatted by its name: ``*_s`` as time, fractions (coverage, MFU,
-    HFU) as percentages to a tenth, other numbers plainly, anything else as text."""
+    """One summary figure with its unit, formatted by its name: ``*_s`` as time, fractions
+    (coverage, MFU, HFU) as percentages to a tenth, ratios as multiples, bandwidths in GB/s,
+    other numbers plainly, anything else as text."""
     if isinstance(value, float) and math.isnan(value):
         return "-"
     if key.endswith("_s"):
         return fmt_seconds(value)
     if key in FRACTIONS or key.startswith("mfu"):
-        return f"{value:.1%}"
+        return f"{value:.1%}" if abs(value) >= 0.1 else f"{fmt_percent(value)}%"
+    if key in RATIOS:
+        return f"{value:.3g}x"
+    if key.endswith("_GBps"):
+        return f"{plain(value)} GB/s"
+    if key.endswith("_bytes") and isinstance(value, (int, float)):
+        unit, scale = next((u, s) for u, s in BYTE_UNITS if abs(value) >= s or s == 1.0)
+        return f"{plain(value / scale)} {unit}"
     return fmt_number(value) if isinstance(value, (int, float)) else str(value)
 
 
-def formatter(column: str) -> Callable[[object], str]:
-    """Display formatter chosen by the column's unit suffix."""
-    if column.endswith("_s"):
-        return fmt_seconds
-    if column in FRACTIONS:
-        return fmt_fraction
-    return lambda v: fmt_number(v) if isinstance(v, (int, float)) else str(v)
+# Columns holding a fraction of something (shown as a percentage) and multiples.
+FRACTIONS = frozenset(schema.FRACTIONS)
+RATIOS = frozenset(schema.RATIOS)
 
 
-def _display(df: pd.DataFrame) -> pd.DataFrame:
-    return pd.DataFrame({c: [formatter(c)(v) for v in df[c]] for c in df.columns})
+@dataclass(frozen=True)
+class Column:
+    """How one column is shown: its header (name and unit) and its cells' text."""
+
+    name: str
+    unit: str                          # "" for none
+    fmt: Callable[[object], str]
+
+    @property
+    def base(self) -> str:
+        """The name without its unit suffix: ``exposed_comm_s`` -> "exposed_comm" (the header
+        says the unit; the name stays the one CSV and JSON use)."""
+        for suffix in ("_s", "_bytes", "_GBps"):
+            if self.name.endswith(suffix) and len(self.name) > len(suffix):
+                return self.name[:-len(suffix)]
+        return self.name
+
+    @property
+    def label(self) -> str:
+        return f"{self.base} ({self.unit})" if self.unit else self.base
+
+    def cell(self, value) -> str:
+        if isinstance(value, str):
+            return value
+        text = self.fmt(value)
+        return text + FLAG if flagged(self.name, value) else text
 
 
-def to_text(df: pd.DataFrame, title: str | None = None) -> str:
-    """A rich table rendered to plain text (what the CLI prints)."""
+def flagged(column: str, value) -> bool:
+    """True for a fraction of a roofline or a peak above what it allows."""
+    return column in schema.ROOFLINE_FRACTIONS and beats_roofline(value)
+
+
+def _scaled(units, values: pd.Series) -> tuple[str, float]:
+    """The column's unit: the largest its biggest value reaches 1 in while its typical (median
+    nonzero) value stays above 0.3 (1.93 and 0.8 ms, not 1930 and 800 us), else the largest
+    its typical value reaches 1 in (a column spanning 250 us to 1 s reads in ms)."""
+    v = pd.to_numeric(values, errors="coerce").abs()
+    v = v[(v > 0) & v.notna()]
+    if not len(v):  # all zero or blank: the base unit (s, B)
+        return next(u for u in units if u[1] == 1.0)
+    top, typical = float(v.max()), float(v.median())
+    return next(((u, s) for u, s in units if top >= s * 0.9995 and typical >= 0.3 * s),
+                next(((u, s) for u, s in units if typical >= s * 0.9995), units[-1]))
+
+
+def _in_unit(name: str, units, values: pd.Series) -> Column:
+    unit, scale = _scaled(units, values)
+    return Column(name, unit, lambda x: "-" if _missing(x) else plain(float(x) / scale))
+
+
+def column(name: str, values: pd.Series) -> Column:
+    """How column ``name`` holding ``values`` is shown."""
+    numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
+    if not numeric:
+        return Column(name, "", lambda v: fmt_number(v) if isinstance(v, (int, float))
+                      else ("" if _missing(v) else str(v)))
+    if name.endswith("_s"):
+        return _in_unit(name, TIME_UNITS, values)
+    if name.endswith("_bytes"):
+        return _in_unit(name, BYTE_UNITS, values)
+    if name.endswith("_GBps"):
+        return Column(name, "GB/s", lambda x: "-" if _missing(x) else plain(float(x)))
+    if name in FRACTIONS:
+        return Column(name, "%", fmt_percent)
+    if name in RATIOS:
+        return Column(name, "x", lambda x: "-" if _missing(x) else plain(float(x)))
+    return Column(name, "", fmt_number)
+
+
+def cells(df: pd.DataFrame) -> tuple[list[Column], list[list[str]]]:
+    """The table as shown: its columns and each row's cell texts."""
+    cols = [column(c, df[c]) for c in df.columns]
+    return cols, [[c.cell(v) for c, v in zip(cols, row)] for row in df.itertuples(index=False)]
+
+
+def legend(names: Sequence[str]) -> list[tuple[str, str]]:
+    """(shown name, meaning) of each column with a ``schema.GLOSSARY`` entry."""
+    return [(Column(n, "", str).base, schema.GLOSSARY[n]) for n in names if n in schema.GLOSSARY]
+
+
+def legend_text(names: Sequence[str], flags: bool = False, width: int | None = None) -> str:
+    """The legend as one paragraph: "name: meaning; ..." (and what ``FLAG`` means); ``width``:
+    wrapped to lines that long, indented."""
+    items = [f"{k}: {v}" for k, v in legend(names)]
+    if flags:
+        items.append(f"{FLAG} above what the roofline allows (see the notes)")
+    text = "; ".join(items)
+    return textwrap.fill(text, width, initial_indent="  ", subsequent_indent="  ") if width \
+        else text
+
+
+def to_text(df: pd.DataFrame, title: str | None = None, width: int | None = None) -> str:
+    """A rich table rendered to plain text (what the CLI prints): one line per row at its
+    natural width (a log); ``width``: fit that many characters (a terminal), folding cells."""
     table = Table(title=title, show_lines=False)
-    shown = _display(df)
-    for c in shown.columns:
-        table.add_column(c, justify="right" if c != shown.columns[0] else "left",
-                         overflow="fold")
-    for row in shown.itertuples(index=False):
+    cols, rows = cells(df)
+    for i, c in enumerate(cols):
+        text = i == 0 or not pd.api.types.is_numeric_dtype(df[c.name])
+        table.add_column(c.label, justify="left" if text else "right",
+                         overflow="fold", no_wrap=width is None)
+    for row in rows:
         table.add_row(*row)
     buf = io.StringIO()
-    Console(file=buf, width=160, force_terminal=False, color_system=None).print(table)
-    return buf.getvalue()
+    Console(file=buf, width=width or 100_000, force_terminal=False, color_system=None,
+            soft_wrap=width is None).print(table)
+    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
 
 
 def to_markdown(df: pd.DataFrame) -> str:
-    shown = _display(df)
-    lines = ["| " + " | ".join(shown.columns) + " |",
-             "|" + "|".join("---" for _ in shown.columns) + "|"]
-    lines += ["| " + " | ".join(str(v) for v in row) + " |"
-              for row in shown.itertuples(index=False)]
+    cols, rows = cells(df)
+    lines = ["| " + " | ".join(c.label for c in cols) + " |",
+             "|" + "|".join("---" for _ in cols) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 

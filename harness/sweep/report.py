@@ -8,7 +8,6 @@ its matmul ops and its MFU, against its size 2BDF.
 """
 from __future__ import annotations
 
-import html
 import logging
 import math
 from pathlib import Path
@@ -21,11 +20,13 @@ from harness.calibrate import drift
 from harness.compare import (
     beats_roofline,
     beats_roofline_reason,
+    bus_gbps,
     category_efficiency,
     workload_efficiency,
 )
 from harness.errors import HarnessError
-from harness.report import tables
+from harness.report import heading, page, tables
+from harness.runs import store
 from harness.runs.run import Run
 from harness.sweep import plots as sweep_plots
 from predictions.hardware import CHIPS
@@ -54,11 +55,11 @@ def _bus_bandwidth(run: Run, bus) -> dict:
     ops' time and predicted over the book's ``analytic_s``, in 1e9 bytes/s."""
     in_collectives = run.ops[schema.CATEGORY] == schema.CAT_COLLECTIVE
     t = float(run.ops.loc[in_collectives, schema.MEASURED_S].sum())
-    gbps = (lambda s: bus.bus_bytes / s / 1e9 if s and s > 0 else math.nan)
     return {schema.COLLECTIVE: bus.collective, schema.GROUP_SIZE: bus.group_size,
             schema.MESSAGE_BYTES: bus.message_bytes, schema.COLLECTIVE_S: t,
-            schema.BUS_BYTES: bus.bus_bytes, schema.MEASURED_BUS_GBPS: gbps(t),
-            schema.PREDICTED_BUS_GBPS: gbps(run.summary.get(schema.ANALYTIC_S))}
+            schema.BUS_BYTES: bus.bus_bytes, schema.MEASURED_BUS_GBPS: bus_gbps(bus.bus_bytes, t),
+            schema.PREDICTED_BUS_GBPS: bus_gbps(bus.bus_bytes,
+                                                run.summary.get(schema.ANALYTIC_S))}
 
 
 def workload_figures(run: Run, workload) -> dict:
@@ -121,19 +122,35 @@ def summary_table(sweep_dir: Path, records: list[dict]) -> pd.DataFrame:
 
 SHOWN = (schema.POINT, schema.WORKLOAD, schema.MESH, schema.OVERRIDES, schema.STATUS,
          schema.STEP_S, schema.EXPOSED_COMM_S, schema.IDLE_S, schema.PREDICTED_STEP_S,
-         schema.COVERAGE, schema.EFFICIENCY, schema.MFU, schema.ANALYTIC_S,
-         schema.MEASURED_BUS_GBPS, schema.PREDICTED_BUS_GBPS, schema.MATMUL_EFFICIENCY,
-         schema.HOST_SPEED)
+         schema.ANALYTIC_S, schema.EFFICIENCY, schema.MFU, schema.MATMUL_EFFICIENCY,
+         schema.MEASURED_BUS_GBPS, schema.PREDICTED_BUS_GBPS, schema.COVERAGE, schema.HOST_SPEED)
 
 
-def shown(df: pd.DataFrame) -> pd.DataFrame:
-    """The columns worth reading (all-empty figure columns dropped), NaN as blank."""
-    cols = [c for c in SHOWN if c in df.columns and df[c].notna().any()]
+def shown(df: pd.DataFrame, *, workload: bool = True) -> pd.DataFrame:
+    """The columns worth reading (all-empty figure columns dropped, the status only where some
+    point is not done, the workload only with ``workload``), NaN as blank."""
+    skip = {schema.WORKLOAD} if not workload else set()
+    if (df[schema.STATUS] == "done").all():
+        skip.add(schema.STATUS)
+    cols = [c for c in SHOWN if c in df.columns and c not in skip and df[c].notna().any()]
     return df[cols]
+
+
+def by_workload(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(workload, its points' shown table) per workload, in sweep order: each table has only
+    the figures that apply to its workload (no MFU for a collective, no bus bandwidth for a
+    matmul)."""
+    return [(name, shown(g, workload=False))
+            for name, g in df.groupby(schema.WORKLOAD, sort=False)]
 
 
 # The summary's figures that are fractions of a roofline or a peak: above 100% is impossible.
 ROOFLINE_FIGURES = (schema.EFFICIENCY, schema.MATMUL_EFFICIENCY, schema.MFU)
+
+
+def _reason(row) -> str:
+    chip = str(row.get(schema.CHIP) or "?")
+    return beats_roofline_reason(chip, getattr(CHIPS.get(chip), "kind", ""))
 
 
 def impossible_notes(df: pd.DataFrame) -> list[str]:
@@ -146,53 +163,105 @@ def impossible_notes(df: pd.DataFrame) -> list[str]:
                if c in df.columns and beats_roofline(row[c])]
         if bad:
             chip = str(row.get(schema.CHIP) or "?")
-            chips[chip] = chips.get(chip, 0) + 1
+            chips.setdefault(chip, [0, _reason(row)])[0] += 1
             speed = pd.to_numeric(row.get(schema.HOST_SPEED), errors="coerce")
             host = (f" (host at {speed:.2f}x its calibrated speed)" if pd.notna(speed) else "")
             out.append(f"point {row[schema.POINT]} ({row[schema.WORKLOAD]} "
                        f"{row[schema.OVERRIDES]}): {', '.join(bad)}{host}")
-    out += [f"{n} point(s) ran {beats_roofline_reason(chip, getattr(CHIPS.get(chip), 'kind', ''))}"
-            for chip, n in chips.items()]
+    out += [f"{n} point(s) ran {reason}" for n, reason in chips.values()]
     return out
 
 
-def _html_table(df: pd.DataFrame, links: dict[int, str] | None = None) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
-    body = []
-    for i, row in enumerate(df.itertuples(index=False)):
-        cells = []
-        for c, v in zip(df.columns, row):
-            text = html.escape(tables.formatter(c)(v) if not isinstance(v, str) else v)
-            if c == schema.POINT and links and links.get(i):
-                text = f'<a href="{html.escape(links[i])}">{text}</a>'
-            cells.append(f"<td>{text}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+def timing(records: list[dict]) -> str:
+    """What the points' own plots cost: their drawing time out of the points' run time."""
+    ran = [r for r in records if r.get("seconds")]
+    total = sum(r["seconds"] for r in ran)
+    plots = sum(r.get("plot_seconds") or 0.0 for r in ran)
+    if not ran or not plots:
+        return ""
+    return (f"point plots: {plots:.1f} s of the {total:.0f} s the {len(ran)} point(s) took "
+            f"({plots / total:.0%})")
 
 
-def to_html(header: dict, df: pd.DataFrame, figures: list[str]) -> str:
-    title = f"Sweep {header.get('name', '')}"
-    style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}"
-             "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;"
-             "padding:3px 8px;text-align:right}th{background:#f4f4f4}.fail{color:#a00}")
+def _meta(sweep_dir: Path, df: pd.DataFrame) -> dict:
+    """The meta of the sweep's first stored run: the commit, jax and host it ran with."""
+    for run in df[schema.RUN]:
+        if run:
+            try:
+                return store.read_meta(sweep_dir / run)
+            except (HarnessError, OSError):
+                continue
+    return {}
+
+
+def heading_lines(header: dict, df: pd.DataFrame, meta: dict, records=()) -> list[str]:
     counts = df[schema.STATUS].value_counts().to_dict()
-    body = [f"<h1>{html.escape(title)}</h1>",
-            (f"<p><i>{html.escape(header.get('file', ''))} · started {header.get('created', '')}"
-             f" · {', '.join(f'{v} {k}' for k, v in counts.items())}</i></p>")]
+    chips = ", ".join(dict.fromkeys(str(c) for c in df[schema.CHIP] if c))
+    first = [f"{len(df)} points: " + ", ".join(f"{v} {k}" for k, v in counts.items())]
+    if chips:
+        first.append(f"predicted for {chips}")
+    if meta.get(schema.DEVICE_COUNT):
+        first.append(f"{meta[schema.DEVICE_COUNT]}x {meta.get(schema.DEVICE_KIND, '?')}")
+    second = [header.get("file", "")]
+    if header.get("created"):
+        second.append(f"started {heading.when(header['created'])}")
+    if meta.get("jax_version"):
+        second.append(f"jax {meta['jax_version']}")
+    if meta.get(schema.GIT_SHA):
+        second.append(f"commit {str(meta[schema.GIT_SHA])[:10]}")
+    return [" · ".join(first), " · ".join(filter(None, second)), timing(list(records))]
+
+
+def headline(df: pd.DataFrame) -> list[str]:
+    """Per workload: how many points, the range of their steps, how far from the roofline."""
+    out = []
+    for name, g in df[df[schema.STATUS] == "done"].groupby(schema.WORKLOAD, sort=False):
+        step = pd.to_numeric(g[schema.STEP_S], errors="coerce").dropna()
+        eff = pd.to_numeric(g[schema.EFFICIENCY], errors="coerce").dropna()
+        line = f"{name}: {len(g)} point(s)"
+        if len(step):
+            lo, hi = (tables.fmt_seconds(v) for v in (step.min(), step.max()))
+            line += f", step {lo}" + (f" to {hi}" if hi != lo else "")
+        if len(eff):
+            lo, hi = (tables.fmt_percent(v) for v in (eff.min(), eff.max()))
+            line += f", efficiency {lo}% {f'to {hi}% ' if hi != lo else ''}of the roofline"
+        over = sum(beats_roofline(v) for c in ROOFLINE_FIGURES if c in g for v in g[c])
+        out.append(line + (f" ({over} figure(s) above it, flagged)" if over else ""))
+    return out
+
+
+def to_html(header: dict, df: pd.DataFrame, figures: list[str], *, meta: dict | None = None,
+            records=()) -> str:
+    title = f"Sweep {header.get('name', '')}"
+    body = [page.heading(title, heading_lines(header, df, meta or {}, records), headline(df))]
     if header.get("description"):
-        body.append(f"<p>{html.escape(header['description'])}</p>")
-    body += [f'<p><img alt="{name}" src="{name}"></p>' for name in figures]
-    links = {i: f"{run}/report.html" for i, run in enumerate(df[schema.RUN]) if run}
-    body.append("<h2>Points</h2>" + _html_table(shown(df), links))
-    body += [f"<p class=fail>{html.escape(n)}</p>" for n in impossible_notes(df)]
+        body.append(f"<p>{page.esc(header['description'])}</p>")
+    body += [page.image(name) for name in figures]
+    for name, table in by_workload(df):
+        runs = [df.at[j, schema.RUN] for j in table.index]
+        links = {i: f"{run}/report.html" for i, run in enumerate(runs)
+                 if isinstance(run, str) and run}
+        reason = "; ".join(dict.fromkeys(_reason(row) for _, row in df.loc[table.index].iterrows()))
+        body.append(f"<h2>{page.esc(name)}</h2>"
+                    + page.table(table, links=links, flag_reason=reason))
+    body.append(page.paragraphs(impossible_notes(df), "fail"))
     failed = df[df[schema.STATUS].isin(["failed", "oom"])]
     if not failed.empty:
         body.append("<h2>Failed points</h2><ul>" + "".join(
-            f"<li class=fail>{p}. {html.escape(o)} (mesh {html.escape(m)}): {html.escape(e)}</li>"
+            f"<li class=fail>{p}. {page.esc(o)} (mesh {page.esc(m)}): {page.esc(e)}</li>"
             for p, o, m, e in failed[[schema.POINT, schema.OVERRIDES, schema.MESH,
                                       schema.ERROR]].itertuples(index=False)) + "</ul>")
-    return (f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}"
-            f"</title><style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+    return page.document(title, body)
+
+
+def to_markdown(header: dict, df: pd.DataFrame, figures: list[str]) -> str:
+    out = [f"# Sweep {header.get('name', '')}\n\n"] + [f"{line}\n\n" for line in headline(df)]
+    for name, table in by_workload(df):
+        out.append(f"## {name}\n\n" + tables.to_markdown(table)
+                   + f"\n_{tables.legend_text(table.columns)}_\n\n")
+    out += [f"> {n}\n\n" for n in impossible_notes(df)]
+    out += [f"![{name[:-4]}]({name})\n\n" for name in figures]
+    return "".join(out)
 
 
 def write(sweep_dir: Path, header: dict, records: list[dict]) -> tuple[pd.DataFrame, Path]:
@@ -206,11 +275,8 @@ def write(sweep_dir: Path, header: dict, records: list[dict]) -> tuple[pd.DataFr
         if png:
             (sweep_dir / name).write_bytes(png)
             figures.append(name)
-    (sweep_dir / SUMMARY_MD).write_text(
-        f"# Sweep {header.get('name', '')}\n\n" + tables.to_markdown(shown(df))
-        + "".join(f"\n> {n}\n" for n in impossible_notes(df))
-        + "".join(f"\n![{name[:-4]}]({name})\n" for name in figures))
+    (sweep_dir / SUMMARY_MD).write_text(to_markdown(header, df, figures))
     report = sweep_dir / REPORT_HTML
-    report.write_text(to_html(header, df, figures))
+    report.write_text(to_html(header, df, figures, meta=_meta(sweep_dir, df), records=records))
     log.info("sweep report %s", report)
     return df, report

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.memory import OutOfMemory
+from harness.report.plots import drawing_time
 from harness.runs import store
 from harness.runs.workload import run_workload
 from harness.sweep import report as sweep_report
@@ -131,7 +132,8 @@ def point_dir(sweep_dir: Path, point: Point) -> Path:
 
 def _record(point: Point, index: int) -> dict:
     return {"key": point.key, "index": index, "label": point.label, **point.identity(),
-            "status": PENDING, "run": None, "error": None, "seconds": None, "finished": None}
+            "status": PENDING, "run": None, "error": None, "seconds": None, "plot_seconds": None,
+            "finished": None}
 
 
 def _complete_runs(directory: Path) -> list[Path]:
@@ -187,7 +189,7 @@ class Manifest:
         write_json_atomic(self.path, dict(self.data, points=self.records + self.extra))
 
 
-def run_point(point: Point, out: Path, point_plots: bool = False):
+def run_point(point: Point, out: Path, point_plots: bool = True):
     """Run one point on this host and store it under ``out``: the point's ``Run``."""
     return run_workload(point.workload, preset=point.preset, overrides=dict(point.overrides),
                         mesh=point.mesh, steps=point.steps, warmup=point.warmup, out=out,
@@ -196,11 +198,12 @@ def run_point(point: Point, out: Path, point_plots: bool = False):
 
 def run_sweep(plan: SweepPlan, sweep_dir: str | os.PathLike, *,
               on_event: Callable[[Event], None] | None = None, close: bool = True,
-              point_plots: bool = False, runner: Callable | None = None,
+              point_plots: bool = True, runner: Callable | None = None,
               on_todo: Callable[[list[int]], None] | None = None) -> SweepResult:
     """Run (or resume) ``plan`` in ``sweep_dir``; returns the records and, with ``close``, the
-    summary table and report path. Point failures are recorded, not raised. The sweep plots
-    once, at the close; ``point_plots`` also draws each point's own report plots.
+    summary table and report path. Point failures are recorded, not raised. Each point's page
+    gets its plots (``point_plots``; their drawing time is each record's ``plot_seconds``, out
+    of its ``seconds``); the sweep's own plots are drawn once, at the close.
     ``runner(point, out, point_plots) -> Run`` runs one point (default ``run_point``: on this
     host; a multi-process sweep runs it across the job); ``on_todo`` gets the indices of the
     points about to run, before the first runs (a multi-process sweep tells the others)."""
@@ -234,13 +237,15 @@ def run_sweep(plan: SweepPlan, sweep_dir: str | os.PathLike, *,
         emit(Event("start", i, total, point, rec))
         t0 = time.perf_counter()
         try:
-            run = runner(point, point_dir(sweep_dir, point), point_plots)
+            with drawing_time() as drawing:
+                run = runner(point, point_dir(sweep_dir, point), point_plots)
         except Exception as e:  # any point failure is recorded and the sweep goes on
             log.debug("point %s failed", point.label, exc_info=True)
             rec.update(status=OOM if isinstance(e, OutOfMemory) else FAILED, error=one_line(e))
         else:
             rec.update(status=DONE, run=str(Path(run.path).relative_to(sweep_dir)))
-        rec.update(seconds=round(time.perf_counter() - t0, 3), finished=_now())
+        rec.update(seconds=round(time.perf_counter() - t0, 3),
+                   plot_seconds=round(drawing.seconds, 3), finished=_now())
         manifest.save()
         emit(Event(rec["status"], i, total, point, rec))
         _release()

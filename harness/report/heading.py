@@ -1,0 +1,77 @@
+"""What a report page says first: what ran (the title), where, when and from which commit (the
+meta lines), from a run's ``meta``. A workload's run is titled by its workload, preset, the
+settings it ran with and its mesh; a trace's by its program and device (its stored title)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from harness import schema
+
+
+def mesh_str(mesh) -> str:
+    """{'X': 4, 'Y': 2} -> "4x2"; a string stays as it is."""
+    if isinstance(mesh, Mapping):
+        return "x".join(str(v) for v in mesh.values()) or "1"
+    return str(mesh or "")
+
+
+def settings(values: Mapping | None) -> str:
+    """{'kind': 'all_gather', 'nbytes': 4096} -> "kind=all_gather nbytes=4096"."""
+    return " ".join(f"{k}={v}" for k, v in (values or {}).items())
+
+
+def when(iso: str) -> str:
+    """"2026-11-25T08:37:07+00:00" -> "2026-11-25 08:37 +00:00"."""
+    if not iso or "T" not in iso:
+        return str(iso or "")
+    day, clock = iso.split("T", 1)
+    zone = clock[8:] if len(clock) > 8 and clock[8] in "+-Z" else ""
+    return f"{day} {clock[:5]}" + (f" {zone}" if zone else "")
+
+
+def title(r) -> str:
+    """The page's title: "matmul (tiny) case=allgather B=256 on mesh 4x2, 8x cpu (predicted for
+    cpu)" for a workload's run; the run's own title otherwise."""
+    m = r.meta
+    if not m.get(schema.WORKLOAD):
+        return r.title
+    what = f"{m[schema.WORKLOAD]} ({m.get(schema.PRESET) or 'custom'})"
+    if m.get(schema.OVERRIDES):
+        what += f" {settings(m[schema.OVERRIDES])}"
+    if m.get(schema.MESH):
+        what += f" on mesh {mesh_str(m[schema.MESH])}"
+    if m.get(schema.DEVICE_COUNT):
+        what += f", {m[schema.DEVICE_COUNT]}x {m.get(schema.DEVICE_KIND) or '?'}"
+    return what + (f" (predicted for {m[schema.CHIP]})" if m.get(schema.CHIP) else "")
+
+
+def _checkout(r) -> str:
+    """The commit of the checkout analysing a run that was never stored (a stored run keeps its
+    own, ``schema.GIT_SHA``; this one's page is rendered as it is stored)."""
+    if getattr(r, "path", None) is not None:
+        return ""
+    from harness.runs.store import git_sha  # deferred: runs import the report
+
+    return git_sha()
+
+
+def meta_lines(r) -> list[str]:
+    """Where and when it ran and from which commit; then the workload's whole config."""
+    m = r.meta
+    first = []
+    if m.get(schema.TRACE_FILE):
+        first.append(f"trace {m[schema.TRACE_FILE]}")
+    if m.get(schema.TIME):
+        first.append(f"{'traced' if m.get(schema.TRACE_FILE) else 'ran'} {when(m[schema.TIME])}")
+    if m.get("jax_version"):
+        first.append(f"jax {m['jax_version']}" + (f" on {m['backend']}" if m.get("backend")
+                                                  else ""))
+    commit = m.get(schema.GIT_SHA) or _checkout(r)
+    if commit:
+        first.append(f"commit {str(commit)[:10]}")
+    if getattr(r, "run_id", ""):
+        first.append(f"run {r.run_id}")
+    lines = [" · ".join(first)]
+    if m.get(schema.CONFIG):
+        lines.append(f"config: {settings(m[schema.CONFIG])}")
+    return [line for line in lines if line]

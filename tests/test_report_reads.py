@@ -1,0 +1,161 @@
+"""Reports a person reads at a glance: one unit per column named in its header, every shown
+figure defined once (``schema.GLOSSARY``), figures that do not apply left out, figures above the
+roofline flagged, titles that say what ran, tables that fit a terminal or keep one line per row,
+and plot labels that never overlap."""
+import math
+import random
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+import workloads
+from harness import schema
+from harness.compare import ROOFLINE_MARGIN, summary
+from harness.report import document, heading, plots, tables
+from harness.sweep import report as sweep_report
+from predictions import hardware
+
+
+def _cells(df):
+    cols, rows = tables.cells(df)
+    return [c.label for c in cols], rows
+
+
+def test_one_unit_per_column_named_in_its_header():
+    # a column reads in the largest unit its biggest value reaches 1 in while its median stays
+    # above 0.3 of one: with a median of 0.143 ms, not ms but us (1.93 ms = 1930 us)
+    labels, rows = _cells(pd.DataFrame({schema.MEASURED_S: [1.93e-3, 1.43e-4, 2.54e-5]}))
+    assert labels == ["measured (us)"] and [r[0] for r in rows] == ["1930", "143", "25.4"]
+    # with a median of 0.8 ms, the same column reads in ms
+    labels, rows = _cells(pd.DataFrame({schema.MEASURED_S: [1.93e-3, 8e-4, 2.54e-5]}))
+    assert labels == ["measured (ms)"] and [r[0] for r in rows] == ["1.93", "0.800", "0.0254"]
+    # a step column spanning 248 us to 1.08 s reads in ms (its median, 5 ms)
+    labels, rows = _cells(pd.DataFrame({schema.STEP_S: [2.48e-4, 5e-3, 1.08]}))
+    assert labels == ["step (ms)"] and [r[0] for r in rows] == ["0.248", "5.00", "1080"]
+    # fractions in percent, bandwidth in GB/s, bytes in binary units: 4096 B = 4 KiB
+    labels, rows = _cells(pd.DataFrame({schema.EFFICIENCY: [0.78, 0.0038],
+                                        schema.MEASURED_BUS_GBPS: [0.0572, 1.73],
+                                        schema.MESSAGE_BYTES: [4096, 65536]}))
+    assert labels == ["efficiency (%)", "measured_bus (GB/s)", "message (KiB)"]
+    assert rows == [["78", "0.0572", "4.00"], ["0.38", "1.73", "64.0"]]
+
+
+def test_percentages_and_ratios_are_not_mixed_in_the_sweep_table():
+    # every fraction-like figure of a sweep row reads as a percentage
+    for c in (schema.EFFICIENCY, schema.MATMUL_EFFICIENCY, schema.MFU, schema.COVERAGE,
+              schema.HOST_SPEED):
+        assert tables.column(c, pd.Series([1.0])).unit == "%"
+
+
+def test_figures_above_the_roofline_are_flagged_where_they_stand():
+    df = pd.DataFrame({schema.EFFICIENCY: [1.57, ROOFLINE_MARGIN, 0.5],
+                       schema.SHARE: [1.57, 1.57, 1.57]})  # a share is no roofline fraction
+    _, rows = _cells(df)
+    assert [r[0] for r in rows] == ["157" + tables.FLAG, "110", "50"]
+    assert all(not r[1].endswith(tables.FLAG) for r in rows)
+
+
+def test_every_shown_column_and_figure_has_a_meaning():
+    shown = (set(sweep_report.SHOWN) | set(document.OP_COLUMNS) | set(document.CATEGORY_COLUMNS)
+             | set(document.PROGRAM_COLUMNS) | set(schema.FIGURES))
+    explained = {schema.FLOPS_VS_COST_ANALYSIS, schema.FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE}
+    missing = sorted(c for c in shown - explained if c not in schema.GLOSSARY)
+    assert missing == []
+    assert all(0 < len(v) <= 170 and "\n" not in v for v in schema.GLOSSARY.values())
+    names = [k for k, _ in tables.legend([schema.STEP_S, "not_a_column", schema.EFFICIENCY])]
+    assert names == ["step", "efficiency"]
+
+
+def test_a_figure_that_does_not_apply_is_left_out():
+    # a collective's step does no FLOPs: no model FLOPs, no MFU, no HFU (not 0%)
+    stored = {schema.STEP_S: 1e-3, schema.MODEL_FLOPS: 0, schema.MFU: 0.0,
+              schema.HLO_FLOPS_PER_DEVICE: 0.0, schema.HFU: 0.0, schema.EFFICIENCY: 0.5,
+              schema.ANALYTIC_S: math.nan}
+    assert [k for k, _ in document.figures(stored)] == [schema.STEP_S, schema.EFFICIENCY]
+    ops = pd.DataFrame({schema.OP: ["all-gather.1"], schema.CATEGORY: [schema.CAT_COLLECTIVE],
+                        schema.COUNT: [1], schema.MEASURED_S: [2e-5], schema.PREDICTED_S: [1e-5],
+                        schema.FLOPS: [0.0], schema.BOUND: ["comm"]})
+    s = summary(ops, step_s=2e-5, peak_flops_per_s=1e12, devices=8, model_flops=0.0,
+                analytic_s=1e-5, bus_bytes=7168.0)
+    assert schema.MFU not in s and schema.MODEL_FLOPS not in s
+    # bus bandwidth: the bytes each device moves over links / the time, in 1e9 bytes/s
+    assert s[schema.MEASURED_BUS_GBPS] == pytest.approx(7168 / 2e-5 / 1e9)
+    assert s[schema.PREDICTED_BUS_GBPS] == pytest.approx(7168 / 1e-5 / 1e9)
+
+
+def test_a_collectives_book_carries_its_bus_bytes():
+    # an all-gather of 4096 bytes per device over 8 devices brings in the 7 other shards
+    cfg = workloads.make_config("collective", "tiny", {"kind": "all_gather", "nbytes": 4096})
+    mesh = SimpleNamespace(shape={"X": 8, "Y": 1})
+    est = workloads.get("collective").book(cfg, mesh, hardware.chip("tpu-v5e"))
+    assert est.bus_bytes == 7 * 4096 and est.model_flops == 0
+
+
+def test_a_workload_run_is_titled_by_what_ran():
+    r = SimpleNamespace(title="collective (tiny) on mesh {'X': 4, 'Y': 2}", path="stored",
+                        meta={schema.WORKLOAD: "collective", schema.PRESET: "tiny",
+                              schema.OVERRIDES: {"kind": "all_gather", "nbytes": 65536},
+                              schema.MESH: {"X": 4, "Y": 2}, schema.DEVICE_COUNT: 8,
+                              schema.DEVICE_KIND: "cpu", schema.CHIP: "cpu",
+                              schema.TIME: "2026-11-25T08:37:07+00:00",
+                              schema.GIT_SHA: "0e39f3f48d92", "jax_version": "0.10.2",
+                              "backend": "cpu", schema.CONFIG: {"kind": "all_gather"}},
+                        run_id="20261125-083707-collective-ab12")
+    assert heading.title(r) == ("collective (tiny) kind=all_gather nbytes=65536 on mesh 4x2, "
+                                "8x cpu (predicted for cpu)")
+    assert heading.meta_lines(r) == [
+        "ran 2026-11-25 08:37 +00:00 · jax 0.10.2 on cpu · commit 0e39f3f48d · run "
+        "20261125-083707-collective-ab12", "config: kind=all_gather"]
+    trace = SimpleNamespace(title="jit_train_step on 1x NVIDIA H100", meta={}, path="stored")
+    assert heading.title(trace) == "jit_train_step on 1x NVIDIA H100"
+
+
+WIDE = pd.DataFrame({f"column_{i}_s": [1e-3 * (i + 1), 2e-3] for i in range(14)}
+                    | {schema.OVERRIDES: ["kind=all_gather nbytes=4194304 axes=X dtype=float32",
+                                          "kind=all_reduce nbytes=4096"]})
+
+
+def test_a_log_gets_one_line_per_row_and_a_terminal_its_width():
+    lines = tables.to_text(WIDE).splitlines()
+    assert len(lines) == 2 + 3 + 1  # rows, header (top border, names, rule), bottom border
+    assert sum("kind=all_gather nbytes=4194304 axes=X dtype=float32" in line
+               for line in lines) == 1
+    assert max(len(line) for line in tables.to_text(WIDE, width=80).splitlines()) <= 80
+
+
+def test_label_positions_keep_apart_within_the_axes():
+    rng = random.Random(0)
+    for n in (1, 2, 5, 12):
+        ys = [rng.choice([0.5, 0.51, rng.random(), 1.2, -0.1]) for _ in range(n)]
+        out = plots.spread(ys, gap=0.07)
+        assert all(0.0 <= y <= 0.98 + 1e-12 for y in out)
+        ordered = sorted(out)
+        assert all(b - a >= 0.07 - 1e-12 for a, b in zip(ordered, ordered[1:]))
+        # the order of the wanted heights is kept
+        assert sorted(range(n), key=lambda i: (ys[i], i)) == sorted(range(n),
+                                                                   key=lambda i: (out[i], i))
+
+
+def test_the_roofline_names_its_top_ops_without_overlap():
+    # five ops on one spot: their names, drawn, share no pixel
+    ops = pd.DataFrame({schema.OP: [f"fusion.{i}" for i in range(7)],
+                        schema.CATEGORY: ["matmul"] * 7, schema.COUNT: [1] * 7,
+                        schema.FLOPS: [1e9] * 7, schema.HBM_BYTES: [1e7] * 7,
+                        schema.MEASURED_S: [1e-3 * (1 + i / 100) for i in range(7)],
+                        schema.SHARE: [0.1] * 7, schema.EFFICIENCY: [0.5] * 7})
+    fig, ax = plots._figure((9.5, 5.2), margins=(0.9, 2.7, 1.15, 0.4))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(1, 1e4)
+    ax.set_ylim(1e9, 1e15)
+    intensity = ops[schema.FLOPS] / ops[schema.HBM_BYTES]
+    achieved = ops[schema.FLOPS] / ops[schema.MEASURED_S]
+    plots._name_top_ops(ax, ops, intensity, achieved)
+    fig.canvas.draw()
+    from matplotlib.text import Text
+
+    boxes = [Text.get_window_extent(t) for t in ax.texts]  # the names, not their lines
+    assert len(boxes) == plots.TOP_OPS
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    assert plots._png(fig).startswith(b"\x89PNG")
