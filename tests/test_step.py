@@ -1,20 +1,11 @@
 """harness.step: the step decomposed from hand-drawn timelines (times in ns, worked by hand)."""
 from __future__ import annotations
 
-import pandas as pd
 import pytest
+from timelines import NS, events
 
 from harness import schema
 from harness.step import decompose, exposed_by_op, merged
-
-NS = 1e-9
-
-
-def events(rows) -> pd.DataFrame:
-    """EVENTS from (op, device, step, start_ns, duration_ns)."""
-    return pd.DataFrame([{schema.PROGRAM: "p", schema.OP: op, schema.DEVICE: d, schema.STEP: k,
-                          schema.START_NS: s, schema.DURATION_NS: t}
-                         for op, d, k, s, t in rows])
 
 
 def test_union_of_overlapping_nested_and_back_to_back_intervals():

@@ -1,20 +1,10 @@
 """harness.step.replay: measured durations for the replay, from hand-drawn timelines (ns)."""
 from __future__ import annotations
 
-import pandas as pd
 import pytest
+from timelines import NS, events
 
-from harness import schema
 from harness.step.replay import replay_durations
-
-NS = 1e-9
-
-
-def events(rows) -> pd.DataFrame:
-    """EVENTS from (op, device, step, start_ns, duration_ns)."""
-    return pd.DataFrame([{schema.PROGRAM: "p", schema.OP: op, schema.DEVICE: d, schema.STEP: k,
-                          schema.START_NS: s, schema.DURATION_NS: t}
-                         for op, d, k, s, t in rows])
 
 
 def test_gpu_a_start_is_its_transfer_and_gaps_go_to_the_op_after_them():
