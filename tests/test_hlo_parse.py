@@ -162,16 +162,18 @@ def test_bare_names_without_percent_signs():
 
 # A Pallas TPU kernel as libtpu prints it: its kernel_metadata's JSON on lines of its own
 # (splash attention's block sizes; tests/fixtures/tpu/splash_llama_train has the real ones).
-MULTI_LINE = """HloModule m, entry_computation_layout={(bf16[4,128]{1,0})->bf16[4,128]{1,0}}
-
-ENTRY %main (q: bf16[4,128]) -> bf16[4,128] {
-  %q = bf16[4,128]{1,0} parameter(0)
-  %splash_mha_fwd_no_residuals.1 = bf16[4,128]{1,0} custom-call(%q), custom_call_target="tpu_custom_call", frontend_attributes={kernel_metadata={
-"xprof_metadata":"{\\"block_q\\": 512, \\"q_layout\\": 1}"
-}}, metadata={op_name="jit(f)/pallas_call"}
-  ROOT %copy = bf16[4,128]{1,0} copy(%splash_mha_fwd_no_residuals.1)
-}
-"""
+MULTI_LINE = "\n".join([
+    "HloModule m, entry_computation_layout={(bf16[4,128]{1,0})->bf16[4,128]{1,0}}",
+    "",
+    "ENTRY %main (q: bf16[4,128]) -> bf16[4,128] {",
+    "  %q = bf16[4,128]{1,0} parameter(0)",
+    "  %splash_mha_fwd_no_residuals.1 = bf16[4,128]{1,0} custom-call(%q), "
+    'custom_call_target="tpu_custom_call", frontend_attributes={kernel_metadata={',
+    '"xprof_metadata":"{\\"block_q\\": 512, \\"q_layout\\": 1}"',
+    '}}, metadata={op_name="jit(f)/pallas_call"}',
+    "  ROOT %copy = bf16[4,128]{1,0} copy(%splash_mha_fwd_no_residuals.1)",
+    "}",
+    ""])
 
 
 def test_an_instruction_over_several_lines_is_one_instruction():
