@@ -28,7 +28,8 @@ class Dims:
     rope_theta: float = 500000.0  # LLaMA-3's RoPE base
     norm_eps: float = 1e-5
     # How attention is computed (not architecture; kept here so every workload has it):
-    # "fused" = jax.nn.dot_product_attention (cuDNN flash attention on GPU where it applies),
+    # "fused" = the backend's fused attention where it applies (Pallas splash attention on TPU,
+    # cuDNN flash attention on GPU), else jax.nn.dot_product_attention's XLA implementation;
     # "naive" = the hand-written einsum/softmax path (model.ATTENTION).
     attention: str = "fused"
 

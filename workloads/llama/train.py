@@ -11,7 +11,7 @@ and return bf16; GPUs and TPUs accumulate them in fp32 whatever the output type,
 ``preferred_element_type`` (an fp32 output would double the bytes written); attention scores and
 softmax are fp32. Optimizer state is sharded like the params (ZeRO-3 under FSDP). Arguments are
 not donated, so the harness can call ``fn(*args)`` repeatedly with the same inputs. Layers run
-under ``lax.scan`` (``scan_layers``) with the ``remat`` policy of ``model.REMAT_POLICIES``.
+under ``lax.scan`` (``scan_layers``) with the ``remat`` policy named (``workloads.llama.remat``).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from workloads.base import Workload, check_choice, smaller
-from workloads.llama import book, memory, model
+from workloads.llama import book, memory, model, remat
 from workloads.llama.config import MODEL_DIMS, Dims, dims_of, fix_dtypes
 from workloads.llama.sharding import PARALLELISMS, Sharder
 from workloads.mesh import AnyMesh, named, put
@@ -54,7 +54,7 @@ class TrainConfig(Dims):
         self.check_dims()
         fix_dtypes(self, "param_dtype", "opt_dtype")
         check_choice("parallelism", self.parallelism, PARALLELISMS)
-        check_choice("remat", self.remat, model.REMAT_POLICIES)
+        remat.policy(self.remat)   # WorkloadError naming the valid policies
 
 
 def _preset(name: str, **run) -> TrainConfig:
