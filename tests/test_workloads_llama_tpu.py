@@ -7,6 +7,7 @@ time. ``fixtures/tpu/llama_train_offload``: the tiny step (L = 2, B = 8, T = 16,
 H = 8) with ``remat=qkv_proj_offloaded``, fsdp_tp on a v5e 2x2 slice (per device B = 4, N = 4,
 K = 2)."""
 import gzip
+import re
 from pathlib import Path
 
 import jax
@@ -30,7 +31,18 @@ FIXTURES = Path(__file__).parent / "fixtures" / "tpu"
 @pytest.mark.parametrize("T, block", [(4096, 512), (8192, 512), (512, 512), (256, 256),
                                       (640, 128), (384, 384), (100, None), (200, None)])
 def test_block_is_maxtexts_512_capped_at_a_divisor_of_T(T, block):
-    assert splash.block_size(T) == block
+    assert splash.MAXTEXT.size_for(T) == block
+
+
+@pytest.mark.parametrize("T, block", [(8192, 2048), (4096, 2048), (6144, 2048), (1024, 1024),
+                                      (2560, 1280)])
+def test_a_tuned_block_is_capped_the_same_way(T, block):
+    assert splash.Blocks(2048, fused_bwd=True).size_for(T) == block
+
+
+def test_splash_block_must_be_a_multiple_of_128():
+    with pytest.raises(WorkloadError, match="splash_block must be a positive multiple of 128"):
+        workloads.make_config("llama_train", "tiny", {"splash_block": "200"})
 
 
 def test_splash_matches_xla_attention_in_interpret_mode():
@@ -90,7 +102,17 @@ def test_unknown_remat_is_a_one_line_error_naming_the_valid_ones():
         workloads.make_config("llama_train", "tiny", {"remat": "save_everything"})
     message = str(info.value)
     assert "\n" not in message and "unknown remat 'save_everything'" in message
-    assert all(name in message for name in remat.POLICIES)
+    assert all(name in message for name in (*remat.POLICIES, "custom"))
+
+
+@pytest.mark.parametrize("sets, expected", [
+    ({"remat": "custom", "remat_offload": "query_proj,mlp_in"},
+     "unknown checkpoint name(s) mlp_in in remat_save/remat_offload; valid: query_proj"),
+    ({"remat": "minimal", "remat_save": "context"}, "apply to remat=custom only"),
+])
+def test_custom_remat_names_are_checked(sets, expected):
+    with pytest.raises(WorkloadError, match=re.escape(expected)):
+        workloads.make_config("llama_train", "tiny", sets)
 
 
 # Dots in the compiled step (scan: one layer body each way), XLA's attention on the CPU.
@@ -142,6 +164,11 @@ def test_activation_bytes_are_the_saved_widths():
     assert memory.train_bytes(cfg)["activations"] == 2 * tokens * 32 * widths
     offloaded = workloads.make_config("llama_train", "8b", {"remat": "minimal_offloaded"})
     assert memory.train_bytes(offloaded)["activations"] == 2 * tokens * 32 * D
+    # MaxText's 8B v6e recipe: the layer input and Q, K, V, out_proj offloaded, nothing kept
+    recipe = workloads.make_config("llama_train", "8b", {
+        "remat": "custom", "remat_offload": "decoder_layer_input,query_proj,key_proj,"
+                                            "value_proj,out_proj"})
+    assert memory.train_bytes(recipe)["activations"] == 0
 
 
 def test_offloaded_qkv_go_to_host_memory_and_back():
@@ -172,3 +199,24 @@ def test_offloading_lowers_the_peak_through_libtpu():
                         for s in i.memory_spaces}
     assert HOST in spaces["qkv_proj_offloaded"] and HOST not in spaces["save_qkv_proj"]
     assert peak["qkv_proj_offloaded"] < peak["save_qkv_proj"]
+
+
+@pytest.mark.libtpu
+def test_maxtexts_tuned_recipe_compiles_fused_backward_and_offloads_the_layer_input():
+    # 2 layers of D = 64 (32 per device on the model axis), 512 tokens in 256 blocks
+    from workloads.aot import compile_in_subprocess
+
+    aot = compile_in_subprocess("llama_train", "tiny", {
+        "T": "512", "H": "128", "splash_block": "256", "splash_fused_bwd": "true",
+        "remat": "custom", "remat_offload": "decoder_layer_input"}, "2x2", tpu_chip="tpu-v5e")
+    module = parse_module(aot.hlo_text)
+    kernels = [i for i, _ in executed(module) if i.name.startswith("splash")]
+    assert {i.name.split(".")[0] for i in kernels} == {"splash_mha_fwd_residuals",
+                                                       "splash_mha_dkv_no_residuals"}
+    dkv = next(i for i in kernels if "dkv" in i.name)
+    fwd = next(i for i in kernels if "fwd" in i.name)
+    assert instruction_cost(dkv, module).flops == 2.5 * instruction_cost(fwd, module).flops
+    to_host = [i for i, _ in executed(module) if i.opcode == "dynamic-update-slice-start"
+               and HOST in i.memory_spaces]
+    layer_input = (1, 4, 512, 32)   # one layer's [B/2, T, D/2] per device
+    assert to_host and all(i.operand_shapes[1][0].dims == layer_input for i in to_host)

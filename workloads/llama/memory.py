@@ -17,7 +17,6 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from predictions import transformer
-from workloads.llama import remat
 from workloads.llama.config import book_model
 from workloads.llama.sharding import PARALLELISMS, Layout
 from workloads.mesh import AnyMesh, axis_size
@@ -54,7 +53,7 @@ def train_bytes(cfg, mesh: AnyMesh | None = None) -> dict[str, float]:
         "gradients": P * act / w,
         "optimizer": 2 * P * _nbytes(cfg.opt_dtype) / w,
         # transformers.md: checkpoint bytes = bytes · tokens · L · Σ(saved widths)
-        "activations": act * tokens * cfg.L * remat.policy(cfg.remat).hbm_width(cfg) / m,
+        "activations": act * tokens * cfg.L * cfg.remat_policy().hbm_width(cfg) / m,
         "logits": 2 * tokens * cfg.V * 4 / m,
         "transients": layer + _attention_scores(cfg, tokens, cfg.T) / m,
     }

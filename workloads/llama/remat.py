@@ -12,7 +12,8 @@ MaxText's policies are read from AI-Hypercomputer/maxtext at
 e591f30cbbf217ed67ef71263ec0538239f9c3b8: ``src/maxtext/layers/decoders.py``
 (``Decoder.get_remat_policy``, ``minimal_policy``), ``src/maxtext/utils/maxtext_utils.py``
 (``get_save_and_offload_names``: what the ``*_offloaded`` policies move, to ``pinned_host``),
-and where the names are put: ``layers/attentions.py`` (``query_proj``, ``key_proj``,
+and where the names are put: ``layers/decoders.py`` (``decoder_layer_input``, the layer's
+input), ``layers/attentions.py`` (``query_proj``, ``key_proj``,
 ``value_proj`` after RoPE, ``out_proj``), ``layers/linears.py`` (``mlpwi_0``, ``mlpwi_1``,
 ``mlpwo``) and ``layers/attention_op.py`` (``context``: splash attention's residuals, its output
 and softmax statistics, so saving it spares the backward pass the forward attention kernel).
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 import jax
 from jax.ad_checkpoint import checkpoint_name
 
-from workloads.base import check_choice
+from workloads.base import WorkloadError, check_choice
 from workloads.llama.splash import CONTEXT
 
 # MaxText's checkpoint names -> the width they hold per token (book letters; ``context`` is the
@@ -40,6 +41,8 @@ NAMES: dict[str, Callable] = {
     "mlpwo": lambda d: d.D,        # the MLP's down projection
     CONTEXT: lambda d: d.N * d.H,
 }
+LAYER_INPUT = "decoder_layer_input"   # the layer's input, which the scan keeps (or offloads)
+NAMES[LAYER_INPUT] = lambda d: d.D
 QKV = ("query_proj", "key_proj", "value_proj")
 MINIMAL = (*QKV, "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo")   # every projection output
 
@@ -70,10 +73,12 @@ class Remat:
 
     def hbm_width(self, d) -> int:
         """Elements per token per layer kept in HBM for the backward pass (`transformers.md`:
-        ~20·D with no checkpoint; else the layer input D plus the saved names' widths)."""
+        ~20·D with no checkpoint; else the saved names' widths and the layer input's D, unless
+        that is offloaded)."""
         if not self.checkpoint:
             return 20 * d.D
-        return d.D + sum(NAMES[n](d) for n in self.saved)
+        kept = (set(self.saved) | {LAYER_INPUT}) - set(self.offloaded)
+        return sum(NAMES[n](d) for n in kept)
 
 
 # name -> policy, in MaxText's order: "fastest to slowest, HBM use highest to lowest" (its
@@ -98,10 +103,32 @@ POLICIES: dict[str, Remat] = {
 }
 
 
-def policy(name: str) -> Remat:
-    """The policy called ``name`` (``WorkloadError`` listing the valid names otherwise)."""
-    check_choice("remat", name, POLICIES)
-    return POLICIES[name]
+NONE = POLICIES["none"]
+CUSTOM = "custom"   # MaxText's remat_policy=custom: each name saved, offloaded or recomputed
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in str(text).split(",") if n.strip())
+
+
+def policy(name: str, save: str = "", offload: str = "") -> Remat:
+    """The policy called ``name``; for ``custom``, the checkpoint names to keep in HBM
+    (``save``) and to move to host memory (``offload``), comma-separated, as MaxText's
+    per-tensor ``device``/``offload`` settings. ``WorkloadError`` (one line, naming the valid
+    choices) for an unknown policy or name, or names given to a named policy."""
+    check_choice("remat", name, (*POLICIES, CUSTOM))
+    saved, offloaded = _names(save), _names(offload)
+    if name != CUSTOM:
+        if saved or offloaded:
+            raise WorkloadError(f"remat_save/remat_offload apply to remat={CUSTOM} only; "
+                                f"remat={name} keeps {POLICIES[name].doc}")
+        return POLICIES[name]
+    unknown = [n for n in saved + offloaded if n not in NAMES]
+    if unknown:
+        raise WorkloadError(f"unknown checkpoint name(s) {', '.join(unknown)} in remat_save/"
+                            f"remat_offload; valid: {', '.join(NAMES)}")
+    return Remat(f"{CUSTOM}: saved {', '.join(saved) or 'none'}; offloaded "
+                 f"{', '.join(offloaded) or 'none'}", saved=saved, offloaded=offloaded)
 
 
 def name(x, what: str):

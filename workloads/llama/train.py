@@ -42,6 +42,8 @@ class TrainConfig(Dims):
     opt_dtype: str = "float32"
     parallelism: str = "fsdp_tp"
     remat: str = "none"
+    remat_save: str = ""       # remat=custom: checkpoint names kept in HBM, comma-separated
+    remat_offload: str = ""    # remat=custom: checkpoint names moved to host memory
     scan_layers: bool = True
     lr: float = 1e-3
     b1: float = 0.9
@@ -54,7 +56,10 @@ class TrainConfig(Dims):
         self.check_dims()
         fix_dtypes(self, "param_dtype", "opt_dtype")
         check_choice("parallelism", self.parallelism, PARALLELISMS)
-        remat.policy(self.remat)   # WorkloadError naming the valid policies
+        self.remat_policy()   # WorkloadError naming the valid policies or names
+
+    def remat_policy(self) -> remat.Remat:
+        return remat.policy(self.remat, self.remat_save, self.remat_offload)
 
 
 def _preset(name: str, **run) -> TrainConfig:
@@ -77,7 +82,7 @@ PRESETS: dict[str, TrainConfig] = {
 def loss_fn(params, inputs_BT, targets_BT, cfg: TrainConfig, sh: Sharder):
     """Mean next-token cross-entropy (fp32 log-softmax over the vocab)."""
     logits_BTV = model.forward(params, inputs_BT, dims_of(cfg), sh, jnp.dtype(cfg.param_dtype),
-                               cfg.scan_layers, cfg.remat).astype(jnp.float32)
+                               cfg.scan_layers, cfg.remat_policy()).astype(jnp.float32)
     logp_BTV = jax.nn.log_softmax(logits_BTV, axis=-1)
     picked_BT = jnp.take_along_axis(logp_BTV, targets_BT[..., None], axis=-1)[..., 0]
     return -jnp.mean(picked_BT)
