@@ -176,4 +176,5 @@ WORKLOAD = Workload(
     book=book.train,
     # training.md: remat trades FLOPs for activation memory
     memory_knobs={**smaller("B", "T"), "remat": "--set remat=full"},
+    remat_order=tuple(remat.POLICIES),   # MaxText's order: least recomputation first
 )
