@@ -42,7 +42,11 @@ COLLECTIVE_OPCODES: dict[str, str] = {
 
 # XLA's async pairs, -start -> -done, doing their work once: priced from the -start's description
 # (a -done alone is free), on the half the trace times (harness.hlo.cost: GPU -start, TPU -done).
+# The TPU compiler also runs slices asynchronously (a layer's saved activations written to and
+# read back from host memory under an offload remat policy: harness.hlo.desc).
+ASYNC_SLICES = ("slice", "dynamic-slice", "dynamic-update-slice")
 ASYNC_PAIRS: dict[str, str] = {**{f"{c}-start": f"{c}-done" for c in COLLECTIVE_OPCODES},
+                               **{f"{s}-start": f"{s}-done" for s in ASYNC_SLICES},
                                "copy-start": "copy-done", "send": "send-done", "recv": "recv-done",
                                "async-start": "async-done", "fusion-start": "fusion-done"}
 
@@ -168,13 +172,16 @@ def _convolution(op: OpDesc) -> Cost:
     return Cost(flops=2 * out.elements * per_output, hbm_bytes=_io_bytes(op), notes=notes)
 
 
-# --- fused attention (cuDNN flash-attention custom calls) ---------------------------------------
+# --- fused attention (cuDNN flash-attention calls, Pallas splash kernels) ----------------------
 # The HLO layer describes a ``__cudnn$fmha*`` custom call as one of these pseudo-opcodes, with
 # operands (Q, K, V, ...) and ``rhs_batch``/``rhs_contracting`` naming K's batch/head and head-dim
 # dims (the rest of K is the key length S). Forward: QK^T and PV are 2·B·T·S·N·H FLOPs each
 # (roofline.md's 2 x every distinct dim), 4·B·T·S·N·H; a causal mask skips half (the convention
 # of FlashAttention's FLOP counts; exactly (S+1)/2S when T = S). Backward: 2.5x the forward
 # (five T x S matmuls to the forward's two, recomputing QK^T: FlashAttention-2's accounting).
+# A backward split in two kernels (Pallas splash attention on TPU) recomputes the scores in each:
+# dQ runs QK^T, dO·V^T and dS·K (3 matmuls, 1.5x the forward's two); dK/dV runs QK^T, P^T·dO,
+# dO·V^T and dS^T·Q (4 matmuls, 2x): 3.5x the forward between them.
 # Bytes: every operand read (Q, K, V; dO, O and the softmax statistics backward) and every result
 # written once (O, or dQ, dK, dV); the T x S scores never reach HBM (profiling.md: inside a
 # fusion values stay on chip).
@@ -183,6 +190,10 @@ FUSED_ATTENTION: dict[str, tuple[float, float]] = {   # pseudo-opcode: (x forwar
     "fused-attention-causal": (1.0, 0.5),
     "fused-attention-backward": (2.5, 1.0),
     "fused-attention-backward-causal": (2.5, 0.5),
+    "fused-attention-dq": (1.5, 1.0),
+    "fused-attention-dq-causal": (1.5, 0.5),
+    "fused-attention-dkv": (2.0, 1.0),
+    "fused-attention-dkv-causal": (2.0, 0.5),
 }
 
 

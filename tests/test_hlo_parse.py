@@ -160,6 +160,37 @@ def test_bare_names_without_percent_signs():
     assert m.entry.root.name == "r"
 
 
+# A Pallas TPU kernel as libtpu prints it: its kernel_metadata's JSON on lines of its own
+# (splash attention's block sizes; tests/fixtures/tpu/splash_llama_train has the real ones).
+MULTI_LINE = "\n".join([
+    "HloModule m, entry_computation_layout={(bf16[4,128]{1,0})->bf16[4,128]{1,0}}",
+    "",
+    "ENTRY %main (q: bf16[4,128]) -> bf16[4,128] {",
+    "  %q = bf16[4,128]{1,0} parameter(0)",
+    "  %splash_mha_fwd_no_residuals.1 = bf16[4,128]{1,0} custom-call(%q), "
+    'custom_call_target="tpu_custom_call", frontend_attributes={kernel_metadata={',
+    '"xprof_metadata":"{\\"block_q\\": 512, \\"q_layout\\": 1}"',
+    '}}, metadata={op_name="jit(f)/pallas_call"}',
+    "  ROOT %copy = bf16[4,128]{1,0} copy(%splash_mha_fwd_no_residuals.1)",
+    "}",
+    ""])
+
+
+def test_an_instruction_over_several_lines_is_one_instruction():
+    m = hlo.parse_module(MULTI_LINE)
+    call = m.entry.by_name["splash_mha_fwd_no_residuals.1"]
+    assert call.attrs["custom_call_target"] == "tpu_custom_call"
+    assert '\\"block_q\\": 512' in str(call.attrs["frontend_attributes"])
+    assert call.op_name == "jit(f)/pallas_call" and call.line == 5
+    assert m.entry.root.operand_names == ("splash_mha_fwd_no_residuals.1",)
+
+
+def test_an_instruction_that_never_closes_names_its_first_line():
+    text = MULTI_LINE.replace("}}, metadata", "}, metadata")
+    with pytest.raises(hlo.HloParseError, match=r"^line 5: "):
+        hlo.parse_module(text)
+
+
 # --- replica groups, directly ----------------------------------------------------------------
 @pytest.mark.parametrize("text, size, groups", [
     ("{{0,1},{2,3}}", 2, ((0, 1), (2, 3))),

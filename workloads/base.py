@@ -61,7 +61,9 @@ class Workload:
     ``book(cfg, mesh, chip) -> predictions.step.Analytic`` the book's FLOPs and step time;
     ``figures(cfg, mesh) -> SweepFigures`` its sweep summary figures (None: it has no book
     model, no figures of its own); ``memory_knobs`` config field -> how to turn it to need less
-    memory, named in an out-of-memory message.
+    memory, named in an out-of-memory message; ``remat_order`` its ``remat`` policies from the
+    least recomputation to the most (``predict-hlo`` picks the first that fits when none is
+    given).
     """
 
     name: str
@@ -77,6 +79,7 @@ class Workload:
     book: Callable[[Any, Any, Any], Analytic] | None = None
     figures: Callable[[Any, Any], SweepFigures] | None = None
     memory_knobs: Mapping[str, str] = field(default_factory=dict)
+    remat_order: tuple[str, ...] = ()
 
     def stored_config(self, values: Mapping[str, Any]) -> Any:
         """The config a run stored as ``values`` (``config_dict``, in its meta.json)."""

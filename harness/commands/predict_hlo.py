@@ -10,12 +10,13 @@ with its exposed communication and critical path beside the per-op sum and the b
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 from harness import schema
 from harness.calibrate.cache import cache_root
-from harness.commands import count
+from harness.commands import count, remat_choice
 from harness.commands.run import parse_sets
 from harness.errors import HarnessError
 from harness.hlo import cross_check, parse_module
@@ -146,6 +147,14 @@ def main(args) -> int:
     sizes = parse_shape(args.mesh)
     mesh = SimpleNamespace(shape=dict(zip(wl.mesh_axes, sizes)))
     keys, notes = plan([c.name for c in chips], args.compiler, tpu.libtpu_available())
+    tpu_key = next((k for k in keys.values() if k != CPU), None)
+    if remat_choice.wanted(wl, overrides, tpu_key):  # no remat given: the fastest that fits
+        overrides, note = remat_choice.choose(
+            wl, args.preset, overrides, args.mesh, tpu_key,
+            None if args.no_cache else aot_cache_dir(),
+            lambda line: print(line, file=sys.stderr, flush=True))
+        notes.append(note)
+        cfg = workloads.make_config(args.workload, args.preset, overrides)
     compiles = _compile_all(args, overrides, keys, args.compiler)
     results = []
     for chip in chips:

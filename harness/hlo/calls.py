@@ -17,7 +17,14 @@ import re
 from collections.abc import Callable
 
 from harness.hlo import conv, tpu
-from harness.hlo.fmha import TE_ATTENTION, fmha_desc, is_fmha, te_attention_desc
+from harness.hlo.fmha import (
+    TE_ATTENTION,
+    fmha_desc,
+    is_fmha,
+    splash_desc,
+    splash_phase,
+    te_attention_desc,
+)
 from harness.hlo.ir import Instruction
 from predictions.rules import OpDesc, Shape
 
@@ -116,13 +123,17 @@ def _dnn_conv(instr: Instruction) -> OpDesc | str:
 def _pallas_tpu(instr: Instruction) -> OpDesc | str:
     """A Pallas/Mosaic TPU kernel: its FLOPs are in its code; priced by the ``cost_estimate``
     the author gave ``pallas_call`` (jax writes it into ``custom_call_config``; the compiled HLO
-    keeps it, its numbers as strings), when given."""
+    keeps it, its numbers as strings), when given; else, for a kernel whose work its shapes
+    tell (splash attention: ``harness.hlo.fmha.splash_desc``), from its shapes."""
     config = instr.backend_config().get("custom_call_config")
     est = config.get("cost_estimate") if isinstance(config, dict) else None
     if isinstance(est, dict) and {"flops", "bytes_accessed"} <= set(est):
         return OpDesc("kernel-estimate", _results(instr), _operands(instr),
                       estimate=(float(est["flops"]), float(est["bytes_accessed"])))
     name = kernel_name(instr)
+    phase = splash_phase(instr, name)
+    if phase is not None:
+        return splash_desc(instr, phase)
     return (f"custom call tpu_custom_call{f' ({name})' if name else ''}: a Pallas/Mosaic kernel "
             f"without a cost_estimate; its work is in its code, not in its shapes")
 

@@ -5,8 +5,10 @@ Rules, in order (kept simple on purpose; the registries below are the whole stor
 1. A plain instruction takes its opcode's category from ``OPCODE_CATEGORY`` (``other`` when
    absent): ``predictions.rules.CATEGORY`` plus the opcodes only the HLO layer sees. Async
    ``-start``/``-done`` pairs take the category of what they wrap.
-2. A custom call takes the first ``CUSTOM_CALL_CATEGORY`` entry whose key occurs in its target
-   (``__cublas$gemm`` -> matmul, ``__cudnn$fmha...`` -> attention), else ``other``.
+2. A custom call takes the category of the rule that prices it (``harness.hlo.calls``: a
+   GEMM is a matmul, a splash attention kernel attention) when that is not ``other``; else the
+   first ``CUSTOM_CALL_CATEGORY`` entry whose key occurs in its target (``__cublas$gemm`` ->
+   matmul, ``__cudnn$fmha...`` -> attention), else ``other``.
 3. A fusion, custom call or dot whose metadata ``op_name`` mentions one of ``ATTENTION_WORDS``
    is ``attention`` (the LLaMA workloads name their attention scope ``attention``); so is a
    fusion containing both a dot and an ``exponential``.
@@ -19,7 +21,7 @@ Rules, in order (kept simple on purpose; the registries below are the whole stor
 from __future__ import annotations
 
 from harness import schema
-from harness.hlo import tpu
+from harness.hlo import calls, tpu
 from harness.hlo.ir import Instruction, Module
 from harness.hlo.walk import fused_instructions
 from predictions import rules
@@ -33,6 +35,7 @@ OPCODE_CATEGORY: dict[str, str] = {
     **{op: COLLECTIVE for c in rules.COLLECTIVE_OPCODES for op in (c, f"{c}-start", f"{c}-done")},
     **{op: COLLECTIVE for op in ("send", "recv", "send-done", "recv-done")},
     **{op: COPY for op in ("copy-start", "copy-done", "bitcast-convert", "reshape")},
+    **{f"{s}{a}": COPY for s in rules.ASYNC_SLICES for a in ("-start", "-done")},
     "ragged-dot": MATMUL,
 }
 
@@ -56,6 +59,9 @@ def _mentions_attention(instr: Instruction) -> bool:
 
 
 def _custom_call(instr: Instruction) -> str:
+    by_rule = rules.category(calls.to_desc(instr).opcode)   # a splash kernel: fused attention
+    if by_rule != OTHER:
+        return by_rule
     target = str(instr.attrs.get("custom_call_target", "")).lower()
     return next((cat for key, cat in CUSTOM_CALL_CATEGORY.items() if key in target), OTHER)
 

@@ -13,7 +13,7 @@ from harness.hlo import calls, conv, spaces
 from harness.hlo.attrs import HloParseError
 from harness.hlo.ir import Computation, Instruction, Module
 from harness.hlo.walk import async_done
-from predictions.rules import COLLECTIVE_OPCODES, ELEMENTWISE, OpDesc, Shape
+from predictions.rules import ASYNC_SLICES, COLLECTIVE_OPCODES, ELEMENTWISE, OpDesc, Shape
 
 # Operations XLA splits into an async ``<kind>-start`` / ``<kind>-done`` pair.
 ASYNC_KINDS = (*COLLECTIVE_OPCODES, "copy", "fusion")
@@ -89,6 +89,16 @@ def _async_collective(instr: Instruction, module: Module) -> OpDesc:
     results = done.shapes if done is not None else instr.shapes[-1:]
     return OpDesc(instr.opcode.removesuffix("-start"), results, operand_leaves(instr),
                   group_axes=_group_axes(instr, module))
+
+
+def _async_slice(instr: Instruction, module: Module) -> OpDesc:
+    """``slice-start``, ``dynamic-slice-start``, ``dynamic-update-slice-start`` (libtpu moving a
+    saved activation to or from host memory, a layer at a time) -> the synchronous op's desc:
+    operands as printed (the buffer, the update, the indices), the result what the ``-done``
+    returns (the start's result tuple holds the operands, the result and a context)."""
+    done = async_done(module, instr)
+    results = done.shapes if done is not None else instr.shapes[-2:-1]
+    return OpDesc(instr.opcode.removesuffix("-start"), tuple(results), operand_leaves(instr))
 
 
 def _async_start(instr: Instruction, module: Module) -> OpDesc:
@@ -253,6 +263,7 @@ def _fusion_results(instr: Instruction, module: Module) -> tuple[Shape, ...]:
 
 DESC_BUILDERS: dict[str, Callable[[Instruction, Module], OpDesc]] = {
     **{f"{c}-start": _async_collective for c in ASYNC_KINDS},
+    **{f"{s}-start": _async_slice for s in ASYNC_SLICES},
     "async-start": _async_start,
     "convolution": _convolution,
     "custom-call": _custom_call,

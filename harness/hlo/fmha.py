@@ -14,9 +14,20 @@ hands the kernel: ``input_batch`` B, ``q_max_seqlen`` T, ``kv_max_seqlen`` S, ``
 ``head_dim`` H, ``mask_type`` (``NVTE_Mask_Type``) and ``qkv_layout`` (``NVTE_QKV_Layout``);
 ``backend_config={attn_heads = 16 : i64, ...}`` in the HLO text. The rule that prices both kinds
 is ``predictions.rules.FUSED_ATTENTION``.
+
+Pallas splash attention on TPU (``jax.experimental.pallas.ops.tpu.splash_attention``, what
+MaxText and ``workloads.llama.splash`` run) compiles to ``tpu_custom_call``s named after the
+kernel: ``splash_{mha,mqa}_{fwd,dq,dkv}[_segmented]_{residuals,no_residuals}`` (the instruction's
+name, and its ``op_name``). jax gives them no ``cost_estimate``; their operands are the scalar
+block tables (integers), then Q [..., N, T, H], K and V [..., K, S, H] ([..., S, H] for MQA; the
+leading dims are a ``vmap``-ed batch), then the residuals. ``splash_desc`` reads B, T, S, N, H
+from Q and K. The mask lives in those block tables, constants the compiled HLO threads through
+its loops, so a splash call is costed as causal (half the blocks: the mask MaxText's and our
+LLaMA build); for another mask that is a lower bound on its FLOPs.
 """
 from __future__ import annotations
 
+import math
 import re
 
 from harness.hlo.ir import Instruction
@@ -97,3 +108,34 @@ def te_attention_desc(instr: Instruction) -> OpDesc | str:
     results = instr.shapes[:-1] if len(instr.shapes) > 1 else instr.shapes   # the workspace
     return OpDesc(opcode, tuple(results), operands,
                   attention=tuple(a[k] for k in TE_SIZES))  # (B, T, S, N, H)
+
+
+SPLASH = re.compile(r"splash_(mha|mqa)_(fwd|dq|dkv)(_segmented)?_(no_)?residuals")
+_SPLASH_OPCODE = {"fwd": "fused-attention-causal", "dq": "fused-attention-dq-causal",
+                  "dkv": "fused-attention-dkv-causal"}
+_FLOATS = frozenset({"bf16", "f16", "f32", "f64", "f8e4m3fn", "f8e5m2"})
+_SEQ_MINOR = re.compile(r'q_layout\\*"?:\s*2')  # QKVLayout.SEQ_MINOR in the kernel's xprof_metadata
+
+
+def splash_phase(instr: Instruction, op_name: str) -> str | None:
+    """"fwd" | "dq" | "dkv" for a splash attention kernel (by its name or op_name), else None."""
+    m = SPLASH.search(instr.name) or SPLASH.search(op_name)
+    return m.group(2) if m else None
+
+
+def splash_desc(instr: Instruction, phase: str) -> OpDesc | str:
+    """The desc of one splash kernel: forward, dQ or dK/dV (with dQ too when the backward is
+    fused: a third result as large as K), causal; every operand and result counted once."""
+    operands = tuple(s for leaves in instr.operand_shapes for s in leaves)
+    qkv = [s for s in operands if s.dtype in _FLOATS][:3]
+    if len(qkv) < 3 or len(qkv[0].dims) < 3:
+        return f"custom call tpu_custom_call ({instr.name}): no Q, K, V among its operands"
+    q, k = qkv[0], qkv[1]
+    seq_minor = bool(_SEQ_MINOR.search(str(instr.attrs.get("frontend_attributes", ""))))
+    *batch, N, T, H = (*q.dims[:-2], q.dims[-1], q.dims[-2]) if seq_minor else q.dims
+    S = k.dims[-1] if seq_minor else k.dims[-2]
+    as_large_as_k = sum(r.elements >= k.elements for r in instr.shapes)
+    opcode = ("fused-attention-backward-causal" if phase == "dkv" and as_large_as_k > 2
+              else _SPLASH_OPCODE[phase])
+    return OpDesc(opcode, tuple(instr.shapes), operands,
+                  attention=(math.prod(batch), T, S, N, H))

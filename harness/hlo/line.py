@@ -104,7 +104,8 @@ def _operand_names(text: str, lineno: int) -> tuple[str, ...]:
     return names
 
 
-def _balanced(s: str) -> bool:
+def balanced(s: str) -> bool:
+    """Brackets and quotes close (escaped quotes inside strings allowed)."""
     if '"' in s:
         s = _STRING_RE.sub("", s)
         if '"' in s:
@@ -122,7 +123,7 @@ def _split_attrs(text: str, lineno: int) -> list[str]:
         acc.append(piece)
         dirty = dirty or '"' in piece
         if dirty:
-            done = _balanced(", ".join(acc))
+            done = balanced(", ".join(acc))
         else:
             depth += (piece.count("{") + piece.count("(") + piece.count("[")
                       - piece.count("}") - piece.count(")") - piece.count("]"))

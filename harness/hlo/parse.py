@@ -24,7 +24,7 @@ import re
 from harness.hlo import attrs as hlo_attrs
 from harness.hlo.attrs import HloParseError
 from harness.hlo.ir import Computation, Instruction, Module
-from harness.hlo.line import err, parse_instruction
+from harness.hlo.line import balanced, err, parse_instruction
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,12 @@ def _resolve(module: Module) -> None:
                                                "computation in this module")
 
 
+def _unclosed(text: str, lineno: int, comp_name: str) -> None:
+    """An instruction whose brackets or quotes never close: its own parse error, or this one."""
+    parse_instruction(text, lineno, comp_name)
+    raise err(lineno, "unbalanced brackets or quotes in an instruction", text[:200])
+
+
 def parse_module(text: str) -> Module:
     """Parse a whole module; raises :class:`HloParseError` on malformed or truncated text."""
     if not isinstance(text, str):
@@ -82,15 +88,28 @@ def parse_module(text: str) -> Module:
     entry: Computation | None = None
     comp: Computation | None = None
     in_block = False
-    lineno = 0
+    lineno, pending, first = 0, "", 0
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if comp is not None:
+            # an instruction may span lines: a Pallas kernel's frontend_attributes hold
+            # ``kernel_metadata={`` and its JSON on lines of their own
+            if pending:
+                if line == "}" or line.startswith(("%", "ROOT")):  # it never closed
+                    _unclosed(pending, first, comp.name)
+                pending = f"{pending} {line}"
+                if not balanced(pending):
+                    continue
+                line, pending = pending, ""
+            elif line.startswith(("%", "ROOT")) and not balanced(line):
+                pending, first = line, lineno
+                continue
             if line == "}":
                 _close(comp, lineno)
                 comp = None
             elif line and not line.startswith("//"):
-                instr = parse_instruction(line, lineno, comp.name)
+                instr = parse_instruction(line, first or lineno, comp.name)
+                first = 0
                 if instr.name in comp.by_name:
                     raise err(lineno, f"%{instr.name} is defined twice in {comp.name}")
                 comp.instructions.append(instr)
@@ -130,6 +149,8 @@ def parse_module(text: str) -> Module:
             if entry is not None:
                 raise err(lineno, f"second ENTRY computation {comp.name} (first: {entry.name})")
             entry = comp
+    if pending:
+        _unclosed(pending, first, comp.name if comp else "")
     if comp is not None:
         raise err(lineno, f"expected '}}' closing computation {comp.name} "
                            f"(opened on line {comp.line}); the text looks truncated")

@@ -27,6 +27,9 @@ CUSTOM_CALL_AS: dict[str, str] = {
     "AsyncCollectiveDone": "bitcast",            # which is costed itself; the done only waits
     "AssumeGatherIndicesInBound": "bitcast",     # an assertion on gather indices, no work
     "GatherScatterIndicesBitpacked": "copy",     # packs gather indices: reads, writes them
+    # joins the results of async slices that were written side by side into one buffer (the
+    # splash kernels' Q, K, V split in halves): a new view, nothing moves
+    "ConcatBitcast": "bitcast",
 }
 START, DONE = "AsyncCollectiveStart", "AsyncCollectiveDone"
 COLLECTIVE_OPCODES = frozenset({"all-gather", "all-reduce", "reduce-scatter", "all-to-all",

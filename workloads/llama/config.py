@@ -28,14 +28,22 @@ class Dims:
     rope_theta: float = 500000.0  # LLaMA-3's RoPE base
     norm_eps: float = 1e-5
     # How attention is computed (not architecture; kept here so every workload has it):
-    # "fused" = jax.nn.dot_product_attention (cuDNN flash attention on GPU where it applies),
+    # "fused" = the backend's fused attention where it applies (Pallas splash attention on TPU,
+    # cuDNN flash attention on GPU), else jax.nn.dot_product_attention's XLA implementation;
     # "naive" = the hand-written einsum/softmax path (model.ATTENTION).
     attention: str = "fused"
+    # Splash attention's block and backward kernel on TPU (workloads.llama.splash.Blocks):
+    # MaxText's defaults; its tuned v6e recipes use 2048 and the fused backward kernel.
+    splash_block: int = 512
+    splash_fused_bwd: bool = False
 
     def check_dims(self) -> None:
         if self.attention not in ATTENTIONS:
             raise WorkloadError(f"unknown attention {self.attention!r}; valid: "
                                 f"{', '.join(ATTENTIONS)}")
+        if self.splash_block < 128 or self.splash_block % 128:
+            raise WorkloadError(f"splash_block must be a positive multiple of 128 (the TPU's "
+                                f"lanes), got {self.splash_block}")
         for name in ("L", "D", "F", "N", "K", "H", "V"):
             if getattr(self, name) < 1:
                 raise WorkloadError(f"{name} must be positive, got {getattr(self, name)}")

@@ -4,8 +4,9 @@ analytic side of the harness's memory check (which reads XLA's ``memory_analysis
 Formulas from the book through ``predictions.transformer`` (`transformers.md`, reference §5):
 P = ``param_count``; AdamW state is two moments per parameter (`training.md`: bf16 weights +
 fp32 moments = 10 bytes/param, plus the gradient); activations kept for the backward pass are
-``activation_bytes`` under the remat policy (none: ~20 width-D tensors per layer and token,
-full: the layer input, dots: the matmul outputs); the KV cache is ``kv_cache_bytes`` per token.
+the widths the remat policy keeps in HBM (``workloads.llama.remat``: none, ~20 width-D
+tensors per layer and token; full, the layer input; the others, the layer input and the
+projection outputs they save); the KV cache is ``kv_cache_bytes`` per token.
 Each term is divided by the mesh axes that split it (``workloads.llama.sharding``: weights over
 the FSDP and model axes, activations and the cache over the batch axes, and over the model axes
 where heads, F or V are split). Transients of a single layer (one layer's MLP activations, the
@@ -19,9 +20,6 @@ from predictions import transformer
 from workloads.llama.config import book_model
 from workloads.llama.sharding import PARALLELISMS, Layout
 from workloads.mesh import AnyMesh, axis_size
-
-# Our remat field -> the book's checkpoint policies (predictions.transformer.CHECKPOINT_POLICIES).
-REMAT_POLICY = {"none": "none", "full": "block", "dots": "matmuls"}
 
 
 def _nbytes(dtype: str) -> int:
@@ -54,8 +52,8 @@ def train_bytes(cfg, mesh: AnyMesh | None = None) -> dict[str, float]:
         "parameters": P * act / w,
         "gradients": P * act / w,
         "optimizer": 2 * P * _nbytes(cfg.opt_dtype) / w,
-        "activations": transformer.activation_bytes(model, tokens, REMAT_POLICY[cfg.remat],
-                                                    act) / m,
+        # transformers.md: checkpoint bytes = bytes · tokens · L · Σ(saved widths)
+        "activations": act * tokens * cfg.L * cfg.remat_policy().hbm_width(cfg) / m,
         "logits": 2 * tokens * cfg.V * 4 / m,
         "transients": layer + _attention_scores(cfg, tokens, cfg.T) / m,
     }

@@ -20,7 +20,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from workloads.llama import remat as remat_policies
+from workloads.llama import splash
 from workloads.llama.config import Dims
+from workloads.llama.remat import name
 from workloads.llama.sharding import LAYER_KEYS, SCALE_DIMS, Sharder, letters
 
 log = logging.getLogger(__name__)
@@ -135,12 +138,12 @@ def rope(x_BTnH, pos_BT, theta: float):
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).astype(x_BTnH.dtype)
 
 
-def naive_attention(q_BTNH, k_BSKH, v_BSKH, q_pos_BT, sh: Sharder):
+def naive_attention(q_BTNH, k_BSKH, v_BSKH, q_pos_BT, sh: Sharder, blocks=None):
     """The hand-written grouped-query attention: query head n uses KV head n // G.
 
     Key s is visible to query t iff s <= q_pos[t] (with ``q_pos_BT=None`` the T queries sit at
     positions [0, T) over their own T keys: causal). Scores [B, K, G, T, S] are materialised in
-    fp32, masked with -inf and softmaxed.
+    fp32, masked with -inf and softmaxed (no kernel blocks: ``blocks`` is unused).
     """
     B, T, N, H = q_BTNH.shape
     S, K = k_BSKH.shape[1], k_BSKH.shape[2]
@@ -153,7 +156,7 @@ def naive_attention(q_BTNH, k_BSKH, v_BSKH, q_pos_BT, sh: Sharder):
     s_BKGTS = jnp.where(visible_BTS[:, None, None], s_BKGTS, -jnp.inf)
     p = jax.nn.softmax(s_BKGTS, axis=-1).astype(v_BSKH.dtype)
     o = jnp.einsum("bkgts,bskh->btkgh", p, v_BSKH)
-    return o.reshape(B, T, N, H)
+    return name(o.reshape(B, T, N, H), splash.CONTEXT)
 
 
 def _platform(sh: Sharder) -> str:
@@ -163,61 +166,76 @@ def _platform(sh: Sharder) -> str:
     return jax.default_backend()
 
 
-def fused_implementation(q_BTNH, causal: bool, sh: Sharder) -> str:
-    """``"cudnn"`` (flash attention) on a GPU where cuDNN takes the shape: bf16/fp16, head dim a
-    multiple of 8 and at most 128, causal self-attention (training, prefill). ``"xla"``
-    elsewhere: CPU, TPU, and decode (one query over the cache is memory-bound, reference §7.2).
-    ``implementation=None`` would be XLA on every backend in jax 0.10, so this picks."""
+def fused_implementation(q_BTNH, causal: bool, sh: Sharder,
+                         blocks: splash.Blocks = splash.MAXTEXT) -> str:
+    """How ``fused_attention`` computes, per backend, as the field's best public code does:
+    ``"splash"`` (Pallas splash attention, ``workloads.llama.splash``, as MaxText runs it) on a
+    TPU for causal self-attention over 128 tokens or more, a multiple of 128; ``"cudnn"`` (flash
+    attention) on a GPU where cuDNN takes the shape: bf16/fp16, head dim a multiple of 8 and at
+    most 128, causal self-attention (training, prefill); ``"xla"`` elsewhere: CPU, and decode
+    (one query over the cache is memory-bound, reference §7.2). ``implementation=None`` would be
+    XLA on every backend in jax 0.10, so this picks."""
+    platform = _platform(sh)
+    if platform == "tpu" and splash.applies(q_BTNH, causal, blocks):
+        return "splash"
     H = q_BTNH.shape[-1]
     ok = q_BTNH.dtype in (jnp.bfloat16, jnp.float16) and H % 8 == 0 and H <= 128
-    return "cudnn" if causal and ok and _platform(sh) == "gpu" else "xla"
+    return "cudnn" if causal and ok and platform == "gpu" else "xla"
 
 
-def fused_attention(q_BTNH, k_BSKH, v_BSKH, q_pos_BT, sh: Sharder):
-    """``jax.nn.dot_product_attention``: K/V keep their K heads (GQA without repeating them),
-    causal by flag for ``q_pos_BT=None``, else a [B, 1, T, S] mask ``s <= q_pos[t]``."""
+def fused_attention(q_BTNH, k_BSKH, v_BSKH, q_pos_BT, sh: Sharder,
+                    blocks: splash.Blocks = splash.MAXTEXT):
+    """``jax.nn.dot_product_attention`` (splash attention on TPU, in ``blocks``): K/V keep their
+    K heads (GQA without repeating them), causal by flag for ``q_pos_BT=None``, else a
+    [B, 1, T, S] mask ``s <= q_pos[t]``."""
     causal = q_pos_BT is None
+    impl = fused_implementation(q_BTNH, causal, sh, blocks)
+    if impl == "splash":
+        return splash.attention(q_BTNH, k_BSKH, v_BSKH, sh, blocks)
     mask = None
     if not causal:
         S = k_BSKH.shape[1]
         mask = (jnp.arange(S)[None, None, :] <= q_pos_BT[:, :, None])[:, None]
-    impl = fused_implementation(q_BTNH, causal, sh)
     try:
-        return jax.nn.dot_product_attention(q_BTNH, k_BSKH, v_BSKH, mask=mask, is_causal=causal,
-                                            implementation=impl)
+        o = jax.nn.dot_product_attention(q_BTNH, k_BSKH, v_BSKH, mask=mask, is_causal=causal,
+                                         implementation=impl)
     except (ValueError, NotImplementedError, RuntimeError) as e:  # cuDNN refused the shape
         if impl == "xla":
             raise
         log.warning("cuDNN attention unavailable (%s); using XLA's", e)
-        return jax.nn.dot_product_attention(q_BTNH, k_BSKH, v_BSKH, mask=mask, is_causal=causal,
-                                            implementation="xla")
+        o = jax.nn.dot_product_attention(q_BTNH, k_BSKH, v_BSKH, mask=mask, is_causal=causal,
+                                         implementation="xla")
+    return name(o, splash.CONTEXT)   # splash names its own residuals so
 
 
 ATTENTION = {"fused": fused_attention, "naive": naive_attention}
 
 
-def attention(q_BTNH, k_BSKH, v_BSKH, q_pos_BT, sh: Sharder, impl: str = "fused"):
+def attention(q_BTNH, k_BSKH, v_BSKH, q_pos_BT, sh: Sharder, impl: str = "fused",
+              blocks: splash.Blocks = splash.MAXTEXT):
     """Grouped-query attention by ``impl`` (``ATTENTION``); ``q_pos_BT=None`` is causal
     self-attention, otherwise queries at positions ``q_pos_BT`` over S cache slots."""
     if sh.kv_repeat > 1:   # KV replicated past K-way: repeat heads so K' = K·r splits evenly
         k_BSKH = jnp.repeat(k_BSKH, sh.kv_repeat, axis=2)
         v_BSKH = jnp.repeat(v_BSKH, sh.kv_repeat, axis=2)
     with jax.named_scope("attention"):   # the report's attention category (harness.hlo)
-        return ATTENTION[impl](q_BTNH, k_BSKH, v_BSKH, q_pos_BT, sh)
+        return ATTENTION[impl](q_BTNH, k_BSKH, v_BSKH, q_pos_BT, sh, blocks)
 
 
 def mlp(h_BTD, w, sh: Sharder):
     """SwiGLU: W_out(silu(h W_gate) * h W_up) (`transformers.md`: gated MLP, 3DF params)."""
-    g_BTF = sh.act(project("btd,df->btf", h_BTD, w["w_gate_DF"]), "BTF")
-    u_BTF = sh.act(project("btd,df->btf", h_BTD, w["w_up_DF"]), "BTF")
-    return project("btf,fd->btd", jax.nn.silu(g_BTF) * u_BTF, w["w_down_FD"])
+    g_BTF = name(sh.act(project("btd,df->btf", h_BTD, w["w_gate_DF"]), "BTF"), "mlpwi_0")
+    u_BTF = name(sh.act(project("btd,df->btf", h_BTD, w["w_up_DF"]), "BTF"), "mlpwi_1")
+    return name(project("btf,fd->btd", jax.nn.silu(g_BTF) * u_BTF, w["w_down_FD"]), "mlpwo")
 
 
 def qkv(h_BTD, w, pos_BT, d: Dims, sh: Sharder):
     q = sh.act(project("btd,dnh->btnh", h_BTD, w["w_q_DNH"]), "BTNH")
     k = sh.act(project("btd,dkh->btkh", h_BTD, w["w_k_DKH"]), "BTKH")
     v = sh.act(project("btd,dkh->btkh", h_BTD, w["w_v_DKH"]), "BTKH")
-    return rope(q, pos_BT, d.rope_theta), rope(k, pos_BT, d.rope_theta), v
+    # named after RoPE, as MaxText names them (workloads.llama.remat)
+    return (name(rope(q, pos_BT, d.rope_theta), "query_proj"),
+            name(rope(k, pos_BT, d.rope_theta), "key_proj"), name(v, "value_proj"))
 
 
 def block(x_BTD, w, pos_BT, d: Dims, sh: Sharder, kv_fn=None):
@@ -230,9 +248,10 @@ def block(x_BTD, w, pos_BT, d: Dims, sh: Sharder, kv_fn=None):
     h = rms_norm(x_BTD, w["attn_norm_D"], d.norm_eps)
     q, k, v = qkv(h, w, pos_BT, d, sh)
     k_all, v_all, cached, extra = (k, v, False, None) if kv_fn is None else kv_fn(k, v)
-    o = attention(q, k_all, v_all, pos_BT if cached else None, sh, d.attention)
+    o = attention(q, k_all, v_all, pos_BT if cached else None, sh, d.attention,
+                  splash.Blocks(d.splash_block, d.splash_fused_bwd))
     o = sh.act(o, "BTNH")
-    x_BTD = sh.act(x_BTD + project("btnh,nhd->btd", o, w["w_o_NHD"]), "BTD")
+    x_BTD = sh.act(x_BTD + name(project("btnh,nhd->btd", o, w["w_o_NHD"]), "out_proj"), "BTD")
     h = rms_norm(x_BTD, w["mlp_norm_D"], d.norm_eps)
     return sh.act(x_BTD + mlp(h, w, sh), "BTD"), extra
 
@@ -246,18 +265,17 @@ def layer_at(layers: dict, i: int) -> dict:
     return jax.tree.map(lambda a: a[i], layers)
 
 
-# Rematerialisation policies for the layer body (`transformers.md`, reference §5.2).
-REMAT_POLICIES = {
-    "none": None,                                                   # keep every intermediate
-    "full": jax.checkpoint_policies.nothing_saveable,               # block remat: keep layer inputs
-    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,  # keep the big matmul outputs
-}
+def run_layers(body, x, xs, scan: bool, remat: remat_policies.Remat = remat_policies.NONE):
+    """``body(x, xs_l) -> (x, ys_l)`` over the stacked layers: ``lax.scan`` or an unrolled loop,
+    the body checkpointed by the ``remat`` policy (`transformers.md`, reference §5.2), its
+    input named ``decoder_layer_input`` (``workloads.llama.remat``)."""
+    if remat.checkpoint:
+        layer = body
 
+        def named(x, xs_l):
+            return layer(name(x, remat_policies.LAYER_INPUT), xs_l)
 
-def run_layers(body, x, xs, scan: bool, remat: str = "none"):
-    """``body(x, xs_l) -> (x, ys_l)`` over the stacked layers: ``lax.scan`` or an unrolled loop."""
-    if REMAT_POLICIES[remat] is not None:
-        body = jax.checkpoint(body, policy=REMAT_POLICIES[remat])
+        body = jax.checkpoint(named, policy=remat.jax_policy())
     if scan:
         return jax.lax.scan(body, x, xs)
     n = jax.tree.leaves(xs)[0].shape[0]
@@ -270,7 +288,7 @@ def run_layers(body, x, xs, scan: bool, remat: str = "none"):
 
 
 def forward(params, tokens_BT, d: Dims, sh: Sharder, dtype, scan: bool = True,
-            remat: str = "none"):
+            remat: remat_policies.Remat = remat_policies.NONE):
     """Logits [B, T, V] in ``dtype`` for a full causal pass over ``tokens_BT`` (training)."""
     B, T = tokens_BT.shape
     x = sh.act(embed(params["embed_VD"], tokens_BT).astype(dtype), "BTD")

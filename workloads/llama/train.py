@@ -11,7 +11,7 @@ and return bf16; GPUs and TPUs accumulate them in fp32 whatever the output type,
 ``preferred_element_type`` (an fp32 output would double the bytes written); attention scores and
 softmax are fp32. Optimizer state is sharded like the params (ZeRO-3 under FSDP). Arguments are
 not donated, so the harness can call ``fn(*args)`` repeatedly with the same inputs. Layers run
-under ``lax.scan`` (``scan_layers``) with the ``remat`` policy of ``model.REMAT_POLICIES``.
+under ``lax.scan`` (``scan_layers``) with the ``remat`` policy named (``workloads.llama.remat``).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from workloads.base import Workload, check_choice, smaller
-from workloads.llama import book, memory, model
+from workloads.llama import book, memory, model, remat
 from workloads.llama.config import MODEL_DIMS, Dims, dims_of, fix_dtypes
 from workloads.llama.sharding import PARALLELISMS, Sharder
 from workloads.mesh import AnyMesh, named, put
@@ -42,6 +42,8 @@ class TrainConfig(Dims):
     opt_dtype: str = "float32"
     parallelism: str = "fsdp_tp"
     remat: str = "none"
+    remat_save: str = ""       # remat=custom: checkpoint names kept in HBM, comma-separated
+    remat_offload: str = ""    # remat=custom: checkpoint names moved to host memory
     scan_layers: bool = True
     lr: float = 1e-3
     b1: float = 0.9
@@ -54,7 +56,10 @@ class TrainConfig(Dims):
         self.check_dims()
         fix_dtypes(self, "param_dtype", "opt_dtype")
         check_choice("parallelism", self.parallelism, PARALLELISMS)
-        check_choice("remat", self.remat, model.REMAT_POLICIES)
+        self.remat_policy()   # WorkloadError naming the valid policies or names
+
+    def remat_policy(self) -> remat.Remat:
+        return remat.policy(self.remat, self.remat_save, self.remat_offload)
 
 
 def _preset(name: str, **run) -> TrainConfig:
@@ -77,7 +82,7 @@ PRESETS: dict[str, TrainConfig] = {
 def loss_fn(params, inputs_BT, targets_BT, cfg: TrainConfig, sh: Sharder):
     """Mean next-token cross-entropy (fp32 log-softmax over the vocab)."""
     logits_BTV = model.forward(params, inputs_BT, dims_of(cfg), sh, jnp.dtype(cfg.param_dtype),
-                               cfg.scan_layers, cfg.remat).astype(jnp.float32)
+                               cfg.scan_layers, cfg.remat_policy()).astype(jnp.float32)
     logp_BTV = jax.nn.log_softmax(logits_BTV, axis=-1)
     picked_BT = jnp.take_along_axis(logp_BTV, targets_BT[..., None], axis=-1)[..., 0]
     return -jnp.mean(picked_BT)
@@ -171,4 +176,5 @@ WORKLOAD = Workload(
     book=book.train,
     # training.md: remat trades FLOPs for activation memory
     memory_knobs={**smaller("B", "T"), "remat": "--set remat=full"},
+    remat_order=tuple(remat.POLICIES),   # MaxText's order: least recomputation first
 )
