@@ -5,8 +5,9 @@ starts, so steps never overlap. The trace starts and stops once per capture and 
 events (``lean_profile_options``: Python tracer off, host tracer at level 1, which keeps the XLA
 ops). After the trace, as many steps again run untraced: ``meta["step_times_s"]`` holds their wall
 times, dispatch to outputs ready, on the host clock (``step_s`` is their median: a directly timed
-step, whatever tracing costs), ``meta["step_cpu_times_s"]`` the CPU time the process spent in each
-(every thread's: the work a CPU run did, whatever share of the host other processes left it), and
+step, whatever tracing costs), on CPU ``meta["step_cpu_times_s"]`` the CPU time the process spent
+in each (every thread's: the work a CPU run did, whatever share of the host other processes left
+it; on an accelerator it would be the host's dispatching and waiting, not the work), and
 ``meta["traced_step_times_s"]`` the traced steps' (their ratio is what tracing cost this run).
 The compiled HLO text and ``cost_analysis()`` are saved next to the trace (``module.hlo.txt``,
 ``capture.json``) so that later stages can cost the same program that ran; its ``fingerprint``
@@ -302,7 +303,7 @@ def capture(fn: Callable, args: Sequence, *, warmup: int = 2, steps: int = STEPS
         t0 = time.perf_counter()
         jax.profiler.stop_trace()
         stop_s = time.perf_counter() - t0
-    cpu_times: list[float] = []
+    cpu_times: list[float] | None = [] if jax.default_backend() == "cpu" else None
     step_times = run.times(steps, cpu_times)
     timing = {}
     if options:  # the executable traced is not the user's: time theirs too
@@ -312,7 +313,8 @@ def capture(fn: Callable, args: Sequence, *, warmup: int = 2, steps: int = STEPS
     meta.update({schema.PROGRAM: _module_name(hlo_text), schema.WARMUP: warmup,
                  schema.HLO_FINGERPRINTS: {_module_name(hlo_text): fingerprint(hlo_text)},
                  schema.STEPS: steps, schema.COMPILER_OPTIONS: options,
-                 schema.STEP_TIMES_S: step_times, schema.STEP_CPU_TIMES_S: cpu_times,
+                 schema.STEP_TIMES_S: step_times,
+                 **({schema.STEP_CPU_TIMES_S: cpu_times} if cpu_times is not None else {}),
                  schema.TRACED_STEP_TIMES_S: traced,
                  schema.TRACE_STOP_S: stop_s, **timing,
                  schema.MEMORY_NEEDED_BYTES: need, schema.MEMORY_CAPACITY_BYTES: have,
