@@ -42,6 +42,7 @@ from harness.devices import quiet_absent_tpu, set_host_device_count
 log = logging.getLogger(__name__)
 
 PREFIX = "harness_"
+BASELINES = pytest.StashKey[dict]()  # --harness-compare's runs, newest of each test
 TOP_OPS = 5  # ops listed in extra_info, slowest first
 
 
@@ -103,11 +104,15 @@ def pytest_addoption(parser) -> None:
                     help="virtual CPU devices (sets XLA_FLAGS; only before jax is imported)")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args) -> None:
+    quiet_absent_tpu()  # before a conftest can import jax, as the harness command does
+
+
 def pytest_configure(config) -> None:
     n = config.getoption("--harness-devices", default=None)
     if n:
         set_host_device_count(n)
-    quiet_absent_tpu()  # before jax loads, as the harness command does
 
 
 def _verdict(request, run):
@@ -120,10 +125,10 @@ def _verdict(request, run):
     from harness.runs import pairs, regress  # deferred
 
     config = request.config
-    if not hasattr(config, "_harness_baselines"):
-        config._harness_baselines = pairs.newest(
+    if BASELINES not in config.stash:  # read once per session
+        config.stash[BASELINES] = pairs.newest(
             pairs.load_all(config.getoption("--harness-compare")))
-    base = config._harness_baselines.get(pairs.key(run))
+    base = config.stash[BASELINES].get(pairs.key(run))
     if base is None:
         warnings.warn(f"harness: no baseline run of {pairs.key(run)} to compare with",
                       stacklevel=2)

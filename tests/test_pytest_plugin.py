@@ -135,3 +135,23 @@ def test_a_users_own_benchmark_as_a_nightly_job(pytester, tmp_path, monkeypatch,
     assert (pair["verdict"], pair["cause"]) == ("regression", "program")
     assert pair["program"]["flops_x"] == pytest.approx(8.0, rel=0.01)  # every device, all 8
     assert ET.parse(junit).getroot().get("failures") == "1"
+
+
+@pytest.mark.libtpu
+def test_the_plugin_keeps_an_installed_libtpu_quiet(pytester, monkeypatch, this_checkout):
+    from harness.devices import NO_TPU_ENV, PLATFORMS_ENV
+
+    for name in (*NO_TPU_ENV, PLATFORMS_ENV):  # as a fresh shell has them: unset
+        monkeypatch.delenv(name, raising=False)
+    pytester.makepyfile(test_q="""
+        def test_q():
+            import jax.numpy as jnp
+            assert float(jnp.ones(3).sum()) == 3.0
+    """)
+    quiet = pytester.runpytest_subprocess("-q", "-s", "-p", "no:cacheprovider", timeout=120)
+    quiet.assert_outcomes(passed=1)
+    loud = pytester.runpytest_subprocess("-q", "-s", "-p", "no:cacheprovider",
+                                         "-p", "no:harness.pytest_plugin", timeout=120)
+    loud.assert_outcomes(passed=1)
+    assert "TPU" in "\n".join(loud.outlines + loud.errlines)  # libtpu's start-up errors
+    assert "TPU" not in "\n".join(quiet.outlines + quiet.errlines)

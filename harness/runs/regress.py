@@ -197,7 +197,8 @@ def compare(a: Run, b: Run, rule: Rule = Rule()) -> Verdict:
                        f"{changed}{'faster' if faster else 'not slower beyond noise'}: "
                        f"{stats}; {seen}")
     mesh = b.meta.get(schema.MESH) if isinstance(b.meta.get(schema.MESH), dict) else None
-    there = "; " + changes.where(figs, ops, mesh) if len(ops) else ""
+    there = changes.where(figs, ops, mesh) if len(ops) else ""
+    there = f"; {there}" if there else ""
     if prog["more_work"]:
         return verdict(REGRESSION, PROGRAM, f"the program does more work: {prog['what']}; "
                                             f"{stats}{there}")
