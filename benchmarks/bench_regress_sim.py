@@ -117,8 +117,8 @@ def main(argv=None) -> int:
                                  np.random.default_rng(args.seed), rule).items():
         n = sum(counts.values())
         k = counts[regress.REGRESSION]
-        goal = (f"goal <= {GOAL_FALSE:.0%}" if name == "A/A" else
-                f"goal >= {GOAL_POWER:.0%}" if name.endswith("work") else "no goal")
+        goal = (f"goal <= {GOAL_FALSE:.0%}" if name == "A/A" else f"goal >= {GOAL_POWER:.0%}"
+                if name.endswith("work") and float(name.split()[1][:-1]) >= 1.5 else "no goal")
         rest = ", ".join(f"{v} {counts[v]}" for v in regress.VERDICTS[1:] if counts[v])
         print(f"  {name:16s} regression {ci(k, n)} [{goal}]; {rest}")
     print(f"  ({time.perf_counter() - t0:.0f} s)")

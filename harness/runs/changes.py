@@ -59,8 +59,8 @@ def program(a: Run, b: Run) -> dict:
     ratio = {c: wb[c] / wa[c] for c in WORK if wa[c] > 0 and wb[c] >= 0}
     moved = {c: x for c, x in ratio.items() if abs(x - 1) > SAME_WORK}
     ca, cb = wa["collectives"], wb["collectives"]
-    what = [", ".join(f"{x:.2g}x the {WORK[c]}" for c, x in moved.items()) + " per device"
-            ] if moved else []
+    what = [", ".join(f"{x:.2g}x the {WORK[c]}" if x > 0 else f"no {WORK[c]}"
+                      for c, x in moved.items()) + " per device"] if moved else []
     if ca != cb:
         what.append("collectives " + ", ".join(f"{k} {ca.get(k, 0)} -> {cb.get(k, 0)}"
                                                for k in sorted({*ca, *cb})

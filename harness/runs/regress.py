@@ -3,10 +3,10 @@
 What the runs measured: the wall step (``schema.STEP_TIMES_S``, the untraced steps' wall times);
 on CPU, the CPU time the process spent in each of them (``schema.STEP_CPU_TIMES_S``, every
 thread's: the work of a step, whatever share of the host other processes left it; on the busy
-2-core development host it moved 3.6% (sd) between runs of the same code while the wall step
-moved 37%); the host speed probe before and after the steps (``harness.calibrate.drift``: its
-FLOP/s, the host as other processes leave it, and its FLOPs per CPU second, the cores' own
-speed); and the program (``harness.runs.changes.program``).
+2-core development host it moved 3.9% (sd of the log) between runs of the same code while the
+wall step moved 35%); the host speed probe before and after the steps
+(``harness.calibrate.drift``: its FLOP/s, the host as other processes leave it, and its FLOPs
+per CPU second, the cores' own speed); and the program (``harness.runs.changes.program``).
 
 A change is the log ratio of two medians. Its noise is each median's standard error (1.2533 x
 the robust sigma of the log steps over root n) and the run-to-run term ``Rule.noise`` of each
@@ -63,7 +63,7 @@ class Rule:
     fail_on: tuple[tuple[str, float], ...] = (("step", 0.10),)
     alpha: float = 0.01  # one-sided level of each test
     host: float = 0.10   # the probe's speed moving more than this: a host that moved
-    noise: float = 0.05  # run-to-run sd of a log median step (CPU time: 0.036 measured)
+    noise: float = 0.05  # run-to-run sd of a log median step (CPU time: 0.039 measured)
 
     def __post_init__(self):
         for name, value in self.fail_on:
@@ -209,9 +209,10 @@ def compare(a: Run, b: Run, rule: Rule = Rule()) -> Verdict:
     cpu_run = str(b.meta.get(schema.DEVICE_KIND, "")).lower() == "cpu"
     if not busier and (math.isfinite(k) or (cpu_run and not steady)):
         return verdict(INCONCLUSIVE, HOST, f"{stats}: " + (
-            "the same CPU work per step, so other processes took more of the host or the "
-            "program waits longer" if math.isfinite(k) else "the host moved")
-            + f" ({seen}): rerun on a steady host to tell")
+            "the same CPU work per step: other processes took more of the host, or the program "
+            "waits longer (idle, exposed communication), which the wall step alone cannot tell"
+            if math.isfinite(k) else "the host moved, as much as the step can tell")
+            + f" ({seen})")
     lost = ", ".join(f"{'slower' if m == 'step' else 'less efficient'} by "
                      f"{math.expm1(max(x[m], k) if m == 'step' and busier else x[m]):.0%}"
                      for m in crossed) + (" (more CPU time per step)" if busier else "")
