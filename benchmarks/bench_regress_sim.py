@@ -1,46 +1,34 @@
 """How often ``harness compare`` cries wolf, and how often it catches a real slowdown.
 
-    python benchmarks/bench_regress_sim.py [RUN_OR_STEPS_PARQUET ...] [--comparisons N]
-                                           [--steps N [N ...]] [--history K [K ...]]
-                                           [--slowdown F [F ...]]
+    python benchmarks/bench_regress_sim.py [RUNS_JSON] [--comparisons N] [--slowdown F [F ...]]
 
-Draws pairs of synthetic runs with the noise of real stored runs of one workload (default:
-``benchmarks/data/llama_train_cpu/``, ten back-to-back ``harness run llama_train`` runs of 10
-steps on the 2-core development host, CPU ops timed as host shares, 430 ops each; the ops of
-their ops tables) and compares
-them with ``harness.runs.regress.compare_runs``:
+Draws pairs of synthetic runs from real ones and judges each with ``harness.runs.regress``
+(the verdict of ``harness compare``). The real runs (default ``benchmarks/data/regress_cpu.json``,
+written by ``bench_regress_real.py --export``): a user's MLP benchmark through the pytest
+fixture on the 2-core development host, shared with other jobs, half of them with a CPU load
+beside them; each keeps its wall and CPU time per step and its host speed probe.
 
-- A/A: nothing changed; a comparison that fails (``regressed``) is a false regression;
-- A/B: one op holding >= 5% of the step is 20% slower in the candidate; the comparison should
-  fail with that op flagged (power).
+A synthetic run is one real run with its steps drawn again with replacement (wall and CPU time
+of a step together) and its probe's repeats likewise, before and after apart. Each comparison
+takes two different real runs, at random:
 
-Noise model, in logs, from the K real runs of each op (``t[op, run, step]``): ``log t = mu[op] +
-drift[run] + offset[op, run] + residual[op, run, step]``: ``mu`` the op's mean log median over runs,
-``drift`` a run's median offset over ops (the host was busier), ``offset`` the op's own run-to-run
-deviation, ``residual`` the per-step deviation from its run's median. A synthetic run takes
-``drift`` from one real run, each op's ``offset`` from a real run drawn per op, and whole steps
-(every op's residuals at once, so a slow step slows all ops) from one real run, drawn with
-replacement. Deviations from a mean over K runs are scaled by sqrt(K / (K - 1)) so they keep the
-real spread; ``--noise-scale`` shrinks or grows them all. Also printed: the old rule (each op's own
-U test at 0.05, no correction) on the same comparisons.
+- A/A: as they are; a ``regression`` is a false alarm (goal <= 1%);
+- A/B, per slowdown F: the candidate's steps F times longer in wall and in CPU time (the same
+  program doing F times the work per step, on the same host): a ``regression`` is a catch
+  (goal >= 95% at 1.5x and 2x);
+- A/B "waits": F times longer in wall time only (the program waits longer, its CPU work
+  unchanged): caught only where the probe shows a steady host, else inconclusive.
 
-Pass other runs (run directories or steps.parquet files; at least 3) to measure another host:
-the figures are only as quiet as the runs they are drawn from. ``--steps 10 40 160`` draws runs of
-each length (steps resampled from the real ones, as if independent): how many steps a nightly job
-on this host needs for the power it wants. ``--history 1 9`` compares each candidate against one
-baseline and against nine drawn the same way (``harness compare`` with several baselines).
-``--slowdown 1.2 1.5 2`` measures the power at each slowdown on the same draws: the smallest a
-nightly job on this host catches with the power it wants. Also printed: what each A/A comparison
-said it could flag of the op the A/B then slows (``detectable``, ``harness.runs.detect``), and how
-often the A/B outcome was the one that figure foretold (flagged exactly when the slowdown reaches
-it).
+Pass another export to measure another host: the figures are only as quiet as its runs.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -49,72 +37,35 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness import schema
-from harness.runs import regress
-from harness.runs.run import STEPS_PARQUET, Run
+from harness import schema  # noqa: E402
+from harness.calibrate import drift  # noqa: E402
+from harness.runs import regress  # noqa: E402
+from harness.runs.run import Run  # noqa: E402
 
-DATA = ROOT / "benchmarks" / "data" / "llama_train_cpu"
-PROGRAM = "jit_train_step"
-SLOWDOWN, MIN_SHARE = 1.20, 0.05  # the A/B change: 20% on an op holding >= 5% of the step
-
-
-def load(paths: list[Path]) -> np.ndarray:
-    """log times as an array [run, op, step] over the ops and steps every run has."""
-    files = [p / STEPS_PARQUET if p.is_dir() else p for p in paths]
-    tables = [pd.read_parquet(f) for f in files]
-    if len(tables) < 3:
-        raise SystemExit(f"need at least 3 runs of one workload, got {len(tables)}")
-    ops = sorted(set.intersection(*(set(t[schema.OP]) for t in tables)))
-    steps = min(t[schema.STEP].nunique() for t in tables)
-    arrays = []
-    for t in tables:
-        w = t.pivot_table(index=schema.OP, columns=schema.STEP, values=schema.MEASURED_S,
-                          aggfunc="sum").loc[ops].iloc[:, :steps]
-        arrays.append(np.log(np.clip(w.to_numpy(float), 1e-9, None)))
-    return np.stack(arrays), ops
+DATA = ROOT / "benchmarks" / "data" / "regress_cpu.json"
+# the program the runs ran, the same in every synthetic run (its verdict is the step's)
+OPS = pd.DataFrame({schema.PROGRAM: ["jit_train_step"], schema.OP: ["fusion"],
+                    schema.MEASURED_S: [1e-3], schema.PREDICTED_S: [1e-3],
+                    schema.EFFICIENCY: [1.0]})
+GOAL_FALSE, GOAL_POWER = 0.01, 0.95
 
 
-class NoiseModel:
-    """The decomposition of the module docstring, and draws from it."""
+def draw(real: dict, rng: np.random.Generator, factor: float = 1.0, cpu: float = 1.0) -> Run:
+    """A synthetic run from one real run: steps and probe repeats drawn again with replacement;
+    wall step times x ``factor``, CPU times x ``cpu``."""
+    wall, cpus = (np.asarray(real[k], float) for k in (schema.STEP_TIMES_S,
+                                                       schema.STEP_CPU_TIMES_S))
+    i = rng.integers(len(wall), size=len(wall))
 
-    def __init__(self, log_t: np.ndarray, scale: float = 1.0):
-        k = log_t.shape[0]
-        med = np.median(log_t, axis=2)                     # [run, op]
-        self.mu = med.mean(axis=0)                         # [op]
-        dev = med - self.mu
-        c = scale * math.sqrt(k / (k - 1))
-        self.drift = np.median(dev, axis=1) * c            # [run]
-        self.offset = (dev - np.median(dev, axis=1, keepdims=True)) * c
-        self.residual = scale * (log_t - med[:, :, None])  # [run, op, step]
-        t = np.exp(self.mu)
-        self.share = t / t.sum()
+    def again(sides):
+        return [list(rng.choice(np.asarray(s, float), size=len(s))) for s in sides]
 
-    def draw(self, rng: np.random.Generator, steps: int) -> np.ndarray:
-        """One synthetic run's times [op, step] in seconds."""
-        k, n_ops, n_steps = self.residual.shape
-        runs = rng.integers(k, size=n_ops)
-        offset = self.offset[runs, np.arange(n_ops)]
-        source = rng.integers(k)
-        cols = rng.integers(n_steps, size=steps)
-        resid = self.residual[source][:, cols]
-        return np.exp(self.mu[:, None] + self.drift[rng.integers(k)] + offset[:, None] + resid)
-
-
-def stored(name: str, ops: list[str], t: np.ndarray) -> Run:
-    """An in-memory run (ops table of medians and the per-step table) for ``compare_runs``."""
-    n_ops, steps = t.shape
-    ops_df = pd.DataFrame({schema.PROGRAM: PROGRAM, schema.OP: ops,
-                           schema.MEASURED_S: np.median(t, axis=1)})
-    steps_df = pd.DataFrame({schema.PROGRAM: PROGRAM, schema.OP: np.repeat(ops, steps),
-                             schema.STEP: np.tile(np.arange(steps), n_ops),
-                             schema.MEASURED_S: t.ravel()})
-    return Run(path=Path(name), meta={}, ops=ops_df, steps=steps_df)
-
-
-def old_rule(v: regress.Verdicts, rule: regress.Rule) -> bool:
-    """The rule before Benjamini-Hochberg: any material op beyond the threshold at p <= 0.05."""
-    o = v.ops
-    return bool(((o[schema.CHANGE] > rule.threshold) & (o[schema.P_VALUE] <= rule.alpha)).any())
+    meta = {schema.TEST: "test_user_model.py::test_mlp",
+            schema.STEP_TIMES_S: list(wall[i] * factor),
+            schema.STEP_CPU_TIMES_S: list(cpus[i] * cpu),
+            drift.HOST_DRIFT: {drift.RATES: again(real[drift.RATES]),
+                               drift.CPU_RATES: again(real[drift.CPU_RATES])}}
+    return Run(meta=meta, ops=OPS)
 
 
 def ci(k: int, n: int) -> str:
@@ -125,77 +76,52 @@ def ci(k: int, n: int) -> str:
     return f"{p:6.1%} ({k}/{n}; 95% CI {max(0, c - h):.1%}-{min(1, c + h):.1%})"
 
 
-def simulate(model: NoiseModel, ops: list[str], big: np.ndarray, steps: int, n: int,
-             rng: np.random.Generator, history: int = 1,
-             slowdowns: tuple[float, ...] = (SLOWDOWN,)) -> None:
-    """``n`` A/A and ``n`` A/B comparisons per slowdown (the same op of the same draw slowed by
-    each) of runs of ``steps`` steps against ``history`` baseline runs each; prints the rates."""
-    rule = regress.Rule()
-    false_new = false_old = inconclusive = 0
-    caught = dict.fromkeys(slowdowns, 0)
-    predicted = dict.fromkeys(slowdowns, 0)  # A/B outcomes the A/A detectable figure foretold
-    figures = []
-    t0 = time.perf_counter()
+def simulate(runs: list[dict], n: int, slowdowns: list[float], rng, rule: regress.Rule) -> dict:
+    """Verdict counts of ``n`` A/A comparisons and, on the same draws, the A/B ones."""
+    seen: dict[str, Counter] = {"A/A": Counter()}
     for _ in range(n):
-        a = [stored(f"A{i}", ops, model.draw(rng, steps)) for i in range(history)]
-        b = model.draw(rng, steps)
-        v = regress.compare_runs(a, stored("B", ops, b))
-        false_new += v.regressed
-        false_old += history == 1 and old_rule(v, rule)
-        inconclusive += v.counts()[regress.INCONCLUSIVE] > 0
-        j = rng.choice(big)
-        d = float(v.ops.set_index(schema.OP).loc[ops[j], schema.DETECTABLE])
-        figures.append(d)
+        j, k = rng.choice(len(runs), size=2, replace=False)
+        a, b = draw(runs[j], rng), draw(runs[k], rng)
+        seen["A/A"][regress.compare(a, b, rule).verdict] += 1
         for f in slowdowns:
-            slower = b.copy()
-            slower[j] *= f
-            v = regress.compare_runs(a, stored("B", ops, slower))
-            hit = v.regressed and ops[j] in set(v.regressions[schema.OP])
-            caught[f] += hit
-            predicted[f] += hit == (f - 1 >= d)
-    print(f"{steps} steps per run, {history} baseline run(s) per comparison:")
-    print(f"  A/A false regressions (goal <= 1%):     {ci(false_new, n)}")
-    if history == 1:
-        print(f"    old rule (per-op U at 0.05, no FDR):  {ci(false_old, n)}")
-    print(f"    A/A with some op inconclusive:        {ci(inconclusive, n)}")
-    for f, k in caught.items():
-        goal = " (goal >= 95%)" if f == SLOWDOWN else ""
-        print(f"  A/B power, {f:g}x on an op >= {MIN_SHARE:.0%}{goal}: {ci(k, n)}")
-    q = np.nanpercentile(figures, [25, 50, 75])  # NaN: the op was flagged in the A/A itself
-    print(f"  what the A/A comparison said it could flag of that op (detectable): quartiles "
-          f"+{q[0]:.0%}, +{q[1]:.0%}, +{q[2]:.0%}; A/B outcome as it foretold: "
-          + ", ".join(f"{predicted[f] / n:.1%} at {f:g}x" for f in slowdowns))
-    print(f"  ({(1 + len(slowdowns)) * n} comparisons in {time.perf_counter() - t0:.0f} s)")
+            for kind, cpu in (("work", f), ("waits", 1.0)):
+                slow = Run(meta=dict(b.meta, **{
+                    schema.STEP_TIMES_S: [t * f for t in b.meta[schema.STEP_TIMES_S]],
+                    schema.STEP_CPU_TIMES_S: [t * cpu for t in b.meta[schema.STEP_CPU_TIMES_S]]}),
+                           ops=OPS)
+                seen.setdefault(f"A/B {f:g}x {kind}", Counter())[
+                    regress.compare(a, slow, rule).verdict] += 1
+    return seen
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("runs", nargs="*", type=Path, help="runs or steps.parquet files (default: "
-                   f"{DATA.relative_to(ROOT)})")
-    p.add_argument("--comparisons", type=int, default=1000, help="A/A and A/B pairs each")
-    p.add_argument("--steps", type=int, nargs="+", default=None, help="steps per synthetic "
-                   "run, one or more lengths (default: as many as the real runs have)")
-    p.add_argument("--history", type=int, nargs="+", default=[1], help="baseline runs per "
-                   "comparison, one or more counts (more than 1: harness compare with a history "
-                   "of baselines, each op judged by its own run-to-run spread)")
-    p.add_argument("--slowdown", type=float, nargs="+", default=[SLOWDOWN], help="the A/B "
-                   "slowdown of one op, one or more factors (default 1.2), each on the same draws")
+    p.add_argument("runs", nargs="?", type=Path, default=DATA,
+                   help=f"an export of bench_regress_real.py (default {DATA.relative_to(ROOT)})")
+    p.add_argument("--comparisons", type=int, default=1000)
+    p.add_argument("--slowdown", type=float, nargs="+", default=[1.5, 2.0])
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--noise-scale", type=float, default=1.0, help="multiply every log deviation "
-                   "(0.25: a host four times quieter than the one the runs came from)")
     args = p.parse_args(argv)
-    paths = args.runs or sorted(DATA.glob("*.parquet"))
-    log_t, ops = load(paths)
-    model = NoiseModel(log_t, args.noise_scale)
-    big = np.flatnonzero(model.share >= MIN_SHARE)
-    rng = np.random.default_rng(args.seed)
-    print(f"{len(paths)} real runs, {len(ops)} ops, {log_t.shape[2]} steps each; noise x "
-          f"{args.noise_scale:g}; {len(big)} ops hold >= {MIN_SHARE:.0%} of the step; run-to-run "
-          f"drift sigma {np.std(model.drift):.1%}, median op offset sigma "
-          f"{np.median(np.std(model.offset, axis=0)):.1%}")
-    for steps in args.steps or [log_t.shape[2]]:
-        for k in args.history:
-            simulate(model, ops, big, steps, args.comparisons, rng, k, tuple(args.slowdown))
+    runs = [r for r in json.loads(args.runs.read_text())
+            if r.get(schema.STEP_CPU_TIMES_S) and r.get(drift.CPU_RATES)]
+    if len(runs) < 3:
+        raise SystemExit(f"{args.runs}: need at least 3 runs with CPU times and a probe")
+    wall = np.log([np.median(r[schema.STEP_TIMES_S]) for r in runs])
+    cpu = np.log([np.median(r[schema.STEP_CPU_TIMES_S]) for r in runs])
+    print(f"{len(runs)} real runs ({sum(r['loaded'] for r in runs)} with a CPU load beside "
+          f"them); run-to-run sd of the median step in log: wall {wall.std(ddof=1):.3f}, "
+          f"CPU time {cpu.std(ddof=1):.3f}")
+    t0 = time.perf_counter()
+    rule = regress.Rule()
+    for name, counts in simulate(runs, args.comparisons, args.slowdown,
+                                 np.random.default_rng(args.seed), rule).items():
+        n = sum(counts.values())
+        k = counts[regress.REGRESSION]
+        goal = (f"goal <= {GOAL_FALSE:.0%}" if name == "A/A" else f"goal >= {GOAL_POWER:.0%}"
+                if name.endswith("work") and float(name.split()[1][:-1]) >= 1.5 else "no goal")
+        rest = ", ".join(f"{v} {counts[v]}" for v in regress.VERDICTS[1:] if counts[v])
+        print(f"  {name:16s} regression {ci(k, n)} [{goal}]; {rest}")
+    print(f"  ({time.perf_counter() - t0:.0f} s)")
     return 0
 
 

@@ -5,18 +5,23 @@ starts, so steps never overlap. The trace starts and stops once per capture and 
 events (``lean_profile_options``: Python tracer off, host tracer at level 1, which keeps the XLA
 ops). After the trace, as many steps again run untraced: ``meta["step_times_s"]`` holds their wall
 times, dispatch to outputs ready, on the host clock (``step_s`` is their median: a directly timed
-step, whatever tracing costs), and ``meta["traced_step_times_s"]`` the traced steps' (their ratio is
-what tracing cost this run). The compiled HLO text and ``cost_analysis()`` are saved next to the
-trace (``module.hlo.txt``, ``capture.json``) so that later stages can cost the same program that
-ran.
+step, whatever tracing costs), on CPU ``meta["step_cpu_times_s"]`` the CPU time the process spent
+in each (every thread's: the work a CPU run did, whatever share of the host other processes left
+it; on an accelerator it would be the host's dispatching and waiting, not the work), and
+``meta["traced_step_times_s"]`` the traced steps' (their ratio is what tracing cost this run).
+The compiled HLO text and ``cost_analysis()`` are saved next to the trace (``module.hlo.txt``,
+``capture.json``) so that later stages can cost the same program that ran; its ``fingerprint``
+goes into the meta.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import logging
 import os
 import platform
+import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -83,10 +88,26 @@ def environment(devices: Sequence | None = None) -> dict:
         "process_index": jax.process_index(),
         "jax_version": jax.__version__,
         "jaxlib_version": _version("jaxlib"),
+        "libtpu_version": _version("libtpu"),
         "xprof_version": _version("xprof"),
+        schema.XLA_FLAGS: os.environ.get("XLA_FLAGS", ""),
         "host": platform.node(),
         "python": platform.python_version(),
     }
+
+
+# An HLO line's metadata (source lines, op names) and the module's header tables (file names,
+# stack frames): they move with any edit of the Python around the program, not with the program.
+_METADATA = re.compile(r",? metadata=\{[^{}]*\}")
+_PROGRAM_LINE = ("HloModule", "%", "ENTRY", " ", "}")
+
+
+def fingerprint(hlo_text: str) -> str:
+    """A short hash of an optimized HLO module's computations, its metadata left out: two runs
+    with the same fingerprint ran the same compiled program."""
+    lines = [_METADATA.sub("", line) for line in hlo_text.splitlines()
+             if line.startswith(_PROGRAM_LINE)]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
 def _cost_dict(compiled) -> dict:
@@ -186,14 +207,17 @@ class _Steps:
         if self.carry:
             self.args = self.carry(a, res)
 
-    def times(self, steps: int) -> list[float]:
-        """Wall times of ``steps`` untraced steps, each waited on."""
+    def times(self, steps: int, cpu: list | None = None) -> list[float]:
+        """Wall times of ``steps`` untraced steps, each waited on; each step's process CPU time
+        appended to ``cpu`` when given."""
         out = []
         for _ in range(steps):
             a = self.next_args()
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             res = self.call(a)
             out.append(time.perf_counter() - t0)
+            if cpu is not None:
+                cpu.append(time.process_time() - c0)
             self.done(a, res)
         return out
 
@@ -279,15 +303,19 @@ def capture(fn: Callable, args: Sequence, *, warmup: int = 2, steps: int = STEPS
         t0 = time.perf_counter()
         jax.profiler.stop_trace()
         stop_s = time.perf_counter() - t0
-    step_times = run.times(steps)
+    cpu_times: list[float] | None = [] if jax.default_backend() == "cpu" else None
+    step_times = run.times(steps, cpu_times)
     timing = {}
     if options:  # the executable traced is not the user's: time theirs too
         timing = _time_user_compile(lowered, statistics.median(step_times), run, steps)
 
     meta = environment()
     meta.update({schema.PROGRAM: _module_name(hlo_text), schema.WARMUP: warmup,
+                 schema.HLO_FINGERPRINTS: {_module_name(hlo_text): fingerprint(hlo_text)},
                  schema.STEPS: steps, schema.COMPILER_OPTIONS: options,
-                 schema.STEP_TIMES_S: step_times, schema.TRACED_STEP_TIMES_S: traced,
+                 schema.STEP_TIMES_S: step_times,
+                 **({schema.STEP_CPU_TIMES_S: cpu_times} if cpu_times is not None else {}),
+                 schema.TRACED_STEP_TIMES_S: traced,
                  schema.TRACE_STOP_S: stop_s, **timing,
                  schema.MEMORY_NEEDED_BYTES: need, schema.MEMORY_CAPACITY_BYTES: have,
                  schema.TIME: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})

@@ -13,7 +13,12 @@ step is timed with ``benchmark.pedantic`` outside the profiler (so ``--benchmark
 ``--benchmark-compare`` see wall-clock step times) and the harness figures go into
 ``benchmark.extra_info`` under ``harness_*`` keys (``harness_step_s``, ``harness_efficiency``...);
 pass ``time=False`` to time it yourself. ``--harness-save DIR`` also stores every profiled run
-as ``DIR/<run-id>/`` so that ``harness compare`` can set two nights against each other.
+as ``DIR/<run-id>/`` so that ``harness compare`` can set two nights against each other;
+``--harness-compare DIR`` compares each run with the newest run of the same test saved under
+``DIR`` (``harness.runs.regress``, the verdicts of ``harness compare``, its thresholds from
+``--harness-fail-on``) and fails the test whose run regressed; every verdict goes into the
+test's JUnit properties (``harness_verdict``). On a host without TPUs an installed libtpu is
+kept quiet, as the ``harness`` command keeps it (``harness.devices.quiet_absent_tpu``).
 
 Importing this module imports pytest and the standard library only (jax, pandas and the
 pipeline load when the fixture runs), so the package registers it as a ``pytest11`` entry point.
@@ -28,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from harness.capture import STEPS
-from harness.devices import set_host_device_count
+from harness.devices import quiet_absent_tpu, set_host_device_count
 
 # Deferred on purpose: this module is a pytest11 entry point, loaded by every pytest session, so
 # pandas (harness.schema, harness.compare) and jax load only when a result is read or the fixture
@@ -37,6 +42,7 @@ from harness.devices import set_host_device_count
 log = logging.getLogger(__name__)
 
 PREFIX = "harness_"
+BASELINES = pytest.StashKey[dict]()  # --harness-compare's runs, newest of each test
 TOP_OPS = 5  # ops listed in extra_info, slowest first
 
 
@@ -88,14 +94,62 @@ def pytest_addoption(parser) -> None:
     group = parser.getgroup("harness", "scaling-harness")
     group.addoption("--harness-save", metavar="DIR", default=None,
                     help="store every harness_run profile as DIR/<run-id>/ for `harness compare`")
+    group.addoption("--harness-compare", metavar="DIR", default=None,
+                    help="compare every harness_run profile with the newest run of the same "
+                         "test under DIR; fail the test whose run regressed")
+    group.addoption("--harness-fail-on", metavar="METRIC=PCT", action="append", default=None,
+                    help="with --harness-compare: what counts as a regression (default "
+                         "step=10%%), as `harness compare --fail-on`")
     group.addoption("--harness-devices", metavar="N", type=int, default=None,
                     help="virtual CPU devices (sets XLA_FLAGS; only before jax is imported)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args) -> None:
+    quiet_absent_tpu()  # before a conftest can import jax, as the harness command does
 
 
 def pytest_configure(config) -> None:
     n = config.getoption("--harness-devices", default=None)
     if n:
         set_host_device_count(n)
+
+
+def _verdict(request, run):
+    """The verdict of ``run`` against the newest run of its test under ``--harness-compare``
+    (None without a baseline there, said in a warning)."""
+    import argparse
+    import warnings
+
+    from harness.commands.compare import fail_on  # deferred
+    from harness.runs import pairs, regress  # deferred
+
+    config = request.config
+    if BASELINES not in config.stash:  # read once per session
+        config.stash[BASELINES] = pairs.newest(
+            pairs.load_all(config.getoption("--harness-compare")))
+    base = config.stash[BASELINES].get(pairs.key(run))
+    if base is None:
+        warnings.warn(f"harness: no baseline run of {pairs.key(run)} to compare with",
+                      stacklevel=2)
+        return None
+    try:
+        rules = [fail_on(x) for x in config.getoption("--harness-fail-on") or ()]
+    except argparse.ArgumentTypeError as e:
+        raise pytest.UsageError(f"--harness-fail-on {e}") from None
+    return regress.compare(base, run, regress.Rule(tuple(rules) or regress.Rule.fail_on))
+
+
+def test_name(request) -> str:
+    """The test as ``path/to/test_file.py::test_name[params]``, its path from where pytest was
+    started: the same every night, whatever options make pytest choose another rootdir (any
+    existing path among them, ``--harness-compare DIR`` too, can)."""
+    node, start = request.node, request.config.invocation_params.dir
+    try:
+        where = Path(node.path).resolve().relative_to(Path(start).resolve()).as_posix()
+    except ValueError:
+        where = Path(node.path).name
+    return "::".join([where, *node.nodeid.split("::")[1:]])
 
 
 @pytest.fixture
@@ -106,13 +160,15 @@ def harness_run(request, tmp_path):
     benchmark = request.getfixturevalue("benchmark") if "benchmark" in request.fixturenames \
         else None
     save_root = request.config.getoption("--harness-save", default=None)
+    compare_root = request.config.getoption("--harness-compare", default=None)
 
     def run(target, *args, preset: str = "tiny", overrides: dict | None = None,
             mesh: str | None = None, steps: int = STEPS, warmup: int = 2, chip=None,
             rounds: int | None = None, time: bool = True, **kwargs):
-        from harness.runs import pipeline, workload  # deferred
+        from harness import schema  # deferred
+        from harness.runs import pipeline, regress, workload  # deferred
 
-        meta = {"test": request.node.nodeid}
+        meta = {schema.TEST: test_name(request)}
         trace = tmp_path / "trace"
         if isinstance(target, str):
             built = workload.build_workload(target, preset, overrides, mesh)
@@ -127,10 +183,17 @@ def harness_run(request, tmp_path):
         if save_root:
             name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name).strip("_")[:80]
             result.save(Path(save_root) / workload.new_run_id(name))
+        verdict = _verdict(request, result) if compare_root else None
+        if verdict is not None:
+            request.node.user_properties.append(
+                ("harness_verdict", f"{verdict.verdict} ({verdict.cause}): {verdict.message}"))
         if benchmark is not None:
             benchmark.extra_info.update(extra_info(result))
             if time:
                 _time(benchmark, fn, args, kwargs, rounds or max(steps, 5))
+        if verdict is not None and verdict.verdict == regress.REGRESSION:
+            pytest.fail(f"harness: regression ({verdict.cause}): {verdict.message}",
+                        pytrace=False)
         return result
 
     return run

@@ -84,23 +84,21 @@ WAIT_S = term("wait_s", "time per step blocked on an async transfer's -done (its
 #          absent for other ops; efficiency > 1 there: the transfer was hidden, not faster; as a
 #          summary figure, the sum over the program's -done ops
 
-# --- baseline vs candidate (harness compare) ------------------------------------------------
-BASELINE_S = "baseline_s"          # baseline measured_s
-CANDIDATE_S = "candidate_s"        # candidate measured_s
+# --- baseline vs candidate (harness compare; harness.runs.regress) -------------------------
+FIGURE = "figure"                  # a step figure's name (harness.runs.changes.STEP_FIGURES)
+BASELINE_S = "baseline_s"          # the baseline's time (an op's measured_s, or a step figure)
+CANDIDATE_S = "candidate_s"        # the candidate's
 DELTA_S = "delta_s"                # candidate_s - baseline_s
 CHANGE = "change"                  # candidate_s / baseline_s - 1 (+1.0 = 2x slower)
+BASELINE_PREDICTED_S = "baseline_predicted_s"    # the op's roofline time in the baseline
+CANDIDATE_PREDICTED_S = "candidate_predicted_s"  # ... and in the candidate
+PREDICTED_CHANGE = "predicted_change"  # candidate_predicted_s / baseline_predicted_s - 1
+WORK_CHANGE = "work_change"        # an op's FLOPs, HBM or comm bytes, candidate / baseline - 1
+#                                    (of the three, the one that moved most)
 BASELINE_EFFICIENCY = "baseline_efficiency"
 CANDIDATE_EFFICIENCY = "candidate_efficiency"
-BASELINE_SHARE = "baseline_share"
-CANDIDATE_SHARE = "candidate_share"
-BASELINE_STEPS = "baseline_steps"  # per-step samples behind the test
-CANDIDATE_STEPS = "candidate_steps"
-P_VALUE = "p_value"                # Mann-Whitney U, two-sided, on the per-step samples
-Q_VALUE = "q_value"                # Benjamini-Hochberg adjusted p over the tested ops (regress.py)
-DETECTABLE = "detectable"          # least slowdown of the op alone flagged (0.4 = +40%; detect.py)
-VERDICT = "verdict"                # see harness.runs.regress.VERDICTS
-NOTE = "note"                      # why a verdict is what it is (too few steps, below min_share)
-EXPLANATION = "explanation"        # one line in the book's terms, for regressions/improvements
+P_VALUE = "p_value"                # one-sided p of the wall step's slowdown against its noise
+VERDICT = "verdict"                # one of harness.runs.regress.VERDICTS
 
 # --- sweep summary (harness sweep): one row per point --------------------------------------
 POINT = term("point", "the point's place in the sweep (links to its own page)")
@@ -206,7 +204,12 @@ TITLE = "title"
 SUMMARY = "summary"                # the figures above
 NOTES = "notes"                    # report notes, one line each
 CROSS_CHECK = "cross_check"        # harness.hlo.cross_check against cost_analysis()
-GIT_SHA = "git_sha"
+GIT_SHA = "git_sha"                # the commit of the code that ran (the working directory's
+#                                    checkout; else the harness's own)
+GIT_DIRTY = "git_dirty"            # True: that checkout had uncommitted changes to tracked files
+HLO_FINGERPRINTS = "hlo_fingerprints"  # program -> hash of its optimized HLO, metadata left out
+#                                        (harness.capture.fingerprint): same hash, same program
+XLA_FLAGS = "xla_flags"            # the XLA_FLAGS the run was started with
 CONFIG = "config"                  # the workload config, field -> value
 CALIBRATION = "calibration"        # the host calibration behind a cpu chip
 DEVICE_KIND = "device_kind"
@@ -215,10 +218,14 @@ TIME = "time"
 COMPILER_OPTIONS = "compiler_options"  # options the traced executable was compiled with
 GRAPH_NOTE = "graph_note"          # GPU: why graph_step_s and step_s differ, when they do
 STEP_TIMES_S = "step_times_s"      # untraced steps' wall times, right after the trace (capture)
+STEP_CPU_TIMES_S = "step_cpu_times_s"  # the same steps' process CPU time, every thread's
 TRACED_STEP_TIMES_S = "traced_step_times_s"  # the traced steps' wall times
 TRACE_STOP_S = "trace_stop_s"      # seconds jax.profiler.stop_trace took
 MEMORY_NEEDED_BYTES = "memory_needed_bytes"  # per device, XLA's memory_analysis (harness.memory)
 MEMORY_CAPACITY_BYTES = "memory_capacity_bytes"  # what one device holds (CPU: its share of RAM)
+TEST = "test"                      # the pytest test of a harness_run fixture's run: its file's
+#                                    path from where pytest started, ::name[params]
+VERSIONS = ("jax_version", "jaxlib_version", "libtpu_version")  # environment(): what compiled it
 TRACE_FILE = "trace"               # the xplane.pb a trace analysis read (harness trace)
 OP_TIMING = "op_timing"            # what measured_s is: harness.shares.HOST_SHARE or DEVICE_MEDIAN
 # WORKLOAD, PRESET, MESH, CHIP and PROGRAM above are meta keys too.
@@ -287,10 +294,10 @@ OPS = (PROGRAM, OP, OPCODE, CATEGORY, COUNT, MEASURED_S, PREDICTED_S, EFFICIENCY
 
 STEP_TIMES = (STEP, DEVICE, TIMELINE_STEP_S, COMPUTE_S, COMM_S, OVERLAPPED_COMM_S, EXPOSED_COMM_S,
               IDLE_S)
-REGRESS = (PROGRAM, OP, CATEGORY, BOUND, COLLECTIVE, GROUP_SIZE, BASELINE_S, CANDIDATE_S,
-           DELTA_S, CHANGE, BASELINE_EFFICIENCY, CANDIDATE_EFFICIENCY, BASELINE_SHARE,
-           CANDIDATE_SHARE, BASELINE_STEPS, CANDIDATE_STEPS, P_VALUE, Q_VALUE, DETECTABLE, VERDICT,
-           NOTE, EXPLANATION)
+STEP_CHANGES = (FIGURE, BASELINE_S, CANDIDATE_S, DELTA_S, CHANGE)
+OP_CHANGES = (PROGRAM, OP, CATEGORY, BOUND, COLLECTIVE, GROUP_SIZE, BASELINE_S, CANDIDATE_S,
+              DELTA_S, CHANGE, BASELINE_PREDICTED_S, CANDIDATE_PREDICTED_S, PREDICTED_CHANGE,
+              WORK_CHANGE, BASELINE_EFFICIENCY, CANDIDATE_EFFICIENCY)
 SWEEP_SUMMARY = (POINT, WORKLOAD, PRESET, MESH, CHIP, OVERRIDES, STATUS, STEP_S, EXPOSED_COMM_S,
                  IDLE_S, PREDICTED_STEP_S, WALL_STEP_S, COVERAGE, EFFICIENCY, MFU, ANALYTIC_S,
                  COLLECTIVE, GROUP_SIZE, MESSAGE_BYTES, COLLECTIVE_S, BUS_BYTES, MEASURED_BUS_GBPS,

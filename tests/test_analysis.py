@@ -1,5 +1,6 @@
 """The whole pipeline on a user's jitted function and on a registered workload."""
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,7 @@ def test_predicting_for_another_chip_says_so():
 
 def test_the_calibrated_cpu_chip_is_a_value_and_the_registry_stays_as_shipped(analysis):
     from harness.calibrate import chip as calibration
+    from harness.calibrate import drift
     from harness.chip import chip_for_run, resolve_chip
     from predictions import hardware
 
@@ -145,7 +147,11 @@ def test_the_calibrated_cpu_chip_is_a_value_and_the_registry_stays_as_shipped(an
     entry, notes, meta = chip_for_run()  # the run path's explicit step: this host's calibration
     cal = calibration.cached(meta[schema.CALIBRATION]["device_count"])
     assert entry == calibration.to_chip(cal) and entry is not shipped
-    assert analysis.chip == entry and analysis.meta[schema.CHIP] == "cpu"
+    # the run's own: that calibration scaled by the host's speed around it (the probe), as
+    # every CPU run's is; unscaled when the host moved too much during it to say (NaN)
+    f = analysis.meta[drift.HOST_DRIFT][drift.FACTOR]
+    assert analysis.chip == (entry if math.isnan(f) else drift.scaled(entry, f))
+    assert analysis.meta[schema.CHIP] == "cpu"
     assert hardware.CHIPS["cpu"] is shipped
     assert any("share the host's cores" in n for n in notes)
 

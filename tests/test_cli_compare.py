@@ -1,115 +1,146 @@
-"""``harness compare``: exit codes, output formats, bad input; on synthetic stored runs."""
-import io
+"""``harness compare`` on directories as CI keeps them: pairing, the verdict object, JUnit, the
+baseline picked by name, exit codes and one-line errors; on hand-made stored runs."""
 import json
-import shutil
+import xml.etree.ElementTree as ET
 
-import pandas as pd
 import pytest
 from test_runs_regress import save
 
-import harness.runs.run as hrun
 from harness import schema
 from harness.cli import main
-from harness.runs import regress
 
 
 def run_cli(capsys, *argv):
-    code = main(["compare", *map(str, argv)])
+    try:
+        code = main(["compare", *map(str, argv)])
+    except SystemExit as e:  # argparse's one-line errors
+        code = e.code
     out, err = capsys.readouterr()
     return code, out, err
 
 
-@pytest.fixture
-def base(tmp_path):
-    return save(tmp_path, "base")
+def nightly(root, name, slow=None, when="2026-11-24T00:00:00", sha=None, tests=("a", "b")):
+    """A pytest --harness-save directory: one run per test (``slow``: test -> step factor)."""
+    for t in tests:
+        f = (slow or {}).get(t, 1.0)
+        run = save(root / name, f"2026-{t}", test=f"test_model.py::test_{t}", step_ms=10.0 * f,
+                   cpu=f)
+        meta = json.loads((run / "meta.json").read_text())
+        meta.update({schema.TIME: when, **({schema.GIT_SHA: sha} if sha else {})})
+        (run / "meta.json").write_text(json.dumps(meta))
+    return root / name
 
 
-def test_identical_runs_exit_0(tmp_path, base, capsys):
-    code, out, _ = run_cli(capsys, base, save(tmp_path, "same"))
+def test_the_same_code_twice_exits_0(tmp_path, capsys):
+    code, out, _ = run_cli(capsys, nightly(tmp_path, "base"), nightly(tmp_path, "cand"))
     assert code == 0
-    assert out.strip().splitlines()[-1].startswith("OK: no regression")
+    assert out.splitlines()[-1] == "OK: 2 ok of 2 pair(s)"
+    assert "test_model.py::test_a: OK (noise)" in out
 
 
-def test_runs_within_noise_exit_0(tmp_path, capsys):
-    b = save(tmp_path, "b", jitter=0.03, seed=1)
-    c = save(tmp_path, "c", jitter=0.03, seed=2)
-    assert run_cli(capsys, b, c)[0] == 0
-
-
-def test_op_twice_as_slow_exits_1_and_names_it(tmp_path, base, capsys):
-    code, out, _ = run_cli(capsys, base, save(tmp_path, "slow", {"fusion.7": 2.0}))
+def test_a_slower_test_exits_1_and_is_named(tmp_path, capsys):
+    code, out, _ = run_cli(capsys, nightly(tmp_path, "base"),
+                           nightly(tmp_path, "cand", slow={"b": 2.0}))
     assert code == 1
-    last = out.strip().splitlines()[-1]
-    assert last.startswith("REGRESSION: fusion.7;")
-    assert "fusion.7 (elementwise, memory-bound) fell from 50% to 25% of its roofline" in out
+    assert out.splitlines()[-1] == ("REGRESSION: 1 regression, 1 ok of 2 pair(s) "
+                                    "(test_model.py::test_b)")
 
 
-def test_tiny_op_twice_as_slow_exits_0(tmp_path, base, capsys):
-    assert run_cli(capsys, base, save(tmp_path, "tiny", {"copy.1": 2.0}))[0] == 0
+def test_unpaired_runs_are_listed_not_compared(tmp_path, capsys):
+    code, out, _ = run_cli(capsys, nightly(tmp_path, "base", tests=("a", "b")),
+                           nightly(tmp_path, "cand", tests=("a", "c")))
+    assert code == 0
+    assert "baseline only (unpaired): test_model.py::test_b" in out
+    assert "candidate only (unpaired): test_model.py::test_c" in out
+    assert out.splitlines()[-1] == "OK: 1 ok of 1 pair(s)"
 
 
-def _double_op_on_disk(run_dir, op):
-    """Edit a stored run in place: the op's per-step samples and median time double."""
-    ops = pd.read_parquet(run_dir / hrun.OPS_PARQUET)
-    steps = pd.read_parquet(run_dir / hrun.STEPS_PARQUET)
-    hit = ops[schema.OP] == op
-    ops.loc[hit, schema.MEASURED_S] *= 2
-    ops.loc[hit, schema.EFFICIENCY] /= 2
-    steps.loc[steps[schema.OP] == op, schema.MEASURED_S] *= 2
-    ops.to_parquet(run_dir / hrun.OPS_PARQUET, index=False)
-    steps.to_parquet(run_dir / hrun.STEPS_PARQUET, index=False)
+def test_two_runs_named_are_one_pair_whatever_they_ran(tmp_path, capsys):
+    a = save(tmp_path, "a", test="test_x.py::test_layout_1")
+    b = save(tmp_path, "b", test="test_x.py::test_layout_2", step_ms=20.0, cpu=2.0)
+    code, out, _ = run_cli(capsys, a, b)
+    assert code == 1 and "test_x.py::test_layout_2: REGRESSION (same program)" in out
 
 
-def test_acceptance_edited_stored_run_2x_slower_on_one_op(tmp_path, base, capsys):
-    cand = tmp_path / "edited"
-    shutil.copytree(base, cand)
-    assert run_cli(capsys, base, cand)[0] == 0  # an unedited copy is identical
-    _double_op_on_disk(cand, "all-reduce.3")
-    code, out, _ = run_cli(capsys, base, cand)
-    assert code == 1 and out.strip().splitlines()[-1].startswith("REGRESSION: all-reduce.3;")
-    code, out, _ = run_cli(capsys, base, cand, "--format", "json")
+def test_a_sweep_directory_pairs_its_points(tmp_path, capsys):
+    for side, f in (("sweep-1", 1.0), ("sweep-2", 3.0)):
+        for point in ("no_comm", "allgather"):  # runs/<workload>-<key>/<run-id>/, as sweeps do
+            run = save(tmp_path / side / "runs" / f"matmul-{point}", "20261124-000000-matmul",
+                       test="", step_ms=10.0 * (f if point == "allgather" else 1.0),
+                       cpu=f if point == "allgather" else 1.0)
+            meta = json.loads((run / "meta.json").read_text())
+            meta.update({schema.WORKLOAD: "matmul", schema.PRESET: "tiny",
+                         schema.OVERRIDES: {"case": point}, schema.MESH: {"X": 4, "Y": 2}})
+            (run / "meta.json").write_text(json.dumps(meta))
+        (tmp_path / side / "manifest.json").write_text("{}")
+    code, out, _ = run_cli(capsys, tmp_path / "sweep-1", tmp_path / "sweep-2")
     assert code == 1
-    rows = {r[schema.OP]: r for r in json.loads(out)}
-    assert rows["all-reduce.3"][schema.VERDICT] == regress.REGRESSION
-    assert rows["all-reduce.3"][schema.CHANGE] == pytest.approx(1.0)
-    others = set(rows) - {"all-reduce.3", regress.STEP_TOTAL}
-    assert {rows[o][schema.VERDICT] for o in others} == {regress.UNCHANGED}
+    assert "matmul tiny case=allgather mesh 4x2: REGRESSION" in out
+    assert "matmul tiny case=no_comm mesh 4x2: OK" in out
 
 
-def test_run_ids_resolve_under_root(tmp_path, base, capsys):
-    save(tmp_path, "cand-slow", {"fusion.12": 2.0})
-    code, out, _ = run_cli(capsys, "base", "cand-", "--root", tmp_path)
-    assert code == 1 and "REGRESSION: fusion.12;" in out
-
-
-def test_markdown_is_a_ci_comment(tmp_path, base, capsys):
-    code, out, _ = run_cli(capsys, base, save(tmp_path, "slow", {"fusion.12": 2.0}),
-                           "--format", "md")
+def test_json_and_junit_files_for_ci(tmp_path, capsys):
+    verdict, report = tmp_path / "verdict.json", tmp_path / "junit.xml"
+    code, _, _ = run_cli(capsys, nightly(tmp_path, "base"),
+                         nightly(tmp_path, "cand", slow={"a": 2.0}), "--json", verdict,
+                         "--junit", report)
     assert code == 1
-    lines = out.splitlines()
-    assert lines[0] == "## harness compare: `base` → `slow`"
-    assert lines[2].startswith("**REGRESSION**: fusion.12;")
-    assert "| op | category | bound | baseline | candidate | change |" in out
-    assert any(line.startswith("| fusion.12 | matmul | compute |") and "+100%" in line
-               for line in lines)
+    obj = json.loads(verdict.read_text())
+    assert obj[schema.VERDICT] == "regression"
+    assert obj["rule"] == {"fail_on": {"step": 0.1}, "alpha": 0.01, "host": 0.1, "noise": 0.05}
+    pairs = {p["name"]: p for p in obj["pairs"]}
+    assert pairs["test_model.py::test_a"][schema.VERDICT] == "regression"
+    assert pairs["test_model.py::test_a"][schema.CHANGE] == pytest.approx(1.0)
+    fusion = next(o for o in pairs["test_model.py::test_a"]["ops"] if o[schema.OP] == "fusion.1")
+    assert fusion[schema.PREDICTED_CHANGE] == pytest.approx(0.0)  # measured, not predicted
+    assert pairs["test_model.py::test_b"][schema.VERDICT] == "ok"
+    suite = ET.parse(report).getroot()
+    assert (suite.tag, suite.get("tests"), suite.get("failures")) == ("testsuite", "2", "1")
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert cases["test_model.py::test_a"].find("failure").get("message") == \
+        "regression (same program)"
+    assert cases["test_model.py::test_b"].find("failure") is None
 
 
-def test_csv_stays_parseable_and_verdict_goes_to_stderr(tmp_path, base, capsys):
-    code, out, err = run_cli(capsys, base, save(tmp_path, "slow", {"fusion.12": 2.0}),
-                             "--format", "csv")
+def test_json_to_stdout(tmp_path, capsys):
+    code, out, _ = run_cli(capsys, nightly(tmp_path, "base"), nightly(tmp_path, "cand"),
+                           "--format", "json")
+    assert code == 0 and json.loads(out)["headline"] == "OK: 2 ok of 2 pair(s)"
+
+
+def test_markdown_is_a_ci_comment(tmp_path, capsys):
+    code, out, _ = run_cli(capsys, nightly(tmp_path, "base"),
+                           nightly(tmp_path, "cand", slow={"a": 2.0}), "--format", "md")
     assert code == 1
-    df = pd.read_csv(io.StringIO(out))
-    assert list(df.columns) == list(schema.REGRESS)
-    assert len(df) == 1 + 4  # the step total and the four ops
-    assert "REGRESSION: fusion.12;" in err
+    assert out.splitlines()[0].startswith("## harness compare: ")
+    assert "**REGRESSION**: 1 regression, 1 ok of 2 pair(s)" in out
+    assert "| figure | baseline | candidate | change |" in out
 
 
-def test_top_never_hides_a_regression(tmp_path, base, capsys):
-    slow = save(tmp_path, "slow2", {"fusion.12": 2.0, "all-reduce.3": 2.0})
-    code, out, _ = run_cli(capsys, base, slow, "--top", "1", "--format", "json")
-    assert code == 1
-    assert {r[schema.OP] for r in json.loads(out)} == {regress.STEP_TOTAL, "fusion.12",
-                                                    "all-reduce.3"}
+def test_fail_on_sets_the_threshold(tmp_path, capsys):
+    base, cand = nightly(tmp_path, "base"), nightly(tmp_path, "cand", slow={"a": 1.3})
+    assert run_cli(capsys, base, cand)[0] == 1
+    assert run_cli(capsys, base, cand, "--fail-on", "step=50%")[0] == 0
+
+
+def test_baseline_by_name_under_a_results_root(tmp_path, capsys):
+    root = tmp_path / "results"
+    nightly(root, "night-1", when="2026-11-20T01:00:00", sha="aaaa1111")
+    nightly(root, "night-2", slow={"a": 3.0}, when="2026-11-22T01:00:00", sha="bbbb2222")
+    cand = nightly(tmp_path, "tonight", slow={"a": 3.0})
+    # latest: night-2, as slow as tonight
+    assert run_cli(capsys, cand, "--root", root)[0] == 0
+    assert run_cli(capsys, cand, "--root", root, "--baseline", "latest")[0] == 0
+    assert run_cli(capsys, cand, "--root", root, "--baseline", "aaaa")[0] == 1  # a commit
+    assert run_cli(capsys, cand, "--root", root, "--baseline", "2026-11-21")[0] == 1  # a date
+
+
+def test_list_shows_every_run_under_the_root(tmp_path, capsys):
+    nightly(tmp_path, "night-1", sha="aaaa1111")
+    assert main(["list", "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("aaaa1111") == 2 and "night-1/2026-a" in out
+    assert "test_model.py::test_b" in out
 
 
 def _one_line_error(capsys, *argv):
@@ -119,30 +150,17 @@ def _one_line_error(capsys, *argv):
     return err
 
 
-def test_missing_run_dir(tmp_path, base, capsys):
-    err = _one_line_error(capsys, base, tmp_path / "nope")
-    assert "nope: no such run directory" in err
-
-
-def test_unknown_run_id(tmp_path, base, capsys):
-    err = _one_line_error(capsys, "nope", base, "--root", tmp_path)
-    assert "nope: no such run" in err
-
-
-def test_dir_without_meta(tmp_path, base, capsys):
+def test_bad_input_is_one_line(tmp_path, capsys):
+    base = nightly(tmp_path, "base")
     (tmp_path / "empty").mkdir()
-    err = _one_line_error(capsys, base, tmp_path / "empty")
-    assert "not a run (no meta.json)" in err
-
-
-def test_corrupt_ops_parquet(tmp_path, base, capsys):
-    bad = tmp_path / "bad"
-    shutil.copytree(base, bad)
-    (bad / hrun.OPS_PARQUET).write_bytes(b"PAR1 this is not parquet")
-    err = _one_line_error(capsys, base, bad)
-    assert "unreadable run table" in err
-
-
-def test_bad_option_value(tmp_path, base, capsys):
-    err = _one_line_error(capsys, base, base, "--alpha", "0")
-    assert "alpha must be in (0, 1)" in err
+    assert "no such run directory" in _one_line_error(capsys, base, tmp_path / "nope")
+    assert "holds no runs" in _one_line_error(capsys, base, tmp_path / "empty")
+    assert "give METRIC=PCT" in _one_line_error(capsys, base, base, "--fail-on", "step")
+    assert "unknown; valid: step, efficiency" in _one_line_error(capsys, base, base,
+                                                                 "--fail-on", "speed=1%")
+    assert "--baseline must be latest" in _one_line_error(capsys, base, "--root", tmp_path,
+                                                          "--baseline", "yesterday")
+    assert "CANDIDATE with --baseline" in _one_line_error(capsys, base, base,
+                                                          "--baseline", "latest")
+    other = nightly(tmp_path, "other", tests=("z",))
+    assert "no run of" in _one_line_error(capsys, base, other)

@@ -115,7 +115,6 @@ def test_axes_with_plus_keep_the_book_estimate(stored_collective):
 def test_every_view_prints_the_same_efficiency(stored_collective, capsys):
     from harness.cli import main
     from harness.pytest_plugin import efficiency
-    from harness.runs import regress
     from harness.sweep.report import point_row
 
     run = stored_collective
@@ -133,10 +132,9 @@ def test_every_view_prints_the_same_efficiency(stored_collective, capsys):
               "overrides": {}, "status": "done", "run": path.name, "key": "k"}
     sweep = point_row(record, path.parent)[schema.EFFICIENCY]
     assert main(["compare", str(path), str(path), "--format", "json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
-    (step,) = [r for r in rows if r[schema.OP] == regress.STEP_TOTAL]
+    (pair,) = json.loads(capsys.readouterr().out)["pairs"]
     plugin = efficiency(run)
-    for value in (report, sweep, step[schema.BASELINE_EFFICIENCY], plugin):
+    for value in (report, sweep, *pair[schema.EFFICIENCY], plugin):
         assert value == pytest.approx(expected, rel=1e-9)  # JSON keeps 10 digits
 
 
@@ -144,19 +142,18 @@ def test_unmodeled_ops_stay_out_of_every_views_efficiency(tmp_path, capsys):
     from test_runs_regress import save
 
     from harness.cli import main
-    from harness.runs import regress
     from harness.sweep.report import point_row
 
-    path = save(tmp_path, "run", jitter=0.0)  # exact times: no noise
-    # modeled ops only: (4.8 + 2.76 + 0.475) ms predicted over (6 + 3 + 0.95) ms measured;
-    # copy.1 (0.05 ms, no rule) counts in neither sum (the sweep once divided by all 10 ms)
-    expected = (4.8 + 2.76 + 0.475) / (6 + 3 + 0.95)
+    path = save(tmp_path, "run")
+    # modeled ops only: (4.8 + 2.76 + 0.5) ms predicted over (6 + 3 + 1) ms measured;
+    # copy.4 (0.05 ms, no rule) counts in neither sum (the sweep once divided by all 10.05 ms)
+    expected = (4.8 + 2.76 + 0.5) / (6 + 3 + 1)
     record = {"index": 0, "workload": "matmul", "preset": "tiny", "mesh": "4", "overrides": {},
               "status": "done", "run": path.name, "key": "k"}
     assert point_row(record, tmp_path)[schema.EFFICIENCY] == pytest.approx(expected)
     assert main(["compare", str(path), str(path), "--format", "json"]) == 0
-    (step,) = [r for r in json.loads(capsys.readouterr().out) if r[schema.OP] == regress.STEP_TOTAL]
-    assert step[schema.BASELINE_EFFICIENCY] == pytest.approx(expected)
+    (pair,) = json.loads(capsys.readouterr().out)["pairs"]
+    assert pair[schema.EFFICIENCY] == pytest.approx([expected, expected])
 
 
 def test_reports_list_why_ops_are_unmodeled():

@@ -30,27 +30,58 @@ REPEATS = 5
 HOST_DRIFT = "host_drift"  # run meta key: {REFERENCE: [before, after], FACTOR: factor}
 REFERENCE = "reference_flops_per_s"  # also the calibration record's field of the same rate
 FACTOR = "factor"
+RATES = "rates"  # every repeat's rate: [[before...], [after...]] (harness compare's host speed)
+CPU_RATES = "cpu_rates"  # the same repeats' FLOPs per CPU second: the cores' own speed
 BUSY_SPREAD = 1.5  # repeats slower than best / this: the host was busy while measuring
+
+
+def _timed(devices, n: int, repeats: int) -> tuple[list[float], list[float]]:
+    """The reference kernel on ``devices`` (default: all), ``repeats`` steps timed end to end:
+    (FLOP/s per device, FLOPs per second of the process's CPU time) of each."""
+    import jax
+
+    devices = list(devices or jax.devices())
+    prog = BUILDERS["matmul"](devices, "fp32", n, 1)
+    jax.block_until_ready(prog.fn(*prog.args))  # compile and warm
+    rates, cpu_rates = [], []
+    for _ in range(repeats):
+        c0, t0 = time.process_time(), time.perf_counter()
+        jax.block_until_ready(prog.fn(*prog.args))
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        rates.append(prog.work / wall)
+        cpu_rates.append(prog.work * len(devices) / cpu if cpu > 0 else math.nan)
+    return rates, cpu_rates
 
 
 def reference_rates(devices=None, n: int = REFERENCE_N, repeats: int = REPEATS) -> list[float]:
     """Per-step FLOP/s per device of the reference kernel on ``devices`` (default: all): the
     calibration's own fp32 matmul program (``programs.BUILDERS["matmul"]``), timed end to end."""
-    import jax
-
-    prog = BUILDERS["matmul"](list(devices or jax.devices()), "fp32", n, 1)
-    jax.block_until_ready(prog.fn(*prog.args))  # compile and warm
-    rates = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(prog.fn(*prog.args))
-        rates.append(prog.work / (time.perf_counter() - t0))
-    return rates
+    return _timed(devices, n, repeats)[0]
 
 
 def reference_rate(devices=None) -> float:
     """The best of ``reference_rates``: this host's speed now."""
     return max(reference_rates(devices))
+
+
+def probe(devices) -> tuple[list[float], list[float]] | None:
+    """The host speed probe around a run: ``_timed`` on ``devices`` when they are the host's
+    CPU; None elsewhere (it measures the host that a CPU run's devices share). Its FLOP/s fall
+    when the cores are slower or other processes take a share of them, its FLOPs per CPU
+    second only when the cores are slower."""
+    devices = list(devices)
+    if not devices or devices[0].platform != "cpu":
+        return None
+    return _timed(devices, REFERENCE_N, REPEATS)
+
+
+def record(before, after) -> dict | None:
+    """The run's ``HOST_DRIFT`` measurement from the probes before and after it (None without
+    them): each side's best rate, and every rate and CPU rate."""
+    if not before or not after:
+        return None
+    return {REFERENCE: [max(before[0]), max(after[0])], RATES: [before[0], after[0]],
+            CPU_RATES: [before[1], after[1]]}
 
 
 def spread(rates) -> float:

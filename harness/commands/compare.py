@@ -1,179 +1,170 @@
-"""``harness compare BASELINE [BASELINE ...] CANDIDATE``: noise-aware per-op verdicts; exit 1 on
-a regression. Several baselines (earlier runs of the same code, oldest first) judge each op by its
-own run-to-run spread (``harness.runs.history``).
+"""``harness compare [BASELINE] CANDIDATE``: one verdict per pair of runs, its cause first
+(``harness.runs.regress``), and one overall.
 
-Exit codes: 0 no regression (``inconclusive`` verdicts included: the data could not decide, the
-headline says so), 1 at least one regression (a nightly CI job fails), 2 bad input (missing or
-damaged run, bad option). The rule and its false-alarm rate: ``harness.runs.regress``. ``--format
-md`` prints a heading, the verdict and a table: a CI comment. Both say what the comparison could
-have seen: per op, the smallest slowdown of it alone that would have been flagged (``flags
-from``, ``harness.runs.detect``), and a line for the largest ops. ``csv`` and ``json`` print
-only the table (all columns), the verdict goes to stderr.
+Each side is a run, a sweep or any directory of saved runs (``results/``, a pytest
+``--harness-save`` directory), or a run id under ``--root``; runs pair by what they are runs of
+(``harness.runs.pairs``). With CANDIDATE alone, ``--baseline`` picks its baseline under
+``--root``: latest, a commit or a date. Exit codes: 0 no regression (inconclusive included), 1 a
+regression, 2 bad input. ``--json FILE`` writes the verdict object, ``--junit FILE`` one test
+case per pair (a regression fails it, an inconclusive one is skipped).
 """
 from __future__ import annotations
 
+import argparse
+import json
 import math
-import sys
-from collections.abc import Callable
+import xml.etree.ElementTree as ET
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
 
 from harness import schema
 from harness.commands import count
+from harness.errors import HarnessError
 from harness.report import tables
-from harness.runs import regress, store
-from harness.runs.explain import finite
-from harness.runs.run import Run
+from harness.runs import pairs, regress, store
 
 EXIT_OK, EXIT_REGRESSION = 0, 1
 
 
+def fail_on(text: str) -> tuple[str, float]:
+    """``step=10%`` or ``efficiency=0.05`` -> (metric, fraction)."""
+    name, _, value = text.partition("=")
+    try:
+        return name, float(value.rstrip("%")) / (100 if value.endswith("%") else 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give METRIC=PCT, e.g. step=10% (metrics: {', '.join(regress.METRICS)})"
+        ) from None
+
+
 def add_arguments(p) -> None:
-    p.add_argument("baseline", nargs="+",
-                   help="baseline run: a run directory, or a run id (prefix) under --root; "
-                        "several (oldest first, e.g. the last nightly runs): each op is judged "
-                        "by its own spread over them")
-    p.add_argument("candidate", help="candidate run, same forms as BASELINE")
-    p.add_argument("--threshold", type=float, default=0.10,
-                   help="relative slowdown that counts (default 0.10 = 10%%)")
-    p.add_argument("--alpha", type=float, default=0.05,
-                   help="false discovery rate over the tested ops (Benjamini-Hochberg; "
-                        "default 0.05)")
-    p.add_argument("--min-share", type=float, default=0.01,
-                   help="ops below this share of the step in both runs never flag (default 0.01)")
-    p.add_argument("--format", choices=sorted(tables.FORMATS), default="text")
-    p.add_argument("--top", type=count, default=20,
-                   help="op rows to print (default 20; 0 = all); regressions are always printed")
+    p.add_argument("runs", nargs="+", metavar="RUN",
+                   help="BASELINE CANDIDATE, each a run, a sweep or a directory of runs (or a "
+                        "run id under --root); CANDIDATE alone: the baseline from --baseline")
+    p.add_argument("--baseline", metavar="WHICH",
+                   help="with CANDIDATE alone, its baseline under --root: latest (default), a "
+                        "commit (hex prefix) or a date (YYYY-MM-DD: that day's or before)")
     p.add_argument("--root", type=Path, default=Path("results"),
-                   help="where run ids are looked up (default results/)")
+                   help="where run ids and --baseline are looked up (default results/)")
+    p.add_argument("--fail-on", type=fail_on, action="append", metavar="METRIC=PCT",
+                   help="a regression: the metric worse by more than this, beyond noise "
+                        f"(default step=10%%; {'; '.join(regress.METRICS.values())})")
+    for name, what in (("alpha", "one-sided level of each test"),
+                       ("host", "the probe's speed moving more: a host that moved"),
+                       ("noise", "run-to-run sd of a log median step")):
+        p.add_argument(f"--{name}", type=float, default=getattr(regress.Rule, name),
+                       help=f"{what} (default {getattr(regress.Rule, name)})")
+    p.add_argument("--format", choices=("text", "md", "json"), default="text")
+    p.add_argument("--json", type=Path, metavar="FILE", help="also write the verdict object")
+    p.add_argument("--junit", type=Path, metavar="FILE", help="also write a JUnit XML file")
+    p.add_argument("--top", type=count, default=5, help="ops shown per pair (default 5; 0 = all)")
 
 
-def _pct(x) -> str:
-    return "-" if not finite(x) else f"{x:.0%}"
-
-
-def _signed(x) -> str:
-    if isinstance(x, float) and math.isinf(x):
-        return "+inf"
-    return "-" if not finite(x) else f"{x:+.0%}"
-
-
-def _detectable(x) -> str:
-    """A ``detectable`` value as the slowdown it names ("never": too few steps)."""
-    if isinstance(x, float) and math.isinf(x):
-        return "never"
-    return "-" if not finite(x) else f"+{x:.0%}"
-
-
-def _text(x) -> str:
-    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x)
-
-
-# Columns shown by text/md: (column, header, display formatter).
-SHOWN: tuple[tuple[str, str, Callable[[object], str]], ...] = (
-    (schema.PROGRAM, "program", _text),
-    (schema.OP, "op", _text),
-    (schema.CATEGORY, "category", _text),
-    (schema.BOUND, "bound", _text),
-    (schema.BASELINE_S, "baseline", tables.fmt_seconds),
-    (schema.CANDIDATE_S, "candidate", tables.fmt_seconds),
-    (schema.CHANGE, "change", _signed),
-    (schema.BASELINE_EFFICIENCY, "eff. before", _pct),
-    (schema.CANDIDATE_EFFICIENCY, "eff. after", _pct),
-    (schema.Q_VALUE, "q", lambda q: f"{q:.2g}" if finite(q) else "-"),
-    (schema.DETECTABLE, "flags from", _detectable),
-    (schema.VERDICT, "verdict", _text),
-    (schema.NOTE, "note", _text),
-)
-
-
-def shown_rows(verdicts, top: int) -> tuple[pd.DataFrame, int]:
-    """The workload row and the first ``top`` op rows (never fewer than the regressions)."""
-    ops = verdicts.ops
-    n_reg = int((ops[schema.VERDICT] == regress.REGRESSION).sum())
-    keep = len(ops) if top <= 0 else max(top, n_reg)
-    return pd.concat([verdicts.workload, ops.head(keep)], ignore_index=True), \
-        max(0, len(ops) - keep)
-
-
-def display(rows: pd.DataFrame) -> pd.DataFrame:
-    """Rows pre-formatted as strings under short headers (drops program when there is one)."""
-    out = pd.DataFrame({header: [fmt(v) for v in rows[col]] for col, header, fmt in SHOWN})
-    programs = set(rows[schema.PROGRAM]) - {regress.ALL_PROGRAMS}
-    return out.drop(columns=["program"]) if len(programs) <= 1 else out
-
-
-def _explanations(verdicts) -> list[str]:
-    t = verdicts.table()
-    return [e for e in t.loc[t[schema.VERDICT].isin([regress.REGRESSION, regress.IMPROVEMENT]),
-                             schema.EXPLANATION] if e]
-
-
-def render_text(verdicts, top: int) -> str:
-    rows, hidden = shown_rows(verdicts, top)
-    out = [f"harness compare: {verdicts.baseline} -> {verdicts.candidate}"]
-    out += [f"warning: {w}" for w in verdicts.warnings]
-    out.append(tables.to_text(display(rows)).rstrip("\n"))
-    if hidden:
-        out.append(f"... {hidden} more ops (--top 0 shows all)")
-    out += [f"  {e}" for e in _explanations(verdicts)]
-    could_see = verdicts.could_see()
-    if could_see:
-        out.append(could_see)
-    out.append(verdicts.headline())
-    return "\n".join(out) + "\n"
-
-
-def render_markdown(verdicts, top: int) -> str:
-    rows, hidden = shown_rows(verdicts, top)
-    verdict, _, detail = verdicts.headline().partition(": ")
-    out = [f"## harness compare: `{verdicts.baseline}` → `{verdicts.candidate}`", "",
-           f"**{verdict}**: {detail}", ""]
-    out += [f"> warning: {w}" for w in verdicts.warnings]
-    if verdicts.warnings:
-        out.append("")
-    explanations = _explanations(verdicts)
-    if explanations:
-        out += [f"- {e}" for e in explanations] + [""]
-    could_see = verdicts.could_see()
-    if could_see:
-        out += [could_see, ""]
-    out.append(tables.to_markdown(display(rows)).rstrip("\n"))
-    if hidden:
-        out += ["", f"_{hidden} more ops not shown (`--top 0` shows all)._"]
-    return "\n".join(out) + "\n"
-
-
-def render_machine(fmt: str) -> Callable:
-    def render(verdicts, top: int) -> str:
-        rows, _ = shown_rows(verdicts, top)
-        return tables.render(rows, fmt)
-    return render
-
-
-RENDERERS: dict[str, Callable] = {
-    "text": render_text, "md": render_markdown,
-    "csv": render_machine("csv"), "json": render_machine("json"),
-}
-
-
-def locate(ref: str, root: Path) -> Path:
-    """A run path as given, or a run id (prefix) looked up under ``root``."""
+def _side(ref: str, root: Path) -> list:
     p = Path(ref)
-    if p.is_dir() or p.is_absolute() or len(p.parts) > 1:
-        return p  # a path: store.load says what is wrong with it
-    return store.resolve(ref, root)
+    return pairs.load_all(p if p.is_dir() or p.is_absolute() or len(p.parts) > 1
+                          else store.resolve(ref, root))
+
+
+def collect(args) -> tuple[regress.Rule, list, list, list, tuple[str, str]]:
+    """(the rule, verdicts, unpaired baseline runs, unpaired candidate runs, the two sides)."""
+    if len(args.runs) > 2 or (len(args.runs) == 2 and args.baseline):
+        raise HarnessError("give BASELINE CANDIDATE, or CANDIDATE with --baseline")
+    rule = regress.Rule(tuple(args.fail_on or regress.Rule.fail_on), args.alpha, args.host,
+                        args.noise)
+    cand = _side(args.runs[-1], args.root)
+    if len(args.runs) == 2:
+        base, name = _side(args.runs[0], args.root), args.runs[0]
+    else:
+        which = args.baseline or pairs.LATEST
+        base, name = pairs.choose(args.root, which, cand), f"{which} under {args.root}"
+    paired, only_b, only_c = pairs.pair(base, cand)
+    if not paired:
+        raise HarnessError(f"no run of {args.runs[-1]} has a baseline run of the same test or "
+                           f"workload in {name}")
+    return (rule, [regress.compare(a, b, rule) for a, b in paired], only_b, only_c,
+            (name, args.runs[-1]))
+
+
+def headline(verdicts: list) -> str:
+    """The last line: the overall verdict, and the pairs that gave it."""
+    n, worst = Counter(v.verdict for v in verdicts), regress.overall(verdicts)
+    named = [v.name for v in verdicts if v.verdict == worst][:5] if worst != regress.OK else []
+    return (f"{worst.upper()}: " + ", ".join(f"{n[k]} {k}" for k in regress.VERDICTS if n[k])
+            + f" of {len(verdicts)} pair(s)" + (f" ({', '.join(named)})" if named else ""))
+
+
+def _pct(x, sign="+") -> str:
+    return f"{x:{sign}.0%}" if isinstance(x, float) and math.isfinite(x) else "-"
+
+
+def tables_of(v, top: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A pair's step figures and its ops (the ``top`` that lost most), formatted."""
+    f, o = v.figures, v.ops if top <= 0 else v.ops.head(top)
+    secs = tables.fmt_seconds
+    return (pd.DataFrame({"figure": f[schema.FIGURE], "baseline": f[schema.BASELINE_S].map(secs),
+                          "candidate": f[schema.CANDIDATE_S].map(secs),
+                          "change": f[schema.CHANGE].map(_pct)}),
+            pd.DataFrame({"op": o[schema.OP], "category": o[schema.CATEGORY].fillna(""),
+                          "baseline": o[schema.BASELINE_S].map(secs),
+                          "candidate": o[schema.CANDIDATE_S].map(secs),
+                          "change": o[schema.CHANGE].map(_pct),
+                          "work": o[schema.WORK_CHANGE].map(_pct),
+                          "eff. before": o[schema.BASELINE_EFFICIENCY].map(lambda e: _pct(e, "")),
+                          "eff. after": o[schema.CANDIDATE_EFFICIENCY].map(lambda e: _pct(e, ""))}))
+
+
+def _unpaired(only_b, only_c) -> list[str]:
+    return [f"{side} only (unpaired): {', '.join(sorted(pairs.key(r) for r in runs))}"
+            for side, runs in (("baseline", only_b), ("candidate", only_c)) if runs]
+
+
+def render(fmt: str, verdicts, only_b, only_c, names, top: int) -> str:
+    """The text report (a terminal), or markdown (a CI comment): the headline last or first."""
+    md = fmt == "md"
+    out = ([f"## harness compare: `{names[0]}` → `{names[1]}`", "", "**{}**: {}".format(
+        *headline(verdicts).split(": ", 1))] if md else
+           [f"harness compare: {names[0]} -> {names[1]}"])
+    for v in verdicts:
+        out += ["", f"{'### ' if md else ''}{v.name}: {v.verdict.upper()} ({v.cause})",
+                f"{'' if md else '  '}{v.message}"]
+        out += [f"{'- ' if md else '  '}differs: {d}" for d in v.met]
+        out += [("\n" if md else "") + (tables.to_markdown if md else tables.to_text)(t).rstrip()
+                for t in tables_of(v, top)]
+    return "\n".join(out + [""] + _unpaired(only_b, only_c)
+                     + ([] if md else [headline(verdicts)])) + "\n"
+
+
+def junit(verdicts) -> str:
+    """One test case per pair: a regression fails, an inconclusive one is skipped."""
+    n = Counter(v.verdict for v in verdicts)
+    suite = ET.Element("testsuite", name="harness compare", tests=str(len(verdicts)),
+                       failures=str(n[regress.REGRESSION]), skipped=str(n[regress.INCONCLUSIVE]))
+    for v in verdicts:
+        case = ET.SubElement(suite, "testcase", classname="harness.compare", name=v.name)
+        tag = {regress.REGRESSION: "failure", regress.INCONCLUSIVE: "skipped"}.get(v.verdict)
+        if tag:
+            ET.SubElement(case, tag, message=f"{v.verdict} ({v.cause})").text = v.message
+        ET.SubElement(case, "system-out").text = f"{v.verdict} ({v.cause}): {v.message}"
+    return ET.tostring(suite, encoding="unicode") + "\n"
 
 
 def main(args) -> int:
-    baseline = [Run.load(locate(ref, args.root)) for ref in args.baseline]
-    candidate = Run.load(locate(args.candidate, args.root))
-    verdicts = regress.compare_runs(baseline, candidate, threshold=args.threshold,
-                                    alpha=args.alpha, min_share=args.min_share)
-    print(RENDERERS[args.format](verdicts, args.top), end="")
-    if args.format in ("csv", "json"):  # keep stdout parseable
-        for w in verdicts.warnings:
-            print(f"warning: {w}", file=sys.stderr)
-        print(verdicts.headline(), file=sys.stderr)
-    return EXIT_REGRESSION if verdicts.regressed else EXIT_OK
+    rule, verdicts, only_b, only_c, names = collect(args)
+    obj = {schema.VERDICT: regress.overall(verdicts), "headline": headline(verdicts),
+           "baseline": names[0], "candidate": names[1],
+           "rule": {"fail_on": dict(rule.fail_on), "alpha": rule.alpha, "host": rule.host,
+                    "noise": rule.noise},
+           "pairs": [v.to_dict(args.top) for v in verdicts],
+           "unpaired": {"baseline": [str(r.path) for r in only_b],
+                        "candidate": [str(r.path) for r in only_c]}}
+    if args.json:
+        args.json.write_text(json.dumps(obj, indent=2) + "\n")
+    if args.junit:
+        args.junit.write_text(junit(verdicts))
+    print(json.dumps(obj, indent=2) if args.format == "json" else
+          render(args.format, verdicts, only_b, only_c, names, args.top), end="\n"
+          if args.format == "json" else "")
+    return EXIT_REGRESSION if obj[schema.VERDICT] == regress.REGRESSION else EXIT_OK

@@ -1,4 +1,5 @@
-"""``harness list``: the stored runs under a results directory, oldest first."""
+"""``harness list``: every stored run under a results directory (sweeps' and pytest
+``--harness-save`` directories' included), oldest first, with the code and config it ran."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,11 +20,17 @@ def runs_table(root: Path) -> pd.DataFrame:
     rows = []
     for run in list_runs(root):
         m, s = run.meta, run.summary
-        rows.append({schema.RUN: run.run_id, schema.WORKLOAD: m.get(schema.WORKLOAD, ""),
+        dirty = {True: "yes", False: "no"}.get(m.get(schema.GIT_DIRTY), "")
+        rows.append({schema.RUN: str(run.path.relative_to(root)) if run.path != Path(root)
+                     else run.run_id,
+                     schema.WORKLOAD: m.get(schema.WORKLOAD) or m.get(schema.TEST) or "",
                      schema.PRESET: m.get(schema.PRESET, ""), schema.MESH: "x".join(
                          str(v) for v in (m.get(schema.MESH) or {}).values()),
-                     schema.CHIP: m.get(schema.CHIP, ""), schema.STEP_S: s.get(schema.STEP_S),
-                     schema.COVERAGE: s.get(schema.COVERAGE),
+                     schema.OVERRIDES: " ".join(f"{k}={v}" for k, v in
+                                                (m.get(schema.OVERRIDES) or {}).items()),
+                     schema.CHIP: m.get(schema.CHIP, ""),
+                     schema.WALL_STEP_S: s.get(schema.WALL_STEP_S),
+                     schema.GIT_SHA: m.get(schema.GIT_SHA, ""), schema.GIT_DIRTY: dirty,
                      schema.TIME: m.get(schema.TIME, "")})
     return pd.DataFrame(rows)
 

@@ -21,6 +21,7 @@ from google.protobuf.message import DecodeError
 
 from harness import schema
 from harness.analysis import Context, ProgramKey, analyze, chosen, program_name, programs_ran
+from harness.calibrate import drift
 from harness.capture import CAPTURE_FILE, HLO_FILE, STEPS, Capture, capture
 from harness.chip import chip_for_run
 from harness.errors import HarnessError
@@ -178,6 +179,8 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
     full_meta = dict(m, **(meta or {}), **chip_meta,
                      **{schema.CHIP: entry.name, schema.OP_TIMING: t.op_timing})
     full_meta.setdefault(schema.PROGRAM, t.program)
+    if host_drift:  # kept whatever the chip: harness compare reads the host's speed from it
+        full_meta.setdefault(drift.HOST_DRIFT, host_drift)
     devices = int(m.get(schema.DEVICE_COUNT, events.events[schema.DEVICE].nunique()))
     shown = len(t.ops.groupby([c for c in (schema.PROGRAM, schema.PROGRAM_ID)
                                if c in t.ops.columns]).size()) if len(t.ops) else 1
@@ -204,10 +207,14 @@ def profile(fn: Callable, *args, chip=None, steps: int = STEPS, warmup: int = 2,
     step. ``command_buffers=True``: on GPU, trace the executable with XLA's command buffers.
     ``run.save(dir)`` stores the result for ``harness compare``.
     """
+    import jax
+
     out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="harness-"))
+    before = drift.probe(jax.local_devices())  # the host's speed around it, as run_built's
     cap = capture(fn, args, kwargs=kwargs, warmup=warmup, steps=steps, out_dir=out,
                   carry=carry, command_buffers=command_buffers)
-    return from_capture(cap, chip=chip)
+    return from_capture(cap, chip=chip,
+                        host_drift=drift.record(before, drift.probe(jax.local_devices())))
 
 
 def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,

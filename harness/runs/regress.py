@@ -1,286 +1,226 @@
-"""Baseline vs candidate run: per-op and per-workload regression verdicts with a known
-false-alarm rate.
+"""Baseline vs candidate: one verdict per pair of runs, its cause first.
 
-Ops join on (program, op); times are each run's ``measured_s``; the tests run on the per-step
-samples stored with the run (``steps.parquet``). The rule, per op:
+What the runs measured: the wall step (``schema.STEP_TIMES_S``, the untraced steps' wall times);
+on CPU, the CPU time the process spent in each of them (``schema.STEP_CPU_TIMES_S``, every
+thread's: the work of a step, whatever share of the host other processes left it; on the busy
+2-core development host it moved 3.9% (sd of the log) between runs of the same code while the
+wall step moved 35%); the host speed probe before and after the steps
+(``harness.calibrate.drift``: its FLOP/s, the host as other processes leave it, and its FLOPs
+per CPU second, the cores' own speed); and the program (``harness.runs.changes.program``).
 
-1. ``new`` / ``gone``: in one run only (informational; the step total carries the cost).
-2. ``unchanged``: ``|change| <= threshold`` (default 10%), significant or not.
-3. ``noise`` (below min share): smaller than ``min_share`` of the step (default 1%) in both runs.
-4. The tested ops are the rest of the ops in both runs with ``>= min_share`` of the step, chosen
-   by size, not by their change (independent filtering, Bourgon et al. 2010). Each gets two
-   p-values and keeps the larger (both must reject; an intersection-union test):
-   - the two-sided Mann-Whitney U test of its per-step samples (within-run noise), the
-     candidate's divided by the run's drift (exp of the tested ops' median log change), so
-     that it asks what the next test asks: did the op move against the rest of the run?
-   - its log change against the run-to-run noise (``noise.run_to_run``): back-to-back runs move
-     every op a little, and a per-step test alone mistakes that for a change. The op's noise is
-     its own within-run standard error plus a between-run term tau common to all tested ops,
-     tau chosen so that their standardized changes spread (MAD) like N(0, 1); the p-value is
-     Student's t with ``noise.NULL_DF`` degrees of freedom. Given several baseline runs
-     (``harness.runs.history``), the op's noise is instead its own spread over them.
-   Benjamini-Hochberg adjusts these over the tested ops (``q_value``); ``q <= alpha`` (default
-   0.05) makes a ``regression`` / ``improvement``. Otherwise ``noise`` (not significant), or
-   ``inconclusive`` when the data could not decide: too few steps for any op to reach
-   ``alpha / tested`` (n vs m steps give at best p = 2 / C(n+m, n): 5 vs 5 give 0.008, 8 vs 8
-   give 1.6e-4, 10 vs 10 give 1.1e-5), no per-step samples, or the op's noise above the
-   threshold (it differs between runs by more than the threshold as a matter of course).
+A change is the log ratio of two medians. Its noise is each median's standard error (1.2533 x
+the robust sigma of the log steps over root n) and the run-to-run term ``Rule.noise`` of each
+run; it is **worse** when beyond its ``--fail-on`` threshold (default step=10%) and one-sided
+significant at ``alpha`` (0.01). The verdicts (``VERDICTS``), in the order they are decided:
 
-The step total (per step, the sum of the ops' times) gets the same rule with one test (its U
-test) and is ``inconclusive`` when its noise (the standard error of the difference of the two
-medians, ``noise.median_se``) exceeds the threshold, or when the tested ops all moved alike
-(the step's change divided by the tested ops' median change is within the threshold): a host
-that runs slower or faster looks exactly like that, and one pair of runs cannot tell them apart.
+1. nothing worse: ``improvement`` when the CPU time per step (without it, the wall step on a
+   steady host) is as much better, else ``ok``; a changed program that is not slower is ok;
+2. the program does more work per device (FLOPs, bytes, a new kind of collective):
+   ``regression``, cause ``program``;
+3. the CPU time per step is worse: ``regression`` (cause ``program`` when the program changed,
+   else ``same program``), unless the probe's cores ran as much slower: ``inconclusive``
+   (cause ``host``);
+4. only the wall step (or efficiency) is worse: with the same CPU work, either other processes
+   took more of the host or the program waits longer, and a probe before and after the steps
+   misses loads that come and go between them: ``inconclusive`` (``host``). A CPU run without
+   CPU times (saved before they were) is judged by its probe: a steady host makes it a
+   ``regression``. Off CPU (no probe; the host's CPU time is not the devices' work) the wall
+   step decides: ``regression``.
 
-Step and ops agree, both ways. Op regressions make the step row a regression "carried by" them,
-whatever its own total did (its note gives their added time and says when that is within the
-step's noise): per-op tests see changes a noisy step total cannot. A step regression that no op
-explains (no op regression, no new op; with at least ``noise.MIN_OPS_FOR_SPREAD`` ops tested) is
-``inconclusive``: time spread thinly over many ops is what a busier host looks like.
-``Verdicts.regressed`` (exit 1 of ``harness compare``) is any ``regression`` left.
-
-The false-alarm rate: Benjamini-Hochberg keeps the expected share of false regressions among
-flagged ops at ``alpha``; in A/A comparisons (nothing changed) every flag is false, so the
-chance that a comparison flags any op is at most ``alpha`` (5%), and the run-to-run term (a
-heavy-tailed null) and the threshold push it lower. ``benchmarks/bench_regress_sim.py`` measures
-it by simulation from real CPU runs (false regressions per comparison, and the power to flag a 20%
-slowdown of an op holding 5% of the step); docs/regression.md gives the figures.
-
-Every tested op that is not a regression also gets ``detectable``: the smallest slowdown of it
-alone that this comparison would have flagged (``harness.runs.detect``), so that a pass says what
-it could not have seen. Explanations (``harness.runs.explain``) use the book's roofline terms.
+A regression says where the time went (``changes.where``). ``benchmarks/bench_regress_sim.py``
+measures the false alarms and the power of this rule (docs/regression.md).
 """
 from __future__ import annotations
 
-import logging
 import math
-from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from scipy.stats import norm
 
 from harness import schema
+from harness.calibrate import drift
 from harness.compare import workload_efficiency
-from harness.runs import detect, noise, pair
-from harness.runs.explain import explain
-from harness.runs.history import History
-from harness.runs.noise import min_p_value
+from harness.errors import HarnessError
+from harness.report.tables import fmt_seconds
+from harness.runs import changes
+from harness.runs.pairs import key
 from harness.runs.run import Run
-from harness.runs.verdicts import (  # noqa: F401 (re-exported: the verdicts' vocabulary)
-    ALL_PROGRAMS,
-    GONE,
-    IMPROVEMENT,
-    INCONCLUSIVE,
-    NEW,
-    NOISE,
-    REGRESSION,
-    STEP_TOTAL,
-    UNCHANGED,
-    VERDICTS,
-    Rule,
-    Verdicts,
-    agree,
-)
 
-log = logging.getLogger(__name__)
-
-def decide(row: dict, rule: Rule, tested: int, sigma: float, p_null: float,
-           noise_name: str) -> tuple[str, str]:
-    """(verdict, note) for one row with both sides present, by the module's rule; ``sigma`` is
-    the relative noise named ``noise_name``, ``p_null`` the row's p against it."""
-    change, share = row[schema.CHANGE], max(row[schema.BASELINE_SHARE],
-                                            row[schema.CANDIDATE_SHARE])
-    n, m, p, q = (row[schema.BASELINE_STEPS], row[schema.CANDIDATE_STEPS], row[schema.P_VALUE],
-                  row[schema.Q_VALUE])
-    if not abs(change) > rule.threshold:  # NaN (0 -> 0) counts as unchanged
-        return UNCHANGED, ""
-    if share < rule.min_share:
-        return NOISE, f"below min share ({share:.2%} of step)"
-    if q <= rule.alpha:
-        return (REGRESSION if change > 0 else IMPROVEMENT), ""
-    if math.isnan(p):
-        return INCONCLUSIVE, "no per-step samples to test"
-    if min_p_value(n, m) > rule.alpha / max(tested, 1):
-        return INCONCLUSIVE, (f"too few steps to decide ({n} vs {m}: p >= "
-                              f"{min_p_value(n, m):.2g} among {tested} tested)")
-    if sigma > rule.threshold:
-        return INCONCLUSIVE, (f"too noisy to decide: {noise_name} {sigma:.0%} is above the "
-                              f"{rule.threshold:.0%} threshold")
-    if p_null > p:
-        return NOISE, f"within {noise_name} ({sigma:.1%}; q={q:.2g})"
-    return NOISE, f"not significant (q={q:.2g} > {rule.alpha:g})"
+REGRESSION, INCONCLUSIVE, IMPROVEMENT, OK = "regression", "inconclusive", "improvement", "ok"
+VERDICTS = (REGRESSION, INCONCLUSIVE, IMPROVEMENT, OK)  # worst first: the overall verdict
+PROGRAM, SAME_PROGRAM, HOST, NOISE = "program", "same program", "host", "noise"  # causes
+MEDIAN_SE, MAD_TO_SIGMA = 1.2533, 1.4826  # a median's s.e. in sigmas x root n; sigma per MAD
+METRICS = {"step": "the step slower by more than this",  # --fail-on METRIC=PCT
+           "efficiency": "the roofline efficiency lower by more than this"}
 
 
-def _row(key, b: dict | None, c: dict | None, a: np.ndarray, z: np.ndarray) -> dict:
-    """One row before its verdict and its tests (None when both sides are present); ``b``/``c``
-    are the op's baseline/candidate rows (None if absent). Ops get their U test in
-    ``_decide_ops``, once the run's drift is known; the step total in ``_workload_row``."""
-    def get(side, col, default=np.nan):
-        return float(side[col]) if side is not None else default
+@dataclass(frozen=True)
+class Rule:
+    """When a change counts (the module docstring)."""
 
-    src = c if c is not None else b
-    tb, tc, sb, sc = get(b, "t"), get(c, "t"), get(b, "share", 0.0), get(c, "share", 0.0)
-    change = np.nan  # undefined for new and gone ops
-    if b is not None and c is not None:
-        change = tc / tb - 1.0 if tb > 0 else (math.inf if tc > 0 else np.nan)
-    return {schema.PROGRAM: key[0], schema.OP: key[1],
-            **{col: src[col] for col in pair.DESCRIPTIVE},
-            schema.BASELINE_S: tb, schema.CANDIDATE_S: tc, schema.DELTA_S: tc - tb,
-            schema.CHANGE: change, schema.BASELINE_EFFICIENCY: get(b, "eff"),
-            schema.CANDIDATE_EFFICIENCY: get(c, "eff"), schema.BASELINE_SHARE: sb,
-            schema.CANDIDATE_SHARE: sc, schema.BASELINE_STEPS: len(a),
-            schema.CANDIDATE_STEPS: len(z),
-            schema.P_VALUE: np.nan, schema.Q_VALUE: np.nan, schema.DETECTABLE: np.nan,
-            schema.NOTE: "", schema.EXPLANATION: "",
-            schema.VERDICT: NEW if b is None else GONE if c is None else None}
+    fail_on: tuple[tuple[str, float], ...] = (("step", 0.10),)
+    alpha: float = 0.01  # one-sided level of each test
+    host: float = 0.10   # the probe's speed moving more than this: a host that moved
+    noise: float = 0.05  # run-to-run sd of a log median step (CPU time: 0.039 measured)
+
+    def __post_init__(self):
+        for name, value in self.fail_on:
+            if name not in METRICS:
+                raise HarnessError(f"--fail-on {name}: unknown; valid: {', '.join(METRICS)}")
+            if not 0 <= value < 10:
+                raise HarnessError(f"--fail-on {name}={value:g}: must be in [0, 10) (0.1 = 10%)")
+        for name, ok, valid in (("alpha", 0 < self.alpha < 1, "in (0, 1)"),
+                                ("host", self.host >= 0, ">= 0 (0.1 = 10%)"),
+                                ("noise", self.noise >= 0, ">= 0")):
+            if not ok:
+                raise HarnessError(f"{name} must be {valid}, got {getattr(self, name)}")
 
 
-def _log_se(a: np.ndarray, z: np.ndarray) -> float:
-    """Standard error of log(median(z) / median(a)) from the per-step samples."""
-    return noise.median_se(np.log(np.clip(a, 1e-12, None)), np.log(np.clip(z, 1e-12, None)))
+@dataclass
+class Verdict:
+    """One pair's verdict, its cause and one line saying it, with the figures behind it."""
+
+    name: str
+    baseline: Run
+    candidate: Run
+    verdict: str
+    cause: str
+    message: str
+    change: float       # the wall step, candidate / baseline - 1
+    p_value: float      # one-sided, of the wall step's slowdown against its noise
+    host_change: float  # the probe's speed, candidate / baseline - 1 (NaN: no probe)
+    efficiency: tuple[float, float]  # each run's (harness.compare.workload_efficiency)
+    program: dict       # changes.program
+    figures: pd.DataFrame  # schema.STEP_CHANGES
+    ops: pd.DataFrame      # schema.OP_CHANGES
+    met: list[str] = field(default_factory=list)  # what ran where, where the runs differ
+
+    def to_dict(self, top: int = 0) -> dict:
+        def rows(df):
+            return [{k: v if changes.finite(v) or not isinstance(v, float) else None
+                     for k, v in r.items()} for r in df.to_dict("records")]
+
+        return {"name": self.name, "baseline": str(self.baseline.path),
+                "candidate": str(self.candidate.path), schema.VERDICT: self.verdict,
+                "cause": self.cause, "message": self.message, schema.CHANGE: self.change,
+                schema.P_VALUE: self.p_value, "host_change": self.host_change,
+                schema.EFFICIENCY: [e if math.isfinite(e) else None for e in self.efficiency],
+                "program": self.program, "differs": self.met, "figures": rows(self.figures),
+                "ops": rows(self.ops if top <= 0 else self.ops.head(top))}
 
 
-def _decide_ops(ops: pd.DataFrame, rule: Rule, mesh: dict | None, samples: tuple[dict, dict],
-                history: History | None = None):
-    """Verdicts of the ops present in both runs: (table, run-to-run sigma, ops tested, the
-    tested ops' median log change, NaN when too few to tell). With a ``history`` of baseline
-    runs each op's run-to-run noise is its own spread over them (``harness.runs.history``)."""
-    ops = ops.copy()
-    both = ops[schema.VERDICT].isna()
-    family = (both & (ops[[schema.BASELINE_SHARE, schema.CANDIDATE_SHARE]].max(axis=1)
-                      >= rule.min_share) & (ops[schema.BASELINE_STEPS] > 0)
-              & (ops[schema.CANDIDATE_STEPS] > 0)).to_numpy()
-    r = np.log1p(ops.loc[family, schema.CHANGE].to_numpy(float))
-    keys = list(zip(ops.loc[family, schema.PROGRAM], ops.loc[family, schema.OP]))
-    se = [_log_se(samples[0][k], samples[1][k]) for k in keys]
-    null = history.run_to_run(keys, r) if history else noise.run_to_run(r, se)
-    sigma, p_null, total = null.sigma, null.p, null.noise
-    shift = float(np.median(r)) if len(r) >= noise.MIN_OPS_FOR_SPREAD else math.nan
-    # Each op's U test asks what the run-to-run term asks: did it move against the rest of the
-    # run? Its candidate samples are taken back by the run's drift (the tested ops' median log
-    # change) first, so a host that ran 20% faster throughout neither hides an op's slowdown
-    # nor makes every op look changed.
-    back = math.exp(-shift) if math.isfinite(shift) else 1.0
-    ops.loc[family, schema.P_VALUE] = [noise.u_test(samples[0][k], samples[1][k] * back)
-                                       for k in keys]
-    nulls, noises = np.zeros(len(ops)), np.zeros(len(ops))
-    nulls[family], noises[family] = p_null, np.nan_to_num(total)
-    combined = np.maximum(ops.loc[family, schema.P_VALUE].to_numpy(float), p_null)
-    # Weighted by each op's share of the baseline's step (known before the candidate is): the
-    # false discovery rate stays at alpha, and more of it goes where a change costs the most.
-    weights = np.maximum(ops.loc[family, schema.BASELINE_SHARE].to_numpy(float),
-                         max(rule.min_share, 1e-9))
-    ops.loc[family, schema.Q_VALUE] = noise.bh_adjust(combined, weights=weights)
-    # What each op's test could have seen (harness.runs.detect) needs its run-to-run null for
-    # any subset of the tested ops: with a history, its own spread moderated over the subset;
-    # with one baseline, the subset's spread with the op's change at the top.
-    def critical(tested, level, rows):
-        if history:
-            crit = history.run_to_run([k for k, t in zip(keys, tested) if t],
-                                      r[tested]).critical(level)
-            return crit if rows is None else crit[rows]
-        return noise.critical_on_top(r[tested], np.asarray(se)[tested], level, rows)
-
-    ops.loc[family, schema.DETECTABLE] = detect.per_op(
-        ops.loc[family, schema.CHANGE].to_numpy(float),
-        (ops.loc[family, schema.BASELINE_SHARE].to_numpy(float),
-         ops.loc[family, schema.CANDIDATE_SHARE].to_numpy(float)), weights,
-        [(samples[0][k], samples[1][k]) for k in keys], critical, rule.alpha, rule.threshold,
-        rule.min_share)
-    tested = int(family.sum())
-    records = ops.to_dict("records")
-    verdicts, notes, texts = (list(ops[c]) for c in (schema.VERDICT, schema.NOTE,
-                                                      schema.EXPLANATION))
-    for i in np.flatnonzero(both.to_numpy()):
-        verdicts[i], notes[i] = decide(records[i], rule, tested, noises[i], nulls[i],
-                                       "run-to-run noise")
-        if verdicts[i] in (REGRESSION, IMPROVEMENT):
-            texts[i] = explain(pd.Series(dict(records[i], **{schema.VERDICT: verdicts[i]})),
-                               mesh)
-    ops[schema.VERDICT], ops[schema.NOTE], ops[schema.EXPLANATION] = verdicts, notes, texts
-    ops.loc[ops[schema.VERDICT] == REGRESSION, schema.DETECTABLE] = np.nan
-    return ops, sigma, tested, shift
+def samples(run: Run, name: str) -> np.ndarray:
+    """The run's positive per-step times under meta ``name``; without wall times (a trace
+    captured elsewhere), the per-step sums of its ops' measured times."""
+    times = np.asarray([t for t in run.meta.get(name) or () if t and t > 0], float)
+    if len(times) or name != schema.STEP_TIMES_S or run.steps is None or run.steps.empty:
+        return times
+    return run.steps.groupby(schema.STEP)[schema.MEASURED_S].sum().to_numpy(float)
 
 
-def _workload_row(b: pd.DataFrame, c: pd.DataFrame, a: np.ndarray, z: np.ndarray,
-                  rule: Rule, shift: float, sigma: float) -> dict:
-    """The whole step: median of per-step totals (sum of op medians without samples), one U
-    test, ``inconclusive`` when its noise (s.e. of the medians' difference) is above the
-    threshold."""
-    def side(ops, samples):
-        t = float(np.median(samples)) if len(samples) else float(ops["t"].sum())
-        eff = workload_efficiency(ops, predicted="pred", measured="t")
-        return pd.Series({"t": t, "share": 1.0, "eff": eff,
-                          **dict.fromkeys(pair.DESCRIPTIVE), schema.CATEGORY: "all ops"})
-    bs, cs = side(b, a), side(c, z)
-    row = _row((ALL_PROGRAMS, STEP_TOTAL), bs, cs, a, z)
-    row[schema.P_VALUE] = noise.u_test(a, z)
-    # Run-to-run noise of a sum of ops moving independently by sigma each: sigma x the root of
-    # the summed squared shares (few big ops: the step moves nearly as much as they do).
-    rest = (1 + row[schema.CHANGE]) / math.exp(shift) - 1 if math.isfinite(shift) else math.nan
-    p_null = float(noise.null_p(math.log1p(rest), sigma * math.sqrt((b["share"] ** 2).sum()))) \
-        if math.isfinite(rest) and sigma > 0 else 0.0
-    row[schema.Q_VALUE] = max(row[schema.P_VALUE], p_null)  # one test: nothing to adjust
-    rel_noise = noise.median_se(a, z) / bs["t"] if bs["t"] > 0 else math.nan
-    verdict, note = decide(row, rule, 1, rel_noise if math.isfinite(rel_noise) else 0.0, p_null,
-                           "step noise")
-    if verdict != UNCHANGED and row[schema.P_VALUE] <= rule.alpha and abs(rest) <= rule.threshold:
-        verdict, note = INCONCLUSIVE, (
-            f"every op moved alike (median op {math.expm1(shift):+.0%}, the rest {rest:+.0%}), "
-            "as when the host runs slower or faster: rerun to tell")
-    row.update({schema.VERDICT: verdict, schema.NOTE: note})
-    if verdict in (REGRESSION, IMPROVEMENT):
-        row[schema.EXPLANATION] = explain(pd.Series(row))
-    return row
+def change(a: np.ndarray, b: np.ndarray, noise: float) -> tuple[float, float]:
+    """(log ratio of the medians of ``b`` over ``a``, its standard error); NaN without both."""
+    if len(a) == 0 or len(b) == 0:
+        return math.nan, math.nan
+
+    def se(x):  # the median's, from the robust sigma (MAD) of the log steps
+        d = np.log(x) - np.median(np.log(x))
+        return MEDIAN_SE * MAD_TO_SIGMA * float(np.median(np.abs(d))) / math.sqrt(len(x))
+
+    return (math.log(float(np.median(b)) / float(np.median(a))),
+            math.sqrt(se(a) ** 2 + se(b) ** 2 + 2 * noise ** 2))
 
 
-def _order(df: pd.DataFrame) -> pd.DataFrame:
-    rank = {v: i for i, v in enumerate(VERDICTS)}
-    key = df[schema.DELTA_S].abs().fillna(df[schema.BASELINE_S].fillna(0)
-                                          + df[schema.CANDIDATE_S].fillna(0))
-    return (df.assign(_r=df[schema.VERDICT].map(rank), _k=-key)
-            .sort_values(["_r", "_k"], kind="stable").drop(columns=["_r", "_k"])
-            .reset_index(drop=True))
+def worse(r: float, se: float, threshold: float, alpha: float) -> bool:
+    """A log change beyond ``threshold`` and beyond its noise at one-sided level ``alpha``."""
+    return r > math.log1p(threshold) and norm.sf(r / se if se > 0 else math.inf) <= alpha
 
 
-def compare_runs(baseline: Run | Sequence[Run], candidate: Run, *,
-                 threshold: float = 0.10, alpha: float = 0.05,
-                 min_share: float = 0.01) -> Verdicts:
-    """Per-op and per-workload verdicts of ``candidate`` against ``baseline``: one run, or
-    several runs of the same code, oldest first (``harness.runs.history``)."""
-    rule = Rule(threshold, alpha, min_share)
-    history = None
-    if not isinstance(baseline, Run):
-        runs = list(baseline)
-        if len(runs) == 1:
-            baseline = runs[0]
-        else:
-            history = History.of(runs, min_share)
-            baseline = history.pooled()
-    b, c = pair.prepare(baseline, "baseline"), pair.prepare(candidate, "candidate")
-    sb, sc = pair.samples(baseline, "baseline"), pair.samples(candidate, "candidate")
-    warnings = list(dict.fromkeys(w for run in (history.runs if history else [baseline])
-                                  for w in pair.meta_warnings(run, candidate)))
-    for which, run, s in (("baseline", baseline, sb), ("candidate", candidate, sc)):
-        if not s:
-            warnings.append(f"{which} run {run.path.name} has no per-step samples; "
-                            "no op can be tested (verdicts are inconclusive)")
-    bi, ci = (x.set_index(pair.KEYS).to_dict("index") for x in (b, c))
-    keys = list(dict.fromkeys(list(ci) + list(bi)))
-    mesh = candidate.meta.get("mesh") if isinstance(candidate.meta.get("mesh"), dict) else None
-    empty = np.array([])
-    rows = [_row(k, bi.get(k), ci.get(k), sb.get(k, empty), sc.get(k, empty))
-            for k in keys]
-    ops = pd.DataFrame(rows, columns=list(schema.REGRESS)) if rows else schema.empty(
-        schema.REGRESS)
-    ops, sigma, tested, shift = _decide_ops(ops, rule, mesh, (sb, sc), history)
-    totals = pair.step_totals(baseline, b), pair.step_totals(candidate, c)
-    step = _workload_row(b, c, *totals, rule, shift, sigma)
-    step = agree(ops, step, *totals, tested)
-    v = Verdicts(baseline=history.label if history else baseline.run_id,
-                 candidate=candidate.run_id, ops=_order(ops),
-                 workload=pd.DataFrame([step], columns=list(schema.REGRESS)), rule=rule,
-                 warnings=warnings, run_to_run=sigma, tested=tested,
-                 baselines=len(history.runs) if history else 1)
-    log.info("compare %s -> %s: %s", v.baseline, v.candidate, v.headline())
-    return v
+def host(run: Run) -> dict:
+    """The run's probe (NaN without one): ``speed``, its median FLOP/s before and after;
+    ``moved``, the log of before over after; ``cores``, its median FLOPs per CPU second."""
+    d = run.meta.get(drift.HOST_DRIFT) or {}
+    rates = d.get(drift.RATES) or [[x] for x in d.get(drift.REFERENCE) or ()]  # older: the best
+    cpu = d.get(drift.CPU_RATES) or []
+    out = dict(speed=math.nan, moved=math.nan, cores=math.nan)
+    if len(rates) == 2 and rates[0] and rates[1]:
+        out.update(speed=float(np.median(rates[0] + rates[1])),
+                   moved=math.log(float(np.median(rates[0])) / float(np.median(rates[1]))))
+    if len(cpu) == 2:
+        out.update(cores=float(np.nanmedian(cpu[0] + cpu[1])))
+    return out
+
+
+def _log_ratio(x: float, y: float) -> float:
+    return math.log(x / y) if x > 0 and y > 0 else math.nan
+
+
+def compare(a: Run, b: Run, rule: Rule = Rule()) -> Verdict:
+    """The verdict of candidate ``b`` against baseline ``a`` (the module docstring)."""
+    fail_on, alpha = dict(rule.fail_on), rule.alpha
+    wa, wb = samples(a, schema.STEP_TIMES_S), samples(b, schema.STEP_TIMES_S)
+    r, se = change(wa, wb, rule.noise)
+    k, se_k = change(*(samples(x, schema.STEP_CPU_TIMES_S) for x in (a, b)), rule.noise)
+    ha, hb = host(a), host(b)
+    h, cores = _log_ratio(ha["speed"], hb["speed"]), _log_ratio(ha["cores"], hb["cores"])
+    probed = math.isfinite(h)  # h, cores > 0: the candidate's host, its cores, ran slower
+    steady = probed and max(abs(h), abs(ha["moved"]), abs(hb["moved"])) <= math.log1p(rule.host)
+    eff = workload_efficiency(a.ops), workload_efficiency(b.ops)
+    x = {"step": r, "efficiency": _log_ratio(*eff)}
+    crossed = {m: t for m, t in fail_on.items() if worse(x[m], se, t, alpha)}
+    t = min(fail_on.values())
+    busier = worse(k, se_k, t, alpha)  # more CPU time per step
+    if "step" in fail_on and worse(k, se_k, fail_on["step"], alpha):
+        crossed.setdefault("step", fail_on["step"])
+    prog, figs, ops = changes.program(a, b), changes.figures(a, b), changes.ops(a, b)
+    p = float(norm.sf(r / se)) if se > 0 else float(r <= 0)
+    stats = (f"wall step {fmt_seconds(float(np.median(wa)))} -> "
+             f"{fmt_seconds(float(np.median(wb)))} ({math.expm1(r):+.0%}, p={p:.2g})"
+             + (f", CPU time per step {math.expm1(k):+.0%}" if math.isfinite(k) else "")
+             if math.isfinite(r) else "no step times to compare")
+    seen = (f"host speed {math.expm1(-h):+.0%} (probe; {math.expm1(-hb['moved']):+.0%} "
+            "during the candidate)" if probed else "no host speed probe")
+    changed = f"the program changed ({prog['what']}); " if prog["changed"] else ""
+
+    def verdict(v: str, cause: str, message: str) -> Verdict:
+        return Verdict(key(b), a, b, v, cause, message, math.expm1(r), p, math.expm1(-h), eff,
+                       prog, figs, ops, changes.met(a, b))
+
+    if not math.isfinite(r):
+        return verdict(INCONCLUSIVE, NOISE, stats)
+    if not crossed:
+        faster = (worse(-k, se_k, t, alpha) if math.isfinite(k)
+                  else worse(-r, se, t, alpha) and (steady or not probed))
+        return verdict(IMPROVEMENT if faster else OK, PROGRAM if changed else NOISE,
+                       f"{changed}{'faster' if faster else 'not slower beyond noise'}: "
+                       f"{stats}; {seen}")
+    mesh = b.meta.get(schema.MESH) if isinstance(b.meta.get(schema.MESH), dict) else None
+    there = changes.where(figs, ops, mesh) if len(ops) else ""
+    there = f"; {there}" if there else ""
+    if prog["more_work"]:
+        return verdict(REGRESSION, PROGRAM, f"the program does more work: {prog['what']}; "
+                                            f"{stats}{there}")
+    if busier and math.isfinite(cores) and not worse(k - cores, se_k, t, alpha):
+        return verdict(INCONCLUSIVE, HOST, f"{stats}, but the host's cores ran as much slower "
+                                           f"({math.expm1(-cores):+.0%}: the probe's FLOPs per "
+                                           "CPU second): rerun on a steady host to tell")
+    cpu_run = str(b.meta.get(schema.DEVICE_KIND, "")).lower() == "cpu"
+    if not busier and (math.isfinite(k) or (cpu_run and not steady)):
+        return verdict(INCONCLUSIVE, HOST, f"{stats}: " + (
+            "the same CPU work per step: other processes took more of the host, or the program "
+            "waits longer (idle, exposed communication), which the wall step alone cannot tell"
+            if math.isfinite(k) else "the host moved, as much as the step can tell")
+            + f" ({seen})")
+    lost = ", ".join(f"{'slower' if m == 'step' else 'less efficient'} by "
+                     f"{math.expm1(max(x[m], k) if m == 'step' and busier else x[m]):.0%}"
+                     for m in crossed) + (" (more CPU time per step)" if busier else "")
+    return verdict(REGRESSION, PROGRAM if changed else SAME_PROGRAM,
+                   f"{changed or 'same program, '}{lost}: {stats}; {seen}{there}")
+
+
+def overall(verdicts: list[Verdict]) -> str:
+    """The worst verdict of all pairs (``VERDICTS`` order); ok for none."""
+    found = {v.verdict for v in verdicts}
+    return next((v for v in VERDICTS if v in found), OK)

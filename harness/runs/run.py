@@ -118,14 +118,14 @@ class Run:
         meta = dict(self.meta, **{
             schema.CROSS_CHECK: self.cross_check, schema.TITLE: self.title,
             schema.SUMMARY: self.summary, schema.NOTES: self.notes, schema.STEP_OBJECT: self.step,
-            schema.GIT_SHA: store.git_sha(), FORMAT_KEY: FORMAT})
+            **store.git_state(), FORMAT_KEY: FORMAT})
         tables = {OPS_PARQUET: self.ops}
         if self.steps is not None:
             tables[STEPS_PARQUET] = self.steps
         trace = getattr(self.capture, "trace_dir", None)
         self.path = store.write(path, meta, tables=tables, files=files, trace_dir=trace,
                                 move_trace=getattr(self.capture, "owned", True))
-        self.meta[schema.GIT_SHA] = meta[schema.GIT_SHA]
+        self.meta.update({k: meta[k] for k in (schema.GIT_SHA, schema.GIT_DIRTY) if k in meta})
         return self.path
 
     @classmethod

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness import schema
 from harness.errors import HarnessError
 
 log = logging.getLogger(__name__)
@@ -26,14 +27,24 @@ TRACE_DIR = "trace"
 TMP_PREFIX = ".tmp-"
 
 
-def git_sha() -> str:
-    """The working tree's commit, or "" outside a git checkout."""
+def _git(*args: str, cwd: Path) -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                             text=True, timeout=5, cwd=Path(__file__).resolve().parent)
-        return out.stdout.strip() if out.returncode == 0 else ""
+        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=5, cwd=cwd)
     except (OSError, subprocess.SubprocessError):
-        return ""
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_state() -> dict:
+    """The commit of the code that ran and whether its checkout had uncommitted changes to
+    tracked files: the working directory's checkout (a CI job runs from its repository), else
+    the harness's own; {} outside any."""
+    for cwd in (Path.cwd(), Path(__file__).resolve().parent):
+        sha = _git("rev-parse", "--short=12", "HEAD", cwd=cwd)
+        if sha:
+            dirty = _git("status", "--porcelain", "--untracked-files=no", cwd=cwd)
+            return {schema.GIT_SHA: sha, schema.GIT_DIRTY: None if dirty is None else bool(dirty)}
+    return {}
 
 
 def _jsonable(obj):
@@ -91,10 +102,17 @@ def read_meta(path: Path) -> object:
 
 
 def run_dirs(root: str | os.PathLike = "results") -> list[Path]:
-    """The run directories directly under ``root`` (with a ``meta.json``), sorted by name
-    (oldest first: run ids start with their time); temporary ones skipped."""
-    return [d for d in sorted(Path(root).glob("*"))
-            if d.is_dir() and not d.name.startswith(TMP_PREFIX) and (d / META).exists()]
+    """Every run directory (one with a ``meta.json``) at or under ``root``, a sweep's and a
+    pytest ``--harness-save`` directory's included, oldest first (run ids start with their
+    time); temporary ones skipped, and nothing inside a run."""
+    found, todo = [], [Path(root)]
+    while todo:
+        d = todo.pop()
+        if (d / META).is_file():
+            found.append(d)
+        elif d.is_dir():
+            todo += [c for c in d.iterdir() if c.is_dir() and not c.name.startswith(TMP_PREFIX)]
+    return sorted(found, key=lambda d: (d.name, str(d)))
 
 
 def resolve(ref: str | os.PathLike, root: str | os.PathLike = "results") -> Path:

@@ -146,10 +146,10 @@ def run_built(built: Built, *, preset: str, overrides: dict | None, out_dir: Pat
     the host's speed is measured right before and after the capture (``calibrate.drift``).
     ``meta`` adds to what the run keeps of what ran."""
     log.info("running %s (%s) on mesh %s", built.workload.name, preset, dict(built.mesh.shape))
-    before = _host_reference(built.mesh)
+    before = drift.probe(built.mesh.devices.flat)
     cap = capture(built.fn, built.args, warmup=warmup, steps=steps, out_dir=out_dir,
                   mesh=built.mesh, command_buffers=command_buffers, carry=built.workload.carry)
-    host = None if before is None else {drift.REFERENCE: [before, _host_reference(built.mesh)]}
+    host = drift.record(before, drift.probe(built.mesh.devices.flat))
     return from_capture(cap, chip=chip, workload=built, host_drift=host,
                         meta=dict(meta or {}, **built.run_meta(preset, overrides)),
                         title=built.title(preset))
@@ -165,14 +165,6 @@ def _knobs(name: str) -> str:
     except workloads.WorkloadError:  # an unknown workload: only the mesh
         own = {}
     return ", ".join(["--mesh over more devices", *own.values()])
-
-
-def _host_reference(mesh) -> float | None:
-    """The drift reference kernel's rate on the mesh's devices; None off CPU."""
-    devices = list(mesh.devices.flat)
-    if devices[0].platform != "cpu":
-        return None
-    return drift.reference_rate(devices)
 
 
 def _config_dict(cfg) -> dict:
