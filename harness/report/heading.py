@@ -50,9 +50,9 @@ def _checkout(r) -> str:
     own, ``schema.GIT_SHA``; this one's page is rendered as it is stored)."""
     if getattr(r, "path", None) is not None:
         return ""
-    from harness.runs.store import git_sha  # deferred: runs import the report
+    from harness.runs.store import git_state  # deferred: runs import the report
 
-    return git_sha()
+    return git_state().get(schema.GIT_SHA) or ""
 
 
 def meta_lines(r) -> list[str]:
