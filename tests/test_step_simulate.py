@@ -470,7 +470,7 @@ def test_llama3_70b_fsdp_step_on_v5p_16x16():
     # libtpu emits this program's collectives without start/done (the weight all-gathers as
     # all-reduces of zero-padded buffers), so the core runs them: all of them are exposed
     sync = ops.loc[ops[schema.CATEGORY] == schema.CAT_COLLECTIVE, schema.PREDICTED_S].sum()
-    assert sim.sync_comm_s == pytest.approx(sync) and sim.exposed_comm_s >= sync
+    assert sim.sync_comm_s == pytest.approx(sync) and sim.exposed_comm_s >= sync * (1 - 1e-9)
     assert sim.critical_compute_s + sim.critical_comm_s == pytest.approx(sim.step_s)
     assert pred.totals[schema.MFU_AT_ROOFLINE] == pytest.approx(
         book.model_flops / (sim.step_s * 256 * 4.59e14))
