@@ -29,10 +29,52 @@ def keys(events: pd.DataFrame) -> list[str]:
 
 
 def _per_device_step(events: pd.DataFrame, time: str = schema.DURATION_NS) -> pd.DataFrame:
+    """Per (op, device, step), in order of first appearance: the keys, the ``sum`` of ``time``
+    and the number of executions (``size``), as pandas' ``groupby(..., sort=False)`` gives
+    them, the groups numbered by ``_groups`` and summed by ``np.bincount``."""
     schema.validate(events, schema.EVENTS, where="op_times(events)")
     by = [*keys(events), schema.DEVICE, schema.STEP]
-    return (events.groupby(by, observed=True, sort=False)[time]
-            .agg(["sum", "size"]).reset_index())
+    t = events[time].to_numpy(np.int64)
+    found = _groups([events[c] for c in by])
+    # bincount sums in float64: exact while every sum stays below 2**53
+    if found is None or (len(t) and int(np.abs(t).max()) * len(t) >= 2**53):
+        return (events.groupby(by, observed=True, sort=False)[time]
+                .agg(["sum", "size"]).reset_index())
+    group, first = found
+    total = np.bincount(group, weights=t, minlength=len(first)).astype(np.int64)
+    size = np.bincount(group, minlength=len(first))
+    return events[by].take(first).reset_index(drop=True).assign(sum=total, size=size)
+
+
+def _groups(columns: list[pd.Series]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(each row's group, numbered in order of first appearance; the first row of each group)
+    of the distinct value tuples of ``columns``; None where a value is missing."""
+    key, size = np.zeros(len(columns[0]), np.int64), 1
+    for col in columns:
+        codes, card = _codes(col)
+        if len(codes) and codes.min() < 0:
+            return None
+        if size * card >= 2**62:  # renumber the tuples so far first
+            key, seen = pd.factorize(key)
+            size = len(seen)
+        key, size = key * card + codes, size * card
+    group, _ = pd.factorize(key)
+    earlier = np.maximum.accumulate(np.concatenate([[-1], group[:-1]]))
+    return group, np.flatnonzero(group > earlier)
+
+
+def _codes(col: pd.Series) -> tuple[np.ndarray, int]:
+    """A column as integer codes from 0 (-1: missing) and how many codes there can be: a
+    categorical's own codes, a small range of integers itself, anything else factorized."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy(np.int64), max(len(col.cat.categories), 1)
+    values = col.to_numpy()
+    if values.dtype.kind in "iu" and len(values):
+        low, high = int(values.min()), int(values.max())
+        if high - low < 1 << 24:
+            return values.astype(np.int64) - low, high - low + 1
+    codes, uniques = pd.factorize(col)
+    return codes, max(len(uniques), 1)
 
 
 def _timing(shares: bool) -> tuple[str, str]:

@@ -56,8 +56,8 @@ def test_a_kernel_no_rule_places_keeps_the_graphs_op():
 
 
 def test_a_memset_joins_its_gemm_across_another_streams_kernel():
-    from harness.trace.gpu import _fold
-    from harness.trace.planes import Columns, StepWindows
+    from harness.trace.gpu import Kernels, _fold
+    from harness.trace.planes import StepWindows, Texts
 
     def k(start, op, name):
         return Kernel(start=start, dur=10, module="m", op=op, name=name, in_graph=False)
@@ -66,7 +66,8 @@ def test_a_memset_joins_its_gemm_across_another_streams_kernel():
     kernels = [k(0, "custom-call.1", "Memset 0"), k(5, "fusion.2", "loop_add_fusion_2"),
                k(20, "custom-call.1", "nvjet_sm90"), k(40, "custom-call.1", "Memset 0"),
                k(60, "custom-call.1", "nvjet_sm90")]
-    cols = Columns()
-    _fold(kernels, StepWindows([(0, 100, 0)]), 0, cols)
-    assert list(cols.op) == ["custom-call.1", "fusion.2", "custom-call.1"]
-    assert list(cols.duration_ns) == [20, 10, 20]
+    texts = Texts()
+    _, op, _, _, _, duration_ns, _ = _fold(Kernels.of_list(kernels, texts),
+                                           StepWindows([(0, 100, 0)]), 0, texts)
+    assert [texts.text[c] for c in op] == ["custom-call.1", "fusion.2", "custom-call.1"]
+    assert list(duration_ns) == [20, 10, 20]

@@ -25,17 +25,20 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from harness.trace.hlo_proto import async_names, embedded_modules
 from harness.trace.planes import (
     Columns,
     PlaneIndex,
     StepWindows,
+    Texts,
     device_planes,
     device_step_windows,
     host_steps,
-    line_events,
 )
-from harness.trace.xplane import XSpace
+from harness.trace.space import Space
+from harness.trace.wire import INT64, REF, UINT64
 
 log = logging.getLogger(__name__)
 
@@ -76,74 +79,166 @@ class Schedule:
     fusions: set = field(default_factory=set)      # ops whose kernels carry their name
 
 
-def detect(space: XSpace) -> bool:
+def detect(space: Space) -> bool:
     return any(any(m.name == "hlo_op" for m in p.stat_metadata.values())
                for _, p in device_planes(space, _GPU_PLANE))
 
 
-def _kernels(idx: PlaneIndex) -> list[Kernel]:
-    out = []
-    meta = idx.plane.event_metadata
-    for line in idx.lines(lambda name: name not in _NON_KERNEL_LINES):
-        for ev, start, dur in line_events(line):
-            stats = idx.stats(ev.stats) if ev.stats else {}
-            op = stats.get("hlo_op") or idx.stats(meta[ev.metadata_id].stats).get("hlo_op")
-            if op:
-                out.append(Kernel(start, dur, stats.get("hlo_module", ""), op,
-                                  idx.event_names.get(ev.metadata_id, ""), GRAPH_STAT in stats,
-                                  str(stats.get("program_id", ""))))
-    out.sort(key=lambda k: k.start)
+@dataclass
+class Kernels:
+    """One device's kernels as columns, in start order: ``module``, ``op``, ``program_id`` and
+    ``name`` are ``Texts`` codes; ``in_graph``: launched inside a CUDA graph."""
+
+    start: np.ndarray
+    dur: np.ndarray
+    module: np.ndarray
+    op: np.ndarray
+    name: np.ndarray
+    in_graph: np.ndarray
+    program_id: np.ndarray
+
+    def take(self, order: np.ndarray) -> Kernels:
+        return Kernels(*(getattr(self, f)[order] for f in self.__dataclass_fields__))
+
+    def as_list(self, texts: Texts) -> list[Kernel]:
+        t = texts.text
+        return [Kernel(s, d, t[m], t[o], t[n], bool(g), t[p]) for s, d, m, o, n, g, p in zip(
+            *(getattr(self, f).tolist() for f in self.__dataclass_fields__))]
+
+    @classmethod
+    def of_list(cls, kernels: list[Kernel], texts: Texts) -> Kernels:
+        return cls(np.asarray([k.start for k in kernels], np.int64),
+                   np.asarray([k.dur for k in kernels], np.int64),
+                   texts.codes(k.module for k in kernels), texts.codes(k.op for k in kernels),
+                   texts.codes(k.name for k in kernels),
+                   np.asarray([k.in_graph for k in kernels], bool),
+                   texts.codes(k.program_id for k in kernels))
+
+
+def _stat_texts(idx: PlaneIndex, st, entry: np.ndarray, texts: Texts) -> np.ndarray:
+    """The ``Texts`` code of each entry's value as ``str()`` prints it (0, "": none): a
+    ``REF`` names a stat, a ``STR`` is itself, a number is printed; each distinct value
+    printed once."""
+    out = np.zeros(len(entry), np.int64)
+    has = np.flatnonzero(entry >= 0)
+    e = entry[has]
+    kind, value = st.kind[e], st.value[e]
+    varint = np.isin(kind, (REF, INT64, UINT64))
+    pairs, inverse = np.unique(np.stack([kind[varint], value[varint]]), axis=1,
+                               return_inverse=True)
+    shown = [idx.stat_names.get(v, "") if k == REF else str(v % 2**64 if k == UINT64 else v)
+             for k, v in zip(*pairs.tolist())]
+    out[has[varint]] = np.asarray([texts.of(t) for t in shown], np.int64)[inverse.ravel()] \
+        if shown else 0
+    for i in np.flatnonzero(~varint).tolist():  # strings and doubles: rare on kernel events
+        out[has[i]] = texts.of(str(idx.entry_value(st, int(e[i]))))
     return out
 
 
-def extract(space: XSpace,
+def _kernels(idx: PlaneIndex, texts: Texts) -> Kernels:
+    """The kernels of a device plane: events with an ``hlo_op`` (theirs, else their
+    metadata's), in start order."""
+    ids = {n: idx.stat_ids.get(n) for n in ("hlo_op", "hlo_module", "program_id", GRAPH_STAT)}
+    meta_op = {k: str(idx.stats(m.stats).get("hlo_op") or "")
+               for k, m in idx.plane.event_metadata.items()}
+    parts = []
+    for line in idx.lines(lambda name: name not in _NON_KERNEL_LINES):
+        ev = line.events()
+        n = len(ev)
+        st = ev.stats(want=lambda m: np.isin(m, [k for k in ids.values() if k is not None]))
+        op = _stat_texts(idx, st, st.entry(ids["hlo_op"], n), texts)
+        # the event's own op, else its metadata's (an empty op counts as none)
+        mids = ev.metadata_id
+        for mid in np.unique(mids[op == 0]).tolist():
+            op[(op == 0) & (mids == mid)] = texts.of(meta_op.get(mid, ""))
+        keep = op != 0
+        names = np.fromiter((texts.of(idx.event_names.get(m, "")) for m in mids.tolist()),
+                            np.int64, n) if n else np.zeros(0, np.int64)
+        parts.append(Kernels(ev.start_ns[keep], ev.duration_ns[keep],
+                             _stat_texts(idx, st, st.entry(ids["hlo_module"], n), texts)[keep],
+                             op[keep], names[keep], (st.entry(ids[GRAPH_STAT], n) >= 0)[keep],
+                             _stat_texts(idx, st, st.entry(ids["program_id"], n), texts)[keep]))
+    if not parts:
+        return Kernels(*(np.zeros(0, np.int64),) * 5, np.zeros(0, bool), np.zeros(0, np.int64))
+    every = Kernels(*(np.concatenate([getattr(p, f) for p in parts])
+                      for f in Kernels.__dataclass_fields__))
+    return every.take(np.argsort(every.start, kind="stable"))
+
+
+def extract(space: Space,
             schedule_of: Callable[[str], Sequence[tuple[str, str, str]] | None] | None = None
             ) -> Columns:
     """The GPU op executions; ``schedule_of(program)``: that program's ops in order, (name,
     opcode, computation) each (``harness.hlo.schedule``), for kernels inside CUDA graphs."""
-    cols = Columns()
+    texts, parts = Texts(), []
     annotated, _ = host_steps(space)
-    sched, cols.stepped = None, bool(annotated)
+    sched, stepped = None, bool(annotated)
     for device, plane in device_planes(space, _GPU_PLANE):
         idx = PlaneIndex(plane)
         steps = device_step_windows(idx) or StepWindows(
             zip(annotated.starts, annotated.ends, annotated.steps), open_ended=True)
-        cols.stepped = cols.stepped or bool(steps)
-        kernels = _kernels(idx)
-        if any(k.in_graph for k in kernels):
+        stepped = stepped or bool(steps)
+        kernels = _kernels(idx, texts)
+        if kernels.in_graph.any():
             if sched is None:
-                program = next(k.module for k in kernels if k.in_graph)
+                program = texts.text[kernels.module[np.argmax(kernels.in_graph)]]
                 sched = _schedule(schedule_of(program) if schedule_of else None)
-            attribute(kernels, sched)
-        _fold(kernels, steps, device, cols)
+            every = kernels.as_list(texts)
+            attribute(every, sched)
+            kernels = Kernels.of_list(every, texts)
+        parts.append(_fold(kernels, steps, device, texts))
+    names = ("program", "op", "device", "step", "start_ns", "duration_ns", "program_id")
+    cols = Columns(**{n: np.concatenate(c) for n, c in zip(names, zip(*parts))} if parts
+                   else {})
+    cols.program_names = cols.op_names = cols.program_id_names = texts.names()
+    cols.stepped = stepped
     cols.async_names = _async_names(space)
     return cols
 
 
-def _fold(kernels: list[Kernel], steps: StepWindows, device: int, cols: Columns) -> None:
+def _fold(kernels: Kernels, steps: StepWindows, device: int, texts: Texts) -> tuple:
     """One execution per run of consecutive kernels of one op; a memset (a library clearing its
     output first) joins the next kernel of its op even when another stream's kernel started
     in between. A kernel the run already holds starts a new execution: the op ran again (a
-    program of one op called twice in a row), not another of its kernels."""
-    prev, memset_row, launched = None, {}, set()
-    for k in kernels:
-        step = steps.step_at(k.start) if steps else 0
-        key = (k.module, k.program_id, k.op, step)
-        waiting = memset_row.pop(key, None)  # this op's memset, waiting for its kernel
+    program of one op called twice in a row), not another of its kernels.
+
+    Returns the executions' columns: (program, op, device, step, start ns, duration ns,
+    program id), codes of ``texts`` where they are names."""
+    k = kernels
+    step = steps.assign(k.start) if steps else np.zeros(len(k.start), np.int64)
+    _, key = np.unique(np.stack([k.module, k.program_id, k.op, step]), axis=1,
+                       return_inverse=True) if len(step) else (None, np.zeros(0, np.int64))
+    memset = np.asarray([t.startswith(_MEMSET) for t in texts.text])[k.name]
+    first, dur = _runs(key.ravel(), k.name, k.in_graph, memset, k.dur)
+    return (k.module[first], k.op[first], np.full(len(first), device, np.int64), step[first],
+            k.start[first], dur, k.program_id[first])
+
+
+def _runs(key: np.ndarray, name: np.ndarray, in_graph: np.ndarray, memset: np.ndarray,
+          dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_fold``'s rule over kernels in start order: (the first kernel of each execution, its
+    summed duration). Kernels of one execution are consecutive, but for a memset's."""
+    first, total = [], []
+    prev, waiting_for, launched = -1, {}, set()
+    for i, (kk, n, g, m, d) in enumerate(zip(key.tolist(), name.tolist(), in_graph.tolist(),
+                                             memset.tolist(), dur.tolist())):
+        waiting = waiting_for.pop(kk, None)  # this op's memset, waiting for its kernel
         # (kernels inside a CUDA graph are placed by the schedule: no such evidence there)
-        again = key == prev and k.name in launched and not k.in_graph
-        if (key == prev and not again) or waiting is not None:  # a kernel of this execution
-            cols.duration_ns[len(cols.duration_ns) - 1 if key == prev else waiting] += k.dur
-            launched.add(k.name)
+        again = kk == prev and n in launched and not g
+        if (kk == prev and not again) or waiting is not None:  # a kernel of this execution
+            total[len(total) - 1 if kk == prev else waiting] += d
+            launched.add(n)
             continue
-        cols.add(k.module, k.op, device, step, k.start, k.dur, k.program_id)
-        launched = {k.name}
-        if k.name.startswith(_MEMSET):
-            memset_row[key] = len(cols.duration_ns) - 1
-        prev = key
+        first.append(i)
+        total.append(d)
+        launched = {n}
+        if m:
+            waiting_for[kk] = len(total) - 1
+        prev = kk
+    return np.asarray(first, np.int64), np.asarray(total, np.int64)
 
 
-def _async_names(space: XSpace) -> dict[str, str]:
+def _async_names(space: Space) -> dict[str, str]:
     names = {}
     for module_bytes in embedded_modules(space).values():
         names.update(async_names(module_bytes))

@@ -20,7 +20,7 @@ from google.protobuf.message import DecodeError
 from harness import schema
 from harness.errors import TraceError
 from harness.trace.layouts import LAYOUTS, Columns
-from harness.trace.xplane import XSpaceLazy as XSpace
+from harness.trace.space import Source, Space
 
 log = logging.getLogger(__name__)
 
@@ -46,25 +46,31 @@ def find_trace_file(path: str | os.PathLike) -> Path:
     return found[-1]
 
 
-def read_xspace(source: str | os.PathLike | bytes | XSpace) -> tuple[XSpace, str]:
-    """Parse an XSpace; returns it with a label naming where it came from (for errors). An
-    XSpace already parsed is returned as it is."""
-    if isinstance(source, XSpace):
+def read_xspace(source: str | os.PathLike | bytes | Space) -> tuple[Space, str]:
+    """Open an XSpace (``harness.trace.space``: its planes' metadata read, its lines left on
+    disk until a layout reads them); returns it with a label naming where it came from (for
+    errors). A ``Space`` is returned as it is; a protobuf ``XSpace`` message is read from its
+    bytes."""
+    if isinstance(source, Space):
         return source, "<xspace>"
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        data, label = bytes(source), "<bytes>"
+    if hasattr(source, "SerializeToString"):
+        source, label = source.SerializeToString(), "<xspace>"
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        label = "<bytes>"
     else:
         path = find_trace_file(source)
-        data, label = path.read_bytes(), str(path)
-    if not data:
+        source, label = path, str(path)
+    src = Source(path=source) if isinstance(source, Path) else Source(source)
+    head = bytes(src.read(0, 64))
+    if not head:
         raise TraceError(f"{label}: empty trace file")
-    if data[:2] == GZIP_MAGIC or data.lstrip()[:1] in (b"{", b"["):
+    if head[:2] == GZIP_MAGIC or head.lstrip()[:1] in (b"{", b"["):
         raise TraceError(f"{label}: a Chrome/Perfetto JSON trace (as PyTorch, TensorBoard and "
                          f"jax.profiler's *.trace.json.gz hold), not an XSpace; harness reads "
                          f"the *{TRACE_SUFFIX} that jax.profiler writes beside it "
                          f"(plugins/profile/<run>/)")
     try:
-        space = XSpace.FromString(data)
+        space = Space(src)
     except DecodeError as e:
         raise TraceError(f"{label}: truncated or corrupt XSpace protobuf ({e})") from None
     if not space.planes:
@@ -72,7 +78,7 @@ def read_xspace(source: str | os.PathLike | bytes | XSpace) -> tuple[XSpace, str
     return space, label
 
 
-def detect_layout(space: XSpace, label: str = "<trace>") -> str:
+def detect_layout(space: Space, label: str = "<trace>") -> str:
     """Name of the first registered layout that recognises the trace."""
     for name, layout in LAYOUTS.items():
         try:
@@ -131,13 +137,13 @@ class TraceEvents:
 Schedule = Callable[[str], "Sequence[tuple[str, str, str]] | None"]
 
 
-def load_events(source: str | os.PathLike | bytes | XSpace, *, warmup_steps: int = 0,
+def load_events(source: str | os.PathLike | bytes | Space, *, warmup_steps: int = 0,
                 schedule_of: Schedule | None = None) -> pd.DataFrame:
     """The EVENTS table of a trace (``read_events(...).events``)."""
     return read_events(source, warmup_steps=warmup_steps, schedule_of=schedule_of).events
 
 
-def read_events(source: str | os.PathLike | bytes | XSpace, *, warmup_steps: int = 0,
+def read_events(source: str | os.PathLike | bytes | Space, *, warmup_steps: int = 0,
                 schedule_of: Schedule | None = None, label: str | None = None) -> TraceEvents:
     """The EVENTS table of a trace: one row per op execution inside a measured step, with the
     layout that read it and the source's label.
@@ -145,7 +151,7 @@ def read_events(source: str | os.PathLike | bytes | XSpace, *, warmup_steps: int
     Op executions outside every step annotation (warm-up, compilation) are dropped; so are the
     first ``warmup_steps`` annotated steps. Steps are renumbered from 0. ``schedule_of(program)``:
     that program's ops in order (``harness.hlo.schedule``), for a GPU trace whose CUDA-graph
-    kernels must be attributed to ops. ``source`` may be an XSpace already parsed (``label``
+    kernels must be attributed to ops. ``source`` may be a ``Space`` already opened (``label``
     names it).
     """
     space, read_label = read_xspace(source)
@@ -157,29 +163,26 @@ def read_events(source: str | os.PathLike | bytes | XSpace, *, warmup_steps: int
                          else layout.extract(space))
     except DecodeError as e:  # lines are decoded lazily, so corruption inside one shows here
         raise TraceError(f"{label}: corrupt XSpace line ({e})") from None
-    if not cols.op:
+    n = len(cols.op)
+    if not n:
         raise TraceError(f"{label}: trace has no XLA op executions ({layout_name} layout)")
-    ids = cols.program_id if len(cols.program_id) == len(cols.op) else [""] * len(cols.op)
-    df = pd.DataFrame({
-        schema.PROGRAM: _categorical(cols.program, cols.program_names),
-        schema.PROGRAM_ID: _categorical(ids, {}),
-        schema.OP: _categorical(cols.op, cols.op_names),
-        schema.DEVICE: np.asarray(cols.device, dtype=np.int32),
-        schema.STEP: np.asarray(cols.step, dtype=np.int32),
-        schema.START_NS: np.asarray(cols.start_ns, dtype=np.int64),
-        schema.DURATION_NS: np.asarray(cols.duration_ns, dtype=np.int64),
-    })
-    if any(cols.program_id):  # optional: only where the trace names a program id
-        df[schema.PROGRAM_ID] = _categorical(cols.program_id, {})
-    df = df[df[schema.STEP] >= 0]
-    steps = sorted(df[schema.STEP].unique())
-    if warmup_steps:
-        steps = steps[warmup_steps:]
-        df = df[df[schema.STEP].isin(steps)]
-    if df.empty:
+    # program_id: "" throughout where the layout names none
+    ids = (_categorical(cols.program_id, cols.program_id_names) if len(cols.program_id) == n
+           else _categorical(np.zeros(n, np.int64), {0: ""}))
+    step = np.asarray(cols.step, dtype=np.int64)
+    steps = np.unique(step[step >= 0])[warmup_steps:]  # dropped: outside steps, warm-up
+    keep = np.flatnonzero(np.isin(step, steps))
+    if not len(keep):
         raise TraceError(f"{label}: no XLA op executions inside a measured step "
                          f"({layout_name} layout, warmup_steps={warmup_steps})")
-    df = df.assign(**{schema.STEP: df[schema.STEP].map({s: i for i, s in enumerate(steps)})
-                      .astype("int32")})
-    return TraceEvents(df.reset_index(drop=True), layout_name, label, dict(cols.async_names),
+    df = pd.DataFrame({
+        schema.PROGRAM: _categorical(cols.program, cols.program_names)[keep],
+        schema.PROGRAM_ID: ids[keep],
+        schema.OP: _categorical(cols.op, cols.op_names)[keep],
+        schema.DEVICE: np.asarray(cols.device, dtype=np.int32)[keep],
+        schema.STEP: np.searchsorted(steps, step[keep]).astype(np.int32),  # from 0
+        schema.START_NS: np.asarray(cols.start_ns, dtype=np.int64)[keep],
+        schema.DURATION_NS: np.asarray(cols.duration_ns, dtype=np.int64)[keep],
+    })
+    return TraceEvents(df, layout_name, label, dict(cols.async_names),
                        cols.stepped)

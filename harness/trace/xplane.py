@@ -65,6 +65,10 @@ _SCHEMA["XLineHeader"] = [f for f in _SCHEMA["XLine"] if f[0] != "events"]
 # its events field as one packed varint array, decoded in C (see planes.line_arrays).
 _SCHEMA["XLineVarints"] = [("timestamp_ns", 3, _F.TYPE_INT64, _OPT, None, None),
                            ("events", 4, _F.TYPE_UINT64, _REP, None, None)]
+# A line with each event left as its bytes: protobuf's C parser splits the events, numpy reads
+# their fields (harness.trace.wire).
+_SCHEMA["XLineSplit"] = [(n, num, _F.TYPE_BYTES, _REP, None, None) if n == "events"
+                         else (n, num, t, lab, tn, o) for n, num, t, lab, tn, o in _SCHEMA["XLine"]]
 _ONEOFS = {"XEvent": "data", "XStat": "value"}
 _MAPS = {"EventMetadataEntry": "XEventMetadata", "StatMetadataEntry": "XStatMetadata"}
 
@@ -107,5 +111,6 @@ XStat = _CLASSES["XStat"]
 XSpaceLazy = _CLASSES["XSpaceLazy"]
 XLineHeader = _CLASSES["XLineHeader"]
 XLineVarints = _CLASSES["XLineVarints"]
+XLineSplit = _CLASSES["XLineSplit"]
 # Wire tags (field number << 3 | varint) of an XEvent's varint fields.
 TAG_METADATA_ID, TAG_OFFSET_PS, TAG_DURATION_PS = 1 << 3, 2 << 3, 3 << 3
