@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from harness.trace.parallel import in_parallel
 from harness.trace.planes import (
@@ -166,7 +167,7 @@ def extract(space: Space) -> Columns:
     cols.program, cols.program_id = runs, runs
     cols.program_names = {r: p[0] for r, p in run_program.items()}
     cols.program_id_names = {r: p[1] for r, p in run_program.items()}
-    uniq, inverse = np.unique(runs, return_inverse=True)
+    inverse, uniq = pd.factorize(runs, sort=True)
     cols.stepped = bool(steps)
     if not steps:  # no annotations: each execution of a program is its own step
         cols.step = inverse

@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.trace.wire import FIXED32, FIXED64, LEN, VARINT, WireError
-from harness.trace.xplane import XPlane
+from harness.trace.xplane import XPlaneLazy
 
 # XSpace and XPlane field numbers (xplane.proto)
 SPACE_PLANES, SPACE_ERRORS, SPACE_WARNINGS, SPACE_HOSTNAMES = 1, 2, 3, 4
 PLANE_LINES = 3
 LINE_NAME, LINE_EVENTS = 2, 4
 _WINDOW = 1 << 16  # bytes read at a time while scanning records
+_TAIL = 256 << 20  # a plane's metadata larger than this is scanned record by record
 _HEADER = 256      # bytes of a line read at a time for its name
 
 
@@ -168,11 +169,12 @@ class Space:
 
 
 def _plane(source: Source, start: int, end: int) -> Plane:
-    """Scan one plane record: its lines located, its other records parsed as an XPlane.
+    """Scan one plane record: its lines located, its other records parsed (as an XPlane whose
+    lines stay bytes: it has none).
 
     Writers put the lines (field 3) before the metadata (4, 5) and stats (6): from the first
-    of those on, the rest of the plane is parsed in one C call (and scanned record by record
-    only if it holds a line after all)."""
+    of those on, the rest of the plane is parsed in one C call, its lines (if it holds any
+    after all) left unparsed and scanned again record by record."""
     lines, rest, run = [], [], None  # run: the current stretch of non-line records
     tail, tried = None, False
     for number, wire, begin, at, stop in _Scanner(source, start, end).records():
@@ -182,8 +184,8 @@ def _plane(source: Source, start: int, end: int) -> Plane:
                 rest.append(run)
                 run = None
             continue
-        if number > PLANE_LINES and not tried:
-            tried, tail = True, XPlane.FromString(bytes(source.read(begin, end - begin)))
+        if number > PLANE_LINES and not tried and end - begin <= _TAIL:
+            tried, tail = True, XPlaneLazy.FromString(bytes(source.read(begin, end - begin)))
             if not tail.lines:
                 break
             tail = None
@@ -195,7 +197,7 @@ def _plane(source: Source, start: int, end: int) -> Plane:
             run = (begin, stop)
     if run:
         rest.append(run)
-    meta = XPlane.FromString(b"".join(bytes(source.read(a, b - a)) for a, b in rest))
+    meta = XPlaneLazy.FromString(b"".join(bytes(source.read(a, b - a)) for a, b in rest))
     if tail is not None:
         meta.MergeFrom(tail)
     return Plane(meta, lines)
