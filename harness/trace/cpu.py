@@ -25,6 +25,7 @@ from harness.trace.planes import (
     Columns,
     PlaneIndex,
     StepWindows,
+    firsts,
     host_steps,
     plane,
 )
@@ -49,21 +50,24 @@ class _Plans:
     op_names: dict = field(default_factory=dict)
 
     def learn(self, line: Line, ids: dict, idx: PlaneIndex) -> None:
-        unseen = np.flatnonzero(~np.isin(line.metadata_id, list(self.kinds)))
-        if not len(unseen):
+        mids = line.metadata_id
+        unseen = np.flatnonzero(~np.isin(mids, list(self.kinds))) if self.kinds else None
+        if unseen is not None and not len(unseen):
             return
-        _, first = np.unique(line.metadata_id[unseen], return_index=True)
-        ev = line.events(unseen[first])
+        kinds, first = firsts(mids if unseen is None else mids[unseen])
+        ev = line.events(first if unseen is None else unseen[first])
         st = ev.stats()
-        for row, kind in enumerate(ev.metadata_id.tolist()):
-            lo, hi = np.searchsorted(st.row, [row, row + 1])
-            where = {int(m): i for i, m in enumerate(st.metadata_id[lo:hi].tolist())}
-            if ids["hlo_op"] not in where:
+        n = len(ev)
+        begins = np.searchsorted(st.row, np.arange(n))  # each event's first entry
+        op, dev, run = (st.entry(ids[k], n) for k in ("hlo_op", "device_ordinal", "run_id"))
+        # the place of the last stat of each id, as a dict of them by id keeps the last
+        dev, run = np.where(dev >= 0, dev - begins, -1), np.where(run >= 0, run - begins, -1)
+        for kind, o, d, r in zip(kinds.tolist(), op.tolist(), dev.tolist(), run.tolist()):
+            if o < 0:
                 self.kinds[kind] = None
                 continue
-            self.op_names[kind] = idx.entry_value(st, lo + where[ids["hlo_op"]])
-            self.kinds[kind] = (where.get(ids["device_ordinal"], -1),
-                                where.get(ids["run_id"], -1))
+            self.op_names[kind] = idx.entry_value(st, o)
+            self.kinds[kind] = (d, r)
 
     def places(self, kinds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(whether each event is an op, the device and run places of each op, (n, 2))."""
@@ -120,11 +124,11 @@ def _cpu_line(line: Line, ids: dict, idx: PlaneIndex, plans: _Plans) -> _LineOps
     is_op, places = plans.places(line.metadata_id)
     ev = line.events(np.flatnonzero(is_op))
     device, run = _device_and_run(ev, places, ids)
-    runs, rows = np.unique(run, return_index=True)
+    runs, rows = firsts(run)
     st = ev.stats(rows, want=lambda m: np.isin(m, [ids["hlo_module"], ids["program_id"]]))
-    entries = [st.entry(ids[k], len(ev)) for k in ("hlo_module", "program_id")]
-    programs = {r: tuple(str(idx.entry_value(st, int(e[row]))) if e[row] >= 0 else ""
-                         for e in entries) for r, row in zip(runs.tolist(), rows.tolist())}
+    module, program_id = (idx.entry_texts(st, st.entry(ids[k], len(ev))[rows])
+                          for k in ("hlo_module", "program_id"))
+    programs = dict(zip(runs.tolist(), zip(module, program_id)))
     kinds = np.unique(line.metadata_id).tolist()
     return _LineOps((ev.metadata_id, device, run, ev.start_ns, ev.duration_ns),
                     {k: plans.kinds[k] for k in kinds},

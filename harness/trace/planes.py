@@ -13,9 +13,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from harness.trace.space import Space
-from harness.trace.wire import BYTES, DOUBLE, REF, STR, UINT64, Line, Stats, read_line
+from harness.trace.wire import BYTES, DOUBLE, INT64, REF, STR, UINT64, Line, Stats, read_line
 
 HOST_PLANE = "/host:CPU"
 STEP_NUM = "step_num"
@@ -108,6 +109,26 @@ class PlaneIndex:
             return int(stats.value[i]) % 2**64
         return int(stats.value[i]) if kind else None
 
+    def entry_texts(self, stats: Stats, entry: np.ndarray) -> list[str]:
+        """``str()`` of each entry's value (``entry_value``; "" for -1), each distinct value
+        printed once."""
+        seen: dict = {}
+        out = []
+        for e in entry.tolist():
+            if e < 0:
+                out.append("")
+                continue
+            kind = int(stats.kind[e])
+            key = (kind, int(stats.value[e])) if kind in (REF, UINT64, INT64) else None
+            if key is None or key not in seen:
+                text = str(self.entry_value(stats, e))
+                if key is None:
+                    out.append(text)
+                    continue
+                seen[key] = text
+            out.append(seen[key])
+        return out
+
     def entry_stats(self, stats: Stats, row: int) -> dict:
         """The stats of event ``row`` by name, as ``stats`` gives a protobuf message's."""
         lo, hi = np.searchsorted(stats.row, [row, row + 1])
@@ -187,6 +208,13 @@ class Texts:
         table = np.asarray([self.of(transform(names.get(c, ""))) for c in uniq.tolist()],
                            np.int64)
         return table[inverse.ravel()] if len(uniq) else np.zeros(0, np.int64)
+
+
+def firsts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct values, each one's first index), in order of first appearance."""
+    codes, uniques = pd.factorize(np.asarray(values))
+    earlier = np.maximum.accumulate(np.concatenate([[-1], codes[:-1]])) if len(codes) else codes
+    return np.asarray(uniques), np.flatnonzero(codes > earlier)
 
 
 def plane(space: Space, name: str):
