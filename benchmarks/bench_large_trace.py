@@ -10,10 +10,10 @@ The trace (not committed; kept in ``--workdir`` and reused when it is there):
   of 60 small matmuls and 60 all-reduces over 8 CPU devices (about 130 MB).
 - ``gpu``: the H100 fixture ``tests/fixtures/h100/llama_train-100m`` (a real capture: 5 steps,
   kernels on five streams, the host's Python thread) repeated.
-- ``--copies N``: the trace's steps repeated N times (``repeat``): every line copied N times,
-  each copy shifted by the capture's span and its ``step_num`` and ``run_id`` stats moved past
-  the copies before, so each copy's steps are new steps (``--copies 8`` on the CPU trace: about
-  1 GB; ``gpu`` defaults to 80 copies, about 110 MB).
+- ``--copies N``: the trace's steps repeated N times (``repeat``): every line's events copied
+  N times, each copy shifted by the capture's span and its ``step_num`` and ``run_id`` stats
+  moved past the copies before, so each copy's steps are new steps (``--copies 8`` on the CPU
+  trace: about 1 GB; ``gpu`` defaults to 100 copies, about 110 MB).
 
 Timed in one run, each command in a fresh process, alternated ``--repeats`` times after one
 untimed read of the file (page cache warm for both):
@@ -90,10 +90,11 @@ def make_cpu_trace(folder: Path) -> Path:
 
 
 def repeat(source: Path, out: Path, copies: int) -> Path:
-    """Write ``source``'s trace with every line copied ``copies`` times, copy k shifted by k
-    spans of the capture and its ``step_num`` / ``run_id`` stats by k times their range: k
-    more captures of the same steps, one after another. One line is held at a time; planes
-    are written as profilers write them (id and name, lines, then metadata)."""
+    """Write ``source``'s trace with every line's events copied ``copies`` times, copy k
+    shifted by k spans of the capture and its ``step_num`` / ``run_id`` stats by k times their
+    range: k more captures of the same steps, one after another, on the same lines. One line
+    is held at a time; planes are written as profilers write them (id and name, lines, then
+    metadata)."""
     import numpy as np
 
     from harness.trace import wire
@@ -122,21 +123,30 @@ def repeat(source: Path, out: Path, copies: int) -> Path:
                 name, v = ids[int(st.metadata_id[i])], int(st.value[i])
                 lo, hi = ranges.get(name, (v, v))
                 ranges[name] = (min(lo, v), max(hi, v))
-    span_ns = int(last - first) // 1000 + 1_000_000  # 1 ms between copies
+    span_ps = int(last - first) + 10**9  # 1 ms between copies
     stride = {name: hi - lo + 1 for name, (lo, hi) in ranges.items()}
     with open(out, "wb") as f:
         for plane in space.planes:
             body = tempfile.TemporaryFile()
             for ref in plane.lines:
                 raw = bytes(ref.raw())
+                head = XLine.FromString(raw)
+                head.ClearField("events")
+                parts = [head.SerializeToString()]  # the line's own fields, then its events
                 for k in range(copies):
                     line = XLine.FromString(raw)
-                    line.timestamp_ns += k * span_ns
-                    for row, place, name in shifted.get(id(ref), []) if k else []:
+                    for ev in line.events if k else ():
+                        ev.offset_ps += k * span_ps
+                    for row, place, name in shifted.get(id(ref), []) if k else ():
                         st = line.events[row].stats[place]
                         kind = st.WhichOneof("value")
                         setattr(st, kind, getattr(st, kind) + k * stride[name])
-                    _record(body, PLANE_LINES, line.SerializeToString())
+                    only = XLine()
+                    only.events.extend(line.events)
+                    parts.append(only.SerializeToString())
+                body.write(_varint(PLANE_LINES << 3 | 2) + _varint(sum(map(len, parts))))
+                for part in parts:  # serialized messages one after another: one message
+                    body.write(part)
             head, tail = XPlaneLazy(), XPlaneLazy()
             head.CopyFrom(plane._meta)
             tail.CopyFrom(plane._meta)
@@ -159,10 +169,6 @@ def _varint(n: int) -> bytes:
         n >>= 7
         if not n:
             return bytes(out)
-
-
-def _record(f, field: int, payload: bytes) -> None:
-    f.write(_varint(field << 3 | 2) + _varint(len(payload)) + payload)
 
 
 def _tree(pid: int) -> list[int]:
@@ -231,14 +237,14 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--layout", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--copies", type=int, help="repeat the trace's steps this many times "
-                   "(default: 1 for cpu, 80 for gpu)")
+                   "(default: 1 for cpu, 100 for gpu)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "harness-bench")
     p.add_argument("--xprof-memory-gb", type=float, default=12.0,
                    help="address-space limit of the xprof process (default 12 GB)")
     p.add_argument("--json", type=Path, help="also write the figures here")
     args = p.parse_args(argv)
-    copies = args.copies or (80 if args.layout == "gpu" else 1)
+    copies = args.copies or (100 if args.layout == "gpu" else 1)
     args.workdir.mkdir(parents=True, exist_ok=True)
     if args.layout == "cpu":
         base = next(args.workdir.glob("cpu/**/*.xplane.pb"), None) or make_cpu_trace(

@@ -98,7 +98,7 @@ def _device_and_run(ev: Events, places: np.ndarray, ids: dict) -> tuple[np.ndarr
     device, run = value[:, 0], value[:, 1]
     odd = np.flatnonzero(~found.all(axis=1))
     if len(odd):
-        every = ev.stats(odd, want=lambda m: np.isin(m, [dev_id, run_id]))
+        every = ev.stats(odd, [dev_id, run_id])
         device[odd] = _ints(every, every.entry(dev_id, len(ev))[odd])
         run[odd] = _ints(every, every.entry(run_id, len(ev))[odd])
     return device, run
@@ -125,7 +125,7 @@ def _cpu_line(line: Line, ids: dict, idx: PlaneIndex, plans: _Plans) -> _LineOps
     ev = line.events(np.flatnonzero(is_op))
     device, run = _device_and_run(ev, places, ids)
     runs, rows = firsts(run)
-    st = ev.stats(rows, want=lambda m: np.isin(m, [ids["hlo_module"], ids["program_id"]]))
+    st = ev.stats(rows, [ids["hlo_module"], ids["program_id"]])
     module, program_id = (idx.entry_texts(st, st.entry(ids[k], len(ev))[rows])
                           for k in ("hlo_module", "program_id"))
     programs = dict(zip(runs.tolist(), zip(module, program_id)))

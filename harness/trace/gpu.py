@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harness.trace.hlo_proto import async_names, embedded_modules
+from harness.trace.parallel import in_parallel
 from harness.trace.planes import (
     Columns,
     PlaneIndex,
@@ -35,7 +36,10 @@ from harness.trace.planes import (
     Texts,
     device_planes,
     device_step_windows,
+    firsts,
     host_steps,
+    trace_bytes,
+    tuple_codes,
 )
 from harness.trace.space import Space
 from harness.trace.wire import INT64, REF, UINT64
@@ -100,6 +104,11 @@ class Kernels:
     def take(self, order: np.ndarray) -> Kernels:
         return Kernels(*(getattr(self, f)[order] for f in self.__dataclass_fields__))
 
+    def recode(self, table: np.ndarray) -> Kernels:
+        """The kernels with their names' codes ``c`` made ``table[c]`` (another ``Texts``)."""
+        return Kernels(self.start, self.dur, table[self.module], table[self.op],
+                       table[self.name], self.in_graph, table[self.program_id])
+
     def as_list(self, texts: Texts) -> list[Kernel]:
         t = texts.text
         return [Kernel(s, d, t[m], t[o], t[n], bool(g), t[p]) for s, d, m, o, n, g, p in zip(
@@ -124,12 +133,11 @@ def _stat_texts(idx: PlaneIndex, st, entry: np.ndarray, texts: Texts) -> np.ndar
     e = entry[has]
     kind, value = st.kind[e], st.value[e]
     varint = np.isin(kind, (REF, INT64, UINT64))
-    pairs, inverse = np.unique(np.stack([kind[varint], value[varint]]), axis=1,
-                               return_inverse=True)
+    pair = tuple_codes(kind[varint], value[varint])
+    _, first = firsts(pair)
     shown = [idx.stat_names.get(v, "") if k == REF else str(v % 2**64 if k == UINT64 else v)
-             for k, v in zip(*pairs.tolist())]
-    out[has[varint]] = np.asarray([texts.of(t) for t in shown], np.int64)[inverse.ravel()] \
-        if shown else 0
+             for k, v in zip(kind[varint][first].tolist(), value[varint][first].tolist())]
+    out[has[varint]] = np.asarray([texts.of(t) for t in shown] or [0], np.int64)[pair]
     for i in np.flatnonzero(~varint).tolist():  # strings and doubles: rare on kernel events
         out[has[i]] = texts.of(str(idx.entry_value(st, int(e[i]))))
     return out
@@ -145,15 +153,14 @@ def _kernels(idx: PlaneIndex, texts: Texts) -> Kernels:
     for line in idx.lines(lambda name: name not in _NON_KERNEL_LINES):
         ev = line.events()
         n = len(ev)
-        st = ev.stats(want=lambda m: np.isin(m, [k for k in ids.values() if k is not None]))
+        st = ev.stats(ids=[k for k in ids.values() if k is not None])
         op = _stat_texts(idx, st, st.entry(ids["hlo_op"], n), texts)
         # the event's own op, else its metadata's (an empty op counts as none)
         mids = ev.metadata_id
         for mid in np.unique(mids[op == 0]).tolist():
             op[(op == 0) & (mids == mid)] = texts.of(meta_op.get(mid, ""))
         keep = op != 0
-        names = np.fromiter((texts.of(idx.event_names.get(m, "")) for m in mids.tolist()),
-                            np.int64, n) if n else np.zeros(0, np.int64)
+        names = texts.of_codes(mids, idx.event_names)
         parts.append(Kernels(ev.start_ns[keep], ev.duration_ns[keep],
                              _stat_texts(idx, st, st.entry(ids["hlo_module"], n), texts)[keep],
                              op[keep], names[keep], (st.entry(ids[GRAPH_STAT], n) >= 0)[keep],
@@ -165,20 +172,34 @@ def _kernels(idx: PlaneIndex, texts: Texts) -> Kernels:
     return every.take(np.argsort(every.start, kind="stable"))
 
 
+def _read_part(context, part):
+    """One part of a GPU trace, read on its own (in a worker process, maybe): the host's step
+    annotations (part None), or a device plane's steps and kernels (their names coded by a
+    table of its own, returned with them)."""
+    space, planes = context
+    if part is None:
+        return host_steps(space)[0]
+    idx, texts = PlaneIndex(planes[part][1]), Texts()
+    return device_step_windows(idx), _kernels(idx, texts), texts.text
+
+
 def extract(space: Space,
             schedule_of: Callable[[str], Sequence[tuple[str, str, str]] | None] | None = None
             ) -> Columns:
     """The GPU op executions; ``schedule_of(program)``: that program's ops in order, (name,
-    opcode, computation) each (``harness.hlo.schedule``), for kernels inside CUDA graphs."""
+    opcode, computation) each (``harness.hlo.schedule``), for kernels inside CUDA graphs. The
+    host's annotations and each device plane are read independently (in parallel where cores
+    allow)."""
+    planes = device_planes(space, _GPU_PLANE)
+    annotated, *devices = in_parallel(_read_part, (space, planes), [None, *range(len(planes))],
+                                      trace_bytes(space))
     texts, parts = Texts(), []
-    annotated, _ = host_steps(space)
     sched, stepped = None, bool(annotated)
-    for device, plane in device_planes(space, _GPU_PLANE):
-        idx = PlaneIndex(plane)
-        steps = device_step_windows(idx) or StepWindows(
+    for (device, _), (device_steps, kernels, names) in zip(planes, devices):
+        kernels = kernels.recode(np.asarray([texts.of(t) for t in names], np.int64))
+        steps = device_steps or StepWindows(
             zip(annotated.starts, annotated.ends, annotated.steps), open_ended=True)
         stepped = stepped or bool(steps)
-        kernels = _kernels(idx, texts)
         if kernels.in_graph.any():
             if sched is None:
                 program = texts.text[kernels.module[np.argmax(kernels.in_graph)]]
@@ -206,10 +227,9 @@ def _fold(kernels: Kernels, steps: StepWindows, device: int, texts: Texts) -> tu
     program id), codes of ``texts`` where they are names."""
     k = kernels
     step = steps.assign(k.start) if steps else np.zeros(len(k.start), np.int64)
-    _, key = np.unique(np.stack([k.module, k.program_id, k.op, step]), axis=1,
-                       return_inverse=True) if len(step) else (None, np.zeros(0, np.int64))
+    key = tuple_codes(k.module, k.program_id, k.op, step)
     memset = np.asarray([t.startswith(_MEMSET) for t in texts.text])[k.name]
-    first, dur = _runs(key.ravel(), k.name, k.in_graph, memset, k.dur)
+    first, dur = _runs(key, k.name, k.in_graph, memset, k.dur)
     return (k.module[first], k.op[first], np.full(len(first), device, np.int64), step[first],
             k.start[first], dur, k.program_id[first])
 
@@ -217,7 +237,67 @@ def _fold(kernels: Kernels, steps: StepWindows, device: int, texts: Texts) -> tu
 def _runs(key: np.ndarray, name: np.ndarray, in_graph: np.ndarray, memset: np.ndarray,
           dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``_fold``'s rule over kernels in start order: (the first kernel of each execution, its
-    summed duration). Kernels of one execution are consecutive, but for a memset's."""
+    summed duration), found with numpy (``_runs_at_once``) where the rule's corner cases are
+    absent, else kernel by kernel (``_runs_in_turn``)."""
+    found = _runs_at_once(key, name, in_graph, memset)
+    if found is None:
+        return _runs_in_turn(key, name, in_graph, memset, dur)
+    first, row = found
+    return first, np.bincount(row, weights=dur, minlength=len(first)).astype(np.int64)
+
+
+def _runs_at_once(key, name, in_graph, memset) -> tuple[np.ndarray, np.ndarray] | None:
+    """(the first kernel of each execution, each kernel's execution) by the rule of
+    ``_runs_in_turn``, or None where it cannot be settled at once.
+
+    A memset that starts an execution is joined by the next kernel of its key (its consumer);
+    leaving consumers out, an execution starts wherever the key changes. Which memsets start
+    one depends on which kernels are consumers: settled by repeating the two until they agree.
+    Then no kernel may join an execution that already ran its name (the rule would start a new
+    one there: "the op ran again"); where one would, None."""
+    n = len(key)
+    if not n:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.argsort(key, kind="stable")
+    following = np.full(n, -1, np.int64)  # the next kernel of the same key
+    same = key[order[1:]] == key[order[:-1]]
+    following[order[:-1][same]] = order[1:][same]
+    starts_memset = memset.copy()
+    for _ in range(8):
+        owner = np.full(n, -1, np.int64)
+        waiting = np.flatnonzero(starts_memset & (following >= 0))
+        owner[following[waiting]] = waiting
+        rest = np.flatnonzero(owner < 0)
+        change = np.ones(len(rest), bool)
+        change[1:] = key[rest[1:]] != key[rest[:-1]]
+        start = np.zeros(n, bool)
+        start[rest[change]] = True
+        if np.array_equal(memset & start, starts_memset):
+            break
+        starts_memset = memset & start
+    else:
+        return None
+    execution = np.cumsum(start) - 1  # kernels since the last start: its execution so far
+    row = execution.copy()
+    consumer = owner >= 0
+    row[consumer] = execution[owner[consumer]]
+    # the "ran again" rule: a kernel that joins by its key, out of graphs, whose name a kernel
+    # since the last start already had
+    joins = ~start & ~consumer & ~in_graph
+    if joins.any():
+        seen = np.lexsort((np.arange(n), name, execution))
+        repeat = np.zeros(n, bool)
+        repeat[seen[1:]] = ((execution[seen[1:]] == execution[seen[:-1]]) &
+                            (name[seen[1:]] == name[seen[:-1]]))
+        if (repeat & joins).any():
+            return None
+    return np.flatnonzero(start), row
+
+
+def _runs_in_turn(key: np.ndarray, name: np.ndarray, in_graph: np.ndarray, memset: np.ndarray,
+                  dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_fold``'s rule, one kernel at a time: (the first kernel of each execution, its summed
+    duration). Kernels of one execution are consecutive, but for a memset's."""
     first, total = [], []
     prev, waiting_for, launched = -1, {}, set()
     for i, (kk, n, g, m, d) in enumerate(zip(key.tolist(), name.tolist(), in_graph.tolist(),

@@ -204,10 +204,20 @@ class Texts:
                  ) -> np.ndarray:
         """The code of ``transform(names[code])`` for every code ("" where ``names`` has
         none), looked up once per distinct code."""
-        uniq, inverse = np.unique(np.asarray(codes, np.int64), return_inverse=True)
+        inverse, uniq = pd.factorize(np.asarray(codes, np.int64))
         table = np.asarray([self.of(transform(names.get(c, ""))) for c in uniq.tolist()],
                            np.int64)
-        return table[inverse.ravel()] if len(uniq) else np.zeros(0, np.int64)
+        return table[inverse] if len(uniq) else np.zeros(0, np.int64)
+
+
+def tuple_codes(*columns: np.ndarray) -> np.ndarray:
+    """One code per distinct tuple of the columns' values (equal tuples, equal codes), from 0
+    in order of first appearance."""
+    key = np.zeros(len(columns[0]), np.int64)
+    for col in columns:
+        codes, uniques = pd.factorize(np.asarray(col))
+        key, _ = pd.factorize(key * max(len(uniques), 1) + codes)
+    return key
 
 
 def firsts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -215,6 +225,11 @@ def firsts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     codes, uniques = pd.factorize(np.asarray(values))
     earlier = np.maximum.accumulate(np.concatenate([[-1], codes[:-1]])) if len(codes) else codes
     return np.asarray(uniques), np.flatnonzero(codes > earlier)
+
+
+def trace_bytes(space: Space) -> int:
+    """The bytes of all the lines of a trace (what reading them in parallel shares out)."""
+    return sum(ref.size for p in space.planes for ref in p.lines)
 
 
 def plane(space: Space, name: str):
@@ -237,7 +252,7 @@ def host_steps(space: Space, idx: PlaneIndex | None = None) -> tuple[StepWindows
     windows, executes = [], []
     for line in idx.lines(lambda name: not name.startswith(XLA_THREAD_PREFIX)):
         ev = line.events()
-        st = ev.stats(want=lambda m: np.isin(m, wanted))
+        st = ev.stats(ids=wanted)
         start, end = ev.start_ns, ev.start_ns + ev.duration_ns
         execute = np.isin(ev.metadata_id, execute_ids)
         for i, (row, mid) in enumerate(zip(st.row.tolist(), st.metadata_id.tolist())):

@@ -34,6 +34,7 @@ import re
 
 import numpy as np
 
+from harness.trace.parallel import in_parallel
 from harness.trace.planes import (
     Columns,
     PlaneIndex,
@@ -42,6 +43,7 @@ from harness.trace.planes import (
     device_planes,
     device_step_windows,
     host_steps,
+    trace_bytes,
 )
 from harness.trace.space import Space
 from harness.trace.wire import INT64, UINT64, Events, Line
@@ -105,8 +107,7 @@ def _ops_line(line: Line, idx: PlaneIndex, texts: Texts
         return ev, start, self_times(start, ev.duration_ns), np.full(n, -1, np.int64)
     ids = idx.stat_ids
     dur_id, off_id, op_id = ids.get(DEVICE_DURATION_PS), ids.get(DEVICE_OFFSET_PS), ids.get(HLO_OP)
-    st = ev.stats(want=lambda m: np.isin(m, [k for k in (dur_id, off_id, op_id)
-                                             if k is not None]))
+    st = ev.stats(ids=[k for k in (dur_id, off_id, op_id) if k is not None])
     host = ev.timestamp_ns * 1000 + ev.offset_ps
     begin, dur = host.copy(), ev.duration_ps.copy()
     for stat_id, column in ((dur_id, dur), (off_id, begin)):
@@ -146,29 +147,49 @@ def _module_windows(idx: PlaneIndex) -> StepWindows:
                            ev.metadata_id.tolist()))
 
 
+def _read_part(context, part):
+    """One part of a TPU trace, read on its own (in a worker process, maybe): the host's step
+    annotations (part None), or a device plane's steps and ``XLA Ops`` (module, op, start,
+    self time, program id of each execution; names coded by a table of its own, returned with
+    them), None where it has no such line."""
+    space, planes = context
+    if part is None:
+        return host_steps(space)[0]
+    idx, texts = PlaneIndex(planes[part][1]), Texts()
+    line = idx.line(OPS_LINE)
+    if line is None:
+        return None
+    ev, start, dur, hlo_ops = _ops_line(line, idx, texts)
+    mids = ev.metadata_id
+    names, programs, plain = _metadata(idx)
+    ops = texts.of_codes(mids, names)
+    own = (hlo_ops >= 0) & np.isin(mids, list(plain))
+    ops[own] = hlo_ops[own]
+    columns = (_tpu_modules(idx, ev, start, texts), ops, start, dur,
+               texts.of_codes(mids, programs))
+    return device_step_windows(idx), columns, texts.text
+
+
 def extract(space: Space) -> Columns:
-    """Each plane's ``XLA Ops`` line; its events' device stats read as columns."""
+    """Each plane's ``XLA Ops`` line; its events' device stats read as columns. The host's
+    annotations and each device plane are read independently (in parallel where cores
+    allow)."""
+    planes = device_planes(space, _TPU_PLANE)
+    annotated, *devices = in_parallel(_read_part, (space, planes), [None, *range(len(planes))],
+                                      trace_bytes(space))
     texts, parts = Texts(), []
-    annotated, _ = host_steps(space)
     stepped = bool(annotated)
-    for device, plane in device_planes(space, _TPU_PLANE):
-        idx = PlaneIndex(plane)
-        line = idx.line(OPS_LINE)
-        if line is None:
+    for (device, _), found in zip(planes, devices):
+        if found is None:
             continue
-        steps = device_step_windows(idx) or StepWindows(
+        device_steps, (modules, ops, start, dur, programs), names = found
+        table = np.asarray([texts.of(t) for t in names], np.int64)
+        steps = device_steps or StepWindows(
             zip(annotated.starts, annotated.ends, annotated.steps), open_ended=True)
         stepped = stepped or bool(steps)
-        ev, start, dur, hlo_ops = _ops_line(line, idx, texts)
-        mids = ev.metadata_id
-        names, programs, plain = _metadata(idx)
-        ops = texts.of_codes(mids, names)
-        own = (hlo_ops >= 0) & np.isin(mids, list(plain))
-        ops[own] = hlo_ops[own]
-        step = steps.assign(start) if steps else np.zeros(len(mids), dtype=np.int64)
-        parts.append((_tpu_modules(idx, ev, start, texts), ops,
-                      np.full(len(mids), device, np.int64), step, start, dur,
-                      texts.of_codes(mids, programs)))
+        step = steps.assign(start) if steps else np.zeros(len(start), dtype=np.int64)
+        parts.append((table[modules], table[ops], np.full(len(start), device, np.int64), step,
+                      start, dur, table[programs]))
     names = ("program", "op", "device", "step", "start_ns", "duration_ns", "program_id")
     cols = Columns(**{n: np.concatenate(c) for n, c in zip(names, zip(*parts))} if parts
                    else {})
@@ -188,7 +209,7 @@ def _tpu_modules(idx: PlaneIndex, ev: Events, start: np.ndarray, texts: Texts) -
         return texts.of_codes(mids, meta)
     module_id = idx.stat_ids.get("hlo_module")
     if module_id is not None:  # per-event stats
-        st = ev.stats(want=lambda m: m == module_id)
+        st = ev.stats(ids=[module_id])
         e = st.entry(module_id, len(ev))
         found = [idx.entry_value(st, i) if i >= 0 else None for i in e.tolist()]
         found = [f or meta.get(m, "") for f, m in zip(found, mids.tolist())]

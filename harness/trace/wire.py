@@ -14,7 +14,6 @@ Damaged bytes raise ``WireError`` (a ``DecodeError``, as protobuf's own parser r
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -127,30 +126,44 @@ class Events:
     def duration_ns(self) -> np.ndarray:
         return self.duration_ps // 1000
 
-    def stats(self, rows: np.ndarray | None = None,
-              want: Callable[[np.ndarray], np.ndarray] | None = None) -> Stats:
-        """Every stat of the events ``rows`` (default: all); ``want(metadata ids) -> mask``
-        keeps only the stats it accepts (the others' values are not read)."""
-        rows = np.arange(len(self)) if rows is None else np.asarray(rows, np.int64)
-        at, end, owner = self.stats_at[rows], self.end[rows], rows
+    def stats(self, rows: np.ndarray | None = None, ids: list[int] | None = None) -> Stats:
+        """The stats of the events ``rows`` (default: all): every one, or those whose
+        metadata id is one of ``ids`` (the others are stepped over, their values not read)."""
+        rows = np.arange(len(self)) if rows is None else np.sort(np.asarray(rows, np.int64))
+        buf, last = self.buf, len(self.buf) - 1
+        wanted = None if ids is None else _id_table(ids)
+        at, end, slot = self.stats_at[rows], self.end[rows], np.arange(len(rows))
         found = []
         try:
-            while len(owner):  # one stat of every event per step
-                go = _tag_is(self.buf, at, end, STATS_TAG)
+            while len(slot):  # one stat of every event per step
+                go = (at < end) & (buf[np.minimum(at, last)] == STATS_TAG)
                 if not go.all():
-                    at, end, owner = at[go], end[go], owner[go]
-                size, payload = varints(self.buf, at + 1)
+                    at, end, slot = at[go], end[go], slot[go]
+                size, payload = varints(buf, at + 1)
                 at = payload + size
                 if (at > end).any() or (size < 0).any():
                     raise WireError("a stat runs past the end of its event")
-                found.append((owner, payload, at))
+                if wanted is None:
+                    found.append((slot, payload, at))
+                    continue
+                # its id first, as writers put it: stepped over unless wanted (else read all)
+                keep = ~((payload < at) & (buf[np.minimum(payload, last)] == MID_TAG))
+                first = np.flatnonzero(~keep)
+                mid, _ = varints(buf, payload[first] + 1)
+                keep[first] = wanted[np.clip(mid, 0, len(wanted) - 1)] & (mid < len(wanted))
+                found.append((slot[keep], payload[keep], at[keep]))
         except IndexError:
             raise WireError("a stat runs past the end of its line") from None
-        if not found:
-            return _stat_fields(self.buf, *(np.zeros(0, np.int64),) * 3, want)
-        owner, begin, stop = (np.concatenate(c) for c in zip(*found))
-        order = np.argsort(owner, kind="stable")  # by event, each event's stats in order
-        return _stat_fields(self.buf, owner[order], begin[order], stop[order], want)
+        # entries by event, each event's in order: its stats come one per step
+        count = np.zeros(len(rows), np.int64)
+        for s, _, _ in found:
+            count[s] += 1
+        place = np.cumsum(count) - count  # where each event's next entry goes
+        begin, stop = np.zeros(int(count.sum()), np.int64), np.zeros(int(count.sum()), np.int64)
+        for s, b, e in found:
+            begin[place[s]], stop[place[s]] = b, e
+            place[s] += 1
+        return _stat_fields(buf, np.repeat(rows, count), begin, stop, ids)
 
     def planned_ints(self, places: np.ndarray, stat_ids: list[int]
                      ) -> tuple[np.ndarray, np.ndarray]:
@@ -189,6 +202,14 @@ class Events:
         return value, found
 
 
+def _id_table(ids: list[int]) -> np.ndarray:
+    """A lookup table of the metadata ids ``ids``: ``table[id]`` is True for each."""
+    ids = np.asarray([i for i in ids if i is not None and 0 <= i < 1 << 24], np.int64)
+    table = np.zeros(int(ids.max()) + 1 if len(ids) else 1, bool)
+    table[ids] = True
+    return table
+
+
 def _int_stat(buf: np.ndarray, at: np.ndarray, end: np.ndarray, stat_id: int
               ) -> tuple[np.ndarray, np.ndarray]:
     """(which of the stats [at, end) are just metadata id ``stat_id`` and an int64 or uint64,
@@ -207,22 +228,23 @@ def _int_stat(buf: np.ndarray, at: np.ndarray, end: np.ndarray, stat_id: int
     return ok, v[whole]
 
 
-def _stat_fields(buf, owner, at, end, want) -> Stats:
+def _stat_fields(buf, owner, at, end, ids=None) -> Stats:
     """Read the fields of every stat (records [at, end) of ``buf``), field by field. A stat's
-    first field is its metadata id; ``want`` drops the stats it rejects before their values."""
+    first field is its metadata id; those whose id is not one of ``ids`` (if given) are left
+    out before their values are read."""
     try:
-        return _read_stat_fields(buf, owner, at, end, want)
+        return _read_stat_fields(buf, owner, at, end, ids)
     except IndexError:
         raise WireError("a stat runs past the end of its line") from None
 
 
-def _read_stat_fields(buf, owner, at, end, want) -> Stats:
+def _read_stat_fields(buf, owner, at, end, ids) -> Stats:
     n = len(owner)
     mid = np.zeros(n, np.int64)
     if _tag_is(buf, at, end, MID_TAG).all():  # the usual layout: the metadata id comes first
         mid, at = varints(buf, at + 1)
-    if want is not None:
-        keep = np.asarray(want(mid), bool)
+    if ids is not None:
+        keep = np.isin(mid, ids)
         owner, mid, at, end = owner[keep], mid[keep], at[keep], end[keep]
         n = len(owner)
     kind, value = np.zeros(n, np.int64), np.zeros(n, np.int64)
