@@ -37,7 +37,7 @@ STATS = ("hlo_op", "hlo_module", "device_ordinal", "run_id", "program_id")
 
 def detect(space: Space) -> bool:
     host = plane(space, HOST_PLANE)
-    return host is not None and any(m.name == "hlo_op" for m in host.stat_metadata.values())
+    return host is not None and "hlo_op" in host.stat_ids
 
 
 @dataclass
@@ -71,13 +71,20 @@ class _Plans:
 
     def places(self, kinds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(whether each event is an op, the device and run places of each op, (n, 2))."""
-        table = {k: v for k, v in self.kinds.items() if v is not None}
-        keys = np.asarray(sorted(table), np.int64)
-        at = np.searchsorted(keys, kinds)
-        is_op = keys[np.minimum(at, max(len(keys) - 1, 0))] == kinds if len(keys) else (
-            np.zeros(len(kinds), bool))
-        places = np.asarray([table[k] for k in keys.tolist()] or [(-1, -1)], np.int64)
-        return is_op, places[np.minimum(at[is_op], len(places) - 1)]
+        ops = {k: v for k, v in self.kinds.items() if v is not None}
+        keys = np.asarray(sorted(ops), np.int64)
+        if not len(keys):
+            return np.zeros(len(kinds), bool), np.zeros((0, 2), np.int64)
+        plans = np.asarray([ops[k] for k in keys.tolist()], np.int64)
+        if keys[0] >= 0 and keys[-1] < 1 << 24:  # ids as writers number them: a lookup table
+            row = np.full(int(keys[-1]) + 2, -1, np.int64)  # the last one: -1 for the rest
+            row[keys] = np.arange(len(keys))
+            at = row[np.clip(kinds, -1, len(row) - 1)]
+        else:
+            at = np.searchsorted(keys, kinds)
+            at = np.where(keys[np.minimum(at, len(keys) - 1)] == kinds, at, -1)
+        is_op = at >= 0
+        return is_op, plans[at[is_op]]
 
 
 def _ints(stats: Stats, entry: np.ndarray) -> np.ndarray:

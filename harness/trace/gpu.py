@@ -84,8 +84,7 @@ class Schedule:
 
 
 def detect(space: Space) -> bool:
-    return any(any(m.name == "hlo_op" for m in p.stat_metadata.values())
-               for _, p in device_planes(space, _GPU_PLANE))
+    return any("hlo_op" in p.stat_ids for _, p in device_planes(space, _GPU_PLANE))
 
 
 @dataclass

@@ -65,9 +65,8 @@ class PlaneIndex:
 
     def __init__(self, plane):
         self.plane = plane
-        self.event_names = {k: m.name for k, m in plane.event_metadata.items()}
-        self.stat_names = {k: m.name for k, m in plane.stat_metadata.items()}
-        self.stat_ids = {m.name: k for k, m in plane.stat_metadata.items()}
+        self.event_names, self.stat_names = plane.event_names, plane.stat_names
+        self.stat_ids = plane.stat_ids
         self._refs = list(plane.lines)
 
     @property

@@ -132,13 +132,35 @@ class LineRef:
 
 class Plane:
     """One plane: the metadata of an ``XPlane`` (``id``, ``name``, ``event_metadata``,
-    ``stat_metadata``, ``stats``) and its ``lines``, each a ``LineRef``."""
+    ``stat_metadata``, ``stats``), its ``lines``, each a ``LineRef``, and its metadata's names
+    by id (``event_names``, ``stat_names``; a CPU trace has tens of thousands of stat names:
+    read once) and its stat ids by name (``stat_ids``)."""
 
     def __init__(self, meta, lines: list[LineRef]):
         self._meta, self.lines = meta, lines
+        self._names: dict = {}
 
     def __getattr__(self, name):
         return getattr(self._meta, name)
+
+    def _by_id(self, field: str) -> dict[int, str]:
+        if field not in self._names:
+            self._names[field] = {k: m.name for k, m in getattr(self._meta, field).items()}
+        return self._names[field]
+
+    @property
+    def event_names(self) -> dict[int, str]:
+        return self._by_id("event_metadata")
+
+    @property
+    def stat_names(self) -> dict[int, str]:
+        return self._by_id("stat_metadata")
+
+    @property
+    def stat_ids(self) -> dict[str, int]:
+        if "ids" not in self._names:
+            self._names["ids"] = {name: k for k, name in self.stat_names.items()}
+        return self._names["ids"]
 
 
 class Space:
