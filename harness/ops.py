@@ -56,19 +56,22 @@ def _groups(frame: pd.DataFrame, by: list[str]) -> tuple[np.ndarray, np.ndarray]
     None where a value is missing (``groupby`` leaves such rows out)."""
     n = len(frame)
     key, size = np.zeros(n, np.int64), 1
-    for col in by:
+    for col in by:  # the tuple as one number, digit by digit (in place: millions of rows)
         codes, card = _codes(frame[col])
         if n and codes.min() < 0:
             return None
         if size * card >= 2**62:  # renumber the tuples so far first, keeping their order
             _, key = np.unique(key, return_inverse=True)
             size = int(key.max()) + 1 if n else 1
-        key, size = key * card + codes, size * card
+        key *= card
+        key += codes
+        size *= card
     if size <= 4 * n + 1024:  # few possible tuples: rank them by counting
         rank = np.cumsum(np.bincount(key, minlength=size) > 0) - 1
         group = rank[key]
     else:
         _, group = np.unique(key, return_inverse=True)
+    del key
     first = np.full(int(group.max()) + 1 if n else 0, n, np.int64)
     np.minimum.at(first, group, np.arange(n))
     return group, first
@@ -79,12 +82,12 @@ def _codes(col: pd.Series) -> tuple[np.ndarray, int]:
     values, and how many codes there can be: a categorical's own codes, a small range of
     integers itself, anything else factorized in sorted order."""
     if isinstance(col.dtype, pd.CategoricalDtype):
-        return col.cat.codes.to_numpy(np.int64), max(len(col.cat.categories), 1)
+        return col.cat.codes.to_numpy(), max(len(col.cat.categories), 1)
     values = col.to_numpy()
     if values.dtype.kind in "iu" and len(values):
         low, high = int(values.min()), int(values.max())
         if high - low < 1 << 24:
-            return values.astype(np.int64) - low, high - low + 1
+            return (values - low) if low else values, high - low + 1
     codes, uniques = pd.factorize(col, sort=True)
     return codes, max(len(uniques), 1)
 
@@ -166,15 +169,17 @@ def step_samples(events: pd.DataFrame, shares: bool = False) -> pd.DataFrame:
 
 def step_time(events: pd.DataFrame) -> float:
     """Median over steps of the busiest device's summed op time in that step (seconds)."""
-    per_step = _per_device_step(events)
-    found = (_groups(per_step, [schema.STEP, schema.DEVICE])
-             if _exact_sums(per_step["sum"].to_numpy()) else None)
+    schema.validate(events, schema.EVENTS, where="step_time(events)")
+    t = events[schema.DURATION_NS].to_numpy(np.int64)
+    found = _groups(events, [schema.STEP, schema.DEVICE]) if _exact_sums(t) else None
     if found is None:
+        per_step = _per_device_step(events)
         busy = per_step.groupby([schema.STEP, schema.DEVICE], observed=True)["sum"].sum()
         return float(busy.groupby(level=0).max().median() * _NS)
+    # a device's time in a step: its ops' executions there, summed (the sum of its ops' sums)
     group, first = found
-    busy = np.bincount(group, weights=per_step["sum"].to_numpy(np.float64))
-    step = per_step[schema.STEP].to_numpy()[first]
+    busy = np.bincount(group, weights=t)
+    step = events[schema.STEP].to_numpy()[first]
     steps, at = np.unique(step, return_inverse=True)
     busiest = np.full(len(steps), -np.inf)
     np.maximum.at(busiest, at, busy)

@@ -68,20 +68,28 @@ def host_shares(events: pd.DataFrame, keep: Collection[str] = ()) -> pd.DataFram
         return events.assign(**{schema.SHARE_NS: out})
     # n(t) is a step function: +1 at each start, -1 at each end of a splitting op. The stable
     # sort runs in about linear time here: a trace's events come in time order per device.
-    s, e = start[split], end[split]
-    t = np.concatenate([s, e])
+    # (Arrays are reused in place: a trace of millions of executions is memory-bound.)
+    m = int(split.sum())
+    t = np.concatenate([start[split], end[split]])
     order = np.argsort(t, kind="stable")
     t = t[order]
-    n = np.cumsum(np.where(order < len(s), 1, -1))
-    # F(t) = integral of dt / n up to t, at each boundary; piecewise linear in between. Equal
-    # times have equal F (the gaps between them are 0), so their order does not matter.
-    gaps = np.diff(t, append=t[-1]).astype(float)
-    F = np.concatenate([[0.0], np.cumsum(np.where(n > 0, gaps / np.maximum(n, 1), 0.0))])[:-1]
-    at = np.empty_like(F)
-    at[order] = F  # F at each start (first half) and end (second half)
+    n = np.where(order < m, 1, -1)
+    np.cumsum(n, out=n)
+    # F(t) = integral of dt / n up to t, at each boundary (F[0] = 0): g[i] = gap before i over
+    # the n before it. Equal times have equal F (no gap between them): their order is free.
+    g = np.zeros(len(t), np.float64)
+    np.subtract(t[1:], t[:-1], out=g[1:], casting="unsafe")
+    running = n[:-1] > 0
+    np.divide(g[1:], n[:-1], out=g[1:], where=running)
+    g[1:][~running] = 0.0
+    del t, n, running
+    np.cumsum(g, out=g)
+    at = np.empty_like(g)
+    at[order] = g  # F at each start (the first m) and end (the rest)
+    del g, order
 
     devices = events[schema.DEVICE].nunique()
-    out[split] = np.rint(devices * (at[len(s):] - at[:len(s)])).astype(np.int64)
+    out[split] = np.rint(devices * (at[m:] - at[:m])).astype(np.int64)
     return events.assign(**{schema.SHARE_NS: out})
 
 

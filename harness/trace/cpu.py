@@ -137,7 +137,10 @@ def _cpu_line(line: Line, ids: dict, idx: PlaneIndex, plans: _Plans) -> _LineOps
                           for k in ("hlo_module", "program_id"))
     programs = dict(zip(runs.tolist(), zip(module, program_id)))
     kinds = np.unique(line.metadata_id).tolist()
-    return _LineOps((ev.metadata_id, device, run, ev.start_ns, ev.duration_ns),
+    # kinds and devices are small numbers: half the bytes to send back and join
+    kinds = ev.metadata_id.astype(np.int32) if len(ev) and ev.metadata_id.max() < 2**31 else (
+        ev.metadata_id)
+    return _LineOps((kinds, device.astype(np.int32), run, ev.start_ns, ev.duration_ns),
                     {k: plans.kinds[k] for k in kinds},
                     {k: plans.op_names[k] for k in kinds if k in plans.op_names}, programs)
 

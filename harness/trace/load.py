@@ -93,16 +93,37 @@ def detect_layout(space: Space, label: str = "<trace>") -> str:
                      f"known layouts: {list(LAYOUTS)}")
 
 
-def _categorical(values: list, names: dict) -> pd.Categorical:
-    """Names (or integer codes translated by ``names``) as a Categorical, factorized once."""
-    arr = np.asarray(values)
-    if arr.dtype.kind not in "iu":
-        arr = np.asarray(values, dtype=object)
-    codes, uniques = pd.factorize(arr)
+def _categorical(values, names: dict, found: tuple | None = None) -> pd.Categorical:
+    """Names (or integer codes translated by ``names``) as a Categorical, its categories in
+    order of first appearance; ``found``: ``pd.factorize(values)``, where already made."""
+    codes, uniques = found if found is not None else pd.factorize(_plain(values))
     labels = np.asarray([str(names.get(u, u)) for u in uniques.tolist()], dtype=object)
     label_codes, categories = pd.factorize(labels)
     return pd.Categorical.from_codes(label_codes[codes] if len(codes) else codes,
                                      categories=categories)
+
+
+def _plain(values) -> np.ndarray:
+    arr = np.asarray(values)
+    return arr if arr.dtype.kind in "iu" else np.asarray(values, dtype=object)
+
+
+def _steps(step: np.ndarray, warmup_steps: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """(each row's step numbered from 0, -1 where dropped; the rows kept, None for all).
+    Dropped: rows outside every step (-1) and those of the first ``warmup_steps`` steps."""
+    steps = np.unique(step[step >= 0])[warmup_steps:]
+    if not len(steps):
+        return np.full(len(step), -1, np.int64), np.zeros(0, np.int64)
+    low, high = int(steps[0]), int(steps[-1])
+    if high - low < 1 << 24:  # step numbers as captures give them: a lookup table
+        rank = np.full(high - low + 2, -1, np.int64)  # the last one: -1 for the rest
+        rank[steps - low] = np.arange(len(steps))
+        number = rank[np.where((step >= low) & (step <= high), step - low, high - low + 1)]
+    else:
+        at = np.searchsorted(steps, step)
+        number = np.where(steps[np.minimum(at, len(steps) - 1)] == step, at, -1)
+    keep = None if (number >= 0).all() else np.flatnonzero(number >= 0)
+    return number, keep
 
 
 @dataclass(frozen=True)
@@ -166,23 +187,28 @@ def read_events(source: str | os.PathLike | bytes | Space, *, warmup_steps: int 
     n = len(cols.op)
     if not n:
         raise TraceError(f"{label}: trace has no XLA op executions ({layout_name} layout)")
-    # program_id: "" throughout where the layout names none
-    ids = (_categorical(cols.program_id, cols.program_id_names) if len(cols.program_id) == n
-           else _categorical(np.zeros(n, np.int64), {0: ""}))
-    step = np.asarray(cols.step, dtype=np.int64)
-    steps = np.unique(step[step >= 0])[warmup_steps:]  # dropped: outside steps, warm-up
-    keep = np.flatnonzero(np.isin(step, steps))
-    if not len(keep):
+    step, keep = _steps(np.asarray(cols.step, dtype=np.int64), warmup_steps)
+    if keep is not None and not len(keep):
         raise TraceError(f"{label}: no XLA op executions inside a measured step "
                          f"({layout_name} layout, warmup_steps={warmup_steps})")
-    df = pd.DataFrame({
-        schema.PROGRAM: _categorical(cols.program, cols.program_names)[keep],
-        schema.PROGRAM_ID: ids[keep],
-        schema.OP: _categorical(cols.op, cols.op_names)[keep],
-        schema.DEVICE: np.asarray(cols.device, dtype=np.int32)[keep],
-        schema.STEP: np.searchsorted(steps, step[keep]).astype(np.int32),  # from 0
-        schema.START_NS: np.asarray(cols.start_ns, dtype=np.int64)[keep],
-        schema.DURATION_NS: np.asarray(cols.duration_ns, dtype=np.int64)[keep],
-    })
+    programs = _plain(cols.program)
+    found = pd.factorize(programs)
+    # program_id: "" throughout where the layout names none; the CPU layout codes both
+    # columns by run, factorized once
+    ids = (_categorical(cols.program_id, cols.program_id_names,
+                        found if cols.program_id is cols.program else None)
+           if len(cols.program_id) == n else _categorical(np.zeros(n, np.int64), {0: ""}))
+    columns = {
+        schema.PROGRAM: _categorical(programs, cols.program_names, found),
+        schema.PROGRAM_ID: ids,
+        schema.OP: _categorical(cols.op, cols.op_names),
+        schema.DEVICE: np.asarray(cols.device, dtype=np.int32),
+        schema.STEP: step.astype(np.int32),
+        schema.START_NS: np.asarray(cols.start_ns, dtype=np.int64),
+        schema.DURATION_NS: np.asarray(cols.duration_ns, dtype=np.int64),
+    }
+    if keep is not None:  # rows outside the measured steps
+        columns = {k: v[keep] for k, v in columns.items()}
+    df = pd.DataFrame(columns)
     return TraceEvents(df, layout_name, label, dict(cols.async_names),
                        cols.stepped)
