@@ -31,7 +31,7 @@ _job: tuple | None = None  # (fn, context, parts) of the work in progress, inher
 def workers(size_bytes: int, parts: int) -> int:
     """How many processes to share ``parts`` parts of ``size_bytes`` in all among."""
     told = os.environ.get(WORKERS_ENV)
-    if not _can_fork():
+    if not _can_fork() or multiprocessing.current_process().daemon:  # a worker has none
         return 1
     if told:
         return max(1, min(int(told), parts))
