@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
-from harness.trace import gpu, tpu
+from harness.trace import gpu, graphs, tpu
 from harness.trace.load import find_trace_file
 from harness.trace.planes import StepWindows
 from harness.trace.xplane import XSpace
@@ -143,7 +143,7 @@ def gpu_rows(space, schedule_of=None) -> tuple[list, bool]:
                 op = stats.get("hlo_op") or idx.stats(
                     plane.event_metadata[ev.metadata_id].stats).get("hlo_op")
                 if op:
-                    kernels.append(gpu.Kernel(start, dur, stats.get("hlo_module", ""), op,
+                    kernels.append(graphs.Kernel(start, dur, stats.get("hlo_module", ""), op,
                                               idx.event_names.get(ev.metadata_id, ""),
                                               gpu.GRAPH_STAT in stats,
                                               str(stats.get("program_id", ""))))
@@ -151,8 +151,8 @@ def gpu_rows(space, schedule_of=None) -> tuple[list, bool]:
         if any(k.in_graph for k in kernels):
             if sched is None:
                 program = next(k.module for k in kernels if k.in_graph)
-                sched = gpu._schedule(schedule_of(program) if schedule_of else None)
-            gpu.attribute(kernels, sched)
+                sched = graphs.schedule(schedule_of(program) if schedule_of else None)
+            graphs.attribute(kernels, sched)
         rows += _fold(kernels, steps, device)
     return rows, stepped
 

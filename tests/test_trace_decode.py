@@ -196,3 +196,57 @@ def test_a_line_cut_short_is_a_decode_error(cut):
             metadata_id=1, str_value="abc")
     with pytest.raises(DecodeError):
         wire.read_line(line.SerializeToString()[:cut]).events().stats()
+
+
+def test_lines_read_in_small_blocks_give_the_same_events(cpu_traces, monkeypatch):
+    """A line of millions of events is read ``BLOCK`` events at a time: blocks of 7 events
+    give what one block gives."""
+    from harness.trace import varint
+
+    whole = read_events(cpu_traces[0]).events
+    gpu = read_events(TRACES[0]).events
+    monkeypatch.setattr(varint, "BLOCK", 7)
+    pd.testing.assert_frame_equal(read_events(cpu_traces[0]).events, whole)
+    pd.testing.assert_frame_equal(read_events(TRACES[0]).events, gpu)
+    for plane in read_xspace(TRACES[0])[0].planes:
+        for line in plane.lines:
+            _same_as_protobuf(bytes(line.raw()))
+
+
+@pytest.mark.filterwarnings("ignore:os.fork")
+def test_large_results_come_back_from_workers_through_files(cpu_traces, monkeypatch):
+    if not parallel._can_fork():
+        pytest.skip("no fork here: lines are read in this process")
+    serial = read_events(cpu_traces[0]).events
+    monkeypatch.setenv(parallel.WORKERS_ENV, "2")
+    monkeypatch.setattr(parallel, "SPILL_BYTES", 0)  # every array through a file
+    pd.testing.assert_frame_equal(read_events(cpu_traces[0]).events, serial)
+
+
+def test_a_plane_with_its_metadata_before_its_lines_reads_the_same():
+    """Writers put a plane's lines before its metadata; a plane written the other way round
+    (two partial messages, one after the other: valid protobuf) is scanned record by record."""
+    data = find_trace_file(TRACES[0]).read_bytes()
+    turned = b"".join(b"\x0a" + _size(len(p)) + p  # XSpace.planes (field 1), each
+                      for p in map(_meta_first, XSpace.FromString(data).planes))
+    assert turned != data
+    pd.testing.assert_frame_equal(read_events(turned).events, read_events(data).events)
+
+
+def _size(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _meta_first(plane) -> bytes:
+    """A plane's bytes with its metadata fields first, its lines last."""
+    meta = XSpace().planes.add()
+    meta.CopyFrom(plane)
+    del meta.lines[:]
+    lines = XSpace().planes.add()
+    lines.lines.extend(plane.lines)
+    return meta.SerializeToString() + lines.SerializeToString()
