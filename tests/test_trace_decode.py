@@ -250,3 +250,31 @@ def _meta_first(plane) -> bytes:
     lines = XSpace().planes.add()
     lines.lines.extend(plane.lines)
     return meta.SerializeToString() + lines.SerializeToString()
+
+
+def test_an_event_kind_is_planned_from_its_first_event_in_line_order(tmp_path, monkeypatch):
+    """A kind whose first event (on the first line) has no ``hlo_op`` is no op anywhere, even
+    where a later line's events of it have one; a kind whose first event is an op stays one
+    where a later event lacks its stats (device and run -1). Lines read apart (in workers, each
+    planning its own kinds) give what lines read in order give."""
+    from xspace_text import plane, serialize
+
+    us = 1000
+    python = [("step", 1000 * us, 900 * us, {"step_num": 0}),
+              ("CommonPjRtLoadedExecutable::Execute (jit_f)", 1001 * us, 5 * us, {"run_id": 7})]
+    op = {"hlo_module": "jit_f", "device_ordinal": 0, "run_id": 7}
+    first = [("fusion.1", 1100 * us, 10 * us, {}),                      # fusion.1: no op
+             ("dot.2", 1200 * us, 20 * us, {"hlo_op": "dot.2", **op})]  # dot.2: an op
+    second = [("fusion.1", 1300 * us, 30 * us, {"hlo_op": "fusion.1", **op}),
+              ("dot.2", 1400 * us, 40 * us, {}),
+              ("dot.2", 1500 * us, 50 * us, {"hlo_op": "dot.2", **op, "device_ordinal": 1})]
+    path = tmp_path / "vm.xplane.pb"
+    path.write_bytes(serialize(plane("/host:CPU", {"python": python, "tf_XLA/1": first,
+                                                   "tf_XLA/2": second})))
+    expect, _ = reference_events(path)
+    assert expect[schema.OP].tolist() == ["dot.2", "dot.2", "dot.2"]
+    assert expect[schema.DURATION_NS].tolist() == [20 * us, 40 * us, 50 * us]
+    _compare(read_events(path).events, expect)
+    if parallel._can_fork():
+        monkeypatch.setenv(parallel.WORKERS_ENV, "2")
+        _compare(read_events(path).events, expect)

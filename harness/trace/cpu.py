@@ -136,13 +136,13 @@ def _cpu_line(line: Line, ids: dict, idx: PlaneIndex, plans: _Plans) -> _LineOps
     module, program_id = (idx.entry_texts(st, st.entry(ids[k], len(ev))[rows])
                           for k in ("hlo_module", "program_id"))
     programs = dict(zip(runs.tolist(), zip(module, program_id)))
-    kinds = np.unique(line.metadata_id).tolist()
-    # kinds and devices are small numbers: half the bytes to send back and join
-    kinds = ev.metadata_id.astype(np.int32) if len(ev) and ev.metadata_id.max() < 2**31 else (
+    held = np.unique(line.metadata_id).tolist()  # the kinds this line holds
+    # op kinds and devices are small numbers: half the bytes to send back and join
+    op = ev.metadata_id.astype(np.int32) if len(ev) and ev.metadata_id.max() < 2**31 else (
         ev.metadata_id)
-    return _LineOps((kinds, device.astype(np.int32), run, ev.start_ns, ev.duration_ns),
-                    {k: plans.kinds[k] for k in kinds},
-                    {k: plans.op_names[k] for k in kinds if k in plans.op_names}, programs)
+    return _LineOps((op, device.astype(np.int32), run, ev.start_ns, ev.duration_ns),
+                    {k: plans.kinds[k] for k in held},
+                    {k: plans.op_names[k] for k in held if k in plans.op_names}, programs)
 
 
 def _read_line(context, ref) -> _LineOps:
