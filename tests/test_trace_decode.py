@@ -252,6 +252,7 @@ def _meta_first(plane) -> bytes:
     return meta.SerializeToString() + lines.SerializeToString()
 
 
+@pytest.mark.filterwarnings("ignore:os.fork")  # jax ran here; the workers only decode
 def test_an_event_kind_is_planned_from_its_first_event_in_line_order(tmp_path, monkeypatch):
     """A kind whose first event (on the first line) has no ``hlo_op`` is no op anywhere, even
     where a later line's events of it have one; a kind whose first event is an op stays one
