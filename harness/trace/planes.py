@@ -49,16 +49,6 @@ class Columns:
     # GPU: {async-start name in the HLO text: the wrapped op's name, which the trace shows}
     async_names: dict = field(default_factory=dict)
 
-    def add(self, program: str, op: str, device: int, step: int, start_ns: int, dur_ns: int,
-            program_id: str = ""):
-        self.program.append(program)
-        self.program_id.append(program_id)
-        self.op.append(op)
-        self.device.append(device)
-        self.step.append(step)
-        self.start_ns.append(start_ns)
-        self.duration_ns.append(dur_ns)
-
 
 class PlaneIndex:
     """One plane's lookups (event names, stat ids, stat values) and its lines, read lazily."""
@@ -136,10 +126,6 @@ class PlaneIndex:
 
     def line(self, name: str) -> Line | None:
         return next(self.lines(lambda n: n == name), None)
-
-    def raw_line(self, name: str) -> bytes | None:
-        """The bytes of the first line called ``name``."""
-        return next((ref.raw() for ref in self._refs if ref.name == name), None)
 
 
 class StepWindows:
