@@ -29,10 +29,67 @@ def keys(events: pd.DataFrame) -> list[str]:
 
 
 def _per_device_step(events: pd.DataFrame, time: str = schema.DURATION_NS) -> pd.DataFrame:
+    """Per (op, device, step), sorted by them: the keys, the ``sum`` of ``time`` and the
+    number of executions (``size``), as pandas' ``groupby(...).agg(["sum", "size"])`` gives
+    them; the groups numbered by ``_groups`` and summed by ``np.bincount``."""
     schema.validate(events, schema.EVENTS, where="op_times(events)")
     by = [*keys(events), schema.DEVICE, schema.STEP]
-    return (events.groupby(by, observed=True, sort=False)[time]
-            .agg(["sum", "size"]).reset_index())
+    t = events[time].to_numpy(np.int64)
+    found = _groups(events, by)
+    if found is None or not _exact_sums(t):
+        return events.groupby(by, observed=True)[time].agg(["sum", "size"]).reset_index()
+    group, first = found
+    total = np.bincount(group, weights=t, minlength=len(first)).astype(np.int64)
+    size = np.bincount(group, minlength=len(first))
+    return events[by].take(first).reset_index(drop=True).assign(sum=total, size=size)
+
+
+def _exact_sums(values: np.ndarray) -> bool:
+    """Whether ``np.bincount`` (which sums in float64) sums these integers exactly: every sum
+    of them stays below 2**53."""
+    return not len(values) or int(np.abs(values).max()) * len(values) < 2**53
+
+
+def _groups(frame: pd.DataFrame, by: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(each row's group, the first row of each group), the groups numbered in the order
+    ``groupby(by)`` sorts them (a categorical by its categories' order, numbers ascending);
+    None where a value is missing (``groupby`` leaves such rows out)."""
+    n = len(frame)
+    key, size = np.zeros(n, np.int64), 1
+    for col in by:  # the tuple as one number, digit by digit (in place: millions of rows)
+        codes, card = _codes(frame[col])
+        if n and codes.min() < 0:
+            return None
+        if size * card >= 2**62:  # renumber the tuples so far first, keeping their order
+            _, key = np.unique(key, return_inverse=True)
+            size = int(key.max()) + 1 if n else 1
+        key *= card
+        key += codes
+        size *= card
+    if size <= 4 * n + 1024:  # few possible tuples: rank them by counting
+        rank = np.cumsum(np.bincount(key, minlength=size) > 0) - 1
+        group = rank[key]
+    else:
+        _, group = np.unique(key, return_inverse=True)
+    del key
+    first = np.full(int(group.max()) + 1 if n else 0, n, np.int64)
+    np.minimum.at(first, group, np.arange(n))
+    return group, first
+
+
+def _codes(col: pd.Series) -> tuple[np.ndarray, int]:
+    """A column as integer codes from 0 (-1: missing), in the order ``groupby`` sorts its
+    values, and how many codes there can be: a categorical's own codes, a small range of
+    integers itself, anything else factorized in sorted order."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy(), max(len(col.cat.categories), 1)
+    values = col.to_numpy()
+    if values.dtype.kind in "iu" and len(values):
+        low, high = int(values.min()), int(values.max())
+        if high - low < 1 << 24:
+            return (values - low) if low else values, high - low + 1
+    codes, uniques = pd.factorize(col, sort=True)
+    return codes, max(len(uniques), 1)
 
 
 def _timing(shares: bool) -> tuple[str, str]:
@@ -66,12 +123,24 @@ def op_times(events: pd.DataFrame, shares: bool = False) -> pd.DataFrame:
     }).reset_index()
     for col in (schema.MEASURED_S, schema.MEASURED_MIN_S, schema.MEASURED_MAX_S):
         out[col] = out[col] * _NS
-    total = events.groupby(op, observed=True)[schema.DURATION_NS].sum().mul(_NS)
-    out = out.merge(total.rename(schema.TOTAL_S).reset_index(), on=op, how="left")
+    out = out.merge(_total_s(events, op), on=op, how="left")
     out = _as_str(out, op)
     out = out.sort_values(schema.MEASURED_S, ascending=False, kind="stable")
     ids = [schema.PROGRAM_ID] if schema.PROGRAM_ID in op else []
     return out[[*schema.OPS_MEASURED, *ids, schema.TOTAL_S]].reset_index(drop=True)
+
+
+def _total_s(events: pd.DataFrame, op: list[str]) -> pd.DataFrame:
+    """Per op: its device time over the whole trace (``total_s``), every execution summed."""
+    t = events[schema.DURATION_NS].to_numpy(np.int64)
+    found = _groups(events, op)
+    if found is None or not _exact_sums(t):
+        total = events.groupby(op, observed=True)[schema.DURATION_NS].sum().mul(_NS)
+        return total.rename(schema.TOTAL_S).reset_index()
+    group, first = found
+    ns = np.bincount(group, weights=t)
+    return events[op].take(first).reset_index(drop=True).assign(
+        **{schema.TOTAL_S: ns.astype(np.int64) * _NS})
 
 
 def step_samples(events: pd.DataFrame, shares: bool = False) -> pd.DataFrame:
@@ -83,16 +152,38 @@ def step_samples(events: pd.DataFrame, shares: bool = False) -> pd.DataFrame:
     time, over_devices = _timing(shares)
     op = keys(events)
     per_step = _per_device_step(events, time)
-    out = (per_step.groupby([*op, schema.STEP], observed=True)["sum"]
-           .agg(over_devices).mul(_NS).rename(schema.MEASURED_S).reset_index())
+    by = [*op, schema.STEP]
+    found = (_groups(per_step, by) if over_devices == "mean" and _exact_sums(
+        per_step["sum"].to_numpy()) else None)
+    if found is None:
+        out = (per_step.groupby(by, observed=True)["sum"]
+               .agg(over_devices).mul(_NS).rename(schema.MEASURED_S).reset_index())
+    else:  # a mean: sums and counts by np.bincount (exact: the sums are of integers)
+        group, first = found
+        total = np.bincount(group, weights=per_step["sum"].to_numpy(np.float64))
+        mean = total / np.bincount(group)
+        out = per_step[by].take(first).reset_index(drop=True).assign(
+            **{schema.MEASURED_S: mean * _NS})
     return _as_str(out, op)
 
 
 def step_time(events: pd.DataFrame) -> float:
     """Median over steps of the busiest device's summed op time in that step (seconds)."""
-    per_step = _per_device_step(events)
-    busy = per_step.groupby([schema.STEP, schema.DEVICE], observed=True)["sum"].sum()
-    return float(busy.groupby(level=0).max().median() * _NS)
+    schema.validate(events, schema.EVENTS, where="step_time(events)")
+    t = events[schema.DURATION_NS].to_numpy(np.int64)
+    found = _groups(events, [schema.STEP, schema.DEVICE]) if _exact_sums(t) else None
+    if found is None:
+        per_step = _per_device_step(events)
+        busy = per_step.groupby([schema.STEP, schema.DEVICE], observed=True)["sum"].sum()
+        return float(busy.groupby(level=0).max().median() * _NS)
+    # a device's time in a step: its ops' executions there, summed (the sum of its ops' sums)
+    group, first = found
+    busy = np.bincount(group, weights=t)
+    step = events[schema.STEP].to_numpy()[first]
+    steps, at = np.unique(step, return_inverse=True)
+    busiest = np.full(len(steps), -np.inf)
+    np.maximum.at(busiest, at, busy)
+    return float(np.median(busiest) * _NS)
 
 
 def by_execution(events: pd.DataFrame, per_execution: Mapping[str, int] | None = None

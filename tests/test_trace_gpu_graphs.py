@@ -1,5 +1,5 @@
 """CUDA-graph kernels -> HLO ops (harness.trace.gpu), on a schedule small enough to read."""
-from harness.trace.gpu import Kernel, Schedule, attribute, kernel_op
+from harness.trace.graphs import Kernel, Schedule, attribute, kernel_op
 
 # One loop body, in schedule order: a fusion, a cuBLAS call, an async dynamic-slice fusion
 # (named by the fusion it wraps, as the trace names it), another fusion.
@@ -56,8 +56,8 @@ def test_a_kernel_no_rule_places_keeps_the_graphs_op():
 
 
 def test_a_memset_joins_its_gemm_across_another_streams_kernel():
-    from harness.trace.gpu import _fold
-    from harness.trace.planes import Columns, StepWindows
+    from harness.trace.gpu import Kernels, _fold
+    from harness.trace.planes import StepWindows, Texts
 
     def k(start, op, name):
         return Kernel(start=start, dur=10, module="m", op=op, name=name, in_graph=False)
@@ -66,7 +66,37 @@ def test_a_memset_joins_its_gemm_across_another_streams_kernel():
     kernels = [k(0, "custom-call.1", "Memset 0"), k(5, "fusion.2", "loop_add_fusion_2"),
                k(20, "custom-call.1", "nvjet_sm90"), k(40, "custom-call.1", "Memset 0"),
                k(60, "custom-call.1", "nvjet_sm90")]
-    cols = Columns()
-    _fold(kernels, StepWindows([(0, 100, 0)]), 0, cols)
-    assert list(cols.op) == ["custom-call.1", "fusion.2", "custom-call.1"]
-    assert list(cols.duration_ns) == [20, 10, 20]
+    texts = Texts()
+    _, op, _, _, _, duration_ns, _ = _fold(Kernels.of_list(kernels, texts),
+                                           StepWindows([(0, 100, 0)]), 0, texts)
+    assert [texts.text[c] for c in op] == ["custom-call.1", "fusion.2", "custom-call.1"]
+    assert list(duration_ns) == [20, 10, 20]
+
+
+def test_kernels_fold_at_once_as_they_fold_one_by_one():
+    """``_runs_at_once`` (numpy) against the rule applied kernel by kernel, on random kernel
+    sequences of few ops and names, memsets and graph kernels among them: wherever it settles
+    the folding at once, the executions are the same."""
+    import random
+
+    import numpy as np
+
+    from harness.trace.gpu import _runs_at_once, _runs_in_turn
+
+    rnd, settled = random.Random(0), 0
+    for _ in range(2000):
+        n = rnd.randint(0, 30)
+        ops, names = rnd.randint(1, 5), rnd.randint(1, 6)
+        key = np.array([rnd.randrange(ops) for _ in range(n)], np.int64)
+        name = np.array([rnd.randrange(names) for _ in range(n)], np.int64)
+        graph = np.array([rnd.random() < 0.2 for _ in range(n)], bool)
+        memset = np.array([rnd.random() < 0.3 for _ in range(n)], bool)
+        dur = np.array([rnd.randint(1, 100) for _ in range(n)], np.int64)
+        first, total = _runs_in_turn(key, name, graph, memset, dur)
+        found = _runs_at_once(key, name, graph, memset)
+        if found is not None:
+            settled += 1
+            np.testing.assert_array_equal(found[0], first)
+            np.testing.assert_array_equal(
+                np.bincount(found[1], weights=dur, minlength=len(first)), total)
+    assert settled > 400  # most sequences, where names repeat less, settle at once

@@ -135,25 +135,3 @@ def test_cpu_layout_attributes_ops_to_steps_by_run_id():
     ops = op_times(events)
     # device 0: median(10, 20) = 15 us; device 1: median(30, 50) = 40 us -> median 27.5 us
     assert _row(ops, "dot.1")[schema.MEASURED_S] == pytest.approx(27.5e-6)
-
-
-def test_stat_free_lines_decode_in_one_pass_exactly_as_field_by_field():
-    # proto3 leaves zero metadata ids and durations out; a oneof offset of 0 stays in. The one-
-    # pass decoder must find event boundaries all the same, and refuse lines with stats.
-    import numpy as np
-
-    from harness.trace.planes import _field_arrays, varint_events
-    from harness.trace.xplane import XLine
-
-    line = XLine(timestamp_ns=5)
-    events = [(1, 0, 7), (0, 3_000, 0), (2, 9_000, 0), (0, 0, 0), (3, 2**40, 11_000), (3, 1, 1)]
-    for mid, off, dur in events:
-        line.events.add(metadata_id=mid, offset_ps=off, duration_ps=dur)
-    raw = line.SerializeToString()
-    fast, slow = varint_events(raw), _field_arrays(XLine.FromString(raw))
-    assert fast is not None and len(fast[0]) == len(events)
-    for a, b in zip(fast, slow):
-        np.testing.assert_array_equal(a, b)
-    assert list(fast[0]) == [m for m, _, _ in events]
-    line.events[2].stats.add(metadata_id=4, str_value="not a varint")
-    assert varint_events(line.SerializeToString()) is None

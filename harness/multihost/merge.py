@@ -1,8 +1,11 @@
 """The merged run of a multi-host job (`harness.multihost.run`), built on process 0 from every
 process's EVENTS, whose ``schema.HOST`` column names the process each row came from.
 
+- ``merged_events``: the processes' EVENTS as one table, a ``schema.HOST`` column naming each
+  row's process;
 - ``host_columns``: per op, the spread of its time over hosts (``schema.OPS_HOSTS``): a host's
   ``measured_s`` is the median over its devices, as ``ops.op_times`` defines it for one host;
+  ``with_host_columns``: a run's ops with them, and a note naming the op of largest skew;
 - ``by_device``: per op and device, the device's median time over steps (``by_device.csv``);
 - ``store_merged``: analyse the merged EVENTS with process 0's HLO, add the host columns and
   notes, store ONE run.
@@ -26,6 +29,14 @@ BY_DEVICE_CSV = "by_device.csv"
 MERGED = "merged"  # the layout name of every process's EVENTS together (no single host's)
 
 
+def merged_events(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """Each process's EVENTS (``parts[i]``: process i's) as one table with a ``schema.HOST``
+    column; programs and ops categorical over every process's names."""
+    merged = pd.concat([d.assign(**{schema.HOST: i}).astype({schema.PROGRAM: str, schema.OP: str})
+                        for i, d in enumerate(parts)], ignore_index=True)
+    return merged.astype({schema.PROGRAM: "category", schema.OP: "category"})
+
+
 def by_device(events: pd.DataFrame) -> pd.DataFrame:
     """``schema.OPS_BY_DEVICE``: each device's ``measured_s`` (median over steps) per op."""
     parts = [op_times(g).assign(**{schema.HOST: h, schema.DEVICE: d})
@@ -46,6 +57,22 @@ def host_columns(events: pd.DataFrame) -> pd.DataFrame:
     out[schema.HOST_SKEW_S] = out[schema.HOST_MAX_S] - out[schema.HOST_MIN_S]
     out[schema.SLOWEST_HOST] = per_host.loc[g[schema.MEASURED_S].idxmax(), schema.HOST].values
     return out.reset_index()[list(schema.OPS_HOSTS)]
+
+
+def with_host_columns(run, events: pd.DataFrame):
+    """``run`` with the host columns (``host_columns`` of ``events``) in its ops, and a note
+    naming the op whose time differs most between hosts."""
+    keys = [schema.PROGRAM, schema.OP]
+    ops = run.ops.merge(host_columns(events), on=keys, how="left")
+    skew = []
+    if len(ops):
+        top = ops.loc[ops[schema.HOST_SKEW_S].idxmax()]
+        skew.append(f"cross-host skew is largest for {top[schema.OP]}: "
+                    f"{tables.fmt_seconds(top[schema.HOST_SKEW_S])} between hosts, slowest on "
+                    f"process {top[schema.SLOWEST_HOST]} (per-host columns in ops.csv, per "
+                    f"device in {BY_DEVICE_CSV})")
+    run.ops, run.notes = ops, run.notes + skew
+    return run
 
 
 def store_merged(built, cap, events: pd.DataFrame, processes: list[dict], *, chip, meta: dict,
@@ -71,16 +98,9 @@ def store_merged(built, cap, events: pd.DataFrame, processes: list[dict], *, chi
                        trace=TraceEvents(events, MERGED, str(cap.trace_dir)),
                        title=built.title(meta[schema.PRESET],
                                          f" across {len(processes)} processes"))
+    run = with_host_columns(run, events)
     keys = [schema.PROGRAM, schema.OP]
-    ops = run.ops.merge(host_columns(events), on=keys, how="left")
-    skew = []
-    if len(ops):
-        top = ops.loc[ops[schema.HOST_SKEW_S].idxmax()]
-        skew.append(f"cross-host skew is largest for {top[schema.OP]}: "
-                     f"{tables.fmt_seconds(top[schema.HOST_SKEW_S])} between hosts, slowest on "
-                     f"process {top[schema.SLOWEST_HOST]} (per-host columns in ops.csv, per "
-                     f"device in {BY_DEVICE_CSV})")
-    run.ops, run.notes = ops, run.notes + skew
+    ops = run.ops
     # the report's ops only: control-flow containers (while, call) are left out as in ops
     table = by_device(events[events[schema.PROGRAM] == cap.program]).merge(ops[keys], on=keys)
     run.files[BY_DEVICE_CSV] = table.to_csv(index=False)

@@ -29,7 +29,6 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from harness import schema
 from harness.capture import STEPS, capture
 from harness.errors import HarnessError, one_line
 from harness.multihost import merge as hosts
@@ -218,7 +217,7 @@ def gather_events(events: pd.DataFrame | None, cluster: Cluster, tag: str, *,
             status = f"ok {len(chunks)}"
         client.key_value_set_bytes(f"{tag}/p{me}/status", status.encode())
         return None
-    parts, infos = [events.assign(**{schema.HOST: me})], [info]
+    parts, infos = [events], [info]
     deadline = time.monotonic() + WAIT_S
     for p in range(1, cluster.process_count):
         what = f"process {p} sent no per-op table"
@@ -227,11 +226,9 @@ def gather_events(events: pd.DataFrame | None, cluster: Cluster, tag: str, *,
             raise PeerError(f"process {p} failed: {rest}")
         data = b"".join(_get(f"{tag}/p{p}/{j}", deadline, what) for j in range(int(rest)))
         info_p, df = _decode(data)
-        parts.append(df.assign(**{schema.HOST: p}))
+        parts.append(df)
         infos.append(info_p)
-    merged = pd.concat([d.astype({schema.PROGRAM: str, schema.OP: str}) for d in parts],
-                       ignore_index=True)
-    return merged.astype({schema.PROGRAM: "category", schema.OP: "category"}), infos
+    return hosts.merged_events(parts), infos
 
 
 def post_outcome(tag: str, outcome: str, *, wait: bool = True) -> None:

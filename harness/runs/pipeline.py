@@ -228,8 +228,14 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     ``from_capture`` takes, for a trace of a known workload (its book estimate). ``program``:
     report the compilation with this program id, or every compilation of this name (default:
     the program ``harness`` captured, for a trace it saved; else every program that ran).
+    A directory whose newest trace has others beside it (one per host of a multi-host job,
+    ``harness.multihost.traces``) is read as one job: every host's trace decoded in parallel,
+    the first one's HLO, a ``host`` column and the per-host columns of a multi-host run.
     """
+    from harness.multihost import merge, traces
+
     trace_file = find_trace_file(path)
+    found = traces.host_traces(path)
     space, _ = read_xspace(trace_file if space is None else space)
     label = str(trace_file)
     saved = _saved_beside(trace_file, Path(path))
@@ -237,19 +243,30 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     decoded = decode(space, hlo_text=text, warmup_steps=warmup_steps,
                      saved_hlo=saved.get("hlo_text"), label=label)
     program = select(decoded, program) or saved.get("meta", {}).get(schema.PROGRAM, "")
-    events = decoded.trace.events
+    events, layout = decoded.trace.events, decoded.trace.layout
+    if len(found) > 1:  # one profile's traces of several hosts: one job's run
+        events, processes = traces.read_hosts(found, warmup_steps, {trace_file: events})
+        # each host numbers its own compilations: programs are named by name alone
+        events = events.assign(**{schema.PROGRAM_ID: ""})
+        label = f"{trace_file.parent} ({len(found)} hosts)"
+        decoded.trace = TraceEvents(events, merge.MERGED, label)
+        workload_meta = {"processes": processes}
+    else:
+        workload_meta = {}
     device = trace_device(space)  # the chip its device planes describe (harness.chip)
     meta = dict(saved.get("meta", {}))
     # a CPU trace has no device plane: its devices are the host's CPU
     meta.setdefault(schema.DEVICE_KIND, device.label if device else (
-        "cpu" if decoded.trace.layout == "cpu" else ""))
+        "cpu" if layout == "cpu" else ""))
     meta.setdefault(schema.DEVICE_COUNT, int(events[schema.DEVICE].nunique()))
     meta[schema.TRACE_FILE] = str(trace_file)
+    meta.update(workload_meta)
     cap = Capture(trace_dir=trace_file.parent, hlo_text=text or saved.get("hlo_text", ""),
                   cost_analysis=saved.get("cost_analysis", {}), meta=meta, owned=False)
-    return from_capture(cap, chip=chip, decoded=decoded, workload=workload,
-                        device=device or meta.get(schema.DEVICE_KIND) or None,
-                        program=program)
+    run = from_capture(cap, chip=chip, decoded=decoded, workload=workload,
+                       device=device or meta.get(schema.DEVICE_KIND) or None,
+                       program=program)
+    return merge.with_host_columns(run, events) if workload_meta else run
 
 
 def _saved_beside(trace_file: Path, root: Path) -> dict:

@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
-from harness.trace.xplane import XSpace
+from harness.trace.space import Space
 
 DEVICE_PLANE = re.compile(r"^/device:(TPU|GPU):\d+$")
 CORES = {"amd": "CUs", "nvidia": "SMs"}  # what each vendor calls the cores of core_count
@@ -106,7 +106,7 @@ def _device(platform: str, stats: dict[str, object]) -> Device:
     return Device(platform=platform, **found)
 
 
-def trace_device(space: XSpace) -> Device | None:
+def trace_device(space: Space) -> Device | None:
     """The accelerator of a trace: the first device plane that describes itself (all of one
     trace's planes describe the same chip), with the number of device planes. None when the
     trace has no ``/device:TPU:n`` or ``/device:GPU:n`` plane."""

@@ -4,261 +4,278 @@ A kernel carries ``hlo_op`` / ``hlo_module`` stats; consecutive kernels of one H
 one execution whose duration is the sum of its kernels'. Steps come from a ``Steps`` line, else
 from the host's step annotations.
 
-CUDA graphs (XLA's command buffers, on by default): every kernel launched inside a graph
-carries a ``cuda_graph_id`` stat and the graph's op as ``hlo_op`` (``command_buffer_24``), not
-its own. Such kernels are attributed to HLO ops here, from the program's schedule (the caller's
-``schedule_of(program)``, ``harness.hlo.schedule``: its ops in order, as the trace names them):
-
-- a fusion's kernel is named after it: ``loop_multiply_fusion_2`` is ``loop_multiply_fusion.2``
-  (or the name itself, ``loop_broadcast_fusion``), checked against the HLO's instruction names;
-- a library kernel (cuBLAS ``nvjet_*``/``sm90_*``, cuDNN, memcpy/memset) takes its place in the
-  op sequence of the HLO schedule: between the ops of the named kernels before and after it,
-  the one op no kernel is named after (or as many such ops as kernels, in order).
-
-A kernel neither rule places keeps the graph's op (``command_buffer_24``): its time stays
-visible as that row, its share of the step unattributed.
+Kernels inside CUDA graphs (XLA's command buffers) carry the graph's op; they are attributed
+to HLO ops from the program's schedule by ``harness.trace.graphs``. A device's events are read
+as columns (``harness.trace.wire``), its kernels folded with numpy (``_runs``).
 """
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+import numpy as np
+
+from harness.trace.graphs import MEMSET, Kernel, attribute, schedule
 from harness.trace.hlo_proto import async_names, embedded_modules
+from harness.trace.parallel import in_parallel
 from harness.trace.planes import (
     Columns,
     PlaneIndex,
     StepWindows,
+    Texts,
     device_planes,
     device_step_windows,
+    firsts,
     host_steps,
-    line_events,
+    trace_bytes,
+    tuple_codes,
 )
-from harness.trace.xplane import XSpace
-
-log = logging.getLogger(__name__)
+from harness.trace.space import Space
+from harness.trace.wire import INT64, REF, UINT64
 
 _GPU_PLANE = re.compile(r"^/device:GPU:(\d+)$")
 _NON_KERNEL_LINES = {"XLA Modules", "XLA Ops", "Steps", "Launch Stats", "Framework Name Scope",
                      "Framework Ops", "Source code", "TensorFlow Name Scope"}
 GRAPH_STAT = "cuda_graph_id"
-_KERNEL_SUFFIX = re.compile(r"_(\d+)$")  # loop_multiply_fusion_2 -> loop_multiply_fusion.2
-_MEMSET = "Memset"
-# Kernels of libraries XLA calls through custom-calls: cuBLAS(Lt), CUTLASS, cuDNN.
-_LIBRARY = re.compile(r"(nvjet|sm\d+_|cutlass|ampere|hopper|volta|turing|xmma|cublas|cudnn|gemm)",
-                      re.IGNORECASE)
-# Instructions that launch no kernel of their own (their work is charged elsewhere).
-_NO_KERNEL = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast",
-                        "after-all", "add-dependency", "opt-barrier", "domain", "while", "call",
-                        "conditional", "partition-id", "replica-id", "async-update"})
+
+
+def detect(space: Space) -> bool:
+    return any("hlo_op" in p.stat_ids for _, p in device_planes(space, _GPU_PLANE))
 
 
 @dataclass
-class Kernel:
-    start: int
-    dur: int
-    module: str
-    op: str          # the HLO op: the kernel's own, or the graph's until attributed
-    name: str        # the kernel's name
-    in_graph: bool
-    program_id: str = ""
+class Kernels:
+    """One device's kernels as columns, in start order: ``module``, ``op``, ``program_id`` and
+    ``name`` are ``Texts`` codes; ``in_graph``: launched inside a CUDA graph."""
+
+    start: np.ndarray
+    dur: np.ndarray
+    module: np.ndarray
+    op: np.ndarray
+    name: np.ndarray
+    in_graph: np.ndarray
+    program_id: np.ndarray
+
+    def take(self, order: np.ndarray) -> Kernels:
+        return Kernels(*(getattr(self, f)[order] for f in self.__dataclass_fields__))
+
+    def recode(self, table: np.ndarray) -> Kernels:
+        """The kernels with their names' codes ``c`` made ``table[c]`` (another ``Texts``)."""
+        return Kernels(self.start, self.dur, table[self.module], table[self.op],
+                       table[self.name], self.in_graph, table[self.program_id])
+
+    def as_list(self, texts: Texts) -> list[Kernel]:
+        t = texts.text
+        return [Kernel(s, d, t[m], t[o], t[n], bool(g), t[p]) for s, d, m, o, n, g, p in zip(
+            *(getattr(self, f).tolist() for f in self.__dataclass_fields__))]
+
+    @classmethod
+    def of_list(cls, kernels: list[Kernel], texts: Texts) -> Kernels:
+        return cls(np.asarray([k.start for k in kernels], np.int64),
+                   np.asarray([k.dur for k in kernels], np.int64),
+                   texts.codes(k.module for k in kernels), texts.codes(k.op for k in kernels),
+                   texts.codes(k.name for k in kernels),
+                   np.asarray([k.in_graph for k in kernels], bool),
+                   texts.codes(k.program_id for k in kernels))
 
 
-@dataclass
-class Schedule:
-    """The HLO ops of a module as the trace names them, in schedule order per computation."""
-
-    names: set = field(default_factory=set)
-    position: dict = field(default_factory=dict)   # op -> (computation, index)
-    order: dict = field(default_factory=dict)      # computation -> [op, ...]
-    library: set = field(default_factory=set)      # ops that call a library (custom-calls)
-    fusions: set = field(default_factory=set)      # ops whose kernels carry their name
-
-
-def detect(space: XSpace) -> bool:
-    return any(any(m.name == "hlo_op" for m in p.stat_metadata.values())
-               for _, p in device_planes(space, _GPU_PLANE))
-
-
-def _kernels(idx: PlaneIndex) -> list[Kernel]:
-    out = []
-    meta = idx.plane.event_metadata
-    for line in idx.lines(lambda name: name not in _NON_KERNEL_LINES):
-        for ev, start, dur in line_events(line):
-            stats = idx.stats(ev.stats) if ev.stats else {}
-            op = stats.get("hlo_op") or idx.stats(meta[ev.metadata_id].stats).get("hlo_op")
-            if op:
-                out.append(Kernel(start, dur, stats.get("hlo_module", ""), op,
-                                  idx.event_names.get(ev.metadata_id, ""), GRAPH_STAT in stats,
-                                  str(stats.get("program_id", ""))))
-    out.sort(key=lambda k: k.start)
+def _stat_texts(idx: PlaneIndex, st, entry: np.ndarray, texts: Texts) -> np.ndarray:
+    """The ``Texts`` code of each entry's value as ``str()`` prints it (0, "": none): a
+    ``REF`` names a stat, a ``STR`` is itself, a number is printed; each distinct value
+    printed once."""
+    out = np.zeros(len(entry), np.int64)
+    has = np.flatnonzero(entry >= 0)
+    e = entry[has]
+    kind, value = st.kind[e], st.value[e]
+    varint = np.isin(kind, (REF, INT64, UINT64))
+    pair = tuple_codes(kind[varint], value[varint])
+    _, first = firsts(pair)
+    shown = [idx.stat_names.get(v, "") if k == REF else str(v % 2**64 if k == UINT64 else v)
+             for k, v in zip(kind[varint][first].tolist(), value[varint][first].tolist())]
+    out[has[varint]] = np.asarray([texts.of(t) for t in shown] or [0], np.int64)[pair]
+    for i in np.flatnonzero(~varint).tolist():  # strings and doubles: rare on kernel events
+        out[has[i]] = texts.of(str(idx.entry_value(st, int(e[i]))))
     return out
 
 
-def extract(space: XSpace,
+def _kernels(idx: PlaneIndex, texts: Texts) -> Kernels:
+    """The kernels of a device plane: events with an ``hlo_op`` (theirs, else their
+    metadata's), in start order."""
+    ids = {n: idx.stat_ids.get(n) for n in ("hlo_op", "hlo_module", "program_id", GRAPH_STAT)}
+    meta_op = {k: str(idx.stats(m.stats).get("hlo_op") or "")
+               for k, m in idx.plane.event_metadata.items()}
+    parts = []
+    for line in idx.lines(lambda name: name not in _NON_KERNEL_LINES):
+        ev = line.events()
+        n = len(ev)
+        st = ev.stats(ids=[k for k in ids.values() if k is not None])
+        op = _stat_texts(idx, st, st.entry(ids["hlo_op"], n), texts)
+        # the event's own op, else its metadata's (an empty op counts as none)
+        mids = ev.metadata_id
+        for mid in np.unique(mids[op == 0]).tolist():
+            op[(op == 0) & (mids == mid)] = texts.of(meta_op.get(mid, ""))
+        keep = op != 0
+        names = texts.of_codes(mids, idx.event_names)
+        parts.append(Kernels(ev.start_ns[keep], ev.duration_ns[keep],
+                             _stat_texts(idx, st, st.entry(ids["hlo_module"], n), texts)[keep],
+                             op[keep], names[keep], (st.entry(ids[GRAPH_STAT], n) >= 0)[keep],
+                             _stat_texts(idx, st, st.entry(ids["program_id"], n), texts)[keep]))
+    if not parts:
+        return Kernels(*(np.zeros(0, np.int64),) * 5, np.zeros(0, bool), np.zeros(0, np.int64))
+    every = Kernels(*(np.concatenate([getattr(p, f) for p in parts])
+                      for f in Kernels.__dataclass_fields__))
+    return every.take(np.argsort(every.start, kind="stable"))
+
+
+def _read_part(context, part):
+    """One part of a GPU trace, read on its own (in a worker process, maybe): the host's step
+    annotations (part None), or a device plane's steps and kernels (their names coded by a
+    table of its own, returned with them)."""
+    space, planes = context
+    if part is None:
+        return host_steps(space)[0]
+    idx, texts = PlaneIndex(planes[part][1]), Texts()
+    return device_step_windows(idx), _kernels(idx, texts), texts.text
+
+
+def extract(space: Space,
             schedule_of: Callable[[str], Sequence[tuple[str, str, str]] | None] | None = None
             ) -> Columns:
     """The GPU op executions; ``schedule_of(program)``: that program's ops in order, (name,
-    opcode, computation) each (``harness.hlo.schedule``), for kernels inside CUDA graphs."""
-    cols = Columns()
-    annotated, _ = host_steps(space)
-    sched, cols.stepped = None, bool(annotated)
-    for device, plane in device_planes(space, _GPU_PLANE):
-        idx = PlaneIndex(plane)
-        steps = device_step_windows(idx) or StepWindows(
+    opcode, computation) each (``harness.hlo.schedule``), for kernels inside CUDA graphs. The
+    host's annotations and each device plane are read independently (in parallel where cores
+    allow)."""
+    planes = device_planes(space, _GPU_PLANE)
+    annotated, *devices = in_parallel(_read_part, (space, planes), [None, *range(len(planes))],
+                                      trace_bytes(space))
+    texts, parts = Texts(), []
+    sched, stepped = None, bool(annotated)
+    for (device, _), (device_steps, kernels, names) in zip(planes, devices):
+        kernels = kernels.recode(np.asarray([texts.of(t) for t in names], np.int64))
+        steps = device_steps or StepWindows(
             zip(annotated.starts, annotated.ends, annotated.steps), open_ended=True)
-        cols.stepped = cols.stepped or bool(steps)
-        kernels = _kernels(idx)
-        if any(k.in_graph for k in kernels):
+        stepped = stepped or bool(steps)
+        if kernels.in_graph.any():
             if sched is None:
-                program = next(k.module for k in kernels if k.in_graph)
-                sched = _schedule(schedule_of(program) if schedule_of else None)
-            attribute(kernels, sched)
-        _fold(kernels, steps, device, cols)
+                program = texts.text[kernels.module[np.argmax(kernels.in_graph)]]
+                sched = schedule(schedule_of(program) if schedule_of else None)
+            every = kernels.as_list(texts)
+            attribute(every, sched)
+            kernels = Kernels.of_list(every, texts)
+        parts.append(_fold(kernels, steps, device, texts))
+    names = ("program", "op", "device", "step", "start_ns", "duration_ns", "program_id")
+    cols = Columns(**{n: np.concatenate(c) for n, c in zip(names, zip(*parts))} if parts
+                   else {})
+    cols.program_names = cols.op_names = cols.program_id_names = texts.names()
+    cols.stepped = stepped
     cols.async_names = _async_names(space)
     return cols
 
 
-def _fold(kernels: list[Kernel], steps: StepWindows, device: int, cols: Columns) -> None:
+def _fold(kernels: Kernels, steps: StepWindows, device: int, texts: Texts) -> tuple:
     """One execution per run of consecutive kernels of one op; a memset (a library clearing its
     output first) joins the next kernel of its op even when another stream's kernel started
     in between. A kernel the run already holds starts a new execution: the op ran again (a
-    program of one op called twice in a row), not another of its kernels."""
-    prev, memset_row, launched = None, {}, set()
-    for k in kernels:
-        step = steps.step_at(k.start) if steps else 0
-        key = (k.module, k.program_id, k.op, step)
-        waiting = memset_row.pop(key, None)  # this op's memset, waiting for its kernel
+    program of one op called twice in a row), not another of its kernels.
+
+    Returns the executions' columns: (program, op, device, step, start ns, duration ns,
+    program id), codes of ``texts`` where they are names."""
+    k = kernels
+    step = steps.assign(k.start) if steps else np.zeros(len(k.start), np.int64)
+    key = tuple_codes(k.module, k.program_id, k.op, step)
+    memset = np.asarray([t.startswith(MEMSET) for t in texts.text])[k.name]
+    first, dur = _runs(key, k.name, k.in_graph, memset, k.dur)
+    return (k.module[first], k.op[first], np.full(len(first), device, np.int64), step[first],
+            k.start[first], dur, k.program_id[first])
+
+
+def _runs(key: np.ndarray, name: np.ndarray, in_graph: np.ndarray, memset: np.ndarray,
+          dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_fold``'s rule over kernels in start order: (the first kernel of each execution, its
+    summed duration), found with numpy (``_runs_at_once``) where the rule's corner cases are
+    absent, else kernel by kernel (``_runs_in_turn``)."""
+    found = _runs_at_once(key, name, in_graph, memset)
+    if found is None:
+        return _runs_in_turn(key, name, in_graph, memset, dur)
+    first, row = found
+    return first, np.bincount(row, weights=dur, minlength=len(first)).astype(np.int64)
+
+
+def _runs_at_once(key, name, in_graph, memset) -> tuple[np.ndarray, np.ndarray] | None:
+    """(the first kernel of each execution, each kernel's execution) by the rule of
+    ``_runs_in_turn``, or None where it cannot be settled at once.
+
+    A memset that starts an execution is joined by the next kernel of its key (its consumer);
+    leaving consumers out, an execution starts wherever the key changes. Which memsets start
+    one depends on which kernels are consumers: settled by repeating the two until they agree.
+    Then no kernel may join an execution that already ran its name (the rule would start a new
+    one there: "the op ran again"); where one would, None."""
+    n = len(key)
+    if not n:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.argsort(key, kind="stable")
+    following = np.full(n, -1, np.int64)  # the next kernel of the same key
+    same = key[order[1:]] == key[order[:-1]]
+    following[order[:-1][same]] = order[1:][same]
+    starts_memset = memset.copy()
+    for _ in range(8):
+        owner = np.full(n, -1, np.int64)
+        waiting = np.flatnonzero(starts_memset & (following >= 0))
+        owner[following[waiting]] = waiting
+        rest = np.flatnonzero(owner < 0)
+        change = np.ones(len(rest), bool)
+        change[1:] = key[rest[1:]] != key[rest[:-1]]
+        start = np.zeros(n, bool)
+        start[rest[change]] = True
+        if np.array_equal(memset & start, starts_memset):
+            break
+        starts_memset = memset & start
+    else:
+        return None
+    execution = np.cumsum(start) - 1  # kernels since the last start: its execution so far
+    row = execution.copy()
+    consumer = owner >= 0
+    row[consumer] = execution[owner[consumer]]
+    # the "ran again" rule: a kernel that joins by its key, out of graphs, whose name a kernel
+    # since the last start already had
+    joins = ~start & ~consumer & ~in_graph
+    if joins.any():
+        seen = np.lexsort((np.arange(n), name, execution))
+        repeat = np.zeros(n, bool)
+        repeat[seen[1:]] = ((execution[seen[1:]] == execution[seen[:-1]]) &
+                            (name[seen[1:]] == name[seen[:-1]]))
+        if (repeat & joins).any():
+            return None
+    return np.flatnonzero(start), row
+
+
+def _runs_in_turn(key: np.ndarray, name: np.ndarray, in_graph: np.ndarray, memset: np.ndarray,
+                  dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_fold``'s rule, one kernel at a time: (the first kernel of each execution, its summed
+    duration). Kernels of one execution are consecutive, but for a memset's."""
+    first, total = [], []
+    prev, waiting_for, launched = -1, {}, set()
+    for i, (kk, n, g, m, d) in enumerate(zip(key.tolist(), name.tolist(), in_graph.tolist(),
+                                             memset.tolist(), dur.tolist())):
+        waiting = waiting_for.pop(kk, None)  # this op's memset, waiting for its kernel
         # (kernels inside a CUDA graph are placed by the schedule: no such evidence there)
-        again = key == prev and k.name in launched and not k.in_graph
-        if (key == prev and not again) or waiting is not None:  # a kernel of this execution
-            cols.duration_ns[len(cols.duration_ns) - 1 if key == prev else waiting] += k.dur
-            launched.add(k.name)
+        again = kk == prev and n in launched and not g
+        if (kk == prev and not again) or waiting is not None:  # a kernel of this execution
+            total[len(total) - 1 if kk == prev else waiting] += d
+            launched.add(n)
             continue
-        cols.add(k.module, k.op, device, step, k.start, k.dur, k.program_id)
-        launched = {k.name}
-        if k.name.startswith(_MEMSET):
-            memset_row[key] = len(cols.duration_ns) - 1
-        prev = key
+        first.append(i)
+        total.append(d)
+        launched = {n}
+        if m:
+            waiting_for[kk] = len(total) - 1
+        prev = kk
+    return np.asarray(first, np.int64), np.asarray(total, np.int64)
 
 
-def _async_names(space: XSpace) -> dict[str, str]:
+def _async_names(space: Space) -> dict[str, str]:
     names = {}
     for module_bytes in embedded_modules(space).values():
         names.update(async_names(module_bytes))
     return names
-
-
-def _schedule(rows: Sequence[tuple[str, str, str]] | None) -> Schedule:
-    """The ``Schedule`` of a program's ops in order; an empty one, with a warning, when the
-    caller has none (no HLO)."""
-    sched = Schedule()
-    if not rows:
-        log.warning("CUDA-graph kernels but no HLO schedule of the program: their time stays "
-                    "with the command_buffer ops")
-        return sched
-    for name, opcode, computation in rows:
-        sched.names.add(name)
-        if opcode in _NO_KERNEL or opcode.endswith("-done"):
-            continue
-        ops = sched.order.setdefault(computation, [])
-        sched.position[name] = (computation, len(ops))
-        ops.append(name)
-        if opcode == "custom-call":
-            sched.library.add(name)
-        elif opcode == "fusion":
-            sched.fusions.add(name)
-    return sched
-
-
-def kernel_op(name: str, names: set) -> str | None:
-    """The HLO op a kernel is named after (``loop_multiply_fusion_2`` -> ``.2``), or None."""
-    candidate = _KERNEL_SUFFIX.sub(r".\1", name)
-    if candidate in names:
-        return candidate
-    return name if name in names else None
-
-
-def _between(a: str | None, b: str | None, sched: Schedule) -> list[str]:
-    """The ops the schedule runs after ``a`` and before ``b`` (wrapping round a loop body;
-    across computations: the rest of ``a``'s and the start of ``b``'s)."""
-    pa, pb = sched.position.get(a), sched.position.get(b)
-    if pa and pb and pa[0] == pb[0]:
-        ops = sched.order[pa[0]]
-        return ops[pa[1] + 1:pb[1]] if pa[1] < pb[1] else ops[pa[1] + 1:] + ops[:pb[1]]
-    tail = sched.order[pa[0]][pa[1] + 1:] if pa else []
-    head = sched.order[pb[0]][:pb[1]] if pb else []
-    return tail + head
-
-
-def _units(run: list[int], kernels: list[Kernel]) -> list[list[int]]:
-    """A run of unplaced kernels as one unit per op launch: a memset joins the kernel after it
-    (cuBLAS clears its output or workspace first)."""
-    units, pending = [], []
-    for r in run:
-        pending.append(r)
-        if not kernels[r].name.startswith(_MEMSET):
-            units.append(pending)
-            pending = []
-    if pending:
-        units.append(pending)
-    return units
-
-
-def _match(units: list[list[int]], gap: list[str], greedy: bool = False
-           ) -> list[tuple[list[int], str]]:
-    """Pair units with gap ops: one op takes every unit; as many ops as units pair in order;
-    ``greedy``: otherwise the first ops of the gap pair with the units in order (kernels
-    start in schedule order, mostly: async ops may run ahead of their place)."""
-    if len(gap) == 1:
-        return [(u, gap[0]) for u in units]
-    if len(gap) == len(units) or greedy:
-        return list(zip(units, gap))
-    return []
-
-
-def _place(run: list[int], kernels: list[Kernel], gap: list[str], sched: Schedule) -> None:
-    """Attribute one run of unplaced kernels to the ops of its gap in the schedule: all at
-    once when the counts agree, else library kernels to custom-calls and the rest (memcpy
-    kernels of async slices, copies) to the other ops, each kind on its own and in order."""
-    units = _units(run, kernels)
-    pairs = _match(units, gap)
-    if not pairs:
-        lib = [u for u in units if _LIBRARY.match(kernels[u[-1]].name)]
-        rest = [u for u in units if not _LIBRARY.match(kernels[u[-1]].name)]
-        pairs = (_match(lib, [op for op in gap if op in sched.library], greedy=True)
-                 + _match(rest, [op for op in gap if op not in sched.library], greedy=True))
-    for unit, op in pairs:
-        for r in unit:
-            kernels[r].op = op
-
-
-def attribute(kernels: list[Kernel], sched: Schedule) -> None:
-    """Give every graph kernel its HLO op (module docstring), in place."""
-    if not sched.names:
-        return
-    placed: list[str | None] = []
-    for k in kernels:
-        if not k.in_graph:  # a kernel outside graphs names its op (an anchor, even if unknown)
-            placed.append(k.op)
-        else:
-            placed.append(kernel_op(k.name, sched.names))
-    for k, op in zip(kernels, placed):
-        if op is not None and k.in_graph:
-            k.op = op
-    named = {op for op in placed if op}
-    i, n = 0, len(kernels)
-    while i < n:
-        if placed[i] is not None:
-            i += 1
-            continue
-        j = i
-        while j < n and placed[j] is None:
-            j += 1
-        before = placed[i - 1] if i > 0 else None
-        after = placed[j] if j < n else None
-        gap = [op for op in _between(before, after, sched)
-               if op not in named and op not in sched.fusions]
-        _place(list(range(i, j)), kernels, gap, sched)
-        i = j

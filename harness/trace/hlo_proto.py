@@ -17,7 +17,7 @@ from google.protobuf.message import DecodeError
 
 from harness.errors import TraceError
 from harness.trace.planes import PlaneIndex, plane
-from harness.trace.xplane import XSpace
+from harness.trace.space import Space
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def _classes() -> dict[str, type]:
 _PROTO = _classes()
 
 
-def embedded_modules(space: XSpace, damaged: list | None = None
+def embedded_modules(space: Space, damaged: list | None = None
                      ) -> dict[tuple[str, str], bytes]:
     """(module name, program id) -> serialized ``HloModuleProto``, for every module whose HLO
     the trace holds (the id is "" where the metadata's name carries none); empty when it holds

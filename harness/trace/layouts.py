@@ -23,14 +23,14 @@ from harness.trace import cpu as layout_cpu
 from harness.trace import gpu as layout_gpu
 from harness.trace import tpu as layout_tpu
 from harness.trace.planes import Columns
-from harness.trace.xplane import XSpace
+from harness.trace.space import Space
 
 __all__ = ["LAYOUTS", "Layout", "Columns"]
 
 
 @dataclass(frozen=True)
 class Layout:
-    detect: Callable[[XSpace], bool]
+    detect: Callable[[Space], bool]
     extract: Callable[..., Columns]  # (space) or, with uses_hlo, (space, schedule_of)
     uses_hlo: bool = False  # the layout uses the program's schedule (GPU: CUDA graphs)
     shares_cores: bool = False  # its devices are threads on the host's cores (harness.shares)

@@ -20,7 +20,7 @@ from google.protobuf.message import DecodeError
 from harness import schema
 from harness.errors import TraceError
 from harness.trace.layouts import LAYOUTS, Columns
-from harness.trace.xplane import XSpaceLazy as XSpace
+from harness.trace.space import Source, Space
 
 log = logging.getLogger(__name__)
 
@@ -46,25 +46,31 @@ def find_trace_file(path: str | os.PathLike) -> Path:
     return found[-1]
 
 
-def read_xspace(source: str | os.PathLike | bytes | XSpace) -> tuple[XSpace, str]:
-    """Parse an XSpace; returns it with a label naming where it came from (for errors). An
-    XSpace already parsed is returned as it is."""
-    if isinstance(source, XSpace):
+def read_xspace(source: str | os.PathLike | bytes | Space) -> tuple[Space, str]:
+    """Open an XSpace (``harness.trace.space``: its planes' metadata read, its lines left on
+    disk until a layout reads them); returns it with a label naming where it came from (for
+    errors). A ``Space`` is returned as it is; a protobuf ``XSpace`` message is read from its
+    bytes."""
+    if isinstance(source, Space):
         return source, "<xspace>"
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        data, label = bytes(source), "<bytes>"
+    if hasattr(source, "SerializeToString"):
+        source, label = source.SerializeToString(), "<xspace>"
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        label = "<bytes>"
     else:
         path = find_trace_file(source)
-        data, label = path.read_bytes(), str(path)
-    if not data:
+        source, label = path, str(path)
+    src = Source(path=source) if isinstance(source, Path) else Source(source)
+    head = bytes(src.read(0, 64))
+    if not head:
         raise TraceError(f"{label}: empty trace file")
-    if data[:2] == GZIP_MAGIC or data.lstrip()[:1] in (b"{", b"["):
+    if head[:2] == GZIP_MAGIC or head.lstrip()[:1] in (b"{", b"["):
         raise TraceError(f"{label}: a Chrome/Perfetto JSON trace (as PyTorch, TensorBoard and "
                          f"jax.profiler's *.trace.json.gz hold), not an XSpace; harness reads "
                          f"the *{TRACE_SUFFIX} that jax.profiler writes beside it "
                          f"(plugins/profile/<run>/)")
     try:
-        space = XSpace.FromString(data)
+        space = Space(src)
     except DecodeError as e:
         raise TraceError(f"{label}: truncated or corrupt XSpace protobuf ({e})") from None
     if not space.planes:
@@ -72,7 +78,7 @@ def read_xspace(source: str | os.PathLike | bytes | XSpace) -> tuple[XSpace, str
     return space, label
 
 
-def detect_layout(space: XSpace, label: str = "<trace>") -> str:
+def detect_layout(space: Space, label: str = "<trace>") -> str:
     """Name of the first registered layout that recognises the trace."""
     for name, layout in LAYOUTS.items():
         try:
@@ -87,16 +93,37 @@ def detect_layout(space: XSpace, label: str = "<trace>") -> str:
                      f"known layouts: {list(LAYOUTS)}")
 
 
-def _categorical(values: list, names: dict) -> pd.Categorical:
-    """Names (or integer codes translated by ``names``) as a Categorical, factorized once."""
-    arr = np.asarray(values)
-    if arr.dtype.kind not in "iu":
-        arr = np.asarray(values, dtype=object)
-    codes, uniques = pd.factorize(arr)
+def _categorical(values, names: dict, found: tuple | None = None) -> pd.Categorical:
+    """Names (or integer codes translated by ``names``) as a Categorical, its categories in
+    order of first appearance; ``found``: ``pd.factorize(values)``, where already made."""
+    codes, uniques = found if found is not None else pd.factorize(_plain(values))
     labels = np.asarray([str(names.get(u, u)) for u in uniques.tolist()], dtype=object)
     label_codes, categories = pd.factorize(labels)
     return pd.Categorical.from_codes(label_codes[codes] if len(codes) else codes,
                                      categories=categories)
+
+
+def _plain(values) -> np.ndarray:
+    arr = np.asarray(values)
+    return arr if arr.dtype.kind in "iu" else np.asarray(values, dtype=object)
+
+
+def _steps(step: np.ndarray, warmup_steps: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """(each row's step numbered from 0, -1 where dropped; the rows kept, None for all).
+    Dropped: rows outside every step (-1) and those of the first ``warmup_steps`` steps."""
+    steps = np.unique(step[step >= 0])[warmup_steps:]
+    if not len(steps):
+        return np.full(len(step), -1, np.int64), np.zeros(0, np.int64)
+    low, high = int(steps[0]), int(steps[-1])
+    if high - low < 1 << 24:  # step numbers as captures give them: a lookup table
+        rank = np.full(high - low + 2, -1, np.int64)  # the last one: -1 for the rest
+        rank[steps - low] = np.arange(len(steps))
+        number = rank[np.where((step >= low) & (step <= high), step - low, high - low + 1)]
+    else:
+        at = np.searchsorted(steps, step)
+        number = np.where(steps[np.minimum(at, len(steps) - 1)] == step, at, -1)
+    keep = None if (number >= 0).all() else np.flatnonzero(number >= 0)
+    return number, keep
 
 
 @dataclass(frozen=True)
@@ -131,13 +158,13 @@ class TraceEvents:
 Schedule = Callable[[str], "Sequence[tuple[str, str, str]] | None"]
 
 
-def load_events(source: str | os.PathLike | bytes | XSpace, *, warmup_steps: int = 0,
+def load_events(source: str | os.PathLike | bytes | Space, *, warmup_steps: int = 0,
                 schedule_of: Schedule | None = None) -> pd.DataFrame:
     """The EVENTS table of a trace (``read_events(...).events``)."""
     return read_events(source, warmup_steps=warmup_steps, schedule_of=schedule_of).events
 
 
-def read_events(source: str | os.PathLike | bytes | XSpace, *, warmup_steps: int = 0,
+def read_events(source: str | os.PathLike | bytes | Space, *, warmup_steps: int = 0,
                 schedule_of: Schedule | None = None, label: str | None = None) -> TraceEvents:
     """The EVENTS table of a trace: one row per op execution inside a measured step, with the
     layout that read it and the source's label.
@@ -145,7 +172,7 @@ def read_events(source: str | os.PathLike | bytes | XSpace, *, warmup_steps: int
     Op executions outside every step annotation (warm-up, compilation) are dropped; so are the
     first ``warmup_steps`` annotated steps. Steps are renumbered from 0. ``schedule_of(program)``:
     that program's ops in order (``harness.hlo.schedule``), for a GPU trace whose CUDA-graph
-    kernels must be attributed to ops. ``source`` may be an XSpace already parsed (``label``
+    kernels must be attributed to ops. ``source`` may be a ``Space`` already opened (``label``
     names it).
     """
     space, read_label = read_xspace(source)
@@ -157,29 +184,31 @@ def read_events(source: str | os.PathLike | bytes | XSpace, *, warmup_steps: int
                          else layout.extract(space))
     except DecodeError as e:  # lines are decoded lazily, so corruption inside one shows here
         raise TraceError(f"{label}: corrupt XSpace line ({e})") from None
-    if not cols.op:
+    n = len(cols.op)
+    if not n:
         raise TraceError(f"{label}: trace has no XLA op executions ({layout_name} layout)")
-    ids = cols.program_id if len(cols.program_id) == len(cols.op) else [""] * len(cols.op)
-    df = pd.DataFrame({
-        schema.PROGRAM: _categorical(cols.program, cols.program_names),
-        schema.PROGRAM_ID: _categorical(ids, {}),
-        schema.OP: _categorical(cols.op, cols.op_names),
-        schema.DEVICE: np.asarray(cols.device, dtype=np.int32),
-        schema.STEP: np.asarray(cols.step, dtype=np.int32),
-        schema.START_NS: np.asarray(cols.start_ns, dtype=np.int64),
-        schema.DURATION_NS: np.asarray(cols.duration_ns, dtype=np.int64),
-    })
-    if any(cols.program_id):  # optional: only where the trace names a program id
-        df[schema.PROGRAM_ID] = _categorical(cols.program_id, {})
-    df = df[df[schema.STEP] >= 0]
-    steps = sorted(df[schema.STEP].unique())
-    if warmup_steps:
-        steps = steps[warmup_steps:]
-        df = df[df[schema.STEP].isin(steps)]
-    if df.empty:
+    step, keep = _steps(np.asarray(cols.step, dtype=np.int64), warmup_steps)
+    if keep is not None and not len(keep):
         raise TraceError(f"{label}: no XLA op executions inside a measured step "
                          f"({layout_name} layout, warmup_steps={warmup_steps})")
-    df = df.assign(**{schema.STEP: df[schema.STEP].map({s: i for i, s in enumerate(steps)})
-                      .astype("int32")})
-    return TraceEvents(df.reset_index(drop=True), layout_name, label, dict(cols.async_names),
+    programs = _plain(cols.program)
+    found = pd.factorize(programs)
+    # program_id: "" throughout where the layout names none; the CPU layout codes both
+    # columns by run, factorized once
+    ids = (_categorical(cols.program_id, cols.program_id_names,
+                        found if cols.program_id is cols.program else None)
+           if len(cols.program_id) == n else _categorical(np.zeros(n, np.int64), {0: ""}))
+    columns = {
+        schema.PROGRAM: _categorical(programs, cols.program_names, found),
+        schema.PROGRAM_ID: ids,
+        schema.OP: _categorical(cols.op, cols.op_names),
+        schema.DEVICE: np.asarray(cols.device, dtype=np.int32),
+        schema.STEP: step.astype(np.int32),
+        schema.START_NS: np.asarray(cols.start_ns, dtype=np.int64),
+        schema.DURATION_NS: np.asarray(cols.duration_ns, dtype=np.int64),
+    }
+    if keep is not None:  # rows outside the measured steps
+        columns = {k: v[keep] for k, v in columns.items()}
+    df = pd.DataFrame(columns)
+    return TraceEvents(df, layout_name, label, dict(cols.async_names),
                        cols.stepped)

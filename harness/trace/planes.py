@@ -1,29 +1,22 @@
 """Lookups over an XSpace shared by the trace layouts: planes, lines, steps.
 
-Lines stay raw bytes until asked for (``PlaneIndex.lines``); ``StepWindows`` turns step
-annotations into time windows; ``host_steps`` reads the host's step annotations and the run_id
-of each program execution inside them.
+Lines stay on disk until asked for (``PlaneIndex.lines``), then are read as columns
+(``harness.trace.wire``); ``StepWindows`` turns step annotations into time windows;
+``host_steps`` reads the host's step annotations and the run_id of each program execution
+inside them.
 """
 from __future__ import annotations
 
 import bisect
 import re
-from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
-from google.protobuf.message import DecodeError
+import pandas as pd
 
-from harness.trace.xplane import (
-    TAG_DURATION_PS,
-    TAG_METADATA_ID,
-    TAG_OFFSET_PS,
-    XLine,
-    XLineHeader,
-    XLineVarints,
-    XSpace,
-)
+from harness.trace.space import Space
+from harness.trace.wire import BYTES, DOUBLE, INT64, REF, STR, UINT64, Line, Stats, read_line
 
 HOST_PLANE = "/host:CPU"
 STEP_NUM = "step_num"
@@ -33,78 +26,106 @@ XLA_THREAD_PREFIX = "tf_"  # XLA's thread-pool lines on the host plane
 
 @dataclass
 class Columns:
-    """Column lists of the EVENTS table, filled by a layout.
+    """Columns of the EVENTS table, filled by a layout (lists or numpy arrays).
 
-    ``program`` and ``op`` hold names, or integer codes that ``program_names`` / ``op_names``
-    translate (cheaper to collect in a hot loop than strings).
+    ``program``, ``program_id`` and ``op`` hold names, or integer codes that
+    ``program_names`` / ``program_id_names`` / ``op_names`` translate (cheaper to collect than
+    strings). ``program_id``: each execution's program id (the trace's ``program_id`` stat; ""
+    where it gives none; empty: the layout names none). ``stepped``: whether steps come from
+    step markers (False: each execution is numbered later).
     """
 
     program: list = field(default_factory=list)
     op: list = field(default_factory=list)
-    device: array = field(default_factory=lambda: array("q"))
-    step: array = field(default_factory=lambda: array("q"))
-    start_ns: array = field(default_factory=lambda: array("q"))
-    duration_ns: array = field(default_factory=lambda: array("q"))
-    runs: array = field(default_factory=lambda: array("q"))  # CPU: run_id of each execution
-    # the program id of each execution (TPU: the metadata's program_id stat), as a string;
-    # empty when the layout names none (EVENTS then has no program_id column)
+    device: list = field(default_factory=list)
+    step: list = field(default_factory=list)
+    start_ns: list = field(default_factory=list)
+    duration_ns: list = field(default_factory=list)
     program_id: list = field(default_factory=list)
     program_names: dict = field(default_factory=dict)
+    program_id_names: dict = field(default_factory=dict)
     op_names: dict = field(default_factory=dict)
-    # each execution's program id (the trace's ``program_id`` stat; "" where it gives none),
-    # and whether steps come from step markers (False: each execution is numbered later)
-    program_id: list = field(default_factory=list)
     stepped: bool = True
     # GPU: {async-start name in the HLO text: the wrapped op's name, which the trace shows}
     async_names: dict = field(default_factory=dict)
 
-    def add(self, program: str, op: str, device: int, step: int, start_ns: int, dur_ns: int,
-            program_id: str = ""):
-        self.program.append(program)
-        self.program_id.append(program_id)
-        self.op.append(op)
-        self.device.append(device)
-        self.step.append(step)
-        self.start_ns.append(start_ns)
-        self.duration_ns.append(dur_ns)
-
 
 class PlaneIndex:
-    """One plane's lookups (event names, stat ids, stat values) and its lines, decoded lazily."""
+    """One plane's lookups (event names, stat ids, stat values) and its lines, read lazily."""
 
     def __init__(self, plane):
         self.plane = plane
-        self.event_names = {k: m.name for k, m in plane.event_metadata.items()}
-        self.stat_names = {k: m.name for k, m in plane.stat_metadata.items()}
-        self.stat_ids = {m.name: k for k, m in plane.stat_metadata.items()}
-        self._names = [XLineHeader.FromString(raw).name for raw in plane.lines]
+        self.event_names, self.stat_names = plane.event_names, plane.stat_names
+        self.stat_ids = plane.stat_ids
+        self._refs = list(plane.lines)
 
     @property
     def line_names(self) -> list[str]:
-        return self._names
+        return [ref.name for ref in self._refs]
 
-    def lines(self, want: Callable[[str], bool] = lambda name: True):
-        """Decoded lines whose name ``want`` accepts, one at a time."""
-        for name, raw in zip(self._names, self.plane.lines):
-            if want(name):
-                yield XLine.FromString(raw)
+    def lines(self, want: Callable[[str], bool] = lambda name: True) -> Iterable[Line]:
+        """The lines whose name ``want`` accepts, one at a time, each read as ``wire.Line``."""
+        for ref in self._refs:
+            if want(ref.name):
+                yield read_line(ref.raw())
+
+    def refs(self, want: Callable[[str], bool] = lambda name: True) -> list:
+        """The lines whose name ``want`` accepts, unread (``space.LineRef``)."""
+        return [ref for ref in self._refs if want(ref.name)]
 
     def value(self, stat):
-        """A stat's value; ``ref_value`` stats resolve to the referenced stat-metadata name."""
+        """A protobuf stat's value; ``ref_value`` stats resolve to the referenced stat-metadata
+        name."""
         kind = stat.WhichOneof("value")
         if kind == "ref_value":
             return self.stat_names.get(stat.ref_value, "")
         return getattr(stat, kind) if kind else None
 
     def stats(self, stats: Iterable) -> dict:
+        """A protobuf message's stats by name (event metadata, plane)."""
         return {self.stat_names.get(s.metadata_id, ""): self.value(s) for s in stats}
 
-    def line(self, name: str):
-        return next(self.lines(lambda n: n == name), None)
+    def entry_value(self, stats: Stats, i: int):
+        """Entry ``i`` of a line's ``Stats`` as ``value`` gives a protobuf stat's."""
+        kind = int(stats.kind[i])
+        if kind == REF:
+            return self.stat_names.get(int(stats.value[i]), "")
+        if kind in (STR, BYTES):
+            return stats.text(i)
+        if kind == DOUBLE:
+            return float(stats.number[i])
+        if kind == UINT64:
+            return int(stats.value[i]) % 2**64
+        return int(stats.value[i]) if kind else None
 
-    def raw_line(self, name: str) -> bytes | None:
-        """The undecoded bytes of the first line called ``name``."""
-        return next((raw for n, raw in zip(self._names, self.plane.lines) if n == name), None)
+    def entry_texts(self, stats: Stats, entry: np.ndarray) -> list[str]:
+        """``str()`` of each entry's value (``entry_value``; "" for -1), each distinct value
+        printed once."""
+        seen: dict = {}
+        out = []
+        for e in entry.tolist():
+            if e < 0:
+                out.append("")
+                continue
+            kind = int(stats.kind[e])
+            key = (kind, int(stats.value[e])) if kind in (REF, UINT64, INT64) else None
+            if key is None or key not in seen:
+                text = str(self.entry_value(stats, e))
+                if key is None:
+                    out.append(text)
+                    continue
+                seen[key] = text
+            out.append(seen[key])
+        return out
+
+    def entry_stats(self, stats: Stats, row: int) -> dict:
+        """The stats of event ``row`` by name, as ``stats`` gives a protobuf message's."""
+        lo, hi = np.searchsorted(stats.row, [row, row + 1])
+        return {self.stat_names.get(int(stats.metadata_id[i]), ""): self.entry_value(stats, i)
+                for i in range(lo, hi)}
+
+    def line(self, name: str) -> Line | None:
+        return next(self.lines(lambda n: n == name), None)
 
 
 class StepWindows:
@@ -143,79 +164,64 @@ class StepWindows:
         return np.where(inside, np.asarray(self.steps, dtype=np.int64)[j], -1)
 
 
-def line_arrays(raw: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A line's events (``raw``: its bytes) as arrays: metadata ids, start and duration (ns).
+class Texts:
+    """Strings (modules, ops, program ids, kernel names) as integer codes, one table."""
 
-    Events without stats are decoded in one pass in C (``varint_events``); otherwise the line
-    is decoded and read field by field (``_field_arrays``).
-    """
-    fast = varint_events(raw)
-    return fast if fast is not None else _field_arrays(XLine.FromString(raw))
+    def __init__(self):
+        self.code: dict[str, int] = {"": 0}
+        self.text: list[str] = [""]
 
+    def of(self, text: str) -> int:
+        code = self.code.get(text)
+        if code is None:
+            code = self.code[text] = len(self.text)
+            self.text.append(text)
+        return code
 
-def _field_arrays(line) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    evs = line.events
-    n = len(evs)
-    mids = np.fromiter((e.metadata_id for e in evs), np.int64, n)
-    offsets = np.fromiter((e.offset_ps for e in evs), np.int64, n)
-    durations = np.fromiter((e.duration_ps for e in evs), np.int64, n)
-    return mids, (line.timestamp_ns * 1000 + offsets) // 1000, durations // 1000
+    def codes(self, texts) -> np.ndarray:
+        return np.fromiter((self.of(t) for t in texts), np.int64)
 
-
-def varint_events(raw: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Decode a line whose events hold only varint fields, or None when it holds anything else.
-
-    Read as packed varints, the events field is a run of (tag, value) pairs; proto3 writes an
-    event's fields in field order (tags 8, 16, 24 rising) and leaves out zero metadata ids and
-    durations, so a new event starts wherever the tag does not rise. Every event must carry
-    its offset (tag 16), as XPlane writers always set it; otherwise None.
-    """
-    try:
-        msg = XLineVarints.FromString(raw)
-    except DecodeError:
-        return None
-    flat = np.array(msg.events, dtype=np.uint64)
-    if len(flat) % 2:
-        return None
-    tags, values = flat[0::2], flat[1::2].view(np.int64)
-    if not np.isin(tags, (TAG_METADATA_ID, TAG_OFFSET_PS, TAG_DURATION_PS)).all():
-        return None  # stats, aggregated events or unknown fields: not this fast path
-    first = np.ones(len(tags), dtype=bool)
-    first[1:] = tags[1:] <= tags[:-1]
-    event = np.cumsum(first) - 1
-    n = int(event[-1]) + 1 if len(event) else 0
-    # XPlane writers give every event an offset; one without would blur a boundary
-    if n and not (np.bincount(event[tags == TAG_OFFSET_PS], minlength=n) == 1).all():
-        return None
-    columns = {}
-    for tag in (TAG_METADATA_ID, TAG_OFFSET_PS, TAG_DURATION_PS):
-        col = np.zeros(n, dtype=np.int64)
-        mask = tags == tag
-        col[event[mask]] = values[mask]
-        columns[tag] = col
-    start = (msg.timestamp_ns * 1000 + columns[TAG_OFFSET_PS]) // 1000
-    return columns[TAG_METADATA_ID], start, columns[TAG_DURATION_PS] // 1000
+    def names(self) -> dict[int, str]:
+        return dict(enumerate(self.text))
 
 
-def names_of(codes: np.ndarray, names: dict, transform=lambda name: name) -> list:
-    """``names[code]`` for every code, looked up (and transformed) once per distinct code."""
-    uniq, inverse = np.unique(codes, return_inverse=True)
-    table = np.asarray([transform(names.get(int(c), "")) for c in uniq] or [""], dtype=object)
-    return table[inverse].tolist() if len(codes) else []
+    def of_codes(self, codes: np.ndarray, names: dict, transform=lambda name: name
+                 ) -> np.ndarray:
+        """The code of ``transform(names[code])`` for every code ("" where ``names`` has
+        none), looked up once per distinct code."""
+        inverse, uniq = pd.factorize(np.asarray(codes, np.int64))
+        table = np.asarray([self.of(transform(names.get(c, ""))) for c in uniq.tolist()],
+                           np.int64)
+        return table[inverse] if len(uniq) else np.zeros(0, np.int64)
 
 
-def line_events(line):
-    """(event, start_ns, duration_ns) of a line; XEvent offsets are ps after line.timestamp_ns."""
-    base_ps = line.timestamp_ns * 1000
-    for ev in line.events:
-        yield ev, (base_ps + ev.offset_ps) // 1000, ev.duration_ps // 1000
+def tuple_codes(*columns: np.ndarray) -> np.ndarray:
+    """One code per distinct tuple of the columns' values (equal tuples, equal codes), from 0
+    in order of first appearance."""
+    key = np.zeros(len(columns[0]), np.int64)
+    for col in columns:
+        codes, uniques = pd.factorize(np.asarray(col))
+        key, _ = pd.factorize(key * max(len(uniques), 1) + codes)
+    return key
 
 
-def plane(space: XSpace, name: str):
+def firsts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct values, each one's first index), in order of first appearance."""
+    codes, uniques = pd.factorize(np.asarray(values))
+    earlier = np.maximum.accumulate(np.concatenate([[-1], codes[:-1]])) if len(codes) else codes
+    return np.asarray(uniques), np.flatnonzero(codes > earlier)
+
+
+def trace_bytes(space: Space) -> int:
+    """The bytes of all the lines of a trace (what reading them in parallel shares out)."""
+    return sum(ref.size for p in space.planes for ref in p.lines)
+
+
+def plane(space: Space, name: str):
     return next((p for p in space.planes if p.name == name), None)
 
 
-def host_steps(space: XSpace, idx: PlaneIndex | None = None) -> tuple[StepWindows, dict]:
+def host_steps(space: Space, idx: PlaneIndex | None = None) -> tuple[StepWindows, dict]:
     """Step annotations on the host plane, and run_id -> step of each ``Execute`` event.
 
     Annotations and ``Execute`` events are made by the Python thread, so XLA's own thread-pool
@@ -226,15 +232,19 @@ def host_steps(space: XSpace, idx: PlaneIndex | None = None) -> tuple[StepWindow
         return StepWindows([]), {}
     idx = idx or PlaneIndex(host)
     step_id, run_id = idx.stat_ids.get(STEP_NUM), idx.stat_ids.get("run_id")
-    execute_ids = {k for k, n in idx.event_names.items() if n.startswith(EXECUTE_PREFIX)}
+    wanted = [k for k in (step_id, run_id) if k is not None]
+    execute_ids = [k for k, n in idx.event_names.items() if n.startswith(EXECUTE_PREFIX)]
     windows, executes = [], []
     for line in idx.lines(lambda name: not name.startswith(XLA_THREAD_PREFIX)):
-        for ev, start, dur in line_events(line):
-            for st in ev.stats:
-                if st.metadata_id == step_id:
-                    windows.append((start, start + dur, int(idx.value(st))))
-                elif st.metadata_id == run_id and ev.metadata_id in execute_ids:
-                    executes.append((start, int(idx.value(st))))
+        ev = line.events()
+        st = ev.stats(ids=wanted)
+        start, end = ev.start_ns, ev.start_ns + ev.duration_ns
+        execute = np.isin(ev.metadata_id, execute_ids)
+        for i, (row, mid) in enumerate(zip(st.row.tolist(), st.metadata_id.tolist())):
+            if mid == step_id:
+                windows.append((int(start[row]), int(end[row]), int(idx.entry_value(st, i))))
+            elif mid == run_id and execute[row]:
+                executes.append((int(start[row]), int(idx.entry_value(st, i))))
     steps = StepWindows(windows)
     # Every run an Execute event names gets an entry: -1 when it ran outside the steps.
     run_step: dict[int, int] = {}
@@ -245,7 +255,7 @@ def host_steps(space: XSpace, idx: PlaneIndex | None = None) -> tuple[StepWindow
     return steps, run_step
 
 
-def device_planes(space: XSpace, pattern: re.Pattern) -> list[tuple[int, object]]:
+def device_planes(space: Space, pattern: re.Pattern) -> list[tuple[int, object]]:
     """(device number, plane) of every plane whose name ``pattern`` matches (group 1: n)."""
     return [(int(m.group(1)), p) for p in space.planes if (m := pattern.match(p.name))]
 
@@ -256,10 +266,13 @@ def device_step_windows(idx: PlaneIndex) -> StepWindows:
     line = idx.line("Steps")
     if line is None:
         return StepWindows([])
+    ev = line.events()
+    st = ev.stats()
     windows = []
-    for i, (ev, start, dur) in enumerate(line_events(line)):
-        stats = idx.stats(ev.stats)
-        name = idx.event_names.get(ev.metadata_id, "")
+    for i, (mid, start, dur) in enumerate(zip(ev.metadata_id.tolist(), ev.start_ns.tolist(),
+                                              ev.duration_ns.tolist())):
+        stats = idx.entry_stats(st, i)
+        name = idx.event_names.get(mid, "")
         step = stats.get(STEP_NUM, int(name) if name.isdigit() else i)
         windows.append((start, start + dur, int(step)))
     return StepWindows(windows)

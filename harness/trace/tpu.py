@@ -34,18 +34,19 @@ import re
 
 import numpy as np
 
+from harness.trace.parallel import in_parallel
 from harness.trace.planes import (
     Columns,
     PlaneIndex,
     StepWindows,
+    Texts,
     device_planes,
     device_step_windows,
     host_steps,
-    line_events,
-    names_of,
-    varint_events,
+    trace_bytes,
 )
-from harness.trace.xplane import XLine, XSpace
+from harness.trace.space import Space
+from harness.trace.wire import INT64, UINT64, Events, Line
 
 _TPU_PLANE = re.compile(r"^/device:TPU:(\d+)$")
 _MODULE_SUFFIX = re.compile(r"\(\d+\)$")  # "jit_step(12)" -> "jit_step"
@@ -58,7 +59,7 @@ HLO_OP, PROGRAM_ID = "hlo_op", "program_id"
 ASYNC_TIME_ON = "done"
 
 
-def detect(space: XSpace) -> bool:
+def detect(space: Space) -> bool:
     return any(OPS_LINE in PlaneIndex(p).line_names for _, p in device_planes(space, _TPU_PLANE))
 
 
@@ -93,33 +94,32 @@ def self_times(begin: np.ndarray, duration: np.ndarray) -> np.ndarray:
     return out
 
 
-def _ops_line(raw: bytes, idx: PlaneIndex) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
-    """(metadata ids, start ns on the line's clock, self time ns, {event index: hlo_op stat})
-    of an ``XLA Ops`` line. A line without stats decodes in one pass (``varint_events``);
-    otherwise each event's device stats are read."""
-    fast = varint_events(raw)
-    if fast is not None:
-        mids, start, dur = fast
-        return mids, start, self_times(start, dur), {}
-    line = XLine.FromString(raw)
+def _ops_line(line: Line, idx: PlaneIndex, texts: Texts
+              ) -> tuple[Events, np.ndarray, np.ndarray, np.ndarray]:
+    """(the events, start ns on the line's clock, self time ns, the ``texts`` code of each one's
+    ``hlo_op`` stat, -1 where none) of an ``XLA Ops`` line. A line without stats is timed in
+    whole ns; otherwise each event's device stats are read and its self time, computed in ps,
+    rounded to the ns."""
+    ev = line.events()
+    n = len(ev)
+    if (ev.stats_at == ev.end).all():
+        start = ev.start_ns
+        return ev, start, self_times(start, ev.duration_ns), np.full(n, -1, np.int64)
     ids = idx.stat_ids
     dur_id, off_id, op_id = ids.get(DEVICE_DURATION_PS), ids.get(DEVICE_OFFSET_PS), ids.get(HLO_OP)
-    n, base = len(line.events), line.timestamp_ns * 1000
-    mids, host, begin, dur = (np.empty(n, dtype=np.int64) for _ in range(4))
-    hlo_ops: dict[int, str] = {}
-    for i, ev in enumerate(line.events):
-        mids[i], host[i] = ev.metadata_id, base + ev.offset_ps
-        begin[i], dur[i] = host[i], ev.duration_ps
-        for st in ev.stats:
-            k = st.metadata_id
-            if k == dur_id:
-                dur[i] = st.int64_value or st.uint64_value
-            elif k == off_id:
-                begin[i] = st.int64_value or st.uint64_value
-            elif k == op_id:
-                hlo_ops[i] = str(idx.value(st))
+    st = ev.stats(ids=[k for k in (dur_id, off_id, op_id) if k is not None])
+    host = ev.timestamp_ns * 1000 + ev.offset_ps
+    begin, dur = host.copy(), ev.duration_ps.copy()
+    for stat_id, column in ((dur_id, dur), (off_id, begin)):
+        e = st.entry(stat_id, n)
+        has = e >= 0  # an int64 or uint64 stat; another kind reads 0 there
+        column[has] = np.where(np.isin(st.kind[e[has]], (INT64, UINT64)), st.value[e[has]], 0)
+    hlo_ops = np.full(n, -1, np.int64)
+    e = st.entry(op_id, n)
+    for row in np.flatnonzero(e >= 0).tolist():  # rare: XLA Ops events name ops by metadata
+        hlo_ops[row] = texts.of(str(idx.entry_value(st, int(e[row]))))
     # whole nanoseconds, rounded: at most 0.5 ns off per execution
-    return mids, host // 1000, (self_times(begin, dur) + 500) // 1000, hlo_ops
+    return ev, host // 1000, (self_times(begin, dur) + 500) // 1000, hlo_ops
 
 
 def _metadata(idx: PlaneIndex) -> tuple[dict, dict, set]:
@@ -141,51 +141,79 @@ def _module_windows(idx: PlaneIndex) -> StepWindows:
     line = idx.line("XLA Modules")
     if line is None:
         return StepWindows([])
-    windows = [(start, start + dur, ev.metadata_id) for ev, start, dur in line_events(line)]
-    return StepWindows(windows)
+    ev = line.events()
+    start = ev.start_ns
+    return StepWindows(zip(start.tolist(), (start + ev.duration_ns).tolist(),
+                           ev.metadata_id.tolist()))
 
 
-def extract(space: XSpace) -> Columns:
-    """Each plane's ``XLA Ops`` line; per-event work is the reading of its device stats."""
-    cols = Columns()
-    annotated, _ = host_steps(space)
-    cols.stepped = bool(annotated)
-    for device, plane in device_planes(space, _TPU_PLANE):
-        idx = PlaneIndex(plane)
-        raw = idx.raw_line(OPS_LINE)
-        if raw is None:
+def _read_part(context, part):
+    """One part of a TPU trace, read on its own (in a worker process, maybe): the host's step
+    annotations (part None), or a device plane's steps and ``XLA Ops`` (module, op, start,
+    self time, program id of each execution; names coded by a table of its own, returned with
+    them), None where it has no such line."""
+    space, planes = context
+    if part is None:
+        return host_steps(space)[0]
+    idx, texts = PlaneIndex(planes[part][1]), Texts()
+    line = idx.line(OPS_LINE)
+    if line is None:
+        return None
+    ev, start, dur, hlo_ops = _ops_line(line, idx, texts)
+    mids = ev.metadata_id
+    names, programs, plain = _metadata(idx)
+    ops = texts.of_codes(mids, names)
+    own = (hlo_ops >= 0) & np.isin(mids, list(plain))
+    ops[own] = hlo_ops[own]
+    columns = (_tpu_modules(idx, ev, start, texts), ops, start, dur,
+               texts.of_codes(mids, programs))
+    return device_step_windows(idx), columns, texts.text
+
+
+def extract(space: Space) -> Columns:
+    """Each plane's ``XLA Ops`` line; its events' device stats read as columns. The host's
+    annotations and each device plane are read independently (in parallel where cores
+    allow)."""
+    planes = device_planes(space, _TPU_PLANE)
+    annotated, *devices = in_parallel(_read_part, (space, planes), [None, *range(len(planes))],
+                                      trace_bytes(space))
+    texts, parts = Texts(), []
+    stepped = bool(annotated)
+    for (device, _), found in zip(planes, devices):
+        if found is None:
             continue
-        steps = device_step_windows(idx) or StepWindows(
+        device_steps, (modules, ops, start, dur, programs), names = found
+        table = np.asarray([texts.of(t) for t in names], np.int64)
+        steps = device_steps or StepWindows(
             zip(annotated.starts, annotated.ends, annotated.steps), open_ended=True)
-        cols.stepped = cols.stepped or bool(steps)
-        mids, start, dur, hlo_ops = _ops_line(raw, idx)
-        names, programs, plain = _metadata(idx)
-        ops = names_of(mids, names)
-        for i, name in hlo_ops.items():
-            if int(mids[i]) in plain:
-                ops[i] = name
-        step = steps.assign(start) if steps else np.zeros(len(mids), dtype=np.int64)
-        cols.program.extend(_tpu_modules(idx, raw, mids, start))
-        cols.program_id.extend(names_of(mids, programs))
-        cols.op.extend(ops)
-        cols.device.extend([device] * len(mids))
-        cols.step.extend(step.tolist())
-        cols.start_ns.extend(start.tolist())
-        cols.duration_ns.extend(dur.tolist())
+        stepped = stepped or bool(steps)
+        step = steps.assign(start) if steps else np.zeros(len(start), dtype=np.int64)
+        parts.append((table[modules], table[ops], np.full(len(start), device, np.int64), step,
+                      start, dur, table[programs]))
+    names = ("program", "op", "device", "step", "start_ns", "duration_ns", "program_id")
+    cols = Columns(**{n: np.concatenate(c) for n, c in zip(names, zip(*parts))} if parts
+                   else {})
+    cols.program_names = cols.op_names = cols.program_id_names = texts.names()
+    cols.stepped = stepped
     return cols
 
 
-def _tpu_modules(idx: PlaneIndex, raw: bytes, mids: np.ndarray, start: np.ndarray) -> list:
-    """Each op's HLO module: an ``hlo_module`` stat on the op (its metadata, else the event),
-    else the ``XLA Modules`` event enclosing it, named without its program id."""
+def _tpu_modules(idx: PlaneIndex, ev: Events, start: np.ndarray, texts: Texts) -> np.ndarray:
+    """Each op's HLO module (``texts`` codes): an ``hlo_module`` stat on the op (its metadata,
+    else the event), else the ``XLA Modules`` event enclosing it, named without its program
+    id."""
+    mids = ev.metadata_id
     meta = {k: idx.stats(m.stats).get("hlo_module", "")
             for k, m in idx.plane.event_metadata.items()}
     if all(meta.get(int(m)) for m in np.unique(mids)):
-        return names_of(mids, meta)
-    if "hlo_module" in idx.stat_ids:  # per-event stats: read them (rare, so not vectorized)
-        found = [idx.stats(ev.stats).get("hlo_module") or meta.get(ev.metadata_id, "")
-                 for ev in XLine.FromString(raw).events]
+        return texts.of_codes(mids, meta)
+    module_id = idx.stat_ids.get("hlo_module")
+    if module_id is not None:  # per-event stats
+        st = ev.stats(ids=[module_id])
+        e = st.entry(module_id, len(ev))
+        found = [idx.entry_value(st, i) if i >= 0 else None for i in e.tolist()]
+        found = [f or meta.get(m, "") for f, m in zip(found, mids.tolist())]
         if all(found):
-            return found
+            return texts.codes(found)
     enclosing = _module_windows(idx).assign(start)
-    return names_of(enclosing, idx.event_names, lambda n: _MODULE_SUFFIX.sub("", n))
+    return texts.of_codes(enclosing, idx.event_names, lambda n: _MODULE_SUFFIX.sub("", n))

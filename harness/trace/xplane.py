@@ -53,18 +53,15 @@ _SCHEMA: dict[str, list[tuple]] = {
                       ("name", 2, _F.TYPE_STRING, _OPT, None, None),
                       ("description", 3, _F.TYPE_STRING, _OPT, None, None)],
 }
-# Lazy views: a plane's lines stay raw bytes until asked for, so a large trace is never decoded
-# all at once (memory stays near the file size plus one line).
-_SCHEMA["XSpaceLazy"] = [("planes", 1, _F.TYPE_MESSAGE, _REP, "XPlaneLazy", None)]
+# A plane whose lines stay bytes (harness.trace.space parses a plane's metadata with it).
 _SCHEMA["XPlaneLazy"] = [
     (n, num, _F.TYPE_BYTES, _REP, None, None) if n == "lines"
     else (n, num, t, lab, tn.replace("XPlane.", "XPlaneLazy.") if tn else tn, o)
     for n, num, t, lab, tn, o in _SCHEMA["XPlane"]]
-_SCHEMA["XLineHeader"] = [f for f in _SCHEMA["XLine"] if f[0] != "events"]
-# A line whose events carry no stats is all varints (metadata_id, offset_ps, duration_ps): read
-# its events field as one packed varint array, decoded in C (see planes.line_arrays).
-_SCHEMA["XLineVarints"] = [("timestamp_ns", 3, _F.TYPE_INT64, _OPT, None, None),
-                           ("events", 4, _F.TYPE_UINT64, _REP, None, None)]
+# A line with each event left as its bytes: protobuf's C parser splits the events, numpy reads
+# their fields (harness.trace.wire).
+_SCHEMA["XLineSplit"] = [(n, num, _F.TYPE_BYTES, _REP, None, None) if n == "events"
+                         else (n, num, t, lab, tn, o) for n, num, t, lab, tn, o in _SCHEMA["XLine"]]
 _ONEOFS = {"XEvent": "data", "XStat": "value"}
 _MAPS = {"EventMetadataEntry": "XEventMetadata", "StatMetadataEntry": "XStatMetadata"}
 
@@ -104,8 +101,5 @@ XPlane = _CLASSES["XPlane"]
 XLine = _CLASSES["XLine"]
 XEvent = _CLASSES["XEvent"]
 XStat = _CLASSES["XStat"]
-XSpaceLazy = _CLASSES["XSpaceLazy"]
-XLineHeader = _CLASSES["XLineHeader"]
-XLineVarints = _CLASSES["XLineVarints"]
-# Wire tags (field number << 3 | varint) of an XEvent's varint fields.
-TAG_METADATA_ID, TAG_OFFSET_PS, TAG_DURATION_PS = 1 << 3, 2 << 3, 3 << 3
+XPlaneLazy = _CLASSES["XPlaneLazy"]
+XLineSplit = _CLASSES["XLineSplit"]

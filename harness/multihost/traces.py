@@ -1,0 +1,58 @@
+"""Several hosts' traces of one profile, read as one job's: each decoded on its own (in worker
+processes where cores allow, ``harness.trace.parallel``), merged as process 0 merges a job's
+EVENTS (``harness.multihost.merge.merged_events``).
+
+``jax.profiler`` on a multi-host job writes one ``<host>.xplane.pb`` per host into the session's
+folder (``plugins/profile/<session>/``) when the log directory is shared, or each host writes its
+own and they are copied together; ``host_traces`` finds them, ``read_hosts`` reads them.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from harness import schema
+from harness.multihost.merge import merged_events
+from harness.trace.load import TRACE_SUFFIX, find_trace_file, read_events
+from harness.trace.parallel import in_parallel
+
+
+def host_traces(path: str | os.PathLike) -> list[Path]:
+    """The traces of one profiling session: the ``*.xplane.pb`` files beside the newest one
+    under ``path`` (a file: itself alone), sorted by name (host 0 first as named)."""
+    p = Path(path)
+    newest = find_trace_file(p)
+    if p.is_file():
+        return [newest]
+    return sorted(newest.parent.glob(f"*{TRACE_SUFFIX}"))
+
+
+def _read(warmup_steps: int, path: Path) -> pd.DataFrame:
+    return read_events(path, warmup_steps=warmup_steps).events
+
+
+def read_hosts(paths: list[Path], warmup_steps: int = 0,
+               known: dict[Path, pd.DataFrame] | None = None
+               ) -> tuple[pd.DataFrame, list[dict]]:
+    """Every host's EVENTS as one table with a ``schema.HOST`` column (the host's index in
+    ``paths``), and one record per host (``process``; ``host``: the file's name without its
+    suffix; its ``devices``). ``known``: EVENTS already read, by path. Each host numbers its own
+    steps, as each process of a job does; where the hosts number their devices alike (GPU and
+    TPU planes are numbered per host), host i's devices are moved past the others', as a job's
+    global device ids are."""
+    known = known or {}
+    rest = [p for p in paths if p not in known]
+    read = dict(zip(rest, in_parallel(_read, warmup_steps, rest,
+                                      sum(p.stat().st_size for p in rest))))
+    parts = [known[p] if p in known else read[p] for p in paths]
+    devices = [set(d[schema.DEVICE].unique().tolist()) for d in parts]
+    if sum(map(len, devices)) > len(set().union(*devices)):  # each host numbers its own
+        span = max(max(d, default=0) for d in devices) + 1
+        parts = [d.assign(**{schema.DEVICE: d[schema.DEVICE] + i * span})
+                 for i, d in enumerate(parts)]
+    processes = [{"process": i, "host": p.name.removesuffix(TRACE_SUFFIX),
+                  "devices": sorted(d[schema.DEVICE].unique().tolist())}
+                 for i, (p, d) in enumerate(zip(paths, parts))]
+    return merged_events(parts), processes
