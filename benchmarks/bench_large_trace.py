@@ -100,6 +100,7 @@ def repeat(source: Path, out: Path, copies: int) -> Path:
     from harness.trace import wire
     from harness.trace.load import read_xspace
     from harness.trace.space import PLANE_LINES, SPACE_PLANES
+    from harness.trace.varint import encode
     from harness.trace.xplane import XLine, XPlaneLazy
 
     space, _ = read_xspace(source)
@@ -144,7 +145,7 @@ def repeat(source: Path, out: Path, copies: int) -> Path:
                     only = XLine()
                     only.events.extend(line.events)
                     parts.append(only.SerializeToString())
-                body.write(_varint(PLANE_LINES << 3 | 2) + _varint(sum(map(len, parts))))
+                body.write(encode(PLANE_LINES << 3 | 2) + encode(sum(map(len, parts))))
                 for part in parts:  # serialized messages one after another: one message
                     body.write(part)
             head, tail = XPlaneLazy(), XPlaneLazy()
@@ -153,22 +154,13 @@ def repeat(source: Path, out: Path, copies: int) -> Path:
             head.ClearField("event_metadata"), head.ClearField("stat_metadata")
             head.ClearField("stats"), tail.ClearField("id"), tail.ClearField("name")
             head, tail = head.SerializeToString(), tail.SerializeToString()
-            f.write(_varint(SPACE_PLANES << 3 | 2) + _varint(len(head) + body.tell() + len(tail)))
+            f.write(encode(SPACE_PLANES << 3 | 2) + encode(len(head) + body.tell() + len(tail)))
             f.write(head)
             body.seek(0)
             while chunk := body.read(1 << 24):
                 f.write(chunk)
             f.write(tail)
     return out
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
 
 
 def _tree(pid: int) -> list[int]:

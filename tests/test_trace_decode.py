@@ -14,6 +14,7 @@ from reference_decode import reference_events
 from harness import schema
 from harness.trace import parallel, wire
 from harness.trace.load import find_trace_file, read_events, read_xspace
+from harness.trace.varint import encode
 from harness.trace.xplane import XLine, XSpace
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -227,19 +228,10 @@ def test_a_plane_with_its_metadata_before_its_lines_reads_the_same():
     """Writers put a plane's lines before its metadata; a plane written the other way round
     (two partial messages, one after the other: valid protobuf) is scanned record by record."""
     data = find_trace_file(TRACES[0]).read_bytes()
-    turned = b"".join(b"\x0a" + _size(len(p)) + p  # XSpace.planes (field 1), each
+    turned = b"".join(b"\x0a" + encode(len(p)) + p  # XSpace.planes (field 1), each
                       for p in map(_meta_first, XSpace.FromString(data).planes))
     assert turned != data
     pd.testing.assert_frame_equal(read_events(turned).events, read_events(data).events)
-
-
-def _size(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
 
 
 def _meta_first(plane) -> bytes:

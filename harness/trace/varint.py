@@ -69,3 +69,14 @@ def varint(raw, pos: int) -> tuple[int, int]:
         if byte < 0x80:
             return value, pos
         shift += 7
+
+
+def encode(n: int) -> bytes:
+    """``n`` as a protobuf varint: seven bits a byte, low first, the high bit set on all but
+    the last (what ``varint`` reads back; benchmarks and tests write XSpace pieces with it)."""
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
