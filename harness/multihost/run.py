@@ -32,6 +32,7 @@ import pandas as pd
 from harness.capture import STEPS, capture
 from harness.errors import HarnessError, one_line
 from harness.multihost import merge as hosts
+from harness.multihost.store import store_merged
 from harness.runs.workload import build_workload
 from harness.trace.load import load_events
 from predictions import hardware
@@ -282,8 +283,8 @@ def run_workload(name: str, *, cluster: Cluster, preset: str = "tiny",
         try:
             merged, processes = gather_events(load_events(cap.trace_dir), cluster, tag)
             meta = built.run_meta(preset, overrides)
-            run, path = hosts.store_merged(built, cap, merged, processes, chip=chip,
-                                           meta=meta, out=Path(out), plots=plots)
+            run, path = store_merged(built, cap, merged, processes, chip=chip, meta=meta,
+                                     out=Path(out), plots=plots)
         except BaseException as e:  # the others wait for the outcome, unless one is gone
             post_outcome(tag, f"error {one_line(e)}", wait=not isinstance(e, PeerError))
             raise

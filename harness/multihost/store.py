@@ -1,0 +1,50 @@
+"""The merged run of a multi-host job, stored once on process 0: every process's EVENTS
+(``harness.multihost.merge``) analysed with process 0's HLO, the host columns and notes added.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from harness import schema
+from harness.multihost.merge import BY_DEVICE_CSV, MERGED, by_device, with_host_columns
+from harness.multihost.xspace import write_merged
+from harness.runs.pipeline import from_capture
+from harness.runs.workload import new_run_id
+from harness.trace.load import TraceEvents
+
+# jax is imported inside the functions that run it, on purpose: importing this module must
+# leave XLA_FLAGS settable (harness.devices) and stay cheap for commands that never run jax.
+
+
+def store_merged(built, cap, events: pd.DataFrame, processes: list[dict], *, chip, meta: dict,
+                 out, plots: bool = True):
+    """Analyse every process's ``events`` as one capture (process 0's ``cap``: its HLO, cost
+    analysis and trace directory), add the host columns, store one run under ``out``."""
+    import jax
+
+    notes = []
+    if jax.default_backend() == "cpu":
+        notes.append(f"CPU run over {len(processes)} processes: collectives between processes "
+                     "go through gloo over TCP, so they measure rendezvous and socket latency, "
+                     "not a network")
+    meta = dict(meta, processes=processes)
+    name = built.workload.name
+    # each process numbers its own compilations: one program across the job has one id per
+    # process, so the merged table names programs by name alone
+    if schema.PROGRAM_ID in events.columns:
+        events = events.assign(**{schema.PROGRAM_ID: ""})
+    # MERGED is no single-host layout: the processes' clocks differ, so the host-share timing
+    # of a CPU host (harness.shares) is not taken; ops keep their per-device durations
+    run = from_capture(cap, chip=chip, workload=built, meta=meta, notes=notes,
+                       trace=TraceEvents(events, MERGED, str(cap.trace_dir)),
+                       title=built.title(meta[schema.PRESET],
+                                         f" across {len(processes)} processes"))
+    run = with_host_columns(run, events)
+    keys = [schema.PROGRAM, schema.OP]
+    ops = run.ops
+    # the report's ops only: control-flow containers (while, call) are left out as in ops
+    table = by_device(events[events[schema.PROGRAM] == cap.program]).merge(ops[keys], on=keys)
+    run.files[BY_DEVICE_CSV] = table.to_csv(index=False)
+    path = run.save(out / new_run_id(name), plots=plots)
+    write_merged(path, events, processes)
+    return run, path
