@@ -96,7 +96,9 @@ def compute_dtype(instr: Instruction, module: Module) -> str:
     matmul's: cuBLAS bf16 x bf16 -> f32) left operand, otherwise the first result leaf."""
     candidates = [instr]
     if instr.opcode == "custom-call" and calls.to_desc(instr).opcode in _LIBRARY_MATMULS:
-        return operand_leaves(instr)[0].dtype  # a GEMM or convolution call: its left operand
+        left = operand_leaves(instr)  # a GEMM or convolution call: its left operand's type
+        if left:
+            return left[0].dtype
     if instr.opcode == "fusion":
         candidates = [i for i in fused_instructions(module, instr)
                       if i.opcode in ("dot", "convolution")] or [instr]
