@@ -28,11 +28,12 @@ from harness.compare import (
     unexpected_collectives,
     workload_efficiency,
 )
-from harness.hlo import Module, async_pairs, cross_check, cross_check_skip, hlo_costs
+from harness.hlo import Module, cross_check, cross_check_skip, hlo_costs
 from harness.memory import host_note
 from harness.ops import by_execution, executions, op_times, step_samples, step_time
 from harness.shares import apart, host_shares, op_timing
 from harness.step import containers, simulated, step_figures
+from harness.step.transfers import transfers
 from harness.trace.load import TraceEvents
 
 # A run's notes say what tracing cost when its traced steps ran this much slower than untraced
@@ -291,12 +292,14 @@ def trace_overhead(traced: Sequence[float], plain: Sequence[float]) -> float | N
 
 
 def _pairs(module: Module | None, trace: TraceEvents) -> dict[str, str]:
-    """The async pairs to make one span each: where the layout times a pair's ``-done`` (TPU
-    XLA Ops) the transfer is in flight from the ``-start`` to the ``-done``'s end."""
+    """The async transfers to make one span each: where the layout times a pair's ``-done``
+    (TPU XLA Ops) the transfer is in flight from the ``-start`` to the ``-done``'s end. The
+    pairs the simulated step sends over links (``harness.step.transfers``): collectives, copies
+    and TPU collective chains; async compute stays two core ops, as there."""
     if module is None or trace.async_time_on != "done":
         return {}
     names = trace.async_names
-    return {names.get(s, s): names.get(d, d) for s, d in async_pairs(module).items()}
+    return {names.get(s, s): names.get(d, d) for s, d in transfers(module).done_of.items()}
 
 
 def _step_figures(summ: dict, step: Mapping, times: Sequence[float]) -> dict:

@@ -27,7 +27,6 @@ from harness.hlo.ir import Computation, Instruction, Module
 from harness.hlo.parse import parse_module
 from harness.hlo.walk import (
     TripCount,
-    async_pairs,
     executed,
     fused_instructions,
     schedule,
@@ -37,7 +36,7 @@ from predictions.rules import CONTAINERS, STRUCTURAL  # the opcode sets the HLO 
 
 __all__ = [
     "HloParseError", "ReplicaGroups", "Computation", "Instruction", "Module", "TripCount",
-    "CONTAINERS", "STRUCTURAL", "parse_module", "async_pairs", "executed", "schedule", "trip_count",
+    "CONTAINERS", "STRUCTURAL", "parse_module", "executed", "schedule", "trip_count",
     "fused_instructions", "category",
     "to_desc", "instruction_cost", "compute_dtype", "hlo_costs", "module_totals", "cross_check",
     "cross_check_skip",

@@ -84,6 +84,7 @@ class Derived:
     users: dict = field(default_factory=dict)        # computation -> {name: users} (hlo.desc)
     costs: dict = field(default_factory=dict)        # (computation, name) -> instruction_cost
     chain_roles: dict = field(default_factory=dict)  # fusion -> role in a TPU chain (hlo.tpu)
+    transfers: list = field(default_factory=list)    # [its TransferOps] (step.transfers)
 
 
 @dataclass(slots=True)

@@ -289,14 +289,3 @@ def async_start(module: Module, done: Instruction) -> Instruction | None:
         if step.opcode != "async-update":
             return None
     return None
-
-
-def async_pairs(module: Module) -> dict[str, str]:
-    """Every async pair that runs: ``-start`` name -> its ``-done``'s name."""
-    pairs = {}
-    for instr, _ in executed(module):
-        if instr.opcode in ASYNC_PAIRS:
-            done = async_done(module, instr)
-            if done is not None:
-                pairs[instr.name] = done.name
-    return pairs

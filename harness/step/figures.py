@@ -108,8 +108,8 @@ def simulated(module: Module, ops: pd.DataFrame, events: pd.DataFrame, step: Map
     if not module.scheduled:
         out[schema.SIMULATED_FROM] = "topological order"
     if schema.DEVICE in step and not events.empty:
-        pairs = {s: d for s, d in transfers(module).done_of.items()
-                 if s not in transfers(module).chains}
+        moves = transfers(module)
+        pairs = {s: d for s, d in moves.done_of.items() if s not in moves.chains}
         counts = dict(zip(ops[schema.OP].astype(str), ops[schema.COUNT]))
         events = events[~events[schema.OP].astype(str).isin(set(apart))]
         core_s, transfer_s = replay_durations(events, counts, device=step[schema.DEVICE],

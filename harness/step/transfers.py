@@ -34,7 +34,10 @@ class TransferOps:
 
 
 def transfers(module: Module) -> TransferOps:
-    """Every async pair and TPU collective chain that runs (module docstring)."""
+    """Every async pair and TPU collective chain that runs (module docstring), worked out
+    once per module."""
+    if module.derived.transfers:
+        return module.derived.transfers[0]
     done_of, chains, seen = {}, set(), set()
     for instr, _ in executed(module):
         if instr.opcode in ASYNC_PAIRS and _moves_data(module, instr):
@@ -46,7 +49,9 @@ def transfers(module: Module) -> TransferOps:
             pairs = tpu.chain_pairs(module, instr.computation)
             done_of.update(pairs)
             chains.update(pairs)
-    return TransferOps(done_of, {d: s for s, d in done_of.items()}, frozenset(chains))
+    found = TransferOps(done_of, {d: s for s, d in done_of.items()}, frozenset(chains))
+    module.derived.transfers.append(found)
+    return found
 
 
 def _moves_data(module: Module, start: Instruction) -> bool:
