@@ -159,3 +159,14 @@ def test_the_roofline_names_its_top_ops_without_overlap():
     assert len(boxes) == plots.TOP_OPS
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
     assert plots._png(fig).startswith(b"\x89PNG")
+
+
+def test_a_figure_that_is_text_wraps_in_the_html_summary():
+    """A formula (a LLaMA run's model_flops_formula runs to 110 characters) sits in a cell that
+    wraps, as the other text cells do; a number keeps its line."""
+    formula = "V*(N-1)/(N*W) (sharding.md), the book's all-gather over N devices at W bytes/s"
+    run = SimpleNamespace(summary={schema.ANALYTIC_FORMULA: formula, schema.COVERAGE: 1.0},
+                          meta={}, chip=None)
+    html = document._html_figures(run)
+    assert "<td class=text>V*(N-1)/(N*W) (sharding.md)" in html
+    assert "<td>100.0%</td>" in html

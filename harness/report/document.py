@@ -191,7 +191,10 @@ def _html_figures(r) -> str:
     reason = flag_reason(r)
     rows = []
     for k, v in figures(r.summary):
-        flag = (f' class=flag title="{page.esc(reason)}"' if tables.flagged(k, v) else "")
+        # a figure that is text (a formula) wraps like the other text cells: nowrap would push
+        # the table past a 1024 px screen
+        flag = (f' class=flag title="{page.esc(reason)}"' if tables.flagged(k, v)
+                else " class=text" if isinstance(v, str) else "")
         rows.append(f"<tr><td class=text>{page.esc(_label(k))}</td><td{flag}>"
                     f"{page.esc(_fmt_figure(k, v))}</td><td class=text>"
                     f"{page.esc(schema.GLOSSARY.get(k, ''))}</td></tr>")
