@@ -66,9 +66,7 @@ def sweep(starts, ends, comm) -> dict:
 def test_the_replayed_schedule_lands_on_the_measured_step(path, runs):
     """The schedule played with each op at its measured time (placed by the schedule, never at
     its measured start) ends within 5% of the step it replays: the model of the core, the
-    links and the waits explains the timeline. (The H100 llama_train without command buffers
-    lands 3.8% long: XLA runs some fusions as async computations on a second stream, which the
-    model plays on the core, one after another.) At the roofline the step is shorter than
+    links and the waits explains the timeline. At the roofline the step is shorter than
     measured on every one of these chips: no real run beats it."""
     step = runs(path).step
     assert step[schema.REPLAY_STEP_S] == pytest.approx(step[schema.STEP_S], rel=0.05)

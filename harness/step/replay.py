@@ -7,12 +7,13 @@ Per op, from the step the step object describes (the slowest device's median ste
 it should land on that step's own length; medians over steps would not, as on a host whose
 devices share cores the wait of a rendezvous falls on a different collective in each step):
 
-- ``core_s``: the op's time on its device per execution, its measured duration plus the gap
-  that preceded it on the device (nothing running since the previous op ended: a launch or
-  host delay the op waited for), summed over the step, divided by the op's executions per
-  step (``count``). Without the gaps a replay leaves out the device's idle
-  time; with them, a program that runs one op after another replays to its own step, and what
-  the replay tests is the overlap of communication with compute.
+- ``core_s``: the op's time on its device per execution, its measured duration (less what
+  overlapped earlier ops: concurrent threads or streams) plus the gap that preceded it on the
+  device (nothing running since the previous op ended: a launch or host delay it waited
+  for), summed over the step, divided by the op's executions per step (``count``). Without
+  the gaps a replay leaves out the device's idle time; with them, a program that runs one op
+  after another replays to its own step, and what the replay tests is the overlap of
+  communication with compute.
 - ``transfer_s``: an async pair's transfer, keyed by its ``-start``: where the layout times the
   ``-start`` (GPU: the collective's kernel on its own stream) the ``-start``'s duration, and
   the ``-start`` takes no core time; where it times the ``-done`` (TPU XLA Ops: the ``-done``
@@ -33,9 +34,12 @@ _NS = 1e-9
 
 
 def _with_gaps(ev: pd.DataFrame, off_core: Collection[str]) -> pd.Series:
-    """Each event's duration plus the idle gap before it on its device in its step (ns): the
-    time since every earlier op on the core ended, if positive. ``off_core`` ops (transfers on
-    their own lanes) neither take a gap nor end one."""
+    """Each event's time on the device's timeline in its step (ns): the idle gap before it (the
+    time since every earlier op on the core ended, if positive) and the part of its interval no
+    earlier op already covered (an op that ran beside another on a second thread or stream adds
+    only what reaches past it, so the core's one lane does not count that time twice).
+    ``off_core`` ops (transfers on their own lanes) keep their duration and neither take a gap
+    nor end one."""
     on = ~ev[schema.OP].astype(str).isin(set(off_core))
     out = ev[schema.DURATION_NS].astype(np.int64).copy()
     core = ev[on].sort_values([schema.STEP, schema.START_NS], kind="stable")
@@ -49,7 +53,8 @@ def _with_gaps(ev: pd.DataFrame, off_core: Collection[str]) -> pd.Series:
     first = np.r_[True, step[1:] != step[:-1]] if len(step) else np.zeros(0, bool)
     before = np.r_[0, reach[:-1]] if len(reach) else reach
     gap = np.where(first, 0, np.maximum(start - before, 0))
-    out.loc[core.index] += gap
+    held = np.where(first, end - start, np.maximum(end - np.maximum(start, before), 0))
+    out.loc[core.index] = gap + held
     return out
 
 
