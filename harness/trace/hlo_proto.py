@@ -111,10 +111,28 @@ def _xla_computation():
         return _hlo.XlaComputation
 
 
-def module_text(module_bytes: bytes) -> str:
-    """The HLO text of a serialized ``HloModuleProto`` (what ``compiled.as_text()`` prints)."""
+def _print_options():
+    """jaxlib's short parsable print options with each instruction's ``metadata`` kept (its
+    ``op_name``, source line and stack frame: where a collective came from), or None where
+    this jaxlib has no ``HloPrintOptions``."""
     try:
-        return _xla_computation()(module_bytes).as_hlo_text()
+        from jaxlib import _hlo
+        options = _hlo.HloPrintOptions.short_parsable()
+        options.print_metadata = True
+        return options
+    except (ImportError, AttributeError):
+        return None
+
+
+def module_text(module_bytes: bytes) -> str:
+    """The HLO text of a serialized ``HloModuleProto`` (what ``compiled.as_text()`` prints),
+    with each instruction's metadata where jaxlib can print it."""
+    try:
+        computation = _xla_computation()(module_bytes)
+        options = _print_options()
+        if options is not None and hasattr(computation, "get_hlo_module"):
+            return computation.get_hlo_module().to_string(options)
+        return computation.as_hlo_text()
     except Exception as e:  # noqa: BLE001 - jaxlib raises its own error types
         raise TraceError(f"cannot print the HLO embedded in the trace: {e}") from None
 
