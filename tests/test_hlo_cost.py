@@ -107,7 +107,10 @@ def test_dimension_numbers_out_of_range_are_parse_errors():
 # --- the predicted OPS table ------------------------------------------------------------------
 def test_table_columns_and_rows():
     df = hlo.hlo_costs((FIXTURES / "mlp_train.txt").read_text(), "cpu")
-    assert list(df.columns) == list(schema.OPS_PREDICTED)
+    assert list(df.columns) == [*schema.OPS_PREDICTED, schema.SOURCE_OP]
+    # each op's JAX operation, from its metadata: the MLP's matmuls are dot_generals
+    dots = df[df[schema.OPCODE] == "dot"]
+    assert len(dots) and dots[schema.SOURCE_OP].str.endswith("dot_general").all()
     assert set(df[schema.PROGRAM]) == {"jit_loss"}
     assert not set(df[schema.OPCODE]) & {"parameter", "constant", "tuple", "get-tuple-element",
                                          "bitcast"}

@@ -177,9 +177,9 @@ def hlo_costs(hlo_text: str | Module, chip, dtype: str | None = None,
             schema.T_COMPUTE_S: t.t_compute_s * count, schema.T_MEMORY_S: t.t_memory_s * count,
             schema.T_COMM_S: t.t_comm_s * count, schema.PREDICTED_S: t.predicted_s * count,
             schema.BOUND: t.bound if cost.modeled else schema.UNMODELED,
-            schema.WHY_UNMODELED: why_unmodeled(cost),
+            schema.WHY_UNMODELED: why_unmodeled(cost), schema.SOURCE_OP: instr.op_name,
         })
-    df = pd.DataFrame(rows, columns=[*schema.OPS_PREDICTED, schema.HOST_BYTES])
+    df = pd.DataFrame(rows, columns=[*schema.OPS_PREDICTED, schema.SOURCE_OP, schema.HOST_BYTES])
     # a figure that does not apply is left out: host bytes only where a copy crosses the host
     return df if df[schema.HOST_BYTES].any() else df.drop(columns=[schema.HOST_BYTES])
 
