@@ -30,7 +30,7 @@ from harness.compare import (
 )
 from harness.hlo import Module, cross_check, cross_check_skip, hlo_costs
 from harness.memory import host_note
-from harness.ops import by_execution, executions, op_times, step_samples, step_time
+from harness.ops import by_execution, executions, named, op_times, step_samples, step_time
 from harness.shares import apart, host_shares, op_timing
 from harness.step import containers, simulated, step_figures
 from harness.step.transfers import transfers
@@ -140,7 +140,7 @@ def _program(events: pd.DataFrame, key: ProgramKey, predicted: pd.DataFrame, mod
     step markers) and its executions; ``modeled`` False: it has no HLO."""
     ev = events[events[schema.PROGRAM] == key[0]]
     if schema.PROGRAM_ID in ev.columns:
-        ev = ev[ev[schema.PROGRAM_ID].astype(str) == key[1]]
+        ev = ev[named(ev[schema.PROGRAM_ID], {key[1]})]
     counts = dict(zip(predicted[schema.OP].astype(str), predicted[schema.COUNT]))
     if not trace.stepped:
         ev = by_execution(ev, counts)

@@ -22,6 +22,15 @@ from harness import schema
 _NS = 1e-9
 
 
+def named(column: pd.Series, names: set[str]) -> np.ndarray:
+    """Whether each value of ``column`` (an op or program name) is one of ``names``; a
+    categorical's categories are compared once each, not once per row."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        hit = np.append(column.cat.categories.astype(str).isin(names), False)  # -1: missing
+        return hit[column.cat.codes.to_numpy()]
+    return column.astype(str).isin(names).to_numpy()
+
+
 def keys(events: pd.DataFrame) -> list[str]:
     """The columns naming one op: program, program id where the table has it, op."""
     return [schema.PROGRAM, *([schema.PROGRAM_ID] if schema.PROGRAM_ID in events.columns

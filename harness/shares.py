@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
+from harness.ops import named
 from predictions.rules import CONTAINERS
 
 # What a run's ``measured_s`` is (meta ``op_timing``): the mean over devices of each op's share
@@ -62,7 +63,7 @@ def host_shares(events: pd.DataFrame, keep: Collection[str] = ()) -> pd.DataFram
     schema.validate(events, schema.EVENTS, where="host_shares(events)")
     start = events[schema.START_NS].to_numpy(np.int64)
     end = start + events[schema.DURATION_NS].to_numpy(np.int64)
-    split = ~_named(events[schema.OP], set(keep))
+    split = ~named(events[schema.OP], set(keep))
     out = events[schema.DURATION_NS].to_numpy(np.int64).copy()
     if not split.any():
         return events.assign(**{schema.SHARE_NS: out})
@@ -91,12 +92,3 @@ def host_shares(events: pd.DataFrame, keep: Collection[str] = ()) -> pd.DataFram
     devices = events[schema.DEVICE].nunique()
     out[split] = np.rint(devices * (at[m:] - at[:m])).astype(np.int64)
     return events.assign(**{schema.SHARE_NS: out})
-
-
-def _named(column: pd.Series, names: set[str]) -> np.ndarray:
-    """Whether each value of ``column`` is one of ``names``; a categorical's categories are
-    compared once each."""
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        hit = np.append(column.cat.categories.astype(str).isin(names), False)  # -1: missing
-        return hit[column.cat.codes.to_numpy()]
-    return column.astype(str).isin(names).to_numpy()

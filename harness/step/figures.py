@@ -16,6 +16,7 @@ import pandas as pd
 
 from harness import schema
 from harness.hlo import Module
+from harness.ops import named
 from harness.step.bounds import step_bounds
 from harness.step.replay import replay_durations
 from harness.step.simulate import critical_ops, simulate
@@ -111,7 +112,7 @@ def simulated(module: Module, ops: pd.DataFrame, events: pd.DataFrame, step: Map
         moves = transfers(module)
         pairs = {s: d for s, d in moves.done_of.items() if s not in moves.chains}
         counts = dict(zip(ops[schema.OP].astype(str), ops[schema.COUNT]))
-        events = events[~events[schema.OP].astype(str).isin(set(apart))]
+        events = events[~named(events[schema.OP], set(apart))]
         core_s, transfer_s = replay_durations(events, counts, device=step[schema.DEVICE],
                                               step=step[schema.STEP],
                                               trace_names=trace_names, pairs=pairs,

@@ -27,7 +27,7 @@ from collections.abc import Collection, Mapping
 import numpy as np
 import pandas as pd
 
-from harness import schema
+from harness import ops, schema
 from harness.step.timeline import async_spans
 
 _NS = 1e-9
@@ -40,7 +40,7 @@ def _with_gaps(ev: pd.DataFrame, off_core: Collection[str]) -> pd.Series:
     only what reaches past it, so the core's one lane does not count that time twice).
     ``off_core`` ops (transfers on their own lanes) keep their duration and neither take a gap
     nor end one."""
-    on = ~ev[schema.OP].astype(str).isin(set(off_core))
+    on = ~ops.named(ev[schema.OP], set(off_core))
     out = ev[schema.DURATION_NS].astype(np.int64).copy()
     core = ev[on].sort_values([schema.STEP, schema.START_NS], kind="stable")
     start = core[schema.START_NS].to_numpy(np.int64)
@@ -89,7 +89,7 @@ def replay_durations(events: pd.DataFrame, counts: Mapping[str, int], *, device:
     core_s.update(dict.fromkeys(pairs.values(), 0.0))
     if time_on == "done":  # the transfer: from the -start's start to the -done's end
         ev = async_spans(ev, named)
-    flight = _per_execution(ev[ev[schema.OP].astype(str).isin(timed)], schema.DURATION_NS,
+    flight = _per_execution(ev[ops.named(ev[schema.OP], set(timed))], schema.DURATION_NS,
                             counts)
     start_of = {b: a for a, b in named.items()} if time_on == "done" else {a: a for a in named}
     transfer_s = {hlo_names.get(start_of[op], start_of[op]): t for op, t in flight.items()}

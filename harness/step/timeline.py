@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
+from harness.ops import named
 
 _NS = 1e-9
 
@@ -64,54 +65,92 @@ def _overlap(s: np.ndarray, e: np.ndarray, us: np.ndarray, ue: np.ndarray) -> np
     return upto(np.asarray(e)) - upto(np.asarray(s))
 
 
+class _Grouped:
+    """The events of every (step, device) on one axis: each group's times moved to a range of
+    its own (in order, a nanosecond apart), so that one pass of ``merged`` or ``_overlap`` over
+    all of them never joins two groups' intervals, and its pieces are summed per group after.
+    ``keys``: the (step, device) of each group; ``group``: each event's group."""
+
+    def __init__(self, events: pd.DataFrame):
+        g = events.groupby([schema.STEP, schema.DEVICE], observed=True, sort=True)
+        self.group = g.ngroup().to_numpy(np.int64)
+        self.keys = list(g.groups.keys()) if len(events) else []
+        s = events[schema.START_NS].to_numpy(np.int64)
+        e = s + events[schema.DURATION_NS].to_numpy(np.int64)
+        n = len(self.keys)
+        lo = np.full(n, np.iinfo(np.int64).max)
+        hi = np.full(n, np.iinfo(np.int64).min)
+        np.minimum.at(lo, self.group, s)
+        np.maximum.at(hi, self.group, e)
+        self.span = hi - lo
+        self.offset = np.concatenate([[0], np.cumsum(self.span + 1)[:-1]])
+        shift = self.offset[self.group] - lo[self.group]
+        self.s, self.e = s + shift, e + shift
+
+    def of(self, t: np.ndarray) -> np.ndarray:
+        """The group of each moved time (a piece's start)."""
+        return np.searchsorted(self.offset, t, side="right") - 1
+
+    def total(self, starts: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """``values`` summed per group, each counted in the group of its ``starts``."""
+        return np.bincount(self.of(starts), weights=values, minlength=len(self.keys))
+
+
 def decompose(events: pd.DataFrame, comm_ops: Collection[str],
               apart: Collection[str] = ()) -> pd.DataFrame:
     """``schema.STEP_TIMES``: per (step, device), the step's time split as the module says.
     ``comm_ops``: the ops that communicate (by name); ``apart``: ops left out (containers)."""
-    rows = []
-    ev = events[~events[schema.OP].astype(str).isin(set(apart))]
-    for (step, device), g in ev.groupby([schema.STEP, schema.DEVICE], observed=True):
-        s = g[schema.START_NS].to_numpy(np.int64)
-        e = s + g[schema.DURATION_NS].to_numpy(np.int64)
-        comm = g[schema.OP].astype(str).isin(set(comm_ops)).to_numpy()
-        cs, ce = merged(s[~comm], e[~comm])
-        ks, ke = merged(s[comm], e[comm])
-        al, ae = merged(s, e)
-        overlapped = int(_overlap(ks, ke, cs, ce).sum())
-        comm_s = _length(ks, ke)
-        rows.append({schema.STEP: int(step), schema.DEVICE: int(device),
-                     schema.TIMELINE_STEP_S: (int(e.max()) - int(s.min())) * _NS,
-                     schema.COMPUTE_S: _length(cs, ce) * _NS,
-                     schema.COMM_S: comm_s * _NS,
-                     schema.OVERLAPPED_COMM_S: overlapped * _NS,
-                     schema.EXPOSED_COMM_S: (comm_s - overlapped) * _NS,
-                     schema.IDLE_S: int((al[1:] - ae[:-1]).sum()) * _NS})
-    return pd.DataFrame(rows, columns=list(schema.STEP_TIMES))
+    ev = events[~named(events[schema.OP], set(apart))]
+    if ev.empty:
+        return pd.DataFrame(columns=list(schema.STEP_TIMES))
+    g = _Grouped(ev)
+    comm = named(ev[schema.OP], set(comm_ops))
+    cs, ce = merged(g.s[~comm], g.e[~comm])
+    ks, ke = merged(g.s[comm], g.e[comm])
+    al, ae = merged(g.s, g.e)
+    compute = g.total(cs, ce - cs)
+    comm_s = g.total(ks, ke - ks)
+    overlapped = g.total(ks, _overlap(ks, ke, cs, ce))
+    busy = g.total(al, ae - al)
+    steps, devices = zip(*g.keys)
+    return pd.DataFrame({schema.STEP: np.asarray(steps, np.int64),
+                         schema.DEVICE: np.asarray(devices, np.int64),
+                         schema.TIMELINE_STEP_S: g.span * _NS,
+                         schema.COMPUTE_S: compute * _NS,
+                         schema.COMM_S: comm_s * _NS,
+                         schema.OVERLAPPED_COMM_S: overlapped * _NS,
+                         schema.EXPOSED_COMM_S: (comm_s - overlapped) * _NS,
+                         schema.IDLE_S: (g.span - busy) * _NS}, columns=list(schema.STEP_TIMES))
 
 
 def exposed_by_op(events: pd.DataFrame, comm_ops: Collection[str],
                   apart: Collection[str] = ()) -> pd.DataFrame:
     """Per communication op: its time per step and the part of it no compute op covered, each
     summed per (step, device), then the median over steps and devices, in seconds."""
-    ev = events[~events[schema.OP].astype(str).isin(set(apart))]
-    comm = ev[schema.OP].astype(str).isin(set(comm_ops))
-    parts = []
-    for (step, device), g in ev.groupby([schema.STEP, schema.DEVICE], observed=True):
-        c = comm.loc[g.index].to_numpy()
-        s = g[schema.START_NS].to_numpy(np.int64)
-        e = s + g[schema.DURATION_NS].to_numpy(np.int64)
-        cs, ce = merged(s[~c], e[~c])
-        if c.any():
-            parts.append(pd.DataFrame({schema.OP: g[schema.OP].astype(str).to_numpy()[c],
-                                       schema.STEP: step, schema.DEVICE: device,
-                                       "t": e[c] - s[c],
-                                       "exposed": e[c] - s[c] - _overlap(s[c], e[c], cs, ce)}))
-    if not parts:
+    ev = events[~named(events[schema.OP], set(apart))]
+    comm = named(ev[schema.OP], set(comm_ops))
+    if not comm.any():
         return pd.DataFrame(columns=[schema.OP, schema.COMM_S, schema.EXPOSED_COMM_S])
-    per = (pd.concat(parts).groupby([schema.OP, schema.STEP, schema.DEVICE])[["t", "exposed"]]
-           .sum().groupby(level=0).median() * _NS)
-    return per.rename(columns={"t": schema.COMM_S, "exposed": schema.EXPOSED_COMM_S}
-                      ).reset_index()
+    g = _Grouped(ev)
+    cs, ce = merged(g.s[~comm], g.e[~comm])
+    s, e = g.s[comm], g.e[comm]
+    code, names = _codes(ev[schema.OP])
+    per = pd.DataFrame({"_op": code[comm], "_group": g.group[comm], "t": e - s,
+                        "exposed": e - s - _overlap(s, e, cs, ce)})
+    per = (per.groupby(["_op", "_group"])[["t", "exposed"]].sum()
+           .groupby(level=0).median() * _NS)
+    return pd.DataFrame({schema.OP: names[per.index.to_numpy()],
+                         schema.COMM_S: per["t"].to_numpy(),
+                         schema.EXPOSED_COMM_S: per["exposed"].to_numpy()})
+
+
+def _codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(each row's code, the names the codes index): a categorical's own codes, else
+    ``pd.factorize``'s of the names as text."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.cat.codes.to_numpy(), column.cat.categories.astype(str).to_numpy()
+    code, names = pd.factorize(column.astype(str))
+    return code, np.asarray(names, dtype=object)
 
 
 def async_spans(events: pd.DataFrame, pairs: Mapping[str, str]) -> pd.DataFrame:
@@ -124,7 +163,7 @@ def async_spans(events: pd.DataFrame, pairs: Mapping[str, str]) -> pd.DataFrame:
     if not pairs or events.empty:
         return events
     op = events[schema.OP].astype(str)
-    keep = ~op.isin(set(pairs) | set(pairs.values()))
+    keep = ~named(events[schema.OP], set(pairs) | set(pairs.values()))
     spans = [events[keep]]
     for start, done in pairs.items():
         s = events[op == start].sort_values([schema.DEVICE, schema.START_NS], kind="stable")
@@ -187,7 +226,7 @@ def spans(events: pd.DataFrame, comm_ops: Collection[str], device: int, step: in
     ev = events[(events[schema.DEVICE] == device) & (events[schema.STEP] == step)]
     s = ev[schema.START_NS].to_numpy(np.int64)
     t0 = int(s.min()) if len(s) else 0
-    comm = ev[schema.OP].astype(str).isin(set(comm_ops)).to_numpy()
+    comm = named(ev[schema.OP], set(comm_ops))
     return pd.DataFrame({schema.OP: ev[schema.OP].astype(str).to_numpy(),
                          schema.LANE: schema.LANE_DEVICE,
                          schema.KIND: np.where(comm, schema.KIND_COMM, schema.KIND_COMPUTE),
@@ -207,7 +246,7 @@ def measure(events: pd.DataFrame, comm_ops: Collection[str], *, apart: Collectio
     if events.empty:
         return {}, pd.DataFrame(columns=list(schema.STEP_SPANS))
     ev = async_spans(events, pairs or {})
-    ev = ev[~ev[schema.OP].astype(str).isin(set(apart))]
+    ev = ev[~named(ev[schema.OP], set(apart))]
     out = measured_step(decompose(ev, comm_ops), devices)
     per_op = exposed_by_op(ev, comm_ops)
     if len(per_op):
