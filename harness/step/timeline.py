@@ -74,10 +74,13 @@ class _Grouped:
     def __init__(self, events: pd.DataFrame):
         g = events.groupby([schema.STEP, schema.DEVICE], observed=True, sort=True)
         self.group = g.ngroup().to_numpy(np.int64)
-        self.keys = list(g.groups.keys()) if len(events) else []
+        n = int(self.group.max()) + 1 if len(events) else 0
+        step, device = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        step[self.group] = events[schema.STEP].to_numpy(np.int64)
+        device[self.group] = events[schema.DEVICE].to_numpy(np.int64)
+        self.keys = list(zip(step.tolist(), device.tolist()))
         s = events[schema.START_NS].to_numpy(np.int64)
         e = s + events[schema.DURATION_NS].to_numpy(np.int64)
-        n = len(self.keys)
         lo = np.full(n, np.iinfo(np.int64).max)
         hi = np.full(n, np.iinfo(np.int64).min)
         np.minimum.at(lo, self.group, s)
