@@ -104,10 +104,12 @@ def decompose(events: pd.DataFrame, comm_ops: Collection[str],
     """``schema.STEP_TIMES``: per (step, device), the step's time split as the module says.
     ``comm_ops``: the ops that communicate (by name); ``apart``: ops left out (containers)."""
     ev = events[~named(events[schema.OP], set(apart))]
-    if ev.empty:
+    return _decompose(_Grouped(ev), named(ev[schema.OP], set(comm_ops)))
+
+
+def _decompose(g: _Grouped, comm: np.ndarray) -> pd.DataFrame:
+    if not g.keys:
         return pd.DataFrame(columns=list(schema.STEP_TIMES))
-    g = _Grouped(ev)
-    comm = named(ev[schema.OP], set(comm_ops))
     cs, ce = merged(g.s[~comm], g.e[~comm])
     ks, ke = merged(g.s[comm], g.e[comm])
     al, ae = merged(g.s, g.e)
@@ -132,12 +134,15 @@ def exposed_by_op(events: pd.DataFrame, comm_ops: Collection[str],
     summed per (step, device), then the median over steps and devices, in seconds."""
     ev = events[~named(events[schema.OP], set(apart))]
     comm = named(ev[schema.OP], set(comm_ops))
-    if not comm.any():
+    return _exposed(_Grouped(ev) if comm.any() else None, comm, ev[schema.OP])
+
+
+def _exposed(g: _Grouped | None, comm: np.ndarray, op: pd.Series) -> pd.DataFrame:
+    if g is None or not comm.any():
         return pd.DataFrame(columns=[schema.OP, schema.COMM_S, schema.EXPOSED_COMM_S])
-    g = _Grouped(ev)
     cs, ce = merged(g.s[~comm], g.e[~comm])
     s, e = g.s[comm], g.e[comm]
-    code, names = _codes(ev[schema.OP])
+    code, names = _codes(op)
     per = pd.DataFrame({"_op": code[comm], "_group": g.group[comm], "t": e - s,
                         "exposed": e - s - _overlap(s, e, cs, ce)})
     per = (per.groupby(["_op", "_group"])[["t", "exposed"]].sum()
@@ -250,8 +255,9 @@ def measure(events: pd.DataFrame, comm_ops: Collection[str], *, apart: Collectio
         return {}, pd.DataFrame(columns=list(schema.STEP_SPANS))
     ev = async_spans(events, pairs or {})
     ev = ev[~named(ev[schema.OP], set(apart))]
-    out = measured_step(decompose(ev, comm_ops), devices)
-    per_op = exposed_by_op(ev, comm_ops)
+    g, comm = _Grouped(ev), named(ev[schema.OP], set(comm_ops))
+    out = measured_step(_decompose(g, comm), devices)
+    per_op = _exposed(g, comm, ev[schema.OP])
     if len(per_op):
         per_op = per_op.sort_values([schema.EXPOSED_COMM_S, schema.COMM_S], ascending=False,
                                     kind="stable").head(top)
