@@ -40,11 +40,11 @@ def keys(events: pd.DataFrame) -> list[str]:
 def _per_device_step(events: pd.DataFrame, time: str = schema.DURATION_NS) -> pd.DataFrame:
     """Per (op, device, step), sorted by them: the keys, the ``sum`` of ``time`` and the
     number of executions (``size``), as pandas' ``groupby(...).agg(["sum", "size"])`` gives
-    them; the groups numbered by ``_groups`` and summed by ``np.bincount``."""
+    them; the groups numbered by ``groups`` and summed by ``np.bincount``."""
     schema.validate(events, schema.EVENTS, where="op_times(events)")
     by = [*keys(events), schema.DEVICE, schema.STEP]
     t = events[time].to_numpy(np.int64)
-    found = _groups(events, by)
+    found = groups(events, by)
     if found is None or not _exact_sums(t):
         return events.groupby(by, observed=True)[time].agg(["sum", "size"]).reset_index()
     group, first = found
@@ -59,7 +59,7 @@ def _exact_sums(values: np.ndarray) -> bool:
     return not len(values) or int(np.abs(values).max()) * len(values) < 2**53
 
 
-def _groups(frame: pd.DataFrame, by: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
+def groups(frame: pd.DataFrame, by: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
     """(each row's group, the first row of each group), the groups numbered in the order
     ``groupby(by)`` sorts them (a categorical by its categories' order, numbers ascending);
     None where a value is missing (``groupby`` leaves such rows out)."""
@@ -142,7 +142,7 @@ def op_times(events: pd.DataFrame, shares: bool = False) -> pd.DataFrame:
 def _total_s(events: pd.DataFrame, op: list[str]) -> pd.DataFrame:
     """Per op: its device time over the whole trace (``total_s``), every execution summed."""
     t = events[schema.DURATION_NS].to_numpy(np.int64)
-    found = _groups(events, op)
+    found = groups(events, op)
     if found is None or not _exact_sums(t):
         total = events.groupby(op, observed=True)[schema.DURATION_NS].sum().mul(_NS)
         return total.rename(schema.TOTAL_S).reset_index()
@@ -162,7 +162,7 @@ def step_samples(events: pd.DataFrame, shares: bool = False) -> pd.DataFrame:
     op = keys(events)
     per_step = _per_device_step(events, time)
     by = [*op, schema.STEP]
-    found = (_groups(per_step, by) if over_devices == "mean" and _exact_sums(
+    found = (groups(per_step, by) if over_devices == "mean" and _exact_sums(
         per_step["sum"].to_numpy()) else None)
     if found is None:
         out = (per_step.groupby(by, observed=True)["sum"]
@@ -180,7 +180,7 @@ def step_time(events: pd.DataFrame) -> float:
     """Median over steps of the busiest device's summed op time in that step (seconds)."""
     schema.validate(events, schema.EVENTS, where="step_time(events)")
     t = events[schema.DURATION_NS].to_numpy(np.int64)
-    found = _groups(events, [schema.STEP, schema.DEVICE]) if _exact_sums(t) else None
+    found = groups(events, [schema.STEP, schema.DEVICE]) if _exact_sums(t) else None
     if found is None:
         per_step = _per_device_step(events)
         busy = per_step.groupby([schema.STEP, schema.DEVICE], observed=True)["sum"].sum()

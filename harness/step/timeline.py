@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
-from harness.ops import named
+from harness.ops import groups, named
 
 _NS = 1e-9
 
@@ -72,13 +72,10 @@ class _Grouped:
     ``keys``: the (step, device) of each group; ``group``: each event's group."""
 
     def __init__(self, events: pd.DataFrame):
-        g = events.groupby([schema.STEP, schema.DEVICE], observed=True, sort=True)
-        self.group = g.ngroup().to_numpy(np.int64)
-        n = int(self.group.max()) + 1 if len(events) else 0
-        step, device = np.zeros(n, np.int64), np.zeros(n, np.int64)
-        step[self.group] = events[schema.STEP].to_numpy(np.int64)
-        device[self.group] = events[schema.DEVICE].to_numpy(np.int64)
-        self.keys = list(zip(step.tolist(), device.tolist()))
+        self.group, first = groups(events, [schema.STEP, schema.DEVICE])
+        n = len(first)
+        self.keys = list(zip(events[schema.STEP].to_numpy(np.int64)[first].tolist(),
+                             events[schema.DEVICE].to_numpy(np.int64)[first].tolist()))
         s = events[schema.START_NS].to_numpy(np.int64)
         e = s + events[schema.DURATION_NS].to_numpy(np.int64)
         lo = np.full(n, np.iinfo(np.int64).max)
