@@ -76,6 +76,8 @@ BOUND = term("bound", "the term that sets the roofline time: compute, memory, co
 WHY_UNMODELED = "why_unmodeled"  # why no rule predicts the op ("" when one does)
 SOURCE_OP = term("source_op", "the JAX operation the op came from: its HLO metadata op_name "
                  "(jit(step)/dot_general); \"\" where the HLO names none")
+SOURCE_LINE = term("source_line", "file:line of the user's code the op came from (the innermost "
+                   "frame outside jax and libraries, from the HLO's stack frames)")
 
 # --- compared -----------------------------------------------------------------------------
 EFFICIENCY = term("efficiency", "roofline time / measured time: 100% = at the roofline; above "
@@ -291,7 +293,8 @@ OPS_HOSTS = (PROGRAM, OP, HOSTS, HOST_MIN_S, HOST_MAX_S, HOST_SKEW_S, SLOWEST_HO
 OPS_BY_DEVICE = (PROGRAM, OP, HOST, DEVICE, COUNT, MEASURED_S)
 OPS_PREDICTED = (PROGRAM, OP, OPCODE, CATEGORY, COUNT, FLOPS, HBM_BYTES, COMM_BYTES, COLLECTIVE,
                  GROUP_SIZE, T_COMPUTE_S, T_MEMORY_S, T_COMM_S, PREDICTED_S, BOUND, WHY_UNMODELED)
-# (a predicted table from the HLO also has SOURCE_OP; one made by hand may leave it out)
+# (a predicted table from the HLO also has SOURCE_OP and SOURCE_LINE; one made by hand may leave
+# them out)
 OPS = (PROGRAM, OP, OPCODE, CATEGORY, COUNT, MEASURED_S, PREDICTED_S, EFFICIENCY, GAP_S, SHARE,
        BOUND, FLOPS, HBM_BYTES, COMM_BYTES, T_COMPUTE_S, T_MEMORY_S, T_COMM_S)
 
