@@ -95,7 +95,7 @@ def collectives(module: Module, *, mesh: dict[str, int] | None = None,
         rows.append({
             schema.PROGRAM: module.name, schema.OP: instr.name, schema.COLLECTIVE: kind,
             schema.SOURCE_LINE: source_line(instr, module), schema.SOURCE_OP: instr.op_name,
-            schema.MESH_AXES: mesh_axes, schema.BYTES_PER_DEVICE: _bytes(instr, module),
+            schema.MESH_AXES: mesh_axes, schema.DEVICE_BYTES: _bytes(instr, module),
             schema.COUNT: count, schema.REASON: name,
             schema.PREDICTED_S: _sum(predicted, names), schema.MEASURED_S: _sum(measured, names),
             schema.EXPOSED_COMM_S: _sum(exposed, names), schema.WHY: why, schema.FIX: fix,
@@ -104,5 +104,5 @@ def collectives(module: Module, *, mesh: dict[str, int] | None = None,
     if not len(df):
         return df
     return df.sort_values([schema.EXPOSED_COMM_S, schema.MEASURED_S, schema.PREDICTED_S,
-                           schema.BYTES_PER_DEVICE], ascending=False, na_position="last",
+                           schema.DEVICE_BYTES], ascending=False, na_position="last",
                           kind="stable").reset_index(drop=True)
