@@ -195,8 +195,15 @@ FIGURES = (STEP_S, WALL_STEP_S, GRAPH_STEP_S, TRACE_OVERHEAD, MEASURED_OPS_S, PR
 # shown as percentages
 FRACTIONS = (EFFICIENCY, SHARE, COVERAGE, MFU, MFU_BOOK, HFU, MFU_AT_ROOFLINE, MATMUL_EFFICIENCY,
              HOST_SPEED)
+# repeated work (harness.explain.redundant)
+REPEAT = term("repeat", "how many devices compute the same thing: the product of the axes the "
+              "op's work is not split over (1.0x: no repeated work)")
+REPLICATED_AXES = term("replicated_axes", "the mesh axes over which the op repeats its work "
+                       "(its operands are not split over them)")
+REDUNDANT_WORK = term("redundant_work", "the program's FLOPs (per device x devices) over the "
+                      "model's FLOPs: above 1.0x the layout repeats work")
 # shown as multiples ("1.05x")
-RATIOS = (TRACE_OVERHEAD,)
+RATIOS = (TRACE_OVERHEAD, REPEAT, REDUNDANT_WORK)
 # fractions of a roofline or a peak: above 100% is impossible (harness.compare.beats_roofline)
 ROOFLINE_FRACTIONS = (EFFICIENCY, MATMUL_EFFICIENCY, MFU, MFU_BOOK, HFU)
 

@@ -149,3 +149,27 @@ def test_device_groups_without_a_mesh():
     # mesh['axis_0'=1,'axis_1'=2,'axis_2'=2] {'axis_1'}: row-major ids, axis_1 varying
     assert row[schema.MESH_AXES] == "{0,2} {1,3}"
     assert math.isnan(row[schema.MEASURED_S])
+
+
+# --- repeated work (issue 28 item 3) -------------------------------------------------------
+
+def test_replicated_activation_repeats_the_matmul_over_the_unsplit_axis():
+    from harness.explain.redundant import program_factor, repeated_dots
+    from harness.hlo import module_totals
+
+    # x[B, D] replicated, w[D, F_X]: each device computes B x F/4, the same on both Y devices
+    B, D, F = 64, 128, 32
+    m = _compiled(_partial_sums, P(None, None), P(None, "X"), shapes=[(B, D), (D, F)])
+    repeated = repeated_dots(m, MESH)
+    assert repeated[schema.REPLICATED_AXES].tolist() == ["Y"]
+    assert repeated[schema.REPEAT].tolist() == [2.0]
+    # the same factor from FLOPs: the program's per device x 8 devices over the model's 2BDF
+    flops, _ = module_totals(m)
+    assert program_factor(flops, 8, 2 * B * D * F) == pytest.approx(2.0)
+
+
+def test_a_layout_split_over_every_axis_repeats_nothing():
+    from harness.explain.redundant import repeated_dots
+
+    m = _compiled(_partial_sums, P("X", None), P(None, "Y"), shapes=[(64, 128), (128, 32)])
+    assert repeated_dots(m, MESH).empty

@@ -33,56 +33,90 @@ def add_arguments(p) -> None:
     p.add_argument("--json", type=Path, help="also write the full table as JSON here")
 
 
-def _stored(path: Path, mesh: dict | None):
-    """A stored run and its COLLECTIVES table (made from its trace's HLO where not stored)."""
-    from harness.explain import collectives, run_mesh
+def _module(run, path: Path):
+    """The program's parsed HLO: from the trace the run was analysed from (a stored run's
+    ``trace/``), else the HLO ``harness`` saved beside it."""
     from harness.hlo import parse_module
     from harness.runs import pipeline
-    from harness.runs.run import Run
     from harness.runs.store import TRACE_DIR
     from harness.trace.load import find_trace_file, read_xspace
 
-    run = Run.load(path)
-    if run.collectives is not None and mesh is None:
-        return run, run.collectives
-    trace_dir = path / TRACE_DIR
-    if not trace_dir.is_dir():
+    where = Path(run.meta[schema.TRACE_FILE]) if schema.TRACE_FILE in run.meta and \
+        Path(run.meta[schema.TRACE_FILE]).exists() else path / TRACE_DIR
+    if not where.exists():
         raise HarnessError(f"{path}: the run keeps no trace/, so its HLO is unknown; explain "
                            f"the trace it was made from instead")
-    trace_file = find_trace_file(trace_dir)
-    space, _ = read_xspace(trace_file)
-    text, _ = pipeline.trace_program(space, run.meta.get(schema.PROGRAM, ""))
-    if text is None:
-        text = pipeline.saved_beside(trace_file, trace_dir).get("hlo_text")
+    trace_file = find_trace_file(where)
+    text, _ = pipeline.trace_program(read_xspace(trace_file)[0], run.meta.get(schema.PROGRAM, ""))
+    text = text or pipeline.saved_beside(trace_file, trace_file.parent).get("hlo_text")
     if not text:
         raise pipeline.NoHlo(f"{path}: its trace holds no HLO, and none was saved beside it")
-    table = collectives(parse_module(text), mesh=mesh or run_mesh(run.meta), ops=run.ops,
-                        step=run.step)
+    return parse_module(text)
+
+
+def _load(args, path: Path, mesh: dict | None):
+    """The run (stored, or analysed from the trace) and its COLLECTIVES table."""
+    from harness.explain import collectives, run_mesh
+    from harness.runs import pipeline
+    from harness.runs.run import Run
+    from harness.runs.store import META
+
+    if not (path.is_dir() and (path / META).is_file()):
+        run = pipeline.analyze_trace(path, chip=args.chip, program=args.program, mesh=mesh)
+        return run, run.collectives
+    run = Run.load(path)
+    if run.collectives is not None and mesh is None:
+        table = run.collectives
+    else:  # a run saved before the table existed, or asked for on another mesh
+        table = collectives(_module(run, path), mesh=mesh or run_mesh(run.meta), ops=run.ops,
+                            step=run.step)
+    if args.program and len(table):
+        table = table[table[schema.PROGRAM] == args.program]
     return run, table
 
 
-def _traced(args, mesh: dict | None):
-    from harness.runs import pipeline
+def _redundant(run, path: Path, mesh: dict | None) -> list[str]:
+    """Lines on the work the layout repeats: the program's FLOPs over the model's, and each
+    dot that repeats its work over some mesh axes (``harness.explain.redundant``)."""
+    from harness.explain import redundant, run_mesh
+    from harness.report.tables import fmt_number
 
-    run = pipeline.analyze_trace(args.path, chip=args.chip, program=args.program, mesh=mesh)
-    return run, run.collectives
+    s = run.summary
+    factor = redundant.program_factor(s.get(schema.HLO_FLOPS_PER_DEVICE), s.get(schema.DEVICES),
+                                      s.get(schema.MODEL_FLOPS))
+    lines = []
+    if factor is not None:
+        lines.append(f"{schema.REDUNDANT_WORK}: the program does {factor:.2f}x the model's "
+                     f"FLOPs ({fmt_number(s[schema.HLO_FLOPS_PER_DEVICE])} per device x "
+                     f"{s[schema.DEVICES]} devices / {fmt_number(s[schema.MODEL_FLOPS])})")
+    mesh = mesh or run_mesh(run.meta)
+    if mesh is None:
+        return lines
+    try:
+        module = _module(run, path)
+    except HarnessError:
+        return lines
+    for _, r in redundant.repeated_dots(module, mesh).iterrows():
+        where = f" ({r[schema.SOURCE_LINE]})" if r[schema.SOURCE_LINE] else ""
+        lines.append(f"{r[schema.OP]}{where} repeats its work {r[schema.REPEAT]:g}x over "
+                     f"{r[schema.REPLICATED_AXES]}: no operand is split over it "
+                     f"(fix: shard the batch or a weight dimension over it, book §6.1)")
+    return lines
 
 
 def main(args) -> int:
     from harness.explain import parse_mesh
     from harness.report import tables
-    from harness.runs.store import META
 
     mesh = parse_mesh(args.mesh) if args.mesh else None
     path = Path(args.path)
     if not path.exists():
         raise HarnessError(f"{path}: no such run directory or trace file")
-    stored = path.is_dir() and (path / META).is_file()
-    run, table = _stored(path, mesh) if stored else _traced(args, mesh)
-    if args.program and table is not None and len(table):
-        table = table[table[schema.PROGRAM] == args.program] if stored else table
+    run, table = _load(args, path, mesh)
+    extra = _redundant(run, path, mesh)
     if table is None or not len(table):
         print(f"{run.title}: no collectives: every op runs on its own device's data")
+        print("".join(f"{line}\n" for line in extra), end="")
         return 0
     shown = table if args.top == 0 else table.head(args.top)
     print(tables.to_text(shown[list(SHOWN)], title=f"{run.title}: {len(table)} collectives, "
@@ -92,6 +126,7 @@ def main(args) -> int:
         print(f"{row[schema.OP]}{where}: {row[schema.WHY]}")
         if row[schema.FIX]:
             print(f"  fix: {row[schema.FIX]}")
+    print("".join(f"{line}\n" for line in extra), end="")
     print(tables.legend_text(list(SHOWN)))
     _write(args, table, tables)
     return 0
