@@ -76,6 +76,8 @@ BOUND = term("bound", "the term that sets the roofline time: compute, memory, co
 WHY_UNMODELED = "why_unmodeled"  # why no rule predicts the op ("" when one does)
 SOURCE_OP = term("source_op", "the JAX operation the op came from: its HLO metadata op_name "
                  "(jit(step)/dot_general); \"\" where the HLO names none")
+SOURCE_LINE = term("source_line", "file:line of the user's code the op came from (the innermost "
+                   "frame outside jax and libraries, from the HLO's stack frames)")
 
 # --- compared -----------------------------------------------------------------------------
 EFFICIENCY = term("efficiency", "roofline time / measured time: 100% = at the roofline; above "
@@ -193,8 +195,15 @@ FIGURES = (STEP_S, WALL_STEP_S, GRAPH_STEP_S, TRACE_OVERHEAD, MEASURED_OPS_S, PR
 # shown as percentages
 FRACTIONS = (EFFICIENCY, SHARE, COVERAGE, MFU, MFU_BOOK, HFU, MFU_AT_ROOFLINE, MATMUL_EFFICIENCY,
              HOST_SPEED)
+# repeated work (harness.explain.redundant)
+REPEAT = term("repeat", "how many devices compute the same thing: the product of the axes the "
+              "op's work is not split over (1.0x: no repeated work)")
+REPLICATED_AXES = term("replicated_axes", "the mesh axes over which the op repeats its work "
+                       "(its operands are not split over them)")
+REDUNDANT_WORK = term("redundant_work", "the program's FLOPs (per device x devices) over the "
+                      "model's FLOPs: above 1.0x the layout repeats work")
 # shown as multiples ("1.05x")
-RATIOS = (TRACE_OVERHEAD,)
+RATIOS = (TRACE_OVERHEAD, REPEAT, REDUNDANT_WORK)
 # fractions of a roofline or a peak: above 100% is impossible (harness.compare.beats_roofline)
 ROOFLINE_FRACTIONS = (EFFICIENCY, MATMUL_EFFICIENCY, MFU, MFU_BOOK, HFU)
 
@@ -281,6 +290,19 @@ LANE_DEVICE = "device"
 KIND_COMPUTE, KIND_COMM = "compute", "comm"
 STEP_SPANS = (OP, LANE, KIND, START_S, END_S)
 
+# --- every collective explained (harness explain; harness.explain) ---------------------------
+MESH_AXES = term("mesh_axes", "the named mesh axes the collective runs over (its device groups "
+                 "mapped onto the run's mesh); device groups where no mesh is known")
+DEVICE_BYTES = term("device_bytes", "the larger of the collective's input and output on "
+                        "one device: the book's V (book §4.2)")
+REASON = term("reason", "why the collective exists, in the book's terms (§4.1's four matmul "
+              "cases, §6.1's schemes)")
+WHY = term("why", "the reason in one sentence: which dot, which operand and dimension")
+FIX = term("fix", "the book's fix, one line; empty where none is needed")
+COLLECTIVES = (PROGRAM, OP, COLLECTIVE, SOURCE_LINE, SOURCE_OP, MESH_AXES, DEVICE_BYTES,
+               COUNT, REASON, PREDICTED_S, MEASURED_S, EXPOSED_COMM_S, WHY, FIX)
+# ranked by exposed_comm_s, then measured_s, then predicted_s (the most costly first)
+
 # --- tables -------------------------------------------------------------------------------
 EVENTS = (PROGRAM, OP, DEVICE, STEP, START_NS, DURATION_NS)
 OPS_MEASURED = (PROGRAM, OP, COUNT, MEASURED_S, MEASURED_MIN_S, MEASURED_MAX_S, DEVICES)
@@ -291,7 +313,8 @@ OPS_HOSTS = (PROGRAM, OP, HOSTS, HOST_MIN_S, HOST_MAX_S, HOST_SKEW_S, SLOWEST_HO
 OPS_BY_DEVICE = (PROGRAM, OP, HOST, DEVICE, COUNT, MEASURED_S)
 OPS_PREDICTED = (PROGRAM, OP, OPCODE, CATEGORY, COUNT, FLOPS, HBM_BYTES, COMM_BYTES, COLLECTIVE,
                  GROUP_SIZE, T_COMPUTE_S, T_MEMORY_S, T_COMM_S, PREDICTED_S, BOUND, WHY_UNMODELED)
-# (a predicted table from the HLO also has SOURCE_OP; one made by hand may leave it out)
+# (a predicted table from the HLO also has SOURCE_OP and SOURCE_LINE; one made by hand may leave
+# them out)
 OPS = (PROGRAM, OP, OPCODE, CATEGORY, COUNT, MEASURED_S, PREDICTED_S, EFFICIENCY, GAP_S, SHARE,
        BOUND, FLOPS, HBM_BYTES, COMM_BYTES, T_COMPUTE_S, T_MEMORY_S, T_COMM_S)
 

@@ -107,7 +107,7 @@ def test_dimension_numbers_out_of_range_are_parse_errors():
 # --- the predicted OPS table ------------------------------------------------------------------
 def test_table_columns_and_rows():
     df = hlo.hlo_costs((FIXTURES / "mlp_train.txt").read_text(), "cpu")
-    assert list(df.columns) == [*schema.OPS_PREDICTED, schema.SOURCE_OP]
+    assert list(df.columns) == [*schema.OPS_PREDICTED, schema.SOURCE_OP, schema.SOURCE_LINE]
     # each op's JAX operation, from its metadata: the MLP's matmuls are dot_generals
     dots = df[df[schema.OPCODE] == "dot"]
     assert len(dots) and dots[schema.SOURCE_OP].str.endswith("dot_general").all()

@@ -27,6 +27,7 @@ from harness.hlo.category import category
 from harness.hlo.desc import operand_leaves, to_desc
 from harness.hlo.ir import Instruction, Module
 from harness.hlo.parse import parse_module
+from harness.hlo.source import source_line
 from harness.hlo.walk import async_done, async_start, executed, fused_instructions, trip_count
 from predictions import hardware, roofline, rules
 from predictions.roofline import OpTime
@@ -178,8 +179,10 @@ def hlo_costs(hlo_text: str | Module, chip, dtype: str | None = None,
             schema.T_COMM_S: t.t_comm_s * count, schema.PREDICTED_S: t.predicted_s * count,
             schema.BOUND: t.bound if cost.modeled else schema.UNMODELED,
             schema.WHY_UNMODELED: why_unmodeled(cost), schema.SOURCE_OP: instr.op_name,
+            schema.SOURCE_LINE: source_line(instr, module),
         })
-    df = pd.DataFrame(rows, columns=[*schema.OPS_PREDICTED, schema.SOURCE_OP, schema.HOST_BYTES])
+    df = pd.DataFrame(rows, columns=[*schema.OPS_PREDICTED, schema.SOURCE_OP, schema.SOURCE_LINE,
+                                    schema.HOST_BYTES])
     # a figure that does not apply is left out: host bytes only where a copy crosses the host
     return df if df[schema.HOST_BYTES].any() else df.drop(columns=[schema.HOST_BYTES])
 

@@ -85,12 +85,16 @@ class Derived:
     costs: dict = field(default_factory=dict)        # (computation, name) -> instruction_cost
     chain_roles: dict = field(default_factory=dict)  # fusion -> role in a TPU chain (hlo.tpu)
     transfers: list = field(default_factory=list)    # [its TransferOps] (step.transfers)
+    frames: dict = field(default_factory=dict)       # stack frame id -> Frame (hlo.source)
 
 
 @dataclass(slots=True)
 class Module:
     """``name`` is the program name the trace uses (``jit_train_step``); ``scheduled``: the
-    header says ``is_scheduled=true`` (each computation is printed in the order XLA runs it)."""
+    header says ``is_scheduled=true`` (each computation is printed in the order XLA runs it).
+    ``blocks``: the source-location blocks printed before the computations (``FileNames``,
+    ``FunctionNames``, ``FileLocations``, ``StackFrames``), name -> their lines
+    (``harness.hlo.source`` reads them)."""
 
     name: str
     computations: dict[str, Computation]
@@ -98,6 +102,7 @@ class Module:
     num_partitions: int = 1
     replica_count: int = 1
     scheduled: bool = False
+    blocks: dict[str, list[str]] = field(default_factory=dict)
     derived: Derived = field(default_factory=Derived)
 
     @property

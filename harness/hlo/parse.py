@@ -4,7 +4,7 @@ Reads what ``jax.jit(f).lower(...).compile().as_text()`` prints (`profiling.md`:
 fusion and layout assignment, whose instruction names are the names the trace shows)::
 
     HloModule jit_f, entry_computation_layout={...}, num_partitions=8
-    FileNames / FunctionNames / FileLocations / StackFrames blocks      (skipped)
+    FileNames / FunctionNames / FileLocations / StackFrames blocks      (kept: hlo.source)
     %fused_computation (param_0: f32[512,128]) -> f32[512,256] {
       %param_0 = f32[512,128]{1,0} parameter(0)
       ROOT %dot.1 = f32[512,256]{1,0} dot(%param_0, ...), lhs_contracting_dims={1}, ...
@@ -87,7 +87,8 @@ def parse_module(text: str) -> Module:
     comps: dict[str, Computation] = {}
     entry: Computation | None = None
     comp: Computation | None = None
-    in_block = False
+    blocks: dict[str, list[str]] = {}
+    block: list[str] | None = None
     lineno, pending, first = 0, "", 0
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -119,9 +120,10 @@ def parse_module(text: str) -> Module:
                         raise err(lineno, f"second ROOT in computation {comp.name}")
                     comp.root = instr
             continue
-        if in_block and line[:1].isdigit():
+        if block is not None and line[:1].isdigit():
+            block.append(line)
             continue
-        in_block = False
+        block = None
         if not line or line.startswith("//"):
             continue
         if line.startswith("HloModule"):
@@ -134,7 +136,7 @@ def parse_module(text: str) -> Module:
             scheduled = _SCHEDULED_RE.search(line) is not None
             continue
         if _BLOCK_RE.fullmatch(line):
-            in_block = True
+            block = blocks.setdefault(line, [])
             continue
         m = _COMP_RE.fullmatch(line)
         if m is None:
@@ -156,7 +158,7 @@ def parse_module(text: str) -> Module:
                            f"(opened on line {comp.line}); the text looks truncated")
     if entry is None:
         raise err(lineno, "expected an ENTRY computation; none found (truncated text?)")
-    module = Module(name or "", comps, entry, partitions, replicas, scheduled)
+    module = Module(name or "", comps, entry, partitions, replicas, scheduled, blocks=blocks)
     _resolve(module)
     log.debug("parsed HLO module %s: %d computations", module.name, len(comps))
     return module

@@ -33,6 +33,11 @@ CATEGORY_COLUMNS = (schema.CATEGORY, schema.OPS_COUNT, schema.MEASURED_S, schema
 
 PROGRAM_COLUMNS = (schema.PROGRAM, schema.PROGRAM_ID, schema.EXECUTIONS, schema.MEASURED_S,
                    schema.PREDICTED_S, schema.EFFICIENCY, schema.TOTAL_S, schema.SHARE)
+# the COLLECTIVES table as reports show it (its one-sentence why: harness explain, JSON, CSV;
+# the op's name says its kind: all-gather.3), narrow enough for a 1024 px screen
+EXPLAINED_COLUMNS = (schema.OP, schema.SOURCE_LINE, schema.MESH_AXES,
+                     schema.DEVICE_BYTES, schema.REASON, schema.PREDICTED_S, schema.MEASURED_S,
+                     schema.EXPOSED_COMM_S, schema.FIX)
 
 
 def _programs(r) -> pd.DataFrame | None:
@@ -137,6 +142,9 @@ def _tables(r, top: int | None) -> list[tuple[str, pd.DataFrame, tuple]]:
     if r.unexpected is not None and not r.unexpected.empty:
         out.append(("Collectives the layout did not call for", r.unexpected,
                     tuple(r.unexpected.columns)))
+    explained = getattr(r, "collectives", None)
+    if explained is not None and len(explained):
+        out.append(("Collectives explained, by exposed time", explained, EXPLAINED_COLUMNS))
     return out
 
 
@@ -227,6 +235,9 @@ def to_json(r, top: int | None = None) -> str:
     programs = getattr(r, "programs", None)
     if programs is not None and len(programs):
         out["programs"] = json.loads(programs.to_json(orient="records"))
+    explained = getattr(r, "collectives", None)
+    if explained is not None and len(explained):
+        out["collectives"] = json.loads(explained.to_json(orient="records"))
     return json.dumps(out, indent=1, default=str) + "\n"
 
 

@@ -25,6 +25,7 @@ from harness.calibrate import drift
 from harness.capture import CAPTURE_FILE, HLO_FILE, STEPS, Capture, capture
 from harness.chip import chip_for_run
 from harness.errors import HarnessError
+from harness.explain import for_run, run_mesh
 from harness.hlo import Module, parse_module, schedule
 from harness.ops import by_execution, op_times
 from harness.runs.run import Run
@@ -182,6 +183,7 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
     if host_drift:  # kept whatever the chip: harness compare reads the host's speed from it
         full_meta.setdefault(drift.HOST_DRIFT, host_drift)
     devices = int(m.get(schema.DEVICE_COUNT, events.events[schema.DEVICE].nunique()))
+    explained = for_run(modules, t.ops, t.step, run_mesh(full_meta))
     shown = len(t.ops.groupby([c for c in (schema.PROGRAM, schema.PROGRAM_ID)
                                if c in t.ops.columns]).size()) if len(t.ops) else 1
     what = t.program if shown <= 1 else f"{shown} programs ({t.program} the longest)"
@@ -191,6 +193,7 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
                summary=t.summary, notes=t.notes, steps=t.steps, unexpected=t.unexpected,
                cross_check=t.cross_check, programs=t.programs, step=t.step,
                step_spans=t.step_spans, predicted_spans=t.predicted_spans, chip=entry,
+               collectives=explained,
                capture=cap, trace=events)
 
 
@@ -218,7 +221,8 @@ def profile(fn: Callable, *args, chip=None, steps: int = STEPS, warmup: int = 2,
 
 
 def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
-                  warmup_steps: int = 0, space=None, workload=None, program: str = "") -> Run:
+                  warmup_steps: int = 0, space=None, workload=None, program: str = "",
+                  mesh: dict | None = None) -> Run:
     """Analyse a profiler trace someone else captured (``jax.profiler``) per op.
 
     The program's optimized HLO comes from ``hlo`` (an XLA dump, ``*after_optimizations.txt``),
@@ -228,6 +232,8 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     ``from_capture`` takes, for a trace of a known workload (its book estimate). ``program``:
     report the compilation with this program id, or every compilation of this name (default:
     the program ``harness`` captured, for a trace it saved; else every program that ran).
+    ``mesh``: the named mesh axes ({"X": 4, "Y": 2}) the collectives ran over, for a trace
+    that does not record them (``harness.explain``).
     A directory whose newest trace has others beside it (one per host of a multi-host job,
     ``harness.multihost.traces``) is read as one job: every host's trace decoded in parallel,
     the first one's HLO, a ``host`` column and the per-host columns of a multi-host run.
@@ -238,7 +244,7 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     found = traces.host_traces(path)
     space, _ = read_xspace(trace_file if space is None else space)
     label = str(trace_file)
-    saved = _saved_beside(trace_file, Path(path))
+    saved = saved_beside(trace_file, Path(path))
     text = Path(hlo).read_text() if hlo is not None else None
     decoded = decode(space, hlo_text=text, warmup_steps=warmup_steps,
                      saved_hlo=saved.get("hlo_text"), label=label)
@@ -260,6 +266,8 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
         "cpu" if layout == "cpu" else ""))
     meta.setdefault(schema.DEVICE_COUNT, int(events[schema.DEVICE].nunique()))
     meta[schema.TRACE_FILE] = str(trace_file)
+    if mesh:
+        meta[schema.MESH] = dict(mesh)
     meta.update(workload_meta)
     cap = Capture(trace_dir=trace_file.parent, hlo_text=text or saved.get("hlo_text", ""),
                   cost_analysis=saved.get("cost_analysis", {}), meta=meta, owned=False)
@@ -269,7 +277,7 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     return merge.with_host_columns(run, events) if workload_meta else run
 
 
-def _saved_beside(trace_file: Path, root: Path) -> dict:
+def saved_beside(trace_file: Path, root: Path) -> dict:
     """What ``harness`` saved next to a trace it captured (``capture.json``,
     ``module.hlo.txt``), searched from the trace's folder up to ``root``: ``meta``,
     ``cost_analysis``, ``hlo_text`` where found (never above ``root``, a directory given)."""

@@ -9,7 +9,8 @@ it. Plots are drawn only when a format that shows them asks (``figures``).
 
 On disk (``FORMAT`` in meta.json; a run saved before the key existed is format 1, which has the
 same files): meta.json (meta, title, summary, notes, cross-check, step), ops.parquet and ops.csv,
-steps.parquet, categories.csv, programs.csv, unexpected_collectives.csv, report.md,
+steps.parquet, collectives.parquet (every collective explained, where any ran), categories.csv,
+programs.csv, unexpected_collectives.csv, report.md,
 report.html, the PNG plots and ``trace/``.
 """
 from __future__ import annotations
@@ -40,6 +41,7 @@ STEPS_PARQUET = "steps.parquet"
 CATEGORIES_CSV = "categories.csv"
 UNEXPECTED_CSV = "unexpected_collectives.csv"
 PROGRAMS_CSV = "programs.csv"
+COLLECTIVES_PARQUET = "collectives.parquet"  # schema.COLLECTIVES (harness.explain)
 PLOTS = (STEP_PNG, ROOFLINE_PNG, CATEGORIES_PNG)
 REPORT_FILES = {"report.md": "md", "report.html": "html"}  # rendered beside the tables
 # meta.json keys that are the run's report rather than its metadata
@@ -70,6 +72,7 @@ class Run:
     cross_check: dict = field(default_factory=dict)  # our FLOPs/bytes against cost_analysis()
     programs: pd.DataFrame | None = None  # schema.PROGRAMS: every program that ran
     step: dict = field(default_factory=dict)  # schema.STEP_OBJECT: the step as a whole
+    collectives: pd.DataFrame | None = None  # schema.COLLECTIVES: every collective explained
     step_spans: pd.DataFrame | None = None  # schema.STEP_SPANS of that step (a fresh run's)
     predicted_spans: pd.DataFrame | None = None  # the same of the simulated roofline step
     chip: object | None = None
@@ -122,6 +125,8 @@ class Run:
         tables = {OPS_PARQUET: self.ops}
         if self.steps is not None:
             tables[STEPS_PARQUET] = self.steps
+        if self.collectives is not None and len(self.collectives):
+            tables[COLLECTIVES_PARQUET] = self.collectives
         trace = getattr(self.capture, "trace_dir", None)
         self.path = store.write(path, meta, tables=tables, files=files, trace_dir=trace,
                                 move_trace=getattr(self.capture, "owned", True))
@@ -147,6 +152,7 @@ class Run:
             cats = _optional(p / CATEGORIES_CSV, pd.read_csv, pd.DataFrame())
             unexpected = _optional(p / UNEXPECTED_CSV, pd.read_csv, None)
             programs = _optional(p / PROGRAMS_CSV, _read_programs, None)
+            explained = _optional(p / COLLECTIVES_PARQUET, pd.read_parquet, None)
         except FileNotFoundError:
             raise HarnessError(f"{p}: run is missing {OPS_PARQUET}") from None
         except Exception as e:  # pyarrow raises several types for a damaged file
@@ -157,6 +163,7 @@ class Run:
                    step=meta.get(schema.STEP_OBJECT) or {},
                    notes=list(meta.get(schema.NOTES, [])), steps=steps, unexpected=unexpected,
                    cross_check=meta.get(schema.CROSS_CHECK, {}), programs=programs,
+                   collectives=explained,
                    meta={k: v for k, v in meta.items() if k not in _REPORT_KEYS},
                    plots={name: (p / name).read_bytes() for name in PLOTS if (p / name).exists()},
                    path=p)

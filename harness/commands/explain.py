@@ -1,0 +1,143 @@
+"""``harness explain RUN|TRACE``: every collective of a program, where it came from and why.
+
+A stored run directory (its COLLECTIVES table, or for a run saved before there was one, made
+from the HLO its trace carries), or any profiler trace (``*.xplane.pb`` or a directory holding
+one), analysed through the same path as ``harness trace`` (``pipeline.analyze_trace``). Prints
+the table ranked by exposed time, then each collective's reason in a sentence and the book's
+fix; ``--json``/``--csv`` write the full table. A program with no collectives says so (exit 0).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness import schema
+from harness.commands import count
+from harness.errors import HarnessError
+
+SHOWN = (schema.OP, schema.COLLECTIVE, schema.SOURCE_LINE, schema.MESH_AXES,
+         schema.DEVICE_BYTES, schema.COUNT, schema.REASON, schema.PREDICTED_S,
+         schema.MEASURED_S, schema.EXPOSED_COMM_S)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("path", help="a stored run directory, a trace file, or a directory searched "
+                   "for *.xplane.pb")
+    p.add_argument("--mesh", metavar="X=4,Y=2", help="the mesh's named axes, for a trace that "
+                   "does not record them (4x2 names them X, Y); default: the run's mesh, else "
+                   "device groups are printed")
+    p.add_argument("--chip", help="predict for this chip (default: the trace's accelerator)")
+    p.add_argument("--program", default="", metavar="ID|NAME",
+                   help="explain this program (default: the run's, else the longest that ran)")
+    p.add_argument("--top", type=count, default=20, help="rows to print (default 20; 0 = all)")
+    p.add_argument("--csv", type=Path, help="also write the full table as CSV here")
+    p.add_argument("--json", type=Path, help="also write the full table as JSON here")
+
+
+def _module(run, path: Path):
+    """The program's parsed HLO: from the trace the run was analysed from (a stored run's
+    ``trace/``), else the HLO ``harness`` saved beside it."""
+    from harness.hlo import parse_module
+    from harness.runs import pipeline
+    from harness.runs.store import TRACE_DIR
+    from harness.trace.load import find_trace_file, read_xspace
+
+    where = Path(run.meta[schema.TRACE_FILE]) if schema.TRACE_FILE in run.meta and \
+        Path(run.meta[schema.TRACE_FILE]).exists() else path / TRACE_DIR
+    if not where.exists():
+        raise HarnessError(f"{path}: the run keeps no trace/, so its HLO is unknown; explain "
+                           f"the trace it was made from instead")
+    trace_file = find_trace_file(where)
+    text, _ = pipeline.trace_program(read_xspace(trace_file)[0], run.meta.get(schema.PROGRAM, ""))
+    text = text or pipeline.saved_beside(trace_file, trace_file.parent).get("hlo_text")
+    if not text:
+        raise pipeline.NoHlo(f"{path}: its trace holds no HLO, and none was saved beside it")
+    return parse_module(text)
+
+
+def _load(args, path: Path, mesh: dict | None):
+    """The run (stored, or analysed from the trace) and its COLLECTIVES table."""
+    from harness.explain import collectives, run_mesh
+    from harness.runs import pipeline
+    from harness.runs.run import Run
+    from harness.runs.store import META
+
+    if not (path.is_dir() and (path / META).is_file()):
+        run = pipeline.analyze_trace(path, chip=args.chip, program=args.program, mesh=mesh)
+        return run, run.collectives
+    run = Run.load(path)
+    if run.collectives is not None and mesh is None:
+        table = run.collectives
+    else:  # a run saved before the table existed, or asked for on another mesh
+        table = collectives(_module(run, path), mesh=mesh or run_mesh(run.meta), ops=run.ops,
+                            step=run.step)
+    if args.program and len(table):
+        table = table[table[schema.PROGRAM] == args.program]
+    return run, table
+
+
+def _redundant(run, path: Path, mesh: dict | None) -> list[str]:
+    """Lines on the work the layout repeats: the program's FLOPs over the model's, and each
+    dot that repeats its work over some mesh axes (``harness.explain.redundant``)."""
+    from harness.explain import redundant, run_mesh
+    from harness.report.tables import fmt_number
+
+    s = run.summary
+    factor = redundant.program_factor(s.get(schema.HLO_FLOPS_PER_DEVICE), s.get(schema.DEVICES),
+                                      s.get(schema.MODEL_FLOPS))
+    lines = []
+    if factor is not None:
+        lines.append(f"{schema.REDUNDANT_WORK}: the program does {factor:.2f}x the model's "
+                     f"FLOPs ({fmt_number(s[schema.HLO_FLOPS_PER_DEVICE])} per device x "
+                     f"{s[schema.DEVICES]} devices / {fmt_number(s[schema.MODEL_FLOPS])})")
+    mesh = mesh or run_mesh(run.meta)
+    if mesh is None:
+        return lines
+    try:
+        module = _module(run, path)
+    except HarnessError:
+        return lines
+    for _, r in redundant.repeated_dots(module, mesh).iterrows():
+        where = f" ({r[schema.SOURCE_LINE]})" if r[schema.SOURCE_LINE] else ""
+        lines.append(f"{r[schema.OP]}{where} repeats its work {r[schema.REPEAT]:g}x over "
+                     f"{r[schema.REPLICATED_AXES]}: no operand is split over it "
+                     f"(fix: shard the batch or a weight dimension over it, book §6.1)")
+    return lines
+
+
+def main(args) -> int:
+    from harness.explain import parse_mesh
+    from harness.report import tables
+
+    mesh = parse_mesh(args.mesh) if args.mesh else None
+    path = Path(args.path)
+    if not path.exists():
+        raise HarnessError(f"{path}: no such run directory or trace file")
+    run, table = _load(args, path, mesh)
+    extra = _redundant(run, path, mesh)
+    if table is None or not len(table):
+        print(f"{run.title}: no collectives: every op runs on its own device's data")
+        print("".join(f"{line}\n" for line in extra), end="")
+        return 0
+    shown = table if args.top == 0 else table.head(args.top)
+    print(tables.to_text(shown[list(SHOWN)], title=f"{run.title}: {len(table)} collectives, "
+                         f"most exposed first"), end="")
+    for i, row in shown.iterrows():
+        where = f" ({row[schema.SOURCE_LINE]})" if row[schema.SOURCE_LINE] else ""
+        print(f"{row[schema.OP]}{where}: {row[schema.WHY]}")
+        if row[schema.FIX]:
+            print(f"  fix: {row[schema.FIX]}")
+    print("".join(f"{line}\n" for line in extra), end="")
+    print(tables.legend_text(list(SHOWN)))
+    _write(args, table, tables)
+    return 0
+
+
+def _write(args, table, tables) -> None:
+    for option, render in (("csv", tables.to_csv), ("json", tables.to_json)):
+        out = getattr(args, option)
+        if out is None:
+            continue
+        try:
+            out.write_text(render(table))
+        except OSError as e:
+            raise HarnessError(f"--{option} {out}: cannot write it ({e.strerror or e})") from None

@@ -1,0 +1,55 @@
+"""Every collective explained (``harness explain``): where it came from, over which mesh axes,
+why the book says it exists and what to change (``table.collectives``); and the work a layout
+repeats over an axis (``redundant``)."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import pandas as pd
+
+from harness import schema
+from harness.errors import HarnessError
+from harness.explain.axes import parse_mesh
+from harness.explain.table import collectives
+
+log = logging.getLogger(__name__)
+
+__all__ = ["collectives", "for_run", "parse_mesh", "run_mesh"]
+
+
+def run_mesh(meta: Mapping) -> dict[str, int] | None:
+    """The run's named mesh axes from its meta ({"X": 4, "Y": 2}; a "4x2" string gets the
+    book's axis names); None where it has none."""
+    mesh = meta.get(schema.MESH)
+    if isinstance(mesh, Mapping) and mesh:
+        return {str(k): int(v) for k, v in mesh.items()}
+    if isinstance(mesh, str) and mesh:
+        try:
+            return parse_mesh(mesh)
+        except HarnessError:
+            return None
+    return None
+
+
+def for_run(modules: Mapping, ops: pd.DataFrame, step: dict | None,
+            mesh: dict[str, int] | None) -> pd.DataFrame:
+    """The COLLECTIVES table of every program a run reports (``ops``' programs), from each
+    one's parsed module (``modules``: (name, program id) -> Module); an explanation that fails
+    is logged and that program left out, never the run."""
+    shown = set(ops[schema.PROGRAM].astype(str)) if schema.PROGRAM in ops.columns else set()
+    tables, seen = [], set()
+    for (name, _), module in modules.items():
+        if name not in shown or name in seen:
+            continue
+        seen.add(name)
+        try:
+            tables.append(collectives(module, mesh=mesh, ops=ops, step=step))
+        except HarnessError as e:
+            log.warning("cannot explain the collectives of %s: %s", name, e)
+    tables = [t for t in tables if len(t)]
+    if not tables:
+        return pd.DataFrame(columns=list(schema.COLLECTIVES))
+    return pd.concat(tables, ignore_index=True).sort_values(
+        [schema.EXPOSED_COMM_S, schema.MEASURED_S, schema.PREDICTED_S], ascending=False,
+        na_position="last", kind="stable").reset_index(drop=True)

@@ -1,0 +1,112 @@
+"""The mesh axes a collective runs over: its device groups mapped to the run's named axes.
+
+In compiled (post-SPMD) HLO a collective names devices by partition id, and partition ``i``
+is the ``i``-th device of the mesh in row-major order (``jax.sharding.Mesh.devices.flat``;
+``workloads.mesh.make_mesh`` builds meshes so). So on a mesh {X: 4, Y: 2} device ``i`` sits at
+(X, Y) = (i // 2, i % 2): the group {0, 2, 4, 6} varies X alone and runs over axis X, the
+group {0, 1} over Y (`sharding.md`: AllGather_X combines the devices along X).
+The groups come in XLA's three forms (``harness.hlo.attrs.replica_groups``); a permute's
+(source, target) pairs run over the axes along which a source and its target differ.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from harness.errors import HarnessError
+from harness.hlo.ir import Instruction, Module
+
+BOOK_AXES = ("X", "Y", "Z")  # the book's mesh axis letters (`sharding.md`), as workloads.mesh
+_NAMED_RE = re.compile(r"([A-Za-z_]\w*)=(\d+)")
+
+
+class MeshError(HarnessError):
+    """A mesh given on the command line that is not like X=4,Y=2 or 4x2."""
+
+
+def parse_mesh(text: str) -> dict[str, int]:
+    """``"X=4,Y=2"`` -> {"X": 4, "Y": 2}; ``"4x2"`` -> the same, axes named X, Y, Z."""
+    text = text.strip()
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    named = [_NAMED_RE.fullmatch(p) for p in parts]
+    if parts and all(named):
+        mesh = {m.group(1): int(m.group(2)) for m in named}
+        if len(mesh) != len(parts):
+            raise MeshError(f"--mesh {text!r}: an axis is named twice")
+    else:
+        dims = text.lower().split("x")
+        if not all(d.isdigit() for d in dims) or len(dims) > len(BOOK_AXES):
+            raise MeshError(f"--mesh {text!r}: expected named axes like X=4,Y=2 or a shape like "
+                            f"4x2 (axes named {', '.join(BOOK_AXES)})")
+        mesh = dict(zip(BOOK_AXES, (int(d) for d in dims)))
+    if any(v < 1 for v in mesh.values()):
+        raise MeshError(f"--mesh {text!r}: every axis needs a size >= 1")
+    return mesh
+
+
+def _mesh_form(groups) -> tuple[tuple[int, ...], ...] | None:
+    """Device ids of each group of a ``mesh[...] {axes}`` form: the HLO's own mesh laid out
+    row-major, every axis it names varying in one group (None where it names sub-axes)."""
+    names = [n for n, _ in groups.mesh]
+    if any(a not in names for a in groups.axes):
+        return None
+    ids = np.arange(math.prod(s for _, s in groups.mesh)).reshape([s for _, s in groups.mesh])
+    inner = [names.index(a) for a in groups.axes]
+    outer = [k for k in range(len(names)) if k not in inner]
+    flat = ids.transpose(outer + inner).reshape(-1, groups.group_size)
+    return tuple(tuple(int(d) for d in g) for g in flat)
+
+
+def device_groups(instr: Instruction, module: Module) -> tuple[tuple[int, ...], ...] | None:
+    """The device ids of each group the collective combines; ((0..n-1),) for "every device";
+    a permute's (source, target) pairs; None where they cannot be told."""
+    groups = instr.attrs.get("replica_groups")
+    if groups is None:
+        pairs = instr.attrs.get("source_target_pairs")
+        return tuple(tuple(p) for p in pairs) if pairs else None
+    if groups.kind == "all":
+        return (tuple(range(module.num_devices)),)
+    if groups.kind == "mesh":
+        return _mesh_form(groups)
+    return groups.groups
+
+
+def _coords(ids, shape: tuple[int, ...]) -> np.ndarray:
+    return np.stack(np.unravel_index(np.asarray(ids), shape), axis=-1)
+
+
+def mesh_axes(groups, mesh: dict[str, int], *, pairs: bool = False) -> tuple[str, ...] | None:
+    """The named axes the groups span on ``mesh`` (row-major partition ids), in mesh order;
+    None when they are not whole axes of it (a group that mixes part of an axis, a device id
+    beyond the mesh). ``pairs``: the groups are a permute's (source, target) pairs."""
+    names, shape = list(mesh), tuple(mesh.values())
+    if not groups or max(max(g) for g in groups) >= math.prod(shape):
+        return None
+    varying: set[int] = set()
+    for g in groups:
+        c = _coords(g, shape)
+        moved = {k for k in range(len(shape)) if len(set(c[:, k])) > 1}
+        if not pairs and (len(set(g)) != math.prod(shape[k] for k in moved) or
+                          varying and moved != varying):
+            return None
+        varying |= moved
+    return tuple(names[k] for k in sorted(varying))
+
+
+def describe(instr: Instruction, module: Module, mesh: dict[str, int] | None) -> str:
+    """The collective's mesh axes as text: "X", "X,Y"; "" for a collective within one device;
+    without a mesh (or groups that are no whole axes of it) its device groups, the first two
+    and how many: "{0,2,4,6} {1,3,5,7}" or "{0,1} {2,3} ... (4 groups)"."""
+    groups = device_groups(instr, module)
+    if groups is None:
+        return "?"
+    is_permute = "replica_groups" not in instr.attrs
+    if mesh:
+        axes = mesh_axes(groups, mesh, pairs=is_permute)
+        if axes is not None:
+            return ",".join(axes)
+    shown = " ".join("{" + ",".join(map(str, g)) + "}" for g in groups[:2])
+    what = "pairs" if is_permute else "groups"
+    return shown + (f" ... ({len(groups)} {what})" if len(groups) > 2 else "")

@@ -1,0 +1,108 @@
+"""The COLLECTIVES table: every collective of a program, where it came from and why.
+
+One row per collective instruction that runs (an async pair is one row, named by its
+``-start``): its source line and JAX operation (``harness.hlo.source``), mesh axes
+(``harness.explain.axes``), bytes per device, the book's reason and fix
+(``harness.explain.reasons``), and where a run is given, its roofline time on the run's chip
+and topology (the OPS table's ``predicted_s``), measured time and the part of it the step
+waited for (the step object's ``exposed_comm_s``). Ranked by exposed time, then measured,
+then predicted.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from harness import schema
+from harness.explain import axes, reasons, site
+from harness.hlo.desc import to_desc
+from harness.hlo.ir import Instruction, Module
+from harness.hlo.source import source_line
+from harness.hlo.walk import async_done, executed
+from predictions.rules import COLLECTIVE_OPCODES
+
+
+def collective_kind(instr: Instruction) -> str:
+    """The collective an instruction is (``all-gather-start`` -> all-gather), "" for none and
+    for the ``-done`` half of an async pair."""
+    return COLLECTIVE_OPCODES.get(instr.opcode.removesuffix("-start"), "")
+
+
+def _bytes(instr: Instruction, module: Module) -> float:
+    """The larger of the collective's input and output on one device (book §4.2's V)."""
+    desc = to_desc(instr, module)
+    return max(sum(s.nbytes for s in desc.operands), sum(s.nbytes for s in desc.results))
+
+
+def _loops(module: Module) -> dict[str, bool]:
+    """While bodies -> whether the body holds a dot (a collective matmul's loop does)."""
+    out = {}
+    for comp in module.computations.values():
+        for instr in comp.instructions:
+            for body in instr.called("body") if instr.opcode == "while" else ():
+                out[body] = any(site.dot_in(i, module) is not None
+                                for i in module.computation(body).instructions)
+    return out
+
+
+def _facts(instr: Instruction, module: Module, kind: str, mesh_axes: str,
+           loops: dict[str, bool]) -> reasons.Facts:
+    return reasons.Facts(kind, mesh_axes if "{" not in mesh_axes else "",
+                         site.locate(instr, module, kind),
+                         in_loop=instr.computation in loops,
+                         loop_has_dot=loops.get(instr.computation, False),
+                         source_op=instr.op_name)
+
+
+def _names(instr: Instruction, module: Module) -> list[str]:
+    """The op names the trace and the OPS table may give the collective: start and done."""
+    done = async_done(module, instr) if instr.opcode.endswith("-start") else None
+    return [instr.name] + ([done.name] if done is not None else [])
+
+
+def _per_op(table: pd.DataFrame | None, column: str, program: str) -> dict[str, float]:
+    if table is None or column not in table.columns or not len(table):
+        return {}
+    rows = table[table[schema.PROGRAM] == program] if schema.PROGRAM in table.columns else table
+    return rows.groupby(schema.OP)[column].sum(min_count=1).to_dict()
+
+
+def _sum(values: dict[str, float], names: list[str]) -> float:
+    found = [values[n] for n in names if n in values and not pd.isna(values[n])]
+    return float(sum(found)) if found else math.nan
+
+
+def collectives(module: Module, *, mesh: dict[str, int] | None = None,
+                ops: pd.DataFrame | None = None, step: dict | None = None) -> pd.DataFrame:
+    """``schema.COLLECTIVES`` of one program. ``mesh``: the run's named axes ({"X": 4,
+    "Y": 2}); ``ops``: an OPS table (a run's, or ``hlo_costs``' predicted one) for
+    ``predicted_s`` and ``measured_s``; ``step``: the run's step object, whose per-op
+    ``exposed_comm_s`` it takes. Columns whose source is not given are NaN."""
+    loops = _loops(module)
+    predicted = _per_op(ops, schema.PREDICTED_S, module.name)
+    measured = _per_op(ops, schema.MEASURED_S, module.name)
+    exposed = {r[schema.OP]: r[schema.EXPOSED_COMM_S]
+               for r in (step or {}).get(schema.STEP_COLLECTIVES) or []}
+    rows = []
+    for instr, count in executed(module):
+        kind = collective_kind(instr)
+        if not kind:
+            continue
+        mesh_axes = axes.describe(instr, module, mesh)
+        name, why, fix = reasons.explain(_facts(instr, module, kind, mesh_axes, loops))
+        names = _names(instr, module)
+        rows.append({
+            schema.PROGRAM: module.name, schema.OP: instr.name, schema.COLLECTIVE: kind,
+            schema.SOURCE_LINE: source_line(instr, module), schema.SOURCE_OP: instr.op_name,
+            schema.MESH_AXES: mesh_axes, schema.DEVICE_BYTES: _bytes(instr, module),
+            schema.COUNT: count, schema.REASON: name,
+            schema.PREDICTED_S: _sum(predicted, names), schema.MEASURED_S: _sum(measured, names),
+            schema.EXPOSED_COMM_S: _sum(exposed, names), schema.WHY: why, schema.FIX: fix,
+        })
+    df = pd.DataFrame(rows, columns=list(schema.COLLECTIVES))
+    if not len(df):
+        return df
+    return df.sort_values([schema.EXPOSED_COMM_S, schema.MEASURED_S, schema.PREDICTED_S,
+                           schema.DEVICE_BYTES], ascending=False, na_position="last",
+                          kind="stable").reset_index(drop=True)
