@@ -242,9 +242,10 @@ def spans(events: pd.DataFrame, comm_ops: Collection[str], device: int, step: in
 
 def measure(events: pd.DataFrame, comm_ops: Collection[str], *, apart: Collection[str] = (),
             pairs: Mapping[str, str] | None = None, devices: Collection[int] = (),
-            top: int = 10) -> tuple[dict, pd.DataFrame]:
+            top: int | None = None) -> tuple[dict, pd.DataFrame]:
     """The step object's measured part (``measured_step``) with each communication op's time
-    and exposed part per step, the most exposed first (``top`` of them), and the ``spans`` of
+    and exposed part per step, the most exposed first (``top`` of them; default every one: the
+    COLLECTIVES table joins them, ``harness.explain``), and the ``spans`` of
     the step it names (the slowest device's median step). ``pairs``: async start -> done
     names, made one span each (``async_spans``) where the layout gives the transfer's time to
     the ``-done``."""
@@ -257,7 +258,8 @@ def measure(events: pd.DataFrame, comm_ops: Collection[str], *, apart: Collectio
     per_op = _exposed(g, comm, ev[schema.OP])
     if len(per_op):
         per_op = per_op.sort_values([schema.EXPOSED_COMM_S, schema.COMM_S], ascending=False,
-                                    kind="stable").head(top)
+                                    kind="stable")
+        per_op = per_op if top is None else per_op.head(top)
         out[schema.STEP_COLLECTIVES] = [
             {schema.OP: r[schema.OP], schema.COMM_S: float(r[schema.COMM_S]),
              schema.EXPOSED_COMM_S: float(r[schema.EXPOSED_COMM_S])}
