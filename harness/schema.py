@@ -110,7 +110,8 @@ AXES = term("axes", "the mesh axes a collective's groups span (Y, X+Y), where th
             "tells")
 OPS_MATCHED = term("matched_ops", "the run's ops with this source op and category, summed "
                    "(0: none); with suffix _a for A, _b for B (harness.runs.changes.join)")
-CONTRIBUTION_S = "contribution_s"  # seconds a part adds to the slower layout's step over the faster's
+CONTRIBUTION_S = "contribution_s"  # seconds a part adds to the slower layout's step (over the
+#                                    faster's; harness.runs.layouts.attribute)
 
 # --- sweep summary (harness sweep): one row per point --------------------------------------
 POINT = term("point", "the point's place in the sweep (links to its own page)")
