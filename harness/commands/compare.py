@@ -84,8 +84,10 @@ def collect(args) -> tuple[regress.Rule, list, list, list, tuple[str, str]]:
     if not paired:
         raise HarnessError(f"no run of {args.runs[-1]} has a baseline run of the same test or "
                            f"workload in {name}")
-    return (rule, [regress.compare(a, b, rule) for a, b in paired], only_b, only_c,
-            (name, args.runs[-1]))
+    # two runs named: two layouts of one model (pairs.pair pairs them whatever they ran)
+    named = len(args.runs) == 2 and len(base) == 1 and len(cand) == 1
+    return (rule, [regress.compare(a, b, rule, layouts_first=named) for a, b in paired],
+            only_b, only_c, (name, args.runs[-1]))
 
 
 def headline(verdicts: list) -> str:

@@ -167,8 +167,10 @@ def _log_ratio(x: float, y: float) -> float:
     return math.log(x / y) if x > 0 and y > 0 else math.nan
 
 
-def compare(a: Run, b: Run, rule: Rule = Rule()) -> Verdict:
-    """The verdict of candidate ``b`` against baseline ``a`` (the module docstring)."""
+def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False) -> Verdict:
+    """The verdict of candidate ``b`` against baseline ``a`` (the module docstring).
+    ``layouts_first``: two runs named as two layouts of one model: when their programs differ,
+    the message opens with the slower one (else the cause opens it, the layouts' line after)."""
     fail_on, alpha = dict(rule.fail_on), rule.alpha
     wall = _walls(a) and _walls(b)  # else both sides' op sums: one measure for both
     wa, wb = (samples(x, schema.STEP_TIMES_S, wall) for x in (a, b))
@@ -197,8 +199,10 @@ def compare(a: Run, b: Run, rule: Rule = Rule()) -> Verdict:
     changed = f"the program changed ({prog['what']}); " if prog["changed"] else ""
 
     def verdict(v: str, cause: str, message: str) -> Verdict:
-        if side:  # two layouts: the slower one first
+        if side and layouts_first:
             message = f"{side.headline}. {message[:1].upper()}{message[1:]}"
+        elif side:
+            message = f"{message}. {side.headline}"
         return Verdict(key(b), a, b, v, cause, message, math.expm1(r), p, math.expm1(-h),
                        eff, prog, figs, ops, changes.met(a, b), side)
 
