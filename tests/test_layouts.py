@@ -161,3 +161,45 @@ def test_the_same_program_is_joined_by_name_and_an_old_run_falls_back_to_names(r
     assert layouts.compare(a, a) is None and regress.compare(a, a).layouts is None
     old = Run(meta=b.meta, ops=b.ops.drop(columns=[schema.SOURCE_OP]), step=b.step)
     assert layouts.matched_by(a, old) == layouts.NAME and layouts.compare(a, old) is None
+
+
+def _made(fingerprint: str, jit: str, names: tuple[str, str], matmul_s: float, gather_s: float,
+          gather_bytes: float, step: tuple[float, float, float]) -> Run:
+    """A hand-made run: one matmul and the all-gather over X that feeds it, both from the
+    source op ``jit(<jit>)/x/dot_general``; ``step``: compute, exposed comm and idle seconds,
+    the all-gather all exposed."""
+    import pandas as pd
+
+    compute, exposed, idle = step
+    ops = pd.DataFrame({
+        schema.PROGRAM: "jit_f", schema.OP: list(names),
+        schema.CATEGORY: [schema.CAT_MATMUL, schema.CAT_COLLECTIVE], schema.COUNT: 1.0,
+        schema.MEASURED_S: [matmul_s, gather_s], schema.PREDICTED_S: [matmul_s / 2, gather_s / 4],
+        schema.EFFICIENCY: [0.5, 0.25], schema.FLOPS: [1e9, 0.0], schema.HBM_BYTES: [1e6, 1e6],
+        schema.COMM_BYTES: [0.0, gather_bytes], schema.BOUND: ["compute", "comm"],
+        schema.COLLECTIVE: ["", "all-gather"], schema.GROUP_SIZE: [1, 4],
+        schema.SOURCE_OP: f"jit({jit})/x/dot_general"})
+    gather = {schema.OP: names[1], schema.COMM_S: exposed, schema.EXPOSED_COMM_S: exposed}
+    return Run(meta={schema.HLO_FINGERPRINTS: {"jit_f": fingerprint},
+                     schema.MESH: {"X": 4, "Y": 2}},
+               ops=ops, step={schema.STEP_S: compute + exposed + idle, schema.COMPUTE_S: compute,
+                              schema.EXPOSED_COMM_S: exposed, schema.IDLE_S: idle,
+                              schema.STEP_COLLECTIVES: [gather]})
+
+
+def test_a_collective_in_both_layouts_and_the_baseline_the_slower():
+    # A: 10 ms = compute 5 + exposed 4 + idle 1; B: 5 ms = 3.5 + 1 + 0.5; other fusion names,
+    # other outer jit names, the same source op
+    a = _made("1", "step_a", ("fusion.1", "all-gather.2"), 3e-3, 4e-3, 1e6, (5e-3, 4e-3, 1e-3))
+    b = _made("2", "step_b", ("fusion.7", "all-gather.9"), 2e-3, 1e-3, 5e5, (3.5e-3, 1e-3, 5e-4))
+    lay = layouts.compare(a, b)
+    c = lay.collectives.iloc[0]
+    assert len(lay.collectives) == 1 and c[schema.SIDE] == layouts.BOTH
+    assert (c[schema.SOURCE_OP], c[schema.AXES]) == ("x/dot_general", "X")
+    assert (c[schema.BASELINE_S], c[schema.CANDIDATE_S]) == (4e-3, 1e-3)
+    assert (c[schema.COMM_BYTES + "_a"], c[schema.COMM_BYTES + "_b"]) == (1e6, 5e5)
+    assert lay.headline == (
+        "A is 2x slower than B (step 10 ms -> 5 ms): +3 ms exposed all-gather from x/dot_general "
+        "over axis X (4 devices); +1.5 ms compute (most in x/dot_general, matmul: 2 ms -> 3 ms); "
+        "+500 us idle")
+    assert sum(s for _, s in lay.attribution) == pytest.approx(5e-3)
