@@ -203,3 +203,24 @@ def test_a_collective_in_both_layouts_and_the_baseline_the_slower():
         "over axis X (4 devices); +1.5 ms compute (most in x/dot_general, matmul: 2 ms -> 3 ms); "
         "+500 us idle")
     assert sum(s for _, s in lay.attribution) == pytest.approx(5e-3)
+
+
+@pytest.mark.slow
+def test_llama_train_dp_against_fsdp(tmp_path):
+    """FSDP (ZeRO-3, `training.md`) gathers each weight before its matmul: all-gathers from the
+    matmuls' source ops that data parallelism does not have; the matmuls themselves match."""
+    from harness.runs.workload import run_workload
+
+    a, b = (Run.load(run_workload("llama_train", overrides={"parallelism": p}, mesh="4x2",
+                                  steps=2, warmup=1, out=tmp_path / p, with_plots=False).path)
+            for p in ("dp", "fsdp"))
+    lay = layouts.compare(a, b)
+    c = lay.collectives
+    gathers = c[(c[schema.COLLECTIVE] == "all-gather") & (c[schema.SIDE] == layouts.ONLY_B)]
+    assert gathers[schema.SOURCE_OP].str.endswith("btd,df->btf/dot_general").any()
+    assert not (c[schema.COLLECTIVE] == "all-gather").loc[c[schema.SIDE] != layouts.ONLY_B].any()
+    assert (gathers[schema.AXES] == "X+Y").all()  # the weights' D is sharded over both axes
+    mm = lay.ops[lay.ops[schema.CATEGORY] == schema.CAT_MATMUL]
+    assert (mm[schema.SIDE] == layouts.BOTH).all()
+    assert sum(s for _, s in lay.attribution) == pytest.approx(
+        abs(b.step[schema.STEP_S] - a.step[schema.STEP_S]))

@@ -134,14 +134,15 @@ def layout_tables(lay, top: int) -> list[pd.DataFrame]:
     def size(n):
         return f"{int(n)}" if changes.finite(n) and n > 1 else "-"
 
-    return [pd.DataFrame({"source op": o[schema.OP], "category": o[schema.CATEGORY],
+    return [pd.DataFrame({"source op": o[schema.OP].map(_short), "category": o[schema.CATEGORY],
                           "ops A": o[schema.OPS_MATCHED + "_a"],
                           "ops B": o[schema.OPS_MATCHED + "_b"],
                           "A": o[schema.BASELINE_S].map(secs), "B": o[schema.CANDIDATE_S].map(secs),
                           "change": o[schema.CHANGE].map(_pct),
                           "eff. A": o[schema.BASELINE_EFFICIENCY].map(eff),
                           "eff. B": o[schema.CANDIDATE_EFFICIENCY].map(eff)}),
-            pd.DataFrame({"collective": c[schema.COLLECTIVE], "from": c[schema.SOURCE_OP],
+            pd.DataFrame({"collective": c[schema.COLLECTIVE],
+                          "from": c[schema.SOURCE_OP].map(_short),
                           "devices": c[schema.GROUP_SIZE].map(size),
                           "axes": c[schema.AXES].replace("", "-"), "where": c[schema.SIDE],
                           "A": c[schema.BASELINE_S].map(secs), "B": c[schema.CANDIDATE_S].map(secs),
@@ -149,6 +150,11 @@ def layout_tables(lay, top: int) -> list[pd.DataFrame]:
                           "exposed B": c[schema.EXPOSED_COMM_S + "_b"].map(secs),
                           "bytes A": c[schema.COMM_BYTES + "_a"].map(nbytes),
                           "bytes B": c[schema.COMM_BYTES + "_b"].map(nbytes)})]
+
+
+def _short(text: str, width: int = 72) -> str:
+    """A long source op (a combined collective's ``(a:b:c)``) cut in the middle, for a table."""
+    return text if len(text) <= width else f"{text[:width // 2 - 2]} ... {text[-(width // 2 - 3):]}"
 
 
 def _first(rows: pd.DataFrame, top: int) -> pd.DataFrame:
@@ -161,7 +167,7 @@ def _first(rows: pd.DataFrame, top: int) -> pd.DataFrame:
 def _unmatched(lay, top: int) -> list[str]:
     """One line per layout: the op groups that ran in it alone (the ``top`` with most time)."""
     return [f"only in {name}: " + ", ".join(
-        f"{r[schema.OP]} ({r[schema.COLLECTIVE] or r[schema.CATEGORY]}, "
+        f"{_short(r[schema.OP])} ({r[schema.COLLECTIVE] or r[schema.CATEGORY]}, "
         f"{r[schema.OPS_MATCHED + suffix]} op(s), "
         f"{tables.fmt_seconds(r[schema.CANDIDATE_S if suffix == '_b' else schema.BASELINE_S])})"
         for _, r in _first(lay.unmatched(side), top).iterrows())
