@@ -104,6 +104,17 @@ CANDIDATE_EFFICIENCY = "candidate_efficiency"
 P_VALUE = "p_value"                # one-sided p of the wall step's slowdown against its noise
 VERDICT = "verdict"                # one of harness.runs.regress.VERDICTS
 
+# --- two layouts side by side (harness compare; harness.runs.layouts) -----------------------
+MATCHED_BY = "matched_by"          # how the two runs' ops were paired: "name" or "source op"
+SIDE = term("side", "where the op or collective ran: in both layouts, only in A (the baseline) "
+            "or only in B (the candidate)")
+AXES = term("axes", "the mesh axes a collective's groups span (Y, X+Y), where the group size "
+            "tells")
+OPS_MATCHED = term("matched_ops", "the run's ops with this source op and category, summed "
+                   "(0: none); with suffix _a for A, _b for B (harness.runs.changes.join)")
+CONTRIBUTION_S = "contribution_s"  # seconds a part adds to the slower layout's step (over the
+#                                    faster's; harness.runs.layouts.attribute)
+
 # --- sweep summary (harness sweep): one row per point --------------------------------------
 POINT = term("point", "the point's place in the sweep (links to its own page)")
 KEY = "key"                        # stable hash of the point (harness.sweep.plan.Point.key)

@@ -23,7 +23,7 @@ from harness import schema
 from harness.commands import count
 from harness.errors import HarnessError
 from harness.report import tables
-from harness.runs import pairs, regress, store
+from harness.runs import changes, layouts, pairs, regress, store
 
 EXIT_OK, EXIT_REGRESSION = 0, 1
 
@@ -64,7 +64,7 @@ def add_arguments(p) -> None:
 
 def _side(ref: str, root: Path) -> list:
     p = Path(ref)
-    return pairs.load_all(p if p.is_dir() or p.is_absolute() or len(p.parts) > 1
+    return pairs.load_all(p if p.exists() or p.is_absolute() or len(p.parts) > 1
                           else store.resolve(ref, root))
 
 
@@ -84,8 +84,10 @@ def collect(args) -> tuple[regress.Rule, list, list, list, tuple[str, str]]:
     if not paired:
         raise HarnessError(f"no run of {args.runs[-1]} has a baseline run of the same test or "
                            f"workload in {name}")
-    return (rule, [regress.compare(a, b, rule) for a, b in paired], only_b, only_c,
-            (name, args.runs[-1]))
+    # two runs named: two layouts of one model (pairs.pair pairs them whatever they ran)
+    named = len(args.runs) == 2 and len(base) == 1 and len(cand) == 1
+    return (rule, [regress.compare(a, b, rule, layouts_first=named) for a, b in paired],
+            only_b, only_c, (name, args.runs[-1]))
 
 
 def headline(verdicts: list) -> str:
@@ -116,6 +118,65 @@ def tables_of(v, top: int) -> tuple[pd.DataFrame, pd.DataFrame]:
                           "eff. after": o[schema.CANDIDATE_EFFICIENCY].map(lambda e: _pct(e, ""))}))
 
 
+def layout_tables(lay, top: int) -> list[pd.DataFrame]:
+    """Two layouts' op groups (matched by source op, ``top`` that changed most) and their
+    collectives side by side, formatted (``harness.runs.layouts``)."""
+    secs, o, c = tables.fmt_seconds, lay.ops, lay.collectives
+    o = o.reindex(o[schema.DELTA_S].abs().sort_values(ascending=False, kind="stable").index)
+    o = o if top <= 0 else o.head(top)  # the groups whose time changed most
+
+    def eff(e):
+        return _pct(e, "")
+
+    def nbytes(x):
+        return tables.fmt_figure(schema.COMM_BYTES, x)
+
+    def size(n):
+        return f"{int(n)}" if changes.finite(n) and n > 1 else "-"
+
+    return [pd.DataFrame({"source op": o[schema.OP].map(_short), "category": o[schema.CATEGORY],
+                          "ops A": o[schema.OPS_MATCHED + "_a"],
+                          "ops B": o[schema.OPS_MATCHED + "_b"],
+                          "A": o[schema.BASELINE_S].map(secs), "B": o[schema.CANDIDATE_S].map(secs),
+                          "change": o[schema.CHANGE].map(_pct),
+                          "eff. A": o[schema.BASELINE_EFFICIENCY].map(eff),
+                          "eff. B": o[schema.CANDIDATE_EFFICIENCY].map(eff)}),
+            pd.DataFrame({"collective": c[schema.COLLECTIVE],
+                          "from": c[schema.SOURCE_OP].map(_short),
+                          "devices": c[schema.GROUP_SIZE].map(size),
+                          "axes": c[schema.AXES].replace("", "-"), "where": c[schema.SIDE],
+                          "A": c[schema.BASELINE_S].map(secs), "B": c[schema.CANDIDATE_S].map(secs),
+                          "exposed A": c[schema.EXPOSED_COMM_S + "_a"].map(secs),
+                          "exposed B": c[schema.EXPOSED_COMM_S + "_b"].map(secs),
+                          "bytes A": c[schema.COMM_BYTES + "_a"].map(nbytes),
+                          "bytes B": c[schema.COMM_BYTES + "_b"].map(nbytes)})]
+
+
+def _short(text: str, width: int = 72) -> str:
+    """A long source op (a combined collective's ``(a:b:c)``) cut in the middle, for a table."""
+    return text if len(text) <= width else f"{text[:width // 2 - 2]} ... {text[-(width // 2 - 3):]}"
+
+
+def _first(rows: pd.DataFrame, top: int) -> pd.DataFrame:
+    """The ``top`` rows with the most time in either run (all for 0)."""
+    t = rows[schema.BASELINE_S].fillna(rows[schema.CANDIDATE_S])
+    rows = rows.loc[t.sort_values(ascending=False, kind="stable").index]
+    return rows if top <= 0 else rows.head(top)
+
+
+def _unmatched(lay, top: int) -> list[str]:
+    """One line per layout: the op groups that ran in it alone (the ``top`` with most time)."""
+    return [f"only in {name}: " + ", ".join(
+        f"{_short(r[schema.OP])} ({r[schema.COLLECTIVE] or r[schema.CATEGORY]}, "
+        f"{r[schema.OPS_MATCHED + suffix]} op(s), "
+        f"{tables.fmt_seconds(r[schema.CANDIDATE_S if suffix == '_b' else schema.BASELINE_S])})"
+        for _, r in _first(lay.unmatched(side), top).iterrows())
+        + (f" and {len(lay.unmatched(side)) - top} more" if 0 < top < len(lay.unmatched(side))
+           else "")
+        for name, side, suffix in (("A", layouts.ONLY_A, "_a"), ("B", layouts.ONLY_B, "_b"))
+        if len(lay.unmatched(side))]
+
+
 def _unpaired(only_b, only_c) -> list[str]:
     return [f"{side} only (unpaired): {', '.join(sorted(pairs.key(r) for r in runs))}"
             for side, runs in (("baseline", only_b), ("candidate", only_c)) if runs]
@@ -131,8 +192,15 @@ def render(fmt: str, verdicts, only_b, only_c, names, top: int) -> str:
         out += ["", f"{'### ' if md else ''}{v.name}: {v.verdict.upper()} ({v.cause})",
                 f"{'' if md else '  '}{v.message}"]
         out += [f"{'- ' if md else '  '}differs: {d}" for d in v.met]
+        lay = v.layouts
+        if lay is not None:
+            out += [f"{'- ' if md else '  '}A: {v.baseline.path}; B: {v.candidate.path}; ops "
+                    f"matched by {lay.matched_by} and category"]
+            out += [f"{'- ' if md else '  '}{line}" for line in _unmatched(lay, top)]
+        shown = ([tables_of(v, top)[0], *layout_tables(lay, top)] if lay is not None
+                 else tables_of(v, top))
         out += [("\n" if md else "") + (tables.to_markdown if md else tables.to_text)(t).rstrip()
-                for t in tables_of(v, top)]
+                for t in shown if len(t)]
     return "\n".join(out + [""] + _unpaired(only_b, only_c)
                      + ([] if md else [headline(verdicts)])) + "\n"
 

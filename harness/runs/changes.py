@@ -6,6 +6,7 @@ mesh axis it runs over, `sharding.md`).
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -85,19 +86,32 @@ def figures(a: Run, b: Run) -> pd.DataFrame:
 
 
 def ops(a: Run, b: Run) -> pd.DataFrame:
-    """Per op of either run: its measured and roofline (predicted) time and efficiency in each,
-    most time lost first (``schema.OP_CHANGES``)."""
-    keys = [schema.PROGRAM, schema.OP]
-    cols = [schema.MEASURED_S, schema.PREDICTED_S, schema.EFFICIENCY, *WORK, schema.CATEGORY,
-            schema.BOUND, schema.COLLECTIVE, schema.GROUP_SIZE]
-
+    """Per op of either run, joined by name (program, op): exact for the same compiled program;
+    its measured and roofline (predicted) time and efficiency in each, most time lost first
+    (``schema.OP_CHANGES``). Two different programs are joined by source op instead
+    (``harness.runs.layouts``)."""
     def side(run):
-        o = run.ops.astype({c: str for c in keys})
-        return o.assign(**{c: np.nan for c in cols if c not in o}).drop_duplicates(keys)
+        o = run.ops.astype({c: str for c in OP_KEYS})
+        return o.assign(**{c: np.nan for c in OP_COLUMNS if c not in o}).drop_duplicates(OP_KEYS)
 
-    m = side(a)[keys + cols].merge(side(b)[keys + cols], on=keys, how="outer",
-                                   suffixes=("_a", "_b"))
-    out = m[keys].assign(**{c: m[c + "_b"].fillna(m[c + "_a"]) for c in cols[6:]})
+    return join(side(a), side(b))
+
+
+OP_KEYS = [schema.PROGRAM, schema.OP]
+OP_COLUMNS = [schema.MEASURED_S, schema.PREDICTED_S, schema.EFFICIENCY, *WORK, schema.CATEGORY,
+              schema.BOUND, schema.COLLECTIVE, schema.GROUP_SIZE]
+
+
+def join(oa: pd.DataFrame, ob: pd.DataFrame, keys: tuple[str, ...] = tuple(OP_KEYS),
+         extra: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Two sides' op rows (one per ``keys``, with ``OP_COLUMNS`` and ``extra``) joined into
+    ``schema.OP_CHANGES`` (then each ``extra`` of each side, suffixed _a and _b), most time lost
+    first."""
+    keys = list(keys)
+    cols = list(dict.fromkeys([c for c in OP_COLUMNS if c not in keys] + list(extra)))
+    m = oa[keys + cols].merge(ob[keys + cols], on=keys, how="outer", suffixes=("_a", "_b"))
+    out = m[keys].assign(**{c: m[c + "_b"].fillna(m[c + "_a"]) for c in OP_COLUMNS[6:]
+                            if c not in keys})
     moved = pd.DataFrame({c: m[c + "_b"] / m[c + "_a"].where(m[c + "_a"] > 0) - 1 for c in WORK})
     out[schema.WORK_CHANGE] = [r[r.abs().idxmax()] if r.notna().any() else np.nan
                                for _, r in moved.iterrows()]
@@ -112,8 +126,11 @@ def ops(a: Run, b: Run) -> pd.DataFrame:
     out[schema.CHANGE] = out[schema.CANDIDATE_S] / out[schema.BASELINE_S] - 1
     out[schema.PREDICTED_CHANGE] = (out[schema.CANDIDATE_PREDICTED_S]
                                     / out[schema.BASELINE_PREDICTED_S] - 1)
+    for c in extra:
+        out[c + "_a"], out[c + "_b"] = m[c + "_a"], m[c + "_b"]
     out = out.sort_values(schema.DELTA_S, ascending=False, kind="stable")
-    return out[list(schema.OP_CHANGES)].reset_index(drop=True)
+    return out[[*schema.OP_CHANGES, *(c + s for c in extra for s in ("_a", "_b"))]
+               ].reset_index(drop=True)
 
 
 def where(figs: pd.DataFrame, op_rows: pd.DataFrame, mesh: dict | None) -> str:
@@ -126,15 +143,33 @@ def where(figs: pd.DataFrame, op_rows: pd.DataFrame, mesh: dict | None) -> str:
     return "; ".join(parts + ["most in " + describe_op(r, mesh) for _, r in lost.iterrows()])
 
 
+def axes(size, mesh: dict | None) -> str:
+    """The mesh axes a replica group of ``size`` devices spans ("Y", "X+Y"), where only one set
+    of axes has that many devices; "" where none or several do (sharding.md names a collective
+    by the axes it runs over)."""
+    if not finite(size) or size <= 1 or not mesh:
+        return ""
+    names = list(mesh)
+    found = [c for r in range(1, len(names) + 1) for c in itertools.combinations(names, r)
+             if math.prod(int(mesh[x]) for x in c) == size]
+    return "+".join(found[0]) if len(found) == 1 else ""
+
+
+def over(size, mesh: dict | None) -> str:
+    """" over axis Y (2 devices)", " over 8 devices", or "" for no group."""
+    named = axes(size, mesh)
+    if named:
+        return f" over {'axes' if '+' in named else 'axis'} {named} ({int(size)} devices)"
+    return f" over {int(size)} devices" if finite(size) and size > 1 else ""
+
+
 def describe_op(row: pd.Series, mesh: dict | None = None) -> str:
     """One line for an op's change: its time, and its share of its roofline before and after;
     when its roofline time moved too, that it does more (or less) work."""
     what, kind, size = row[schema.CATEGORY], row[schema.COLLECTIVE], row[schema.GROUP_SIZE]
     what = what if isinstance(what, str) and what else schema.CAT_OTHER
     if isinstance(kind, str) and kind:  # sharding.md: a collective's cost is set by its group
-        axes = [x for x, n in (mesh or {}).items() if finite(size) and n == size]
-        what = kind + (f" over axis {axes[0]} ({int(size)} devices)" if len(axes) == 1 else
-                       f" over {int(size)} devices" if finite(size) and size > 1 else "")
+        what = kind + over(size, mesh)
     bound = BOUND_TERMS.get(str(row[schema.BOUND]), "")
     head = f"{row[schema.OP]} ({what}{', ' + bound if bound else ''})"
     b, c = row[schema.BASELINE_S], row[schema.CANDIDATE_S]

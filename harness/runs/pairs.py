@@ -34,14 +34,31 @@ def _age(run: Run) -> tuple:
 
 
 def load_all(path: str | Path) -> list[Run]:
-    """The runs at or under ``path``: one run, or every run in a directory of them."""
+    """The runs at or under ``path``: one run, every run in a directory of them, or a profiler
+    trace (a ``*.xplane.pb``, or a directory of them holding no run: a ``jax.profiler`` profile
+    directory) analysed as one run (``pipeline.analyze_trace``; its ``path`` is the trace's)."""
+    from harness.trace.load import TRACE_SUFFIX
+
     p = Path(path)
+    if p.is_file() and p.name.endswith(TRACE_SUFFIX):
+        return [_trace(p)]
     if not p.is_dir():
-        raise HarnessError(f"{p}: no such run directory")
+        raise HarnessError(f"{p}: no such run directory or *{TRACE_SUFFIX} trace")
     dirs = store.run_dirs(p)
     if not dirs:
-        raise HarnessError(f"{p}: not a run and holds no runs (no {store.META} at or under it)")
+        if next(p.rglob(f"*{TRACE_SUFFIX}"), None) is not None:
+            return [_trace(p)]
+        raise HarnessError(f"{p}: not a run and holds no runs (no {store.META} at or under it) "
+                           f"nor traces (*{TRACE_SUFFIX})")
     return [Run.load(d) for d in dirs]
+
+
+def _trace(path: Path) -> Run:
+    from harness.runs import pipeline
+
+    run = pipeline.analyze_trace(path)
+    run.path = path
+    return run
 
 
 def newest(runs: list[Run]) -> dict[str, Run]:

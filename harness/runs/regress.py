@@ -27,8 +27,11 @@ significant at ``alpha`` (0.01). The verdicts (``VERDICTS``), in the order they 
    ``regression``. Off CPU (no probe; the host's CPU time is not the devices' work) the wall
    step decides: ``regression``.
 
-A regression says where the time went (``changes.where``). ``benchmarks/bench_regress_sim.py``
-measures the false alarms and the power of this rule (docs/regression.md).
+A regression says where the time went (``changes.where``). Two different programs (two layouts
+of one model) have their ops matched by source op instead of by name, and the message opens
+with the slower layout and what its extra step time is made of (``harness.runs.layouts``).
+``benchmarks/bench_regress_sim.py`` measures the false alarms and the power of this rule
+(docs/regression.md).
 """
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ from harness.calibrate import drift
 from harness.compare import workload_efficiency
 from harness.errors import HarnessError
 from harness.report.tables import fmt_seconds
-from harness.runs import changes
+from harness.runs import changes, layouts
 from harness.runs.pairs import key
 from harness.runs.run import Run
 
@@ -96,6 +99,7 @@ class Verdict:
     figures: pd.DataFrame  # schema.STEP_CHANGES
     ops: pd.DataFrame      # schema.OP_CHANGES
     met: list[str] = field(default_factory=list)  # what ran where, where the runs differ
+    layouts: layouts.Layouts | None = None  # two different programs side by side
 
     def to_dict(self, top: int = 0) -> dict:
         def rows(df):
@@ -108,16 +112,22 @@ class Verdict:
                 schema.P_VALUE: self.p_value, "host_change": self.host_change,
                 schema.EFFICIENCY: [e if math.isfinite(e) else None for e in self.efficiency],
                 "program": self.program, "differs": self.met, "figures": rows(self.figures),
-                "ops": rows(self.ops if top <= 0 else self.ops.head(top))}
+                "ops": rows(self.ops if top <= 0 else self.ops.head(top)),
+                **({"layouts": self.layouts.to_dict()} if self.layouts else {})}
 
 
-def samples(run: Run, name: str) -> np.ndarray:
+def samples(run: Run, name: str, wall: bool = True) -> np.ndarray:
     """The run's positive per-step times under meta ``name``; without wall times (a trace
-    captured elsewhere), the per-step sums of its ops' measured times."""
+    captured elsewhere), or ``wall`` False, the per-step sums of its ops' measured times."""
     times = np.asarray([t for t in run.meta.get(name) or () if t and t > 0], float)
-    if len(times) or name != schema.STEP_TIMES_S or run.steps is None or run.steps.empty:
+    if (len(times) and wall) or name != schema.STEP_TIMES_S or run.steps is None \
+            or run.steps.empty:
         return times
     return run.steps.groupby(schema.STEP)[schema.MEASURED_S].sum().to_numpy(float)
+
+
+def _walls(run: Run) -> bool:
+    return any(t and t > 0 for t in run.meta.get(schema.STEP_TIMES_S) or ())
 
 
 def change(a: np.ndarray, b: np.ndarray, noise: float) -> tuple[float, float]:
@@ -157,10 +167,13 @@ def _log_ratio(x: float, y: float) -> float:
     return math.log(x / y) if x > 0 and y > 0 else math.nan
 
 
-def compare(a: Run, b: Run, rule: Rule = Rule()) -> Verdict:
-    """The verdict of candidate ``b`` against baseline ``a`` (the module docstring)."""
+def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False) -> Verdict:
+    """The verdict of candidate ``b`` against baseline ``a`` (the module docstring).
+    ``layouts_first``: two runs named as two layouts of one model: when their programs differ,
+    the message opens with the slower one (else the cause opens it, the layouts' line after)."""
     fail_on, alpha = dict(rule.fail_on), rule.alpha
-    wa, wb = samples(a, schema.STEP_TIMES_S), samples(b, schema.STEP_TIMES_S)
+    wall = _walls(a) and _walls(b)  # else both sides' op sums: one measure for both
+    wa, wb = (samples(x, schema.STEP_TIMES_S, wall) for x in (a, b))
     r, se = change(wa, wb, rule.noise)
     k, se_k = change(*(samples(x, schema.STEP_CPU_TIMES_S) for x in (a, b)), rule.noise)
     ha, hb = host(a), host(b)
@@ -174,7 +187,8 @@ def compare(a: Run, b: Run, rule: Rule = Rule()) -> Verdict:
     busier = worse(k, se_k, t, alpha)  # more CPU time per step
     if "step" in fail_on and worse(k, se_k, fail_on["step"], alpha):
         crossed.setdefault("step", fail_on["step"])
-    prog, figs, ops = changes.program(a, b), changes.figures(a, b), changes.ops(a, b)
+    prog, figs, side = changes.program(a, b), changes.figures(a, b), layouts.compare(a, b)
+    ops = side.ops[list(schema.OP_CHANGES)] if side else changes.ops(a, b)
     p = float(norm.sf(r / se)) if se > 0 else float(r <= 0)
     stats = (f"wall step {fmt_seconds(float(np.median(wa)))} -> "
              f"{fmt_seconds(float(np.median(wb)))} ({math.expm1(r):+.0%}, p={p:.2g})"
@@ -185,8 +199,12 @@ def compare(a: Run, b: Run, rule: Rule = Rule()) -> Verdict:
     changed = f"the program changed ({prog['what']}); " if prog["changed"] else ""
 
     def verdict(v: str, cause: str, message: str) -> Verdict:
-        return Verdict(key(b), a, b, v, cause, message, math.expm1(r), p, math.expm1(-h), eff,
-                       prog, figs, ops, changes.met(a, b))
+        if side and layouts_first:
+            message = f"{side.headline}. {message[:1].upper()}{message[1:]}"
+        elif side:
+            message = f"{message}. {side.headline}"
+        return Verdict(key(b), a, b, v, cause, message, math.expm1(r), p, math.expm1(-h),
+                       eff, prog, figs, ops, changes.met(a, b), side)
 
     if not math.isfinite(r):
         return verdict(INCONCLUSIVE, NOISE, stats)
