@@ -259,6 +259,20 @@ def _time_user_compile(lowered, step_s: float, steps_of: _Steps, steps: int) -> 
     return out
 
 
+def args_mesh(args: Sequence, kwargs: dict):
+    """The mesh the arguments are laid out on (the first ``NamedSharding`` over more than one
+    device among their leaves): its named axes say which axes a collective runs over
+    (``harness.explain``); None where no argument names one."""
+    import jax
+    from jax.sharding import NamedSharding
+
+    for leaf in jax.tree_util.tree_leaves((args, kwargs)):
+        sharding = getattr(leaf, "sharding", None)
+        if isinstance(sharding, NamedSharding) and sharding.mesh.size > 1:
+            return sharding.mesh
+    return None
+
+
 def capture(fn: Callable, args: Sequence, *, warmup: int = 2, steps: int = STEPS,
             out_dir: str | os.PathLike, mesh=None, kwargs: dict | None = None,
             carry: Callable | None = None, command_buffers: bool = False) -> Capture:
@@ -319,6 +333,7 @@ def capture(fn: Callable, args: Sequence, *, warmup: int = 2, steps: int = STEPS
                  schema.TRACE_STOP_S: stop_s, **timing,
                  schema.MEMORY_NEEDED_BYTES: need, schema.MEMORY_CAPACITY_BYTES: have,
                  schema.TIME: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
+    mesh = mesh if mesh is not None else args_mesh(args, kwargs or {})
     if mesh is not None:
         meta[schema.MESH] = {str(k): int(v) for k, v in dict(mesh.shape).items()}
     cost = _cost_dict(compiled)

@@ -12,6 +12,7 @@ Both programs name their one collective ``all-reduce``: joined by name they woul
 present in both; by source op they are two, each in one layout.
 """
 import json
+from pathlib import Path
 
 import pytest
 
@@ -54,6 +55,13 @@ def runs(tmp_path_factory):
                               steps=3, warmup=1, out_dir=root / f"{name}-trace")
         out[name] = Run.load(run.save(root / name))
     return out["good"], out["bad"]
+
+
+def _line_of(text: str) -> str:
+    """``tests/test_layouts.py:42``: where this file calls ``jnp.einsum(text, ...)``."""
+    lines = Path(__file__).read_text().splitlines()
+    at = next(i for i, line in enumerate(lines, 1) if f"jnp.einsum({text}" in line)
+    return f"tests/{Path(__file__).name}:{at}"
 
 
 def _own(run: Run, source: str, category: str):
@@ -123,9 +131,13 @@ def test_the_verdict_names_the_slower_layout_and_what_its_step_is_made_of(runs):
     assert sum(s for _, s in lay.attribution) == pytest.approx(abs(tb - ta))
     exposed = {w: s for w, s in lay.attribution if w.startswith("exposed all-reduce")}
     sign = 1 if slow == "B" else -1
-    assert exposed[f"exposed all-reduce from {FIRST} over 2 devices, only in B"] == pytest.approx(
+    # each named by its source line (the einsum's, in this file) and the axis it runs over:
+    # the weights are sharded over Y (the module docstring), the arguments' mesh names it
+    first, second = (f"{_line_of(spec)}) over axis Y ({Y} devices)"
+                     for spec in ('"bd,df->bf"', '"bf,fd->bd"'))
+    assert exposed[f"exposed all-reduce from {FIRST} ({first}, only in B"] == pytest.approx(
         sign * b.step[schema.EXPOSED_COMM_S])
-    assert exposed[f"exposed all-reduce from {SECOND} over 2 devices, only in A"] == pytest.approx(
+    assert exposed[f"exposed all-reduce from {SECOND} ({second}, only in A"] == pytest.approx(
         -sign * a.step[schema.EXPOSED_COMM_S])
     # two runs named explicitly: the message opens with it
     v = regress.compare(a, b, layouts_first=True)

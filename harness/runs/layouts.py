@@ -34,7 +34,9 @@ SOURCE, NAME = "source op", "name"  # how the ops were matched (schema.MATCHED_B
 NO_SOURCE = "(no source op)"        # the key of ops whose HLO names no operation
 ONLY_A, ONLY_B, BOTH = "only in A", "only in B", "both"  # schema.SIDE
 KEYS = (schema.PROGRAM, schema.OP, schema.CATEGORY, schema.COLLECTIVE, schema.GROUP_SIZE)
-EXTRA = (schema.OPS_MATCHED, schema.COMM_BYTES, schema.COMM_S, schema.EXPOSED_COMM_S)
+EXTRA = (schema.OPS_MATCHED, schema.COMM_BYTES, schema.COMM_S, schema.EXPOSED_COMM_S,
+         schema.MESH_AXES, schema.SOURCE_LINE)
+WHERE = (schema.MESH_AXES, schema.SOURCE_LINE)  # an op group's axes (harness.explain) and line
 _OUTER_JIT = re.compile(r"^jit\([^/]*\)/(?=.)")
 _SMALL = 0.01  # a remainder under this share of the step difference is left out of the line
 
@@ -72,12 +74,24 @@ def exposed(run: Run) -> pd.DataFrame:
     return df
 
 
+def explained(run: Run) -> pd.DataFrame:
+    """Per collective the run's COLLECTIVES table explains: the mesh axes it ran over (empty
+    for a run saved without the table)."""
+    table = run.collectives
+    if table is None or not len(table) or schema.MESH_AXES not in table.columns:
+        return pd.DataFrame(columns=[schema.OP, schema.MESH_AXES])
+    return table[[schema.OP, schema.MESH_AXES]].astype(str).drop_duplicates(schema.OP)
+
+
 def grouped(run: Run) -> pd.DataFrame:
     """The run's ops summed per (source op, category, collective kind, group size): time,
     roofline time, work per step, how many ops, and communication and exposed time (NaN for a
     collective the step object does not list)."""
-    o = run.ops.assign(**{c: np.nan for c in changes.OP_COLUMNS if c not in run.ops})
-    o = o.merge(exposed(run), on=schema.OP, how="left")
+    o = run.ops.assign(**{c: np.nan for c in (*changes.OP_COLUMNS, schema.SOURCE_LINE)
+                          if c not in run.ops})
+    o = o.drop(columns=[schema.MESH_AXES], errors="ignore")
+    o = o.merge(exposed(run), on=schema.OP, how="left").merge(explained(run), on=schema.OP,
+                                                               how="left")
     n = o[schema.COUNT].astype(float) if schema.COUNT in o else 1.0
     o = o.assign(**{schema.PROGRAM: "", schema.OP: o[schema.SOURCE_OP].map(source_key),
                     schema.CATEGORY: o[schema.CATEGORY].fillna(schema.CAT_OTHER).astype(str),
@@ -90,6 +104,8 @@ def grouped(run: Run) -> pd.DataFrame:
     for c in (schema.COMM_S, schema.EXPOSED_COMM_S):
         out[c] = g[c].sum(min_count=1)
     out[schema.PREDICTED_S] = g[schema.PREDICTED_S].sum(min_count=1)
+    for c in WHERE:  # the group's axes and line: its ops' own, where they agree
+        out[c] = g[c].agg(lambda v: v.dropna().iloc[0] if v.dropna().nunique() == 1 else "")
     out[schema.EFFICIENCY] = out[schema.PREDICTED_S] / out[schema.MEASURED_S].where(
         out[schema.MEASURED_S] > 0)
     bound = g[schema.BOUND].agg(lambda s: s.iloc[0] if s.nunique() == 1 else "")
@@ -113,7 +129,8 @@ def collectives(rows: pd.DataFrame, mesh: dict | None) -> pd.DataFrame:
     return pd.DataFrame({
         schema.SIDE: c[schema.SIDE], schema.SOURCE_OP: c[schema.OP],
         schema.COLLECTIVE: c[schema.COLLECTIVE], schema.GROUP_SIZE: c[schema.GROUP_SIZE],
-        schema.AXES: [changes.axes(s, mesh) for s in c[schema.GROUP_SIZE]],
+        schema.AXES: [_axes(r, mesh) for _, r in c.iterrows()],
+        schema.SOURCE_LINE: [_line(r) for _, r in c.iterrows()],
         schema.BASELINE_S: c[schema.BASELINE_S], schema.CANDIDATE_S: c[schema.CANDIDATE_S],
         **{f"{schema.EXPOSED_COMM_S}{s}": c[schema.EXPOSED_COMM_S + s] for s in ("_a", "_b")},
         **{schema.COMM_BYTES + s: c[schema.COMM_BYTES + s] for s in ("_a", "_b")}}
@@ -125,11 +142,35 @@ def step_of(run: Run, name: str) -> float:
     return float(v) if changes.finite(v) else math.nan
 
 
+def _either(row: pd.Series, column: str) -> str:
+    """A text figure of the op group in B, else in A ("" where neither has it)."""
+    for side in ("_b", "_a"):
+        v = row.get(column + side)
+        if isinstance(v, str) and v and v != "nan":
+            return v
+    return ""
+
+
+def _axes(row: pd.Series, mesh: dict | None) -> str:
+    """The mesh axes the collective ran over: as explained from its device groups, else the
+    axes its group size alone implies."""
+    return _either(row, schema.MESH_AXES) or changes.axes(row[schema.GROUP_SIZE], mesh)
+
+
+def _line(row: pd.Series) -> str:
+    return _either(row, schema.SOURCE_LINE)
+
+
 def _what(row: pd.Series, mesh: dict | None) -> str:
-    """``all-reduce from bd,df->bf/dot_general over axis Y (2 devices), only in B``."""
+    """``all-reduce from bd,df->bf/dot_general (model.py:12) over axis Y (2 devices), only in
+    B``."""
     where = {ONLY_A: ", only in A", ONLY_B: ", only in B"}.get(row[schema.SIDE], "")
-    return (f"{row[schema.COLLECTIVE]} from {row[schema.OP]}"
-            f"{changes.over(row[schema.GROUP_SIZE], mesh)}{where}")
+    line = f" ({_line(row)})" if _line(row) else ""
+    axes, size = _either(row, schema.MESH_AXES), row[schema.GROUP_SIZE]
+    over = (f" over {'axes' if '+' in axes else 'axis'} {axes} ({int(size)} devices)"
+            if axes and "{" not in axes and changes.finite(size)
+            else changes.over(size, mesh))
+    return f"{row[schema.COLLECTIVE]} from {row[schema.OP]}{line}{over}{where}"
 
 
 def attribute(a: Run, b: Run, rows: pd.DataFrame, mesh: dict | None, sign: float
