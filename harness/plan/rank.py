@@ -152,7 +152,7 @@ def evaluate(setting: Setting, cand: Candidate, progress: Callable[[str], None])
     return row
 
 
-def rank(rows: Sequence[dict]) -> pd.DataFrame:
+def ranked(rows: Sequence[dict]) -> pd.DataFrame:
     """Layouts that fit by predicted step, then those that do not fit, then those that cannot
     be built (the columns of ``schema.PLAN``)."""
     df = pd.DataFrame(list(rows)).reindex(columns=list(schema.PLAN))
@@ -170,7 +170,7 @@ def plan(setting: Setting, candidates: Sequence[Candidate],
     for i, cand in enumerate(candidates, 1):
         rows.append(evaluate(setting, cand, lambda line, i=i: progress(
             f"[{i}/{len(candidates)}] {line}")))
-    table = rank(rows)
+    table = ranked(rows)
     import workloads
 
     cfg = workloads.make_config(setting.workload, setting.preset, setting.overrides)
