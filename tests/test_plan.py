@@ -77,6 +77,15 @@ def test_ranked_by_step_then_what_does_not_fit_then_what_cannot_be_built():
     assert list(ranked(rows).columns) == list(schema.PLAN)
 
 
+def test_orders_agree_unless_the_prediction_reverses_a_pair_the_book_orders():
+    from harness.plan.rank import orders_agree
+
+    book = [["fsdp", "fsdp_tp"], ["tp"]]  # the book ties fsdp and fsdp_tp
+    assert orders_agree(book, ["fsdp_tp", "fsdp", "tp"])
+    assert orders_agree(book, ["fsdp", "tp"])
+    assert not orders_agree(book, ["tp", "fsdp"])
+
+
 def _setting(**overrides):
     return Setting("llama_train", "8b", {"B": "64", "T": "256", **overrides}, V5P, (4, 4, 4),
                    "tpu-v5p")
@@ -85,12 +94,15 @@ def _setting(**overrides):
 def test_a_refused_compile_is_ranked_last_with_the_compilers_reason(monkeypatch):
     class Refused:
         def result(self):
-            raise aot.HbmExhausted("Ran out of memory on HBM, used 130G of 95.7G (stand-in)")
+            raise aot.HbmExhausted("XLA:TPU for v5p:4x4x4: Ran out of memory on HBM, used 130G "
+                                   "of 95.7G (stand-in)")
 
     monkeypatch.setattr(aot, "start_compile", lambda *a, **k: Refused())
     lines = []
     row = plan_rank.evaluate(_setting(), Candidate("dp", 64, 1, 3, 1), lines.append)
-    assert row[schema.FITS] == "no" and "130G of 95.7G" in row[schema.PLAN_NOTE]
+    assert row[schema.FITS] == "no"
+    assert row[schema.PLAN_NOTE] == "does not fit: Ran out of memory on HBM, used 130G of 95.7G " \
+                                    "(stand-in)"
     assert row[schema.BOOK_BOUND] == "comm"  # 16384 tokens / 64 = 256 per chip <= 850
     assert lines == ["dp on 64x1: compiling ...", "dp on 64x1: does not fit (0 s)"]
 

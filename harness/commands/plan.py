@@ -94,7 +94,7 @@ def main(args) -> int:
     import workloads  # deferred: importing workloads imports jax
     from harness.plan import Setting, candidates, plan
     from harness.plan.layouts import check_layouts
-    from harness.plan.rank import check_workload
+    from harness.plan.rank import check_workload, orders_agree
     from workloads import tpu
 
     check_workload(args.workload)
@@ -119,7 +119,7 @@ def main(args) -> int:
     head = (f"{args.workload} ({args.preset}) on {chip.name} {'x'.join(map(str, topo))} "
             f"({math.prod(topo)} chips), {'XLA:TPU' if tpu_chip else 'XLA:CPU'} compiles; "
             f"B = {tokens:,} tokens ({cfg.B} x {cfg.T}); alpha = C/W_ici = {alpha:,.0f}")
-    agree = result.book_order == result.predicted_order
+    agree = orders_agree(result.book_order, result.predicted_order)
     if args.format == "json":
         print(json.dumps({"header": head, "notes": notes, "tokens": tokens,
                           "alpha": alpha, "book_order": result.book_order,
@@ -132,6 +132,7 @@ def main(args) -> int:
         print(note)
     print(tables.render(result.table, "md" if args.format == "md" else "text",
                         schema.PLAN), end="")
-    print(f"the book's order: {' < '.join(result.book_order) or '-'}; the prediction's: "
+    book = " < ".join(" = ".join(group) for group in result.book_order)
+    print(f"the book's order: {book or '-'}; the prediction's: "
           f"{' < '.join(result.predicted_order) or '-'} ({'agree' if agree else 'differ'})")
     return 0

@@ -37,6 +37,7 @@ YES, NO = "yes", "no"
 # what went wrong, in rank order after the layouts that fit (harness plan ranks them last)
 DOES_NOT_FIT, NOT_BUILT = "does not fit", "cannot be built"
 _ORDER = {YES: 0, NO: 1, NOT_BUILT: 2}
+TIE = 1e-6  # book steps this close (relative) are one place in the book's order
 
 
 def _llama_model(cfg):
@@ -68,7 +69,7 @@ class Plan:
 
     table: pd.DataFrame
     tokens: int
-    book_order: list[str] = field(default_factory=list)
+    book_order: list[list[str]] = field(default_factory=list)  # ties grouped
     predicted_order: list[str] = field(default_factory=list)
 
 
@@ -126,7 +127,8 @@ def evaluate(setting: Setting, cand: Candidate, progress: Callable[[str], None])
                             tpu_chip=setting.tpu_chip, cache_dir=setting.cache_dir).result()
     except HbmExhausted as e:
         progress(f"{cand.layout} on {cand.mesh}: {DOES_NOT_FIT} ({time.perf_counter() - t0:.0f} s)")
-        return {**row, schema.FITS: NO, schema.PLAN_NOTE: f"{DOES_NOT_FIT}: {e}"}
+        why = str(e).split(": ", 1)[-1]  # the compiler's words, without its name and slice
+        return {**row, schema.FITS: NO, schema.PLAN_NOTE: f"{DOES_NOT_FIT}: {why}"}
     progress(f"{cand.layout} on {cand.mesh}: "
              + (f"cached (compiled in {aot.compile_s:.0f} s)" if aot.cached
                 else f"done in {time.perf_counter() - t0:.0f} s"))
@@ -176,5 +178,20 @@ def plan(setting: Setting, candidates: Sequence[Candidate],
     cfg = workloads.make_config(setting.workload, setting.preset, setting.overrides)
     # the two orders over the layouts that have a prediction and fit (the book has no memory)
     priced = table[table[schema.PREDICTED_STEP_S].notna() & (table[schema.FITS] != NO)]
-    book = priced.sort_values(schema.ANALYTIC_S, kind="stable")[schema.LAYOUT].tolist()
-    return Plan(table, cfg.B * cfg.T, book, priced[schema.LAYOUT].tolist())
+    book = priced.sort_values(schema.ANALYTIC_S, kind="stable")
+    groups: list[list[str]] = []  # layouts the book's step cannot tell apart share a group
+    last = None
+    for layout, t in zip(book[schema.LAYOUT], book[schema.ANALYTIC_S]):
+        if last is not None and abs(t - last) <= TIE * last:
+            groups[-1].append(layout)
+        else:
+            groups.append([layout])
+        last = t
+    return Plan(table, cfg.B * cfg.T, groups, priced[schema.LAYOUT].tolist())
+
+
+def orders_agree(book: Sequence[Sequence[str]], predicted: Sequence[str]) -> bool:
+    """True when no two layouts the book orders strictly are in the other order predicted."""
+    rank_of = {layout: i for i, group in enumerate(book) for layout in group}
+    ranks = [rank_of[layout] for layout in predicted]
+    return ranks == sorted(ranks)
