@@ -129,6 +129,9 @@ def evaluate(setting: Setting, cand: Candidate, progress: Callable[[str], None])
         progress(f"{cand.layout} on {cand.mesh}: {DOES_NOT_FIT} ({time.perf_counter() - t0:.0f} s)")
         why = str(e).split(": ", 1)[-1]  # the compiler's words, without its name and slice
         return {**row, schema.FITS: NO, schema.PLAN_NOTE: f"{DOES_NOT_FIT}: {why}"}
+    except WorkloadError as e:  # the compiler failed: the layout has no prediction, say why
+        progress(f"{cand.layout} on {cand.mesh}: failed ({e})")
+        return {**row, schema.FITS: NOT_BUILT, schema.PLAN_NOTE: f"{NOT_BUILT}: {e}"}
     progress(f"{cand.layout} on {cand.mesh}: "
              + (f"cached (compiled in {aot.compile_s:.0f} s)" if aot.cached
                 else f"done in {time.perf_counter() - t0:.0f} s"))
