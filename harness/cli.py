@@ -25,6 +25,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
                     "compile a (real-size) workload on a virtual mesh and cost its HLO on a chip"),
     "explain": ("harness.commands.explain",
                 "every collective of a run or trace: source line, mesh axes, why, the book's fix"),
+    "plan": ("harness.commands.plan",
+             "rank a workload's layouts on a chip and slice before running (compiled ahead of "
+             "time)"),
     "list": ("harness.commands.list", "list the stored runs"),
     "report": ("harness.commands.report", "re-render a stored run's report"),
     "view": ("harness.commands.view", "open a stored run's trace in the xprof UI"),

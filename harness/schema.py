@@ -314,6 +314,23 @@ COLLECTIVES = (PROGRAM, OP, COLLECTIVE, SOURCE_LINE, SOURCE_OP, MESH_AXES, DEVIC
                COUNT, REASON, PREDICTED_S, MEASURED_S, EXPOSED_COMM_S, WHY, FIX)
 # ranked by exposed_comm_s, then measured_s, then predicted_s (the most costly first)
 
+# --- harness plan (harness.plan): one row per candidate layout, fastest predicted first ---
+LAYOUT = term("layout", "how the model is split: dp, fsdp, tp or fsdp_tp "
+              "(workloads.llama.sharding)")
+SPANS = term("spans", "physical torus axes the mesh's X and Y each span, M_X x M_Y (training.md)")
+PEAK_BYTES = term("peak_bytes", "peak memory per chip, the compiler's memory_analysis()")
+FITS = term("fits", "yes when the peak fits the chip's HBM; a layout that does not is ranked last")
+BOOK_CONDITION = term("book_condition", "training.md's compute-bound condition with this "
+                      "layout's numbers (alpha = C/W_ici)")
+BOOK_BOUND = term("book_bound", "compute or comm: what the book's condition says")
+PREDICTED_BOUND = term("predicted_bound", "compute or comm: whether the predicted step's "
+                       "communication exceeds its compute")
+AGREE = term("agree", "yes when the prediction and the book name the same bound")
+PLAN_NOTE = term("note", "why a layout has no prediction, or how its split was chosen")
+PLAN = (LAYOUT, MESH, SPANS, PREDICTED_STEP_S, MFU_AT_ROOFLINE, PREDICTED_EXPOSED_COMM_S,
+        PEAK_BYTES, FITS, BOOK_CONDITION, BOOK_BOUND, PREDICTED_BOUND, AGREE, ANALYTIC_S,
+        PLAN_NOTE)
+
 # --- tables -------------------------------------------------------------------------------
 EVENTS = (PROGRAM, OP, DEVICE, STEP, START_NS, DURATION_NS)
 OPS_MEASURED = (PROGRAM, OP, COUNT, MEASURED_S, MEASURED_MIN_S, MEASURED_MAX_S, DEVICES)

@@ -226,3 +226,62 @@ def step_time(cfg: Config, batch_tokens: float, chip: Chip | str, num_chips: int
         attn = transformer.attention_flops(cfg, batch_tokens, seq_len) / cfg.L
     return layer_step(batch_tokens, cfg.D, P_layer, cfg.L, chip, strategy, X, Y, axes,
                       tp_blocks=2, extra_params=extra, attn_fwd_flops=attn, mfu=mfu, dtype=dtype)
+
+
+# --- the book's verdict on one layout (training.md §6.2) ---------------------------------------
+@dataclass(frozen=True)
+class Verdict:
+    """training.md's compute-bound condition for one layout: ``have`` against ``need``
+    (``have > need`` is compute-bound, except TP: ``have < need``), and the condition in words."""
+
+    strategy: str
+    have: float
+    need: float
+    bound: str      # "compute" | "comm"
+    condition: str
+
+
+def _num(x: float) -> str:
+    """850, 2,550, 16.9: whole numbers from 100 up, three figures below."""
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def _tp_verdict(tokens, chip, N, X, Y, m_x, m_y, F, dtype) -> Verdict:
+    # training.md: TP stays compute-bound while Y < M_Y * F / alpha
+    need = max_tp(F, chip, m_y, dtype)
+    ok = Y < need
+    return Verdict("tp", Y, need, "compute" if ok else "comm",
+                   f"Y={Y} {'<' if ok else '>='} M_Y*F/alpha={_num(need)}")
+
+
+def _batch_verdict(strategy: str):
+    def verdict(tokens, chip, N, X, Y, m_x, m_y, F, dtype) -> Verdict:
+        if strategy == "fsdp_tp":  # training.md: at X_opt, B/N > alpha^2/(M_X*M_Y*F)
+            have, need, what = tokens / N, min_batch_per_chip(chip, strategy, (m_x, m_y), F,
+                                                              dtype=dtype), "B/N"
+            rule = f"alpha^2/(M_X*M_Y*F)={_num(need)}"
+        else:  # training.md: B/X > alpha/M_X
+            have, need, what = tokens / X, min_batch_per_chip(chip, strategy, m_x,
+                                                              dtype=dtype), "B/X"
+            rule = f"alpha/M_X={_num(need)}"
+        ok = have > need
+        return Verdict(strategy, have, need, "compute" if ok else "comm",
+                       f"{what}={_num(have)} {'>' if ok else '<='} {rule}")
+    return verdict
+
+
+VERDICTS: dict[str, Callable[..., Verdict]] = {
+    "dp": _batch_verdict("dp"), "fsdp": _batch_verdict("fsdp"),
+    "fsdp_tp": _batch_verdict("fsdp_tp"), "tp": _tp_verdict,
+}
+
+
+def verdict(strategy: str, tokens: float, chip: Chip | str, X: int, Y: int,
+            axes: Sequence[int] = (1, 1), F: float | None = None, dtype: str = "bf16"
+            ) -> Verdict:
+    """Whether ``strategy`` on X (data/FSDP) x Y (model) chips stays compute-bound at
+    ``tokens`` per batch, by training.md's condition; ``axes`` = (M_X, M_Y)."""
+    if strategy not in VERDICTS:
+        raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(VERDICTS)}")
+    m_x, m_y = _mxy(tuple(axes))
+    return VERDICTS[strategy](positive("tokens", tokens), chip, X * Y, X, Y, m_x, m_y, F, dtype)

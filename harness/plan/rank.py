@@ -1,0 +1,200 @@
+"""Rank layouts before running: compile each ahead of time, play its schedule at the roofline,
+set it beside the book's verdict.
+
+Each candidate (``harness.plan.layouts``) is compiled the way ``predict-hlo`` compiles
+(``workloads.aot.start_compile``, cached; for a TPU chip with libtpu, the TPU compiler for its
+slice, else XLA:CPU on virtual devices), priced by ``harness.hlo.chips.predict_module`` (the
+overlap-aware simulated step) and its ``memory_analysis()`` set against the chip's HBM
+(``harness.memory.memory_fit``). Beside it stand training.md's compute-bound condition for the
+layout (``predictions.training.verdict``) and the book's step for it
+(``predictions.training.step_time`` with the layout's X, Y, M_X, M_Y). Compiles run one after
+another: the host is shared, and libtpu uses every core it finds.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+
+from harness import schema
+from harness.errors import HarnessError
+from harness.hlo import parse_module
+from harness.hlo.chips import predict_module
+from harness.memory import memory_fit
+from harness.plan.layouts import Candidate
+from predictions import training
+from predictions.hardware import Chip
+from predictions.step import book_dtype
+
+log = logging.getLogger(__name__)
+
+YES, NO = "yes", "no"
+# what went wrong, in rank order after the layouts that fit (harness plan ranks them last)
+DOES_NOT_FIT, NOT_BUILT = "does not fit", "cannot be built"
+_ORDER = {YES: 0, NO: 1, NOT_BUILT: 2}
+TIE = 1e-6  # book steps this close (relative) are one place in the book's order
+
+
+def _llama_model(cfg):
+    from workloads.llama.config import book_model
+    return book_model(cfg)
+
+
+# workloads whose config names a parallelism -> their model in the book's letters
+PLANNABLE: dict[str, Callable] = {"llama_train": _llama_model}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What is planned: a workload config (preset and overrides, B and T among them), the chip,
+    the slice's physical topology and where to compile (``tpu_chip`` None: XLA:CPU)."""
+
+    workload: str
+    preset: str
+    overrides: dict
+    chip: Chip
+    topology: tuple[int, ...]
+    tpu_chip: str | None = None
+    cache_dir: Path | None = None
+
+
+@dataclass
+class Plan:
+    """The ranked table (``schema.PLAN``), fastest predicted first, and the book's order."""
+
+    table: pd.DataFrame
+    tokens: int
+    book_order: list[list[str]] = field(default_factory=list)  # ties grouped
+    predicted_order: list[str] = field(default_factory=list)
+
+
+def check_workload(name: str) -> None:
+    if name not in PLANNABLE:
+        raise HarnessError(f"workload {name!r} has no layouts to plan; valid: "
+                           f"{', '.join(PLANNABLE)}")
+
+
+def _book(setting: Setting, cand: Candidate, cfg, tokens: int) -> dict:
+    """The book's verdict and step for one layout (training.md §6.2)."""
+    from workloads.llama.book import STRATEGY
+
+    model = PLANNABLE[setting.workload](cfg)
+    strategy, dtype = STRATEGY[cand.layout], book_dtype(cfg.param_dtype)
+    axes = (cand.M_X, cand.M_Y)
+    v = training.verdict(strategy, tokens, setting.chip, cand.X, cand.Y, axes, model.F, dtype)
+    st = training.step_time(model, tokens, setting.chip, cand.X * cand.Y, strategy, cand.X,
+                            cand.Y, axes, dtype=dtype, seq_len=cfg.T)
+    return {schema.BOOK_CONDITION: v.condition, schema.BOOK_BOUND: v.bound,
+            schema.ANALYTIC_S: st.t_step_s}
+
+
+def _check_builds(wl, cfg, mesh: str) -> None:
+    """The workload's own checks (every split dim divisible) on a device-free mesh, before
+    any compile: WorkloadError naming what does not divide."""
+    from workloads.mesh import abstract_mesh
+
+    wl.build(cfg, abstract_mesh(mesh, wl.mesh_axes), abstract=True)
+
+
+def evaluate(setting: Setting, cand: Candidate, progress: Callable[[str], None]) -> dict:
+    """One row of the plan: the compiled layout's predicted step, MFU, exposed communication
+    and peak memory, and the book's verdict beside it."""
+    import workloads
+    from workloads.aot import HbmExhausted, start_compile
+    from workloads.base import WorkloadError
+
+    row = {schema.LAYOUT: cand.layout, schema.MESH: cand.mesh,
+           schema.SPANS: f"{cand.M_X}x{cand.M_Y}", schema.PLAN_NOTE: cand.note}
+    overrides = {**setting.overrides, "parallelism": cand.layout}
+    wl = workloads.get(setting.workload)
+    cfg = workloads.make_config(setting.workload, setting.preset, overrides)
+    tokens = cfg.B * cfg.T
+    row.update(_book(setting, cand, cfg, tokens))
+    try:
+        _check_builds(wl, cfg, cand.mesh)
+    except WorkloadError as e:
+        progress(f"{cand.layout} on {cand.mesh}: {NOT_BUILT}: {e}")
+        return {**row, schema.FITS: NOT_BUILT, schema.PLAN_NOTE: f"{NOT_BUILT}: {e}"}
+    progress(f"{cand.layout} on {cand.mesh}: compiling ...")
+    t0 = time.perf_counter()
+    try:
+        aot = start_compile(setting.workload, setting.preset, overrides, cand.mesh,
+                            tpu_chip=setting.tpu_chip, cache_dir=setting.cache_dir).result()
+    except HbmExhausted as e:
+        progress(f"{cand.layout} on {cand.mesh}: {DOES_NOT_FIT} ({time.perf_counter() - t0:.0f} s)")
+        why = str(e).split(": ", 1)[-1]  # the compiler's words, without its name and slice
+        return {**row, schema.FITS: NO, schema.PLAN_NOTE: f"{DOES_NOT_FIT}: {why}"}
+    except WorkloadError as e:  # the compiler failed: the layout has no prediction, say why
+        progress(f"{cand.layout} on {cand.mesh}: failed ({e})")
+        return {**row, schema.FITS: NOT_BUILT, schema.PLAN_NOTE: f"{NOT_BUILT}: {e}"}
+    progress(f"{cand.layout} on {cand.mesh}: "
+             + (f"cached (compiled in {aot.compile_s:.0f} s)" if aot.cached
+                else f"done in {time.perf_counter() - t0:.0f} s"))
+    mesh = SimpleNamespace(shape=dict(zip(wl.mesh_axes, (cand.X, cand.Y))))
+    model_flops = wl.book(cfg, mesh, setting.chip).model_flops if wl.book else None
+    pred = predict_module(parse_module(aot.hlo_text), setting.chip, devices=aot.devices,
+                          model_flops=model_flops)
+    sim = pred.step
+    # training.md's bound: T_comms against T_math; here the program's communication at the
+    # roofline against the core's compute in the simulated step
+    bound = "comm" if sim.comm_s > sim.compute_s else "compute"
+    row.update({schema.PREDICTED_STEP_S: sim.step_s,
+                schema.MFU_AT_ROOFLINE: pred.totals.get(schema.MFU_AT_ROOFLINE),
+                schema.PREDICTED_EXPOSED_COMM_S: sim.exposed_comm_s,
+                schema.PREDICTED_BOUND: bound,
+                schema.AGREE: YES if bound == row[schema.BOOK_BOUND] else NO})
+    if aot.memory:
+        fit = memory_fit(aot.memory, setting.chip)
+        row.update({schema.PEAK_BYTES: fit["peak_bytes"], schema.FITS: YES if fit["fits"] else NO})
+        if not fit["fits"]:
+            row[schema.PLAN_NOTE] = (f"{DOES_NOT_FIT}: peak over {setting.chip.name}'s HBM by "
+                                     f"{-fit['headroom_bytes'] / 1e9:.3g} GB")
+    return row
+
+
+def ranked(rows: Sequence[dict]) -> pd.DataFrame:
+    """Layouts that fit by predicted step, then those that do not fit, then those that cannot
+    be built (the columns of ``schema.PLAN``)."""
+    df = pd.DataFrame(list(rows)).reindex(columns=list(schema.PLAN))
+    order = df[schema.FITS].map(_ORDER).fillna(0)
+    key = pd.DataFrame({"o": order, "s": df[schema.PREDICTED_STEP_S].fillna(float("inf"))})
+    return df.loc[key.sort_values(["o", "s"], kind="stable").index].reset_index(drop=True)
+
+
+def plan(setting: Setting, candidates: Sequence[Candidate],
+         progress: Callable[[str], None] = lambda line: None) -> Plan:
+    """Compile, price and rank ``candidates`` (one compile at a time, each line of progress
+    handed to ``progress``)."""
+    check_workload(setting.workload)
+    rows = []
+    for i, cand in enumerate(candidates, 1):
+        rows.append(evaluate(setting, cand, lambda line, i=i: progress(
+            f"[{i}/{len(candidates)}] {line}")))
+    table = ranked(rows)
+    import workloads
+
+    cfg = workloads.make_config(setting.workload, setting.preset, setting.overrides)
+    # the two orders over the layouts that have a prediction and fit (the book has no memory)
+    priced = table[table[schema.PREDICTED_STEP_S].notna() & (table[schema.FITS] != NO)]
+    book = priced.sort_values(schema.ANALYTIC_S, kind="stable")
+    groups: list[list[str]] = []  # layouts the book's step cannot tell apart share a group
+    last = None
+    for layout, t in zip(book[schema.LAYOUT], book[schema.ANALYTIC_S]):
+        if last is not None and abs(t - last) <= TIE * last:
+            groups[-1].append(layout)
+        else:
+            groups.append([layout])
+        last = t
+    return Plan(table, cfg.B * cfg.T, groups, priced[schema.LAYOUT].tolist())
+
+
+def orders_agree(book: Sequence[Sequence[str]], predicted: Sequence[str]) -> bool:
+    """True when no two layouts the book orders strictly are in the other order predicted."""
+    rank_of = {layout: i for i, group in enumerate(book) for layout in group}
+    ranks = [rank_of[layout] for layout in predicted]
+    return ranks == sorted(ranks)
