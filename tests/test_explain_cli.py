@@ -52,10 +52,12 @@ def test_trace_collectives_carry_measured_and_exposed_time(partial_sums):
     assert row[schema.MESH_AXES] == "X" and row[schema.REASON] == "case 3: partial sums"
     assert row[schema.SOURCE_LINE].endswith(_line())
     ops = run.ops.set_index(schema.OP)
-    assert row[schema.MEASURED_S] == ops.loc[row[schema.OP], schema.MEASURED_S] > 0
     assert row[schema.PREDICTED_S] == ops.loc[row[schema.OP], schema.PREDICTED_S] > 0
-    exposed = {c[schema.OP]: c[schema.EXPOSED_COMM_S] for c in run.step[schema.STEP_COLLECTIVES]}
-    assert row[schema.EXPOSED_COMM_S] == exposed[row[schema.OP]]
+    # its time and exposed part are the step object's, both from the timeline, so the exposed
+    # part is a part of it (the OPS table's measured_s on a CPU host is a share of the cores)
+    listed = {c[schema.OP]: c for c in run.step[schema.STEP_COLLECTIVES]}[row[schema.OP]]
+    assert row[schema.MEASURED_S] == listed[schema.COMM_S] > 0
+    assert row[schema.EXPOSED_COMM_S] == listed[schema.EXPOSED_COMM_S] <= row[schema.MEASURED_S]
     # the same table in the reports
     assert "case 3: partial sums" in run.render("html")
     assert json.loads(run.render("json"))["collectives"][0][schema.REASON] == row[schema.REASON]

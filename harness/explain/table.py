@@ -5,8 +5,9 @@ One row per collective instruction that runs (an async pair is one row, named by
 (``harness.explain.axes``), bytes per device, the book's reason and fix
 (``harness.explain.reasons``), and where a run is given, its roofline time on the run's chip
 and topology (the OPS table's ``predicted_s``), measured time and the part of it the step
-waited for (the step object's ``exposed_comm_s``). Ranked by exposed time, then measured,
-then predicted.
+waited for (the step object's ``comm_s`` and ``exposed_comm_s``, both from the timeline; the
+OPS table's ``measured_s`` for a collective the step object does not list).
+Ranked by exposed time, then measured, then predicted.
 """
 from __future__ import annotations
 
@@ -81,9 +82,13 @@ def collectives(module: Module, *, mesh: dict[str, int] | None = None,
     ``exposed_comm_s`` it takes. Columns whose source is not given are NaN."""
     loops = _loops(module)
     predicted = _per_op(ops, schema.PREDICTED_S, module.name)
-    measured = _per_op(ops, schema.MEASURED_S, module.name)
-    exposed = {r[schema.OP]: r[schema.EXPOSED_COMM_S]
-               for r in (step or {}).get(schema.STEP_COLLECTIVES) or []}
+    listed = (step or {}).get(schema.STEP_COLLECTIVES) or []
+    exposed = {r[schema.OP]: r[schema.EXPOSED_COMM_S] for r in listed}
+    # the time the exposed part is of: the step's own (durations on the timeline), else the
+    # OPS table's (on a CPU host that is the op's share of the shared cores, harness.shares,
+    # which its exposed part could exceed)
+    measured = {**_per_op(ops, schema.MEASURED_S, module.name),
+                **{r[schema.OP]: r[schema.COMM_S] for r in listed}}
     rows = []
     for instr, count in executed(module):
         kind = collective_kind(instr)

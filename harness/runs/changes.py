@@ -66,6 +66,8 @@ def program(a: Run, b: Run) -> dict:
         what.append("collectives " + ", ".join(f"{k} {ca.get(k, 0)} -> {cb.get(k, 0)}"
                                                for k in sorted({*ca, *cb})
                                                if ca.get(k, 0) != cb.get(k, 0)))
+    if set(cb) - set(ca):  # a new kind of collective is the more work: said first
+        what.reverse()
     if refit and not what:
         what = ["a different compiled program (fingerprint), the same work per device"]
     return {"changed": bool(what), "more_work": any(x > 1 for x in moved.values())
