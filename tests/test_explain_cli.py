@@ -98,3 +98,29 @@ def test_bad_input_is_one_line(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+# --- compiled HLO text, not run (an XLA dump, compiled.as_text()) ---------------------------
+
+TPU_HLO = Path(__file__).parent / "fixtures" / "tpu" / "matmul_allgather.hlo.txt"
+
+
+def test_hlo_text_is_explained_without_a_run(tmp_path, capsys):
+    # libtpu's compile of X[B, D_X] . Y[D, F] on a 2x2 v5e mesh: AllGather_X of X (case 2)
+    out = tmp_path / "c.json"
+    assert main(["explain", str(TPU_HLO), "--mesh", "2x2", "--chip", "tpu-v5e",
+                 "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "HLO text, not run" in printed and "case 2: operand gathered" in printed
+    (row,) = json.loads(out.read_text())
+    assert row[schema.MESH_AXES] == "X" and row[schema.MEASURED_S] is None
+    # its roofline time on the chip named: the gathered bf16[256, 512] over the v5e ICI
+    from harness.hlo import hlo_costs, parse_module
+    ops = hlo_costs(parse_module(TPU_HLO.read_text()), "tpu-v5e").set_index(schema.OP)
+    assert row[schema.PREDICTED_S] == pytest.approx(ops.loc[row[schema.OP], schema.PREDICTED_S],
+                                                    rel=1e-4)  # JSON keeps 5 digits
+
+
+def test_a_mesh_that_does_not_hold_the_programs_devices_is_refused(capsys):
+    assert main(["explain", str(TPU_HLO), "--mesh", "X=4,Y=2"]) == 2
+    assert "has 8 devices; the program runs on 4" in capsys.readouterr().err

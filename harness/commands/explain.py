@@ -1,13 +1,15 @@
-"""``harness explain RUN|TRACE``: every collective of a program, where it came from and why.
+"""``harness explain RUN|TRACE|HLO``: every collective of a program, where it came from and why.
 
 A stored run directory (its COLLECTIVES table, or for a run saved before there was one, made
 from the HLO its trace carries), or any profiler trace (``*.xplane.pb`` or a directory holding
 one), analysed through the same path as ``harness trace`` (``pipeline.analyze_trace``). Prints
 the table ranked by exposed time, then each collective's reason in a sentence and the book's
 fix; ``--json``/``--csv`` write the full table. A program with no collectives says so (exit 0).
+A file of compiled HLO text is explained as it is, not run (``--chip`` for roofline times).
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from harness import schema
@@ -20,8 +22,8 @@ SHOWN = (schema.OP, schema.COLLECTIVE, schema.SOURCE_LINE, schema.MESH_AXES,
 
 
 def add_arguments(p) -> None:
-    p.add_argument("path", help="a stored run directory, a trace file, or a directory searched "
-                   "for *.xplane.pb")
+    p.add_argument("path", help="a stored run directory, a trace file, a directory searched "
+                   "for *.xplane.pb, or a compiled program's HLO text")
     p.add_argument("--mesh", metavar="X=4,Y=2", help="the mesh's named axes, for a trace that "
                    "does not record them (4x2 names them X, Y); default: the run's mesh, else "
                    "device groups are printed")
@@ -58,10 +60,12 @@ def _load(args, path: Path, mesh: dict | None):
     """The run (stored, or analysed from the trace) and its COLLECTIVES table."""
     from harness.explain import collectives, run_mesh
     from harness.runs import pipeline
-    from harness.runs.run import Run
+    from harness.runs.run import OPS_PARQUET, Run
     from harness.runs.store import META
 
-    if not (path.is_dir() and (path / META).is_file()):
+    # a run directory, or any folder holding a trace (a profile dir, a run reduced to its
+    # meta and trace)
+    if not (path.is_dir() and (path / META).is_file() and (path / OPS_PARQUET).is_file()):
         run = pipeline.analyze_trace(path, chip=args.chip, program=args.program, mesh=mesh)
         return run, run.collectives
     run = Run.load(path)
@@ -104,6 +108,44 @@ def _redundant(run, path: Path, mesh: dict | None) -> list[str]:
     return lines
 
 
+def _check_mesh(mesh: dict | None, devices) -> None:
+    """A ``--mesh`` must hold the program's devices: its groups are mapped onto it."""
+    if mesh and devices and math.prod(mesh.values()) != int(devices):
+        shape = ",".join(f"{k}={v}" for k, v in mesh.items())
+        raise HarnessError(f"--mesh {shape} has {math.prod(mesh.values())} devices; the program "
+                           f"runs on {int(devices)}")
+
+
+def _is_hlo_text(path: Path) -> bool:
+    """A file of HLO text (``compiled.as_text()``, an XLA dump's ``*after_optimizations.txt``)
+    rather than a trace."""
+    if not path.is_file():
+        return False
+    with open(path, "rb") as f:
+        return f.read(64).lstrip().startswith(b"HloModule")
+
+
+def _static(args, path: Path, mesh: dict | None):
+    """(title, COLLECTIVES, lines on repeated work) of a compiled program's HLO text, not run:
+    each collective's roofline time on ``--chip`` where one is given, nothing measured."""
+    from harness.explain import collectives, redundant
+    from harness.hlo import hlo_costs, parse_module
+
+    module = parse_module(path.read_text())
+    _check_mesh(mesh, module.num_devices)
+    ops = hlo_costs(module, args.chip) if args.chip else None
+    chip = f", predicted for {args.chip}" if args.chip else " (--chip for roofline times)"
+    title = f"{module.name} ({path.name}: HLO text, not run{chip})"
+    extra = []
+    if mesh is not None:
+        for _, r in redundant.repeated_dots(module, mesh).iterrows():
+            where = f" ({r[schema.SOURCE_LINE]})" if r[schema.SOURCE_LINE] else ""
+            extra.append(f"{r[schema.OP]}{where} repeats its work {r[schema.REPEAT]:g}x over "
+                         f"{r[schema.REPLICATED_AXES]}: no operand is split over it (fix: "
+                         f"shard the batch or a weight dimension over it, book §6.1)")
+    return title, collectives(module, mesh=mesh, ops=ops), extra
+
+
 def main(args) -> int:
     from harness.explain import parse_mesh
     from harness.report import tables
@@ -112,14 +154,18 @@ def main(args) -> int:
     path = Path(args.path)
     if not path.exists():
         raise HarnessError(f"{path}: no such run directory or trace file")
-    run, table = _load(args, path, mesh)
-    extra = _redundant(run, path, mesh)
+    if _is_hlo_text(path):
+        title, table, extra = _static(args, path, mesh)
+    else:
+        run, table = _load(args, path, mesh)
+        _check_mesh(mesh, run.meta.get(schema.DEVICE_COUNT))
+        title, extra = run.title, _redundant(run, path, mesh)
     if table is None or not len(table):
-        print(f"{run.title}: no collectives: every op runs on its own device's data")
+        print(f"{title}: no collectives: every op runs on its own device's data")
         print("".join(f"{line}\n" for line in extra), end="")
         return 0
     shown = table if args.top == 0 else table.head(args.top)
-    print(tables.to_text(shown[list(SHOWN)], title=f"{run.title}: {len(table)} collectives, "
+    print(tables.to_text(shown[list(SHOWN)], title=f"{title}: {len(table)} collectives, "
                          f"most exposed first"), end="")
     for i, row in shown.iterrows():
         where = f" ({row[schema.SOURCE_LINE]})" if row[schema.SOURCE_LINE] else ""
