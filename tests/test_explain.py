@@ -173,3 +173,22 @@ def test_a_layout_split_over_every_axis_repeats_nothing():
 
     m = _compiled(_partial_sums, P("X", None), P(None, "Y"), shapes=[(64, 128), (128, 32)])
     assert repeated_dots(m, MESH).empty
+
+
+def test_a_collective_over_groups_of_one_device_moves_nothing():
+    # each device its own group: XLA still runs it (a copy), book §4.2 prices no link time
+    text = """HloModule jit_psum, num_partitions=2
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %main (p: f32[64]) -> f32[64] {
+  %p = f32[64]{0} parameter(0)
+  ROOT %all-reduce = f32[64]{0} all-reduce(%p), replica_groups={{0},{1}}, to_apply=%add
+}
+"""
+    row = _only(collectives(parse_module(text)), "all-reduce")
+    assert row[schema.REASON] == "one device" and row[schema.MESH_AXES] == "{0} {1}"

@@ -25,6 +25,7 @@ class Facts:
     in_loop: bool = False
     loop_has_dot: bool = False
     source_op: str = ""
+    group: int = 0  # devices in each of its groups (0: unknown)
 
     @property
     def gradient(self) -> bool:
@@ -66,6 +67,14 @@ def _feeds_dot(f: Facts, dim: str | None = None) -> bool:
 
 
 REASONS: tuple[Reason, ...] = (
+    # §4.2: a collective over one device moves nothing over a link
+    Reason("one device",
+           lambda f: f.group == 1,
+           lambda f: f"every group of this {f.kind} is one device: nothing crosses a link, "
+                     f"XLA runs it as a local copy (a collective over a mesh axis of size 1, or "
+                     f"a program compiled for one device; book §4.2's cost is zero)",
+           "leave the collective out where its axis has one device (it still reads and writes "
+           "its whole buffer)"),
     # §6.1: data parallelism sums each weight's gradient over the batch shards
     Reason("gradient reduction",
            lambda f: f.kind in ("all-reduce", "reduce-scatter") and _reads_dot(f)

@@ -53,7 +53,13 @@ def _facts(instr: Instruction, module: Module, kind: str, mesh_axes: str,
                          site.locate(instr, module, kind),
                          in_loop=instr.computation in loops,
                          loop_has_dot=loops.get(instr.computation, False),
-                         source_op=instr.op_name)
+                         source_op=instr.op_name, group=_group(instr, module))
+
+
+def _group(instr: Instruction, module: Module) -> int:
+    """Devices in the collective's largest group (0 where its groups are not known)."""
+    groups = axes.device_groups(instr, module)
+    return max((len(g) for g in groups), default=0) if groups else 0
 
 
 def _names(instr: Instruction, module: Module) -> list[str]:
