@@ -383,6 +383,30 @@ def test_a_pairs_time_is_its_transfer_whichever_half_carries_it(name):
     assert roofline(name, "done")[3].step_s == pytest.approx(roofline(name, "start")[3].step_s)
 
 
+def test_offloaded_activations_travel_on_the_host_link_not_the_core():
+    # libtpu offloads saved activations with async dynamic-update-slices into host memory
+    # (S(5)) and reads them back with async dynamic-slices: each is a transfer on the host
+    # link's lane for its direction (PCIe carries both at once), not core time
+    from harness.step.simulate import CORE as core_lane
+    m, table, d, sim = roofline("llama_train_offload")
+    pairs = transfers(m)
+    host = {s: m.instruction(s) for s in pairs.done_of
+            if s.startswith(("dynamic-slice-start", "dynamic-update-slice-start"))}
+    assert len(host) == 12
+    spans = sim.spans.assign(t=sim.spans[schema.END_S] - sim.spans[schema.START_S])
+    lanes = {}
+    for name in host:
+        assert d.core_s[name] == 0.0 and d.transfer_s[name] > 0
+        own = spans[spans[schema.OP] == name]
+        assert (own.loc[own[schema.LANE] == core_lane, "t"] == 0).all()  # issued, not run
+        flying = own[own[schema.LANE] != core_lane]
+        assert len(flying) and flying["t"].iloc[0] == pytest.approx(d.transfer_s[name])
+        lanes[name] = flying[schema.LANE].iloc[0]
+    writes = {n for n in host if n.startswith("dynamic-update-slice")}
+    assert {lanes[n] for n in writes} == {"d2h"}
+    assert {lanes[n] for n in set(host) - writes} == {"h2d"}
+
+
 def test_tpu_collective_chain_overlaps_its_continuations():
     # llama_train holds five async collective chains (harness.hlo.tpu): the start fusion keeps
     # its compute and memory terms on the core and sends its communication term as a transfer

@@ -61,8 +61,9 @@ def _moves_data(module: Module, start: Instruction) -> bool:
     played on the core."""
     if start.opcode in ("copy-start", "send", "recv"):
         return True
-    return (category(module, start) == C_COLLECTIVE
-            or _moving(module, start).opcode in ("copy", "copy-start"))
+    moving = _moving(module, start)
+    return (category(module, start) == C_COLLECTIVE or moving.opcode in ("copy", "copy-start")
+            or crosses_host(start, module) or crosses_host(moving, module))
 
 
 def _moving(module: Module, instr: Instruction) -> Instruction:
@@ -89,14 +90,25 @@ def _groups_text(instr: Instruction) -> str:
 
 
 def _kind(module: Module, instr: Instruction) -> str:
-    """"h2d"/"d2h" (a copy over the host link, from or to host memory: PCIe carries each
-    direction at full rate at once), "dma" (a copy between device memories), "ici" otherwise."""
-    moving = _moving(module, instr)
-    if moving.opcode in ("copy-start", "copy-done", "copy"):
-        if not crosses_host(moving, module):
-            return "dma"
-        return "h2d" if HOST in operand_spaces(moving, module) else "d2h"
+    """"h2d"/"d2h" (a copy or slice over the host link, from or to host memory: PCIe carries
+    each direction at full rate at once; libtpu offloads activations by async slices), "dma"
+    (a copy between device memories), "ici" otherwise."""
+    moving = next((m for m in (_moving(module, instr), instr) if crosses_host(m, module)), None)
+    if moving is not None:
+        return _direction(moving, module)
+    if _moving(module, instr).opcode in ("copy-start", "copy-done", "copy"):
+        return "dma"
     return "ici"
+
+
+def _direction(moving: Instruction, module: Module) -> str:
+    """"d2h" where host memory is written, "h2d" where it is read: a dynamic-update-slice
+    writes its update into the buffer that is its operand 0, so that buffer's space tells; a
+    copy or slice reads its operands."""
+    if moving.opcode.startswith("dynamic-update-slice") and moving.operand_names:
+        buffer = module.computation(moving.computation).by_name.get(moving.operand_names[0])
+        return "d2h" if buffer is not None and HOST in buffer.memory_spaces else "h2d"
+    return "h2d" if HOST in operand_spaces(moving, module) else "d2h"
 
 
 _ABOUT = {"h2d": "copies from host memory", "d2h": "copies to host memory",
