@@ -100,6 +100,14 @@ def _redundant(run, path: Path, mesh: dict | None) -> list[str]:
         module = _module(run, path)
     except HarnessError:
         return lines
+    return lines + _repeated(module, mesh)
+
+
+def _repeated(module, mesh: dict) -> list[str]:
+    """One line per dot that repeats its work over some mesh axes, with the book's fix."""
+    from harness.explain import redundant
+
+    lines = []
     for _, r in redundant.repeated_dots(module, mesh).iterrows():
         where = f" ({r[schema.SOURCE_LINE]})" if r[schema.SOURCE_LINE] else ""
         lines.append(f"{r[schema.OP]}{where} repeats its work {r[schema.REPEAT]:g}x over "
@@ -128,7 +136,7 @@ def _is_hlo_text(path: Path) -> bool:
 def _static(args, path: Path, mesh: dict | None):
     """(title, COLLECTIVES, lines on repeated work) of a compiled program's HLO text, not run:
     each collective's roofline time on ``--chip`` where one is given, nothing measured."""
-    from harness.explain import collectives, redundant
+    from harness.explain import collectives
     from harness.hlo import hlo_costs, parse_module
 
     module = parse_module(path.read_text())
@@ -136,13 +144,7 @@ def _static(args, path: Path, mesh: dict | None):
     ops = hlo_costs(module, args.chip) if args.chip else None
     chip = f", predicted for {args.chip}" if args.chip else " (--chip for roofline times)"
     title = f"{module.name} ({path.name}: HLO text, not run{chip})"
-    extra = []
-    if mesh is not None:
-        for _, r in redundant.repeated_dots(module, mesh).iterrows():
-            where = f" ({r[schema.SOURCE_LINE]})" if r[schema.SOURCE_LINE] else ""
-            extra.append(f"{r[schema.OP]}{where} repeats its work {r[schema.REPEAT]:g}x over "
-                         f"{r[schema.REPLICATED_AXES]}: no operand is split over it (fix: "
-                         f"shard the batch or a weight dimension over it, book §6.1)")
+    extra = _repeated(module, mesh) if mesh is not None else []
     return title, collectives(module, mesh=mesh, ops=ops), extra
 
 
