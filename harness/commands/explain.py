@@ -150,7 +150,7 @@ def _static(args, path: Path, mesh: dict | None):
 
 def main(args) -> int:
     from harness.explain import parse_mesh
-    from harness.report import tables
+    from harness.report import heading, tables
 
     mesh = parse_mesh(args.mesh) if args.mesh else None
     path = Path(args.path)
@@ -161,7 +161,7 @@ def main(args) -> int:
     else:
         run, table = _load(args, path, mesh)
         _check_mesh(mesh, run.meta.get(schema.DEVICE_COUNT))
-        title, extra = run.title, _redundant(run, path, mesh)
+        title, extra = heading.title(run), _redundant(run, path, mesh)
     if table is None or not len(table):
         print(f"{title}: no collectives: every op runs on its own device's data")
         print("".join(f"{line}\n" for line in extra), end="")

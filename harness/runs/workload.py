@@ -16,6 +16,7 @@ from harness import memory, schema
 from harness.calibrate import drift
 from harness.capture import STEPS, capture
 from harness.errors import HarnessError
+from harness.report.heading import mesh_str
 from harness.runs import store
 from harness.runs.pipeline import from_capture
 from harness.runs.run import Run
@@ -72,7 +73,8 @@ class Built:
         return dict(self.meta, **{schema.PRESET: preset, schema.OVERRIDES: overrides or {}})
 
     def title(self, preset: str, suffix: str = "") -> str:
-        return f"{self.workload.name} ({preset}) on mesh {self.meta[schema.MESH]}{suffix}"
+        return (f"{self.workload.name} ({preset}) on mesh {mesh_str(self.meta[schema.MESH])}"
+                f"{suffix}")
 
     def expected_collectives(self) -> dict[str, int] | None:
         return self.workload.expected_collectives(self.cfg, self.mesh)
