@@ -143,6 +143,7 @@ def layout_tables(lay, top: int) -> list[pd.DataFrame]:
                           "eff. B": o[schema.CANDIDATE_EFFICIENCY].map(eff)}),
             pd.DataFrame({"collective": c[schema.COLLECTIVE],
                           "from": c[schema.SOURCE_OP].map(_short),
+                          "line": c[schema.SOURCE_LINE].replace("", "-"),
                           "devices": c[schema.GROUP_SIZE].map(size),
                           "axes": c[schema.AXES].replace("", "-"), "where": c[schema.SIDE],
                           "A": c[schema.BASELINE_S].map(secs), "B": c[schema.CANDIDATE_S].map(secs),

@@ -167,7 +167,8 @@ def main(args) -> int:
         print("".join(f"{line}\n" for line in extra), end="")
         return 0
     shown = table if args.top == 0 else table.head(args.top)
-    print(tables.to_text(shown[list(SHOWN)], title=f"{title}: {len(table)} collective{'s' * (len(table) != 1)}, "
+    n = len(table)
+    print(tables.to_text(shown[list(SHOWN)], title=f"{title}: {n} collective{'s' * (n != 1)}, "
                          f"most exposed first"), end="")
     for i, row in shown.iterrows():
         where = f" ({row[schema.SOURCE_LINE]})" if row[schema.SOURCE_LINE] else ""

@@ -131,7 +131,10 @@ def collectives(rows: pd.DataFrame, mesh: dict | None) -> pd.DataFrame:
         schema.COLLECTIVE: c[schema.COLLECTIVE], schema.GROUP_SIZE: c[schema.GROUP_SIZE],
         schema.AXES: [_axes(r, mesh) for _, r in c.iterrows()],
         schema.SOURCE_LINE: [_line(r) for _, r in c.iterrows()],
-        schema.BASELINE_S: c[schema.BASELINE_S], schema.CANDIDATE_S: c[schema.CANDIDATE_S],
+        # a collective's time on the timeline (the step object's, what its exposed part is of),
+        # else the OPS table's (on a CPU host, its share of the cores)
+        schema.BASELINE_S: c[schema.COMM_S + "_a"].fillna(c[schema.BASELINE_S]),
+        schema.CANDIDATE_S: c[schema.COMM_S + "_b"].fillna(c[schema.CANDIDATE_S]),
         **{f"{schema.EXPOSED_COMM_S}{s}": c[schema.EXPOSED_COMM_S + s] for s in ("_a", "_b")},
         **{schema.COMM_BYTES + s: c[schema.COMM_BYTES + s] for s in ("_a", "_b")}}
         ).reset_index(drop=True)
