@@ -319,6 +319,9 @@ LAYOUT = term("layout", "how the model is split: dp, fsdp, tp or fsdp_tp "
               "(workloads.llama.sharding)")
 SPANS = term("spans", "physical torus axes the mesh's X and Y each span, M_X x M_Y (training.md)")
 PEAK_BYTES = term("peak_bytes", "peak memory per chip, the compiler's memory_analysis()")
+REQUIRED_BYTES = term("required_bytes", "memory per chip the TPU compiler asked for when it "
+                      "refused the layout (libtpu's out-of-memory figure): what it needs, not a "
+                      "peak that fits")
 FITS = term("fits", "yes when the peak fits the chip's HBM; a layout that does not is ranked last")
 BOOK_CONDITION = term("book_condition", "training.md's compute-bound condition with this "
                       "layout's numbers (alpha = C/W_ici)")
@@ -328,8 +331,8 @@ PREDICTED_BOUND = term("predicted_bound", "compute or comm: whether the predicte
 AGREE = term("agree", "yes when the prediction and the book name the same bound")
 PLAN_NOTE = term("note", "why a layout has no prediction, or how its split was chosen")
 PLAN = (LAYOUT, MESH, SPANS, PREDICTED_STEP_S, MFU_AT_ROOFLINE, PREDICTED_EXPOSED_COMM_S,
-        PEAK_BYTES, FITS, BOOK_CONDITION, BOOK_BOUND, PREDICTED_BOUND, AGREE, ANALYTIC_S,
-        PLAN_NOTE)
+        PEAK_BYTES, REQUIRED_BYTES, FITS, BOOK_CONDITION, BOOK_BOUND, PREDICTED_BOUND, AGREE,
+        ANALYTIC_S, PLAN_NOTE)
 
 # --- tables -------------------------------------------------------------------------------
 EVENTS = (PROGRAM, OP, DEVICE, STEP, START_NS, DURATION_NS)

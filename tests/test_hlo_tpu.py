@@ -301,7 +301,7 @@ def test_a_second_run_reads_the_compile_from_the_cache(capsys):
     assert not json.loads(capsys.readouterr().out)["compiles"]["tpu-v5e"]["cached"]
 
 
-def test_a_config_the_tpu_compiler_refuses_is_reported_and_costed_on_cpu(capsys, monkeypatch):
+def test_a_config_libtpu_refuses_is_reported_its_cpu_program_not_a_bound(capsys, monkeypatch):
     from harness.commands import predict_hlo
     from workloads import aot
 
@@ -324,5 +324,6 @@ def test_a_config_the_tpu_compiler_refuses_is_reported_and_costed_on_cpu(capsys,
     out = json.loads(capsys.readouterr().out)
     chip = out["chips"][0]
     assert chip["compile"] == "cpu" and chip["memory_fit"]["fits"] is False
-    assert "19.16G" in out["refused"]["tpu-v5e"]
-    assert any("does NOT fit" in n and "costing XLA:CPU" in n for n in out["notes"])
+    assert out["refused"]["tpu-v5e"]["required_bytes"] == pytest.approx(19.16 * 2**30)
+    assert "NOT a TPU bound" in chip["priced_program"]
+    assert schema.MFU_AT_ROOFLINE not in chip["totals"]

@@ -22,6 +22,7 @@ from harness.errors import HarnessError
 from harness.hlo import cross_check, parse_module
 from harness.hlo.chips import STEP, book_gap, predict_module
 from harness.memory import memory_fit
+from harness.memory_report import describe_refusal, fit_line
 from harness.report import tables
 from harness.report.heading import mesh_str
 from harness.step.simulate import critical_ops
@@ -37,6 +38,11 @@ COMPILERS = {
     "cpu": "XLA:CPU on virtual devices only",
 }
 CPU = "cpu"  # the compile key of the virtual-CPU compile; a TPU compile's key is its chip
+CPU_NOT_A_BOUND = ("XLA:CPU's program priced at this chip's roofline: NOT a TPU bound (libtpu "
+                   "refused the TPU program; the CPU compiler's fusions, layouts and memory are "
+                   "not the TPU's)")
+# utilisation figures not shown for a chip whose TPU compile was refused
+NOT_FOR_REFUSED = frozenset({schema.MFU_AT_ROOFLINE, schema.MFU, schema.MFU_BOOK, schema.HFU})
 
 
 def add_arguments(p) -> None:
@@ -107,32 +113,16 @@ def aot_cache_dir() -> Path:
 
 
 def _compile_line(aot, check: dict, mesh: str) -> str:
+    """How the program was compiled, and our FLOPs against XLA's cost_analysis: first with
+    loop bodies counted once, as XLA counts them (the like-for-like check), then with each body
+    times its trip count (what runs; XLA's figure leaves the trips out)."""
     where = (f"for {aot.topology} ({aot.devices} chips as mesh {mesh})" if aot.topology
              else f"on {aot.devices} virtual CPU devices")
     when = "cached; when compiled: " if aot.cached else ""
     return (f"{aot.compiler} {where}: {when}lowered in {aot.lower_s:.1f} s, compiled in "
-            f"{aot.compile_s:.1f} s; HLO FLOPs vs XLA cost_analysis: {_rel(check, 'flops')}, "
-            f"loop bodies once: {_rel(check, 'flops_loops_once')}")
-
-
-def _gb(n: float) -> str:
-    """Decimal bytes at a readable scale (the book's GB = 1e9 bytes)."""
-    for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
-        if abs(n) >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n:.0f} B"
-
-
-def fit_line(fit: dict, chip: str) -> str:
-    """One line: what memory_analysis() says a chip holds, and whether it fits its HBM."""
-    verdict = (f"fits, {_gb(fit['headroom_bytes'])} free" if fit["fits"]
-               else f"does NOT fit, {_gb(-fit['headroom_bytes'])} over")
-    return (f"memory per chip: arguments {_gb(fit.get('arguments', 0))} + outputs "
-            f"{_gb(fit.get('outputs', 0))} - aliased {_gb(fit.get('aliased', 0))} + temporaries "
-            f"{_gb(fit.get('temporaries', 0))} + code {_gb(fit.get('code', 0))} = "
-            f"{_gb(fit['sum_bytes'])}; peak {_gb(fit['peak_bytes'])}"
-            f"{' (XLA)' if fit.get('peak') else ''} of {chip}'s {_gb(fit['hbm_bytes'])} HBM: "
-            f"{verdict}")
+            f"{aot.compile_s:.1f} s; HLO FLOPs vs XLA cost_analysis, loop bodies once as XLA "
+            f"counts them: {_rel(check, 'flops_loops_once')}; each body x its trip count (what "
+            f"runs, which XLA's figure leaves out): {_rel(check, 'flops')}")
 
 
 def main(args) -> int:
@@ -148,6 +138,7 @@ def main(args) -> int:
     mesh = SimpleNamespace(shape=dict(zip(wl.mesh_axes, sizes)))
     keys, notes = plan([c.name for c in chips], args.compiler, tpu.libtpu_available())
     tpu_key = next((k for k in keys.values() if k != CPU), None)
+    overrides_given = dict(overrides)
     if remat_choice.wanted(wl, overrides, tpu_key):  # no remat given: the fastest that fits
         overrides, note = remat_choice.choose(
             wl, args.preset, overrides, args.mesh, tpu_key,
@@ -155,13 +146,16 @@ def main(args) -> int:
             lambda line: print(line, file=sys.stderr, flush=True))
         notes.append(note)
         cfg = workloads.make_config(args.workload, args.preset, overrides)
+    chose_remat = remat_choice.wanted(wl, overrides_given, tpu_key)
     compiles = _compile_all(args, overrides, keys, args.compiler)
-    results = []
+    results, refusals = [], {}
     for chip in chips:
         key = keys[chip.name]
         refused = compiles.get(key) if isinstance(compiles.get(key), Exception) else None
-        if refused is not None:
-            notes.append(f"{chip.name}: does NOT fit: {refused}; costing XLA:CPU's HLO instead")
+        if refused is not None:  # said first; the CPU compile priced below, not as a bound
+            refusals[chip.name] = describe_refusal(
+                refused, chip.name, wl, args.preset, overrides, args.mesh,
+                compiles[CPU][1] if CPU in compiles else None, chose_remat)
             key = keys[chip.name] = CPU
         aot, module, check = compiles[key]
         book = wl.book(cfg, mesh, chip) if wl.book is not None else None
@@ -175,22 +169,25 @@ def main(args) -> int:
             by_compile[CPU], steps[CPU] = on_cpu.ops, on_cpu.step.step_s
         gap = book_gap(book.parts, by_compile, steps) if book and book.parts else None
         fit = memory_fit(aot.memory, chip) if aot.topology and aot.memory else None
-        if refused is not None:
-            fit = {"fits": False, "refused": str(refused)}
-        results.append((chip.name, key, pred, gap, fit))
+        totals = dict(pred.totals)
+        if refused is not None:  # XLA:CPU's program: no utilisation to claim for the TPU
+            fit = {"fits": False, "refused": refusals[chip.name][1]}
+            totals = {k: v for k, v in totals.items() if k not in NOT_FOR_REFUSED}
+        results.append((chip.name, key, pred, gap, fit, totals))
     head = f"{args.workload} ({args.preset}) on mesh {mesh_str(dict(mesh.shape))}"
     ok = {k: v for k, v in compiles.items() if not isinstance(v, Exception)}
     if args.format == "json":
         print(json.dumps({
             "header": head, "notes": notes,
             "cross_check": next(iter(ok.values()))[2],
-            "refused": {k: str(v) for k, v in compiles.items() if isinstance(v, Exception)},
+            "refused": {name: js for name, (_, js) in refusals.items()},
             "compiles": {k: {"compiler": a.compiler, "topology": a.topology,
                              "devices": a.devices, "lower_s": a.lower_s,
                              "compile_s": a.compile_s, "cached": a.cached, "memory": a.memory,
                              "cross_check": c}
                          for k, (a, _, c) in ok.items()},
-            "chips": [{"chip": name, "compile": key, "totals": r.totals, "memory_fit": fit,
+            "chips": [{"chip": name, "compile": key, "totals": totals, "memory_fit": fit,
+                       "priced_program": CPU_NOT_A_BOUND if name in refusals else key,
                        "critical_path": json.loads(critical_ops(r.step, args.top).to_json(
                            orient="records")),
                        "links": r.step.lanes,
@@ -198,20 +195,24 @@ def main(args) -> int:
                        "book_gap": None if gap is None else json.loads(
                            gap.to_json(orient="records")),
                        "top_ops": json.loads(r.ops.head(args.top).to_json(orient="records"))}
-                      for name, key, r, gap, fit in results]}, indent=1, default=str))
+                      for name, key, r, gap, fit, totals in results]}, indent=1, default=str))
         return 0
     fmt = "md" if args.format == "md" else "text"
     print(head)
+    for lines, _ in refusals.values():
+        print("\n".join(lines))
     for note in notes:
         print(note)
-    for name, key, r, gap, fit in results:
+    for name, key, r, gap, fit, totals in results:
         aot, _, check = compiles[key]
+        if name in refusals:
+            print(f"\n{name}: {CPU_NOT_A_BOUND}")
         print(f"\n{name}: {_compile_line(aot, check, args.mesh)}")
         if fit is not None and "refused" not in fit:
             print(fit_line(fit, name))
-        for line in step_lines(r.step, r.totals):
+        for line in step_lines(r.step, totals):
             print(line)
-        print("  ".join(f"{k}={tables.fmt_figure(k, v)}" for k, v in r.totals.items()))
+        print("  ".join(f"{k}={tables.fmt_figure(k, v)}" for k, v in totals.items()))
         print(tables.render(r.categories, fmt), end="")
         if gap is not None:
             print(f"the simulated step vs the book, part by part ({', '.join(gap.columns[3::3])}"

@@ -26,6 +26,7 @@ from harness.errors import HarnessError
 from harness.hlo import parse_module
 from harness.hlo.chips import predict_module
 from harness.memory import memory_fit
+from harness.memory_report import RefusalUnreadable, gib, parse_refusal
 from harness.plan.layouts import Candidate
 from predictions import training
 from predictions.hardware import Chip
@@ -128,7 +129,14 @@ def evaluate(setting: Setting, cand: Candidate, progress: Callable[[str], None])
     except HbmExhausted as e:
         progress(f"{cand.layout} on {cand.mesh}: {DOES_NOT_FIT} ({time.perf_counter() - t0:.0f} s)")
         why = str(e).split(": ", 1)[-1]  # the compiler's words, without its name and slice
-        return {**row, schema.FITS: NO, schema.PLAN_NOTE: f"{DOES_NOT_FIT}: {why}"}
+        try:  # what libtpu asked for, shown as the layout's memory (not a fit)
+            asked = parse_refusal(why)
+        except RefusalUnreadable:
+            return {**row, schema.FITS: NO, schema.PLAN_NOTE: f"{DOES_NOT_FIT}: {why}"}
+        return {**row, schema.FITS: NO, schema.REQUIRED_BYTES: asked.required_bytes,
+                schema.PLAN_NOTE: f"{DOES_NOT_FIT}: {asked.what} need "
+                                  f"{gib(asked.required_bytes)}, "
+                                  f"{gib(asked.available_bytes)} of HBM available (libtpu)"}
     except WorkloadError as e:  # the compiler failed: the layout has no prediction, say why
         progress(f"{cand.layout} on {cand.mesh}: failed ({e})")
         return {**row, schema.FITS: NOT_BUILT, schema.PLAN_NOTE: f"{NOT_BUILT}: {e}"}
