@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from workloads.base import Workload, check_choice, smaller
-from workloads.llama import book, memory, model, remat
+from workloads.base import Workload, WorkloadError, check_choice, smaller
+from workloads.llama import book, loss, memory, model, remat
 from workloads.llama.config import MODEL_DIMS, Dims, dims_of, fix_dtypes
 from workloads.llama.sharding import PARALLELISMS, Sharder
 from workloads.mesh import AnyMesh, named, put
@@ -45,6 +45,7 @@ class TrainConfig(Dims):
     remat_save: str = ""       # remat=custom: checkpoint names kept in HBM, comma-separated
     remat_offload: str = ""    # remat=custom: checkpoint names moved to host memory
     scan_layers: bool = True
+    num_vocab_tiling: int = 1  # the loss over this many chunks of T (MaxText's knob; 1 = whole)
     lr: float = 1e-3
     b1: float = 0.9
     b2: float = 0.95
@@ -57,6 +58,10 @@ class TrainConfig(Dims):
         fix_dtypes(self, "param_dtype", "opt_dtype")
         check_choice("parallelism", self.parallelism, PARALLELISMS)
         self.remat_policy()   # WorkloadError naming the valid policies or names
+        if self.num_vocab_tiling < 1 or self.T % self.num_vocab_tiling:
+            raise WorkloadError(f"num_vocab_tiling must be a positive divisor of T={self.T} "
+                                f"(the loss runs over T/num_vocab_tiling tokens at a time), "
+                                f"got {self.num_vocab_tiling}")
 
     def remat_policy(self) -> remat.Remat:
         return remat.policy(self.remat, self.remat_save, self.remat_offload)
@@ -80,12 +85,12 @@ PRESETS: dict[str, TrainConfig] = {
 
 
 def loss_fn(params, inputs_BT, targets_BT, cfg: TrainConfig, sh: Sharder):
-    """Mean next-token cross-entropy (fp32 log-softmax over the vocab)."""
-    logits_BTV = model.forward(params, inputs_BT, dims_of(cfg), sh, jnp.dtype(cfg.param_dtype),
-                               cfg.scan_layers, cfg.remat_policy()).astype(jnp.float32)
-    logp_BTV = jax.nn.log_softmax(logits_BTV, axis=-1)
-    picked_BT = jnp.take_along_axis(logp_BTV, targets_BT[..., None], axis=-1)[..., 0]
-    return -jnp.mean(picked_BT)
+    """Mean next-token cross-entropy (fp32 log-softmax over the vocab), over
+    ``num_vocab_tiling`` chunks of tokens (``workloads.llama.loss``)."""
+    d = dims_of(cfg)
+    x_BTD = model.decoder(params, inputs_BT, d, sh, jnp.dtype(cfg.param_dtype),
+                          cfg.scan_layers, cfg.remat_policy())
+    return loss.cross_entropy(params, x_BTD, targets_BT, d, sh, cfg.num_vocab_tiling)
 
 
 def init_opt_state(params, cfg: TrainConfig) -> dict:
