@@ -179,6 +179,17 @@ def test_memory_fit_arithmetic():
                       "peak": 25.2e9}, "tpu-v5e")
     assert fit["sum_bytes"] == pytest.approx(31.9e9) and fit["peak_bytes"] == 25.2e9
     assert not fit["fits"] and fit["headroom_bytes"] == pytest.approx(16e9 - 25.2e9)
+    # with activations offloaded libtpu's peak counts host memory: LLaMA-3.1 70B on v6e-256
+    # (libtpu 0.0.42.1) reported peak 126334798496 = 120795955200 host temporaries (80 layers
+    # x 5 x 8192 tokens x (8192 + 8192 + 1024 + 1024) x 2 bytes) + arguments + outputs; the
+    # HBM holds the sum, 2769666560 + 2769142944 + 26507333984 + 48322560 bytes
+    assert 80 * 5 * 8192 * (8192 + 8192 + 1024 + 1024) * 2 == 120795955200
+    assert 120795955200 + 2769666560 + 2769142944 == 126334764704   # the peak, to 34 kB
+    fit = memory_fit({"arguments": 2769666560, "outputs": 2769142944, "temporaries": 26507333984,
+                      "code": 48322560, "peak": 126334798496,
+                      "host_temporaries": 120795955200}, "tpu-v6e")
+    assert fit["peak_bytes"] == fit["sum_bytes"] == 2769666560 + 2769142944 + 26507333984 \
+        + 48322560
 
 
 def _ops(rows):
