@@ -1,4 +1,5 @@
-"""``num_vocab_tiling``: llama_train's loss over chunks of tokens (``workloads.llama.loss``).
+"""``num_vocab_tiling``: llama_train's loss over chunks of tokens (``workloads.llama.loss``), and
+``donate_state``: the step consuming its state as MaxText's does.
 
 The chunked loss is the whole loss (value and gradients, fp32), keeps one chunk's logits live
 instead of all of them (XLA's memory_analysis), and runs the same matmuls plus the one output
@@ -92,3 +93,13 @@ def test_the_memory_model_counts_one_chunks_logits():
     assert whole == 2 * 4 * 128 * 8192 * 4
     # one chunk's logits and gradient, the unembedding and its gradient gathered (fp32 here)
     assert chunked == 2 * 4 * 128 * 8192 * 4 / 4 + 2 * 64 * 8192 * 4
+
+
+def test_a_donated_step_aliases_its_state_and_is_for_compiles_only():
+    cfg = _cfg(1, donate_state="true")
+    m = _compiled(cfg).memory_analysis()
+    # everything but the two [B, T] int32 token arrays is donated and aliased to an output
+    assert m.alias_size_in_bytes == m.argument_size_in_bytes - 2 * cfg.B * cfg.T * 4
+    assert _compiled(_cfg(1)).memory_analysis().alias_size_in_bytes == 0
+    with pytest.raises(WorkloadError, match="donate_state=true is for ahead-of-time compiles"):
+        train.build(cfg, None)
