@@ -125,16 +125,14 @@ def _gb(n: float) -> str:
 
 def fit_line(fit: dict, chip: str) -> str:
     """One line: what memory_analysis() says a chip holds, and whether it fits its HBM."""
-    host = fit.get("host_temporaries", 0)   # libtpu's peak counts them: the sum is judged
     verdict = (f"fits, {_gb(fit['headroom_bytes'])} free" if fit["fits"]
                else f"does NOT fit, {_gb(-fit['headroom_bytes'])} over")
     return (f"memory per chip: arguments {_gb(fit.get('arguments', 0))} + outputs "
             f"{_gb(fit.get('outputs', 0))} - aliased {_gb(fit.get('aliased', 0))} + temporaries "
             f"{_gb(fit.get('temporaries', 0))} + code {_gb(fit.get('code', 0))} = "
             f"{_gb(fit['sum_bytes'])}; peak {_gb(fit['peak_bytes'])}"
-            f"{' (XLA)' if fit.get('peak') and not host else ''} of {chip}'s "
-            f"{_gb(fit['hbm_bytes'])} HBM: {verdict}"
-            f"{f'; {_gb(host)} offloaded to host memory' if host else ''}")
+            f"{' (XLA)' if fit.get('peak') else ''} of {chip}'s {_gb(fit['hbm_bytes'])} HBM: "
+            f"{verdict}")
 
 
 def main(args) -> int:
