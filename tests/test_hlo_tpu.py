@@ -179,6 +179,22 @@ def test_memory_fit_arithmetic():
                       "peak": 25.2e9}, "tpu-v5e")
     assert fit["sum_bytes"] == pytest.approx(31.9e9) and fit["peak_bytes"] == 25.2e9
     assert not fit["fits"] and fit["headroom_bytes"] == pytest.approx(16e9 - 25.2e9)
+    # with activations offloaded libtpu's peak may be the host memory's: LLaMA-3.1 70B on v6e-256
+    # (libtpu 0.0.42.1) reported peak 126334798496 = 120795955200 host temporaries (80 layers
+    # x 5 x 8192 tokens x (8192 + 8192 + 1024 + 1024) x 2 bytes) + arguments + outputs; the
+    # HBM holds the sum, 2769666560 + 2769142944 + 26507333984 + 48322560 bytes
+    assert 80 * 5 * 8192 * (8192 + 8192 + 1024 + 1024) * 2 == 120795955200
+    assert 120795955200 + 2769666560 + 2769142944 == 126334764704   # the peak, to 34 kB
+    fit = memory_fit({"arguments": 2769666560, "outputs": 2769142944, "temporaries": 26507333984,
+                      "code": 48322560, "peak": 126334798496,
+                      "host_temporaries": 120795955200}, "tpu-v6e")
+    assert fit["peak_bytes"] == fit["sum_bytes"] == 2769666560 + 2769142944 + 26507333984 \
+        + 48322560
+    # a peak above the host's figure is the HBM's: 405B on v5p-1024, state donated (GB)
+    fit = memory_fit({"arguments": 7.969e9, "outputs": 7.969e9, "aliased": 7.969e9,
+                      "temporaries": 100.821e9, "code": 0.227e9, "peak": 93.815e9,
+                      "host_temporaries": 68.703e9}, "tpu-v5p")
+    assert fit["peak_bytes"] == 93.815e9 and fit["fits"]   # 68.703 + 7.969 = 76.7 GB is not it
 
 
 def _ops(rows):
@@ -327,3 +343,15 @@ def test_a_config_libtpu_refuses_is_reported_its_cpu_program_not_a_bound(capsys,
     assert out["refused"]["tpu-v5e"]["required_bytes"] == pytest.approx(19.16 * 2**30)
     assert "NOT a TPU bound" in chip["priced_program"]
     assert schema.MFU_AT_ROOFLINE not in chip["totals"]
+
+
+def test_libtpu_flags_name_their_own_compile(monkeypatch):
+    from workloads import aot_cache
+    args = ("llama_train", "70b", {"B": "8"}, "16x16", "tpu-v6e")
+    monkeypatch.delenv("LIBTPU_INIT_ARGS", raising=False)
+    plain, cpu = aot_cache.key(*args), aot_cache.key(*args[:4], None)
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_tpu_scoped_vmem_limit_kib=98304")
+    assert aot_cache.key(*args) != plain
+    assert aot_cache.key(*args[:4], None) == cpu   # XLA:CPU does not read libtpu's flags
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", "")
+    assert aot_cache.key(*args) == plain

@@ -48,7 +48,8 @@ class HbmExhausted(WorkloadError):
 # CompiledMemoryStats fields -> the keys of AotResult.memory (bytes per device)
 MEMORY_FIELDS = {"argument_size_in_bytes": "arguments", "output_size_in_bytes": "outputs",
                  "alias_size_in_bytes": "aliased", "temp_size_in_bytes": "temporaries",
-                 "generated_code_size_in_bytes": "code", "peak_memory_in_bytes": "peak"}
+                 "generated_code_size_in_bytes": "code", "peak_memory_in_bytes": "peak",
+                 "host_temp_size_in_bytes": "host_temporaries"}
 
 
 def compile_here(name: str, preset: str, overrides: Mapping[str, str] | None, mesh_shape: str,

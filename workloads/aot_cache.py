@@ -65,6 +65,9 @@ def key(name: str, preset: str, overrides: Mapping[str, str] | None, mesh_shape:
                "overrides": dict(sorted((overrides or {}).items())), "mesh": mesh_shape,
                "tpu_chip": tpu_chip, "jax": version("jax"), "jaxlib": version("jaxlib"),
                "libtpu": version("libtpu") if tpu_chip else None, "source": _source_digest()}
+    flags = os.environ.get("LIBTPU_INIT_ARGS") if tpu_chip else None
+    if flags:   # libtpu's flags change the program (MaxText's recipes set some); unset: as before
+        payload["libtpu_flags"] = flags
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:24]
 
 

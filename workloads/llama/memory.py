@@ -40,9 +40,18 @@ def _attention_scores(cfg, tokens: float, keys: float) -> float:
     return 0.0 if cfg.attention == "fused" else tokens * keys * cfg.N * (4 + 2)
 
 
+def _logits(cfg, tokens: float, act: int) -> float:
+    """fp32 logits and their gradient; over ``num_vocab_tiling`` chunks, one chunk's, beside
+    the unembedding and its gradient gathered over FSDP (``workloads.llama.loss``)."""
+    chunks = cfg.num_vocab_tiling
+    gathered = 2 * cfg.D * cfg.V * act if chunks > 1 else 0.0
+    return 2 * tokens * cfg.V * 4 / chunks + gathered
+
+
 def train_bytes(cfg, mesh: AnyMesh | None = None) -> dict[str, float]:
     """Per-device bytes of one ``llama_train`` step: parameters, gradients, AdamW moments,
-    saved activations, the fp32 logits (and their gradient), one layer's transients."""
+    saved activations, the fp32 logits (and their gradient; one chunk's of ``num_vocab_tiling``),
+    one layer's transients."""
     model, (w, b, m) = book_model(cfg), _splits(cfg, mesh)
     P = transformer.param_count(model)
     act = _nbytes(cfg.param_dtype)
@@ -54,7 +63,7 @@ def train_bytes(cfg, mesh: AnyMesh | None = None) -> dict[str, float]:
         "optimizer": 2 * P * _nbytes(cfg.opt_dtype) / w,
         # transformers.md: checkpoint bytes = bytes · tokens · L · Σ(saved widths)
         "activations": act * tokens * cfg.L * cfg.remat_policy().hbm_width(cfg) / m,
-        "logits": 2 * tokens * cfg.V * 4 / m,
+        "logits": _logits(cfg, tokens, act) / m,
         "transients": layer + _attention_scores(cfg, tokens, cfg.T) / m,
     }
 

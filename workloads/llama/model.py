@@ -290,6 +290,13 @@ def run_layers(body, x, xs, scan: bool, remat: remat_policies.Remat = remat_poli
 def forward(params, tokens_BT, d: Dims, sh: Sharder, dtype, scan: bool = True,
             remat: remat_policies.Remat = remat_policies.NONE):
     """Logits [B, T, V] in ``dtype`` for a full causal pass over ``tokens_BT`` (training)."""
+    return logits(params, decoder(params, tokens_BT, d, sh, dtype, scan, remat), d, sh)
+
+
+def decoder(params, tokens_BT, d: Dims, sh: Sharder, dtype, scan: bool = True,
+            remat: remat_policies.Remat = remat_policies.NONE):
+    """The residual stream [B, T, D] after the last layer, before the final norm and the
+    unembedding (``logits``): what a chunked loss (``workloads.llama.loss``) projects."""
     B, T = tokens_BT.shape
     x = sh.act(embed(params["embed_VD"], tokens_BT).astype(dtype), "BTD")
     pos_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
@@ -298,4 +305,4 @@ def forward(params, tokens_BT, d: Dims, sh: Sharder, dtype, scan: bool = True,
         return block(x, w, pos_BT, d, sh)[0], None
 
     x, _ = run_layers(body, x, params["layers"], scan, remat)
-    return logits(params, x, d, sh)
+    return x

@@ -96,6 +96,7 @@ class Sharder:
             "BTKH": P(b, None, kv, None),
             "BSKH": P(b, None, kv, None),
             "BSK": P(b, None, kv),                 # int8 KV-cache scales
+            "DV": P(None, m),    # the unembedding gathered over FSDP (chunked loss)
         }
 
     # --- parameters -------------------------------------------------------------------------

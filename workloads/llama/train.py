@@ -10,8 +10,10 @@ fp32 weights and casts them to bf16 for the matmuls; the book's 10 bytes/param i
 and return bf16; GPUs and TPUs accumulate them in fp32 whatever the output type, so no
 ``preferred_element_type`` (an fp32 output would double the bytes written); attention scores and
 softmax are fp32. Optimizer state is sharded like the params (ZeRO-3 under FSDP). Arguments are
-not donated, so the harness can call ``fn(*args)`` repeatedly with the same inputs. Layers run
-under ``lax.scan`` (``scan_layers``) with the ``remat`` policy named (``workloads.llama.remat``).
+not donated, so the harness can call ``fn(*args)`` repeatedly with the same inputs
+(``donate_state=true`` donates params and state, as MaxText does, for ahead-of-time compiles).
+Layers run under ``lax.scan`` (``scan_layers``) with the ``remat`` policy named
+(``workloads.llama.remat``).
 """
 from __future__ import annotations
 
@@ -23,8 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from workloads.base import Workload, check_choice, smaller
-from workloads.llama import book, memory, model, remat
+from workloads.base import Workload, WorkloadError, check_choice, smaller
+from workloads.llama import book, loss, memory, model, remat
 from workloads.llama.config import MODEL_DIMS, Dims, dims_of, fix_dtypes
 from workloads.llama.sharding import PARALLELISMS, Sharder
 from workloads.mesh import AnyMesh, named, put
@@ -45,6 +47,10 @@ class TrainConfig(Dims):
     remat_save: str = ""       # remat=custom: checkpoint names kept in HBM, comma-separated
     remat_offload: str = ""    # remat=custom: checkpoint names moved to host memory
     scan_layers: bool = True
+    num_vocab_tiling: int = 1  # the loss over this many chunks of T (MaxText's knob; 1 = whole)
+    # donate params and AdamW state to the step (outputs aliased to inputs, as MaxText's
+    # train step does): ahead-of-time compiles only, a donated step consumes its inputs
+    donate_state: bool = False
     lr: float = 1e-3
     b1: float = 0.9
     b2: float = 0.95
@@ -57,6 +63,10 @@ class TrainConfig(Dims):
         fix_dtypes(self, "param_dtype", "opt_dtype")
         check_choice("parallelism", self.parallelism, PARALLELISMS)
         self.remat_policy()   # WorkloadError naming the valid policies or names
+        if self.num_vocab_tiling < 1 or self.T % self.num_vocab_tiling:
+            raise WorkloadError(f"num_vocab_tiling must be a positive divisor of T={self.T} "
+                                f"(the loss runs over T/num_vocab_tiling tokens at a time), "
+                                f"got {self.num_vocab_tiling}")
 
     def remat_policy(self) -> remat.Remat:
         return remat.policy(self.remat, self.remat_save, self.remat_offload)
@@ -80,12 +90,12 @@ PRESETS: dict[str, TrainConfig] = {
 
 
 def loss_fn(params, inputs_BT, targets_BT, cfg: TrainConfig, sh: Sharder):
-    """Mean next-token cross-entropy (fp32 log-softmax over the vocab)."""
-    logits_BTV = model.forward(params, inputs_BT, dims_of(cfg), sh, jnp.dtype(cfg.param_dtype),
-                               cfg.scan_layers, cfg.remat_policy()).astype(jnp.float32)
-    logp_BTV = jax.nn.log_softmax(logits_BTV, axis=-1)
-    picked_BT = jnp.take_along_axis(logp_BTV, targets_BT[..., None], axis=-1)[..., 0]
-    return -jnp.mean(picked_BT)
+    """Mean next-token cross-entropy (fp32 log-softmax over the vocab), over
+    ``num_vocab_tiling`` chunks of tokens (``workloads.llama.loss``)."""
+    d = dims_of(cfg)
+    x_BTD = model.decoder(params, inputs_BT, d, sh, jnp.dtype(cfg.param_dtype),
+                          cfg.scan_layers, cfg.remat_policy())
+    return loss.cross_entropy(params, x_BTD, targets_BT, d, sh, cfg.num_vocab_tiling)
 
 
 def init_opt_state(params, cfg: TrainConfig) -> dict:
@@ -141,9 +151,14 @@ def build(cfg: TrainConfig, mesh: AnyMesh | None, abstract: bool = False):
     o_abs = {"mu": jax.tree.map(moment, p_abs), "nu": jax.tree.map(moment, p_abs),
              "step": jax.ShapeDtypeStruct((), jnp.int32)}
     step = make_step(cfg, sh)
+    if cfg.donate_state and not abstract:
+        raise WorkloadError("donate_state=true is for ahead-of-time compiles (predict-hlo): a "
+                            "donated step consumes its inputs, and a run calls it repeatedly "
+                            "on the same ones; leave it false to run the step")
+    donate = (0, 1) if cfg.donate_state else ()
     if mesh is None:
         shardings = None
-        fn = jax.jit(step)
+        fn = jax.jit(step, donate_argnums=donate)
     else:
         sh.check_params(p_abs)
         sh.check_act("BTD", (cfg.B, cfg.T, cfg.D))
@@ -151,7 +166,8 @@ def build(cfg: TrainConfig, mesh: AnyMesh | None, abstract: bool = False):
         o_sh = {"mu": p_sh, "nu": p_sh, "step": named(mesh, P())}
         tok = sh.sharding("BT")
         shardings = (p_sh, o_sh, tok, tok)
-        fn = jax.jit(step, in_shardings=shardings, out_shardings=(p_sh, o_sh, named(mesh, P())))
+        fn = jax.jit(step, in_shardings=shardings, out_shardings=(p_sh, o_sh, named(mesh, P())),
+                     donate_argnums=donate)
     if abstract:
         tok_abs = jax.ShapeDtypeStruct((cfg.B, cfg.T), jnp.int32)
         tree = (p_abs, o_abs, tok_abs, tok_abs)
