@@ -63,7 +63,7 @@ def _is_host_peak(memory: Mapping[str, float]) -> bool:
     return bool(host) and abs(memory.get("peak", 0) - figure) <= 1e6
 
 
-def memory_fit(memory: dict, chip) -> dict:
+def memory_fit(memory: dict, chip, placed: bool = False) -> dict:
     """``compiled.memory_analysis()`` per device against the chip's HBM. ``peak_bytes``: the
     compiler's own peak where it reports one (buffers whose lifetimes do not overlap share
     memory), else arguments + outputs - aliased + temporaries + code, an upper bound;
@@ -73,12 +73,19 @@ def memory_fit(memory: dict, chip) -> dict:
     70B on v6e-256: 126.3 GB = 120.8 GB of offloaded activations + the state twice, where the
     HBM holds at most 32.1 GB; donated, 123.6 GB = 120.8 + the state once); a peak that is the
     host's says nothing of the HBM, so the sum is judged instead. LLaMA-3.1 405B on v5p-1024
-    with its state donated: peak 93.8 GB, not the host's 68.7 + 8.0 GB, so the HBM's."""
+    with its state donated: peak 93.8 GB, not the host's 68.7 + 8.0 GB, so the HBM's.
+
+    ``placed``: the TPU compiler returned the program, so it placed every buffer in the HBM
+    it counts as usable, which is what decides: libtpu counts in GiB (31.25 GiB = 33.55 GB
+    usable on a v6e, against the book's 32 GB), so a program it placed fits even where the
+    figure above is past the book's HBM (``placed_past_book``)."""
     hbm = hardware.chip_entry(chip).hbm_bytes
     total = footprint(memory)
-    peak = (None if _is_host_peak(memory) else memory.get("peak")) or total
+    host_peak = _is_host_peak(memory)
+    peak = (None if host_peak else memory.get("peak")) or total
     return {**memory, "sum_bytes": total, "peak_bytes": peak, "hbm_bytes": hbm,
-            "headroom_bytes": hbm - peak, "fits": peak <= hbm}
+            "headroom_bytes": hbm - peak, "fits": peak <= hbm or placed,
+            "placed_past_book": placed and peak > hbm, "host_peak": host_peak}
 
 
 def needed_bytes(compiled) -> int | None:

@@ -176,7 +176,13 @@ def fit_line(fit: dict, chip: str) -> str:
     terms = " ".join(f"{sign} {name} {_gb(fit.get(name, 0))}" for name, sign in parts)[2:]
     verdict = (f"fits, {_gb(fit['headroom_bytes'])} free" if fit["fits"]
                else f"does NOT fit, {_gb(-fit['headroom_bytes'])} over")
-    if fit.get("peak"):
+    if fit.get("placed_past_book"):
+        verdict = (f"fits: the TPU compiler placed every buffer ({_gb(-fit['headroom_bytes'])} "
+                   f"past the book's HBM, within what libtpu counts usable, in GiB)")
+    if fit.get("host_peak"):
+        why = (f"XLA's peak {_gb(fit['peak'])} is the host memory's (offloaded activations), "
+               f"so the verdict uses the sum")
+    elif fit.get("peak"):
         why = (f"XLA's peak {_gb(fit['peak_bytes'])} is what the verdict uses: it counts only "
                f"buffers live at the same time (buffers whose lifetimes do not overlap share "
                f"memory), {_gb(fit['sum_bytes'] - fit['peak_bytes'])} below the sum, which "

@@ -197,6 +197,29 @@ def test_memory_fit_arithmetic():
     assert fit["peak_bytes"] == 93.815e9 and fit["fits"]   # 68.703 + 7.969 = 76.7 GB is not it
 
 
+def test_a_program_libtpu_placed_fits_past_the_books_hbm():
+    from harness.memory_report import fit_line
+
+    # LLaMA-3.1 70B on v6e-256, loss in 16 chunks, state donated (libtpu 0.0.42.1 compiled it):
+    # 32.62 GB past the book's 32 GB, within the 31.25 GiB libtpu counts usable (its refusals
+    # say "available HBM (31.25G)", and its G is 2**30: v5e's 16 GiB shows as 15.75G)
+    # (the state aliased onto itself; its peak the host memory's: host temporaries + the state)
+    memory = {"arguments": 2769666560, "outputs": 2769142944, "aliased": 2769142944,
+              "temporaries": 29802010880, "code": 48322560, "host_temporaries": 120795955200,
+              "peak": 120795955200 + 2769666560}
+    assert 31.25 * 2**30 == pytest.approx(33.55e9, rel=1e-3) and 32.62e9 < 31.25 * 2**30
+    judged = memory_fit(memory, "tpu-v6e")
+    placed = memory_fit(memory, "tpu-v6e", placed=True)
+    assert placed["sum_bytes"] == pytest.approx(32.62e9)
+    assert not judged["fits"] and placed["fits"] and placed["placed_past_book"]
+    line = fit_line(placed, "tpu-v6e")
+    assert "the TPU compiler placed every buffer" in line and "host memory's" in line
+    # under the book's HBM, placed or not, the verdict is the same
+    small = {"arguments": 1e9, "outputs": 1e9, "temporaries": 10e9}
+    assert memory_fit(small, "tpu-v6e", placed=True)["fits"] and \
+        not memory_fit(small, "tpu-v6e", placed=True)["placed_past_book"]
+
+
 def _ops(rows):
     return pd.DataFrame([{schema.CATEGORY: c, schema.PREDICTED_S: s, schema.FLOPS: f,
                           schema.HBM_BYTES: b, schema.COMM_BYTES: m, schema.COUNT: n}

@@ -168,7 +168,8 @@ def main(args) -> int:
             on_cpu = predict_module(compiles[CPU][1], chip)
             by_compile[CPU], steps[CPU] = on_cpu.ops, on_cpu.step.step_s
         gap = book_gap(book.parts, by_compile, steps) if book and book.parts else None
-        fit = memory_fit(aot.memory, chip) if aot.topology and aot.memory else None
+        fit = (memory_fit(aot.memory, chip, placed=True)  # libtpu returned it: placed
+               if aot.topology and aot.memory else None)
         totals = dict(pred.totals)
         if refused is not None:  # XLA:CPU's program: no utilisation to claim for the TPU
             fit = {"fits": False, "refused": refusals[chip.name][1]}

@@ -157,7 +157,7 @@ def evaluate(setting: Setting, cand: Candidate, progress: Callable[[str], None])
                 schema.PREDICTED_BOUND: bound,
                 schema.AGREE: YES if bound == row[schema.BOOK_BOUND] else NO})
     if aot.memory:
-        fit = memory_fit(aot.memory, setting.chip)
+        fit = memory_fit(aot.memory, setting.chip, placed=aot.topology is not None)
         row.update({schema.PEAK_BYTES: fit["peak_bytes"], schema.FITS: YES if fit["fits"] else NO})
         if not fit["fits"]:
             row[schema.PLAN_NOTE] = (f"{DOES_NOT_FIT}: peak over {setting.chip.name}'s HBM by "
