@@ -157,7 +157,14 @@ def _either(row: pd.Series, column: str) -> str:
 def _axes(row: pd.Series, mesh: dict | None) -> str:
     """The mesh axes the collective ran over: as explained from its device groups, else the
     axes its group size alone implies."""
-    return _either(row, schema.MESH_AXES) or changes.axes(row[schema.GROUP_SIZE], mesh)
+    return _explained_axes(row) or changes.axes(row[schema.GROUP_SIZE], mesh)
+
+
+def _explained_axes(row: pd.Series) -> str:
+    """The axes explain found ("X,Y"), written as compare writes axes ("X+Y"); "" for device
+    groups that are no whole axes ("{0,1} {2,3}")."""
+    axes = _either(row, schema.MESH_AXES)
+    return "" if "{" in axes else axes.replace(",", "+")
 
 
 def _line(row: pd.Series) -> str:
@@ -169,10 +176,9 @@ def _what(row: pd.Series, mesh: dict | None) -> str:
     B``."""
     where = {ONLY_A: ", only in A", ONLY_B: ", only in B"}.get(row[schema.SIDE], "")
     line = f" ({_line(row)})" if _line(row) else ""
-    axes, size = _either(row, schema.MESH_AXES), row[schema.GROUP_SIZE]
+    axes, size = _explained_axes(row), row[schema.GROUP_SIZE]
     over = (f" over {'axes' if '+' in axes else 'axis'} {axes} ({int(size)} devices)"
-            if axes and "{" not in axes and changes.finite(size)
-            else changes.over(size, mesh))
+            if axes and changes.finite(size) else changes.over(size, mesh))
     return f"{row[schema.COLLECTIVE]} from {row[schema.OP]}{line}{over}{where}"
 
 
