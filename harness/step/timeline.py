@@ -69,9 +69,10 @@ class _Grouped:
     """The events of every (step, device) on one axis: each group's times moved to a range of
     its own (in order, a nanosecond apart), so that one pass of ``merged`` or ``_overlap`` over
     all of them never joins two groups' intervals, and its pieces are summed per group after.
-    ``keys``: the (step, device) of each group; ``group``: each event's group."""
+    ``keys``: the (step, device) of each group; ``group``: each event's group; ``comm``: which
+    events communicate; ``compute``: the union of the others' intervals, made once."""
 
-    def __init__(self, events: pd.DataFrame):
+    def __init__(self, events: pd.DataFrame, comm: np.ndarray):
         self.group, first = groups(events, [schema.STEP, schema.DEVICE])
         n = len(first)
         self.keys = list(zip(events[schema.STEP].to_numpy(np.int64)[first].tolist(),
@@ -86,6 +87,8 @@ class _Grouped:
         self.offset = np.concatenate([[0], np.cumsum(self.span + 1)[:-1]])
         shift = self.offset[self.group] - lo[self.group]
         self.s, self.e = s + shift, e + shift
+        self.comm = comm
+        self.compute = merged(self.s[~comm], self.e[~comm])
 
     def of(self, t: np.ndarray) -> np.ndarray:
         """The group of each moved time (a piece's start)."""
@@ -101,13 +104,13 @@ def decompose(events: pd.DataFrame, comm_ops: Collection[str],
     """``schema.STEP_TIMES``: per (step, device), the step's time split as the module says.
     ``comm_ops``: the ops that communicate (by name); ``apart``: ops left out (containers)."""
     ev = events[~named(events[schema.OP], set(apart))]
-    return _decompose(_Grouped(ev), named(ev[schema.OP], set(comm_ops)))
+    return _decompose(_Grouped(ev, named(ev[schema.OP], set(comm_ops))))
 
 
-def _decompose(g: _Grouped, comm: np.ndarray) -> pd.DataFrame:
+def _decompose(g: _Grouped) -> pd.DataFrame:
     if not g.keys:
         return pd.DataFrame(columns=list(schema.STEP_TIMES))
-    cs, ce = merged(g.s[~comm], g.e[~comm])
+    comm, (cs, ce) = g.comm, g.compute
     ks, ke = merged(g.s[comm], g.e[comm])
     al, ae = merged(g.s, g.e)
     compute = g.total(cs, ce - cs)
@@ -131,13 +134,13 @@ def exposed_by_op(events: pd.DataFrame, comm_ops: Collection[str],
     summed per (step, device), then the median over steps and devices, in seconds."""
     ev = events[~named(events[schema.OP], set(apart))]
     comm = named(ev[schema.OP], set(comm_ops))
-    return _exposed(_Grouped(ev) if comm.any() else None, comm, ev[schema.OP])
+    return _exposed(_Grouped(ev, comm) if comm.any() else None, ev[schema.OP])
 
 
-def _exposed(g: _Grouped | None, comm: np.ndarray, op: pd.Series) -> pd.DataFrame:
-    if g is None or not comm.any():
+def _exposed(g: _Grouped | None, op: pd.Series) -> pd.DataFrame:
+    if g is None or not g.comm.any():
         return pd.DataFrame(columns=[schema.OP, schema.COMM_S, schema.EXPOSED_COMM_S])
-    cs, ce = merged(g.s[~comm], g.e[~comm])
+    comm, (cs, ce) = g.comm, g.compute
     s, e = g.s[comm], g.e[comm]
     code, names = _codes(op)
     per = pd.DataFrame({"_op": code[comm], "_group": g.group[comm], "t": e - s,
@@ -253,9 +256,9 @@ def measure(events: pd.DataFrame, comm_ops: Collection[str], *, apart: Collectio
         return {}, pd.DataFrame(columns=list(schema.STEP_SPANS))
     ev = async_spans(events, pairs or {})
     ev = ev[~named(ev[schema.OP], set(apart))]
-    g, comm = _Grouped(ev), named(ev[schema.OP], set(comm_ops))
-    out = measured_step(_decompose(g, comm), devices)
-    per_op = _exposed(g, comm, ev[schema.OP])
+    g = _Grouped(ev, named(ev[schema.OP], set(comm_ops)))
+    out = measured_step(_decompose(g), devices)
+    per_op = _exposed(g, ev[schema.OP])
     if len(per_op):
         per_op = per_op.sort_values([schema.EXPOSED_COMM_S, schema.COMM_S], ascending=False,
                                     kind="stable")
