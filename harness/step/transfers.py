@@ -93,12 +93,11 @@ def _kind(module: Module, instr: Instruction) -> str:
     """"h2d"/"d2h" (a copy or slice over the host link, from or to host memory: PCIe carries
     each direction at full rate at once; libtpu offloads activations by async slices), "dma"
     (a copy between device memories), "ici" otherwise."""
-    moving = next((m for m in (_moving(module, instr), instr) if crosses_host(m, module)), None)
-    if moving is not None:
-        return _direction(moving, module)
-    if _moving(module, instr).opcode in ("copy-start", "copy-done", "copy"):
-        return "dma"
-    return "ici"
+    moving = _moving(module, instr)
+    host = next((m for m in (moving, instr) if crosses_host(m, module)), None)
+    if host is not None:
+        return _direction(host, module)
+    return "dma" if moving.opcode in ("copy-start", "copy-done", "copy") else "ici"
 
 
 def _direction(moving: Instruction, module: Module) -> str:

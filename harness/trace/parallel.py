@@ -68,12 +68,7 @@ def _spill(value, f):
         spilled = _Spilled(f.tell(), value.size, value.dtype.str, value.shape)
         np.ascontiguousarray(value).tofile(f)
         return spilled
-    if isinstance(value, tuple):
-        return tuple(_spill(v, f) for v in value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.replace(value, **{fl.name: _spill(getattr(value, fl.name), f)
-                                             for fl in dataclasses.fields(value) if fl.init})
-    return value
+    return _parts(value, lambda v: _spill(v, f))
 
 
 def _restore(value, path: str):
@@ -81,10 +76,16 @@ def _restore(value, path: str):
     if isinstance(value, _Spilled):
         return np.fromfile(path, value.dtype, value.count, offset=value.offset).reshape(
             value.shape)
+    return _parts(value, lambda v: _restore(v, path))
+
+
+def _parts(value, each: Callable):
+    """``value`` with ``each`` applied to each item of a tuple or field of a dataclass
+    instance; anything else as it is (the walk ``_spill`` and ``_restore`` share)."""
     if isinstance(value, tuple):
-        return tuple(_restore(v, path) for v in value)
+        return tuple(each(v) for v in value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.replace(value, **{fl.name: _restore(getattr(value, fl.name), path)
+        return dataclasses.replace(value, **{fl.name: each(getattr(value, fl.name))
                                              for fl in dataclasses.fields(value) if fl.init})
     return value
 
