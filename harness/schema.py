@@ -9,11 +9,13 @@ A name a report shows is made with ``term``, which enters its one-line meaning f
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from harness.errors import HarnessError
 from predictions import roofline, rules
+
+if TYPE_CHECKING:  # pandas is imported where a table is made: harness trace starts without it
+    import pandas as pd
 
 GLOSSARY: dict[str, str] = {}  # name -> its meaning for a reader, one line (``term``)
 
@@ -368,6 +370,8 @@ class SchemaError(HarnessError):
 
 def validate(df: pd.DataFrame, columns: Sequence[str], *, where: str = "table") -> pd.DataFrame:
     """``df`` unchanged if it has every column in ``columns``; SchemaError otherwise."""
+    import pandas as pd
+
     if not isinstance(df, pd.DataFrame):
         raise SchemaError(f"{where}: expected a pandas DataFrame, got {type(df).__name__}")
     missing = [c for c in columns if c not in df.columns]
@@ -378,4 +382,6 @@ def validate(df: pd.DataFrame, columns: Sequence[str], *, where: str = "table") 
 
 def empty(columns: Sequence[str]) -> pd.DataFrame:
     """An empty frame with the given columns."""
+    import pandas as pd
+
     return pd.DataFrame({c: [] for c in columns})

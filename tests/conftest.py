@@ -7,6 +7,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from harness.devices import quiet_absent_tpu, set_host_device_count
 
 set_host_device_count(8, keep_existing=True)
@@ -23,8 +25,6 @@ def pytest_collection_modifyitems(config, items):
     """Skip ``@pytest.mark.libtpu`` tests, saying why, where libtpu is not installed."""
     import importlib.util
 
-    import pytest
-
     if importlib.util.find_spec("libtpu") is not None:
         return
     skip = pytest.mark.skip(reason="needs libtpu to compile for TPU slices: "
@@ -32,3 +32,38 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "libtpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def cpu_traces(tmp_path_factory) -> list[Path]:
+    """Two traces of a jitted program over 8 CPU devices (a matmul and an all-reduce), made
+    with plain ``jax.profiler``: one with step annotations, one without."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(jax.devices(), ("x",))
+    x = jax.device_put(jnp.ones((64, 32)), NamedSharding(mesh, P("x", None)))
+    w = jnp.ones((32, 32)) * 0.01
+
+    @jax.jit
+    def f(x, w):
+        for _ in range(3):
+            x = jnp.tanh(x @ w)
+            x = x - jnp.sum(x, axis=0, keepdims=True) * 1e-3
+        return x
+
+    f(x, w).block_until_ready()
+    out = []
+    for annotated in (True, False):
+        where = tmp_path_factory.mktemp("annotated" if annotated else "plain")
+        with jax.profiler.trace(str(where)):
+            for step in range(3):
+                if annotated:
+                    with jax.profiler.StepTraceAnnotation("step", step_num=step):
+                        f(x, w).block_until_ready()
+                else:
+                    f(x, w).block_until_ready()
+        out.append(where)
+    return out

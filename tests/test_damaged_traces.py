@@ -45,6 +45,23 @@ def test_a_damaged_trace_gets_a_report_or_one_line(src, how, seed, tmp_path, cap
     assert rc == 0 or (rc == 2 and len(err) == 1 and str(path) in err[0]), err
 
 
+@pytest.mark.filterwarnings("ignore:os.fork")
+@pytest.mark.parametrize("src,how,seed", [c for c in CASES if c[0] != "amd" and c[2] < 2])
+def test_damage_found_by_decode_workers_started_early_is_one_line(src, how, seed, tmp_path,
+                                                                  capsys, monkeypatch):
+    """As above with the decode in worker processes, started before the analysis is imported
+    (``harness.trace.opener.start_decode``): a worker's error comes back as the same one line,
+    and the workers' folder in /dev/shm goes with it."""
+    from harness.trace import parallel
+
+    if not parallel._can_fork():
+        pytest.skip("no fork here: the decode runs in this process")
+    monkeypatch.setenv(parallel.WORKERS_ENV, "2")
+    before = set(Path(parallel.SHM).glob("harness-decode-*"))
+    test_a_damaged_trace_gets_a_report_or_one_line(src, how, seed, tmp_path, capsys)
+    assert set(Path(parallel.SHM).glob("harness-decode-*")) <= before
+
+
 def test_a_chrome_json_trace_says_what_it_is(tmp_path, capsys):
     path = tmp_path / "vm.trace.json.gz"
     path.write_bytes(gzip.compress(b'{"traceEvents": []}'))

@@ -23,41 +23,6 @@ KINDS = {wire.DOUBLE: "double_value", wire.UINT64: "uint64_value", wire.INT64: "
          wire.STR: "str_value", wire.BYTES: "bytes_value", wire.REF: "ref_value"}
 
 
-@pytest.fixture(scope="module")
-def cpu_traces(tmp_path_factory) -> list[Path]:
-    """Two traces of a jitted program over 8 CPU devices (a matmul and an all-reduce), made
-    with plain ``jax.profiler``: one with step annotations, one without."""
-    import jax
-    import jax.numpy as jnp
-    from jax.sharding import Mesh, NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    mesh = Mesh(jax.devices(), ("x",))
-    x = jax.device_put(jnp.ones((64, 32)), NamedSharding(mesh, P("x", None)))
-    w = jnp.ones((32, 32)) * 0.01
-
-    @jax.jit
-    def f(x, w):
-        for _ in range(3):
-            x = jnp.tanh(x @ w)
-            x = x - jnp.sum(x, axis=0, keepdims=True) * 1e-3
-        return x
-
-    f(x, w).block_until_ready()
-    out = []
-    for annotated in (True, False):
-        where = tmp_path_factory.mktemp("annotated" if annotated else "plain")
-        with jax.profiler.trace(str(where)):
-            for step in range(3):
-                if annotated:
-                    with jax.profiler.StepTraceAnnotation("step", step_num=step):
-                        f(x, w).block_until_ready()
-                else:
-                    f(x, w).block_until_ready()
-        out.append(where)
-    return out
-
-
 def _same_as_protobuf(raw: bytes) -> int:
     """Check every event and stat of one line against protobuf's parse; returns the events."""
     line = XLine.FromString(raw)

@@ -44,16 +44,20 @@ def _accelerator(space) -> tuple[object | None, list[str]]:
 
 
 def main(args) -> int:
-    from harness.report import tables
-    from harness.runs import pipeline
-    from harness.trace.load import detect_layout, find_trace_file, read_xspace
+    from harness.trace.opener import find_trace_file, read_xspace, start_decode
 
     if args.hlo is not None and not args.hlo.is_file():
         raise HarnessError(f"--hlo {args.hlo}: no such file")
     space, label = read_xspace(find_trace_file(args.path))
+    # the decode starts in worker processes now; pandas and the analysis are imported below,
+    # beside it (a large trace's decode takes longer than those imports)
+    layout = start_decode(space, label)
+    from harness.report import tables
+    from harness.runs import pipeline
+
     found, notes = (None, []) if args.chip else _accelerator(space)
     # a CPU trace names no chip: it is predicted for this host's calibrated cpu chip
-    on_cpu = detect_layout(space, label) == "cpu"
+    on_cpu = layout == "cpu"
     if args.chip is None and found is None and args.hlo is None and not on_cpu:
         return _measured_only(space, label, args, notes)
     try:

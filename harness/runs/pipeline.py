@@ -29,6 +29,7 @@ from harness.explain import for_run, run_mesh
 from harness.hlo import Module, parse_module, schedule
 from harness.ops import by_execution, op_times
 from harness.runs.run import Run
+from harness.trace import parallel
 from harness.trace.device import trace_device
 from harness.trace.hlo_proto import async_names, embedded_modules, module_text
 from harness.trace.load import TraceEvents, find_trace_file, read_events, read_xspace
@@ -98,6 +99,8 @@ def decode(source, *, hlo_text: str | None = None, warmup_steps: int = 0,
     space, read_label = read_xspace(source)
     label = label or read_label
     embedded = _Embedded(space)
+    if parallel.started(space) and embedded.raw:  # workers are decoding: parse the largest
+        embedded.get(max(embedded.raw, key=lambda k: len(embedded.raw[k])))  # program meanwhile
     text = hlo_text if hlo_text is not None else (saved_hlo if not embedded.raw else None)
     if text is None and not embedded.raw and not embedded.damaged:
         raise NoHlo(f"{label}: the trace holds no HLO; give the program's optimized HLO with "

@@ -7,7 +7,17 @@ holds the lookups the layouts share, ``cpu``, ``gpu`` and ``tpu`` read where eac
 its ops (``graphs`` attributes the kernels of CUDA graphs to HLO ops), ``hlo_proto`` reads the
 compiled HLO a trace carries, ``device`` what its device planes say about the hardware,
 ``load`` picks the layout and builds the table.
-"""
-from harness.trace.load import TraceEvents, load_events, read_events
 
+Importing this package imports neither pandas nor the layouts: the names below load
+``harness.trace.load`` on first use, so that ``harness trace`` can open a trace and start its
+decode first (``opener.start_decode``).
+"""
 __all__ = ["TraceEvents", "load_events", "read_events"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from harness.trace import load
+
+        return getattr(load, name)
+    raise AttributeError(f"module 'harness.trace' has no attribute {name!r}")

@@ -16,9 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
-from harness.trace.parallel import in_parallel
+from harness.trace import parallel
 from harness.trace.planes import (
     HOST_PLANE,
     XLA_THREAD_PREFIX,
@@ -152,16 +151,27 @@ def _read_line(context, ref) -> _LineOps:
     return _cpu_line(read_line(ref.raw()), ids, idx, _Plans())
 
 
+def _work(space: Space) -> tuple:
+    """The context, parts and size of ``_read_line``'s work: (stat ids, the host plane's
+    index), its XLA thread-pool lines, their bytes."""
+    idx = PlaneIndex(plane(space, HOST_PLANE))
+    ids = {name: idx.stat_ids.get(name) for name in STATS}
+    refs = idx.refs(lambda name: name.startswith(XLA_THREAD_PREFIX))
+    return (ids, idx), refs, sum(r.size for r in refs)
+
+
+def start(space: Space) -> None:
+    """Start reading the thread-pool lines in worker processes (``parallel.start``)."""
+    parallel.start(space, _read_line, *_work(space))
+
+
 def extract(space: Space) -> Columns:
     """The op executions of every XLA thread-pool line. Lines are read independently (in
     parallel where cores allow); a kind's plan is the one learned from its first event in
     line order, and a line read with another plan for a kind it holds is read again with it."""
-    host = plane(space, HOST_PLANE)
-    idx = PlaneIndex(host)
-    ids = {name: idx.stat_ids.get(name) for name in STATS}
+    (ids, idx), refs, size = _work(space)
     steps, run_step = host_steps(space, idx)
-    refs = idx.refs(lambda name: name.startswith(XLA_THREAD_PREFIX))
-    lines = in_parallel(_read_line, (ids, idx), refs, sum(r.size for r in refs))
+    lines = parallel.in_parallel(_read_line, (ids, idx), refs, size, owner=space)
     plans, run_program = _Plans(), {}
     for part in lines:
         for kind, plan in part.plans.items():
@@ -181,6 +191,8 @@ def extract(space: Space) -> Columns:
     cols.program, cols.program_id = runs, runs
     cols.program_names = {r: p[0] for r, p in run_program.items()}
     cols.program_id_names = {r: p[1] for r, p in run_program.items()}
+    import pandas as pd  # here, not above: decode workers are forked before pandas is imported
+
     inverse, uniq = pd.factorize(runs, sort=True)
     cols.stepped = bool(steps)
     if not steps:  # no annotations: each execution of a program is its own step

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness.trace import parallel
 from harness.trace.graphs import MEMSET, Kernel, attribute, schedule
 from harness.trace.hlo_proto import async_names, embedded_modules
-from harness.trace.parallel import in_parallel
 from harness.trace.planes import (
     Columns,
     PlaneIndex,
@@ -139,6 +139,18 @@ def _read_part(context, part):
     return device_step_windows(idx), _kernels(idx, texts), texts.text
 
 
+def _work(space: Space) -> tuple:
+    """The context, parts and size of ``_read_part``'s work: (the trace, its device planes);
+    the host's annotations (part None) and each device plane; the trace's bytes."""
+    planes = device_planes(space, _GPU_PLANE)
+    return (space, planes), [None, *range(len(planes))], trace_bytes(space)
+
+
+def start(space: Space) -> None:
+    """Start reading the trace's parts in worker processes (``parallel.start``)."""
+    parallel.start(space, _read_part, *_work(space))
+
+
 def extract(space: Space,
             schedule_of: Callable[[str], Sequence[tuple[str, str, str]] | None] | None = None
             ) -> Columns:
@@ -146,9 +158,9 @@ def extract(space: Space,
     opcode, computation) each (``harness.hlo.schedule``), for kernels inside CUDA graphs. The
     host's annotations and each device plane are read independently (in parallel where cores
     allow)."""
-    planes = device_planes(space, _GPU_PLANE)
-    annotated, *devices = in_parallel(_read_part, (space, planes), [None, *range(len(planes))],
-                                      trace_bytes(space))
+    work = _work(space)
+    planes = work[0][1]
+    annotated, *devices = parallel.in_parallel(_read_part, *work, owner=space)
     texts, parts = Texts(), []
     sched, stepped = None, bool(annotated)
     for (device, _), (device_steps, kernels, names) in zip(planes, devices):

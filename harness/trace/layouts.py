@@ -36,11 +36,15 @@ class Layout:
     shares_cores: bool = False  # its devices are threads on the host's cores (harness.shares)
     # the half of an async -start/-done pair its trace gives the pair's time to (harness.hlo.cost)
     async_time_on: str = "start"
+    # starts the decode in worker processes, ahead of ``extract`` (``harness.trace.parallel``)
+    start: Callable[[Space], None] | None = None
 
 
 # Order matters: device planes first; the CPU layout also matches the host plane of GPU runs.
 LAYOUTS: dict[str, Layout] = {
-    "tpu": Layout(layout_tpu.detect, layout_tpu.extract, async_time_on=layout_tpu.ASYNC_TIME_ON),
-    "gpu": Layout(layout_gpu.detect, layout_gpu.extract, uses_hlo=True),
-    "cpu": Layout(layout_cpu.detect, layout_cpu.extract, shares_cores=True),
+    "tpu": Layout(layout_tpu.detect, layout_tpu.extract, async_time_on=layout_tpu.ASYNC_TIME_ON,
+                  start=layout_tpu.start),
+    "gpu": Layout(layout_gpu.detect, layout_gpu.extract, uses_hlo=True, start=layout_gpu.start),
+    "cpu": Layout(layout_cpu.detect, layout_cpu.extract, shares_cores=True,
+                  start=layout_cpu.start),
 }

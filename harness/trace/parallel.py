@@ -8,14 +8,22 @@ decode's time on a 1 GB trace). A process that has imported jax is not forked (J
 runtime threads make forking unsafe): ``harness trace`` never imports it, a capture does. Else,
 or for small work, the parts run in this process, one after another, with the same results.
 ``HARNESS_DECODE_WORKERS`` sets the number of processes (1: none), jax or not.
+
+Work can also be started ahead of the code that uses it (``start``): ``harness trace`` starts a
+layout's decode as soon as the trace is opened, then imports pandas and the analysis while the
+workers read; ``in_parallel`` with the same owner (the trace's ``Space``) and function takes
+their results. The workers are forked before those imports, so the decode path imports neither
+pandas nor jax.
 """
 from __future__ import annotations
 
 import dataclasses
 import multiprocessing
 import os
+import shutil
 import sys
 import tempfile
+import weakref
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -25,7 +33,8 @@ MIN_BYTES = 32 << 20  # below this, forking costs more than it saves (about 30 m
 SPILL_BYTES = 1 << 20  # arrays this large come back through a file
 SHM = "/dev/shm"
 
-_job: tuple | None = None  # (fn, context, parts) of the work in progress, inherited by forks
+_job: tuple | None = None  # (fn, context, parts, folder) of the work being forked, inherited
+_started: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # owner -> {fn: Started}
 
 
 def workers(size_bytes: int, parts: int) -> int:
@@ -45,9 +54,8 @@ def _can_fork() -> bool:
 
 
 def _run(i: int):
-    fn, context, parts = _job
-    with tempfile.NamedTemporaryFile(dir=SHM if os.path.isdir(SHM) else None, delete=False,
-                                     prefix="harness-decode-") as f:
+    fn, context, parts, folder = _job
+    with tempfile.NamedTemporaryFile(dir=folder, delete=False, prefix=f"{i}-") as f:
         return _spill(fn(context, parts[i]), f), f.name
 
 
@@ -90,24 +98,67 @@ def _parts(value, each: Callable):
     return value
 
 
-def in_parallel(fn: Callable, context, parts: Sequence, size_bytes: int) -> list:
+class Started:
+    """Work running in worker processes: ``results()`` waits for it, in the parts' order. Each
+    worker writes its large arrays into a folder of its own job (in ``/dev/shm``), removed with
+    the pool once the results are read, or when the work is dropped unread (at exit)."""
+
+    def __init__(self, fn: Callable, context, parts: Sequence, n: int):
+        global _job
+        self.folder = tempfile.mkdtemp(dir=SHM if os.path.isdir(SHM) else None,
+                                       prefix="harness-decode-")
+        _job = (fn, context, parts, self.folder)
+        try:  # every worker is forked here, with _job as it is now
+            self.pool = multiprocessing.get_context("fork").Pool(n)
+        finally:
+            _job = None
+        self._results = self.pool.imap(_run, range(len(parts)), chunksize=1)
+        self._done = weakref.finalize(self, _close, self.pool, self.folder)
+
+    def results(self) -> list:
+        try:
+            return [_taken(value, path) for value, path in self._results]
+        finally:
+            self._done()
+
+
+def _taken(value, path: str):
+    """A worker's result read back, its file removed at once (``/dev/shm`` is memory)."""
+    value = _restore(value, path)
+    os.unlink(path)
+    return value
+
+
+def _close(pool, folder: str) -> None:
+    pool.terminate()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def start(owner, fn: Callable, context, parts: Sequence, size_bytes: int) -> bool:
+    """Start ``in_parallel(fn, context, parts, size_bytes)`` in worker processes now and
+    return at once; ``in_parallel(..., owner=owner)`` with the same ``fn`` takes its results.
+    False, starting nothing, where ``workers`` gives one process (the work then runs when
+    asked for)."""
+    n = workers(size_bytes, len(parts))
+    if n <= 1:
+        return False
+    _started.setdefault(owner, {})[fn] = Started(fn, context, parts, n)
+    return True
+
+
+def started(owner) -> bool:
+    """Whether work ``start`` began for ``owner`` is running, not yet taken."""
+    return bool(_started.get(owner))
+
+
+def in_parallel(fn: Callable, context, parts: Sequence, size_bytes: int, owner=None) -> list:
     """``[fn(context, part) for part in parts]``, in worker processes when ``workers`` says
-    so. ``fn`` must be a module-level function; its results are pickled back."""
+    so, or taken from the work ``start`` began for ``owner`` and ``fn``. ``fn`` must be a
+    module-level function; its results are pickled back."""
+    begun = _started.get(owner, {}).pop(fn, None) if owner is not None else None
+    if begun is not None:
+        return begun.results()
     n = workers(size_bytes, len(parts))
     if n <= 1:
         return [fn(context, part) for part in parts]
-    global _job
-    _job = (fn, context, parts)
-    out, paths = [], []
-    try:
-        with multiprocessing.get_context("fork").Pool(n) as pool:
-            for value, path in pool.imap(_run, range(len(parts)), chunksize=1):
-                paths.append(path)
-                out.append(_restore(value, path))
-                os.unlink(path)
-        return out
-    finally:
-        _job = None
-        for path in paths:
-            if os.path.exists(path):
-                os.unlink(path)
+    return Started(fn, context, parts, n).results()

@@ -34,7 +34,7 @@ import re
 
 import numpy as np
 
-from harness.trace.parallel import in_parallel
+from harness.trace import parallel
 from harness.trace.planes import (
     Columns,
     PlaneIndex,
@@ -170,13 +170,25 @@ def _read_part(context, part):
     return device_step_windows(idx), columns, texts.text
 
 
+def _work(space: Space) -> tuple:
+    """The context, parts and size of ``_read_part``'s work: (the trace, its device planes);
+    the host's annotations (part None) and each device plane; the trace's bytes."""
+    planes = device_planes(space, _TPU_PLANE)
+    return (space, planes), [None, *range(len(planes))], trace_bytes(space)
+
+
+def start(space: Space) -> None:
+    """Start reading the trace's parts in worker processes (``parallel.start``)."""
+    parallel.start(space, _read_part, *_work(space))
+
+
 def extract(space: Space) -> Columns:
     """Each plane's ``XLA Ops`` line; its events' device stats read as columns. The host's
     annotations and each device plane are read independently (in parallel where cores
     allow)."""
-    planes = device_planes(space, _TPU_PLANE)
-    annotated, *devices = in_parallel(_read_part, (space, planes), [None, *range(len(planes))],
-                                      trace_bytes(space))
+    work = _work(space)
+    planes = work[0][1]
+    annotated, *devices = parallel.in_parallel(_read_part, *work, owner=space)
     texts, parts = Texts(), []
     stepped = bool(annotated)
     for (device, _), found in zip(planes, devices):

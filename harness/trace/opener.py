@@ -1,0 +1,97 @@
+"""Opening a trace: finding the ``*.xplane.pb``, reading its planes' metadata, naming its layout,
+and starting its decode in worker processes (``start_decode``) before pandas and the analysis
+are imported. Nothing here imports pandas (``harness.trace.load`` builds the EVENTS table).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from google.protobuf.message import DecodeError
+
+from harness.errors import TraceError
+from harness.trace.layouts import LAYOUTS
+from harness.trace.space import Source, Space
+
+log = logging.getLogger(__name__)
+
+TRACE_SUFFIX = ".xplane.pb"
+GZIP_MAGIC = b"\x1f\x8b"  # what a *.trace.json.gz starts with
+
+
+def find_trace_file(path: str | os.PathLike) -> Path:
+    """The ``*.xplane.pb`` at ``path``, or the newest one below a directory."""
+    p = Path(path)
+    if not p.exists():
+        raise TraceError(f"{p}: no such file or directory")
+    if p.is_file():
+        return p
+    found = sorted(p.rglob(f"*{TRACE_SUFFIX}"), key=lambda f: f.stat().st_mtime)
+    if not found:
+        json_traces = [f.name for f in p.rglob("*.json*")][:3]
+        hint = (f" (only Chrome/Perfetto JSON traces, {', '.join(json_traces)}: harness reads "
+                f"XSpace, which jax.profiler writes as *{TRACE_SUFFIX})" if json_traces else "")
+        raise TraceError(f"{p}: no *{TRACE_SUFFIX} trace below this directory{hint}")
+    if len(found) > 1:
+        log.info("%s: %d traces found, using the newest %s", p, len(found), found[-1])
+    return found[-1]
+
+
+def read_xspace(source: str | os.PathLike | bytes | Space) -> tuple[Space, str]:
+    """Open an XSpace (``harness.trace.space``: its planes' metadata read, its lines left on
+    disk until a layout reads them); returns it with a label naming where it came from (for
+    errors). A ``Space`` is returned as it is; a protobuf ``XSpace`` message is read from its
+    bytes."""
+    if isinstance(source, Space):
+        return source, "<xspace>"
+    if hasattr(source, "SerializeToString"):
+        source, label = source.SerializeToString(), "<xspace>"
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        label = "<bytes>"
+    else:
+        path = find_trace_file(source)
+        source, label = path, str(path)
+    src = Source(path=source) if isinstance(source, Path) else Source(source)
+    head = bytes(src.read(0, 64))
+    if not head:
+        raise TraceError(f"{label}: empty trace file")
+    if head[:2] == GZIP_MAGIC or head.lstrip()[:1] in (b"{", b"["):
+        raise TraceError(f"{label}: a Chrome/Perfetto JSON trace (as PyTorch, TensorBoard and "
+                         f"jax.profiler's *.trace.json.gz hold), not an XSpace; harness reads "
+                         f"the *{TRACE_SUFFIX} that jax.profiler writes beside it "
+                         f"(plugins/profile/<run>/)")
+    try:
+        space = Space(src)
+    except DecodeError as e:
+        raise TraceError(f"{label}: truncated or corrupt XSpace protobuf ({e})") from None
+    if not space.planes:
+        raise TraceError(f"{label}: not an XSpace trace (no planes)")
+    return space, label
+
+
+def detect_layout(space: Space, label: str = "<trace>") -> str:
+    """Name of the first registered layout that recognises the trace."""
+    for name, layout in LAYOUTS.items():
+        try:
+            found = layout.detect(space)
+        except DecodeError as e:  # lines are decoded lazily: damage inside one shows here
+            raise TraceError(f"{label}: damaged XSpace: a line's header cannot be read "
+                             f"({e})") from None
+        if found:
+            return name
+    planes = [p.name for p in space.planes]
+    raise TraceError(f"{label}: no XLA op timeline found (planes {planes}); "
+                     f"known layouts: {list(LAYOUTS)}")
+
+
+def start_decode(space: Space, label: str = "<trace>") -> str:
+    """Start decoding ``space`` in worker processes (its layout's ``start``, where cores allow),
+    so that work done before ``read_events(space)`` runs beside it; the layout's name."""
+    name = detect_layout(space, label)
+    if LAYOUTS[name].start is not None:
+        try:
+            LAYOUTS[name].start(space)
+        except DecodeError as e:
+            raise TraceError(f"{label}: corrupt XSpace line ({e})") from None
+    return name
