@@ -16,7 +16,8 @@ The trace (not committed; kept in ``--workdir`` and reused when it is there):
   trace: about 1 GB; ``gpu`` defaults to 100 copies, about 110 MB).
 
 Timed in one run, each command in a fresh process, alternated ``--repeats`` times after one
-untimed read of the file (page cache warm for both):
+untimed read of the file (page cache warm for both) and with this checkout's bytecode compiled
+(as an installed package's is):
 
 (a) ``python -m harness trace FILE --chip cpu|h100 --csv OUT`` from this checkout;
 (b) xprof's ``hlo_stats`` (``xspace_to_tool_data([FILE], "hlo_stats", {})``, as
@@ -32,6 +33,7 @@ for it fails alone instead of taking the host's memory. A benchmark reports: exi
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import resource
@@ -263,6 +265,10 @@ def main(argv=None) -> int:
     print(f"trace: {trace} ({size_mb:.0f} MB, {args.layout}, steps x{copies})")
     load_before = os.getloadavg()[0]
     print(f"host: {cores} cores, load average {load_before:.1f} before")
+    # this checkout's bytecode, as pip writes an installed package's: where bytecode is not
+    # written (PYTHONDONTWRITEBYTECODE), a checkout's run compiles every module (0.15 s)
+    for package in ("harness", "predictions"):
+        compileall.compile_dir(ROOT / package, quiet=1)
     with open(trace, "rb") as f:  # one untimed read: the page cache warm for both
         while f.read(1 << 24):
             pass

@@ -67,11 +67,25 @@ def test_work_started_and_never_taken_is_cleaned_away(monkeypatch):
     space, label = read_xspace(TRACES[0])
     start_decode(space, label)
     job = next(iter(parallel._started[space].values()))
-    folder, pool = job.folder, job.pool
+    folder, workers = job.folder, job.workers
     del space, job
     gc.collect()
     assert not os.path.exists(folder)
-    assert all(not p.is_alive() for p in pool._pool)
+    assert all(not w.is_alive() for w in workers)
+
+
+def test_a_command_that_fails_before_taking_the_started_decode_ends(tmp_path):
+    """Bad input found after the decode started (here an HLO text that is no module) ends
+    the command at once with its one line: the workers are killed and their folder goes,
+    whatever they were writing."""
+    bad = tmp_path / "bad.hlo.txt"
+    bad.write_text("HloModule x")
+    env = dict(os.environ, **{parallel.WORKERS_ENV: "2"})
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "trace", str(TRACES[0]), "--hlo",
+                             str(bad)], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "expected an ENTRY computation" in err
+    assert not list(Path(parallel.SHM).glob(f"{parallel.FOLDER_PREFIX}{proc.pid}-*"))
 
 
 def test_the_decode_path_imports_no_pandas(cpu_traces):

@@ -2,12 +2,13 @@
 processes, where the host has cores to spare and the parts are large enough to pay for them.
 
 Workers are forked (Linux), so they share the parent's open trace and read their parts from it
-themselves; each returns plain arrays, the large ones through files in shared memory
-(``/dev/shm``: written once, read once) rather than pickled through a pipe (a third of the
-decode's time on a 1 GB trace). A process that has imported jax is not forked (JAX's
-runtime threads make forking unsafe): ``harness trace`` never imports it, a capture does. Else,
-or for small work, the parts run in this process, one after another, with the same results.
-``HARNESS_DECODE_WORKERS`` sets the number of processes (1: none), jax or not.
+themselves; each writes its results to files in shared memory (``/dev/shm``: written once,
+read once; large arrays raw, the rest pickled) rather than through a pipe (pickling them took a
+third of the decode's time on a 1 GB trace). Workers share no pipe or lock with the parent, so
+work dropped unfinished (its workers killed) cannot leave the parent waiting. A process that
+has imported jax is not forked (JAX's runtime threads make forking unsafe): ``harness trace``
+never imports it, a capture does. Else, or for small work, the parts run in this process, one
+after another, with the same results. ``HARNESS_DECODE_WORKERS`` sets the number of processes (1: none), jax or not.
 
 Work can also be started ahead of the code that uses it (``start``): ``harness trace`` starts a
 layout's decode as soon as the trace is opened, then imports pandas and the analysis while the
@@ -20,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import pickle
 import shutil
 import sys
 import tempfile
@@ -32,6 +34,7 @@ WORKERS_ENV = "HARNESS_DECODE_WORKERS"
 MIN_BYTES = 32 << 20  # below this, forking costs more than it saves (about 30 ms a worker)
 SPILL_BYTES = 1 << 20  # arrays this large come back through a file
 SHM = "/dev/shm"
+FOLDER_PREFIX = "harness-decode-"  # a job's folder there: this prefix, the parent's pid, -
 
 _job: tuple | None = None  # (fn, context, parts, folder) of the work being forked, inherited
 _started: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # owner -> {fn: Started}
@@ -53,10 +56,29 @@ def _can_fork() -> bool:
     return sys.platform == "linux" and "fork" in multiprocessing.get_all_start_methods()
 
 
-def _run(i: int):
+def _work_through(count: int) -> None:
+    """A worker's loop: claim the next part no worker has (a file created exclusively: no
+    lock, no pipe), read it, write its result beside the claim; until none is left."""
     fn, context, parts, folder = _job
-    with tempfile.NamedTemporaryFile(dir=folder, delete=False, prefix=f"{i}-") as f:
-        return _spill(fn(context, parts[i]), f), f.name
+    for i in range(count):
+        base = os.path.join(folder, str(i))
+        try:
+            os.close(os.open(base + ".claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            continue
+        try:
+            with open(base + ".arrays", "wb") as f:
+                value, suffix = _spill(fn(context, parts[i]), f), ".result"
+        except Exception as e:  # raised where the result is taken, as it would be here
+            value, suffix = e, ".error"
+        with open(base + ".tmp", "wb") as f:
+            try:
+                pickle.dump(value, f)
+            except Exception as e:
+                f.seek(0), f.truncate()
+                pickle.dump(RuntimeError(f"reading part {i}: {value!r} ({e})"), f)
+                suffix = ".error"
+        os.rename(base + ".tmp", base + suffix)  # whole, or not there
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,38 +121,57 @@ def _parts(value, each: Callable):
 
 
 class Started:
-    """Work running in worker processes: ``results()`` waits for it, in the parts' order. Each
-    worker writes its large arrays into a folder of its own job (in ``/dev/shm``), removed with
-    the pool once the results are read, or when the work is dropped unread (at exit)."""
+    """Work running in worker processes: ``results()`` waits for them and gives each part's
+    result in the parts' order (a part's error raised as the worker raised it). Workers share
+    nothing but a folder of this job's own (in ``/dev/shm``): each claims parts by creating a
+    file, writes each result to files there; the folder goes once the results are read, or
+    with the workers (killed) when the work is dropped unread."""
 
     def __init__(self, fn: Callable, context, parts: Sequence, n: int):
         global _job
+        self.count = len(parts)
         self.folder = tempfile.mkdtemp(dir=SHM if os.path.isdir(SHM) else None,
-                                       prefix="harness-decode-")
+                                       prefix=f"{FOLDER_PREFIX}{os.getpid()}-")
+        fork = multiprocessing.get_context("fork")
         _job = (fn, context, parts, self.folder)
         try:  # every worker is forked here, with _job as it is now
-            self.pool = multiprocessing.get_context("fork").Pool(n)
+            self.workers = [fork.Process(target=_work_through, args=(self.count,), daemon=True)
+                            for _ in range(n)]
+            for w in self.workers:
+                w.start()
         finally:
             _job = None
-        self._results = self.pool.imap(_run, range(len(parts)), chunksize=1)
-        self._done = weakref.finalize(self, _close, self.pool, self.folder)
+        self._done = weakref.finalize(self, _close, self.workers, self.folder)
 
     def results(self) -> list:
         try:
-            return [_taken(value, path) for value, path in self._results]
+            for w in self.workers:
+                w.join()
+            return [self._taken(i) for i in range(self.count)]
         finally:
             self._done()
 
+    def _taken(self, i: int):
+        """Part ``i``'s result read back, its files removed at once (``/dev/shm`` is memory)."""
+        base = os.path.join(self.folder, str(i))
+        if os.path.exists(base + ".error"):
+            with open(base + ".error", "rb") as f:
+                raise pickle.load(f)
+        if not os.path.exists(base + ".result"):
+            codes = sorted({w.exitcode for w in self.workers} - {0})
+            raise RuntimeError(f"a decode worker process ended (exit code {codes}: out of "
+                               f"memory?) before reading part {i} of {self.count}")
+        with open(base + ".result", "rb") as f:
+            value = _restore(pickle.load(f), base + ".arrays")
+        os.unlink(base + ".arrays")
+        return value
 
-def _taken(value, path: str):
-    """A worker's result read back, its file removed at once (``/dev/shm`` is memory)."""
-    value = _restore(value, path)
-    os.unlink(path)
-    return value
 
-
-def _close(pool, folder: str) -> None:
-    pool.terminate()
+def _close(workers: list, folder: str) -> None:
+    for w in workers:
+        if w.is_alive():
+            w.kill()
+        w.join()
     shutil.rmtree(folder, ignore_errors=True)
 
 
