@@ -8,7 +8,8 @@ third of the decode's time on a 1 GB trace). Workers share no pipe or lock with 
 work dropped unfinished (its workers killed) cannot leave the parent waiting. A process that
 has imported jax is not forked (JAX's runtime threads make forking unsafe): ``harness trace``
 never imports it, a capture does. Else, or for small work, the parts run in this process, one
-after another, with the same results. ``HARNESS_DECODE_WORKERS`` sets the number of processes (1: none), jax or not.
+after another, with the same results. ``HARNESS_DECODE_WORKERS`` sets the number of processes
+(1: none), jax or not.
 
 Work can also be started ahead of the code that uses it (``start``): ``harness trace`` starts a
 layout's decode as soon as the trace is opened, then imports pandas and the analysis while the
