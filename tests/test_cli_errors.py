@@ -72,6 +72,8 @@ CASES = [
     # stored runs that are not there
     (["report", "no-such-run", "--root", "{root}"], ["no-such-run", "no such run"]),
     (["trace", "{root}/no-such.xplane.pb"], ["no-such.xplane.pb"]),
+    # a chip that is none, said before the trace is read (its path is not even looked at)
+    (["trace", "{root}/no-such.xplane.pb", "--chip", "tpu-v9"], ["tpu-v9", "known chips"]),
 ]
 
 

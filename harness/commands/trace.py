@@ -45,9 +45,12 @@ def _accelerator(space) -> tuple[object | None, list[str]]:
 
 def main(args) -> int:
     from harness.trace.opener import find_trace_file, read_xspace, start_decode
+    from predictions.hardware import chip_entry
 
     if args.hlo is not None and not args.hlo.is_file():
         raise HarnessError(f"--hlo {args.hlo}: no such file")
+    if args.chip is not None:  # a name that is no chip is said before the trace is read
+        chip_entry(args.chip)
     space, label = read_xspace(find_trace_file(args.path))
     # the decode starts in worker processes now; pandas and the analysis are imported below,
     # beside it (a large trace's decode takes longer than those imports)
