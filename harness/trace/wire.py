@@ -175,6 +175,18 @@ class Line:
     def __len__(self) -> int:
         return len(self.metadata_id)
 
+    def holding(self, stat_id: int) -> np.ndarray:
+        """The events (sorted indices) whose bytes hold, after their first, a metadata id
+        field whose value ends in ``stat_id``'s low 7 bits: its tag, then a byte with those
+        bits, as any encoding of the id begins. Every event with a stat ``stat_id`` is one of
+        them (a few others too, whose bytes look alike); no stat is read."""
+        after = self.buf[1:]
+        hit = np.flatnonzero((after & 0x7F) == stat_id & 0x7F)
+        hit = hit[self.buf[hit] == MID_TAG]
+        event = np.searchsorted(self.start, hit, side="right") - 1
+        inside = (event >= 0) & (hit > self.start[event]) & (hit < self.end[event])
+        return np.unique(event[inside])
+
     def events(self, rows: np.ndarray | None = None) -> Events:
         """The events ``rows`` (indices into the line; default: all) with their times."""
         index = np.arange(len(self)) if rows is None else np.asarray(rows, np.int64)
