@@ -103,15 +103,14 @@ def _stat_texts(idx: PlaneIndex, st, entry: np.ndarray, texts: Texts) -> np.ndar
 def _kernels(idx: PlaneIndex, texts: Texts) -> Kernels:
     """The kernels of a device plane: events with an ``hlo_op`` (theirs, else their
     metadata's), in start order."""
-    ids = {n: idx.stat_ids.get(n) for n in ("hlo_op", "hlo_module", "program_id", GRAPH_STAT)}
+    ids = [idx.stat_ids.get(n) for n in ("hlo_op", "hlo_module", "program_id", GRAPH_STAT)]
     meta_op = {k: str(idx.stats(m.stats).get("hlo_op") or "")
                for k, m in idx.plane.event_metadata.items()}
     parts = []
     for line in idx.lines(lambda name: name not in _NON_KERNEL_LINES):
         ev = line.events()
-        # each kernel's op, module, program id and graph: codes of distinct stat values
-        codes, values = planned_values(ev, [ids[k] for k in (
-            "hlo_op", "hlo_module", "program_id", GRAPH_STAT)])
+        # each event's op, module, program id and graph, as codes of the distinct values
+        codes, values = planned_values(ev, ids)
         shown = np.append(_stat_texts(idx, values, np.arange(len(values)), texts), 0)
         op, module, program_id = (shown[codes[:, j]] for j in range(3))  # -1: the 0 after
         # the event's own op, else its metadata's (an empty op counts as none)

@@ -28,19 +28,21 @@ from harness.trace.varint import MID_TAG, STATS_TAG, blocks, encode, varints, wo
 from harness.trace.wire import Events
 
 ROUNDS = 3  # layouts learned per kind before its other events are read in full
-MAX_PLACES = 64  # a kind with more stats than this is not planned (its events read in full)
+MAX_PLACES = 32  # a kind with more stats than this is not planned (its events read in full)
 MIN_EVENTS = 64  # a layout shared by fewer events is not walked (they are read in full)
 # a record's first 8 bytes, as a step compares them: stats tag, a one-byte size, the id's tag
 _HEAD_MASK, _HEAD = 0xFF | 0x80 << 8 | 0xFF << 16, STATS_TAG | MID_TAG << 16
 # the bytes of a record of 2 + size bytes within a word (0: longer than a word, not known so)
-_WHOLE = np.asarray([(1 << 8 * (2 + size)) - 1 if size <= 6 else 0 for size in range(128)],
+_WHOLE = np.asarray([(1 << 8 * (2 + size)) - 1 if size <= 6 else 0 for size in range(256)],
                     np.uint64)
 _FIELDS = ("row", "metadata_id", "kind", "value", "number", "at", "size")
 
 
 def planned_values(ev: Events, ids: list[int | None]) -> tuple[np.ndarray, Stats]:
     """(``codes``, ``values``): for each event of ``ev`` (rows) and each of ``ids``
-    (columns), the entry of ``values`` that holds its last stat of that id (-1: none)."""
+    (columns; None: an id the plane does not name), the entry of ``values`` that holds the
+    event's last stat of that id, as ``Events.stats`` reads it (-1: it has none). Stats of
+    the same bytes mostly share an entry."""
     reading = _Reading(ev, [-1 if i is None else i for i in ids])
     pending = np.arange(len(ev))
     for _ in range(ROUNDS):
@@ -52,15 +54,14 @@ def planned_values(ev: Events, ids: list[int | None]) -> tuple[np.ndarray, Stats
 
 
 class _Reading:
-    """The codes and values found so far."""
+    """``planned_values`` under way: the codes found so far, and the values they index."""
 
     def __init__(self, ev: Events, ids: list[int]):
         self.ev, self.ids = ev, ids
         self.codes = np.full((len(ev), len(ids)), -1, np.int64)
         self._values: list[Stats] = []
         self._count = 0
-        self.kind, kinds = _dense(ev.metadata_id)
-        self._first = np.empty(kinds, np.int64)
+        self.kind, self._kinds = _dense(ev.metadata_id)
 
     def values(self) -> Stats:
         parts = self._values or [self.ev.stats(np.zeros(0, np.int64), self.ids)]
@@ -78,8 +79,7 @@ class _Reading:
 
     def found_in(self, st: Stats, rows: np.ndarray) -> None:
         """The codes of events ``rows`` from their stats ``st`` (the others left out)."""
-        keep = np.isin(st.metadata_id, self.ids)
-        st = Stats(*(getattr(st, f)[keep] for f in _FIELDS), st.buf)
+        st = _only(st, keep=np.isin(st.metadata_id, self.ids))
         base = self._add(st)
         for j, stat_id in enumerate(self.ids):
             entry = st.entry(stat_id, len(self.ev))[rows]
@@ -88,30 +88,37 @@ class _Reading:
     def round(self, pending: np.ndarray) -> np.ndarray:
         """Plan the kinds of events ``pending`` from the first of each, read those laid out
         as planned; returns the others."""
-        first = self._first
-        first.fill(len(self.ev))
+        n = len(self.ev)
+        first = np.full(self._kinds, n, np.int64)
         np.minimum.at(first, self.kind[pending], pending)
-        learned = np.sort(first[first < len(self.ev)])
+        learned = np.sort(first[first < n])
         every = self.ev.stats(learned)  # the first event of each kind, every stat
         self.found_in(every, learned)
-        layouts = _Layouts(every, learned, self.ids)
-        of_kind = np.full(len(first), -1, np.int64)
+        fresh = np.ones(n, bool)
+        fresh[learned] = False
+        rest = pending[fresh[pending]]
+        # the layouts of the kinds with events left
+        learned = learned[np.bincount(self.kind[rest], minlength=self._kinds)[
+            self.kind[learned]] > 0]
+        layouts = _Layouts(_only(every, learned), learned, self.ids)
+        of_kind = np.full(self._kinds, -1, np.int64)
         of_kind[self.kind[learned]] = layouts.layout
-        rest = np.setdiff1d(pending, learned, assume_unique=True)
         plan = of_kind[self.kind[rest]]
-        order = np.argsort(plan, kind="stable")
+        order = np.argsort(plan.astype(np.int16) if len(layouts.count) < 1 << 15 else plan,
+                           kind="stable")  # (a radix sort, for 16 bits)
         bounds = np.searchsorted(plan[order], np.arange(len(layouts.count) + 1))
+        walked = (np.diff(bounds) >= MIN_EVENTS) & (layouts.count >= 0)
         ok = np.zeros(len(rest), bool)
-        for p in np.flatnonzero(np.diff(bounds) >= MIN_EVENTS).tolist():
+        for p in np.flatnonzero(walked).tolist():
             members = order[bounds[p]:bounds[p + 1]]
-            for b in blocks(len(members)):
+            for b in blocks(len(members)):  # each block coded apart: its arrays stay in cache
                 rows = rest[members[b]]
-                found, payload, stop, key = layouts.walk(self.ev, rows, p)
-                ok[members[b]] = found
-                for j in range(len(self.ids)):
-                    has = found & (payload[:, j] >= 0)
-                    self._coded(rows[has], j, payload[has, j], stop[has, j], key[has, j])
-        small = np.isin(plan, np.flatnonzero(np.diff(bounds) < MIN_EVENTS))
+                good, found = layouts.walk(self.ev, rows, p)
+                ok[members[b]] = good
+                has = np.flatnonzero(good)
+                for j, (payload, stop, key) in found.items():
+                    self._coded(rows[has], j, payload[has], stop[has], key[has])
+        small = ~walked[plan]
         self.in_full(rest[small])
         return rest[~ok & ~small]
 
@@ -120,7 +127,7 @@ class _Reading:
         """Code column ``j`` of events ``rows`` from their records [payload, stop), known by
         ``key`` (their bytes; 0: not known so): one record of each kind, and each other
         distinct record, read."""
-        first = np.full(len(self._first), len(rows), np.int64)
+        first = np.full(self._kinds, len(rows), np.int64)
         known = np.flatnonzero(key != 0)
         np.minimum.at(first, self.kind[rows[known]], known)
         rep = first[self.kind[rows]]  # the first known record of each one's kind
@@ -141,6 +148,13 @@ class _Reading:
         code[same] = code[rep[same]]
         code[odd_known] = code[odd_known[first_odd]][inverse.ravel()]
         self.codes[rows, j] = code
+
+
+def _only(st: Stats, rows: np.ndarray | None = None, keep: np.ndarray | None = None
+          ) -> Stats:
+    """The entries of ``st`` of events ``rows`` (sorted), or those ``keep`` marks."""
+    keep = np.isin(st.row, rows, assume_unique=False) if keep is None else keep
+    return Stats(*(getattr(st, f)[keep] for f in _FIELDS), st.buf)
 
 
 class _Layouts:
@@ -164,37 +178,40 @@ class _Layouts:
         self.count, self.table = alike[:, 0], alike[:, 1:]
         self.wanted = np.full((len(alike), len(ids)), -1, np.int64)
         for j, stat_id in enumerate(ids if places else []):
+            if stat_id < 0:
+                continue  # an id the plane does not name
             hit = self.table[:, ::-1] == stat_id
             self.wanted[:, j] = np.where(hit.any(axis=1), places - 1 - np.argmax(hit, axis=1),
                                          -1)
 
-    def walk(self, ev: Events, rows: np.ndarray, p: int) -> tuple[np.ndarray, ...]:
+    def walk(self, ev: Events, rows: np.ndarray, p: int
+             ) -> tuple[np.ndarray, dict[int, tuple[np.ndarray, ...]]]:
         """(whether each of ``rows``, events of layout ``p``, holds just its stats, in its
-        order, and nothing after them; where each of its wanted stats' payload begins, where
-        it ends, its bytes where 8 or fewer (else 0): (rows, ids) each, -1 where none).
-        Records are found as ``Events.stats`` finds them (a stats field, its size)."""
+        order, and nothing after them; for the j-th id asked for, where the layout has it:
+        where that stat's payload begins in each event, where it ends, and its bytes where 8
+        or fewer (else 0)). Records are found as ``Events.stats`` finds them (a stats field,
+        its size)."""
         buf, word = ev.buf, words(ev.buf)
         at, end = ev.stats_at[rows].copy(), ev.end[rows]
         ok = end <= len(word)  # the line's last 7 bytes begin no word: read in full
-        payload = np.full((len(rows), self.wanted.shape[1]), -1, np.int64)
-        stop, key = payload.copy(), np.zeros(payload.shape, np.uint64)
+        found: dict[int, tuple[np.ndarray, ...]] = {}
         if not ok.any():
-            return ok, payload, stop, key
+            return ok, found
         for s, (mask, head) in enumerate(self._heads(p)):
             w = word[np.minimum(at, len(word) - 1)]
             fast = (w & mask) == head
             size = w.view(np.uint8)[1::8]  # a one-byte size, where fast
-            begin, after = at + 2, at + 2 + size
+            begin = at + 2
+            after = begin + size
             if not fast.all():
                 slow = np.flatnonzero(~fast & ok)
                 good, begin[slow], after[slow] = _record(buf, at[slow], end[slow],
                                                          self.table[p, s])
                 ok[slow[~good]] = False
             for j in np.flatnonzero(self.wanted[p] == s).tolist():
-                payload[:, j], stop[:, j] = begin, after
-                key[:, j] = np.where(fast, w & _WHOLE[size & 0x7F], 0)
+                found[j] = begin, after, np.where(fast, w & _WHOLE[size], 0)
             at = after
-        return ok & (at == end), payload, stop, key
+        return ok & (at == end), found
 
     def _heads(self, p: int) -> list[tuple[np.uint64, np.uint64]]:
         """(mask, bytes) of the first 8 bytes of each record of layout ``p`` as a step
@@ -232,7 +249,7 @@ def _dense(kinds: np.ndarray) -> tuple[np.ndarray, int]:
     them), and how many numbers there are."""
     if not len(kinds):
         return kinds, 0
-    if kinds.min() >= 0 and kinds.max() < max(1 << 16, 2 * len(kinds)):
+    if kinds.min() >= 0 and kinds.max() < 1 << 16:
         return kinds, int(kinds.max()) + 1
     uniq, inverse = np.unique(kinds, return_inverse=True)
     return inverse.ravel(), len(uniq)
