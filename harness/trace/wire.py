@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.trace.stats import Stats, id_table, int_stat, stat_fields
+from harness.trace.stats import Stats, int_stat, stat_fields, wanted_ids
 from harness.trace.varint import (  # noqa: F401 (the wire's vocabulary, re-exported)
     BYTES,
     DOUBLE,
@@ -79,7 +79,7 @@ class Events:
 
     def _stats(self, rows: np.ndarray, ids: list[int] | None) -> Stats:
         buf, last = self.buf, len(self.buf) - 1
-        wanted = None if ids is None else id_table(ids)
+        wanted = None if ids is None else wanted_ids(ids)
         at, end, slot = self.stats_at[rows], self.end[rows], np.arange(len(rows))
         found = []
         try:
@@ -98,7 +98,7 @@ class Events:
                 keep = ~((payload < at) & (buf[np.minimum(payload, last)] == MID_TAG))
                 first = np.flatnonzero(~keep)
                 mid, _ = varints(buf, payload[first] + 1)
-                keep[first] = wanted[np.clip(mid, 0, len(wanted) - 1)] & (mid < len(wanted))
+                keep[first] = wanted(mid)
                 found.append((slot[keep], payload[keep], at[keep]))
         except IndexError:
             raise WireError("a stat runs past the end of its line") from None
