@@ -42,6 +42,8 @@ from harness.trace.varint import (  # noqa: F401 (the wire's vocabulary, re-expo
 )
 from harness.trace.xplane import XLineSplit
 
+SCAN = 1 << 22  # bytes of a line scanned at a time (``Line.holding``)
+
 
 @dataclass
 class Events:
@@ -180,9 +182,12 @@ class Line:
         field whose value ends in ``stat_id``'s low 7 bits: its tag, then a byte with those
         bits, as any encoding of the id begins. Every event with a stat ``stat_id`` is one of
         them (a few others too, whose bytes look alike); no stat is read."""
-        after = self.buf[1:]
-        hit = np.flatnonzero((after & 0x7F) == stat_id & 0x7F)
-        hit = hit[self.buf[hit] == MID_TAG]
+        buf, low, hits = self.buf, stat_id & 0x7F, []
+        for at in range(0, len(buf) - 1, SCAN):  # a piece at a time: small temporaries
+            after = buf[at + 1:at + 1 + SCAN]
+            hit = np.flatnonzero((after & 0x7F) == low) + at
+            hits.append(hit[buf[hit] == MID_TAG])
+        hit = np.concatenate(hits) if hits else np.zeros(0, np.int64)
         event = np.searchsorted(self.start, hit, side="right") - 1
         inside = (event >= 0) & (hit > self.start[event]) & (hit < self.end[event])
         return np.unique(event[inside])
