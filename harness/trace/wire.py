@@ -179,9 +179,12 @@ class Line:
 
     def holding(self, stat_id: int) -> np.ndarray:
         """The events (sorted indices) whose bytes hold, after their first, a metadata id
-        field whose value ends in ``stat_id``'s low 7 bits: its tag, then a byte with those
-        bits, as any encoding of the id begins. Every event with a stat ``stat_id`` is one of
-        them (a few others too, whose bytes look alike); no stat is read."""
+        field whose value ends in ``stat_id``'s low 7 bits: its tag (the one byte every writer
+        writes), then a byte with those bits, as any encoding of the id begins. Every event
+        with a stat ``stat_id`` is one of them (a few others too, whose bytes look alike); no
+        stat is read. An id of 0 is written as no field at all: every event."""
+        if stat_id == 0:
+            return np.arange(len(self))
         buf, low, hits = self.buf, stat_id & 0x7F, []
         for at in range(0, len(buf) - 1, SCAN):  # a piece at a time: small temporaries
             after = buf[at + 1:at + 1 + SCAN]
