@@ -15,7 +15,7 @@ from harness import schema
 from harness.trace import parallel, wire
 from harness.trace.load import find_trace_file, read_events, read_xspace
 from harness.trace.varint import encode
-from harness.trace.xplane import XLine, XSpace
+from harness.trace.xplane import XEvent, XLine, XSpace
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TRACES = sorted(p.parent for p in FIXTURES.rglob("*.xplane.pb"))
@@ -236,3 +236,20 @@ def test_an_event_kind_is_planned_from_its_first_event_in_line_order(tmp_path, m
     if parallel._can_fork():
         monkeypatch.setenv(parallel.WORKERS_ENV, "2")
         _compare(read_events(path).events, expect)
+
+
+def test_stats_asked_for_by_id_are_those_protobuf_reads():
+    """Asked for by id: a stat written with its id after its value (valid protobuf) and ids
+    of 2**24 or more are found like any other; the others are left out."""
+    turned = b"\x20\x05\x08\x07"  # int64_value 5, then metadata_id 7
+    event = XEvent(metadata_id=1, offset_ps=10)
+    event.stats.add(metadata_id=2**40, int64_value=-3)
+    event.stats.add(metadata_id=3, str_value="left out")
+    raw_event = event.SerializeToString() + b"\x22" + encode(len(turned)) + turned
+    raw = XLine(name="x").SerializeToString() + b"\x22" + encode(len(raw_event)) + raw_event
+    ev = wire.read_line(raw).events()
+    st = ev.stats(ids=[7, 2**40])
+    expect = [(s.metadata_id, s.int64_value) for s in XLine.FromString(raw).events[0].stats
+              if s.metadata_id in (7, 2**40)]
+    assert [(int(m), int(v)) for m, v in zip(st.metadata_id, st.value)] == expect == [
+        (2**40, -3), (7, 5)]

@@ -32,6 +32,7 @@ from harness.trace.planes import (
     tuple_codes,
 )
 from harness.trace.space import Space
+from harness.trace.statplans import planned_values
 from harness.trace.wire import INT64, REF, UINT64
 
 _GPU_PLANE = re.compile(r"^/device:GPU:(\d+)$")
@@ -102,25 +103,24 @@ def _stat_texts(idx: PlaneIndex, st, entry: np.ndarray, texts: Texts) -> np.ndar
 def _kernels(idx: PlaneIndex, texts: Texts) -> Kernels:
     """The kernels of a device plane: events with an ``hlo_op`` (theirs, else their
     metadata's), in start order."""
-    ids = {n: idx.stat_ids.get(n) for n in ("hlo_op", "hlo_module", "program_id", GRAPH_STAT)}
+    ids = [idx.stat_ids.get(n) for n in ("hlo_op", "hlo_module", "program_id", GRAPH_STAT)]
     meta_op = {k: str(idx.stats(m.stats).get("hlo_op") or "")
                for k, m in idx.plane.event_metadata.items()}
     parts = []
     for line in idx.lines(lambda name: name not in _NON_KERNEL_LINES):
         ev = line.events()
-        n = len(ev)
-        st = ev.stats(ids=[k for k in ids.values() if k is not None])
-        op = _stat_texts(idx, st, st.entry(ids["hlo_op"], n), texts)
+        # each event's op, module, program id and graph, as codes of the distinct values
+        codes, values = planned_values(ev, ids)
+        shown = np.append(_stat_texts(idx, values, np.arange(len(values)), texts), 0)
+        op, module, program_id = (shown[codes[:, j]] for j in range(3))  # -1: the 0 after
         # the event's own op, else its metadata's (an empty op counts as none)
         mids = ev.metadata_id
         for mid in np.unique(mids[op == 0]).tolist():
             op[(op == 0) & (mids == mid)] = texts.of(meta_op.get(mid, ""))
         keep = op != 0
         names = texts.of_codes(mids, idx.event_names)
-        parts.append(Kernels(ev.start_ns[keep], ev.duration_ns[keep],
-                             _stat_texts(idx, st, st.entry(ids["hlo_module"], n), texts)[keep],
-                             op[keep], names[keep], (st.entry(ids[GRAPH_STAT], n) >= 0)[keep],
-                             _stat_texts(idx, st, st.entry(ids["program_id"], n), texts)[keep]))
+        parts.append(Kernels(ev.start_ns[keep], ev.duration_ns[keep], module[keep], op[keep],
+                             names[keep], (codes[:, 3] >= 0)[keep], program_id[keep]))
     if not parts:
         return Kernels(*(np.zeros(0, np.int64),) * 5, np.zeros(0, bool), np.zeros(0, np.int64))
     every = Kernels(*(np.concatenate([getattr(p, f) for p in parts])

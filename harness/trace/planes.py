@@ -264,7 +264,9 @@ def host_steps(space: Space, idx: PlaneIndex | None = None) -> tuple[StepWindows
     """Step annotations on the host plane, and run_id -> step of each ``Execute`` event.
 
     Annotations and ``Execute`` events are made by the Python thread, so XLA's own thread-pool
-    lines (``tf_*``), which hold the op executions, are not searched.
+    lines (``tf_*``), which hold the op executions, are not searched. Of the others, only the
+    ``Execute`` events (known by name) and the events whose bytes may hold a ``step_num``
+    stat (``Line.holding``: a superset of those that do) are read.
     """
     host = plane(space, HOST_PLANE)
     if host is None:
@@ -275,7 +277,11 @@ def host_steps(space: Space, idx: PlaneIndex | None = None) -> tuple[StepWindows
     execute_ids = [k for k, n in idx.event_names.items() if n.startswith(EXECUTE_PREFIX)]
     windows, executes = [], []
     for line in idx.lines(lambda name: not name.startswith(XLA_THREAD_PREFIX)):
-        ev = line.events()
+        # the events that can matter: Execute events, and those whose bytes may hold a step
+        rows = np.flatnonzero(np.isin(line.metadata_id, execute_ids))
+        if step_id is not None:
+            rows = np.union1d(rows, line.holding(step_id))
+        ev = line.events(rows)
         st = ev.stats(ids=wanted)
         start, end = ev.start_ns, ev.start_ns + ev.duration_ns
         execute = np.isin(ev.metadata_id, execute_ids)

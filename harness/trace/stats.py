@@ -73,12 +73,19 @@ class Stats:
         return out
 
 
-def id_table(ids: list[int]) -> np.ndarray:
-    """A lookup table of the metadata ids ``ids``: ``table[id]`` is True for each."""
-    ids = np.asarray([i for i in ids if i is not None and 0 <= i < 1 << 24], np.int64)
-    table = np.zeros(int(ids.max()) + 1 if len(ids) else 1, bool)
-    table[ids] = True
-    return table
+def wanted_ids(ids: list[int]):
+    """Whether each of an array of metadata ids is one of ``ids``: a lookup table where ids
+    are as writers number them (under 2**24), ``np.isin`` for the others."""
+    ids = [i for i in ids if i is not None]
+    small = np.asarray([i for i in ids if 0 <= i < 1 << 24], np.int64)
+    large = [i for i in ids if not 0 <= i < 1 << 24]
+    table = np.zeros(int(small.max()) + 1 if len(small) else 1, bool)
+    table[small] = True
+
+    def wanted(mid: np.ndarray) -> np.ndarray:
+        out = table[np.clip(mid, 0, len(table) - 1)] & (mid >= 0) & (mid < len(table))
+        return out | np.isin(mid, large) if large else out
+    return wanted
 
 
 def int_stat(buf: np.ndarray, at: np.ndarray, end: np.ndarray, stat_id: int
@@ -112,11 +119,15 @@ def stat_fields(buf, owner, at, end, ids=None) -> Stats:
 def _read_stat_fields(buf, owner, at, end, ids) -> Stats:
     n = len(owner)
     mid = np.zeros(n, np.int64)
-    if tag_is(buf, at, end, MID_TAG).all():  # the usual layout: the metadata id comes first
+    first = tag_is(buf, at, end, MID_TAG)  # the usual layout: the metadata id comes first
+    if first.all():
         mid, at = varints(buf, at + 1)
-    if ids is not None:
-        keep = np.isin(mid, ids)
-        owner, mid, at, end = owner[keep], mid[keep], at[keep], end[keep]
+    else:
+        at = at.copy()
+        mid[first], at[first] = varints(buf, at[first] + 1)
+    if ids is not None:  # a stat whose id comes later is left out once its id is read
+        keep = np.isin(mid, ids) | ~first
+        owner, mid, at, end, first = owner[keep], mid[keep], at[keep], end[keep], first[keep]
         n = len(owner)
     kind, value = np.zeros(n, np.int64), np.zeros(n, np.int64)
     number = np.zeros(n, np.float64)
@@ -158,4 +169,9 @@ def _read_stat_fields(buf, owner, at, end, ids) -> Stats:
         if (nxt > end[rows]).any():
             raise WireError("a stat's field runs past the end of the stat")
         at[rows] = nxt
-    return Stats(owner, mid, kind, value, number, text_at, text_size, buf)
+    st = Stats(owner, mid, kind, value, number, text_at, text_size, buf)
+    if ids is not None and not first.all():
+        keep = np.isin(mid, ids)
+        st = Stats(*(getattr(st, f)[keep] for f in (
+            "row", "metadata_id", "kind", "value", "number", "at", "size")), buf)
+    return st

@@ -57,6 +57,15 @@ def tag_is(buf: np.ndarray, at: np.ndarray, end: np.ndarray, tag: int) -> np.nda
     return (at < end) & (buf[np.minimum(at, len(buf) - 1)] == tag)
 
 
+def words(buf: np.ndarray) -> np.ndarray:
+    """The 8 bytes from each position of ``buf`` (uint8) as one little-endian uint64: a view,
+    not a copy (``words(buf)[i]`` is ``buf[i:i + 8]``; the last 7 positions have none). One
+    gather of it reads a record's first bytes at many positions at once."""
+    if len(buf) < 8:
+        return np.zeros(0, np.uint64)
+    return np.ndarray((len(buf) - 7,), "<u8", buffer=buf, offset=0, strides=(1,))
+
+
 def varint(raw, pos: int) -> tuple[int, int]:
     """One varint of ``raw`` at ``pos`` (a line's header): (value, position after it)."""
     value = shift = 0

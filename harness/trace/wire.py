@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.trace.stats import Stats, id_table, int_stat, stat_fields
+from harness.trace.stats import Stats, int_stat, stat_fields, wanted_ids
 from harness.trace.varint import (  # noqa: F401 (the wire's vocabulary, re-exported)
     BYTES,
     DOUBLE,
@@ -41,6 +41,8 @@ from harness.trace.varint import (  # noqa: F401 (the wire's vocabulary, re-expo
     varints,
 )
 from harness.trace.xplane import XLineSplit
+
+SCAN = 1 << 22  # bytes of a line scanned at a time (``Line.holding``)
 
 
 @dataclass
@@ -79,7 +81,7 @@ class Events:
 
     def _stats(self, rows: np.ndarray, ids: list[int] | None) -> Stats:
         buf, last = self.buf, len(self.buf) - 1
-        wanted = None if ids is None else id_table(ids)
+        wanted = None if ids is None else wanted_ids(ids)
         at, end, slot = self.stats_at[rows], self.end[rows], np.arange(len(rows))
         found = []
         try:
@@ -98,7 +100,7 @@ class Events:
                 keep = ~((payload < at) & (buf[np.minimum(payload, last)] == MID_TAG))
                 first = np.flatnonzero(~keep)
                 mid, _ = varints(buf, payload[first] + 1)
-                keep[first] = wanted[np.clip(mid, 0, len(wanted) - 1)] & (mid < len(wanted))
+                keep[first] = wanted(mid)
                 found.append((slot[keep], payload[keep], at[keep]))
         except IndexError:
             raise WireError("a stat runs past the end of its line") from None
@@ -174,6 +176,24 @@ class Line:
 
     def __len__(self) -> int:
         return len(self.metadata_id)
+
+    def holding(self, stat_id: int) -> np.ndarray:
+        """The events (sorted indices) whose bytes hold, after their first, a metadata id
+        field whose value ends in ``stat_id``'s low 7 bits: its tag (the one byte every writer
+        writes), then a byte with those bits, as any encoding of the id begins. Every event
+        with a stat ``stat_id`` is one of them (a few others too, whose bytes look alike); no
+        stat is read. An id of 0 is written as no field at all: every event."""
+        if stat_id == 0:
+            return np.arange(len(self))
+        buf, low, hits = self.buf, stat_id & 0x7F, []
+        for at in range(0, len(buf) - 1, SCAN):  # a piece at a time: small temporaries
+            after = buf[at + 1:at + 1 + SCAN]
+            hit = np.flatnonzero((after & 0x7F) == low) + at
+            hits.append(hit[buf[hit] == MID_TAG])
+        hit = np.concatenate(hits) if hits else np.zeros(0, np.int64)
+        event = np.searchsorted(self.start, hit, side="right") - 1
+        inside = (event >= 0) & (hit > self.start[event]) & (hit < self.end[event])
+        return np.unique(event[inside])
 
     def events(self, rows: np.ndarray | None = None) -> Events:
         """The events ``rows`` (indices into the line; default: all) with their times."""
