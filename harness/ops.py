@@ -31,6 +31,17 @@ def named(column: pd.Series, names: set[str]) -> np.ndarray:
     return column.astype(str).isin(names).to_numpy()
 
 
+def as_text(column: pd.Series) -> pd.Series:
+    """``column.astype(str)``; a categorical's categories converted once and taken by code,
+    not each row converted (millions of rows)."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes = column.cat.codes.to_numpy()
+        if not len(codes) or codes.min() >= 0:  # a missing value: as astype gives it
+            names = column.cat.categories.astype(str).take(codes)
+            return pd.Series(names, index=column.index, name=column.name)
+    return column.astype(str)
+
+
 def keys(events: pd.DataFrame) -> list[str]:
     """The columns naming one op: program, program id where the table has it, op."""
     return [schema.PROGRAM, *([schema.PROGRAM_ID] if schema.PROGRAM_ID in events.columns
@@ -45,7 +56,7 @@ def _per_device_step(events: pd.DataFrame, time: str = schema.DURATION_NS) -> pd
     by = [*keys(events), schema.DEVICE, schema.STEP]
     t = events[time].to_numpy(np.int64)
     found = groups(events, by)
-    if found is None or not _exact_sums(t):
+    if found is None or not exact_sums(t):
         return events.groupby(by, observed=True)[time].agg(["sum", "size"]).reset_index()
     group, first = found
     total = np.bincount(group, weights=t, minlength=len(first)).astype(np.int64)
@@ -53,7 +64,7 @@ def _per_device_step(events: pd.DataFrame, time: str = schema.DURATION_NS) -> pd
     return events[by].take(first).reset_index(drop=True).assign(sum=total, size=size)
 
 
-def _exact_sums(values: np.ndarray) -> bool:
+def exact_sums(values: np.ndarray) -> bool:
     """Whether ``np.bincount`` (which sums in float64) sums these integers exactly: every sum
     of them stays below 2**53."""
     return not len(values) or int(np.abs(values).max()) * len(values) < 2**53
@@ -110,18 +121,53 @@ def _timing(shares: bool) -> tuple[str, str]:
 def _as_str(df: pd.DataFrame, columns) -> pd.DataFrame:
     for col in columns:
         if col in df.columns:
-            df[col] = df[col].astype(str)
+            df[col] = as_text(df[col])
     return df
 
 
-def op_times(events: pd.DataFrame, shares: bool = False) -> pd.DataFrame:
+def op_sums(events: pd.DataFrame, shares: bool = False) -> pd.DataFrame:
+    """Per (op, device, step) of EVENTS, sorted by them: the keys, ``sum`` (the op's time
+    there: ``share_ns`` where ``shares``, else ``duration_ns``) and ``size`` (its executions
+    there). ``op_times``, ``step_samples`` and ``executions`` start from it: a caller that
+    asks for more than one makes it once and gives it to each (``sums``)."""
+    return _per_device_step(events, _timing(shares)[0])
+
+
+def _runs(frame: pd.DataFrame, by: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """For a frame sorted by ``by``: each row's group (a run of equal keys, numbered from 0)
+    and the first row of each group."""
+    new = np.zeros(len(frame), bool)
+    new[:1] = True
+    for col in by:
+        v = frame[col]
+        v = (v.cat.codes if isinstance(v.dtype, pd.CategoricalDtype) else v).to_numpy()
+        new[1:] |= v[1:] != v[:-1]
+    return np.cumsum(new) - 1, np.flatnonzero(new)
+
+
+def _per_device(sums: pd.DataFrame, op: list[str], medians: bool = True) -> pd.DataFrame:
+    """Per (op, device) of ``op_sums``: the keys, ``k`` (the op's executions in all) and, with
+    ``medians``, ``t`` and ``n`` (the medians over steps of its time and executions per step):
+    pandas' medians over one integer key (the run of rows each group is), not over the keys."""
+    by = [*op, schema.DEVICE]
+    group, first = _runs(sums, by)
+    size = sums["size"].to_numpy()
+    out = sums[by].take(first).reset_index(drop=True)
+    out["k"] = np.add.reduceat(size, first) if len(first) else size[:0]
+    if medians:
+        m = pd.DataFrame({"t": sums["sum"].to_numpy(), "n": size}).groupby(group).median()
+        out["t"], out["n"] = m["t"].to_numpy(), m["n"].to_numpy()
+    return out
+
+
+def op_times(events: pd.DataFrame, shares: bool = False,
+             sums: pd.DataFrame | None = None) -> pd.DataFrame:
     """The measured OPS table, sorted by ``measured_s`` descending. ``shares``: time each op by
-    its share of the host (``share_ns``, ``harness.shares.host_shares``), mean over devices."""
+    its share of the host (``share_ns``, ``harness.shares.host_shares``), mean over devices.
+    ``sums``: ``op_sums(events, shares)``, where the caller made it."""
     time, over_devices = _timing(shares)
     op = keys(events)
-    per_step = _per_device_step(events, time)
-    per_device = (per_step.groupby([*op, schema.DEVICE], observed=True)
-                  .agg(t=("sum", "median"), n=("size", "median")).reset_index())
+    per_device = _per_device(op_sums(events, shares) if sums is None else sums, op)
     grouped = per_device.groupby(op, observed=True)
     out = grouped.agg(**{
         schema.COUNT: ("n", "median"),
@@ -143,7 +189,7 @@ def _total_s(events: pd.DataFrame, op: list[str]) -> pd.DataFrame:
     """Per op: its device time over the whole trace (``total_s``), every execution summed."""
     t = events[schema.DURATION_NS].to_numpy(np.int64)
     found = groups(events, op)
-    if found is None or not _exact_sums(t):
+    if found is None or not exact_sums(t):
         total = events.groupby(op, observed=True)[schema.DURATION_NS].sum().mul(_NS)
         return total.rename(schema.TOTAL_S).reset_index()
     group, first = found
@@ -152,17 +198,19 @@ def _total_s(events: pd.DataFrame, op: list[str]) -> pd.DataFrame:
         **{schema.TOTAL_S: ns.astype(np.int64) * _NS})
 
 
-def step_samples(events: pd.DataFrame, shares: bool = False) -> pd.DataFrame:
+def step_samples(events: pd.DataFrame, shares: bool = False,
+                 sums: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (program, op, step): the op's time in that step, median over devices (``shares``:
-    its shares' mean) in seconds.
+    its shares' mean) in seconds. ``sums``: ``op_sums(events, shares)``, where the caller
+    made it.
 
     The per-step distribution behind ``measured_s``; regression checks test on it.
     """
-    time, over_devices = _timing(shares)
+    over_devices = _timing(shares)[1]
     op = keys(events)
-    per_step = _per_device_step(events, time)
+    per_step = op_sums(events, shares) if sums is None else sums
     by = [*op, schema.STEP]
-    found = (groups(per_step, by) if over_devices == "mean" and _exact_sums(
+    found = (groups(per_step, by) if over_devices == "mean" and exact_sums(
         per_step["sum"].to_numpy()) else None)
     if found is None:
         out = (per_step.groupby(by, observed=True)["sum"]
@@ -180,7 +228,7 @@ def step_time(events: pd.DataFrame) -> float:
     """Median over steps of the busiest device's summed op time in that step (seconds)."""
     schema.validate(events, schema.EVENTS, where="step_time(events)")
     t = events[schema.DURATION_NS].to_numpy(np.int64)
-    found = groups(events, [schema.STEP, schema.DEVICE]) if _exact_sums(t) else None
+    found = groups(events, [schema.STEP, schema.DEVICE]) if exact_sums(t) else None
     if found is None:
         per_step = _per_device_step(events)
         busy = per_step.groupby([schema.STEP, schema.DEVICE], observed=True)["sum"].sum()
@@ -212,7 +260,7 @@ def by_execution(events: pd.DataFrame, per_execution: Mapping[str, int] | None =
     if events.empty:
         return events
     ev = events.sort_values(schema.START_NS, kind="stable")
-    op = ev[schema.OP].astype(str)
+    op = as_text(ev[schema.OP])
     by = [ev[schema.DEVICE], op]
     rank = ev.groupby(by, observed=True, sort=False).cumcount().to_numpy()
     occurrences = ev.groupby(by, observed=True, sort=False)[schema.OP].transform("size")
@@ -243,14 +291,19 @@ def _first_op(ev: pd.DataFrame, op: pd.Series, step: np.ndarray, n: np.ndarray) 
     return str(first["op"].mode().iloc[0]) if len(first) else None
 
 
-def executions(events: pd.DataFrame, per_execution: Mapping[str, int] | None = None) -> int:
+def executions(events: pd.DataFrame, per_execution: Mapping[str, int] | None = None,
+               sums: pd.DataFrame | None = None) -> int:
     """How many times ONE program ran on each device (the median over devices): per op,
     occurrences over its executions per run (``per_execution``, from the HLO), the median over
-    ops; ops the HLO does not count vote with the most common occurrence count."""
+    ops; ops the HLO does not count vote with the most common occurrence count. ``sums``:
+    ``op_sums(events)``, where the caller made it (its ``size`` counts the occurrences)."""
     if events.empty:
         return 0
-    per = (events.groupby([schema.DEVICE, schema.OP], observed=True).size()
-           .rename("k").reset_index())
+    if sums is None:
+        per = (events.groupby([schema.DEVICE, schema.OP], observed=True).size()
+               .rename("k").reset_index())
+    else:
+        per = _per_device(sums, keys(sums), medians=False)[[schema.DEVICE, schema.OP, "k"]]
     per = per[per["k"] > 0]
     per["n"] = per[schema.OP].astype(str).map(dict(per_execution or {}))
     counted = per.dropna(subset=["n"])
