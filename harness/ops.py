@@ -75,11 +75,13 @@ def groups(frame: pd.DataFrame, by: list[str]) -> tuple[np.ndarray, np.ndarray] 
     ``groupby(by)`` sorts them (a categorical by its categories' order, numbers ascending);
     None where a value is missing (``groupby`` leaves such rows out)."""
     n = len(frame)
+    columns = [_codes(frame[col]) for col in by]
+    if n and any(codes.min() < 0 for codes, _ in columns):
+        return None
+    if np.prod([float(card) for _, card in columns]) > 4 * n + 1024:
+        columns = [_present(codes, card, n) for codes, card in columns]
     key, size = np.zeros(n, np.int64), 1
-    for col in by:  # the tuple as one number, digit by digit (in place: millions of rows)
-        codes, card = _codes(frame[col])
-        if n and codes.min() < 0:
-            return None
+    for codes, card in columns:  # the tuple as one number, digit by digit (in place)
         if size * card >= 2**62:  # renumber the tuples so far first, keeping their order
             _, key = np.unique(key, return_inverse=True)
             size = int(key.max()) + 1 if n else 1
@@ -95,6 +97,17 @@ def groups(frame: pd.DataFrame, by: list[str]) -> tuple[np.ndarray, np.ndarray] 
     first = np.full(int(group.max()) + 1 if n else 0, n, np.int64)
     np.minimum.at(first, group, np.arange(n))
     return group, first
+
+
+def _present(codes: np.ndarray, card: int, n: int) -> tuple[np.ndarray, int]:
+    """Codes renumbered to count only the values present, in their order (fewer possible
+    tuples: ``groups`` ranks them by counting where it can)."""
+    if card > 4 * n + 1024:
+        return codes, card
+    present = np.bincount(codes, minlength=card) > 0
+    if present.all():
+        return codes, card
+    return (np.cumsum(present) - 1)[codes], max(int(present.sum()), 1)
 
 
 def _codes(col: pd.Series) -> tuple[np.ndarray, int]:
