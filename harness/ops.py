@@ -161,15 +161,22 @@ def _runs(frame: pd.DataFrame, by: list[str]) -> tuple[np.ndarray, np.ndarray]:
 def _per_device(sums: pd.DataFrame, op: list[str], medians: bool = True) -> pd.DataFrame:
     """Per (op, device) of ``op_sums``: the keys, ``k`` (the op's executions in all) and, with
     ``medians``, ``t`` and ``n`` (the medians over steps of its time and executions per step):
-    pandas' medians over one integer key (the run of rows each group is), not over the keys."""
+    pandas' medians over one integer key (the run of rows each group is), not over the keys;
+    ``n`` needs none where each group runs its op as often in every step (most traces)."""
     by = [*op, schema.DEVICE]
     group, first = _runs(sums, by)
     size = sums["size"].to_numpy()
     out = sums[by].take(first).reset_index(drop=True)
-    out["k"] = np.add.reduceat(size, first) if len(first) else size[:0]
+    if not len(first):
+        return out.assign(k=size[:0], t=np.zeros(0), n=np.zeros(0))
+    out["k"] = np.add.reduceat(size, first)
     if medians:
-        m = pd.DataFrame({"t": sums["sum"].to_numpy(), "n": size}).groupby(group).median()
-        out["t"], out["n"] = m["t"].to_numpy(), m["n"].to_numpy()
+        low = np.minimum.reduceat(size, first)
+        same = bool((low == np.maximum.reduceat(size, first)).all())
+        m = pd.DataFrame({"t": sums["sum"].to_numpy(), **({} if same else {"n": size})}
+                         ).groupby(group).median()
+        out["t"] = m["t"].to_numpy()
+        out["n"] = low.astype(np.float64) if same else m["n"].to_numpy()
     return out
 
 

@@ -49,8 +49,11 @@ def _expected_op_times(ev: pd.DataFrame, time: str, over_devices: str) -> pd.Dat
 
 
 @pytest.mark.parametrize("shares", [False, True])
-def test_op_times_are_the_median_over_steps_then_over_devices(shares):
+@pytest.mark.parametrize("once", [False, True])
+def test_op_times_are_the_median_over_steps_then_over_devices(shares, once):
     ev = _events()
+    if once:  # op "a" alone: once in every step on every device
+        ev = ev[ev[schema.OP] == "a"]
     time, over = (schema.SHARE_NS, "mean") if shares else (schema.DURATION_NS, "median")
     expected = _expected_op_times(ev, time, over)
     for sums in (None, op_sums(ev, shares)):  # made here or given by the caller: the same
