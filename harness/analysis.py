@@ -156,18 +156,20 @@ def _predicted(module: Module | None, chip, trace: TraceEvents) -> pd.DataFrame:
 
 class Measured(NamedTuple):
     """One compilation measured: its OPS table, its EVENTS (each execution a step when the
-    trace has no step markers), its executions and its per-(op, device, step) sums
-    (``harness.ops.op_sums``, made once for the OPS table and the per-step samples)."""
+    trace has no step markers), its executions and, for a program the report shows, its
+    per-step samples (``harness.ops.step_samples``)."""
 
     ops: pd.DataFrame
     events: pd.DataFrame
     executions: int
-    sums: pd.DataFrame
+    steps: pd.DataFrame | None
 
 
 def _program(events: pd.DataFrame, key: ProgramKey, predicted: pd.DataFrame, modeled: bool,
-             trace: TraceEvents) -> Measured:
-    """One compilation's measured tables; ``modeled`` False: it has no HLO."""
+             trace: TraceEvents, shown: bool) -> Measured:
+    """One compilation's measured tables (the per-step samples where ``shown``), from its
+    per-(op, device, step) sums made once (``harness.ops.op_sums``); ``modeled`` False: it
+    has no HLO."""
     mine = events[schema.PROGRAM] == key[0]
     if schema.PROGRAM_ID in events.columns:
         mine &= named(events[schema.PROGRAM_ID], {key[1]})
@@ -182,7 +184,8 @@ def _program(events: pd.DataFrame, key: ProgramKey, predicted: pd.DataFrame, mod
                   predicted.assign(**{schema.PROGRAM: key[0]}))
     if not modeled:
         ops[schema.WHY_UNMODELED] = "no HLO for this program (the trace holds none; --hlo)"
-    return Measured(ops, ev, executions(ev, counts, sums=sums), sums)
+    steps = step_samples(ev, shares, sums) if shown else None
+    return Measured(ops, ev, executions(ev, counts, sums=sums), steps)
 
 
 def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
@@ -196,15 +199,15 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
     predicted = {key: _predicted(module_for(modules, key), chip, trace) for key in ran}
     if shared:  # an op's share of the host counts every program running beside it
         events = host_shares(events, set().union(*(apart(p) for p in predicted.values())))
-    per = {key: _program(events, key, predicted[key], module_for(modules, key) is not None,
-                         trace) for key in ran}
     shown = [k for k in ran if chosen(k, ctx.program)] or ran[:1]
+    per = {key: _program(events, key, predicted[key], module_for(modules, key) is not None,
+                         trace, key in shown) for key in ran}
     main = shown[0] if shown else ("", "")
     ops = pd.concat([per[k].ops for k in shown] or [schema.empty(schema.OPS)],
                     ignore_index=True)
     main_ops = per[main].ops if main in per else ops
     ops = ops.sort_values(schema.GAP_S, ascending=False, kind="stable").reset_index(drop=True)
-    steps = pd.concat([step_samples(per[k].events, shared, per[k].sums) for k in shown]
+    steps = pd.concat([per[k].steps for k in shown]
                       or [schema.empty([schema.PROGRAM, schema.OP, schema.STEP,
                                         schema.MEASURED_S])], ignore_index=True)
     module = module_for(modules, main)

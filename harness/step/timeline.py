@@ -30,8 +30,8 @@ _NS = 1e-9
 
 
 def merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals [start, end) as disjoint intervals, sorted (integer or float
-    times, kept in their dtype)."""
+    """The union of intervals [start, end) (each ending at or after its start) as disjoint
+    intervals, sorted (integer or float times, kept in their dtype)."""
     return _merged(starts, ends)[:2]
 
 
@@ -42,15 +42,15 @@ def _merged(starts: np.ndarray, ends: np.ndarray
         return (np.zeros(0, np.asarray(starts).dtype), np.zeros(0, np.asarray(ends).dtype),
                 np.zeros(0, np.int64))
     order = np.argsort(starts, kind="stable")
-    s, e = np.asarray(starts)[order], np.asarray(ends)[order]
-    reach = np.maximum.accumulate(e)
+    s = np.asarray(starts)[order]
+    reach = np.maximum.accumulate(np.asarray(ends)[order])  # the latest end so far
     new = np.ones(len(s), bool)
     new[1:] = s[1:] > reach[:-1]  # a start after everything so far: a new piece
-    piece = np.cumsum(new) - 1
-    out_s = s[new]
-    out_e = np.full(len(out_s), e.min(), dtype=e.dtype)  # ns (int64) or seconds (float)
-    np.maximum.at(out_e, piece, e)
-    return out_s, out_e, order[new]
+    first = np.flatnonzero(new)
+    del new
+    # a piece ends at the latest end so far at its last interval: every interval ends at or
+    # after its start, so none before the piece reaches that far
+    return s[first], reach[np.append(first[1:] - 1, len(s) - 1)], order[first]
 
 
 def _length(s: np.ndarray, e: np.ndarray) -> int:
@@ -94,17 +94,20 @@ class _Grouped:
         self.span = hi - lo
         offset = np.concatenate([[0], np.cumsum(self.span + 1)[:-1]])
         shift = offset[self.group] - lo[self.group]
-        self.s, self.e = s + shift, e + shift
+        e += shift  # (in place, and the shift let go: millions of events)
+        self.s, self.e = s + shift, e
+        del shift
         self.comm = comm
         self.compute = self.union(~comm)
 
     def union(self, of: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The union of the intervals of the events ``of`` selects (default: all) in each
         group: its pieces (start, end: sorted) and the group of each (its first event's)."""
-        s, e, group = ((self.s, self.e, self.group) if of is None
-                       else (self.s[of], self.e[of], self.group[of]))
-        us, ue, first = _merged(s, e)
-        return us, ue, group[first]
+        if of is None:
+            us, ue, first = _merged(self.s, self.e)
+            return us, ue, self.group[first]
+        us, ue, first = _merged(self.s[of], self.e[of])
+        return us, ue, self.group[np.flatnonzero(of)[first]]
 
     def total(self, group: np.ndarray, values: np.ndarray) -> np.ndarray:
         """``values`` summed per group, each counted in its ``group``."""
@@ -123,11 +126,12 @@ def _decompose(g: _Grouped) -> pd.DataFrame:
     if not g.keys:
         return pd.DataFrame(columns=list(schema.STEP_TIMES))
     cs, ce, cg = g.compute
-    ks, ke, kg = g.union(g.comm)
-    al, ae, ag = g.union()
     compute = g.total(cg, ce - cs)
+    ks, ke, kg = g.union(g.comm)
     comm_s = g.total(kg, ke - ks)
     overlapped = g.total(kg, _overlap(ks, ke, cs, ce))
+    del ks, ke, kg  # (one union at a time: millions of pieces)
+    al, ae, ag = g.union()
     busy = g.total(ag, ae - al)
     steps, devices = zip(*g.keys)
     return pd.DataFrame({schema.STEP: np.asarray(steps, np.int64),
