@@ -11,8 +11,10 @@ device), over the window from its first op's start to its last op's end
 - ``exposed_comm_s``: the part of ``comm_s`` during which none did;
 - ``idle_s``: the union of the gaps in which nothing ran (host, launch, synchronisation).
 
-Each term is measured from the intervals on its own; ``compute_s + exposed_comm_s + idle_s``
-and ``overlapped_comm_s + exposed_comm_s`` then add up to ``timeline_step_s`` and ``comm_s``.
+The two unions and their overlap are measured from the intervals; the time something ran is
+then ``compute_s + comm_s - overlapped_comm_s`` (the union of all the intervals, measured
+without merging them a third time), so ``compute_s + exposed_comm_s + idle_s`` and
+``overlapped_comm_s + exposed_comm_s`` add up to ``timeline_step_s`` and ``comm_s``.
 Ops whose interval holds others (``while``, ``call``, ``conditional``) are left out: their
 body's ops are counted themselves.
 """
@@ -47,7 +49,6 @@ def _merged(starts: np.ndarray, ends: np.ndarray
     new = np.ones(len(s), bool)
     new[1:] = s[1:] > reach[:-1]  # a start after everything so far: a new piece
     first = np.flatnonzero(new)
-    del new
     # a piece ends at the latest end so far at its last interval: every interval ends at or
     # after its start, so none before the piece reaches that far
     return s[first], reach[np.append(first[1:] - 1, len(s) - 1)], order[first]
@@ -100,12 +101,9 @@ class _Grouped:
         self.comm = comm
         self.compute = self.union(~comm)
 
-    def union(self, of: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The union of the intervals of the events ``of`` selects (default: all) in each
-        group: its pieces (start, end: sorted) and the group of each (its first event's)."""
-        if of is None:
-            us, ue, first = _merged(self.s, self.e)
-            return us, ue, self.group[first]
+    def union(self, of: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The union of the intervals of the events ``of`` selects in each group: its pieces
+        (start, end: sorted) and the group of each (its first event's)."""
         us, ue, first = _merged(self.s[of], self.e[of])
         return us, ue, self.group[np.flatnonzero(of)[first]]
 
@@ -130,9 +128,7 @@ def _decompose(g: _Grouped) -> pd.DataFrame:
     ks, ke, kg = g.union(g.comm)
     comm_s = g.total(kg, ke - ks)
     overlapped = g.total(kg, _overlap(ks, ke, cs, ce))
-    del ks, ke, kg  # (one union at a time: millions of pieces)
-    al, ae, ag = g.union()
-    busy = g.total(ag, ae - al)
+    busy = compute + comm_s - overlapped  # the union of both: each, less what they share
     steps, devices = zip(*g.keys)
     return pd.DataFrame({schema.STEP: np.asarray(steps, np.int64),
                          schema.DEVICE: np.asarray(devices, np.int64),
