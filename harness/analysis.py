@@ -29,13 +29,12 @@ from harness.compare import (
     unexpected_collectives,
     workload_efficiency,
 )
+from harness.grouping import exact_sums, groups
 from harness.hlo import Module, cross_check, cross_check_skip, hlo_costs
 from harness.memory import host_note
 from harness.ops import (
     by_execution,
-    exact_sums,
     executions,
-    groups,
     named,
     op_sums,
     op_times,

@@ -26,7 +26,8 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
-from harness.ops import exact_sums, groups, named
+from harness.grouping import exact_sums, groups
+from harness.ops import named
 
 _NS = 1e-9
 
