@@ -107,3 +107,24 @@ def test_programs_ran_most_device_time_first():
                      .replace("jit_g", "")}).drop(columns=schema.PROGRAM_ID)
     assert programs_ran(f) == [("jit_f", "")]
     assert programs_ran(f[f[schema.PROGRAM] == ""]) == [("", "")]
+
+
+@pytest.mark.parametrize("rows", [0, 50, 5000])
+def test_groups_are_numbered_as_groupby_sorts_them(rows):
+    from harness.grouping import groups, runs
+
+    rng = np.random.default_rng(rows)
+    frame = pd.DataFrame({
+        # few of many categories used, and values spread over a wide range: more possible
+        # tuples than rows, so only the values present are numbered
+        "op": pd.Categorical(rng.choice(["c", "a", "b"], rows), categories=list("zyxcba")),
+        "device": rng.choice([3, 70_000, 9], rows).astype(np.int32),
+        "step": rng.integers(-5, 400, rows),
+    })
+    group, first = groups(frame, ["op", "device", "step"])
+    expected = frame.groupby(["op", "device", "step"], observed=True).ngroup().to_numpy()
+    np.testing.assert_array_equal(group, expected)
+    np.testing.assert_array_equal(first, [np.flatnonzero(expected == g)[0]
+                                          for g in range(expected.max() + 1 if rows else 0)])
+    ordered = frame.take(np.argsort(group, kind="stable"))  # runs: a sorted frame's groups
+    np.testing.assert_array_equal(runs(ordered, ["op", "device", "step"])[0], np.sort(group))
