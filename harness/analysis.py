@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -28,9 +29,18 @@ from harness.compare import (
     unexpected_collectives,
     workload_efficiency,
 )
+from harness.grouping import exact_sums, groups
 from harness.hlo import Module, cross_check, cross_check_skip, hlo_costs
 from harness.memory import host_note
-from harness.ops import by_execution, executions, named, op_times, step_samples, step_time
+from harness.ops import (
+    by_execution,
+    executions,
+    named,
+    op_sums,
+    op_times,
+    step_samples,
+    step_time,
+)
 from harness.shares import apart, host_shares, op_timing
 from harness.step import containers, simulated, step_figures
 from harness.step.transfers import transfers
@@ -97,11 +107,20 @@ class Tables:
 
 def programs_ran(events: pd.DataFrame) -> list[ProgramKey]:
     """Every (program, program id) with op executions in EVENTS, most device time first."""
-    ids = events[schema.PROGRAM_ID] if schema.PROGRAM_ID in events.columns else ""
-    t = (events.assign(**{schema.PROGRAM_ID: ids})
-         .groupby([schema.PROGRAM, schema.PROGRAM_ID], observed=True)[schema.DURATION_NS].sum())
-    t = t[t.index.get_level_values(0) != ""] if len(t) > 1 else t
-    return [(str(p), str(i)) for p, i in t.sort_values(ascending=False, kind="stable").index]
+    by = [schema.PROGRAM, *([schema.PROGRAM_ID] if schema.PROGRAM_ID in events.columns
+                            else [])]
+    ns = events[schema.DURATION_NS].to_numpy(np.int64)
+    found = groups(events, by) if exact_sums(ns) else None
+    if found is None:
+        t = events.groupby(by, observed=True)[schema.DURATION_NS].sum().reset_index()
+    else:  # the groups numbered as groupby sorts them, summed by np.bincount (exactly)
+        group, first = found
+        t = events[by].take(first).reset_index(drop=True).assign(
+            **{schema.DURATION_NS: np.bincount(group, weights=ns)})
+    t = t.sort_values(schema.DURATION_NS, ascending=False, kind="stable")
+    ids = t[schema.PROGRAM_ID] if schema.PROGRAM_ID in t.columns else [""] * len(t)
+    ran = [(str(p), str(i)) for p, i in zip(t[schema.PROGRAM], ids)]
+    return [k for k in ran if k[0] != ""] if len(ran) > 1 else ran
 
 
 def chosen(key: ProgramKey, program: str) -> bool:
@@ -134,23 +153,38 @@ def _predicted(module: Module | None, chip, trace: TraceEvents) -> pd.DataFrame:
     return predicted
 
 
+class Measured(NamedTuple):
+    """One compilation measured: its OPS table, its EVENTS (each execution a step when the
+    trace has no step markers), its executions and, for a program the report shows, its
+    per-step samples (``harness.ops.step_samples``)."""
+
+    ops: pd.DataFrame
+    events: pd.DataFrame
+    executions: int
+    steps: pd.DataFrame | None
+
+
 def _program(events: pd.DataFrame, key: ProgramKey, predicted: pd.DataFrame, modeled: bool,
-             trace: TraceEvents) -> tuple[pd.DataFrame, pd.DataFrame, int]:
-    """One compilation's OPS table, its EVENTS (each execution a step when the trace has no
-    step markers) and its executions; ``modeled`` False: it has no HLO."""
-    ev = events[events[schema.PROGRAM] == key[0]]
-    if schema.PROGRAM_ID in ev.columns:
-        ev = ev[named(ev[schema.PROGRAM_ID], {key[1]})]
+             trace: TraceEvents, shown: bool) -> Measured:
+    """One compilation's measured tables (the per-step samples where ``shown``), from its
+    per-(op, device, step) sums made once (``harness.ops.op_sums``); ``modeled`` False: it
+    has no HLO."""
+    mine = events[schema.PROGRAM] == key[0]
+    if schema.PROGRAM_ID in events.columns:
+        mine &= named(events[schema.PROGRAM_ID], {key[1]})
+    ev = events if mine.all() else events[mine]
     counts = dict(zip(predicted[schema.OP].astype(str), predicted[schema.COUNT]))
     if not trace.stepped:
         ev = by_execution(ev, counts)
     shares = trace.shares_cores and schema.SHARE_NS in ev.columns
-    measured = op_times(ev, shares=shares)
+    sums = op_sums(ev, shares)
+    measured = op_times(ev, shares, sums)
     ops = compare(measured.assign(**{schema.PROGRAM: key[0]}),
                   predicted.assign(**{schema.PROGRAM: key[0]}))
     if not modeled:
         ops[schema.WHY_UNMODELED] = "no HLO for this program (the trace holds none; --hlo)"
-    return ops, ev, executions(ev, counts)
+    steps = step_samples(ev, shares, sums) if shown else None
+    return Measured(ops, ev, executions(ev, counts, sums=sums), steps)
 
 
 def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
@@ -164,20 +198,20 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
     predicted = {key: _predicted(module_for(modules, key), chip, trace) for key in ran}
     if shared:  # an op's share of the host counts every program running beside it
         events = host_shares(events, set().union(*(apart(p) for p in predicted.values())))
-    per = {key: _program(events, key, predicted[key], module_for(modules, key) is not None,
-                         trace) for key in ran}
     shown = [k for k in ran if chosen(k, ctx.program)] or ran[:1]
+    per = {key: _program(events, key, predicted[key], module_for(modules, key) is not None,
+                         trace, key in shown) for key in ran}
     main = shown[0] if shown else ("", "")
-    ops = pd.concat([per[k][0] for k in shown] or [schema.empty(schema.OPS)],
+    ops = pd.concat([per[k].ops for k in shown] or [schema.empty(schema.OPS)],
                     ignore_index=True)
-    main_ops = per[main][0] if main in per else ops
+    main_ops = per[main].ops if main in per else ops
     ops = ops.sort_values(schema.GAP_S, ascending=False, kind="stable").reset_index(drop=True)
-    steps = pd.concat([step_samples(per[k][1], shares=shared) for k in shown]
+    steps = pd.concat([per[k].steps for k in shown]
                       or [schema.empty([schema.PROGRAM, schema.OP, schema.STEP,
                                         schema.MEASURED_S])], ignore_index=True)
     module = module_for(modules, main)
     devices = int(ctx.devices or events[schema.DEVICE].nunique())
-    main_events = per[main][1] if main in per else events
+    main_events = per[main].events if main in per else events
     est = ctx.book
     held = containers(predicted.get(main, schema.empty(schema.OPS_PREDICTED)), main_events)
     step, spans = step_figures(main_events, main_ops, pairs=_pairs(module, trace), apart=held,
@@ -231,10 +265,10 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
                   step_spans=spans, predicted_spans=predicted_spans)
 
 
-def program_table(per: Mapping[ProgramKey, tuple]) -> pd.DataFrame:
+def program_table(per: Mapping[ProgramKey, Measured]) -> pd.DataFrame:
     """``schema.PROGRAMS``: one row per compilation that ran, most device time first."""
     rows = []
-    for (name, pid), (ops, _, runs) in per.items():
+    for (name, pid), (ops, _, runs, _) in per.items():
         rows.append({schema.PROGRAM: name, schema.PROGRAM_ID: pid, schema.EXECUTIONS: runs,
                      schema.MEASURED_S: float(ops[schema.MEASURED_S].sum()),
                      schema.PREDICTED_S: float(ops[schema.PREDICTED_S].fillna(0.0).sum()),

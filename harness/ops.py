@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
+from harness.grouping import exact_sums, groups, runs
 
 _NS = 1e-9
 
@@ -29,6 +30,17 @@ def named(column: pd.Series, names: set[str]) -> np.ndarray:
         hit = np.append(column.cat.categories.astype(str).isin(names), False)  # -1: missing
         return hit[column.cat.codes.to_numpy()]
     return column.astype(str).isin(names).to_numpy()
+
+
+def as_text(column: pd.Series) -> pd.Series:
+    """``column.astype(str)``; a categorical's categories converted once and taken by code,
+    not each row converted (millions of rows)."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes = column.cat.codes.to_numpy()
+        if not len(codes) or codes.min() >= 0:  # a missing value: as astype gives it
+            names = column.cat.categories.astype(str).take(codes)
+            return pd.Series(names, index=column.index, name=column.name)
+    return column.astype(str)
 
 
 def keys(events: pd.DataFrame) -> list[str]:
@@ -45,60 +57,12 @@ def _per_device_step(events: pd.DataFrame, time: str = schema.DURATION_NS) -> pd
     by = [*keys(events), schema.DEVICE, schema.STEP]
     t = events[time].to_numpy(np.int64)
     found = groups(events, by)
-    if found is None or not _exact_sums(t):
+    if found is None or not exact_sums(t):
         return events.groupby(by, observed=True)[time].agg(["sum", "size"]).reset_index()
     group, first = found
     total = np.bincount(group, weights=t, minlength=len(first)).astype(np.int64)
     size = np.bincount(group, minlength=len(first))
     return events[by].take(first).reset_index(drop=True).assign(sum=total, size=size)
-
-
-def _exact_sums(values: np.ndarray) -> bool:
-    """Whether ``np.bincount`` (which sums in float64) sums these integers exactly: every sum
-    of them stays below 2**53."""
-    return not len(values) or int(np.abs(values).max()) * len(values) < 2**53
-
-
-def groups(frame: pd.DataFrame, by: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
-    """(each row's group, the first row of each group), the groups numbered in the order
-    ``groupby(by)`` sorts them (a categorical by its categories' order, numbers ascending);
-    None where a value is missing (``groupby`` leaves such rows out)."""
-    n = len(frame)
-    key, size = np.zeros(n, np.int64), 1
-    for col in by:  # the tuple as one number, digit by digit (in place: millions of rows)
-        codes, card = _codes(frame[col])
-        if n and codes.min() < 0:
-            return None
-        if size * card >= 2**62:  # renumber the tuples so far first, keeping their order
-            _, key = np.unique(key, return_inverse=True)
-            size = int(key.max()) + 1 if n else 1
-        key *= card
-        key += codes
-        size *= card
-    if size <= 4 * n + 1024:  # few possible tuples: rank them by counting
-        rank = np.cumsum(np.bincount(key, minlength=size) > 0) - 1
-        group = rank[key]
-    else:
-        _, group = np.unique(key, return_inverse=True)
-    del key
-    first = np.full(int(group.max()) + 1 if n else 0, n, np.int64)
-    np.minimum.at(first, group, np.arange(n))
-    return group, first
-
-
-def _codes(col: pd.Series) -> tuple[np.ndarray, int]:
-    """A column as integer codes from 0 (-1: missing), in the order ``groupby`` sorts its
-    values, and how many codes there can be: a categorical's own codes, a small range of
-    integers itself, anything else factorized in sorted order."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        return col.cat.codes.to_numpy(), max(len(col.cat.categories), 1)
-    values = col.to_numpy()
-    if values.dtype.kind in "iu" and len(values):
-        low, high = int(values.min()), int(values.max())
-        if high - low < 1 << 24:
-            return (values - low) if low else values, high - low + 1
-    codes, uniques = pd.factorize(col, sort=True)
-    return codes, max(len(uniques), 1)
 
 
 def _timing(shares: bool) -> tuple[str, str]:
@@ -110,18 +74,48 @@ def _timing(shares: bool) -> tuple[str, str]:
 def _as_str(df: pd.DataFrame, columns) -> pd.DataFrame:
     for col in columns:
         if col in df.columns:
-            df[col] = df[col].astype(str)
+            df[col] = as_text(df[col])
     return df
 
 
-def op_times(events: pd.DataFrame, shares: bool = False) -> pd.DataFrame:
+def op_sums(events: pd.DataFrame, shares: bool = False) -> pd.DataFrame:
+    """Per (op, device, step) of EVENTS, sorted by them: the keys, ``sum`` (the op's time
+    there: ``share_ns`` where ``shares``, else ``duration_ns``) and ``size`` (its executions
+    there). ``op_times``, ``step_samples`` and ``executions`` start from it: a caller that
+    asks for more than one makes it once and gives it to each (``sums``)."""
+    return _per_device_step(events, _timing(shares)[0])
+
+
+def _per_device(sums: pd.DataFrame, op: list[str], medians: bool = True) -> pd.DataFrame:
+    """Per (op, device) of ``op_sums``: the keys, ``k`` (the op's executions in all) and, with
+    ``medians``, ``t`` and ``n`` (the medians over steps of its time and executions per step):
+    pandas' medians over one integer key (the run of rows each group is), not over the keys;
+    ``n`` needs none where each group runs its op as often in every step (most traces)."""
+    by = [*op, schema.DEVICE]
+    group, first = runs(sums, by)
+    size = sums["size"].to_numpy()
+    out = sums[by].take(first).reset_index(drop=True)
+    if not len(first):
+        return out.assign(k=size[:0], t=np.zeros(0), n=np.zeros(0))
+    out["k"] = np.add.reduceat(size, first)
+    if medians:
+        low = np.minimum.reduceat(size, first)
+        same = bool((low == np.maximum.reduceat(size, first)).all())
+        m = pd.DataFrame({"t": sums["sum"].to_numpy(), **({} if same else {"n": size})}
+                         ).groupby(group).median()
+        out["t"] = m["t"].to_numpy()
+        out["n"] = low.astype(np.float64) if same else m["n"].to_numpy()
+    return out
+
+
+def op_times(events: pd.DataFrame, shares: bool = False,
+             sums: pd.DataFrame | None = None) -> pd.DataFrame:
     """The measured OPS table, sorted by ``measured_s`` descending. ``shares``: time each op by
-    its share of the host (``share_ns``, ``harness.shares.host_shares``), mean over devices."""
+    its share of the host (``share_ns``, ``harness.shares.host_shares``), mean over devices.
+    ``sums``: ``op_sums(events, shares)``, where the caller made it."""
     time, over_devices = _timing(shares)
     op = keys(events)
-    per_step = _per_device_step(events, time)
-    per_device = (per_step.groupby([*op, schema.DEVICE], observed=True)
-                  .agg(t=("sum", "median"), n=("size", "median")).reset_index())
+    per_device = _per_device(op_sums(events, shares) if sums is None else sums, op)
     grouped = per_device.groupby(op, observed=True)
     out = grouped.agg(**{
         schema.COUNT: ("n", "median"),
@@ -143,7 +137,7 @@ def _total_s(events: pd.DataFrame, op: list[str]) -> pd.DataFrame:
     """Per op: its device time over the whole trace (``total_s``), every execution summed."""
     t = events[schema.DURATION_NS].to_numpy(np.int64)
     found = groups(events, op)
-    if found is None or not _exact_sums(t):
+    if found is None or not exact_sums(t):
         total = events.groupby(op, observed=True)[schema.DURATION_NS].sum().mul(_NS)
         return total.rename(schema.TOTAL_S).reset_index()
     group, first = found
@@ -152,17 +146,19 @@ def _total_s(events: pd.DataFrame, op: list[str]) -> pd.DataFrame:
         **{schema.TOTAL_S: ns.astype(np.int64) * _NS})
 
 
-def step_samples(events: pd.DataFrame, shares: bool = False) -> pd.DataFrame:
+def step_samples(events: pd.DataFrame, shares: bool = False,
+                 sums: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (program, op, step): the op's time in that step, median over devices (``shares``:
-    its shares' mean) in seconds.
+    its shares' mean) in seconds. ``sums``: ``op_sums(events, shares)``, where the caller
+    made it.
 
     The per-step distribution behind ``measured_s``; regression checks test on it.
     """
-    time, over_devices = _timing(shares)
+    over_devices = _timing(shares)[1]
     op = keys(events)
-    per_step = _per_device_step(events, time)
+    per_step = op_sums(events, shares) if sums is None else sums
     by = [*op, schema.STEP]
-    found = (groups(per_step, by) if over_devices == "mean" and _exact_sums(
+    found = (groups(per_step, by) if over_devices == "mean" and exact_sums(
         per_step["sum"].to_numpy()) else None)
     if found is None:
         out = (per_step.groupby(by, observed=True)["sum"]
@@ -180,7 +176,7 @@ def step_time(events: pd.DataFrame) -> float:
     """Median over steps of the busiest device's summed op time in that step (seconds)."""
     schema.validate(events, schema.EVENTS, where="step_time(events)")
     t = events[schema.DURATION_NS].to_numpy(np.int64)
-    found = groups(events, [schema.STEP, schema.DEVICE]) if _exact_sums(t) else None
+    found = groups(events, [schema.STEP, schema.DEVICE]) if exact_sums(t) else None
     if found is None:
         per_step = _per_device_step(events)
         busy = per_step.groupby([schema.STEP, schema.DEVICE], observed=True)["sum"].sum()
@@ -212,7 +208,7 @@ def by_execution(events: pd.DataFrame, per_execution: Mapping[str, int] | None =
     if events.empty:
         return events
     ev = events.sort_values(schema.START_NS, kind="stable")
-    op = ev[schema.OP].astype(str)
+    op = as_text(ev[schema.OP])
     by = [ev[schema.DEVICE], op]
     rank = ev.groupby(by, observed=True, sort=False).cumcount().to_numpy()
     occurrences = ev.groupby(by, observed=True, sort=False)[schema.OP].transform("size")
@@ -243,14 +239,19 @@ def _first_op(ev: pd.DataFrame, op: pd.Series, step: np.ndarray, n: np.ndarray) 
     return str(first["op"].mode().iloc[0]) if len(first) else None
 
 
-def executions(events: pd.DataFrame, per_execution: Mapping[str, int] | None = None) -> int:
+def executions(events: pd.DataFrame, per_execution: Mapping[str, int] | None = None,
+               sums: pd.DataFrame | None = None) -> int:
     """How many times ONE program ran on each device (the median over devices): per op,
     occurrences over its executions per run (``per_execution``, from the HLO), the median over
-    ops; ops the HLO does not count vote with the most common occurrence count."""
+    ops; ops the HLO does not count vote with the most common occurrence count. ``sums``:
+    ``op_sums(events)``, where the caller made it (its ``size`` counts the occurrences)."""
     if events.empty:
         return 0
-    per = (events.groupby([schema.DEVICE, schema.OP], observed=True).size()
-           .rename("k").reset_index())
+    if sums is None:
+        per = (events.groupby([schema.DEVICE, schema.OP], observed=True).size()
+               .rename("k").reset_index())
+    else:
+        per = _per_device(sums, keys(sums), medians=False)[[schema.DEVICE, schema.OP, "k"]]
     per = per[per["k"] > 0]
     per["n"] = per[schema.OP].astype(str).map(dict(per_execution or {}))
     counted = per.dropna(subset=["n"])

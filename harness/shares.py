@@ -71,7 +71,7 @@ def host_shares(events: pd.DataFrame, keep: Collection[str] = ()) -> pd.DataFram
     # sort runs in about linear time here: a trace's events come in time order per device.
     # (Arrays are reused in place: a trace of millions of executions is memory-bound.)
     m = int(split.sum())
-    t = np.concatenate([start[split], end[split]])
+    t = np.concatenate([start, end] if m == len(split) else [start[split], end[split]])
     order = np.argsort(t, kind="stable")
     t = t[order]
     n = np.where(order < m, 1, -1)

@@ -192,3 +192,19 @@ ENTRY %main (p: f32[64]) -> f32[64] {
 """
     row = _only(collectives(parse_module(text)), "all-reduce")
     assert row[schema.REASON] == "one device" and row[schema.MESH_AXES] == "{0} {1}"
+
+
+def test_a_source_file_shows_relative_to_the_working_directory_it_is_under(tmp_path,
+                                                                        monkeypatch):
+    from harness.hlo.source import shown_path
+
+    for folder in ("model", "elsewhere"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "model")
+    path = str(tmp_path / "link" / "train.py")
+    monkeypatch.chdir(tmp_path)
+    assert shown_path(path) == "model/train.py"  # the link resolved
+    monkeypatch.chdir(tmp_path / "model")
+    assert shown_path(path) == "train.py"  # asked again from another folder: from there
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert shown_path(path) == path  # not under it: as printed

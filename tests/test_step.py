@@ -14,6 +14,22 @@ def test_union_of_overlapping_nested_and_back_to_back_intervals():
     assert list(s) == [0, 20] and list(e) == [12, 25]
 
 
+def test_union_of_random_intervals_is_the_walk_over_them_in_order():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    starts = rng.integers(0, 1000, 300)
+    ends = starts + rng.integers(0, 40, 300)  # empty ones too
+    expected = []  # the union by hand: walk the intervals by start, extending the last piece
+    for s, e in sorted(zip(starts.tolist(), ends.tolist())):
+        if expected and s <= expected[-1][1]:
+            expected[-1][1] = max(expected[-1][1], e)
+        else:
+            expected.append([s, e])
+    s, e = merged(starts, ends)
+    assert [[a, b] for a, b in zip(s.tolist(), e.tolist())] == expected
+
+
 def test_communication_partly_under_compute():
     # device 0: dot [0,40), all-gather [30,70) (10 ns under the dot), gap [70,80), add [80,100)
     rows = [("dot", 0, 0, 0, 40), ("all-gather", 0, 0, 30, 40), ("add", 0, 0, 80, 20)]

@@ -18,6 +18,8 @@ innermost of all where every frame is library code. Older metadata prints
 """
 from __future__ import annotations
 
+import functools
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,7 +106,17 @@ def call_stack(instr: Instruction, module: Module) -> list[Frame]:
 def shown_path(path: str) -> str:
     """``path`` relative to the working directory when it lies under it, else as printed."""
     try:
-        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+        return _shown_from(path, os.getcwd())
+    except OSError:
+        return path
+
+
+@functools.lru_cache(maxsize=1024)
+def _shown_from(path: str, cwd: str) -> str:
+    """``shown_path`` from the directory ``cwd``: resolved once per (path, directory), as a
+    module's thousands of instructions name a few files."""
+    try:
+        return str(Path(path).resolve().relative_to(Path(cwd).resolve()))
     except (ValueError, OSError):
         return path
 

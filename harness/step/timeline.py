@@ -11,8 +11,10 @@ device), over the window from its first op's start to its last op's end
 - ``exposed_comm_s``: the part of ``comm_s`` during which none did;
 - ``idle_s``: the union of the gaps in which nothing ran (host, launch, synchronisation).
 
-Each term is measured from the intervals on its own; ``compute_s + exposed_comm_s + idle_s``
-and ``overlapped_comm_s + exposed_comm_s`` then add up to ``timeline_step_s`` and ``comm_s``.
+The two unions and their overlap are measured from the intervals; the time something ran is
+then ``compute_s + comm_s - overlapped_comm_s`` (the union of all the intervals, measured
+without merging them a third time), so ``compute_s + exposed_comm_s + idle_s`` and
+``overlapped_comm_s + exposed_comm_s`` add up to ``timeline_step_s`` and ``comm_s``.
 Ops whose interval holds others (``while``, ``call``, ``conditional``) are left out: their
 body's ops are counted themselves.
 """
@@ -24,26 +26,33 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
-from harness.ops import groups, named
+from harness.grouping import exact_sums, groups
+from harness.ops import named
 
 _NS = 1e-9
 
 
 def merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals [start, end) as disjoint intervals, sorted (integer or float
-    times, kept in their dtype)."""
+    """The union of intervals [start, end) (each ending at or after its start) as disjoint
+    intervals, sorted (integer or float times, kept in their dtype)."""
+    return _merged(starts, ends)[:2]
+
+
+def _merged(starts: np.ndarray, ends: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``merged``, and the interval each piece starts with (its index in ``starts``)."""
     if len(starts) == 0:
-        return np.zeros(0, np.asarray(starts).dtype), np.zeros(0, np.asarray(ends).dtype)
+        return (np.zeros(0, np.asarray(starts).dtype), np.zeros(0, np.asarray(ends).dtype),
+                np.zeros(0, np.int64))
     order = np.argsort(starts, kind="stable")
-    s, e = np.asarray(starts)[order], np.asarray(ends)[order]
-    reach = np.maximum.accumulate(e)
+    s = np.asarray(starts)[order]
+    reach = np.maximum.accumulate(np.asarray(ends)[order])  # the latest end so far
     new = np.ones(len(s), bool)
     new[1:] = s[1:] > reach[:-1]  # a start after everything so far: a new piece
-    piece = np.cumsum(new) - 1
-    out_s = s[new]
-    out_e = np.full(len(out_s), e.min(), dtype=e.dtype)  # ns (int64) or seconds (float)
-    np.maximum.at(out_e, piece, e)
-    return out_s, out_e
+    first = np.flatnonzero(new)
+    # a piece ends at the latest end so far at its last interval: every interval ends at or
+    # after its start, so none before the piece reaches that far
+    return s[first], reach[np.append(first[1:] - 1, len(s) - 1)], order[first]
 
 
 def _length(s: np.ndarray, e: np.ndarray) -> int:
@@ -70,7 +79,8 @@ class _Grouped:
     its own (in order, a nanosecond apart), so that one pass of ``merged`` or ``_overlap`` over
     all of them never joins two groups' intervals, and its pieces are summed per group after.
     ``keys``: the (step, device) of each group; ``group``: each event's group; ``comm``: which
-    events communicate; ``compute``: the union of the others' intervals, made once."""
+    events communicate; ``compute``: the union of the others' intervals, made once, and the
+    group of each of its pieces."""
 
     def __init__(self, events: pd.DataFrame, comm: np.ndarray):
         self.group, first = groups(events, [schema.STEP, schema.DEVICE])
@@ -84,19 +94,23 @@ class _Grouped:
         np.minimum.at(lo, self.group, s)
         np.maximum.at(hi, self.group, e)
         self.span = hi - lo
-        self.offset = np.concatenate([[0], np.cumsum(self.span + 1)[:-1]])
-        shift = self.offset[self.group] - lo[self.group]
-        self.s, self.e = s + shift, e + shift
+        offset = np.concatenate([[0], np.cumsum(self.span + 1)[:-1]])
+        shift = offset[self.group] - lo[self.group]
+        e += shift  # (in place, and the shift let go: millions of events)
+        self.s, self.e = s + shift, e
+        del shift
         self.comm = comm
-        self.compute = merged(self.s[~comm], self.e[~comm])
+        self.compute = self.union(~comm)
 
-    def of(self, t: np.ndarray) -> np.ndarray:
-        """The group of each moved time (a piece's start)."""
-        return np.searchsorted(self.offset, t, side="right") - 1
+    def union(self, of: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The union of the intervals of the events ``of`` selects in each group: its pieces
+        (start, end: sorted) and the group of each (its first event's)."""
+        us, ue, first = _merged(self.s[of], self.e[of])
+        return us, ue, self.group[np.flatnonzero(of)[first]]
 
-    def total(self, starts: np.ndarray, values: np.ndarray) -> np.ndarray:
-        """``values`` summed per group, each counted in the group of its ``starts``."""
-        return np.bincount(self.of(starts), weights=values, minlength=len(self.keys))
+    def total(self, group: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """``values`` summed per group, each counted in its ``group``."""
+        return np.bincount(group, weights=values, minlength=len(self.keys))
 
 
 def decompose(events: pd.DataFrame, comm_ops: Collection[str],
@@ -110,13 +124,12 @@ def decompose(events: pd.DataFrame, comm_ops: Collection[str],
 def _decompose(g: _Grouped) -> pd.DataFrame:
     if not g.keys:
         return pd.DataFrame(columns=list(schema.STEP_TIMES))
-    comm, (cs, ce) = g.comm, g.compute
-    ks, ke = merged(g.s[comm], g.e[comm])
-    al, ae = merged(g.s, g.e)
-    compute = g.total(cs, ce - cs)
-    comm_s = g.total(ks, ke - ks)
-    overlapped = g.total(ks, _overlap(ks, ke, cs, ce))
-    busy = g.total(al, ae - al)
+    cs, ce, cg = g.compute
+    compute = g.total(cg, ce - cs)
+    ks, ke, kg = g.union(g.comm)
+    comm_s = g.total(kg, ke - ks)
+    overlapped = g.total(kg, _overlap(ks, ke, cs, ce))
+    busy = compute + comm_s - overlapped  # the union of both: each, less what they share
     steps, devices = zip(*g.keys)
     return pd.DataFrame({schema.STEP: np.asarray(steps, np.int64),
                          schema.DEVICE: np.asarray(devices, np.int64),
@@ -140,13 +153,22 @@ def exposed_by_op(events: pd.DataFrame, comm_ops: Collection[str],
 def _exposed(g: _Grouped | None, op: pd.Series) -> pd.DataFrame:
     if g is None or not g.comm.any():
         return pd.DataFrame(columns=[schema.OP, schema.COMM_S, schema.EXPOSED_COMM_S])
-    comm, (cs, ce) = g.comm, g.compute
+    comm, (cs, ce, _) = g.comm, g.compute
     s, e = g.s[comm], g.e[comm]
     code, names = _codes(op)
-    per = pd.DataFrame({"_op": code[comm], "_group": g.group[comm], "t": e - s,
-                        "exposed": e - s - _overlap(s, e, cs, ce)})
-    per = (per.groupby(["_op", "_group"])[["t", "exposed"]].sum()
-           .groupby(level=0).median() * _NS)
+    t = e - s
+    per = pd.DataFrame({"_op": code[comm], "_group": g.group[comm], "t": t,
+                        "exposed": t - _overlap(s, e, cs, ce)})
+    found = groups(per, ["_op", "_group"]) if exact_sums(t) else None
+    if found is None:
+        per = per.groupby(["_op", "_group"])[["t", "exposed"]].sum()
+        by = per.index.get_level_values(0)
+    else:  # each (op, group)'s sums by np.bincount (exact: the sums are of integers)
+        pair, first = found
+        by = per["_op"].to_numpy()[first]
+        per = pd.DataFrame({c: np.bincount(pair, weights=per[c].to_numpy(np.float64))
+                            for c in ("t", "exposed")})
+    per = per.groupby(by).median() * _NS
     return pd.DataFrame({schema.OP: names[per.index.to_numpy()],
                          schema.COMM_S: per["t"].to_numpy(),
                          schema.EXPOSED_COMM_S: per["exposed"].to_numpy()})
