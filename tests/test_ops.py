@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 
 from harness import schema
-from harness.analysis import programs_ran
 from harness.ops import as_text, executions, op_sums, op_times, step_samples
+from harness.programs import programs_ran
 
 OP = [schema.PROGRAM, schema.PROGRAM_ID, schema.OP]
 

@@ -20,7 +20,7 @@ import pandas as pd
 from google.protobuf.message import DecodeError
 
 from harness import schema
-from harness.analysis import Context, ProgramKey, analyze, chosen, program_name, programs_ran
+from harness.analysis import Context, analyze
 from harness.calibrate import drift
 from harness.capture import CAPTURE_FILE, HLO_FILE, STEPS, Capture, capture
 from harness.chip import chip_for_run
@@ -28,6 +28,7 @@ from harness.errors import HarnessError
 from harness.explain import for_run, run_mesh
 from harness.hlo import Module, parse_module, schedule
 from harness.ops import by_execution, op_times
+from harness.programs import ProgramKey, chosen, program_name, programs_ran
 from harness.runs.run import Run
 from harness.trace import parallel
 from harness.trace.device import trace_device

@@ -1,0 +1,137 @@
+"""The compilations a trace ran, each on its own: which ran (``programs_ran``, most device time
+first), how a name or program id picks them (``chosen``), each one's module, predicted OPS
+table (``predicted``) and measured tables (``measure``), and the PROGRAMS table of them all.
+``harness.analysis.analyze`` puts them together.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from harness import schema
+from harness.compare import compare, workload_efficiency
+from harness.grouping import exact_sums, groups
+from harness.hlo import Module, hlo_costs
+from harness.ops import by_execution, executions, named, op_sums, op_times, step_samples
+from harness.trace.load import TraceEvents
+
+ProgramKey = tuple[str, str]  # (program name, program id): one compilation
+
+
+def programs_ran(events: pd.DataFrame) -> list[ProgramKey]:
+    """Every (program, program id) with op executions in EVENTS, most device time first."""
+    by = [schema.PROGRAM, *([schema.PROGRAM_ID] if schema.PROGRAM_ID in events.columns
+                            else [])]
+    ns = events[schema.DURATION_NS].to_numpy(np.int64)
+    found = groups(events, by) if exact_sums(ns) else None
+    if found is None:
+        t = events.groupby(by, observed=True)[schema.DURATION_NS].sum().reset_index()
+    else:  # the groups numbered as groupby sorts them, summed by np.bincount (exactly)
+        group, first = found
+        t = events[by].take(first).reset_index(drop=True).assign(
+            **{schema.DURATION_NS: np.bincount(group, weights=ns)})
+    t = t.sort_values(schema.DURATION_NS, ascending=False, kind="stable")
+    ids = t[schema.PROGRAM_ID] if schema.PROGRAM_ID in t.columns else [""] * len(t)
+    ran = [(str(p), str(i)) for p, i in zip(t[schema.PROGRAM], ids)]
+    return [k for k in ran if k[0] != ""] if len(ran) > 1 else ran
+
+
+def chosen(key: ProgramKey, program: str) -> bool:
+    """Whether ``program`` (a name, or a program id; "" for every program) names ``key``."""
+    return not program or program in key
+
+
+def program_name(key: ProgramKey) -> str:
+    """``name(program id)``, or the name where the trace gives no id."""
+    return f"{key[0]}({key[1]})" if key[1] else key[0]
+
+
+def module_for(modules: Mapping, key: ProgramKey) -> Module | None:
+    """The module of one compilation: by (name, id), else the only one of that name."""
+    if key in modules:
+        return modules[key]
+    same = [m for (name, _), m in modules.items() if name == key[0]]
+    return same[0] if len(same) == 1 else None
+
+
+def predicted(module: Module | None, chip, trace: TraceEvents) -> pd.DataFrame:
+    """One compilation's predicted OPS table, ops named as the trace names them (empty
+    without a module)."""
+    if module is None:
+        return schema.empty(schema.OPS_PREDICTED)
+    predicted = hlo_costs(module, chip, async_on=trace.async_time_on)
+    # the trace names an async op (``fusion-start.3`` in the HLO text) by the op it wraps
+    if trace.async_names:
+        predicted[schema.OP] = predicted[schema.OP].replace(trace.async_names)
+    return predicted
+
+
+class Measured(NamedTuple):
+    """One compilation measured: its OPS table, its EVENTS (each execution a step when the
+    trace has no step markers), its executions and, for a program the report shows, its
+    per-step samples (``harness.ops.step_samples``)."""
+
+    ops: pd.DataFrame
+    events: pd.DataFrame
+    executions: int
+    steps: pd.DataFrame | None
+
+
+def measure(events: pd.DataFrame, key: ProgramKey, predicted: pd.DataFrame, modeled: bool,
+             trace: TraceEvents, shown: bool) -> Measured:
+    """One compilation's measured tables (the per-step samples where ``shown``), from its
+    per-(op, device, step) sums made once (``harness.ops.op_sums``); ``modeled`` False: it
+    has no HLO."""
+    mine = events[schema.PROGRAM] == key[0]
+    if schema.PROGRAM_ID in events.columns:
+        mine &= named(events[schema.PROGRAM_ID], {key[1]})
+    ev = events if mine.all() else events[mine]
+    counts = dict(zip(predicted[schema.OP].astype(str), predicted[schema.COUNT]))
+    if not trace.stepped:
+        ev = by_execution(ev, counts)
+    shares = trace.shares_cores and schema.SHARE_NS in ev.columns
+    sums = op_sums(ev, shares)
+    measured = op_times(ev, shares, sums)
+    ops = compare(measured.assign(**{schema.PROGRAM: key[0]}),
+                  predicted.assign(**{schema.PROGRAM: key[0]}))
+    if not modeled:
+        ops[schema.WHY_UNMODELED] = "no HLO for this program (the trace holds none; --hlo)"
+    steps = step_samples(ev, shares, sums) if shown else None
+    return Measured(ops, ev, executions(ev, counts, sums=sums), steps)
+
+
+def program_table(per: Mapping[ProgramKey, Measured]) -> pd.DataFrame:
+    """``schema.PROGRAMS``: one row per compilation that ran, most device time first."""
+    rows = []
+    for (name, pid), (ops, _, runs, _) in per.items():
+        rows.append({schema.PROGRAM: name, schema.PROGRAM_ID: pid, schema.EXECUTIONS: runs,
+                     schema.MEASURED_S: float(ops[schema.MEASURED_S].sum()),
+                     schema.PREDICTED_S: float(ops[schema.PREDICTED_S].fillna(0.0).sum()),
+                     schema.EFFICIENCY: workload_efficiency(ops),
+                     schema.TOTAL_S: float(ops[schema.TOTAL_S].sum())})
+    table = pd.DataFrame(rows, columns=list(schema.PROGRAMS))
+    total = table[schema.TOTAL_S].sum()
+    table[schema.SHARE] = table[schema.TOTAL_S] / total if total > 0 else np.nan
+    return table.sort_values(schema.TOTAL_S, ascending=False, kind="stable").reset_index(
+        drop=True)
+
+
+def program_notes(ran, shown, per, modules, main) -> list[str]:
+    """What a report says about the programs: others that ran, and any measured only."""
+    notes = []
+    others = [k for k in ran if k not in shown]
+    if len(shown) > 1:
+        notes.append(f"{len(shown)} programs ran; the summary is of {program_name(main)} (the "
+                     f"most device time); the programs table lists each")
+    elif others:
+        notes.append(f"{len(others)} other program(s) ran beside {program_name(main)}: "
+                     f"{', '.join(program_name(k) for k in others[:4])}"
+                     f"{', ...' if len(others) > 4 else ''} (the programs table)")
+    blind = [k for k in shown if module_for(modules, k) is None]
+    if blind:
+        notes.append(f"no HLO for {', '.join(program_name(k) for k in blind[:4])}: measured "
+                     f"only (give the program's optimized HLO with --hlo)")
+    return notes
