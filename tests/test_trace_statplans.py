@@ -117,12 +117,24 @@ def test_planned_stats_are_the_last_of_each_id_as_protobuf_reads_them():
 
 
 def test_a_kind_repeating_its_first_event_has_its_values_read_once():
-    """300 kernels of one op: a handful of values (each block's distinct records of 8 bytes
+    """300 kernels of one op: a handful of values (each block's distinct records of 16 bytes
     or less), not one per kernel and stat."""
     raw = _line([_event(10, i, _kernel(i, program=4)) for i in range(300)])
     codes, values = _check(raw, [OP, MODULE, 4])
     assert (codes >= 0).all()
     assert len(values) < 12
+
+
+def test_records_of_up_to_16_bytes_are_known_by_their_bytes():
+    """Integer stats of 9 to 16 byte records (a 10-byte varint of a negative run id; values
+    differing only in their 14th byte, k << 56) are read about once per distinct value (300
+    events, 5 values), each the value protobuf reads."""
+    values = [-245638905, -245638904, 1 << 56, 2 << 56, 3 << 56]
+    raw = _line([_event(10, i, _kernel(i)[:4] + [(MODULE, {"int64_value": values[i % 5]})])
+                 for i in range(300)])
+    codes, read = _check(raw, [MODULE])
+    assert (codes >= 0).all()
+    assert len(read) < 12
 
 
 def test_planned_stats_read_in_small_blocks_are_the_same(monkeypatch):
