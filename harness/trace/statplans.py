@@ -12,7 +12,7 @@ tag, a one-byte size, the id's tag and bytes); a record that differs (a longer s
 read field by field and checked the same way. An event laid out otherwise is planned again
 from the first such event of its kind (a kind may have two or three layouts: a kernel with and
 without ``unique_hlo_op_id``), and after ``ROUNDS`` rounds, or where its layout is shared by
-fewer than ``MIN_EVENTS`` events, read in full.
+fewer than ``MIN_EVENTS`` events (or fewer are left to plan), read in full.
 
 Only the stats asked for are read, at their places in the layout, and each distinct record
 once: a record of 16 bytes or less (a ``ref_value`` or an integer stat, a negative one's 10-byte
@@ -49,7 +49,7 @@ def planned_values(ev: Events, ids: list[int | None]) -> tuple[np.ndarray, Stats
     reading = _Reading(ev, [-1 if i is None else i for i in ids])
     pending = np.arange(len(ev))
     for _ in range(ROUNDS):
-        if not len(pending):
+        if len(pending) < MIN_EVENTS:  # no layout of theirs could be walked
             break
         pending = reading.round(pending)
     reading.in_full(pending)
