@@ -141,6 +141,7 @@ def test_planned_stats_read_in_small_blocks_are_the_same(monkeypatch):
     raw = _line(_interleaved(_kinds_of_line()))
     whole = statplans.planned_values(wire.read_line(raw).events(), ASKED)[0]
     monkeypatch.setattr(varint, "BLOCK", 7)
+    monkeypatch.setattr(statplans, "WALK", 3)
     monkeypatch.setattr(statplans, "MIN_EVENTS", 1)  # every layout walked, small or not
     codes, _ = _check(raw)
     assert np.array_equal(codes >= 0, whole >= 0)

@@ -31,6 +31,7 @@ from harness.trace.wire import Events
 ROUNDS = 3  # layouts learned per kind before its other events are read in full
 MAX_PLACES = 32  # a kind with more stats than this is not planned (its events read in full)
 MIN_EVENTS = 64  # a layout shared by fewer events is not walked (they are read in full)
+WALK = 1 << 14  # events walked at a time: their bytes stay in cache from one record to the next
 # a record's first 8 bytes, as a step compares them: stats tag, a one-byte size, the id's tag
 _HEAD_MASK, _HEAD = 0xFF | 0x80 << 8 | 0xFF << 16, STATS_TAG | MID_TAG << 16
 # the bytes of a record of 2 + size bytes in its first word and in the word after (0: longer
@@ -205,14 +206,26 @@ class _Layouts:
         order, and nothing after them; for the j-th id asked for, where the layout has it:
         where that stat's payload begins in each event, where it ends, and its bytes where 16
         or fewer (its first 8, else 0; the next 8)). Records are found as ``Events.stats``
-        finds them (a stats field, its size)."""
-        buf, word = ev.buf, words(ev.buf)
+        finds them (a stats field, its size). ``WALK`` events are walked at a time."""
+        word = words(ev.buf)
+        if not (ev.end[rows] <= len(word)).any():  # the line's last 7 bytes begin no word
+            return np.zeros(len(rows), bool), {}
+        heads = self._heads(p)
+        parts = [self._walk(ev, word, rows[c], p, heads) for c in blocks(len(rows), WALK)]
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate([ok for ok, _ in parts]), {
+            j: tuple(np.concatenate([f[j][i] for _, f in parts]) for i in range(4))
+            for j in parts[0][1]}
+
+    def _walk(self, ev: Events, word: np.ndarray, rows: np.ndarray, p: int, heads: list
+              ) -> tuple[np.ndarray, dict[int, tuple[np.ndarray, ...]]]:
+        """``walk`` of some events, their records compared with ``heads``."""
+        buf = ev.buf
         at, end = ev.stats_at[rows].copy(), ev.end[rows]
         ok = end <= len(word)  # the line's last 7 bytes begin no word: read in full
         found: dict[int, tuple[np.ndarray, ...]] = {}
-        if not ok.any():
-            return ok, found
-        for s, (mask, head) in enumerate(self._heads(p)):
+        for s, (mask, head) in enumerate(heads):
             w = word[np.minimum(at, len(word) - 1)]
             fast = (w & mask) == head
             size = w.view(np.uint8)[1::8]  # a one-byte size, where fast
