@@ -254,3 +254,12 @@ def reference_events(source, schedule_of=None) -> tuple[pd.DataFrame, bool]:
     steps = sorted(df[schema.STEP].unique())
     df = df.assign(**{schema.STEP: df[schema.STEP].map({s: i for i, s in enumerate(steps)})})
     return df.reset_index(drop=True), stepped
+
+
+def same_events(got: pd.DataFrame, expect: pd.DataFrame) -> None:
+    """Assert that EVENTS ``got`` are ``expect`` (``reference_events``), row for row."""
+    names = [schema.PROGRAM, schema.PROGRAM_ID, schema.OP]
+    got = got.astype({c: str for c in names}).astype({schema.DEVICE: np.int64,
+                                                      schema.STEP: np.int64})
+    pd.testing.assert_frame_equal(got, expect.astype({c: str for c in names}),
+                                  check_dtype=False)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from reference_decode import reference_events
+from reference_decode import reference_events, same_events
 
 from harness import schema
 from harness.trace import parallel, wire
@@ -64,14 +64,6 @@ def test_every_line_of_every_fixture_decodes_as_protobuf_reads_it(trace):
     assert events > 100
 
 
-def _compare(got: pd.DataFrame, expect: pd.DataFrame) -> None:
-    names = [schema.PROGRAM, schema.PROGRAM_ID, schema.OP]
-    got = got.astype({c: str for c in names}).astype({schema.DEVICE: np.int64,
-                                                      schema.STEP: np.int64})
-    pd.testing.assert_frame_equal(got, expect.astype({c: str for c in names}),
-                                  check_dtype=False)
-
-
 def _schedule_of(path):
     """What ``harness.runs.pipeline.decode`` gives the GPU layout: each program's ops in
     schedule order, from the HLO the trace embeds."""
@@ -88,7 +80,7 @@ def test_fixture_events_equal_the_previous_decoders(trace):
     schedule_of = _schedule_of(trace)
     read = read_events(trace, schedule_of=schedule_of)
     expect, stepped = reference_events(trace, schedule_of)
-    _compare(read.events, expect)
+    same_events(read.events, expect)
     assert read.stepped == stepped
 
 
@@ -98,7 +90,7 @@ def test_cpu_trace_events_equal_the_previous_decoders(cpu_traces):
         expect, stepped = reference_events(trace)
         assert read.layout == "cpu" and read.stepped == stepped
         assert read.events[schema.DEVICE].nunique() == 8
-        _compare(read.events, expect)
+        same_events(read.events, expect)
 
 
 @pytest.mark.filterwarnings("ignore:os.fork")  # jax ran here; the workers only decode
@@ -138,18 +130,6 @@ def test_events_not_written_back_to_back_are_read_all_the_same():
     b.events.add(metadata_id=2, offset_ps=30, duration_ps=40)
     raw = a.SerializeToString() + b.SerializeToString()  # fields interleaved: valid protobuf
     assert _same_as_protobuf(raw) == 2
-
-
-def test_planned_stats_are_the_stats_there_or_not_found():
-    line = XLine()
-    for stats in ([(1, 10), (2, 20)], [(1, 11), (2, 21)], [(2, 22), (1, 12)], [(1, 13)]):
-        ev = line.events.add(metadata_id=5, offset_ps=1)
-        for mid, value in stats:
-            ev.stats.add(metadata_id=mid, int64_value=value)
-    ev = wire.read_line(line.SerializeToString()).events()
-    value, found = ev.planned_ints(np.tile([0, 1], (4, 1)), [1, 2])
-    assert found.tolist() == [[True, True], [True, True], [False, False], [True, False]]
-    assert value[found].tolist() == [10, 20, 11, 21, 13]
 
 
 @pytest.mark.parametrize("cut", [3, 20, 41])
@@ -232,10 +212,10 @@ def test_an_event_kind_is_planned_from_its_first_event_in_line_order(tmp_path, m
     expect, _ = reference_events(path)
     assert expect[schema.OP].tolist() == ["dot.2", "dot.2", "dot.2"]
     assert expect[schema.DURATION_NS].tolist() == [20 * us, 40 * us, 50 * us]
-    _compare(read_events(path).events, expect)
+    same_events(read_events(path).events, expect)
     if parallel._can_fork():
         monkeypatch.setenv(parallel.WORKERS_ENV, "2")
-        _compare(read_events(path).events, expect)
+        same_events(read_events(path).events, expect)
 
 
 def test_stats_asked_for_by_id_are_those_protobuf_reads():

@@ -1,18 +1,21 @@
 """Stats read by layouts learned per event kind (``harness.trace.statplans``), and the host's
 step annotations found by their bytes (``Line.holding``), against protobuf's own parse of the
-same bytes: every event laid out as its kind's first or otherwise, every kind of value."""
+same bytes: every event laid out as its kind's first or otherwise, every kind of value; and the
+CPU layout's op events so read, against the previous decoder (``reference_decode``)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from google.protobuf.message import DecodeError
 from reference_decode import host_steps as reference_host_steps
+from reference_decode import reference_events, same_events
 
+from harness import schema
 from harness.trace import statplans, varint, wire
-from harness.trace.load import read_xspace
+from harness.trace.load import read_events, read_xspace
 from harness.trace.planes import host_steps
 from harness.trace.varint import encode
-from harness.trace.xplane import XEvent, XLine, XStat
+from harness.trace.xplane import XEvent, XLine, XSpace, XStat
 
 # stat ids: a two-byte one (300) and one too long for a step's 8 bytes (2**40) among them
 CORR, SCOPE, DETAILS, OP, MODULE, PROGRAM, GRAPH = 1, 2, 3, 300, 5, 2**40, 6
@@ -114,7 +117,7 @@ def test_planned_stats_are_the_last_of_each_id_as_protobuf_reads_them():
 
 
 def test_a_kind_repeating_its_first_event_has_its_values_read_once():
-    """300 kernels of one op: a handful of values (each block's distinct records of 8 bytes
+    """300 kernels of one op: a handful of values (each block's distinct records of 16 bytes
     or less), not one per kernel and stat."""
     raw = _line([_event(10, i, _kernel(i, program=4)) for i in range(300)])
     codes, values = _check(raw, [OP, MODULE, 4])
@@ -122,10 +125,23 @@ def test_a_kind_repeating_its_first_event_has_its_values_read_once():
     assert len(values) < 12
 
 
+def test_records_of_up_to_16_bytes_are_known_by_their_bytes():
+    """Integer stats of 9 to 16 byte records (a 10-byte varint of a negative run id; values
+    differing only in their 14th byte, k << 56) are read about once per distinct value (300
+    events, 5 values), each the value protobuf reads."""
+    values = [-245638905, -245638904, 1 << 56, 2 << 56, 3 << 56]
+    raw = _line([_event(10, i, _kernel(i)[:4] + [(MODULE, {"int64_value": values[i % 5]})])
+                 for i in range(300)])
+    codes, read = _check(raw, [MODULE])
+    assert (codes >= 0).all()
+    assert len(read) < 12
+
+
 def test_planned_stats_read_in_small_blocks_are_the_same(monkeypatch):
     raw = _line(_interleaved(_kinds_of_line()))
     whole = statplans.planned_values(wire.read_line(raw).events(), ASKED)[0]
     monkeypatch.setattr(varint, "BLOCK", 7)
+    monkeypatch.setattr(statplans, "WALK", 3)
     monkeypatch.setattr(statplans, "MIN_EVENTS", 1)  # every layout walked, small or not
     codes, _ = _check(raw)
     assert np.array_equal(codes >= 0, whole >= 0)
@@ -187,8 +203,87 @@ def test_a_step_annotation_is_found_where_its_kinds_first_event_had_no_step(tmp_
     path = tmp_path / "host.xplane.pb"
     path.write_bytes(space)
     steps, run_step = host_steps(read_xspace(path)[0])
-    from harness.trace.xplane import XSpace
-
     expect, expect_runs = reference_host_steps(XSpace.FromString(space))
     assert (steps.starts, steps.ends, steps.steps) == (expect.starts, expect.ends, expect.steps)
     assert steps.steps == [0, 1, 2] and run_step == expect_runs == {40: 0, 41: 1, 42: 2, 9: -1}
+
+
+# the stats XLA's CPU runtime writes on an op event, in its order (_src twice)
+CPU_OP = ("hlo_op", "hlo_module", "program_id", "run_id", "device_ordinal", "_src", "_pt", "_p",
+          "_src")
+
+
+def _cpu_space(steps: int = 3, per_step: int = 30) -> bytes:
+    """A ``/host:CPU`` plane as XLA's CPU runtime writes it: step annotations holding the
+    ``Execute`` event of each device's run (negative run ids: 10-byte varints), and two
+    thread-pool lines of op events (two kinds, each ``per_step`` times a step, then its ``end:``
+    marker), a few laid out otherwise: a stat repeated after the others (protobuf keeps the
+    last), an extra stat (on a kind's first event too), one missing, none."""
+    space = XSpace()
+    p = space.planes.add(id=1, name="/host:CPU")
+    names = ["step_num", "run_id", *CPU_OP[:5], "_src", "_pt", "_p", "extra", "jit_f",
+             "dot.1", "tanh.2", "thunk.cc"]
+    sid = {n: i for i, n in enumerate(names, start=1)}
+    for n, i in sid.items():
+        p.stat_metadata[i].name = n
+    kinds = {"train": 1, "CommonPjRtLoadedExecutable::Execute (jit_f)": 2, "dot.1": 3,
+             "tanh.2": 4, "end: dot.1": 5}
+    for n, i in kinds.items():
+        p.event_metadata[i].name = n
+    run = {(s, d): -245638905 + 8 * s + d for s in range(steps) for d in range(2)}
+    python = p.lines.add(id=1, name="python")
+    for s in range(steps):
+        t = 10**9 * (s + 1)
+        python.events.add(metadata_id=1, offset_ps=t, duration_ps=9 * 10**8).stats.add(
+            metadata_id=sid["step_num"], int64_value=s)
+        for d in range(2):
+            python.events.add(metadata_id=2, offset_ps=t + 1000 * (d + 1),
+                              duration_ps=500).stats.add(metadata_id=sid["run_id"],
+                                                         int64_value=run[s, d])
+    for d in range(2):
+        line = p.lines.add(id=10 + d, name=f"tf_XLAPjRtCpuClient/{d}")
+        i = 0
+        for s in range(steps):
+            for k in range(per_step):
+                for op in ("dot.1", "tanh.2"):
+                    i += 1
+                    ev = line.events.add(metadata_id=kinds[op], duration_ps=2000 + i,
+                                         offset_ps=10**9 * (s + 1) + 10**6 * (k + 1) + 10 * i)
+                    stats = [(sid["hlo_op"], "ref_value", sid[op]),
+                             (sid["hlo_module"], "ref_value", sid["jit_f"]),
+                             (sid["program_id"], "int64_value", 10),
+                             (sid["run_id"], "int64_value", run[s, d]),
+                             (sid["device_ordinal"], "int64_value", d),
+                             (sid["_src"], "ref_value", sid["thunk.cc"]),
+                             (sid["_pt"], "int64_value", 0), (sid["_p"], "int64_value", 5 << 32),
+                             (sid["_src"], "ref_value", sid["thunk.cc"])]
+                    odd = i % 37
+                    if odd == 11:  # the device again, last: protobuf keeps this one
+                        stats.append((sid["device_ordinal"], "int64_value", 5))
+                    elif odd == 12:  # the run again, last: another step's run
+                        stats.append((sid["run_id"], "int64_value", run[(s + 1) % steps, d]))
+                    elif odd == 13 or i == 2:  # an extra stat among them (on tanh's first)
+                        stats.insert(2, (sid["extra"], "uint64_value", 2**64 - 1))
+                    elif odd == 14:  # the device missing
+                        del stats[4]
+                    elif odd == 15:  # no stats
+                        stats = []
+                    for stat_id, kind, value in stats:
+                        ev.stats.add(metadata_id=stat_id, **{kind: value})
+                    line.events.add(metadata_id=5, offset_ps=ev.offset_ps + 2000).stats.add(
+                        metadata_id=sid["_src"], ref_value=sid["thunk.cc"])
+    return space.SerializeToString()
+
+
+def test_cpu_op_events_with_a_stat_repeated_or_extra_read_as_protobuf_keeps_them(tmp_path):
+    """The CPU layout's op events, each kind's stats read where its first event lays them
+    out: an event with a stat repeated after the others, an extra or a missing one, or none,
+    gives the last of each id, as the previous decoder's dict of protobuf's parse does."""
+    path = tmp_path / "vm.xplane.pb"
+    path.write_bytes(_cpu_space())
+    expect, _ = reference_events(path)
+    # the odd events are there: a device of 5, a run of the next step's, a device of -1
+    assert {5, -1} < set(expect[schema.DEVICE]) and len(expect) == 2 * 3 * 30 * 2
+    got = read_events(path)
+    assert got.layout == "cpu"
+    same_events(got.events, expect)

@@ -61,3 +61,36 @@ def test_device_times_self_times_and_short_names():
     assert ops.loc["fusion.2", schema.MEASURED_S] == pytest.approx(100e-6)
     assert ops.loc["fusion.3", schema.MEASURED_S] == pytest.approx(50.5e-6)
     assert ops.loc["all-reduce.4", schema.MEASURED_S] == pytest.approx(10e-6)  # event duration
+
+
+def test_xla_ops_with_a_device_stat_repeated_or_extra_read_as_protobuf_keeps_them(tmp_path):
+    """``XLA Ops`` events read by their kind's layout (``harness.trace.statplans``): where an
+    event repeats ``device_duration_ps`` after its others, or holds an extra stat, its time is
+    the last one protobuf's parse keeps, as the previous decoder reads it."""
+    from reference_decode import reference_events, same_events
+
+    from harness.trace.xplane import XSpace
+
+    space = XSpace()
+    p = space.planes.add(id=1, name="/device:TPU:0")
+    for i, name in enumerate(("device_offset_ps", "device_duration_ps", "extra"), start=1):
+        p.stat_metadata[i].name = name
+    p.event_metadata[1].name = "%fusion.1 = f32[8]{0} fusion(%p), kind=kLoop, calls=%f"
+    p.event_metadata[2].name = "jit_step(7)"
+    p.lines.add(id=1, name="XLA Modules").events.add(metadata_id=2, duration_ps=10**9)
+    ops = p.lines.add(id=2, name="XLA Ops")
+    for i in range(100):
+        ev = ops.events.add(metadata_id=1, offset_ps=10**6 * i, duration_ps=10**5)
+        if i % 23 == 7:
+            ev.stats.add(metadata_id=3, str_value="x")
+        ev.stats.add(metadata_id=1, int64_value=10**6 * i + 5000)
+        ev.stats.add(metadata_id=2, int64_value=1000 * (2 + i % 5))
+        if i % 17 == 5:
+            ev.stats.add(metadata_id=2, int64_value=50_000)  # 50 ns: the one kept
+    path = tmp_path / "vm.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    expect, _ = reference_events(path)
+    got = read_events(path).events
+    assert got[schema.DURATION_NS].tolist() == [
+        50 if i % 17 == 5 else 2 + i % 5 for i in range(100)]
+    same_events(got, expect)

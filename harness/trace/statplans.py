@@ -12,12 +12,13 @@ tag, a one-byte size, the id's tag and bytes); a record that differs (a longer s
 read field by field and checked the same way. An event laid out otherwise is planned again
 from the first such event of its kind (a kind may have two or three layouts: a kernel with and
 without ``unique_hlo_op_id``), and after ``ROUNDS`` rounds, or where its layout is shared by
-fewer than ``MIN_EVENTS`` events, read in full.
+fewer than ``MIN_EVENTS`` events (or fewer are left to plan), read in full.
 
 Only the stats asked for are read, at their places in the layout, and each distinct record
-once: a record of 8 bytes or less (a ``ref_value`` or small integer stat) is known by its bytes,
-which the walk has read; the events of a kind mostly repeat its first one's. The values are
-those ``Events.stats`` reads, field by field (``stat_fields``).
+once: a record of 16 bytes or less (a ``ref_value`` or an integer stat, a negative one's 10-byte
+varint too) is known by its bytes, which the walk has read (the first 8; the next 8 of the
+records asked for, one more word each); the events of a kind mostly repeat its first one's.
+The values are those ``Events.stats`` reads, field by field (``stat_fields``).
 """
 from __future__ import annotations
 
@@ -30,11 +31,14 @@ from harness.trace.wire import Events
 ROUNDS = 3  # layouts learned per kind before its other events are read in full
 MAX_PLACES = 32  # a kind with more stats than this is not planned (its events read in full)
 MIN_EVENTS = 64  # a layout shared by fewer events is not walked (they are read in full)
+WALK = 1 << 14  # events walked at a time: their bytes stay in cache from one record to the next
 # a record's first 8 bytes, as a step compares them: stats tag, a one-byte size, the id's tag
 _HEAD_MASK, _HEAD = 0xFF | 0x80 << 8 | 0xFF << 16, STATS_TAG | MID_TAG << 16
-# the bytes of a record of 2 + size bytes within a word (0: longer than a word, not known so)
-_WHOLE = np.asarray([(1 << 8 * (2 + size)) - 1 if size <= 6 else 0 for size in range(256)],
-                    np.uint64)
+# the bytes of a record of 2 + size bytes in its first word and in the word after (0: longer
+# than two words, not known by its bytes)
+_FIRST, _SECOND = (np.asarray([(1 << 8 * min(max(2 + size - skip, 0), 8)) - 1
+                               if size <= 14 else 0 for size in range(256)], np.uint64)
+                   for skip in (0, 8))
 _FIELDS = ("row", "metadata_id", "kind", "value", "number", "at", "size")
 
 
@@ -46,7 +50,7 @@ def planned_values(ev: Events, ids: list[int | None]) -> tuple[np.ndarray, Stats
     reading = _Reading(ev, [-1 if i is None else i for i in ids])
     pending = np.arange(len(ev))
     for _ in range(ROUNDS):
-        if not len(pending):
+        if len(pending) < MIN_EVENTS:  # no layout of theirs could be walked
             break
         pending = reading.round(pending)
     reading.in_full(pending)
@@ -116,38 +120,50 @@ class _Reading:
                 good, found = layouts.walk(self.ev, rows, p)
                 ok[members[b]] = good
                 has = np.flatnonzero(good)
-                for j, (payload, stop, key) in found.items():
-                    self._coded(rows[has], j, payload[has], stop[has], key[has])
+                for j, (payload, stop, key, key2) in found.items():
+                    self._coded(rows[has], j, payload[has], stop[has], key[has], key2[has])
         small = ~walked[plan]
         self.in_full(rest[small])
         return rest[~ok & ~small]
 
     def _coded(self, rows: np.ndarray, j: int, payload: np.ndarray, stop: np.ndarray,
-               key: np.ndarray) -> None:
+               key: np.ndarray, key2: np.ndarray) -> None:
         """Code column ``j`` of events ``rows`` from their records [payload, stop), known by
-        ``key`` (their bytes; 0: not known so): one record of each kind, and each other
-        distinct record, read."""
+        their bytes (``key``, ``key2``: the first 8 and the next 8; ``key`` 0: not known so):
+        one record of each kind, and each other distinct record, read."""
         first = np.full(self._kinds, len(rows), np.int64)
         known = np.flatnonzero(key != 0)
         np.minimum.at(first, self.kind[rows[known]], known)
         rep = first[self.kind[rows]]  # the first known record of each one's kind
         same = np.zeros(len(rows), bool)
         has_rep = rep < len(rows)
-        same[has_rep] = key[has_rep] == key[rep[has_rep]]
+        same[has_rep] = (key[has_rep] == key[rep[has_rep]]) & (
+            key2[has_rep] == key2[rep[has_rep]])
         same &= key != 0
         # distinct records: each kind's first, then those unlike their kind's first
         odd = np.flatnonzero(~same)
         odd_known = odd[key[odd] != 0]
-        _, first_odd, inverse = np.unique(key[odd_known], return_index=True,
-                                          return_inverse=True)
+        first_odd, inverse = _distinct(key[odd_known], key2[odd_known])
         read = np.concatenate([first[first < len(rows)], odd_known[first_odd],
                                odd[key[odd] == 0]])
         base = self._add(stat_fields(self.ev.buf, rows[read], payload[read], stop[read]))
         code = np.full(len(rows), -1, np.int64)
         code[read] = base + np.arange(len(read))
         code[same] = code[rep[same]]
-        code[odd_known] = code[odd_known[first_odd]][inverse.ravel()]
+        code[odd_known] = code[odd_known[first_odd]][inverse]
         self.codes[rows, j] = code
+
+
+def _distinct(key: np.ndarray, key2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the first of each distinct pair (``key``, ``key2``), each one's index into those), as
+    ``np.unique``'s ``return_index`` and ``return_inverse`` give them for single keys."""
+    order = np.lexsort((key2, key))  # stable: the first of equal pairs comes first
+    k, k2 = key[order], key2[order]
+    new = np.ones(len(order), bool)
+    new[1:] = (k[1:] != k[:-1]) | (k2[1:] != k2[:-1])
+    inverse = np.empty(len(order), np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    return order[new], inverse
 
 
 def _only(st: Stats, rows: np.ndarray | None = None, keep: np.ndarray | None = None
@@ -188,16 +204,28 @@ class _Layouts:
              ) -> tuple[np.ndarray, dict[int, tuple[np.ndarray, ...]]]:
         """(whether each of ``rows``, events of layout ``p``, holds just its stats, in its
         order, and nothing after them; for the j-th id asked for, where the layout has it:
-        where that stat's payload begins in each event, where it ends, and its bytes where 8
-        or fewer (else 0)). Records are found as ``Events.stats`` finds them (a stats field,
-        its size)."""
-        buf, word = ev.buf, words(ev.buf)
+        where that stat's payload begins in each event, where it ends, and its bytes where 16
+        or fewer (its first 8, else 0; the next 8)). Records are found as ``Events.stats``
+        finds them (a stats field, its size). ``WALK`` events are walked at a time."""
+        word = words(ev.buf)
+        if not (ev.end[rows] <= len(word)).any():  # the line's last 7 bytes begin no word
+            return np.zeros(len(rows), bool), {}
+        heads = self._heads(p)
+        parts = [self._walk(ev, word, rows[c], p, heads) for c in blocks(len(rows), WALK)]
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate([ok for ok, _ in parts]), {
+            j: tuple(np.concatenate([f[j][i] for _, f in parts]) for i in range(4))
+            for j in parts[0][1]}
+
+    def _walk(self, ev: Events, word: np.ndarray, rows: np.ndarray, p: int, heads: list
+              ) -> tuple[np.ndarray, dict[int, tuple[np.ndarray, ...]]]:
+        """``walk`` of some events, their records compared with ``heads``."""
+        buf = ev.buf
         at, end = ev.stats_at[rows].copy(), ev.end[rows]
         ok = end <= len(word)  # the line's last 7 bytes begin no word: read in full
         found: dict[int, tuple[np.ndarray, ...]] = {}
-        if not ok.any():
-            return ok, found
-        for s, (mask, head) in enumerate(self._heads(p)):
+        for s, (mask, head) in enumerate(heads):
             w = word[np.minimum(at, len(word) - 1)]
             fast = (w & mask) == head
             size = w.view(np.uint8)[1::8]  # a one-byte size, where fast
@@ -209,7 +237,8 @@ class _Layouts:
                                                          self.table[p, s])
                 ok[slow[~good]] = False
             for j in np.flatnonzero(self.wanted[p] == s).tolist():
-                found[j] = begin, after, np.where(fast, w & _WHOLE[size], 0)
+                second = word[np.minimum(at + 8, len(word) - 1)] & _SECOND[size]
+                found[j] = begin, after, np.where(fast, w & _FIRST[size], 0), second
             at = after
         return ok & (at == end), found
 

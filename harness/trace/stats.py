@@ -1,6 +1,5 @@
 """An XSpace line's stats read as columns (``Stats``): the fields of many stat records at once,
-field by field (``stat_fields``), or just the integer of a stat at a known place
-(``int_stat``). ``harness.trace.wire`` finds the records.
+field by field (``stat_fields``). ``harness.trace.wire`` finds the records.
 """
 from __future__ import annotations
 
@@ -86,24 +85,6 @@ def wanted_ids(ids: list[int]):
         out = table[np.clip(mid, 0, len(table) - 1)] & (mid >= 0) & (mid < len(table))
         return out | np.isin(mid, large) if large else out
     return wanted
-
-
-def int_stat(buf: np.ndarray, at: np.ndarray, end: np.ndarray, stat_id: int
-              ) -> tuple[np.ndarray, np.ndarray]:
-    """(which of the stats [at, end) are just metadata id ``stat_id`` and an int64 or uint64,
-    the values of those)."""
-    ok = tag_is(buf, at, end, MID_TAG)
-    mid, at = varints(buf, at[ok] + 1)
-    hit = (mid == stat_id) & (at < end[ok])
-    ok[ok] = hit
-    at = at[hit]
-    tag = buf[at]
-    is_int = (tag == INT64 << 3 | VARINT) | (tag == UINT64 << 3 | VARINT)
-    v, after = varints(buf, at[is_int] + 1)
-    whole = after == end[ok][is_int]  # the value is the stat's last field
-    ok[ok] = is_int
-    ok[ok] = whole
-    return ok, v[whole]
 
 
 def stat_fields(buf, owner, at, end, ids=None) -> Stats:

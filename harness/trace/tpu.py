@@ -46,6 +46,7 @@ from harness.trace.planes import (
     trace_bytes,
 )
 from harness.trace.space import Space
+from harness.trace.statplans import planned_values
 from harness.trace.wire import INT64, UINT64, Events, Line
 
 _TPU_PLANE = re.compile(r"^/device:TPU:(\d+)$")
@@ -105,17 +106,16 @@ def _ops_line(line: Line, idx: PlaneIndex, texts: Texts
     if (ev.stats_at == ev.end).all():
         start = ev.start_ns
         return ev, start, self_times(start, ev.duration_ns), np.full(n, -1, np.int64)
-    ids = idx.stat_ids
-    dur_id, off_id, op_id = ids.get(DEVICE_DURATION_PS), ids.get(DEVICE_OFFSET_PS), ids.get(HLO_OP)
-    st = ev.stats(ids=[k for k in (dur_id, off_id, op_id) if k is not None])
+    # each event's last stat of each id, read where its kind lays them out
+    codes, st = planned_values(ev, [idx.stat_ids.get(k) for k in (
+        DEVICE_DURATION_PS, DEVICE_OFFSET_PS, HLO_OP)])
     host = ev.timestamp_ns * 1000 + ev.offset_ps
     begin, dur = host.copy(), ev.duration_ps.copy()
-    for stat_id, column in ((dur_id, dur), (off_id, begin)):
-        e = st.entry(stat_id, n)
+    for e, column in ((codes[:, 0], dur), (codes[:, 1], begin)):
         has = e >= 0  # an int64 or uint64 stat; another kind reads 0 there
         column[has] = np.where(np.isin(st.kind[e[has]], (INT64, UINT64)), st.value[e[has]], 0)
     hlo_ops = np.full(n, -1, np.int64)
-    e = st.entry(op_id, n)
+    e = codes[:, 2]
     for row in np.flatnonzero(e >= 0).tolist():  # rare: XLA Ops events name ops by metadata
         hlo_ops[row] = texts.of(str(idx.entry_value(st, int(e[row]))))
     # whole nanoseconds, rounded: at most 0.5 ns off per execution
@@ -221,8 +221,8 @@ def _tpu_modules(idx: PlaneIndex, ev: Events, start: np.ndarray, texts: Texts) -
         return texts.of_codes(mids, meta)
     module_id = idx.stat_ids.get("hlo_module")
     if module_id is not None:  # per-event stats
-        st = ev.stats(ids=[module_id])
-        e = st.entry(module_id, len(ev))
+        codes, st = planned_values(ev, [module_id])
+        e = codes[:, 0]
         found = [idx.entry_value(st, i) if i >= 0 else None for i in e.tolist()]
         found = [f or meta.get(m, "") for f, m in zip(found, mids.tolist())]
         if all(found):

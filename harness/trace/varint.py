@@ -21,9 +21,10 @@ DOUBLE, UINT64, INT64, STR, BYTES, REF = 2, 3, 4, 5, 6, 7
 BLOCK = 1 << 17
 
 
-def blocks(n: int):
-    """Slices of ``range(n)``, ``BLOCK`` long."""
-    return [slice(i, min(i + BLOCK, n)) for i in range(0, n, BLOCK)] or [slice(0, 0)]
+def blocks(n: int, size: int | None = None):
+    """Slices of ``range(n)``, ``size`` (default ``BLOCK``) long."""
+    size = size or BLOCK
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)] or [slice(0, 0)]
 
 
 class WireError(DecodeError):

@@ -7,9 +7,10 @@ field of every event that has one), ``BLOCK`` events at a time. Every writer of 
 C++ profiler, protobuf's serializers) writes an event's fields in field-number order:
 ``metadata_id`` (1), ``offset_ps`` (2), ``duration_ps`` (3), then its stats (4). So
 ``read_line`` reads every event's metadata id, ``Line.events(rows)`` the times of the events a
-layout keeps, and ``Events.stats`` / ``Events.planned_ints`` the stats it asks for, each only
-where asked (``harness.trace.stats`` reads the stat records, ``harness.trace.varint`` the
-varints). Damaged bytes raise ``WireError`` (a ``DecodeError``, as protobuf's own parser does).
+layout keeps, and ``Events.stats`` the stats it asks for, each only where asked
+(``harness.trace.statplans`` reads them where each event kind lays them out,
+``harness.trace.stats`` reads the stat records, ``harness.trace.varint`` the varints).
+Damaged bytes raise ``WireError`` (a ``DecodeError``, as protobuf's own parser does).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.trace.stats import Stats, int_stat, stat_fields, wanted_ids
+from harness.trace.stats import Stats, stat_fields, wanted_ids
 from harness.trace.varint import (  # noqa: F401 (the wire's vocabulary, re-exported)
     BYTES,
     DOUBLE,
@@ -114,52 +115,6 @@ class Events:
             begin[place[s]], stop[place[s]] = b, e
             place[s] += 1
         return stat_fields(buf, np.repeat(rows, count), begin, stop, ids)
-
-    def planned_ints(self, places: np.ndarray, stat_ids: list[int]
-                     ) -> tuple[np.ndarray, np.ndarray]:
-        """(value, found), each (events, columns): for column j, the integer value of each
-        event's stat at place ``places[:, j]`` (from 0), found where that stat is there, has
-        metadata id ``stat_ids[j]`` and holds just an int64 or uint64 (False otherwise: the
-        layout then reads that event's stats in full). A stat's place, where a layout knows it,
-        spares reading the stats around it."""
-        places = np.asarray(places, np.int64)
-        parts = [self.part(b)._planned_ints(places[b], stat_ids) for b in blocks(len(self))]
-        return tuple(np.concatenate(c) for c in zip(*parts))
-
-    def part(self, rows: slice) -> Events:
-        """The events of the slice ``rows``."""
-        return Events(self.timestamp_ns, *(getattr(self, f)[rows] for f in (
-            "index", "metadata_id", "offset_ps", "duration_ps", "stats_at", "end")), self.buf)
-
-    def _planned_ints(self, places: np.ndarray, stat_ids: list[int]
-                      ) -> tuple[np.ndarray, np.ndarray]:
-        n, steps = len(places), int(places.max()) + 1 if places.size else 0
-        buf, last = self.buf, len(self.buf) - 1
-        begin = np.full((steps, n), -1, np.int64)  # where each event's stat of each place begins
-        stop = np.zeros((steps, n), np.int64)
-        live, at, end = np.arange(n), self.stats_at.copy(), self.end
-        try:
-            for step in range(steps):  # one stat of every event per step
-                go = (at < end[live]) & (buf[np.minimum(at, last)] == STATS_TAG)
-                if not go.all():
-                    live, at = live[go], at[go]
-                size, payload = varints(buf, at + 1)
-                at = payload + size
-                if (at > end[live]).any() or (size < 0).any():
-                    raise WireError("a stat runs past the end of its event")
-                begin[step, live], stop[step, live] = payload, at
-            value, found = np.zeros(places.shape, np.int64), np.zeros(places.shape, bool)
-            rows = np.arange(n)
-            for j, stat_id in enumerate(stat_ids):
-                has = np.flatnonzero(places[:, j] >= 0)
-                b, e = begin[places[has, j], has], stop[places[has, j], has]
-                has, b, e = has[b >= 0], b[b >= 0], e[b >= 0]
-                ok, v = int_stat(buf, b, e, stat_id)
-                value[has[ok], j], found[has[ok], j] = v, True
-        except IndexError:
-            raise WireError("a stat runs past the end of its line") from None
-        del rows
-        return value, found
 
 
 @dataclass
