@@ -32,6 +32,32 @@ def test_self_time_subtracts_direct_children_only():
     assert self_times(np.array([0, 5]), np.array([10, 10])).tolist() == [10, 10]
 
 
+def _self_times_walked(begin, dur) -> list[int]:
+    """Self times the plain way: walk the events by start (longest first) with a stack of the
+    spans still open; each one's duration goes to the innermost open span it ends inside."""
+    order = sorted(range(len(begin)), key=lambda i: (begin[i], -dur[i]))
+    self, stack = [int(d) for d in dur], []
+    for i in order:
+        while stack and begin[i] + dur[i] > begin[stack[-1]] + dur[stack[-1]]:
+            stack.pop()
+        if stack:
+            self[stack[-1]] -= int(dur[i])
+        stack.append(i)
+    return self
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_self_times_of_random_nested_and_overlapping_spans_match_a_walk(seed):
+    """Random spans: nested, overlapping, equal, empty, deep chains (found all at once)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 200))
+    begin = rng.integers(0, 50 if seed % 2 else 1000, n)
+    dur = rng.integers(0, 400, n)
+    if seed % 5 == 0:  # one chain, each span inside the one before
+        begin, dur = np.arange(n), 2 * n - 2 * np.arange(n)
+    assert self_times(begin, dur).tolist() == _self_times_walked(begin.tolist(), dur.tolist())
+
+
 def _device(n):
     """One execution of jit_step(7): a while loop holding two fusions, then an all-reduce.
     Host offsets and durations differ from the device's (device_*_ps stats), as on a v6e."""

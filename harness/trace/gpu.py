@@ -26,9 +26,9 @@ from harness.trace.planes import (
     Texts,
     device_planes,
     device_step_windows,
+    device_work,
     firsts,
     host_steps,
-    trace_bytes,
     tuple_codes,
 )
 from harness.trace.space import Space
@@ -140,10 +140,8 @@ def _read_part(context, part):
 
 
 def _work(space: Space) -> tuple:
-    """The context, parts and size of ``_read_part``'s work: (the trace, its device planes);
-    the host's annotations (part None) and each device plane; the trace's bytes."""
-    planes = device_planes(space, _GPU_PLANE)
-    return (space, planes), [None, *range(len(planes))], trace_bytes(space)
+    """``_read_part``'s work: the host's annotations and each device plane."""
+    return device_work(space, _GPU_PLANE)
 
 
 def start(space: Space) -> None:

@@ -305,6 +305,14 @@ def device_planes(space: Space, pattern: re.Pattern) -> list[tuple[int, object]]
     return [(int(m.group(1)), p) for p in space.planes if (m := pattern.match(p.name))]
 
 
+def device_work(space: Space, pattern: re.Pattern) -> tuple:
+    """The context, parts and size of a device-plane layout's decode (``harness.trace.parallel``):
+    (the trace, its device planes whose name ``pattern`` matches); the host's annotations (part
+    None) and each device plane; the trace's bytes."""
+    planes = device_planes(space, pattern)
+    return (space, planes), [None, *range(len(planes))], trace_bytes(space)
+
+
 def device_step_windows(idx: PlaneIndex) -> StepWindows:
     """Steps from a device plane's ``Steps`` line: step_num stat, else a numeric name, else
     order."""

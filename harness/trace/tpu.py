@@ -42,8 +42,8 @@ from harness.trace.planes import (
     Texts,
     device_planes,
     device_step_windows,
+    device_work,
     host_steps,
-    trace_bytes,
 )
 from harness.trace.space import Space
 from harness.trace.statplans import planned_values
@@ -82,17 +82,30 @@ def self_times(begin: np.ndarray, duration: np.ndarray) -> np.ndarray:
     e = b + d
     if len(b) < 2 or (e[:-1] <= b[1:]).all():
         return duration.copy()  # nothing overlaps, so nothing nests
-    children = np.zeros(len(b), dtype=np.int64)
-    stack: list[int] = []
-    for i in range(len(b)):
-        while stack and e[i] > e[stack[-1]]:  # sorted by start: inside iff it ends in time
-            stack.pop()
-        if stack:
-            children[stack[-1]] += d[i]
-        stack.append(i)
+    parent = _enclosing(e)
+    inside = parent >= 0
+    children = np.bincount(parent[inside], weights=d[inside], minlength=len(b))
     out = np.empty_like(duration)
-    out[order] = d - children
+    out[order] = d - children.astype(np.int64)
     return out
+
+
+def _enclosing(e: np.ndarray) -> np.ndarray:
+    """For events sorted by start (longest first) ending at ``e``: the one each lies directly
+    inside (-1: none), the nearest earlier event that ends no sooner (sorted by start, an event
+    is inside another iff it ends in time). Found for all at once by jumping: each holds a
+    guess ``p`` such that every event between ``p`` and it ends sooner, and a guess that ends
+    sooner too is replaced by its own guess (the chain of enclosing events, halved each pass)."""
+    n = len(e)
+    p = np.arange(-1, n - 1)
+    todo = np.arange(1, n)
+    while len(todo):
+        guess = p[todo]
+        sooner = e[guess] < e[todo]
+        todo, guess = todo[sooner], guess[sooner]
+        p[todo] = p[guess]
+        todo = todo[p[todo] >= 0]
+    return p
 
 
 def _ops_line(line: Line, idx: PlaneIndex, texts: Texts
@@ -171,10 +184,8 @@ def _read_part(context, part):
 
 
 def _work(space: Space) -> tuple:
-    """The context, parts and size of ``_read_part``'s work: (the trace, its device planes);
-    the host's annotations (part None) and each device plane; the trace's bytes."""
-    planes = device_planes(space, _TPU_PLANE)
-    return (space, planes), [None, *range(len(planes))], trace_bytes(space)
+    """``_read_part``'s work: the host's annotations and each device plane."""
+    return device_work(space, _TPU_PLANE)
 
 
 def start(space: Space) -> None:
