@@ -2,7 +2,7 @@
 on the same large trace, made here.
 
     python benchmarks/bench_large_trace.py [--layout cpu|gpu] [--copies N] [--repeats 3]
-                                           [--workdir DIR] [--xprof-memory-gb 12] [--json PATH]
+                                           [--workdir DIR] [--xprof-memory-gb GB] [--json PATH]
 
 The trace (not committed; kept in ``--workdir`` and reused when it is there):
 
@@ -236,8 +236,10 @@ def main(argv=None) -> int:
                    "(default: 1 for cpu, 100 for gpu)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "harness-bench")
-    p.add_argument("--xprof-memory-gb", type=float, default=12.0,
-                   help="address-space limit of the xprof process (default 12 GB)")
+    ram_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    p.add_argument("--xprof-memory-gb", type=float, default=round(0.8 * ram_gb, 1),
+                   help="address-space limit of the xprof process (default 80%% of this "
+                        "host's memory; xprof holds about 15 GB at 1 GB)")
     p.add_argument("--json", type=Path, help="also write the figures here")
     args = p.parse_args(argv)
     copies = args.copies or (100 if args.layout == "gpu" else 1)
