@@ -120,3 +120,25 @@ def test_xla_ops_with_a_device_stat_repeated_or_extra_read_as_protobuf_keeps_the
     assert got[schema.DURATION_NS].tolist() == [
         50 if i % 17 == 5 else 2 + i % 5 for i in range(100)]
     same_events(got, expect)
+
+
+def test_xla_ops_naming_their_module_per_event_are_each_given_it():
+    """Where the ops' metadata names no module and no ``XLA Modules`` line encloses them,
+    each ``XLA Ops`` event's own ``hlo_module`` stat names its program (two programs here,
+    interleaved, one of them also on an event whose kind's first event had the other)."""
+    from harness.trace.xplane import XSpace
+
+    space = XSpace()
+    p = space.planes.add(id=1, name="/device:TPU:0")
+    p.stat_metadata[1].name = "hlo_module"
+    p.event_metadata[1].name = "%fusion.1 = f32[8]{0} fusion(%p), kind=kLoop, calls=%f"
+    p.event_metadata[2].name = "%fusion.2 = f32[8]{0} fusion(%q), kind=kLoop, calls=%g"
+    ops = p.lines.add(id=2, name="XLA Ops")
+    expect = []
+    for i in range(90):
+        module = "jit_a" if i % 3 else "jit_b"
+        ev = ops.events.add(metadata_id=1 + i % 2, offset_ps=10**6 * i, duration_ps=10**5)
+        ev.stats.add(metadata_id=1, str_value=module)
+        expect.append(module)
+    got = read_events(space).events
+    assert got[schema.PROGRAM].astype(str).tolist() == expect

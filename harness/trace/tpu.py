@@ -43,7 +43,9 @@ from harness.trace.planes import (
     device_planes,
     device_step_windows,
     device_work,
+    firsts,
     host_steps,
+    tuple_codes,
 )
 from harness.trace.space import Space
 from harness.trace.statplans import planned_values
@@ -233,10 +235,12 @@ def _tpu_modules(idx: PlaneIndex, ev: Events, start: np.ndarray, texts: Texts) -
     module_id = idx.stat_ids.get("hlo_module")
     if module_id is not None:  # per-event stats
         codes, st = planned_values(ev, [module_id])
-        e = codes[:, 0]
-        found = [idx.entry_value(st, i) if i >= 0 else None for i in e.tolist()]
-        found = [f or meta.get(m, "") for f, m in zip(found, mids.tolist())]
+        # each distinct (stat, kind) named once, in the order the events first show it
+        pair = tuple_codes(codes[:, 0], mids)
+        _, first = firsts(pair)
+        found = [(idx.entry_value(st, i) if i >= 0 else None) or meta.get(m, "")
+                 for i, m in zip(codes[first, 0].tolist(), mids[first].tolist())]
         if all(found):
-            return texts.codes(found)
+            return texts.codes(found)[pair]
     enclosing = _module_windows(idx).assign(start)
     return texts.of_codes(enclosing, idx.event_names, lambda n: _MODULE_SUFFIX.sub("", n))
