@@ -138,15 +138,14 @@ def main(args) -> int:
     mesh = SimpleNamespace(shape=dict(zip(wl.mesh_axes, sizes)))
     keys, notes = plan([c.name for c in chips], args.compiler, tpu.libtpu_available())
     tpu_key = next((k for k in keys.values() if k != CPU), None)
-    overrides_given = dict(overrides)
-    if remat_choice.wanted(wl, overrides, tpu_key):  # no remat given: the fastest that fits
+    chose_remat = remat_choice.wanted(wl, overrides, tpu_key)
+    if chose_remat:  # no remat given: the fastest that fits
         overrides, note = remat_choice.choose(
             wl, args.preset, overrides, args.mesh, tpu_key,
             None if args.no_cache else aot_cache_dir(),
             lambda line: print(line, file=sys.stderr, flush=True))
         notes.append(note)
         cfg = workloads.make_config(args.workload, args.preset, overrides)
-    chose_remat = remat_choice.wanted(wl, overrides_given, tpu_key)
     compiles = _compile_all(args, overrides, keys, args.compiler)
     results, refusals = [], {}
     for chip in chips:
