@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness import schema
-from harness.calibrate.cache import CACHE_ENV
+from harness.chip.cache import CACHE_ENV
 from harness.runs import store
 from harness.runs.run import Run
 

@@ -4,11 +4,11 @@ sweep point's cost with and without per-point plots and garbage collection. One 
     python benchmarks/bench_overhead.py [--repeats 5] [--steps 10]
 
 1. llama_train tiny on 8 virtual CPU devices: blocks of plain steps (timed with perf_counter)
-   and traced steps (``harness.capture``'s lean profiler, and jax's default options for
+   and traced steps (``harness.capture.steps``'s lean profiler, and jax's default options for
    comparison) alternate ``--repeats`` times, so host drift hits both alike. Printed: the median
    traced step / the median plain step (goal <= 1.05 with the lean options), and the
    ``stop_trace`` time per traced step.
-2. ``step_s`` of a ``harness.capture`` + ``pipeline.from_capture`` of the same program against the
+2. ``step_s`` of a ``capture`` + ``pipeline.from_capture`` of the same program against the
    plain steps timed beside it (goal within 5%).
 3. A quick sweep point (matmul tiny, ``run_workload``) with the point's plots and a
    ``gc.collect()`` (before) and without them (after), alternated: after / before.
@@ -36,7 +36,7 @@ quiet_absent_tpu()  # as the harness command does, before jax starts
 
 import jax
 
-from harness.capture import STEP_NAME, capture, lean_profile_options
+from harness.capture.steps import STEP_NAME, capture, lean_profile_options
 from harness.runs.pipeline import from_capture
 from harness.runs.workload import build_workload, run_workload
 

@@ -28,7 +28,7 @@ quiet_absent_tpu()  # as the harness command does, before jax starts
 
 from harness.sweep import report as sweep_report
 from harness.sweep import run as sweep
-from harness.sweep.plan import load_sweep
+from harness.sweep.grid import load_sweep
 
 
 def main(argv=None) -> int:

@@ -57,7 +57,7 @@ def compare(base: Path, cand: Path) -> dict:
 def export(out: Path, dest: Path) -> None:
     """Each run's wall step times and probe rates, and whether a load ran beside it."""
     from harness import schema
-    from harness.calibrate import drift
+    from harness.chip import drift
     from harness.runs import store
     from harness.runs.run import Run
 

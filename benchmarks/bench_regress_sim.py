@@ -2,7 +2,7 @@
 
     python benchmarks/bench_regress_sim.py [RUNS_JSON] [--comparisons N] [--slowdown F [F ...]]
 
-Draws pairs of synthetic runs from real ones and judges each with ``harness.runs.regress``
+Draws pairs of synthetic runs from real ones and judges each with ``harness.regress.judge``
 (the verdict of ``harness compare``). The real runs (default ``benchmarks/data/regress_cpu.json``,
 written by ``bench_regress_real.py --export``): a user's MLP benchmark through the pytest
 fixture on the 2-core development host, shared with other jobs, half of them with a CPU load
@@ -38,8 +38,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness import schema  # noqa: E402
-from harness.calibrate import drift  # noqa: E402
-from harness.runs import regress  # noqa: E402
+from harness.chip import drift  # noqa: E402
+from harness.regress import judge  # noqa: E402
 from harness.runs.run import Run  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "regress_cpu.json"
@@ -76,13 +76,13 @@ def ci(k: int, n: int) -> str:
     return f"{p:6.1%} ({k}/{n}; 95% CI {max(0, c - h):.1%}-{min(1, c + h):.1%})"
 
 
-def simulate(runs: list[dict], n: int, slowdowns: list[float], rng, rule: regress.Rule) -> dict:
+def simulate(runs: list[dict], n: int, slowdowns: list[float], rng, rule: judge.Rule) -> dict:
     """Verdict counts of ``n`` A/A comparisons and, on the same draws, the A/B ones."""
     seen: dict[str, Counter] = {"A/A": Counter()}
     for _ in range(n):
         j, k = rng.choice(len(runs), size=2, replace=False)
         a, b = draw(runs[j], rng), draw(runs[k], rng)
-        seen["A/A"][regress.compare(a, b, rule).verdict] += 1
+        seen["A/A"][judge.compare(a, b, rule).verdict] += 1
         for f in slowdowns:
             for kind, cpu in (("work", f), ("waits", 1.0)):
                 slow = Run(meta=dict(b.meta, **{
@@ -90,7 +90,7 @@ def simulate(runs: list[dict], n: int, slowdowns: list[float], rng, rule: regres
                     schema.STEP_CPU_TIMES_S: [t * cpu for t in b.meta[schema.STEP_CPU_TIMES_S]]}),
                            ops=OPS)
                 seen.setdefault(f"A/B {f:g}x {kind}", Counter())[
-                    regress.compare(a, slow, rule).verdict] += 1
+                    judge.compare(a, slow, rule).verdict] += 1
     return seen
 
 
@@ -112,14 +112,14 @@ def main(argv=None) -> int:
           f"them); run-to-run sd of the median step in log: wall {wall.std(ddof=1):.3f}, "
           f"CPU time {cpu.std(ddof=1):.3f}")
     t0 = time.perf_counter()
-    rule = regress.Rule()
+    rule = judge.Rule()
     for name, counts in simulate(runs, args.comparisons, args.slowdown,
                                  np.random.default_rng(args.seed), rule).items():
         n = sum(counts.values())
-        k = counts[regress.REGRESSION]
+        k = counts[judge.REGRESSION]
         goal = (f"goal <= {GOAL_FALSE:.0%}" if name == "A/A" else f"goal >= {GOAL_POWER:.0%}"
                 if name.endswith("work") and float(name.split()[1][:-1]) >= 1.5 else "no goal")
-        rest = ", ".join(f"{v} {counts[v]}" for v in regress.VERDICTS[1:] if counts[v])
+        rest = ", ".join(f"{v} {counts[v]}" for v in judge.VERDICTS[1:] if counts[v])
         print(f"  {name:16s} regression {ci(k, n)} [{goal}]; {rest}")
     print(f"  ({time.perf_counter() - t0:.0f} s)")
     return 0

@@ -11,14 +11,14 @@ import importlib
 __version__ = "0.1.0"
 
 # name -> module that defines it, in pipeline order (docs/pipeline.md). ``capture`` and
-# ``compare`` are not listed: they are also submodules' names, and ``import harness.compare``
+# ``compare`` are not listed: they are also submodules' names, and ``import harness.analysis.gaps``
 # rebinds the name.
 EXPORTS: dict[str, str] = {
     "load_events": "harness.trace",
-    "op_times": "harness.ops",
+    "op_times": "harness.measure.ops",
     "parse_module": "harness.hlo",
     "hlo_costs": "harness.hlo",
-    "summary": "harness.compare",
+    "summary": "harness.analysis.gaps",
     "render": "harness.report",
     "Run": "harness.runs.run",
     "analyze": "harness.runs.pipeline",

@@ -15,7 +15,7 @@ step is timed with ``benchmark.pedantic`` outside the profiler (so ``--benchmark
 pass ``time=False`` to time it yourself. ``--harness-save DIR`` also stores every profiled run
 as ``DIR/<run-id>/`` so that ``harness compare`` can set two nights against each other;
 ``--harness-compare DIR`` compares each run with the newest run of the same test saved under
-``DIR`` (``harness.runs.regress``, the verdicts of ``harness compare``, its thresholds from
+``DIR`` (``harness.regress.judge``, the verdicts of ``harness compare``, its thresholds from
 ``--harness-fail-on``) and fails the test whose run regressed; every verdict goes into the
 test's JUnit properties (``harness_verdict``). On a host without TPUs an installed libtpu is
 kept quiet, as the ``harness`` command keeps it (``harness.devices.quiet_absent_tpu``).
@@ -32,11 +32,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.capture import STEPS
+from harness.capture.steps import STEPS
 from harness.devices import quiet_absent_tpu, set_host_device_count
 
 # Deferred on purpose: this module is a pytest11 entry point, loaded by every pytest session, so
-# pandas (harness.schema, harness.compare) and jax load only when a result is read or the fixture
+# pandas (harness.schema, harness.analysis.gaps) and jax load only when a result is read or the
+# fixture
 # runs: the imports marked "deferred" below.
 
 log = logging.getLogger(__name__)
@@ -47,8 +48,9 @@ TOP_OPS = 5  # ops listed in extra_info, slowest first
 
 
 def efficiency(run) -> float | None:
-    """The run's roofline efficiency (``harness.compare.workload_efficiency``), None if none."""
-    from harness.compare import workload_efficiency  # deferred
+    """The run's roofline efficiency (``harness.analysis.gaps.workload_efficiency``), None if
+    none."""
+    from harness.analysis.gaps import workload_efficiency  # deferred
 
     eff = workload_efficiency(run.ops)
     return eff if math.isfinite(eff) else None
@@ -122,7 +124,7 @@ def _verdict(request, run):
     import warnings
 
     from harness.commands.compare import fail_on  # deferred
-    from harness.runs import pairs, regress  # deferred
+    from harness.regress import judge, pairs  # deferred
 
     config = request.config
     if BASELINES not in config.stash:  # read once per session
@@ -137,7 +139,7 @@ def _verdict(request, run):
         rules = [fail_on(x) for x in config.getoption("--harness-fail-on") or ()]
     except argparse.ArgumentTypeError as e:
         raise pytest.UsageError(f"--harness-fail-on {e}") from None
-    return regress.compare(base, run, regress.Rule(tuple(rules) or regress.Rule.fail_on))
+    return judge.compare(base, run, judge.Rule(tuple(rules) or judge.Rule.fail_on))
 
 
 def test_name(request) -> str:
@@ -166,7 +168,8 @@ def harness_run(request, tmp_path):
             mesh: str | None = None, steps: int = STEPS, warmup: int = 2, chip=None,
             rounds: int | None = None, time: bool = True, **kwargs):
         from harness import schema  # deferred
-        from harness.runs import pipeline, regress, workload  # deferred
+        from harness.regress import judge  # deferred
+        from harness.runs import pipeline, workload
 
         meta = {schema.TEST: test_name(request)}
         trace = tmp_path / "trace"
@@ -183,16 +186,16 @@ def harness_run(request, tmp_path):
         if save_root:
             name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name).strip("_")[:80]
             result.save(Path(save_root) / workload.new_run_id(name))
-        verdict = _verdict(request, result) if compare_root else None
-        if verdict is not None:
+        judged = _verdict(request, result) if compare_root else None
+        if judged is not None:
             request.node.user_properties.append(
-                ("harness_verdict", f"{verdict.verdict} ({verdict.cause}): {verdict.message}"))
+                ("harness_verdict", f"{judged.verdict} ({judged.cause}): {judged.message}"))
         if benchmark is not None:
             benchmark.extra_info.update(extra_info(result))
             if time:
                 _time(benchmark, fn, args, kwargs, rounds or max(steps, 5))
-        if verdict is not None and verdict.verdict == regress.REGRESSION:
-            pytest.fail(f"harness: regression ({verdict.cause}): {verdict.message}",
+        if judged is not None and judged.verdict == judge.REGRESSION:
+            pytest.fail(f"harness: regression ({judged.cause}): {judged.message}",
                         pytrace=False)
         return result
 
@@ -204,7 +207,7 @@ def _time(benchmark, fn, args: tuple, kwargs: dict, rounds: int) -> None:
     the function donates are copied afresh before each round, outside the timing."""
     import jax  # deferred
 
-    from harness.capture import donated_copies  # deferred
+    from harness.capture.steps import donated_copies  # deferred
 
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
     fresh = donated_copies(jitted.lower(*args, **kwargs))

@@ -36,7 +36,7 @@ HOST = "host"                # process index (multi-host runs)
 STEP = "step"                # measured step number, 0-based
 START_NS = "start_ns"        # event start, trace clock
 DURATION_NS = "duration_ns"  # event duration
-SHARE_NS = "share_ns"        # CPU: the execution's share of the host (harness.shares)
+SHARE_NS = "share_ns"        # CPU: the execution's share of the host (harness.measure.shares)
 OPCODE = "opcode"
 CATEGORY = term("category", "the op's kind of work: matmul, attention, collective, elementwise, "
                 "reduction, copy, other")
@@ -44,7 +44,7 @@ CATEGORY = term("category", "the op's kind of work: matmul, attention, collectiv
 # --- measured -----------------------------------------------------------------------------
 COUNT = term("count", "executions per step, per device")
 MEASURED_S = term("measured_s", "measured time per step (median over steps and devices)")
-#                              (CPU: mean over devices of host shares, harness.shares)
+#                              (CPU: mean over devices of host shares, harness.measure.shares)
 MEASURED_MIN_S = "measured_min_s"  # min over devices of the per-device median
 MEASURED_MAX_S = "measured_max_s"  # max over devices of the per-device median
 DEVICES = term("devices", "devices the op (or the run) ran on")
@@ -90,8 +90,8 @@ WAIT_S = term("wait_s", "time per step blocked on an async transfer's -done (its
 #          absent for other ops; efficiency > 1 there: the transfer was hidden, not faster; as a
 #          summary figure, the sum over the program's -done ops
 
-# --- baseline vs candidate (harness compare; harness.runs.regress) -------------------------
-FIGURE = "figure"                  # a step figure's name (harness.runs.changes.STEP_FIGURES)
+# --- baseline vs candidate (harness compare; harness.regress.judge) -------------------------
+FIGURE = "figure"                  # a step figure's name (harness.regress.changes.STEP_FIGURES)
 BASELINE_S = "baseline_s"          # the baseline's time (an op's measured_s, or a step figure)
 CANDIDATE_S = "candidate_s"        # the candidate's
 DELTA_S = "delta_s"                # candidate_s - baseline_s
@@ -104,22 +104,22 @@ WORK_CHANGE = "work_change"        # an op's FLOPs, HBM or comm bytes, candidate
 BASELINE_EFFICIENCY = "baseline_efficiency"
 CANDIDATE_EFFICIENCY = "candidate_efficiency"
 P_VALUE = "p_value"                # one-sided p of the wall step's slowdown against its noise
-VERDICT = "verdict"                # one of harness.runs.regress.VERDICTS
+VERDICT = "verdict"                # one of harness.regress.judge.VERDICTS
 
-# --- two layouts side by side (harness compare; harness.runs.layouts) -----------------------
+# --- two layouts side by side (harness compare; harness.regress.side_by_side) -------------------
 MATCHED_BY = "matched_by"          # how the two runs' ops were paired: "name" or "source op"
 SIDE = term("side", "where the op or collective ran: in both layouts, only in A (the baseline) "
             "or only in B (the candidate)")
 AXES = term("axes", "the mesh axes a collective's groups span (Y, X+Y), where the group size "
             "tells")
 OPS_MATCHED = term("matched_ops", "the run's ops with this source op and category, summed "
-                   "(0: none); with suffix _a for A, _b for B (harness.runs.changes.join)")
+                   "(0: none); with suffix _a for A, _b for B (harness.regress.changes.join)")
 CONTRIBUTION_S = "contribution_s"  # seconds a part adds to the slower layout's step (over the
-#                                    faster's; harness.runs.layouts.attribute)
+#                                    faster's; harness.regress.side_by_side.attribute)
 
 # --- sweep summary (harness sweep): one row per point --------------------------------------
 POINT = term("point", "the point's place in the sweep (links to its own page)")
-KEY = "key"                        # stable hash of the point (harness.sweep.plan.Point.key)
+KEY = "key"                        # stable hash of the point (harness.sweep.grid.Point.key)
 WORKLOAD = term("workload", "the registered workload that ran")
 PRESET = "preset"
 MESH = term("mesh", "device mesh shape, 4x2 = 4 devices along X by 2 along Y")
@@ -158,13 +158,13 @@ MODEL_FLOPS = term("model_flops", "the step's useful FLOPs over all devices (mat
 MATMUL_EFFICIENCY = term("matmul_efficiency", "efficiency of the matmul ops alone")
 HOST_SPEED = term("host_speed", "CPU: the host's speed around the run over its calibrated speed, "
                   "which the chip's rates are scaled by; '-': it moved over 1.5x during the run, "
-                  "so no one figure holds")  # harness.calibrate.drift
+                  "so no one figure holds")  # harness.chip.drift
 
-# --- per-category table (harness.compare.by_category) ---------------------------------------
+# --- per-category table (harness.analysis.gaps.by_category) ---------------------------------------
 OPS_COUNT = term("ops", "ops in the category")
 UNMODELED_S = term("unmodeled_s", "measured time in the category's ops no rule predicts")
 
-# --- run summary (meta.json "summary"): one figure each, defined in harness.compare ---------
+# --- run summary (meta.json "summary"): one figure each, defined in harness.analysis.gaps ---------
 # STEP_S, WALL_STEP_S, COVERAGE, EFFICIENCY, MFU, MODEL_FLOPS, ANALYTIC_S and DEVICES above are
 # summary keys too.
 MEASURED_OPS_S = term("measured_ops_s", "the step's ops' measured times, summed")
@@ -176,7 +176,7 @@ HFU = term("hfu", "hardware FLOPs utilisation: the compiled program's FLOPs / (s
 ANALYTIC_FORMULA = term("analytic_formula", "the book's formula behind analytic_s")
 FLOPS_VS_COST_ANALYSIS = "flops_vs_cost_analysis"  # our HLO FLOPs vs XLA's, relative difference
 FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE = "flops_vs_cost_analysis_loops_once"  # same, loops once
-# ahead-of-time predictions (harness predict-hlo; harness.hlo.chips) and a run's step object:
+# ahead-of-time predictions (harness predict-hlo; harness.plan.predict) and a run's step object:
 # the schedule simulated (harness.step.simulate), one execution of it played out
 PREDICTED_STEP_S = term("predicted_step_s", "the step predicted at the roofline: XLA's schedule "
                         "played with every op at its roofline time")
@@ -217,10 +217,10 @@ REDUNDANT_WORK = term("redundant_work", "the program's FLOPs (per device x devic
                       "model's FLOPs: above 1.0x the layout repeats work")
 # shown as multiples ("1.05x")
 RATIOS = (TRACE_OVERHEAD, REPEAT, REDUNDANT_WORK)
-# fractions of a roofline or a peak: above 100% is impossible (harness.compare.beats_roofline)
+# fractions of a roofline or a peak: above 100% is impossible (harness.analysis.gaps.beats_roofline)
 ROOFLINE_FRACTIONS = (EFFICIENCY, MATMUL_EFFICIENCY, MFU, MFU_BOOK, HFU)
 
-# --- run metadata (meta.json; harness.capture.environment writes the machine's) --------------
+# --- run metadata (meta.json; harness.capture.environment writes the machine's) ----------------
 # The formats a run's report renders to (harness.report.document.FORMATS implements each).
 REPORT_FORMATS = ("csv", "html", "json", "md", "text")
 
@@ -232,7 +232,7 @@ GIT_SHA = "git_sha"                # the commit of the code that ran (the workin
 #                                    checkout; else the harness's own)
 GIT_DIRTY = "git_dirty"            # True: that checkout had uncommitted changes to tracked files
 HLO_FINGERPRINTS = "hlo_fingerprints"  # program -> hash of its optimized HLO, metadata left out
-#                                        (harness.capture.fingerprint): same hash, same program
+#                                        (harness.capture.environment.fingerprint): same program
 XLA_FLAGS = "xla_flags"            # the XLA_FLAGS the run was started with
 CONFIG = "config"                  # the workload config, field -> value
 CALIBRATION = "calibration"        # the host calibration behind a cpu chip
@@ -245,16 +245,16 @@ STEP_TIMES_S = "step_times_s"      # untraced steps' wall times, right after the
 STEP_CPU_TIMES_S = "step_cpu_times_s"  # the same steps' process CPU time, every thread's
 TRACED_STEP_TIMES_S = "traced_step_times_s"  # the traced steps' wall times
 TRACE_STOP_S = "trace_stop_s"      # seconds jax.profiler.stop_trace took
-MEMORY_NEEDED_BYTES = "memory_needed_bytes"  # per device, XLA's memory_analysis (harness.memory)
+MEMORY_NEEDED_BYTES = "memory_needed_bytes"  # per device, XLA's memory_analysis (capture.memory)
 MEMORY_CAPACITY_BYTES = "memory_capacity_bytes"  # what one device holds (CPU: its share of RAM)
 TEST = "test"                      # the pytest test of a harness_run fixture's run: its file's
 #                                    path from where pytest started, ::name[params]
 VERSIONS = ("jax_version", "jaxlib_version", "libtpu_version")  # environment(): what compiled it
 TRACE_FILE = "trace"               # the xplane.pb a trace analysis read (harness trace)
-OP_TIMING = "op_timing"            # what measured_s is: harness.shares.HOST_SHARE or DEVICE_MEDIAN
+OP_TIMING = "op_timing"            # what measured_s is: measure.shares.HOST_SHARE or DEVICE_MEDIAN
 # WORKLOAD, PRESET, MESH, CHIP and PROGRAM above are meta keys too.
 
-# --- the gap between the per-op sum and the book's step, per part (harness.hlo.chips.book_gap)
+# --- the gap between the per-op sum and the book's step, per part (harness.plan.predict.book_gap)
 PART = "part"                      # predictions.step.PARTS, then "step"
 BOOK_S = "book_s"                  # the book's seconds for the part
 BOOK_WORK = "book_work"            # its work per device: FLOPs (matmul) or bytes

@@ -3,7 +3,7 @@
 Each workload's book model (``workloads.Workload.book(cfg, mesh, chip) -> Analytic``) gives the
 step's useful FLOPs over all devices (for MFU) and the book's step-time estimate on a chip.
 
-``Analytic.parts`` splits the book's step into the parts ``harness.hlo.chips.book_gap`` sets the
+``Analytic.parts`` splits the book's step into the parts ``harness.plan.predict.book_gap`` sets the
 per-op sum against (``PARTS``): the matmul FLOPs at peak, the collectives by the sharding
 chapter's formulas, the memory traffic the book counts (weights and KV reads in inference; none in
 training), and the overlap the book assumes (its step is a max over terms, not their sum).
@@ -38,7 +38,7 @@ class Analytic:
     formula: str
     flops_formula: str = ""             # how model_flops is counted
     book_flops: float | None = None     # the book's 6P (or 2P) count, for comparison
-    parts: dict = field(default_factory=dict)  # PARTS -> BookPart (harness.hlo.chips.book_gap)
+    parts: dict = field(default_factory=dict)  # PARTS -> BookPart (harness.plan.predict.book_gap)
     bus_bytes: float | None = None      # a collective's bytes per device over links (busbw's)
 
 

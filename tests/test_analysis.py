@@ -124,7 +124,7 @@ def test_resolve_rejects_missing_paths(tmp_path):
 def test_predicting_for_another_chip_says_so():
     from types import SimpleNamespace
 
-    from harness.chip import resolve_chip
+    from harness.chip.resolve import resolve_chip
 
     cpu = SimpleNamespace(device_kind="cpu", platform="cpu")
     entry, notes, _ = resolve_chip("tpu-v5e", cpu)
@@ -137,9 +137,8 @@ def test_predicting_for_another_chip_says_so():
 
 
 def test_the_calibrated_cpu_chip_is_a_value_and_the_registry_stays_as_shipped(analysis):
-    from harness.calibrate import chip as calibration
-    from harness.calibrate import drift
-    from harness.chip import chip_for_run, resolve_chip
+    from harness.chip import calibration, drift
+    from harness.chip.resolve import chip_for_run, resolve_chip
     from predictions import hardware
 
     shipped = hardware.CHIPS["cpu"]

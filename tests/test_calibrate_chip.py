@@ -9,7 +9,7 @@ import statistics
 import pytest
 
 from harness import cli
-from harness.calibrate import chip as C
+from harness.chip import calibration as C
 from harness.errors import HarnessError
 from predictions import collectives, hardware, roofline
 from predictions.rules import Cost
@@ -133,7 +133,7 @@ def test_cache_is_keyed_by_device_count(cache, monkeypatch, keep_cpu_chip):
 
 def test_another_hosts_calibration_is_not_used(cache, caplog):
     C.save(synthetic(host="elsewhere"))
-    with caplog.at_level(logging.WARNING, logger="harness.calibrate.chip"):
+    with caplog.at_level(logging.WARNING, logger="harness.chip.calibration"):
         assert C.cached(N) is None
     assert "elsewhere" in caplog.text
 
@@ -154,7 +154,7 @@ def test_corrupt_cache_file_is_a_one_line_error_naming_it(cache, caplog, content
     message = str(err.value)
     assert str(path) in message and why in message and "\n" not in message
     # the automatic path (a run on CPU) warns, names the file, and measures a new one
-    with caplog.at_level(logging.WARNING, logger="harness.calibrate.chip"):
+    with caplog.at_level(logging.WARNING, logger="harness.chip.calibration"):
         assert C.cached(N) is None
     assert str(path) in caplog.text
 
@@ -185,7 +185,7 @@ def test_cli_prints_table_caveat_and_where_it_saved(tmp_path, monkeypatch, capsy
 def test_a_tiny_op_the_trace_leaves_out_gives_no_overhead_and_the_rest_stands(monkeypatch):
     """One device runs a program this small inline, untraced: the overhead sample is skipped;
     any other program without ops in its trace is still an error."""
-    from harness.calibrate import drift
+    from harness.chip import drift
     from harness.errors import TraceError
 
     monkeypatch.setattr(drift, "reference_rates", lambda devices: [1e9] * 3)
@@ -246,7 +246,7 @@ def test_calibrated_rate_is_the_samples_work_over_time_and_predicts_matmuls(cali
 def test_calibration_flops_match_xla_cost_analysis():
     import jax
 
-    from harness.calibrate.programs import PLANS, _matmul
+    from harness.chip.probes import PLANS, _matmul
 
     prog = _matmul(jax.devices()[:N], "fp32", 256, PLANS["quick"].chain)
     cost = prog.fn.lower(*prog.args).compile().cost_analysis()
@@ -255,7 +255,7 @@ def test_calibration_flops_match_xla_cost_analysis():
 
 
 def test_drift_factor_scales_compute_and_memory_not_collectives():
-    from harness.calibrate import drift
+    from harness.chip import drift
 
     chip = C.to_chip(synthetic())
     # best before 8, after 10 GFLOP/s against a best of 5 at calibration: 10 / 5 = 2x faster now
@@ -278,7 +278,7 @@ def test_drift_factor_scales_compute_and_memory_not_collectives():
 
 
 def test_calibration_refuses_a_busy_host_and_says_so(monkeypatch):
-    from harness.calibrate import drift
+    from harness.chip import drift
 
     rates = iter([[10e9, 4e9, 5e9, 3e9, 10e9], [4e9, 4e9, 4e9, 4e9, 4e9]])  # median 4, best 10
     monkeypatch.setattr(drift, "reference_rates", lambda devices: next(rates))
@@ -292,7 +292,7 @@ def test_calibration_keeps_the_best_reference_rate_a_run_compares_with_its_own(m
     """Both sides take the best of their ten reference steps (five before, five after): a run
     whose host gave the same best as the calibration's has a factor of 1, whichever side of
     its capture that best fell on."""
-    from harness.calibrate import drift
+    from harness.chip import drift
 
     before, after = [9e9, 10e9, 9.5e9, 10e9, 8e9], [12e9, 11e9, 11.5e9, 12e9, 10e9]
     rates = iter([before, after])

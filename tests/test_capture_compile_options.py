@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from harness import capture as capture_mod
-from harness.capture import TRACE_COMPILE_OPTIONS, capture, trace_compile_options
+from harness.capture import steps as capture_mod
+from harness.capture.steps import TRACE_COMPILE_OPTIONS, capture, trace_compile_options
 
 
 def test_gpu_traces_without_command_buffers_and_cpu_with_xla_defaults():

@@ -4,8 +4,8 @@ import re
 import pytest
 
 from harness import schema
-from harness.capture import CAPTURE_FILE, HLO_FILE, capture
-from harness.ops import op_times
+from harness.capture.steps import CAPTURE_FILE, HLO_FILE, capture
+from harness.measure.ops import op_times
 from harness.trace.load import load_events
 
 
@@ -85,8 +85,8 @@ def test_single_device_program_is_captured(tmp_path):
 def test_capture_times_each_traced_step_with_a_lean_profiler(matmul_capture):
     import statistics
 
-    from harness.analysis import _step_s
-    from harness.capture import LEAN_PROFILE, lean_profile_options
+    from harness.analysis.tables import _step_s
+    from harness.capture.steps import LEAN_PROFILE, lean_profile_options
 
     opts = lean_profile_options()  # jax 0.10 has ProfileOptions with both fields
     assert opts is not None
@@ -101,7 +101,7 @@ def test_capture_times_each_traced_step_with_a_lean_profiler(matmul_capture):
 
 
 def test_cpu_ops_are_timed_as_their_share_of_the_host(matmul_capture):
-    """On CPU an op's time is its share of the host (harness.shares): the shares of every op
+    """On CPU an op's time is its share of the host (harness.measure.shares): the shares of every op
     on every device add up to D x the time any op was running, so the per-step samples (means
     over the 8 devices) add up to that time, the union of all op intervals, taken here from the
     raw events by sorting and merging."""
@@ -126,7 +126,7 @@ def test_each_run_says_what_tracing_cost_it(matmul_capture):
     import dataclasses
     import statistics
 
-    from harness.analysis import TRACE_NOTE
+    from harness.analysis.tables import TRACE_NOTE
     from harness.runs.pipeline import from_capture
 
     meta = matmul_capture.meta

@@ -9,8 +9,8 @@ import sys
 import pandas as pd
 import pytest
 
+from harness.capture.memory import MEMORY_ENV
 from harness.cli import main
-from harness.memory import MEMORY_ENV
 from harness.runs import store
 
 

@@ -6,7 +6,7 @@ import pytest
 from harness import schema
 from harness.cli import main
 from harness.hlo import parse_module
-from harness.hlo.chips import predict_module
+from harness.plan.predict import predict_module
 
 HLO = """HloModule jit_f, entry_computation_layout={(f32[128,256]{1,0}, f32[256,512]{1,0})->f32[128,512]{1,0}}
 

@@ -7,7 +7,7 @@ import pytest
 
 import harness.runs.run as hrun
 from harness import schema
-from harness.compare import by_category, compare, coverage, unexpected_collectives
+from harness.analysis.gaps import by_category, compare, coverage, unexpected_collectives
 
 
 def measured():
@@ -86,7 +86,7 @@ def test_control_flow_containers_are_left_out():
 
 
 def test_ops_beating_the_roofline_are_called_out():
-    from harness.compare import ops_beating_roofline
+    from harness.analysis.gaps import ops_beating_roofline
 
     ops = compare(measured(), predicted())
     assert ops_beating_roofline(ops) == ""  # best efficiency here is 1.0

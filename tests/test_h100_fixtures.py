@@ -16,7 +16,7 @@ from xprof_stats import hlo_stats
 from harness import schema
 from harness.cli import main
 from harness.hlo import parse_module, to_desc
-from harness.ops import op_times
+from harness.measure.ops import op_times
 from harness.runs.pipeline import analyze_trace, decode, trace_program
 from harness.trace.load import find_trace_file, load_events, read_xspace
 

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from harness import schema
-from harness.compare import compare, ops_beating_roofline
+from harness.analysis.gaps import compare, ops_beating_roofline
 from harness.hlo import hlo_costs, parse_module
 from harness.hlo.spaces import HOST, crosses_host
 from harness.hlo.walk import async_done, async_start

@@ -10,14 +10,14 @@ import pandas as pd
 import pytest
 
 from harness import schema
+from harness.capture.memory import memory_fit
 from harness.cli import main
 from harness.commands.predict_hlo import plan
 from harness.errors import HarnessError
 from harness.hlo import category, cross_check, executed, parse_module
-from harness.hlo.chips import book_gap, predict_module
 from harness.hlo.cost import instruction_cost
 from harness.hlo.tpu import chain_role
-from harness.memory import memory_fit
+from harness.plan.predict import book_gap, predict_module
 from predictions import step
 from workloads import tpu
 from workloads.base import WorkloadError
@@ -198,7 +198,7 @@ def test_memory_fit_arithmetic():
 
 
 def test_a_program_libtpu_placed_fits_past_the_books_hbm():
-    from harness.memory_report import fit_line
+    from harness.plan.fit import fit_line
 
     # LLaMA-3.1 70B on v6e-256, loss in 16 chunks, state donated (libtpu 0.0.42.1 compiled it):
     # 32.62 GB past the book's 32 GB, within the 31.25 GiB libtpu counts usable (its refusals

@@ -18,7 +18,7 @@ import pytest
 
 from harness import schema
 from harness.cli import main
-from harness.runs import changes, layouts, regress
+from harness.regress import changes, judge, side_by_side
 from harness.runs.run import Run
 
 B, D, F, X, Y = 64, 128, 256, 4, 2
@@ -79,8 +79,8 @@ def _row(frame, source, category):
 
 def test_matmuls_are_matched_by_source_op_not_by_name(runs):
     a, b = runs
-    lay = layouts.compare(a, b)
-    assert lay is not None and lay.matched_by == layouts.SOURCE
+    lay = side_by_side.compare(a, b)
+    assert lay is not None and lay.matched_by == side_by_side.SOURCE
     for source in (FIRST, SECOND):
         row = _row(lay.ops, source, schema.CAT_MATMUL)
         (ta, na), (tb, nb) = (_own(r, source, schema.CAT_MATMUL) for r in (a, b))
@@ -88,7 +88,7 @@ def test_matmuls_are_matched_by_source_op_not_by_name(runs):
         assert (na, nb) == (1, 1)
         assert row[schema.BASELINE_S] == pytest.approx(ta)
         assert row[schema.CANDIDATE_S] == pytest.approx(tb)
-        assert row[schema.SIDE] == layouts.BOTH
+        assert row[schema.SIDE] == side_by_side.BOTH
 
 
 def test_the_collective_of_each_layout_is_its_own(runs):
@@ -99,10 +99,10 @@ def test_the_collective_of_each_layout_is_its_own(runs):
     assert len(named) == 1 and named.iloc[0][[schema.BASELINE_S, schema.CANDIDATE_S]].notna().all()
     # ... by source op, the bad layout's all-reduce (of the first matmul's partial sums over Y)
     # is only in B and the good one's (of the second's) only in A
-    c = layouts.compare(a, b).collectives.set_index(schema.SOURCE_OP)
+    c = side_by_side.compare(a, b).collectives.set_index(schema.SOURCE_OP)
     assert set(c.index) == {FIRST, SECOND}
     only_b, only_a = c.loc[FIRST], c.loc[SECOND]
-    assert only_b[schema.SIDE] == layouts.ONLY_B and only_a[schema.SIDE] == layouts.ONLY_A
+    assert only_b[schema.SIDE] == side_by_side.ONLY_B and only_a[schema.SIDE] == side_by_side.ONLY_A
     assert (only_b[schema.COLLECTIVE], only_b[schema.GROUP_SIZE]) == ("all-reduce", Y)
     # bytes per device: the partial sums each device holds, B_X x F in B and B_X x D in A
     assert only_b[schema.COMM_BYTES + "_b"] == B // X * F * FLOAT32
@@ -111,7 +111,7 @@ def test_the_collective_of_each_layout_is_its_own(runs):
 
 def test_step_decomposition_side_by_side_is_each_runs_step_object(runs):
     a, b = runs
-    figs = regress.compare(a, b).figures.set_index(schema.FIGURE)
+    figs = judge.compare(a, b).figures.set_index(schema.FIGURE)
     for name in (schema.STEP_S, schema.COMPUTE_S, schema.EXPOSED_COMM_S, schema.IDLE_S,
                  schema.PREDICTED_STEP_S):
         assert figs.loc[name, schema.BASELINE_S] == pytest.approx(a.step[name])
@@ -122,7 +122,7 @@ def test_the_verdict_names_the_slower_layout_and_what_its_step_is_made_of(runs):
     a, b = runs
     ta, tb = a.step[schema.STEP_S], b.step[schema.STEP_S]
     slow, fast = ("B", "A") if tb >= ta else ("A", "B")
-    lay = layouts.compare(a, b)
+    lay = side_by_side.compare(a, b)
     # on CPU the two all-reduces mostly measure the devices' rendezvous: either may be slower
     ratio = max(ta, tb) / min(ta, tb)
     assert lay.headline.startswith(f"{slow} is {ratio:.3g}x slower than {fast}" if ratio >= 1.005
@@ -140,7 +140,7 @@ def test_the_verdict_names_the_slower_layout_and_what_its_step_is_made_of(runs):
     assert exposed[f"exposed all-reduce from {SECOND} ({second}, only in A"] == pytest.approx(
         -sign * a.step[schema.EXPOSED_COMM_S])
     # two runs named explicitly: the message opens with it
-    v = regress.compare(a, b, layouts_first=True)
+    v = judge.compare(a, b, layouts_first=True)
     assert v.message.startswith(lay.headline) and v.layouts is not None
 
 
@@ -148,11 +148,11 @@ def test_cli_json_and_text(runs, capsys):
     a, b = runs
     code = main(["compare", str(a.path), str(b.path), "--format", "json"])
     obj = json.loads(capsys.readouterr().out)
-    assert code == (1 if obj[schema.VERDICT] == regress.REGRESSION else 0)
+    assert code == (1 if obj[schema.VERDICT] == judge.REGRESSION else 0)
     lay = obj["pairs"][0]["layouts"]
-    assert lay[schema.MATCHED_BY] == layouts.SOURCE
+    assert lay[schema.MATCHED_BY] == side_by_side.SOURCE
     assert {c[schema.SOURCE_OP]: c[schema.SIDE] for c in lay["collectives"]} == {
-        FIRST: layouts.ONLY_B, SECOND: layouts.ONLY_A}
+        FIRST: side_by_side.ONLY_B, SECOND: side_by_side.ONLY_A}
     assert [r[schema.OP] for r in lay["unmatched"]["A"]] == [SECOND]
     main(["compare", str(a.path), str(b.path)])
     out = capsys.readouterr().out
@@ -170,9 +170,10 @@ def test_a_trace_is_a_side(runs, capsys):
 
 def test_the_same_program_is_joined_by_name_and_an_old_run_falls_back_to_names(runs):
     a, b = runs
-    assert layouts.compare(a, a) is None and regress.compare(a, a).layouts is None
+    assert side_by_side.compare(a, a) is None and judge.compare(a, a).layouts is None
     old = Run(meta=b.meta, ops=b.ops.drop(columns=[schema.SOURCE_OP]), step=b.step)
-    assert layouts.matched_by(a, old) == layouts.NAME and layouts.compare(a, old) is None
+    assert side_by_side.matched_by(a, old) == side_by_side.NAME
+    assert side_by_side.compare(a, old) is None
 
 
 def _made(fingerprint: str, jit: str, names: tuple[str, str], matmul_s: float, gather_s: float,
@@ -204,9 +205,9 @@ def test_a_collective_in_both_layouts_and_the_baseline_the_slower():
     # other outer jit names, the same source op
     a = _made("1", "step_a", ("fusion.1", "all-gather.2"), 3e-3, 4e-3, 1e6, (5e-3, 4e-3, 1e-3))
     b = _made("2", "step_b", ("fusion.7", "all-gather.9"), 2e-3, 1e-3, 5e5, (3.5e-3, 1e-3, 5e-4))
-    lay = layouts.compare(a, b)
+    lay = side_by_side.compare(a, b)
     c = lay.collectives.iloc[0]
-    assert len(lay.collectives) == 1 and c[schema.SIDE] == layouts.BOTH
+    assert len(lay.collectives) == 1 and c[schema.SIDE] == side_by_side.BOTH
     assert (c[schema.SOURCE_OP], c[schema.AXES]) == ("x/dot_general", "X")
     assert (c[schema.BASELINE_S], c[schema.CANDIDATE_S]) == (4e-3, 1e-3)
     assert (c[schema.COMM_BYTES + "_a"], c[schema.COMM_BYTES + "_b"]) == (1e6, 5e5)
@@ -226,13 +227,14 @@ def test_llama_train_dp_against_fsdp(tmp_path):
     a, b = (Run.load(run_workload("llama_train", overrides={"parallelism": p}, mesh="4x2",
                                   steps=2, warmup=1, out=tmp_path / p, with_plots=False).path)
             for p in ("dp", "fsdp"))
-    lay = layouts.compare(a, b)
+    lay = side_by_side.compare(a, b)
     c = lay.collectives
-    gathers = c[(c[schema.COLLECTIVE] == "all-gather") & (c[schema.SIDE] == layouts.ONLY_B)]
+    gathers = c[(c[schema.COLLECTIVE] == "all-gather") & (c[schema.SIDE] == side_by_side.ONLY_B)]
     assert gathers[schema.SOURCE_OP].str.endswith("btd,df->btf/dot_general").any()
-    assert not (c[schema.COLLECTIVE] == "all-gather").loc[c[schema.SIDE] != layouts.ONLY_B].any()
+    only_b = c[schema.SIDE] == side_by_side.ONLY_B
+    assert not (c[schema.COLLECTIVE] == "all-gather").loc[~only_b].any()
     assert (gathers[schema.AXES] == "X+Y").all()  # the weights' D is sharded over both axes
     mm = lay.ops[lay.ops[schema.CATEGORY] == schema.CAT_MATMUL]
-    assert (mm[schema.SIDE] == layouts.BOTH).all()
+    assert (mm[schema.SIDE] == side_by_side.BOTH).all()
     assert sum(s for _, s in lay.attribution) == pytest.approx(
         abs(b.step[schema.STEP_S] - a.step[schema.STEP_S]))

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from harness import memory
+from harness.capture import memory
 from harness.errors import HarnessError
 
 
@@ -67,7 +67,7 @@ def test_cpu_without_override_gets_a_share_of_host_ram(monkeypatch):
 
 def test_a_cpu_run_says_what_its_devices_need_of_the_hosts_ram(tmp_path, monkeypatch):
     from harness import schema
-    from harness.capture import capture
+    from harness.capture.steps import capture
 
     # 8 devices of 1.5 GiB each share the host: 12 GiB together; a device's share is 3 GiB
     meta = {schema.MEMORY_NEEDED_BYTES: 3 * 2**29, schema.MEMORY_CAPACITY_BYTES: 3 * 2**30,

@@ -8,17 +8,17 @@ from types import SimpleNamespace
 import pytest
 
 from harness import schema
+from harness.capture.memory import memory_fit
 from harness.cli import main
 from harness.commands.predict_hlo import _compile_line
-from harness.memory import memory_fit
-from harness.memory_report import (
+from harness.plan import rank as plan_rank
+from harness.plan.fit import (
     RefusalUnreadable,
     batch_that_fits,
     fit_line,
     parse_refusal,
     remat_hint,
 )
-from harness.plan import rank as plan_rank
 from harness.plan.layouts import Candidate
 from predictions.hardware import chip_entry
 from workloads import aot, tpu

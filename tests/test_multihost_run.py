@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 from harness import cli, schema
-from harness.multihost.merge import BY_DEVICE_CSV, by_device, host_columns
+from harness.measure.per_host import BY_DEVICE_CSV, by_device, host_columns
 from harness.multihost.xspace import MERGED_DIR, MERGED_FILE, write_merged
 from harness.runs import store
 from harness.runs.run import Run

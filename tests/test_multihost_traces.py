@@ -1,4 +1,4 @@
-"""Several hosts' traces of one profile, read as one job's (``harness.multihost.traces``): each
+"""Several hosts' traces of one profile, read as one job's (``harness.trace.hosts``): each
 host's EVENTS as it reads alone, a host column, devices kept apart, read in worker processes
 the same as in this one, and ``harness trace`` on the folder reporting per-host columns."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from harness import schema
-from harness.multihost.traces import host_traces, read_hosts
 from harness.trace import parallel
+from harness.trace.hosts import host_traces, read_hosts
 from harness.trace.load import find_trace_file, read_events
 
 H100 = Path(__file__).parent / "fixtures" / "h100"

@@ -1,12 +1,13 @@
-"""The measured tables of ``harness.ops`` against plain pandas groupbys over the same EVENTS,
+"""The measured tables of ``harness.measure.ops`` against plain pandas groupbys over the same
+EVENTS,
 and the shortcuts under them (text of a categorical, the programs that ran)."""
 import numpy as np
 import pandas as pd
 import pytest
 
 from harness import schema
-from harness.ops import as_text, executions, op_sums, op_times, step_samples
-from harness.programs import programs_ran
+from harness.analysis.programs import programs_ran
+from harness.measure.ops import as_text, executions, op_sums, op_times, step_samples
 
 OP = [schema.PROGRAM, schema.PROGRAM_ID, schema.OP]
 
@@ -111,7 +112,7 @@ def test_programs_ran_most_device_time_first():
 
 @pytest.mark.parametrize("rows", [0, 50, 5000])
 def test_groups_are_numbered_as_groupby_sorts_them(rows):
-    from harness.grouping import groups, runs
+    from harness.measure.grouping import groups, runs
 
     rng = np.random.default_rng(rows)
     frame = pd.DataFrame({

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness import schema
-from harness.calibrate import drift
+from harness.chip import drift
 from harness.runs.run import list_runs
 
 pytest_plugins = ["pytester"]

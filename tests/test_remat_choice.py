@@ -1,10 +1,10 @@
 """``predict-hlo`` with no remat given picks the policy with the least recomputation that fits
-(``harness.commands.remat_choice``): on a stand-in compiler that refuses some policies, and,
+(``harness.plan.remat``): on a stand-in compiler that refuses some policies, and,
 marked ``slow``, through libtpu on a config whose activations overflow a v5e's 16 GB."""
 import pytest
 
 import workloads
-from harness.commands import remat_choice
+from harness.plan import remat
 from workloads import aot
 
 TRAIN = workloads.get("llama_train")
@@ -31,7 +31,7 @@ def test_the_first_policy_that_fits_is_taken_and_the_refused_ones_named(monkeypa
 
     monkeypatch.setattr(aot, "start_compile", fake)
     lines = []
-    overrides, note = remat_choice.choose(TRAIN, "8b", {"B": "1024"}, "16x16", "tpu-v6e", None,
+    overrides, note = remat.choose(TRAIN, "8b", {"B": "1024"}, "16x16", "tpu-v6e", None,
                                           lines.append)
     assert tried == ["none", "minimal_with_context", "dots", "minimal"]
     assert overrides == {"B": "1024", "remat": "minimal"}
@@ -42,15 +42,15 @@ def test_the_first_policy_that_fits_is_taken_and_the_refused_ones_named(monkeypa
 
 def test_when_nothing_fits_the_last_policy_stays_and_the_note_says_so(monkeypatch):
     monkeypatch.setattr(aot, "start_compile", lambda *a, **k: _Job(True))
-    overrides, note = remat_choice.choose(TRAIN, "8b", {}, "16x16", "tpu-v6e", None)
+    overrides, note = remat.choose(TRAIN, "8b", {}, "16x16", "tpu-v6e", None)
     assert overrides == {"remat": "full"} and note.startswith("no remat policy fits tpu-v6e")
 
 
 def test_only_without_remat_for_a_tpu_compile_of_a_workload_with_policies():
-    assert remat_choice.wanted(TRAIN, {"B": "8"}, "tpu-v5p")
-    assert not remat_choice.wanted(TRAIN, {"remat": "full"}, "tpu-v5p")
-    assert not remat_choice.wanted(TRAIN, {}, None)                  # XLA:CPU judges no fit
-    assert not remat_choice.wanted(workloads.get("llama_decode"), {}, "tpu-v5p")
+    assert remat.wanted(TRAIN, {"B": "8"}, "tpu-v5p")
+    assert not remat.wanted(TRAIN, {"remat": "full"}, "tpu-v5p")
+    assert not remat.wanted(TRAIN, {}, None)                  # XLA:CPU judges no fit
+    assert not remat.wanted(workloads.get("llama_decode"), {}, "tpu-v5p")
     assert TRAIN.remat_order[0] == "none" and TRAIN.remat_order[-1] == "full"
 
 
@@ -61,6 +61,6 @@ def test_libtpu_refuses_keeping_everything_and_a_policy_that_keeps_less_fits():
     # activations kept without remat, 1 GB of layer inputs with full remat; a v5e has 16 GB
     sets = {"L": "32", "D": "512", "F": "2048", "N": "8", "K": "4", "H": "128", "B": "16",
             "T": "8192", "parallelism": "fsdp"}
-    overrides, note = remat_choice.choose(TRAIN, "tiny", sets, "2x2", "tpu-v5e", None)
+    overrides, note = remat.choose(TRAIN, "tiny", sets, "2x2", "tpu-v5e", None)
     assert overrides["remat"] not in ("none", "full")
     assert note.startswith(f"remat={overrides['remat']} (no remat given)") and "none" in note

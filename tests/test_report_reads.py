@@ -11,7 +11,7 @@ import pytest
 
 import workloads
 from harness import schema
-from harness.compare import ROOFLINE_MARGIN, summary
+from harness.analysis.gaps import ROOFLINE_MARGIN, summary
 from harness.report import document, heading, plots, tables
 from harness.sweep import report as sweep_report
 from predictions import hardware

@@ -4,9 +4,9 @@ import subprocess
 from pathlib import Path
 
 from harness import schema
-from harness.calibrate import drift
-from harness.capture import fingerprint
-from harness.runs import store
+from harness.capture import environment
+from harness.capture.environment import fingerprint
+from harness.chip import drift
 
 HLO = Path(__file__).parent / "fixtures" / "hlo" / "fori_loop.txt"
 
@@ -37,11 +37,11 @@ def test_the_commit_and_dirty_flag_are_the_working_directorys(tmp_path, monkeypa
     monkeypatch.chdir(repo)
     sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=repo,
                          capture_output=True, text=True).stdout.strip()
-    assert store.git_state() == {schema.GIT_SHA: sha, schema.GIT_DIRTY: False}
+    assert environment.git_state() == {schema.GIT_SHA: sha, schema.GIT_DIRTY: False}
     (repo / "untracked.txt").write_text("results are not the code\n")
-    assert store.git_state()[schema.GIT_DIRTY] is False
+    assert environment.git_state()[schema.GIT_DIRTY] is False
     (repo / "model.py").write_text("x = 2\n")
-    assert store.git_state() == {schema.GIT_SHA: sha, schema.GIT_DIRTY: True}
+    assert environment.git_state() == {schema.GIT_SHA: sha, schema.GIT_DIRTY: True}
 
 
 def test_the_probe_record_keeps_every_repeat():

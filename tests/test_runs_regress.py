@@ -1,4 +1,4 @@
-"""harness.runs.regress: every verdict path, on hand-made runs with known step times, host
+"""harness.regress.judge: every verdict path, on hand-made runs with known step times, host
 probes and op tables (expected verdicts by arithmetic)."""
 import math
 
@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 
 from harness import schema
-from harness.calibrate import drift
+from harness.chip import drift
 from harness.errors import HarnessError
-from harness.runs import regress
+from harness.regress import judge
 from harness.runs.run import Run
 
 PROGRAM = "jit_step"
@@ -63,15 +63,15 @@ def save(root, name, **kw):
 
 
 def test_the_same_code_on_the_same_host_is_ok():
-    v = regress.compare(make(), make())
-    assert (v.verdict, v.cause) == (regress.OK, regress.NOISE)
+    v = judge.compare(make(), make())
+    assert (v.verdict, v.cause) == (judge.OK, judge.NOISE)
     assert v.change == 0.0 and v.host_change == 0.0
     assert "not slower beyond noise" in v.message
 
 
 def test_the_same_program_slower_on_a_steady_host_is_a_regression_saying_where():
-    v = regress.compare(make(), make(15.0, cpu=1.5, ops_scale=1.5))
-    assert (v.verdict, v.cause) == (regress.REGRESSION, regress.SAME_PROGRAM)
+    v = judge.compare(make(), make(15.0, cpu=1.5, ops_scale=1.5))
+    assert (v.verdict, v.cause) == (judge.REGRESSION, judge.SAME_PROGRAM)
     assert v.change == pytest.approx(0.5)
     assert v.message.startswith("same program, slower by 50% (more CPU time per step): wall step "
                                 "10 ms -> 15 ms (+50%")
@@ -84,33 +84,33 @@ def test_the_same_program_slower_on_a_steady_host_is_a_regression_saying_where()
 
 def test_slower_on_a_host_other_processes_took_is_inconclusive_never_a_regression():
     # the wall step 1.6x, the CPU time per step the same, the probe 1.6x slower
-    v = regress.compare(make(), make(16.0, cpu=1.0, host=1 / 1.6))
-    assert (v.verdict, v.cause) == (regress.INCONCLUSIVE, regress.HOST)
+    v = judge.compare(make(), make(16.0, cpu=1.0, host=1 / 1.6))
+    assert (v.verdict, v.cause) == (judge.INCONCLUSIVE, judge.HOST)
     assert v.host_change == pytest.approx(1 / 1.6 - 1)
     assert "the same CPU work per step" in v.message
 
 
 def test_slower_cores_are_inconclusive_unless_the_step_slowed_more():
-    v = regress.compare(make(), make(15.0, cpu=1.5, cores=1 / 1.5))
-    assert (v.verdict, v.cause) == (regress.INCONCLUSIVE, regress.HOST)
+    v = judge.compare(make(), make(15.0, cpu=1.5, cores=1 / 1.5))
+    assert (v.verdict, v.cause) == (judge.INCONCLUSIVE, judge.HOST)
     assert "the host's cores ran as much slower (-33%" in v.message
     # cores 10% slower, the CPU time per step 1.5x: 1.5 / 1.1 is still beyond 10%
-    assert regress.compare(make(), make(15.0, cpu=1.5, cores=1 / 1.1)).verdict == \
-        regress.REGRESSION
+    assert judge.compare(make(), make(15.0, cpu=1.5, cores=1 / 1.1)).verdict == \
+        judge.REGRESSION
 
 
 def test_more_cpu_work_per_step_is_a_regression_even_on_a_busy_host():
     # the probe 1.5x slower, but the CPU time per step grew 1.5x: the host does not explain it
-    v = regress.compare(make(), make(22.5, cpu=1.5, host=1 / 1.5))
-    assert (v.verdict, v.cause) == (regress.REGRESSION, regress.SAME_PROGRAM)
+    v = judge.compare(make(), make(22.5, cpu=1.5, host=1 / 1.5))
+    assert (v.verdict, v.cause) == (judge.REGRESSION, judge.SAME_PROGRAM)
     assert "CPU time per step +50%" in v.message
 
 
 def test_a_slower_wall_step_with_the_same_cpu_work_is_inconclusive_even_on_a_steady_probe():
     # the probe (before and after the steps) can miss a load that came and went in between:
     # with the same CPU work per step, the wall step alone cannot tell the host from the program
-    v = regress.compare(make(), make(15.0, cpu=1.0))
-    assert (v.verdict, v.cause) == (regress.INCONCLUSIVE, regress.HOST)
+    v = judge.compare(make(), make(15.0, cpu=1.0))
+    assert (v.verdict, v.cause) == (judge.INCONCLUSIVE, judge.HOST)
     assert "the same CPU work per step" in v.message
 
 
@@ -124,16 +124,16 @@ def older(run: Run, probe_moved: float | None = 1.0) -> Run:
 
 
 def test_an_older_cpu_run_is_judged_by_its_probe():
-    assert regress.compare(older(make()), older(make(15.0))).verdict == regress.REGRESSION
-    v = regress.compare(older(make()), older(make(15.0), probe_moved=1.5))
-    assert (v.verdict, v.cause) == (regress.INCONCLUSIVE, regress.HOST)
-    v = regress.compare(older(make(), None), older(make(15.0), None))
-    assert (v.verdict, v.cause) == (regress.INCONCLUSIVE, regress.HOST)
+    assert judge.compare(older(make()), older(make(15.0))).verdict == judge.REGRESSION
+    v = judge.compare(older(make()), older(make(15.0), probe_moved=1.5))
+    assert (v.verdict, v.cause) == (judge.INCONCLUSIVE, judge.HOST)
+    v = judge.compare(older(make(), None), older(make(15.0), None))
+    assert (v.verdict, v.cause) == (judge.INCONCLUSIVE, judge.HOST)
 
 
 def test_a_program_doing_more_work_is_a_regression_that_says_so():
-    v = regress.compare(make(), make(80.0, cpu=8.0, work=8.0, fingerprint="f2", host=0.5))
-    assert (v.verdict, v.cause) == (regress.REGRESSION, regress.PROGRAM)
+    v = judge.compare(make(), make(80.0, cpu=8.0, work=8.0, fingerprint="f2", host=0.5))
+    assert (v.verdict, v.cause) == (judge.REGRESSION, judge.PROGRAM)
     assert v.message.startswith("the program does more work: 8x the FLOPs, 8x the HBM bytes, "
                                 "8x the communication bytes per device;")
     assert v.program["changed"] and v.program["more_work"]
@@ -141,40 +141,40 @@ def test_a_program_doing_more_work_is_a_regression_that_says_so():
 
 
 def test_a_changed_program_that_is_not_slower_is_ok():
-    v = regress.compare(make(), make(9.9, cpu=0.99, work=0.5, fingerprint="f2"))
-    assert (v.verdict, v.cause) == (regress.OK, regress.PROGRAM)
+    v = judge.compare(make(), make(9.9, cpu=0.99, work=0.5, fingerprint="f2"))
+    assert (v.verdict, v.cause) == (judge.OK, judge.PROGRAM)
     assert v.message.startswith("the program changed (0.5x the FLOPs")
     assert not v.program["more_work"]
 
 
 def test_a_new_fingerprint_with_the_same_work_is_a_changed_program():
-    v = regress.compare(make(), make(fingerprint="f2"))
+    v = judge.compare(make(), make(fingerprint="f2"))
     assert v.program["changed"] and not v.program["more_work"]
-    assert "fingerprint" in v.program["what"] and v.verdict == regress.OK
+    assert "fingerprint" in v.program["what"] and v.verdict == judge.OK
 
 
 def test_a_new_collective_is_more_work():
-    v = regress.compare(make(collectives=False), make(20.0, cpu=2.0))
+    v = judge.compare(make(collectives=False), make(20.0, cpu=2.0))
     assert v.program["collectives"] == [{}, {"all-reduce": 1}]
-    assert (v.verdict, v.cause) == (regress.REGRESSION, regress.PROGRAM)
+    assert (v.verdict, v.cause) == (judge.REGRESSION, judge.PROGRAM)
     assert "collectives all-reduce 0 -> 1" in v.message
 
 
 def test_faster_is_an_improvement():
-    v = regress.compare(make(), make(7.0, cpu=0.7))
-    assert v.verdict == regress.IMPROVEMENT and v.change == pytest.approx(-0.3)
+    v = judge.compare(make(), make(7.0, cpu=0.7))
+    assert v.verdict == judge.IMPROVEMENT and v.change == pytest.approx(-0.3)
 
 
 def test_a_change_within_the_threshold_is_ok():
-    assert regress.compare(make(), make(10.5, cpu=1.05)).verdict == regress.OK  # +5% < 10%
-    assert regress.compare(make(), make(13.0, cpu=1.3)).verdict == regress.REGRESSION
-    rule = regress.Rule(fail_on=(("step", 0.5),))
-    assert regress.compare(make(), make(13.0, cpu=1.3), rule).verdict == regress.OK
+    assert judge.compare(make(), make(10.5, cpu=1.05)).verdict == judge.OK  # +5% < 10%
+    assert judge.compare(make(), make(13.0, cpu=1.3)).verdict == judge.REGRESSION
+    rule = judge.Rule(fail_on=(("step", 0.5),))
+    assert judge.compare(make(), make(13.0, cpu=1.3), rule).verdict == judge.OK
 
 
 def test_a_change_beyond_the_threshold_within_its_noise_is_ok():
     a, b = make(spread=0.5), make(12.0, cpu=1.2, spread=0.5)
-    v = regress.compare(a, b)
+    v = judge.compare(a, b)
     # each side: log steps' MAD over 10 steps; the median's s.e. 1.2533 x 1.4826 x MAD / sqrt(10)
     # and the run-to-run 0.05 of each run
     mads = [np.median(np.abs(np.log(x) - np.median(np.log(x))))
@@ -182,17 +182,17 @@ def test_a_change_beyond_the_threshold_within_its_noise_is_ok():
     se = math.sqrt(sum((1.2533 * 1.4826 * m / math.sqrt(10)) ** 2 for m in mads) + 2 * 0.05**2)
     p = 0.5 * math.erfc(math.log(1.2) / se / math.sqrt(2))
     assert p > 0.01 and v.p_value == pytest.approx(p)
-    assert v.verdict == regress.OK
+    assert v.verdict == judge.OK
 
 
 def test_five_steps_decide_a_doubled_step():
-    v = regress.compare(make(steps=5), make(20.0, cpu=2.0, steps=5))
-    assert v.verdict == regress.REGRESSION
+    v = judge.compare(make(steps=5), make(20.0, cpu=2.0, steps=5))
+    assert v.verdict == judge.REGRESSION
 
 
 def test_runs_without_step_times_are_inconclusive():
-    v = regress.compare(make(wall_times=False), make(wall_times=False))
-    assert (v.verdict, v.message) == (regress.INCONCLUSIVE, "no step times to compare")
+    v = judge.compare(make(wall_times=False), make(wall_times=False))
+    assert (v.verdict, v.message) == (judge.INCONCLUSIVE, "no step times to compare")
 
 
 def test_a_device_run_without_a_probe_is_judged_by_its_wall_step_and_says_so():
@@ -200,21 +200,21 @@ def test_a_device_run_without_a_probe_is_judged_by_its_wall_step_and_says_so():
     for run in (a, b):  # a GPU run: its CPU time is not its work, and the probe measures CPUs
         del run.meta[schema.STEP_CPU_TIMES_S]
         run.meta[schema.DEVICE_KIND] = "NVIDIA H100 80GB HBM3"
-    v = regress.compare(a, b)
-    assert v.verdict == regress.REGRESSION and "no host speed probe" in v.message
+    v = judge.compare(a, b)
+    assert v.verdict == judge.REGRESSION and "no host speed probe" in v.message
     assert math.isnan(v.host_change)
 
 
 def test_an_efficiency_drop_can_fail_a_run_the_step_alone_would_not():
-    rule = regress.Rule(fail_on=(("step", 0.5), ("efficiency", 0.10)))
-    v = regress.compare(make(), make(12.0, cpu=1.2, ops_scale=1.2), rule)
-    assert v.verdict == regress.REGRESSION and "less efficient by 20%" in v.message
-    assert regress.compare(make(), make(12.0, cpu=1.2, ops_scale=1.2),
-                           regress.Rule(fail_on=(("step", 0.5),))).verdict == regress.OK
+    rule = judge.Rule(fail_on=(("step", 0.5), ("efficiency", 0.10)))
+    v = judge.compare(make(), make(12.0, cpu=1.2, ops_scale=1.2), rule)
+    assert v.verdict == judge.REGRESSION and "less efficient by 20%" in v.message
+    assert judge.compare(make(), make(12.0, cpu=1.2, ops_scale=1.2),
+                           judge.Rule(fail_on=(("step", 0.5),))).verdict == judge.OK
 
 
 def test_each_step_figure_and_op_has_its_change():
-    v = regress.compare(make(), make(15.0, cpu=1.5, ops_scale=1.5, work=1.0))
+    v = judge.compare(make(), make(15.0, cpu=1.5, ops_scale=1.5, work=1.0))
     f = v.figures.set_index(schema.FIGURE)
     assert list(f.index) == [schema.WALL_STEP_S, schema.STEP_S, schema.COMPUTE_S,
                              schema.EXPOSED_COMM_S, schema.IDLE_S]
@@ -228,7 +228,7 @@ def test_each_step_figure_and_op_has_its_change():
 
 
 def test_an_op_whose_roofline_time_grew_does_more_work():
-    v = regress.compare(make(), make(20.0, cpu=2.0, ops_scale=2.0, work=2.0))
+    v = judge.compare(make(), make(20.0, cpu=2.0, ops_scale=2.0, work=2.0))
     line = v.message.split("most in ")[1]
     assert line == "fusion.1 (matmul, compute-bound) 6 ms -> 12 ms, +100%: it does more work (2x)"
 
@@ -241,10 +241,10 @@ def test_an_op_whose_roofline_time_grew_does_more_work():
 def test_a_bad_rule_names_the_knob(rule, word):
     with pytest.raises(HarnessError, match=word.replace("(", r"\(").replace(")", r"\)")
                        .replace("[", r"\[")):
-        regress.Rule(**rule)
+        judge.Rule(**rule)
 
 
 def test_the_overall_verdict_is_the_worst():
-    ok, reg = regress.compare(make(), make()), regress.compare(make(), make(20.0, cpu=2.0))
-    assert regress.overall([ok, reg]) == regress.REGRESSION
-    assert regress.overall([ok]) == regress.OK and regress.overall([]) == regress.OK
+    ok, reg = judge.compare(make(), make()), judge.compare(make(), make(20.0, cpu=2.0))
+    assert judge.overall([ok, reg]) == judge.REGRESSION
+    assert judge.overall([ok]) == judge.OK and judge.overall([]) == judge.OK

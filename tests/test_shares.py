@@ -1,12 +1,12 @@
-"""harness.shares: an op's share of a host whose devices share cores, worked by hand."""
+"""harness.measure.shares: an op's share of a host whose devices share cores, worked by hand."""
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
 from harness import schema
-from harness.ops import op_times
-from harness.shares import apart, apart_by_opcode, host_shares
+from harness.measure.ops import op_times
+from harness.measure.shares import apart, apart_by_opcode, host_shares
 from harness.trace.load import TraceEvents
 
 

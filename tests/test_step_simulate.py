@@ -465,7 +465,7 @@ def test_llama3_70b_fsdp_step_on_v5p_16x16():
 
     import workloads
     from harness.commands.predict_hlo import aot_cache_dir
-    from harness.hlo.chips import predict_module
+    from harness.plan.predict import predict_module
     from workloads.aot import start_compile
 
     overrides = {"parallelism": "fsdp", "B": "1024", "T": "4096", "remat": "full"}

@@ -23,7 +23,7 @@ from harness.runs import store
 from harness.runs.run import Run
 from harness.sweep import report as sweep_report
 from harness.sweep import run as sw
-from harness.sweep.plan import SweepFileError, load_sweep
+from harness.sweep.grid import SweepFileError, load_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 CHIP = "tpu-v5e"
@@ -468,7 +468,7 @@ def test_collective_over_two_axes_spelt_with_plus(tmp_path):
 
 
 def test_summary_flags_efficiency_and_mfu_beyond_the_roofline():
-    from harness.compare import ROOFLINE_MARGIN
+    from harness.analysis.gaps import ROOFLINE_MARGIN
     from harness.sweep import report as sweep_report
 
     rows = [{schema.POINT: 1, schema.WORKLOAD: "matmul", schema.OVERRIDES: "case=no_comm",
@@ -487,7 +487,7 @@ def test_summary_flags_efficiency_and_mfu_beyond_the_roofline():
     assert "share the host's cores" in notes[1] and "calibration taken under load" in notes[1]
     assert len(notes) == 2
     # a book chip's numbers are its data sheet's: there, beating them means they are too low
-    from harness.compare import beats_roofline_reason
+    from harness.analysis.gaps import beats_roofline_reason
     assert beats_roofline_reason("tpu-v5e", "tpu").endswith("the chip's numbers are too low")
     assert "point 1 (matmul case=no_comm): efficiency 144%" in sweep_report.to_html({}, df, [])
 
@@ -504,7 +504,7 @@ def test_garbage_is_collected_between_points_only_when_memory_is_short(tmp_path)
 def test_summary_row_carries_the_host_speed_a_cpu_run_was_scaled_by(tmp_path, monkeypatch):
     """A CPU run's drift factor (meta host_drift) is its row's host_speed; a run without one
     (an accelerator, or a chip named by hand) leaves it empty, and ``shown`` drops the column."""
-    from harness.calibrate import drift
+    from harness.chip import drift
 
     ops = pd.DataFrame({schema.CATEGORY: ["matmul"], schema.MEASURED_S: [1e-3],
                         schema.PREDICTED_S: [1e-3], schema.EFFICIENCY: [1.0]})

@@ -1,4 +1,5 @@
-"""The chip a trace ran on, from its device planes (harness.trace.device, harness.chip): real
+"""The chip a trace ran on, from its device planes (harness.trace.device,
+harness.chip.resolve): real
 TPU v6e, AMD MI300X and NVIDIA H100 profiles, and synthetic planes for what they do not show."""
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from xspace_text import plane, serialize
 
 from harness import schema
-from harness.chip import TRACE, chip_from_device, resolve_chip
+from harness.chip.resolve import TRACE, chip_from_device, resolve_chip
 from harness.cli import main
 from harness.errors import HarnessError
 from harness.runs.pipeline import analyze_trace

@@ -3,7 +3,7 @@ import pytest
 from xspace_text import plane, serialize
 
 from harness import schema
-from harness.ops import op_times, step_samples
+from harness.measure.ops import op_times, step_samples
 from harness.trace.load import load_events, read_events
 
 US = 1000  # ns

@@ -94,7 +94,7 @@ def test_the_decode_path_imports_no_pandas(cpu_traces):
     code = f"""
 import sys
 from harness.commands import trace
-from harness.trace.layouts import LAYOUTS
+from harness.trace.formats import LAYOUTS
 from harness.trace import cpu, gpu, tpu
 from harness.trace.opener import read_xspace, start_decode
 for path in {[str(t) for t in [*TRACES, cpu_traces[0]]]!r}:

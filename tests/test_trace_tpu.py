@@ -6,7 +6,7 @@ import pytest
 from xspace_text import plane, serialize
 
 from harness import schema
-from harness.ops import op_times
+from harness.measure.ops import op_times
 from harness.trace.load import read_events
 from harness.trace.tpu import op_name, self_times
 

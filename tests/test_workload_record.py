@@ -12,7 +12,7 @@ from jax.sharding import PartitionSpec as P
 
 import workloads
 from harness import schema
-from harness.memory import OutOfMemory
+from harness.capture.memory import OutOfMemory
 from harness.runs.run import Run
 from harness.runs.workload import _knobs, build_workload, run_workload
 from harness.sweep import report as sweep_report

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness.calibrate import chip as cal_lib
+from harness.chip import calibration as cal_lib
 from harness.errors import HarnessError
 
 

@@ -1,9 +1,9 @@
 """``harness compare [BASELINE] CANDIDATE``: one verdict per pair of runs, its cause first
-(``harness.runs.regress``), and one overall.
+(``harness.regress.judge``), and one overall.
 
 Each side is a run, a sweep or any directory of saved runs (``results/``, a pytest
 ``--harness-save`` directory), or a run id under ``--root``; runs pair by what they are runs of
-(``harness.runs.pairs``). With CANDIDATE alone, ``--baseline`` picks its baseline under
+(``harness.regress.pairs``). With CANDIDATE alone, ``--baseline`` picks its baseline under
 ``--root``: latest, a commit or a date. Exit codes: 0 no regression (inconclusive included), 1 a
 regression, 2 bad input. ``--json FILE`` writes the verdict object, ``--junit FILE`` one test
 case per pair (a regression fails it, an inconclusive one is skipped).
@@ -22,8 +22,9 @@ import pandas as pd
 from harness import schema
 from harness.commands import count
 from harness.errors import HarnessError
+from harness.regress import changes, judge, pairs, side_by_side
 from harness.report import tables
-from harness.runs import changes, layouts, pairs, regress, store
+from harness.runs import store
 
 EXIT_OK, EXIT_REGRESSION = 0, 1
 
@@ -35,7 +36,7 @@ def fail_on(text: str) -> tuple[str, float]:
         return name, float(value.rstrip("%")) / (100 if value.endswith("%") else 1)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: give METRIC=PCT, e.g. step=10% (metrics: {', '.join(regress.METRICS)})"
+            f"{text!r}: give METRIC=PCT, e.g. step=10% (metrics: {', '.join(judge.METRICS)})"
         ) from None
 
 
@@ -50,12 +51,12 @@ def add_arguments(p) -> None:
                    help="where run ids and --baseline are looked up (default results/)")
     p.add_argument("--fail-on", type=fail_on, action="append", metavar="METRIC=PCT",
                    help="a regression: the metric worse by more than this, beyond noise "
-                        f"(default step=10%%; {'; '.join(regress.METRICS.values())})")
+                        f"(default step=10%%; {'; '.join(judge.METRICS.values())})")
     for name, what in (("alpha", "one-sided level of each test"),
                        ("host", "the probe's speed moving more: a host that moved"),
                        ("noise", "run-to-run sd of a log median step")):
-        p.add_argument(f"--{name}", type=float, default=getattr(regress.Rule, name),
-                       help=f"{what} (default {getattr(regress.Rule, name)})")
+        p.add_argument(f"--{name}", type=float, default=getattr(judge.Rule, name),
+                       help=f"{what} (default {getattr(judge.Rule, name)})")
     p.add_argument("--format", choices=("text", "md", "json"), default="text")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the verdict object")
     p.add_argument("--junit", type=Path, metavar="FILE", help="also write a JUnit XML file")
@@ -68,11 +69,11 @@ def _side(ref: str, root: Path) -> list:
                           else store.resolve(ref, root))
 
 
-def collect(args) -> tuple[regress.Rule, list, list, list, tuple[str, str]]:
+def collect(args) -> tuple[judge.Rule, list, list, list, tuple[str, str]]:
     """(the rule, verdicts, unpaired baseline runs, unpaired candidate runs, the two sides)."""
     if len(args.runs) > 2 or (len(args.runs) == 2 and args.baseline):
         raise HarnessError("give BASELINE CANDIDATE, or CANDIDATE with --baseline")
-    rule = regress.Rule(tuple(args.fail_on or regress.Rule.fail_on), args.alpha, args.host,
+    rule = judge.Rule(tuple(args.fail_on or judge.Rule.fail_on), args.alpha, args.host,
                         args.noise)
     cand = _side(args.runs[-1], args.root)
     if len(args.runs) == 2:
@@ -86,15 +87,15 @@ def collect(args) -> tuple[regress.Rule, list, list, list, tuple[str, str]]:
                            f"workload in {name}")
     # two runs named: two layouts of one model (pairs.pair pairs them whatever they ran)
     named = len(args.runs) == 2 and len(base) == 1 and len(cand) == 1
-    return (rule, [regress.compare(a, b, rule, layouts_first=named) for a, b in paired],
+    return (rule, [judge.compare(a, b, rule, layouts_first=named) for a, b in paired],
             only_b, only_c, (name, args.runs[-1]))
 
 
 def headline(verdicts: list) -> str:
     """The last line: the overall verdict, and the pairs that gave it."""
-    n, worst = Counter(v.verdict for v in verdicts), regress.overall(verdicts)
-    named = [v.name for v in verdicts if v.verdict == worst][:5] if worst != regress.OK else []
-    return (f"{worst.upper()}: " + ", ".join(f"{n[k]} {k}" for k in regress.VERDICTS if n[k])
+    n, worst = Counter(v.verdict for v in verdicts), judge.overall(verdicts)
+    named = [v.name for v in verdicts if v.verdict == worst][:5] if worst != judge.OK else []
+    return (f"{worst.upper()}: " + ", ".join(f"{n[k]} {k}" for k in judge.VERDICTS if n[k])
             + f" of {len(verdicts)} pair(s)" + (f" ({', '.join(named)})" if named else ""))
 
 
@@ -120,7 +121,7 @@ def tables_of(v, top: int) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def layout_tables(lay, top: int) -> list[pd.DataFrame]:
     """Two layouts' op groups (matched by source op, ``top`` that changed most) and their
-    collectives side by side, formatted (``harness.runs.layouts``)."""
+    collectives side by side, formatted (``harness.regress.side_by_side``)."""
     secs, o, c = tables.fmt_seconds, lay.ops, lay.collectives
     o = o.reindex(o[schema.DELTA_S].abs().sort_values(ascending=False, kind="stable").index)
     o = o if top <= 0 else o.head(top)  # the groups whose time changed most
@@ -174,8 +175,11 @@ def _unmatched(lay, top: int) -> list[str]:
         for _, r in _first(lay.unmatched(side), top).iterrows())
         + (f" and {len(lay.unmatched(side)) - top} more" if 0 < top < len(lay.unmatched(side))
            else "")
-        for name, side, suffix in (("A", layouts.ONLY_A, "_a"), ("B", layouts.ONLY_B, "_b"))
+        for name, side, suffix in _SIDES
         if len(lay.unmatched(side))]
+
+
+_SIDES = (("A", side_by_side.ONLY_A, "_a"), ("B", side_by_side.ONLY_B, "_b"))
 
 
 def _unpaired(only_b, only_c) -> list[str]:
@@ -210,10 +214,10 @@ def junit(verdicts) -> str:
     """One test case per pair: a regression fails, an inconclusive one is skipped."""
     n = Counter(v.verdict for v in verdicts)
     suite = ET.Element("testsuite", name="harness compare", tests=str(len(verdicts)),
-                       failures=str(n[regress.REGRESSION]), skipped=str(n[regress.INCONCLUSIVE]))
+                       failures=str(n[judge.REGRESSION]), skipped=str(n[judge.INCONCLUSIVE]))
     for v in verdicts:
-        case = ET.SubElement(suite, "testcase", classname="harness.compare", name=v.name)
-        tag = {regress.REGRESSION: "failure", regress.INCONCLUSIVE: "skipped"}.get(v.verdict)
+        case = ET.SubElement(suite, "testcase", classname="harness.analysis.gaps", name=v.name)
+        tag = {judge.REGRESSION: "failure", judge.INCONCLUSIVE: "skipped"}.get(v.verdict)
         if tag:
             ET.SubElement(case, tag, message=f"{v.verdict} ({v.cause})").text = v.message
         ET.SubElement(case, "system-out").text = f"{v.verdict} ({v.cause}): {v.message}"
@@ -222,7 +226,7 @@ def junit(verdicts) -> str:
 
 def main(args) -> int:
     rule, verdicts, only_b, only_c, names = collect(args)
-    obj = {schema.VERDICT: regress.overall(verdicts), "headline": headline(verdicts),
+    obj = {schema.VERDICT: judge.overall(verdicts), "headline": headline(verdicts),
            "baseline": names[0], "candidate": names[1],
            "rule": {"fail_on": dict(rule.fail_on), "alpha": rule.alpha, "host": rule.host,
                     "noise": rule.noise},
@@ -236,4 +240,4 @@ def main(args) -> int:
     print(json.dumps(obj, indent=2) if args.format == "json" else
           render(args.format, verdicts, only_b, only_c, names, args.top), end="\n"
           if args.format == "json" else "")
-    return EXIT_REGRESSION if obj[schema.VERDICT] == regress.REGRESSION else EXIT_OK
+    return EXIT_REGRESSION if obj[schema.VERDICT] == judge.REGRESSION else EXIT_OK

@@ -15,14 +15,15 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from harness import schema
-from harness.calibrate.cache import cache_root
-from harness.commands import count, remat_choice
+from harness.capture.memory import memory_fit
+from harness.chip.cache import cache_root
+from harness.commands import count
 from harness.commands.run import parse_sets
 from harness.errors import HarnessError
 from harness.hlo import cross_check, parse_module
-from harness.hlo.chips import STEP, book_gap, predict_module
-from harness.memory import memory_fit
-from harness.memory_report import describe_refusal, fit_line
+from harness.plan import remat
+from harness.plan.fit import describe_refusal, fit_line
+from harness.plan.predict import STEP, book_gap, predict_module
 from harness.report import tables
 from harness.report.heading import mesh_str
 from harness.step.simulate import critical_ops
@@ -138,9 +139,9 @@ def main(args) -> int:
     mesh = SimpleNamespace(shape=dict(zip(wl.mesh_axes, sizes)))
     keys, notes = plan([c.name for c in chips], args.compiler, tpu.libtpu_available())
     tpu_key = next((k for k in keys.values() if k != CPU), None)
-    chose_remat = remat_choice.wanted(wl, overrides, tpu_key)
+    chose_remat = remat.wanted(wl, overrides, tpu_key)
     if chose_remat:  # no remat given: the fastest that fits
-        overrides, note = remat_choice.choose(
+        overrides, note = remat.choose(
             wl, args.preset, overrides, args.mesh, tpu_key,
             None if args.no_cache else aot_cache_dir(),
             lambda line: print(line, file=sys.stderr, flush=True))

@@ -37,7 +37,7 @@ def _run_script(script: Path, argv: list[str], trace_dir: Path) -> str:
     one line ("" when it ran to the end or exited with status 0)."""
     import jax
 
-    from harness.capture import start_lean_trace
+    from harness.capture.steps import start_lean_trace
 
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv, failure = [str(script), *argv], ""

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import schema
-from harness.capture import STEPS
+from harness.capture.steps import STEPS
 from harness.commands import add_distributed_arguments, count, in_job
 from harness.errors import HarnessError
 from harness.multihost import run as distributed

@@ -23,7 +23,7 @@ from harness.errors import HarnessError
 from harness.report import tables
 from harness.sweep import report as sweep_report
 from harness.sweep import run as sweep
-from harness.sweep.plan import load_sweep
+from harness.sweep.grid import load_sweep
 
 LATEST = "latest"
 

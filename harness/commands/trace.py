@@ -34,9 +34,9 @@ def add_arguments(p) -> None:
 
 
 def _accelerator(space) -> tuple[object | None, list[str]]:
-    """The chip the trace's device planes describe (``harness.chip.chip_from_device``), and
+    """The chip the trace's device planes describe (``harness.chip.resolve.chip_from_device``), and
     its notes (one naming the device when there is no chip)."""
-    from harness.chip import chip_from_device
+    from harness.chip.resolve import chip_from_device
     from harness.trace.device import trace_device
 
     found, notes, _ = chip_from_device(trace_device(space))

@@ -91,7 +91,7 @@ def collectives(module: Module, *, mesh: dict[str, int] | None = None,
     listed = (step or {}).get(schema.STEP_COLLECTIVES) or []
     exposed = {r[schema.OP]: r[schema.EXPOSED_COMM_S] for r in listed}
     # the time the exposed part is of: the step's own (durations on the timeline), else the
-    # OPS table's (on a CPU host that is the op's share of the shared cores, harness.shares,
+    # OPS table's (on a CPU host that is the op's share of the shared cores, harness.measure.shares,
     # which its exposed part could exceed)
     measured = {**_per_op(ops, schema.MEASURED_S, module.name),
                 **{r[schema.OP]: r[schema.COMM_S] for r in listed}}

@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 _DONES = frozenset(rules.ASYNC_PAIRS.values())
 
 # Which half of an async pair (predictions.rules.ASYNC_PAIRS) carries the pair's work: the
-# half the trace gives its time to (harness.trace.layouts: the -start's kernel on GPU and CPU,
+# half the trace gives its time to (harness.trace.formats: the -start's kernel on GPU and CPU,
 # the -done's wait on TPU). The work is costed once, on that half; the other costs nothing.
 ASYNC_TIME_ON = ("start", "done")
 

@@ -1,2 +1,5 @@
 """Multi-host runs on JAX's multi-controller runtime: one process per host (``run``), one
-merged run stored by process 0 (``merge``)."""
+merged run stored by process 0 (``store``, ``xspace``), a sweep across the job (``sweep``).
+
+Sits above ``runs`` and ``sweep``; nothing below imports it. Reading several hosts' traces of
+one profile is the trace stage's (``harness.trace.hosts``)."""

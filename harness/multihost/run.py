@@ -3,7 +3,7 @@
 Every process joins the job (``initialize``: ``jax.distributed.initialize``, gloo CPU collectives),
 builds the workload on the global mesh and traces its own devices. The per-process EVENTS go to
 process 0 through the coordination service's key-value store (no shared filesystem needed);
-process 0 builds and stores ONE run from them (``harness.multihost.merge``) and posts the
+process 0 builds and stores ONE run from them (``harness.measure.per_host``) and posts the
 outcome, which the other processes wait for, so that every process's exit code says whether the
 run was stored. Other processes write nothing under ``out``; their scratch space is the system
 temp directory.
@@ -29,11 +29,11 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from harness.capture import STEPS, capture
+from harness.capture.steps import STEPS, capture
 from harness.errors import HarnessError, one_line
-from harness.multihost import merge as hosts
 from harness.multihost.store import store_merged
 from harness.runs.workload import build_workload
+from harness.trace import hosts
 from harness.trace.load import load_events
 from predictions import hardware
 

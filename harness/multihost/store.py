@@ -1,15 +1,16 @@
 """The merged run of a multi-host job, stored once on process 0: every process's EVENTS
-(``harness.multihost.merge``) analysed with process 0's HLO, the host columns and notes added.
+(``harness.measure.per_host``) analysed with process 0's HLO, the host columns and notes added.
 """
 from __future__ import annotations
 
 import pandas as pd
 
 from harness import schema
-from harness.multihost.merge import BY_DEVICE_CSV, MERGED, by_device, with_host_columns
+from harness.measure.per_host import BY_DEVICE_CSV, by_device, with_host_columns
 from harness.multihost.xspace import write_merged
 from harness.runs.pipeline import from_capture
 from harness.runs.workload import new_run_id
+from harness.trace.hosts import MERGED
 from harness.trace.load import TraceEvents
 
 # jax is imported inside the functions that run it, on purpose: importing this module must
@@ -34,7 +35,7 @@ def store_merged(built, cap, events: pd.DataFrame, processes: list[dict], *, chi
     if schema.PROGRAM_ID in events.columns:
         events = events.assign(**{schema.PROGRAM_ID: ""})
     # MERGED is no single-host layout: the processes' clocks differ, so the host-share timing
-    # of a CPU host (harness.shares) is not taken; ops keep their per-device durations
+    # of a CPU host (harness.measure.shares) is not taken; ops keep their per-device durations
     run = from_capture(cap, chip=chip, workload=built, meta=meta, notes=notes,
                        trace=TraceEvents(events, MERGED, str(cap.trace_dir)),
                        title=built.title(meta[schema.PRESET],

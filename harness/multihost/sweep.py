@@ -18,7 +18,7 @@ from pathlib import Path
 from harness.errors import one_line
 from harness.multihost import run as distributed
 from harness.sweep import run as sweep
-from harness.sweep.plan import Point, SweepPlan
+from harness.sweep.grid import Point, SweepPlan
 
 log = logging.getLogger(__name__)
 

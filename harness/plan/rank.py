@@ -3,9 +3,10 @@ set it beside the book's verdict.
 
 Each candidate (``harness.plan.layouts``) is compiled the way ``predict-hlo`` compiles
 (``workloads.aot.start_compile``, cached; for a TPU chip with libtpu, the TPU compiler for its
-slice, else XLA:CPU on virtual devices), priced by ``harness.hlo.chips.predict_module`` (the
+slice, else XLA:CPU on virtual devices), priced by ``harness.plan.predict.predict_module`` (the
 overlap-aware simulated step) and its ``memory_analysis()`` set against the chip's HBM
-(``harness.memory.memory_fit``). Beside it stand training.md's compute-bound condition for the
+(``harness.capture.memory.memory_fit``).
+Beside it stand training.md's compute-bound condition for the
 layout (``predictions.training.verdict``) and the book's step for it
 (``predictions.training.step_time`` with the layout's X, Y, M_X, M_Y). Compiles run one after
 another: the host is shared, and libtpu uses every core it finds.
@@ -22,12 +23,12 @@ from types import SimpleNamespace
 import pandas as pd
 
 from harness import schema
+from harness.capture.memory import memory_fit
 from harness.errors import HarnessError
 from harness.hlo import parse_module
-from harness.hlo.chips import predict_module
-from harness.memory import memory_fit
-from harness.memory_report import RefusalUnreadable, gib, parse_refusal
+from harness.plan.fit import RefusalUnreadable, gib, parse_refusal
 from harness.plan.layouts import Candidate
+from harness.plan.predict import predict_module
 from predictions import training
 from predictions.hardware import Chip
 from predictions.step import book_dtype

@@ -13,13 +13,13 @@ import math
 import pandas as pd
 
 from harness import schema
-from harness.compare import beats_roofline_reason
+from harness.analysis.gaps import beats_roofline_reason
 from harness.errors import HarnessError
+from harness.measure.shares import HOST_SHARE
 from harness.report import heading, page, tables
 from harness.report.plots import CATEGORIES_PNG, ROOFLINE_PNG
 from harness.report.step import step_lines
 from harness.report.step_plot import STEP_PNG
-from harness.shares import HOST_SHARE
 from predictions.hardware import CHIPS
 
 PLOTS = (STEP_PNG, ROOFLINE_PNG, CATEGORIES_PNG)  # in the order a report shows them

@@ -50,7 +50,7 @@ def _checkout(r) -> str:
     own, ``schema.GIT_SHA``; this one's page is rendered as it is stored)."""
     if getattr(r, "path", None) is not None:
         return ""
-    from harness.runs.store import git_state  # deferred: runs import the report
+    from harness.capture.environment import git_state
 
     return git_state().get(schema.GIT_SHA) or ""
 

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
-from harness.compare import ROOFLINE_MARGIN, beats_roofline, peak_dtype
+from harness.analysis.gaps import ROOFLINE_MARGIN, beats_roofline, peak_dtype
 
 # matplotlib is imported inside the plotting functions, on purpose: it is slow to import and
 # only a figure needs it.

@@ -4,7 +4,7 @@ A shown table has one unit per column, named in its header: a column's unit come
 (``_s`` time, ``_bytes`` bytes, ``_GBps`` 1e9 bytes/s, ``schema.FRACTIONS`` percent,
 ``schema.RATIOS`` multiples) and its scale from its values (``measured (ms)`` holding 0.143 and
 1.93), so every table in the tool reads the same way. A fraction of a roofline above what it
-allows (``harness.compare.beats_roofline``) is flagged where it stands (``FLAG``). ``legend``
+allows (``harness.analysis.gaps.beats_roofline``) is flagged where it stands (``FLAG``). ``legend``
 gives each shown column's meaning from ``schema.GLOSSARY``. CSV and JSON keep the raw SI values.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harness import schema
-from harness.compare import beats_roofline
+from harness.analysis.gaps import beats_roofline
 from harness.errors import HarnessError
 
 FLAG = "!"  # after a figure above what the roofline allows (text and Markdown)

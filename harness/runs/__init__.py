@@ -1,7 +1,7 @@
-"""Stage 7: runs on disk and what is done with them.
+"""Runs: the one path from a program to a stored Run, and runs on disk.
 
-``run`` is the Run (what ran, its tables; save, load, render), ``pipeline`` the one path from a
-capture (or any trace) to a Run, ``workload`` takes a registered workload from build to stored
-run, ``store`` keeps run directories, ``regress`` compares a baseline with a candidate,
-``pairs`` which runs to compare, ``changes`` what changed between two (in the book's terms).
+Takes a capture, a registered workload or a trace from anywhere; gives a ``Run``. ``pipeline``
+is that path (capture -> chip -> decode -> analyze), ``workload`` takes a registered workload
+from build to stored run, ``run`` is the Run (what ran, its tables; save, load, render),
+``store`` keeps run directories, ``compile_cache`` JAX's persistent compilation cache.
 """

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from harness.calibrate.cache import cache_root
+from harness.chip.cache import cache_root
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ Every entry point goes through ``from_capture``: ``harness run`` and ``sweep`` (
 workload, ``harness.runs.workload``), ``run --distributed`` (``harness.multihost``), the pytest
 plugin, ``harness.analyze`` (``profile``: the user's own function) and ``harness trace``
 (``analyze_trace``: a trace captured anywhere). The chip is resolved first (on a CPU host,
-calibrated: ``harness.chip``), the trace decoded once and the program's HLO parsed once
-(``decode``), then the pure ``harness.analysis.analyze`` makes the tables.
+calibrated: ``harness.chip.resolve``), the trace decoded once and the program's HLO parsed once
+(``decode``), then the pure ``harness.analysis.tables.analyze`` makes the tables.
 """
 from __future__ import annotations
 
@@ -20,15 +20,15 @@ import pandas as pd
 from google.protobuf.message import DecodeError
 
 from harness import schema
-from harness.analysis import Context, analyze
-from harness.calibrate import drift
-from harness.capture import CAPTURE_FILE, HLO_FILE, STEPS, Capture, capture
-from harness.chip import chip_for_run
+from harness.analysis.programs import ProgramKey, chosen, program_name, programs_ran
+from harness.analysis.tables import Context, analyze
+from harness.capture.steps import CAPTURE_FILE, HLO_FILE, STEPS, Capture, capture
+from harness.chip import drift
+from harness.chip.resolve import chip_for_run
 from harness.errors import HarnessError
 from harness.explain import for_run, run_mesh
 from harness.hlo import Module, parse_module, schedule
-from harness.ops import by_execution, op_times
-from harness.programs import ProgramKey, chosen, program_name, programs_ran
+from harness.measure.ops import by_execution, op_times
 from harness.runs.run import Run
 from harness.trace import parallel
 from harness.trace.device import trace_device
@@ -239,13 +239,14 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     ``mesh``: the named mesh axes ({"X": 4, "Y": 2}) the collectives ran over, for a trace
     that does not record them (``harness.explain``).
     A directory whose newest trace has others beside it (one per host of a multi-host job,
-    ``harness.multihost.traces``) is read as one job: every host's trace decoded in parallel,
+    ``harness.trace.hosts``) is read as one job: every host's trace decoded in parallel,
     the first one's HLO, a ``host`` column and the per-host columns of a multi-host run.
     """
-    from harness.multihost import merge, traces
+    from harness.measure import per_host
+    from harness.trace import hosts
 
     trace_file = find_trace_file(path)
-    found = traces.host_traces(path)
+    found = hosts.host_traces(path)
     space, _ = read_xspace(trace_file if space is None else space)
     label = str(trace_file)
     saved = saved_beside(trace_file, Path(path))
@@ -255,15 +256,15 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     program = select(decoded, program) or saved.get("meta", {}).get(schema.PROGRAM, "")
     events, layout = decoded.trace.events, decoded.trace.layout
     if len(found) > 1:  # one profile's traces of several hosts: one job's run
-        events, processes = traces.read_hosts(found, warmup_steps, {trace_file: events})
+        events, processes = hosts.read_hosts(found, warmup_steps, {trace_file: events})
         # each host numbers its own compilations: programs are named by name alone
         events = events.assign(**{schema.PROGRAM_ID: ""})
         label = f"{trace_file.parent} ({len(found)} hosts)"
-        decoded.trace = TraceEvents(events, merge.MERGED, label)
+        decoded.trace = TraceEvents(events, hosts.MERGED, label)
         workload_meta = {"processes": processes}
     else:
         workload_meta = {}
-    device = trace_device(space)  # the chip its device planes describe (harness.chip)
+    device = trace_device(space)  # the chip its device planes describe (harness.chip.resolve)
     meta = dict(saved.get("meta", {}))
     # a CPU trace has no device plane: its devices are the host's CPU
     meta.setdefault(schema.DEVICE_KIND, device.label if device else (
@@ -278,7 +279,7 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     run = from_capture(cap, chip=chip, decoded=decoded, workload=workload,
                        device=device or meta.get(schema.DEVICE_KIND) or None,
                        program=program)
-    return merge.with_host_columns(run, events) if workload_meta else run
+    return per_host.with_host_columns(run, events) if workload_meta else run
 
 
 def saved_beside(trace_file: Path, root: Path) -> dict:

@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness import schema
+from harness.capture import environment
 from harness.errors import HarnessError
 from harness.report import render
 from harness.report.plots import CATEGORIES_PNG, ROOFLINE_PNG, report_plots
@@ -76,7 +77,7 @@ class Run:
     step_spans: pd.DataFrame | None = None  # schema.STEP_SPANS of that step (a fresh run's)
     predicted_spans: pd.DataFrame | None = None  # the same of the simulated roofline step
     chip: object | None = None
-    capture: object | None = None   # harness.capture.Capture: trace directory, HLO, cost
+    capture: object | None = None   # harness.capture.steps.Capture: trace directory, HLO, cost
     trace: object | None = None     # harness.trace.TraceEvents: EVENTS, layout, async names
     plots: dict[str, bytes] = field(default_factory=dict)  # file name -> PNG, once drawn
     files: dict[str, str | bytes] = field(default_factory=dict)  # more files to save with it
@@ -121,7 +122,7 @@ class Run:
         meta = dict(self.meta, **{
             schema.CROSS_CHECK: self.cross_check, schema.TITLE: self.title,
             schema.SUMMARY: self.summary, schema.NOTES: self.notes, schema.STEP_OBJECT: self.step,
-            **store.git_state(), FORMAT_KEY: FORMAT})
+            **environment.git_state(), FORMAT_KEY: FORMAT})
         tables = {OPS_PARQUET: self.ops}
         if self.steps is not None:
             tables[STEPS_PARQUET] = self.steps

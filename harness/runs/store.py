@@ -11,13 +11,11 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
 import pandas as pd
 
-from harness import schema
 from harness.errors import HarnessError
 
 log = logging.getLogger(__name__)
@@ -25,26 +23,6 @@ log = logging.getLogger(__name__)
 META = "meta.json"
 TRACE_DIR = "trace"
 TMP_PREFIX = ".tmp-"
-
-
-def _git(*args: str, cwd: Path) -> str | None:
-    try:
-        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=5, cwd=cwd)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-def git_state() -> dict:
-    """The commit of the code that ran and whether its checkout had uncommitted changes to
-    tracked files: the working directory's checkout (a CI job runs from its repository), else
-    the harness's own; {} outside any."""
-    for cwd in (Path.cwd(), Path(__file__).resolve().parent):
-        sha = _git("rev-parse", "--short=12", "HEAD", cwd=cwd)
-        if sha:
-            dirty = _git("status", "--porcelain", "--untracked-files=no", cwd=cwd)
-            return {schema.GIT_SHA: sha, schema.GIT_DIRTY: None if dirty is None else bool(dirty)}
-    return {}
 
 
 def _jsonable(obj):

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import memory, schema
-from harness.calibrate import drift
-from harness.capture import STEPS, capture
+from harness import schema
+from harness.capture import memory
+from harness.capture.steps import STEPS, capture
+from harness.chip import drift
 from harness.errors import HarnessError
 from harness.report.heading import mesh_str
 from harness.runs import store

@@ -16,7 +16,7 @@ import pandas as pd
 
 from harness import schema
 from harness.hlo import Module
-from harness.ops import named
+from harness.measure.ops import named
 from harness.step.bounds import step_bounds
 from harness.step.replay import replay_durations
 from harness.step.simulate import critical_ops, simulate

@@ -27,7 +27,8 @@ from collections.abc import Collection, Mapping
 import numpy as np
 import pandas as pd
 
-from harness import ops, schema
+from harness import schema
+from harness.measure import ops
 from harness.step.timeline import async_spans
 
 _NS = 1e-9

@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
-from harness.grouping import exact_sums, groups
-from harness.ops import named
+from harness.measure.grouping import exact_sums, groups
+from harness.measure.ops import named
 
 _NS = 1e-9
 

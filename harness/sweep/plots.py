@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
-from harness.compare import ROOFLINE_MARGIN
+from harness.analysis.gaps import ROOFLINE_MARGIN
 from harness.report.plots import FONT, _png, timed
 
 # matplotlib is imported inside the plotting functions, on purpose: it is slow to import and

@@ -16,14 +16,14 @@ from types import SimpleNamespace
 import pandas as pd
 
 from harness import schema
-from harness.calibrate import drift
-from harness.compare import (
+from harness.analysis.gaps import (
     beats_roofline,
     beats_roofline_reason,
     bus_gbps,
     category_efficiency,
     workload_efficiency,
 )
+from harness.chip import drift
 from harness.errors import HarnessError
 from harness.report import heading, page, tables
 from harness.runs import store
@@ -155,7 +155,7 @@ def _reason(row) -> str:
 
 def impossible_notes(df: pd.DataFrame) -> list[str]:
     """One note per point whose efficiency or MFU beats the roofline (as the run report flags
-    its ops: ``harness.compare.beats_roofline``), with the host's speed its chip was scaled by
+    its ops: ``harness.analysis.gaps.beats_roofline``), with the host's speed its chip was scaled by
     where there is one (CPU), then the reason per chip."""
     out, chips = [], {}
     for _, row in df.iterrows():

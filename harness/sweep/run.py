@@ -29,13 +29,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.capture.memory import OutOfMemory
 from harness.errors import HarnessError
-from harness.memory import OutOfMemory
 from harness.report.plots import drawing_time
 from harness.runs import store
 from harness.runs.workload import run_workload
 from harness.sweep import report as sweep_report
-from harness.sweep.plan import Point, SweepPlan
+from harness.sweep.grid import Point, SweepPlan
 
 log = logging.getLogger(__name__)
 

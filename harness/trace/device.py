@@ -12,7 +12,8 @@ plane-level stats describe it. Read here by stat name (``STATS``), never from fi
   said, never taken for a peak) and ``clock_rate`` (kHz).
 
 ``trace_device(space)`` gathers them into one ``Device`` record (None when the trace has no
-accelerator plane, e.g. a CPU trace). ``harness.chip.chip_from_device`` turns it into a chip.
+accelerator plane, e.g. a CPU trace). ``harness.chip.resolve.chip_from_device`` turns it into a
+chip.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 ``load_events(source)`` accepts a ``*.xplane.pb`` path, a directory holding one (searched
 recursively, newest first), or the serialized bytes. The layout is detected per trace from a
-registry (``harness.trace.layouts.LAYOUTS``): CPU (`/host:CPU` thread lines), TPU (`/device:TPU:n`,
+registry (``harness.trace.formats.LAYOUTS``): CPU (`/host:CPU` thread lines), TPU (`/device:TPU:n`,
 line ``XLA Ops``) and GPU (`/device:GPU:n`, per-stream kernel lines).
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from google.protobuf.message import DecodeError
 
 from harness import schema
 from harness.errors import TraceError
-from harness.trace.layouts import LAYOUTS, Columns
+from harness.trace.formats import LAYOUTS, Columns
 from harness.trace.opener import (  # noqa: F401 (re-exported: where callers have found them)
     TRACE_SUFFIX,
     detect_layout,
@@ -65,7 +65,8 @@ class TraceEvents:
     """A trace's EVENTS with where they came from: the layout that read them, the source label,
     the HLO text's name of each async op -> the name the trace gives it
     (``fusion-start.3`` -> ``loop_..._fusion.7``; GPU traces), and whether the trace had step
-    markers (without them, ``harness.ops.by_execution`` numbers each program's executions)."""
+    markers (without them, ``harness.measure.ops.by_execution`` numbers each program's
+    executions)."""
 
     events: pd.DataFrame
     layout: str
@@ -77,7 +78,7 @@ class TraceEvents:
     def shares_cores(self) -> bool:
         """Whether the trace's devices are threads on the host's shared cores (its layout
         says; a name that is no single-host layout, as a merged multi-host trace, does not):
-        then an op's time is its share of the host (``harness.shares``)."""
+        then an op's time is its share of the host (``harness.measure.shares``)."""
         known = LAYOUTS.get(self.layout)
         return bool(known and known.shares_cores)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 
 from harness.errors import TraceError
-from harness.trace.layouts import LAYOUTS
+from harness.trace.formats import LAYOUTS
 from harness.trace.space import Source, Space
 
 log = logging.getLogger(__name__)

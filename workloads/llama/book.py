@@ -2,7 +2,7 @@
 
 Each maps a config, a mesh and a chip to ``predictions.step.Analytic``: the step's useful FLOPs
 over all devices (for MFU), the book's step time, and its parts (matmul, collective, memory,
-overlap) for ``harness.hlo.chips.book_gap``.
+overlap) for ``harness.plan.predict.book_gap``.
 
 MFU counts the work the hardware must do (as MaxText does): 6 (training) or 2 (inference) x
 the parameters that take part in matmuls x tokens, plus attention. The input embedding is a

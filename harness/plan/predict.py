@@ -7,7 +7,8 @@ choices are XLA:CPU's (it never forms reduce-scatters, for one). The predicted s
 program's schedule played with every op at its roofline time (``harness.step.simulate``): what
 the schedule hides of its communication and what it leaves exposed; the per-op sum beside it
 has no overlap at all (the book's upper bound). ``book_gap`` sets the step beside the book's
-part by part (``harness.memory.memory_fit`` sets ``memory_analysis()`` against the chip's HBM).
+part by part (``harness.capture.memory.memory_fit``
+sets ``memory_analysis()`` against the chip's HBM).
 """
 from __future__ import annotations
 

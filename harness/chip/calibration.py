@@ -33,9 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.calibrate import drift
-from harness.calibrate.cache import CACHE_ENV, cache_path, cache_root  # noqa: F401 (re-exported)
-from harness.calibrate.programs import DTYPES, PLANS, RING, Sample, measure, tasks
+from harness.chip import drift
+from harness.chip.cache import CACHE_ENV, cache_path, cache_root  # noqa: F401 (re-exported)
+from harness.chip.probes import DTYPES, PLANS, RING, Sample, measure, tasks
 from harness.errors import HarnessError, TraceError
 from predictions import hardware
 from predictions.hardware import Chip
@@ -86,7 +86,7 @@ class Calibration:
     all: Figures
     samples: tuple[Sample, ...] = ()
     format: int = FORMAT
-    # harness.calibrate.drift's reference kernel, best rate around the calibration (0: not
+    # harness.chip.drift's reference kernel, best rate around the calibration (0: not
     # measured, an older record) and best / median over its repeats (the host's steadiness)
     reference_flops_per_s: float = 0.0
     reference_spread: float = 0.0

@@ -5,8 +5,8 @@ on CPU, the CPU time the process spent in each of them (``schema.STEP_CPU_TIMES_
 thread's: the work of a step, whatever share of the host other processes left it; on the busy
 2-core development host it moved 3.9% (sd of the log) between runs of the same code while the
 wall step moved 35%); the host speed probe before and after the steps
-(``harness.calibrate.drift``: its FLOP/s, the host as other processes leave it, and its FLOPs
-per CPU second, the cores' own speed); and the program (``harness.runs.changes.program``).
+(``harness.chip.drift``: its FLOP/s, the host as other processes leave it, and its FLOPs
+per CPU second, the cores' own speed); and the program (``harness.regress.changes.program``).
 
 A change is the log ratio of two medians. Its noise is each median's standard error (1.2533 x
 the robust sigma of the log steps over root n) and the run-to-run term ``Rule.noise`` of each
@@ -29,7 +29,7 @@ significant at ``alpha`` (0.01). The verdicts (``VERDICTS``), in the order they 
 
 A regression says where the time went (``changes.where``). Two different programs (two layouts
 of one model) have their ops matched by source op instead of by name, and the message opens
-with the slower layout and what its extra step time is made of (``harness.runs.layouts``).
+with the slower layout and what its extra step time is made of (``harness.regress.side_by_side``).
 ``benchmarks/bench_regress_sim.py`` measures the false alarms and the power of this rule
 (docs/regression.md).
 """
@@ -43,12 +43,12 @@ import pandas as pd
 from scipy.stats import norm
 
 from harness import schema
-from harness.calibrate import drift
-from harness.compare import workload_efficiency
+from harness.analysis.gaps import workload_efficiency
+from harness.chip import drift
 from harness.errors import HarnessError
+from harness.regress import changes, side_by_side
+from harness.regress.pairs import key
 from harness.report.tables import fmt_seconds
-from harness.runs import changes, layouts
-from harness.runs.pairs import key
 from harness.runs.run import Run
 
 REGRESSION, INCONCLUSIVE, IMPROVEMENT, OK = "regression", "inconclusive", "improvement", "ok"
@@ -94,12 +94,12 @@ class Verdict:
     change: float       # the wall step, candidate / baseline - 1
     p_value: float      # one-sided, of the wall step's slowdown against its noise
     host_change: float  # the probe's speed, candidate / baseline - 1 (NaN: no probe)
-    efficiency: tuple[float, float]  # each run's (harness.compare.workload_efficiency)
+    efficiency: tuple[float, float]  # each run's (harness.analysis.gaps.workload_efficiency)
     program: dict       # changes.program
     figures: pd.DataFrame  # schema.STEP_CHANGES
     ops: pd.DataFrame      # schema.OP_CHANGES
     met: list[str] = field(default_factory=list)  # what ran where, where the runs differ
-    layouts: layouts.Layouts | None = None  # two different programs side by side
+    layouts: side_by_side.Layouts | None = None  # two different programs side by side
 
     def to_dict(self, top: int = 0) -> dict:
         def rows(df):
@@ -187,7 +187,7 @@ def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False) ->
     busier = worse(k, se_k, t, alpha)  # more CPU time per step
     if "step" in fail_on and worse(k, se_k, fail_on["step"], alpha):
         crossed.setdefault("step", fail_on["step"])
-    prog, figs, side = changes.program(a, b), changes.figures(a, b), layouts.compare(a, b)
+    prog, figs, side = changes.program(a, b), changes.figures(a, b), side_by_side.compare(a, b)
     ops = side.ops[list(schema.OP_CHANGES)] if side else changes.ops(a, b)
     p = float(norm.sf(r / se)) if se > 0 else float(r <= 0)
     stats = (f"wall step {fmt_seconds(float(np.median(wa)))} -> "

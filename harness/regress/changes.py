@@ -91,7 +91,7 @@ def ops(a: Run, b: Run) -> pd.DataFrame:
     """Per op of either run, joined by name (program, op): exact for the same compiled program;
     its measured and roofline (predicted) time and efficiency in each, most time lost first
     (``schema.OP_CHANGES``). Two different programs are joined by source op instead
-    (``harness.runs.layouts``)."""
+    (``harness.regress.side_by_side``)."""
     def side(run):
         o = run.ops.astype({c: str for c in OP_KEYS})
         return o.assign(**{c: np.nan for c in OP_COLUMNS if c not in o}).drop_duplicates(OP_KEYS)

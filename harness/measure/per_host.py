@@ -1,8 +1,6 @@
-"""The merged run of a multi-host job (`harness.multihost.run`), built on process 0 from every
-process's EVENTS, whose ``schema.HOST`` column names the process each row came from.
+"""Per-host columns of a job's ops (``harness.multihost.run``, ``harness trace`` of several hosts'
+traces): every process's EVENTS, whose ``schema.HOST`` column names the process each row came from.
 
-- ``merged_events``: the processes' EVENTS as one table, a ``schema.HOST`` column naming each
-  row's process;
 - ``host_columns``: per op, the spread of its time over hosts (``schema.OPS_HOSTS``): a host's
   ``measured_s`` is the median over its devices, as ``ops.op_times`` defines it for one host;
   ``with_host_columns``: a run's ops with them, and a note naming the op of largest skew;
@@ -15,19 +13,10 @@ from __future__ import annotations
 import pandas as pd
 
 from harness import schema
-from harness.ops import op_times
+from harness.measure.ops import op_times
 from harness.report import tables
 
 BY_DEVICE_CSV = "by_device.csv"
-MERGED = "merged"  # the layout name of every process's EVENTS together (no single host's)
-
-
-def merged_events(parts: list[pd.DataFrame]) -> pd.DataFrame:
-    """Each process's EVENTS (``parts[i]``: process i's) as one table with a ``schema.HOST``
-    column; programs and ops categorical over every process's names."""
-    merged = pd.concat([d.assign(**{schema.HOST: i}).astype({schema.PROGRAM: str, schema.OP: str})
-                        for i, d in enumerate(parts)], ignore_index=True)
-    return merged.astype({schema.PROGRAM: "category", schema.OP: "category"})
 
 
 def by_device(events: pd.DataFrame) -> pd.DataFrame:

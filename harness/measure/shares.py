@@ -12,8 +12,8 @@ with D the devices in the trace and n(t) the ops running at time t on all of the
 running the same op at once: share = duration. An op running alone: D x its duration (it had
 the host the D devices share). The shares of a step add up to D x the time ops were running, so
 their mean over devices adds up to that time: measured on CPU, ``measured_s`` is a mean over
-devices (``harness.ops``), and the ``cpu`` chip's matmul rate is a share too
-(``harness.calibrate.programs``).
+devices (``harness.measure.ops``), and the ``cpu`` chip's matmul rate is a share too
+(``harness.chip.probes``).
 
 Collectives count like any op: a thread inside one holds its device, waiting for the others or
 reducing. Left out of n(t), llama_train's elementwise ops, which run no faster beside a
@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
-from harness.ops import named
+from harness.measure.ops import named
 from predictions.rules import CONTAINERS
 
 # What a run's ``measured_s`` is (meta ``op_timing``): the mean over devices of each op's share

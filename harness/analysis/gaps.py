@@ -123,7 +123,7 @@ def summary(ops: pd.DataFrame, *, step_s: float, peak_flops_per_s: float, device
             bus_bytes: float | None = None) -> dict:
     """Workload-level figures for one step, keyed by ``schema`` names.
 
-    ``step_s``: the step time MFU and HFU are over (``harness.analysis``).
+    ``step_s``: the step time MFU and HFU are over (``harness.analysis.tables``).
     ``peak_flops_per_s``: one device's peak. ``model_flops``: the step's useful FLOPs over
     all devices (e.g. 6·P·tokens for training, `transformers.md`);
     MFU = model_flops / (step_s · devices · peak), next to the hardware FLOPs utilisation from
@@ -173,7 +173,7 @@ def beats_roofline(efficiency) -> bool:
 
 
 # Why a CPU op can beat the calibrated cpu chip (docs/accuracy.md): its virtual devices
-# are threads on shared cores, timed as host shares (harness.shares), and one matmul rate
+# are threads on shared cores, timed as host shares (harness.measure.shares), and one matmul rate
 # calibrated on square matmuls prices every shape, and a thread waiting in a collective counts
 # as running (single matmuls landed at 0.68-3.0x the chip's figures in quick sweeps here).
 CPU_REASON = ("on CPU the virtual devices share the host's cores and one calibrated matmul rate "

@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
+from harness.regress import changes
 from harness.report.tables import fmt_seconds
-from harness.runs import changes
 from harness.runs.run import Run
 
 SOURCE, NAME = "source op", "name"  # how the ops were matched (schema.MATCHED_BY)

@@ -3,10 +3,10 @@
 ``analyze(trace, modules, chip, context)`` reads nothing, writes nothing and measures nothing:
 the trace was decoded once (``harness.trace``), each program's HLO parsed once
 (``harness.hlo``), the chip resolved (and, for a CPU host, calibrated) before
-(``harness.chip``). What the trace does not say about the run (its untraced step times, the
+(``harness.chip.resolve``). What the trace does not say about the run (its untraced step times, the
 book's estimate, the collectives the layout calls for, XLA's cost analysis) comes in a
 ``Context`` by name. Each compilation is predicted and measured on its own
-(``harness.programs``); ``harness.runs.pipeline`` wires this between capture and the stored
+(``harness.analysis.programs``); ``harness.runs.pipeline`` wires this between capture and the stored
 ``Run``.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from harness import schema
-from harness.compare import (
+from harness.analysis.gaps import (
     beats_roofline_reason,
     by_category,
     ops_beating_roofline,
@@ -26,10 +26,7 @@ from harness.compare import (
     summary,
     unexpected_collectives,
 )
-from harness.hlo import Module, cross_check, cross_check_skip
-from harness.memory import host_note
-from harness.ops import step_time
-from harness.programs import (
+from harness.analysis.programs import (
     ProgramKey,
     chosen,
     measure,
@@ -39,7 +36,10 @@ from harness.programs import (
     program_table,
     programs_ran,
 )
-from harness.shares import apart, host_shares, op_timing
+from harness.capture.memory import host_note
+from harness.hlo import Module, cross_check, cross_check_skip
+from harness.measure.ops import step_time
+from harness.measure.shares import apart, host_shares, op_timing
 from harness.step import containers, simulated, step_figures
 from harness.step.transfers import transfers
 from harness.trace.load import TraceEvents
@@ -57,9 +57,9 @@ class Context:
     ``program``: the program whose ops to report, by name (every compilation of it) or by
     program id (that one) (default: every program that ran). ``devices``: the run's device
     count (default: devices in the trace). ``step_times_s`` / ``traced_step_times_s``: wall
-    times of the untraced and the traced steps (``harness.capture``). ``book``: the book's
+    times of the untraced and the traced steps (``harness.capture.steps``). ``book``: the book's
     estimate of the workload's step on this chip (``predictions.step.Analytic``). ``memory``:
-    XLA's memory figures of the run (``harness.memory.host_note``). ``notes`` come first in
+    XLA's memory figures of the run (``harness.capture.memory.host_note``). ``notes`` come first in
     the report.
     """
 
@@ -81,7 +81,7 @@ class Tables:
     """What ``analyze`` derives: the OPS table ranked by gap, per-category sums, per-step
     samples, the PROGRAMS that ran, the collectives the layout did not call for, summary
     figures (of the main program), notes, XLA's cross-check, how ops were timed
-    (``harness.shares.op_timing``), the main program and its step as a whole
+    (``harness.measure.shares.op_timing``), the main program and its step as a whole
     (``schema.STEP_OBJECT``, ``harness.step``)."""
 
     ops: pd.DataFrame

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from harness import schema
-from harness.capture import capture
+from harness.capture.steps import capture
 from harness.errors import HarnessError
-from harness.shares import apart_by_opcode, host_shares
+from harness.measure.shares import apart_by_opcode, host_shares
 from harness.trace.load import load_events
 from predictions import dtypes
 
@@ -76,7 +76,7 @@ class Sample:
 # --- what runs: one program per sample ---------------------------------------------------------
 class Program(NamedTuple):
     """``opcodes``: the ops to time (empty: the longest op); ``carry`` feeds outputs back;
-    ``shared``: timed as host shares (``harness.shares``), as a run on CPU times its ops."""
+    ``shared``: timed as host shares (``harness.measure.shares``), as a run on CPU times its ops."""
 
     fn: Callable
     args: tuple
@@ -177,7 +177,7 @@ def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
     Only the matmul is timed as shares. The other programs run one short op per device per
     step, dispatched device after device, so their ops hardly overlap and a share would charge
     each with a host that sat idle; in a run, such ops run beside the other devices' ops, where
-    a share is the op's own duration (``harness.shares``)."""
+    a share is the op's own duration (``harness.measure.shares``)."""
     prog = BUILDERS[kind](devices, dtype, size, plan.chain)
     with tempfile.TemporaryDirectory(prefix="calibrate-") as tmp:
         cap = capture(prog.fn, prog.args, warmup=1, steps=plan.steps, out_dir=tmp,

@@ -1,7 +1,7 @@
 """The compilations a trace ran, each on its own: which ran (``programs_ran``, most device time
 first), how a name or program id picks them (``chosen``), each one's module, predicted OPS
 table (``predicted``) and measured tables (``measure``), and the PROGRAMS table of them all.
-``harness.analysis.analyze`` puts them together.
+``harness.analysis.tables.analyze`` puts them together.
 """
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
-from harness.compare import compare, workload_efficiency
-from harness.grouping import exact_sums, groups
+from harness.analysis.gaps import compare, workload_efficiency
 from harness.hlo import Module, hlo_costs
-from harness.ops import by_execution, executions, named, op_sums, op_times, step_samples
+from harness.measure.grouping import exact_sums, groups
+from harness.measure.ops import by_execution, executions, named, op_sums, op_times, step_samples
 from harness.trace.load import TraceEvents
 
 ProgramKey = tuple[str, str]  # (program name, program id): one compilation
@@ -72,7 +72,7 @@ def predicted(module: Module | None, chip, trace: TraceEvents) -> pd.DataFrame:
 class Measured(NamedTuple):
     """One compilation measured: its OPS table, its EVENTS (each execution a step when the
     trace has no step markers), its executions and, for a program the report shows, its
-    per-step samples (``harness.ops.step_samples``)."""
+    per-step samples (``harness.measure.ops.step_samples``)."""
 
     ops: pd.DataFrame
     events: pd.DataFrame
@@ -83,7 +83,7 @@ class Measured(NamedTuple):
 def measure(events: pd.DataFrame, key: ProgramKey, predicted: pd.DataFrame, modeled: bool,
              trace: TraceEvents, shown: bool) -> Measured:
     """One compilation's measured tables (the per-step samples where ``shown``), from its
-    per-(op, device, step) sums made once (``harness.ops.op_sums``); ``modeled`` False: it
+    per-(op, device, step) sums made once (``harness.measure.ops.op_sums``); ``modeled`` False: it
     has no HLO."""
     mine = events[schema.PROGRAM] == key[0]
     if schema.PROGRAM_ID in events.columns:

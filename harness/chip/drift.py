@@ -21,7 +21,7 @@ import logging
 import math
 import time
 
-from harness.calibrate.programs import BUILDERS
+from harness.chip.probes import BUILDERS
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Several hosts' traces of one profile, read as one job's: each decoded on its own (in worker
 processes where cores allow, ``harness.trace.parallel``), merged as process 0 merges a job's
-EVENTS (``harness.multihost.merge.merged_events``).
+EVENTS (``merged_events``).
 
 ``jax.profiler`` on a multi-host job writes one ``<host>.xplane.pb`` per host into the session's
 folder (``plugins/profile/<session>/``) when the log directory is shared, or each host writes its
@@ -14,9 +14,18 @@ from pathlib import Path
 import pandas as pd
 
 from harness import schema
-from harness.multihost.merge import merged_events
 from harness.trace.load import TRACE_SUFFIX, find_trace_file, read_events
 from harness.trace.parallel import in_parallel
+
+MERGED = "merged"  # the layout name of every process's EVENTS together (no single host's)
+
+
+def merged_events(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """Each process's EVENTS (``parts[i]``: process i's) as one table with a ``schema.HOST``
+    column; programs and ops categorical over every process's names."""
+    merged = pd.concat([d.assign(**{schema.HOST: i}).astype({schema.PROGRAM: str, schema.OP: str})
+                        for i, d in enumerate(parts)], ignore_index=True)
+    return merged.astype({schema.PROGRAM: "category", schema.OP: "category"})
 
 
 def host_traces(path: str | os.PathLike) -> list[Path]:

@@ -11,8 +11,8 @@ import math
 from collections.abc import Callable
 
 from harness import schema
-from harness.calibrate import drift
-from harness.calibrate.chip import cpu_chip_for_run
+from harness.chip import drift
+from harness.chip.calibration import cpu_chip_for_run
 from harness.errors import HarnessError
 from harness.trace.device import Device
 from predictions import hardware
@@ -155,7 +155,7 @@ def chip_for_run(chip=None, device=None, host_drift: dict | None = None
     a CPU device, the ``cpu`` chip is this host's calibration (``calibrate.cpu_chip_for_run``:
     the saved one, or a quick one measured and saved now), passed along as a value, its rates
     scaled by the run's drift factor when ``host_drift`` (the reference rates measured around
-    the capture, ``harness.calibrate.drift``) is given. Returns (chip, notes, metadata to keep
+    the capture, ``harness.chip.drift``) is given. Returns (chip, notes, metadata to keep
     with the run: the calibration behind a ``cpu`` chip, the drift and its factor)."""
     entry, notes, meta = resolve_chip(chip, device)
     if chip is not None or entry.name != "cpu":

@@ -3,7 +3,7 @@
 Time per step of an op on a device is the sum of its executions in that step. ``measured_s`` is
 the median over steps of that sum, per device, then the median over devices; the min and max
 over devices are kept so that skew between devices stays visible. Shares of a host whose
-devices share cores (``harness.shares``) take the mean over devices of their ``share_ns``
+devices share cores (``harness.measure.shares``) take the mean over devices of their ``share_ns``
 instead (``shares=True``): it is what they conserve. ``total_s`` is the op's device time over
 the whole trace, every device and execution summed (xprof's ``hlo_stats`` total self time).
 
@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
-from harness.grouping import exact_sums, groups, runs
+from harness.measure.grouping import exact_sums, groups, runs
 
 _NS = 1e-9
 
@@ -66,7 +66,7 @@ def _per_device_step(events: pd.DataFrame, time: str = schema.DURATION_NS) -> pd
 
 
 def _timing(shares: bool) -> tuple[str, str]:
-    """(time column, aggregate over devices): a host's shares (``harness.shares``) are timed
+    """(time column, aggregate over devices): a host's shares (``harness.measure.shares``) are timed
     by ``share_ns`` and averaged, which is what they conserve; durations by their median."""
     return (schema.SHARE_NS, "mean") if shares else (schema.DURATION_NS, "median")
 
@@ -111,7 +111,7 @@ def _per_device(sums: pd.DataFrame, op: list[str], medians: bool = True) -> pd.D
 def op_times(events: pd.DataFrame, shares: bool = False,
              sums: pd.DataFrame | None = None) -> pd.DataFrame:
     """The measured OPS table, sorted by ``measured_s`` descending. ``shares``: time each op by
-    its share of the host (``share_ns``, ``harness.shares.host_shares``), mean over devices.
+    its share of the host (``share_ns``, ``harness.measure.shares.host_shares``), mean over devices.
     ``sums``: ``op_sums(events, shares)``, where the caller made it."""
     time, over_devices = _timing(shares)
     op = keys(events)

@@ -33,7 +33,7 @@ class Layout:
     detect: Callable[[Space], bool]
     extract: Callable[..., Columns]  # (space) or, with uses_hlo, (space, schedule_of)
     uses_hlo: bool = False  # the layout uses the program's schedule (GPU: CUDA graphs)
-    shares_cores: bool = False  # its devices are threads on the host's cores (harness.shares)
+    shares_cores: bool = False  # its devices are threads on the host's cores (measure.shares)
     # the half of an async -start/-done pair its trace gives the pair's time to (harness.hlo.cost)
     async_time_on: str = "start"
     # starts the decode in worker processes, ahead of ``extract`` (``harness.trace.parallel``)

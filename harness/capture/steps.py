@@ -16,20 +16,17 @@ goes into the meta.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import logging
 import os
-import platform
-import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata as _md
 from pathlib import Path
 
-from harness import memory, schema
+from harness import schema
+from harness.capture import environment, memory
 from harness.errors import HarnessError, one_line
 from harness.hlo.cost import cost_dict
 
@@ -42,7 +39,7 @@ HLO_FILE = "module.hlo.txt"
 CAPTURE_FILE = "capture.json"
 STEP_NAME = "step"
 # Measured steps by default: 10 vs 10 steps let a U test reach p = 1.1e-5, enough to flag one op
-# among a few hundred tested at once (5 vs 5 give at best 0.008; harness.runs.regress).
+# among a few hundred tested at once (5 vs 5 give at best 0.008; harness.regress.judge).
 STEPS = 10
 # Compiler options of the traced executable, per backend. GPU: no command buffers (CUDA graphs),
 # whose kernels the profiler cannot tie to HLO ops; the user's own compile is timed beside it.
@@ -65,49 +62,6 @@ class Capture:
     @property
     def program(self) -> str:
         return self.meta.get(schema.PROGRAM, "")
-
-
-def _version(dist: str) -> str:
-    try:
-        return _md.version(dist)
-    except _md.PackageNotFoundError:
-        return ""
-
-
-def environment(devices: Sequence | None = None) -> dict:
-    """Backend, devices and versions of the running process (jax imported here)."""
-    import jax
-
-    devices = list(devices) if devices is not None else jax.devices()
-    return {
-        "backend": jax.default_backend(),
-        schema.DEVICE_KIND: devices[0].device_kind if devices else "",
-        "platform": devices[0].platform if devices else "",
-        schema.DEVICE_COUNT: len(devices),
-        "process_count": jax.process_count(),
-        "process_index": jax.process_index(),
-        "jax_version": jax.__version__,
-        "jaxlib_version": _version("jaxlib"),
-        "libtpu_version": _version("libtpu"),
-        "xprof_version": _version("xprof"),
-        schema.XLA_FLAGS: os.environ.get("XLA_FLAGS", ""),
-        "host": platform.node(),
-        "python": platform.python_version(),
-    }
-
-
-# An HLO line's metadata (source lines, op names) and the module's header tables (file names,
-# stack frames): they move with any edit of the Python around the program, not with the program.
-_METADATA = re.compile(r",? metadata=\{[^{}]*\}")
-_PROGRAM_LINE = ("HloModule", "%", "ENTRY", " ", "}")
-
-
-def fingerprint(hlo_text: str) -> str:
-    """A short hash of an optimized HLO module's computations, its metadata left out: two runs
-    with the same fingerprint ran the same compiled program."""
-    lines = [_METADATA.sub("", line) for line in hlo_text.splitlines()
-             if line.startswith(_PROGRAM_LINE)]
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
 def _cost_dict(compiled) -> dict:
@@ -323,9 +277,10 @@ def capture(fn: Callable, args: Sequence, *, warmup: int = 2, steps: int = STEPS
     if options:  # the executable traced is not the user's: time theirs too
         timing = _time_user_compile(lowered, statistics.median(step_times), run, steps)
 
-    meta = environment()
-    meta.update({schema.PROGRAM: _module_name(hlo_text), schema.WARMUP: warmup,
-                 schema.HLO_FINGERPRINTS: {_module_name(hlo_text): fingerprint(hlo_text)},
+    meta = environment.environment()
+    name = _module_name(hlo_text)
+    meta.update({schema.PROGRAM: name, schema.WARMUP: warmup,
+                 schema.HLO_FINGERPRINTS: {name: environment.fingerprint(hlo_text)},
                  schema.STEPS: steps, schema.COMPILER_OPTIONS: options,
                  schema.STEP_TIMES_S: step_times,
                  **({schema.STEP_CPU_TIMES_S: cpu_times} if cpu_times is not None else {}),

@@ -1,0 +1,7 @@
+"""Stage 1, capture: a jitted function (or a registered workload's) run under the XLA profiler.
+
+Takes a function and its arguments; gives a ``Capture`` (``steps``): the trace directory
+(``*.xplane.pb``), the program's compiled HLO and XLA's cost analysis, and ``meta``: the
+untraced steps' wall and CPU times, the memory fit checked after compile (``memory``) and what
+ran where (``environment``: backend, devices, versions, the program's fingerprint, the commit).
+"""

@@ -1,0 +1,7 @@
+"""Baseline against candidate (``harness compare``, the pytest plugin's ``--harness-compare``).
+
+Takes saved Runs (a run, a sweep, any directory of runs); gives which runs to compare
+(``pairs``), what changed between two (``changes``: the program, the step, each op in the
+book's terms), two layouts of one model side by side (``side_by_side``) and one verdict per pair
+with its cause first (``judge``).
+"""
