@@ -1,4 +1,4 @@
-"""scaling-harness: capture -> parse -> predict -> compare -> report -> store.
+"""scaling-harness: capture -> parse -> predict -> join -> report -> store.
 
 ``from harness import analyze`` and the stage functions below are re-exported lazily: importing
 ``harness`` imports neither jax nor pandas, so ``harness.devices`` can still set ``XLA_FLAGS``;
