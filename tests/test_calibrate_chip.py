@@ -194,7 +194,7 @@ def test_a_tiny_op_the_trace_leaves_out_gives_no_overhead_and_the_rest_stands(mo
 
     def measure(kind, scope, dtype, size, role, devices, plan):
         if role == "overhead":
-            raise TraceError("trace has no XLA op executions (cpu layout)")
+            raise TraceError("trace has no XLA op executions (cpu format)")
         return C.Sample(kind, scope, dtype, size, role, 2.0 * size ** 3, 1e-3, 1e-3)
 
     monkeypatch.setattr(C, "measure", measure)

@@ -293,7 +293,7 @@ def test_merged_trace_holds_every_hosts_op_executions(tmp_path, capsys):
     processes = [{"process": 0, "host": "node-a"}, {"process": 1, "host": "node-b"}]
     path = write_merged(tmp_path, events, processes)
     assert path == tmp_path / "trace" / "merged" / "all-processes.xplane.pb"
-    back = load_events(path)  # harness trace's reader, in the CPU layout
+    back = load_events(path)  # harness trace's reader, in the CPU format
     key = [schema.PROGRAM, schema.OP, schema.DEVICE, schema.START_NS, schema.DURATION_NS]
     want = events[key].astype({schema.PROGRAM: str, schema.OP: str})
     got = back[key].astype({schema.PROGRAM: str, schema.OP: str})

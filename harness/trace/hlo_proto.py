@@ -95,7 +95,7 @@ def embedded_modules(space: Space, damaged: list | None = None
 def _xla_computation():
     """jaxlib's ``XlaComputation``: ``jaxlib.xla_client`` (jaxlib 0.4 to 0.10; 0.17 s to import
     here, against 0.9 s through ``jax._src.lib``, which imports all of jax), else
-    ``jax._src.lib.xla_client``, else jaxlib's ``_hlo`` extension (newer layouts)."""
+    ``jax._src.lib.xla_client``, else jaxlib's ``_hlo`` extension (newer jaxlibs)."""
     # as ``import jax`` does before it loads jaxlib: XLA's C++ logs warnings and errors only
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     try:
