@@ -42,7 +42,6 @@ log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 RUNS = "runs"
 PENDING, DONE, FAILED, OOM = "pending", "done", "failed", "oom"
-STATUSES = (PENDING, DONE, FAILED, OOM)
 VERSION = 1
 DEFAULT_ROOT = Path("results") / "sweeps"
 
