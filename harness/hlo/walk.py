@@ -95,23 +95,17 @@ def _unwrap(module: Module, comp: Computation, instr: Instruction,
     return body, body.root, params
 
 
-def _side(module: Module, outer: Computation, inner: Computation, mapping: dict[str, str],
-          name: str) -> tuple[int | None, int | None]:
-    """(tuple index, constant) for one operand of the compare/add, looking through a fusion."""
-    if name in mapping:
-        name, inner = mapping[name], outer
-    return _tuple_index(inner, name), _constant(inner, name)
-
-
 def _binary(module: Module, comp: Computation, instr: Instruction | None, opcode: str
             ) -> tuple[Instruction, tuple, tuple] | None:
-    """``instr``, or the root of the fusion it is, when it is ``opcode`` of two operands: that
-    instruction and each operand's (tuple index, constant) (``_side``); None otherwise."""
+    """``instr``, or the root of the fusion it is, when it is ``opcode`` of two operands (the
+    loop's compare, the step's add): that instruction and, for each operand, its (tuple index,
+    constant), looking through the fusion to its operands in ``comp``; None otherwise."""
     found = _unwrap(module, comp, instr, opcode) if instr is not None else None
     if found is None or len(found[1].operand_names) != 2:
         return None
     inner, op, mapping = found
-    a, b = (_side(module, comp, inner, mapping, n) for n in op.operand_names)
+    where = [(comp, mapping[n]) if n in mapping else (inner, n) for n in op.operand_names]
+    a, b = ((_tuple_index(c, n), _constant(c, n)) for c, n in where)
     return op, a, b
 
 
