@@ -1,7 +1,7 @@
 """Reading a pod-sized profile: the whole ``harness trace`` command against xprof's ``hlo_stats``
 on the same large trace, made here.
 
-    python benchmarks/bench_large_trace.py [--layout cpu|gpu] [--copies N] [--repeats 3]
+    python benchmarks/bench_large_trace.py [--format cpu|gpu] [--copies N] [--repeats 3]
                                            [--workdir DIR] [--xprof-memory-gb GB] [--json PATH]
 
 The trace (not committed; kept in ``--workdir`` and reused when it is there):
@@ -231,7 +231,7 @@ def summary(runs: list[dict]) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--layout", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("--format", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--copies", type=int, help="repeat the trace's steps this many times "
                    "(default: 1 for cpu, 100 for gpu)")
     p.add_argument("--repeats", type=int, default=3)
@@ -242,29 +242,29 @@ def main(argv=None) -> int:
                         "host's memory; xprof holds about 15 GB at 1 GB)")
     p.add_argument("--json", type=Path, help="also write the figures here")
     args = p.parse_args(argv)
-    copies = args.copies or (100 if args.layout == "gpu" else 1)
+    copies = args.copies or (100 if args.format == "gpu" else 1)
     args.workdir.mkdir(parents=True, exist_ok=True)
-    if args.layout == "cpu":
+    if args.format == "cpu":
         base = next(args.workdir.glob("cpu/**/*.xplane.pb"), None) or make_cpu_trace(
             args.workdir / "cpu")
     else:
         base = next(GPU_FIXTURE.rglob("*.xplane.pb"))
     trace = base
     if copies > 1:
-        trace = args.workdir / f"{args.layout}-x{copies}" / "host.xplane.pb"
+        trace = args.workdir / f"{args.format}-x{copies}" / "host.xplane.pb"
         if not trace.exists():
             trace.parent.mkdir(parents=True, exist_ok=True)
             t = time.perf_counter()
             repeat(base, trace.with_suffix(".tmp"), copies).rename(trace)
             print(f"made {trace} in {time.perf_counter() - t:.0f} s")
     size_mb = trace.stat().st_size / 1e6
-    chip = "cpu" if args.layout == "cpu" else "h100"
+    chip = "cpu" if args.format == "cpu" else "h100"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         x for x in (str(ROOT), os.environ.get("PYTHONPATH")) if x))
     ours = [sys.executable, "-m", "harness", "trace", str(trace), "--chip", chip,
             "--csv", str(args.workdir / "ops.csv")]
     cores = len(os.sched_getaffinity(0))
-    print(f"trace: {trace} ({size_mb:.0f} MB, {args.layout}, steps x{copies})")
+    print(f"trace: {trace} ({size_mb:.0f} MB, {args.format}, steps x{copies})")
     load_before = os.getloadavg()[0]
     print(f"host: {cores} cores, load average {load_before:.1f} before")
     # this checkout's bytecode, as pip writes an installed package's: where bytecode is not
@@ -295,7 +295,7 @@ def main(argv=None) -> int:
     ratio = fb["min_s"] / fa["min_s"] if fa["ok"] and fb["ok"] else None
     ratio_med = fb["median_s"] / fa["median_s"] if fa["ok"] and fb["ok"] else None
     if ratio:
-        target = 10.0 if size_mb >= 900 else TARGETS[args.layout]
+        target = 10.0 if size_mb >= 900 else TARGETS[args.format]
         cpu = fb["cpu_min_s"] / fa["cpu_min_s"]
         print(f"(b)/(a): {ratio:.1f}x on wall minima, {ratio_med:.1f}x on wall medians "
               f"(target {target:g}x: {'PASS' if ratio >= target else 'MISS'}); {cpu:.1f}x on "
@@ -303,7 +303,7 @@ def main(argv=None) -> int:
     print(f"load average {load_after:.1f} after")
     if args.json:
         args.json.write_text(json.dumps({
-            "trace": str(trace), "size_mb": size_mb, "layout": args.layout, "copies": copies,
+            "trace": str(trace), "size_mb": size_mb, "format": args.format, "copies": copies,
             "host": {"cores": cores, "load_before": load_before, "load_after": load_after},
             "harness": fa, "xprof": fb, "ratio_min": ratio, "ratio_median": ratio_med,
             "ratio_cpu": fb["cpu_min_s"] / fa["cpu_min_s"] if ratio else None},

@@ -1,13 +1,13 @@
 """Parser benchmark: ``load_events`` against a naive ProfileData loop on >= 1M op events.
 
-Builds a synthetic CPU-layout trace (the layout with per-event stats, the costlier one to parse)
+Builds a synthetic CPU-format trace (the format with per-event stats, the costlier one to parse)
 with the stats XLA's CPU runtime writes. Each op event is followed by its ``end:`` marker and two
 thread-pool events: 4 events per op. Real CPU traces carry more runtime events than that (an MLP
 training step on 8 virtual devices: 13,888 events for 400 op executions, ~35 per op), so the
 synthetic trace understates what skipping them is worth. Each parser runs in a fresh process;
 the script reports events/s, their ratio, and peak resident memory.
 
-    python benchmarks/bench_parse.py [--events 1000000] [--layout cpu|tpu]
+    python benchmarks/bench_parse.py [--events 1000000] [--format cpu|tpu]
 """
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ from harness.trace.xplane import XSpace
 DEVICES = 8
 
 
-def build_trace(n_events: int, layout: str) -> bytes:
+def build_trace(n_events: int, trace_format: str) -> bytes:
     """``n_events`` op executions spread over 8 devices (plus one marker event per op on CPU)."""
     space = XSpace()
-    if layout == "cpu":
+    if trace_format == "cpu":
         p = space.planes.add(id=1, name="/host:CPU")
         # the stats XLA's CPU runtime writes on op events and their "end:" markers
         for i, n in enumerate(["hlo_op", "hlo_module", "device_ordinal", "run_id", "step_num",
@@ -159,14 +159,14 @@ def measure(fn_name: str, path: str) -> tuple[float, int, int, int]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=1_000_000)
-    ap.add_argument("--layout", choices=["cpu", "tpu"], default="cpu")
+    ap.add_argument("--format", choices=["cpu", "tpu"], default="cpu")
     a = ap.parse_args()
     t0 = time.perf_counter()
-    data = build_trace(a.events, a.layout)
+    data = build_trace(a.events, a.format)
     with tempfile.TemporaryDirectory() as d:
         path = str(Path(d) / "bench.xplane.pb")
         Path(path).write_bytes(data)
-        print(f"synthetic {a.layout} trace: {len(data) / 1e6:.1f} MB, built in "
+        print(f"synthetic {a.format} trace: {len(data) / 1e6:.1f} MB, built in "
               f"{time.perf_counter() - t0:.1f} s")
         results = {name: measure(name, path) for name in ("naive", "load_events")}
     for name, (dt, n, base, peak) in results.items():

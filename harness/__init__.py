@@ -1,8 +1,9 @@
-"""scaling-harness: capture -> parse -> predict -> compare -> report -> store.
+"""scaling-harness: capture -> parse -> predict -> join -> report -> store.
 
 ``from harness import analyze`` and the stage functions below are re-exported lazily: importing
 ``harness`` imports neither jax nor pandas, so ``harness.devices`` can still set ``XLA_FLAGS``;
-each name loads its module on first use.
+each name loads its module on first use. ``harness.compare(a, b, rule)`` is the verdict of a
+candidate run ``b`` against a baseline ``a`` (``harness.regress.judge``; ``harness compare``).
 """
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import importlib
 
 __version__ = "0.1.0"
 
-# name -> module that defines it, in pipeline order (docs/pipeline.md). ``capture`` and
-# ``compare`` are not listed: they are also submodules' names, and ``import harness.analysis.gaps``
-# rebinds the name.
+# name -> module that defines it, in pipeline order (docs/pipeline.md). No name here may be a
+# subpackage's or module's of harness: importing that one would rebind it. So ``capture`` is
+# not listed: it is the stage package ``harness.capture``, not a re-exported function.
 EXPORTS: dict[str, str] = {
     "load_events": "harness.trace",
     "op_times": "harness.measure.ops",
@@ -24,6 +25,7 @@ EXPORTS: dict[str, str] = {
     "analyze": "harness.runs.pipeline",
     "analyze_trace": "harness.runs.pipeline",
     "run_workload": "harness.runs.workload",
+    "compare": "harness.regress.judge",
 }
 # ``harness.analyze`` is the user's entry: capture ``fn(*args, **kwargs)`` and analyse it.
 ALIASES: dict[str, str] = {"analyze": "profile"}

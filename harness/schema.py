@@ -81,7 +81,7 @@ SOURCE_OP = term("source_op", "the JAX operation the op came from: its HLO metad
 SOURCE_LINE = term("source_line", "file:line of the user's code the op came from (the innermost "
                    "frame outside jax and libraries, from the HLO's stack frames)")
 
-# --- compared -----------------------------------------------------------------------------
+# --- joined (measured with predicted) ----------------------------------------------------
 EFFICIENCY = term("efficiency", "roofline time / measured time: 100% = at the roofline; above "
                   "it is impossible, and flagged")
 GAP_S = term("gap_s", "measured - predicted: time above the roofline (ops are ranked by it)")

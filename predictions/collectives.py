@@ -207,10 +207,7 @@ TIME_BY_COLLECTIVE: dict[str, Callable[[float, Sequence[int], Chip], float]] = {
 
 # --- a collective workload's figures: its mesh axes, its bytes --------------------------------
 # A workload names the mesh axes it runs over as "X", or "X,Y" / "X+Y" for several at once
-# (sharding.md writes AllGather_{XY}); its kinds are spelt with underscores, ppermute included.
-KIND_OF_WORKLOAD = {"all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
-                    "all_reduce": "all-reduce", "all_to_all": "all-to-all",
-                    "ppermute": "collective-permute"}
+# (sharding.md writes AllGather_{XY}); its kinds and their opcodes are workloads.collectives.KINDS.
 
 
 def axis_names(axes: str) -> tuple[str, ...]:

@@ -1,9 +1,9 @@
 """The per-event decoder ``harness.trace`` used before its column decoder (``harness.trace.wire``),
 kept as the reference the new one is checked against: protobuf's own parse of the whole XSpace,
-then a Python loop over every event and stat, as the layouts read them (``harness.trace.cpu``,
+then a Python loop over every event and stat, as the formats read them (``harness.trace.cpu``,
 ``gpu``, ``tpu``). Slow on purpose: nothing here is clever. What does not decode (the folding
 of GPU kernels into executions, CUDA-graph attribution, TPU self times, step windows) is the
-layouts' own code, imported.
+formats' own code, imported.
 """
 from __future__ import annotations
 

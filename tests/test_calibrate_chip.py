@@ -61,13 +61,6 @@ def cache(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.fixture
-def keep_cpu_chip():
-    original = hardware.CHIPS["cpu"]
-    yield
-    hardware.register(original, replace=True)
-
-
 # --- figures and the chip (no measurement) ------------------------------------------------------
 def test_figures_invert_the_ring_model_of_predictions():
     cal = synthetic()
@@ -116,7 +109,7 @@ def test_save_load_round_trip(cache):
     assert json.loads(path.read_text())["all"]["group"] == N
 
 
-def test_cache_is_keyed_by_device_count(cache, monkeypatch, keep_cpu_chip):
+def test_cache_is_keyed_by_device_count(cache, monkeypatch):
     assert C.cache_path(8).name == "cpu-8.json" and C.cache_path(4).name == "cpu-4.json"
     C.save(synthetic(device_count=4))
     assert C.cached(8) is None
@@ -126,9 +119,11 @@ def test_cache_is_keyed_by_device_count(cache, monkeypatch, keep_cpu_chip):
         raise AssertionError("a saved calibration must not be measured again")
 
     monkeypatch.setattr(C, "calibrate", no_measuring)
-    chip, cal, measured = C.ensure_cpu_chip(4)
-    assert not measured and cal.device_count == 4
-    assert hardware.chip("cpu") is chip and chip.chips_per_node == 4
+    registered = hardware.CHIPS["cpu"]
+    chip, cal, measured = C.cpu_chip_for_run(4)
+    assert not measured and cal == C.cached(4)
+    assert chip == C.to_chip(cal) and chip.chips_per_node == 4
+    assert hardware.CHIPS["cpu"] is registered  # the chip is a value: the registry is as it was
 
 
 def test_another_hosts_calibration_is_not_used(cache, caplog):
@@ -194,7 +189,7 @@ def test_a_tiny_op_the_trace_leaves_out_gives_no_overhead_and_the_rest_stands(mo
 
     def measure(kind, scope, dtype, size, role, devices, plan):
         if role == "overhead":
-            raise TraceError("trace has no XLA op executions (cpu layout)")
+            raise TraceError("trace has no XLA op executions (cpu format)")
         return C.Sample(kind, scope, dtype, size, role, 2.0 * size ** 3, 1e-3, 1e-3)
 
     monkeypatch.setattr(C, "measure", measure)
@@ -209,20 +204,20 @@ def test_a_tiny_op_the_trace_leaves_out_gives_no_overhead_and_the_rest_stands(mo
 
 @pytest.fixture(scope="module")
 def calibrated(tmp_path_factory):
-    original = hardware.CHIPS["cpu"]
+    registered = hardware.CHIPS["cpu"]
     root = tmp_path_factory.mktemp("cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(C.CACHE_ENV, str(root))
-        chip, cal, measured = C.ensure_cpu_chip(N)  # none saved: runs a quick one
+        chip, cal, measured = C.cpu_chip_for_run(N)  # none saved: runs a quick one
+        assert hardware.CHIPS["cpu"] is registered  # the chip is a value: the registry as it was
         yield chip, cal, measured, root
-    hardware.register(original, replace=True)
 
 
-def test_quick_calibration_runs_saves_and_registers(calibrated):
+def test_quick_calibration_runs_and_saves(calibrated):
     chip, cal, measured, root = calibrated
     assert measured and cal.mode == "quick" and cal.device_count == N
     assert C.load(root / "cpu-8.json") == cal
-    assert hardware.chip("cpu") is chip
+    assert chip == C.to_chip(cal)
     assert cal.all.group == N and set(cal.all.collective_bytes_per_s) == set(C.RING)
     # eight devices trace even a tiny op: its time is the per-op overhead the chip carries
     assert cal.all.op_overhead_s > 0 and chip.op_overhead_s == cal.all.op_overhead_s
@@ -238,7 +233,7 @@ def test_calibrated_rate_is_the_samples_work_over_time_and_predicts_matmuls(cali
     assert fp32 and all(s.work == 2 * s.size ** 3 for s in fp32)  # roofline.md: 2BDF FLOPs
     rate = statistics.median(s.work / s.op_s for s in fp32)
     assert chip.flops_per_s("fp32") == pytest.approx(rate)
-    est = roofline.matmul(1024, 1280, 768, "cpu", dtype="fp32")  # the registered chip
+    est = roofline.matmul(1024, 1280, 768, chip, dtype="fp32")  # the chip a run is priced on
     assert est.t_lower_s == pytest.approx(2 * 1024 * 1280 * 768 / rate)
     assert cal.reference_flops_per_s > 0 and cal.reference_spread >= 1.0
 

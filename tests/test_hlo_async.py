@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from harness import schema
-from harness.analysis.gaps import compare, ops_beating_roofline
+from harness.analysis.gaps import join, ops_beating_roofline
 from harness.hlo import hlo_costs, parse_module
 from harness.hlo.spaces import HOST, crosses_host
 from harness.hlo.walk import async_done, async_start
@@ -139,7 +139,7 @@ def test_wait_s_shows_a_dones_time_apart(module):
         schema.PROGRAM: "jit_offload", schema.OP: ["copy-start", "copy-done", "copy-done.1"],
         schema.COUNT: 1, schema.MEASURED_S: [5e-9, 0.04 * ms, 3e-9], schema.MEASURED_MIN_S: 0.0,
         schema.MEASURED_MAX_S: 0.0, schema.DEVICES: 1})
-    ops = compare(measured, predicted).set_index(schema.OP)
+    ops = join(measured, predicted).set_index(schema.OP)
     assert ops.loc["copy-done", schema.WAIT_S] == pytest.approx(0.04 * ms)
     assert pd.isna(ops.loc["copy-start", schema.WAIT_S])
     assert ops.loc["copy-done", schema.EFFICIENCY] == pytest.approx(V / 3.2e10 / (0.04 * ms))
@@ -153,4 +153,4 @@ def test_no_done_no_wait_column():
         schema.PROGRAM: "jit_offload", schema.OP: ["copy.3"], schema.COUNT: 1,
         schema.MEASURED_S: [1e-3], schema.MEASURED_MIN_S: 0.0, schema.MEASURED_MAX_S: 0.0,
         schema.DEVICES: 1})
-    assert schema.WAIT_S not in compare(measured, hlo_costs(HLO, "tpu-v6e")).columns
+    assert schema.WAIT_S not in join(measured, hlo_costs(HLO, "tpu-v6e")).columns

@@ -126,10 +126,10 @@ nbytes = [4096]
 
 
 def test_a_sweep_across_two_processes_stores_every_point_once(tmp_path):
-    plan = tmp_path / "job.toml"
-    plan.write_text(SWEEP)
+    sweep_file = tmp_path / "job.toml"
+    sweep_file.write_text(SWEEP)
     out = tmp_path / "sweeps"
-    done = _launch(tmp_path, "sweep", str(plan), "--out", str(out), timeout=300)
+    done = _launch(tmp_path, "sweep", str(sweep_file), "--out", str(out), timeout=300)
     # 2 kinds x 2 meshes: the 3x3 mesh needs 9 devices of the job's 8, so 2 points fail
     assert done.returncode == 1, done.stderr[-3000:]
     assert "[p1] process 1 of 2: ran 4 point(s) with process 0, which stored 2" in done.stdout
@@ -143,7 +143,7 @@ def test_a_sweep_across_two_processes_stores_every_point_once(tmp_path):
     manifest = json.loads((sweep_dir / "manifest.json").read_text())
     assert sorted(r["status"] for r in manifest["points"]) == ["done", "done", "failed",
                                                                 "failed"]
-    again = _launch(tmp_path, "sweep", str(plan), "--out", str(out), "--resume", timeout=300)
+    again = _launch(tmp_path, "sweep", str(sweep_file), "--out", str(out), "--resume", timeout=300)
     assert "2 of 4 points done, 2 failed (2 run now, 2 already done)" in again.stdout
     assert sorted(p.parent for p in sweep_dir.rglob(store.META)) == runs  # nothing re-run
 
@@ -293,7 +293,7 @@ def test_merged_trace_holds_every_hosts_op_executions(tmp_path, capsys):
     processes = [{"process": 0, "host": "node-a"}, {"process": 1, "host": "node-b"}]
     path = write_merged(tmp_path, events, processes)
     assert path == tmp_path / "trace" / "merged" / "all-processes.xplane.pb"
-    back = load_events(path)  # harness trace's reader, in the CPU layout
+    back = load_events(path)  # harness trace's reader, in the CPU format
     key = [schema.PROGRAM, schema.OP, schema.DEVICE, schema.START_NS, schema.DURATION_NS]
     want = events[key].astype({schema.PROGRAM: str, schema.OP: str})
     got = back[key].astype({schema.PROGRAM: str, schema.OP: str})

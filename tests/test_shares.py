@@ -73,8 +73,8 @@ def test_what_is_apart_and_which_traces_share():
     assert apart(predicted) == {"while.1"}
     assert apart_by_opcode({"while.1": "while", "dot.3": "dot", "c.4": "conditional"}) == {
         "while.1", "c.4"}
-    def shares_cores(layout):
-        return TraceEvents(events([("a", 0, 0, 1)]), layout, "<test>").shares_cores
+    def shares_cores(trace_format):
+        return TraceEvents(events([("a", 0, 0, 1)]), trace_format, "<test>").shares_cores
 
     assert shares_cores("cpu") and not shares_cores("gpu") and not shares_cores("tpu")
     assert not shares_cores("merged")  # a multi-host merge: clocks differ per process

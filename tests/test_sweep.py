@@ -168,17 +168,17 @@ def test_expansion_keys_and_duplicates(tmp_path):
         workload = "matmul"
         warmup = 0
         """)
-    plan = load_sweep(path)
-    assert plan.name == "s"  # the file's stem
+    grid = load_sweep(path)
+    assert grid.name == "s"  # the file's stem
     # 2 meshes x 2 kinds x 3 sizes, the second block repeats one of them, plus one matmul
-    assert len(plan.points) == 2 * 2 * 3 + 1
-    first = plan.points[0]
+    assert len(grid.points) == 2 * 2 * 3 + 1
+    first = grid.points[0]
     assert (first.workload, first.mesh, first.overrides, first.steps, first.warmup) == \
         ("collective", "8", {"kind": "all_gather", "nbytes": 4096}, 2, 2)
-    assert plan.points[6].mesh == "4x2"  # "4X2" normalised
-    last = plan.points[-1]
+    assert grid.points[6].mesh == "4x2"  # "4X2" normalised
+    last = grid.points[-1]
     assert (last.workload, last.mesh, last.preset, last.warmup) == ("matmul", "4x2", "tiny", 0)
-    keys = [p.key for p in plan.points]
+    keys = [p.key for p in grid.points]
     assert len(set(keys)) == len(keys)
     assert keys == [p.key for p in load_sweep(path).points]  # stable
     path.write_text(path.read_text().replace("steps = 2", "steps = 3"))
@@ -372,7 +372,7 @@ def _wait_stopped(pid: int, timeout: float = 5.0) -> None:
 def _interrupt_second_point(path: Path, out: Path, sig: int) -> tuple[Path, int, str]:
     """Run the sweep in a subprocess and send ``sig`` once point 1 is recorded and point 2 is
     being captured (its scratch directory exists). Returns (sweep dir, exit code, stderr)."""
-    plan = load_sweep(path)
+    grid = load_sweep(path)
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(path), "--out",
                              str(out)], cwd=path.parent, env=env, stdout=subprocess.DEVNULL,
@@ -380,14 +380,14 @@ def _interrupt_second_point(path: Path, out: Path, sig: int) -> tuple[Path, int,
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
-            dirs = list(out.glob(f"{plan.name}-*")) if out.exists() else []
-            if dirs and _stray(sw.point_dir(dirs[0], plan.points[1])):
+            dirs = list(out.glob(f"{grid.name}-*")) if out.exists() else []
+            if dirs and _stray(sw.point_dir(dirs[0], grid.points[1])):
                 # Freeze the sweep and look again: on a loaded host the point may have finished
                 # between the look and the signal. Frozen with its scratch in place, it is still
                 # inside the point, so the signal lands there whatever the host's load.
                 proc.send_signal(signal.SIGSTOP)
                 _wait_stopped(proc.pid)
-                still = _stray(sw.point_dir(dirs[0], plan.points[1]))
+                still = _stray(sw.point_dir(dirs[0], grid.points[1]))
                 if still:
                     proc.send_signal(sig)
                 proc.send_signal(signal.SIGCONT)
@@ -411,17 +411,17 @@ def _manifest_statuses(sweep_dir: Path) -> list[str]:
 
 def test_killed_sweep_resumes_and_stores_each_point_once(tmp_path):
     path = _write(tmp_path, TWO)
-    plan = load_sweep(path)
+    grid = load_sweep(path)
     sweep_dir, rc, _ = _interrupt_second_point(path, tmp_path / "out", signal.SIGKILL)
     assert rc == -signal.SIGKILL
     recs = json.loads((sweep_dir / sw.MANIFEST).read_text())["points"]
     assert [r["status"] for r in recs] == ["done", "pending"]
     first_run = recs[0]["run"]
     assert _complete_runs(sweep_dir) == [sweep_dir / first_run]
-    assert _stray(sw.point_dir(sweep_dir, plan.points[1]))  # the kill left scratch, no run
+    assert _stray(sw.point_dir(sweep_dir, grid.points[1]))  # the kill left scratch, no run
 
     events = []
-    result = sw.run_sweep(plan, sweep_dir, on_event=lambda e: events.append((e.kind, e.index)))
+    result = sw.run_sweep(grid, sweep_dir, on_event=lambda e: events.append((e.kind, e.index)))
     assert events == [("skip", 0), ("start", 1), ("done", 1)]
     assert [r["status"] for r in result.records] == ["done", "done"]
     assert result.records[0]["run"] == first_run
@@ -527,7 +527,7 @@ def test_point_plots_are_drawn_by_default_and_their_time_kept_apart(tmp_path):
 
     from harness.report import plots
 
-    plan = load_sweep(_write(tmp_path, f"""
+    grid = load_sweep(_write(tmp_path, f"""
         name = "timed"
         chip = "{CHIP}"
         [[grid]]
@@ -546,8 +546,8 @@ def test_point_plots_are_drawn_by_default_and_their_time_kept_apart(tmp_path):
         (run / store.META).write_text("{}")
         return SimpleNamespace(path=run)
 
-    (drawn,) = sw.run_sweep(plan, tmp_path / "a", runner=runner, close=False).records
-    (bare,) = sw.run_sweep(plan, tmp_path / "b", runner=runner, close=False,
+    (drawn,) = sw.run_sweep(grid, tmp_path / "a", runner=runner, close=False).records
+    (bare,) = sw.run_sweep(grid, tmp_path / "b", runner=runner, close=False,
                            point_plots=False).records
     assert asked == [True, False]
     assert 0 < drawn["plot_seconds"] <= drawn["seconds"] and bare["plot_seconds"] == 0

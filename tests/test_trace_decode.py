@@ -65,7 +65,7 @@ def test_every_line_of_every_fixture_decodes_as_protobuf_reads_it(trace):
 
 
 def _schedule_of(path):
-    """What ``harness.runs.pipeline.decode`` gives the GPU layout: each program's ops in
+    """What ``harness.runs.pipeline.decode`` gives the GPU format: each program's ops in
     schedule order, from the HLO the trace embeds."""
     from harness.hlo import schedule
     from harness.runs.pipeline import _Embedded
@@ -88,7 +88,7 @@ def test_cpu_trace_events_equal_the_previous_decoders(cpu_traces):
     for trace in cpu_traces:
         read = read_events(trace)
         expect, stepped = reference_events(trace)
-        assert read.layout == "cpu" and read.stepped == stepped
+        assert read.format == "cpu" and read.stepped == stepped
         assert read.events[schema.DEVICE].nunique() == 8
         same_events(read.events, expect)
 

@@ -89,20 +89,20 @@ def test_a_command_that_fails_before_taking_the_started_decode_ends(tmp_path):
 
 
 def test_the_decode_path_imports_no_pandas(cpu_traces):
-    """The workers ``start_decode`` forks run the layouts' part readers; neither they nor the
+    """The workers ``start_decode`` forks run the formats' part readers; neither they nor the
     command's start import pandas (the command imports it while they read)."""
     code = f"""
 import sys
 from harness.commands import trace
-from harness.trace.formats import LAYOUTS
+from harness.trace.formats import FORMATS
 from harness.trace import cpu, gpu, tpu
 from harness.trace.opener import read_xspace, start_decode
 for path in {[str(t) for t in [*TRACES, cpu_traces[0]]]!r}:
     space, label = read_xspace(path)
-    layout = start_decode(space, label)  # HARNESS_DECODE_WORKERS=1: starts nothing
-    module = {{"cpu": cpu, "gpu": gpu, "tpu": tpu}}[layout]
+    trace_format = start_decode(space, label)  # HARNESS_DECODE_WORKERS=1: starts nothing
+    module = {{"cpu": cpu, "gpu": gpu, "tpu": tpu}}[trace_format]
     context, parts, _ = module._work(space)
-    read = cpu._read_line if layout == "cpu" else module._read_part
+    read = cpu._read_line if trace_format == "cpu" else module._read_part
     for part in parts:
         read(context, part)
 print("pandas" in sys.modules)

@@ -1,7 +1,7 @@
 """Stats read by layouts learned per event kind (``harness.trace.statplans``), and the host's
 step annotations found by their bytes (``Line.holding``), against protobuf's own parse of the
 same bytes: every event laid out as its kind's first or otherwise, every kind of value; and the
-CPU layout's op events so read, against the previous decoder (``reference_decode``)."""
+CPU format's op events so read, against the previous decoder (``reference_decode``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -276,7 +276,7 @@ def _cpu_space(steps: int = 3, per_step: int = 30) -> bytes:
 
 
 def test_cpu_op_events_with_a_stat_repeated_or_extra_read_as_protobuf_keeps_them(tmp_path):
-    """The CPU layout's op events, each kind's stats read where its first event lays them
+    """The CPU format's op events, each kind's stats read where its first event lays them
     out: an event with a stat repeated after the others, an extra or a missing one, or none,
     gives the last of each id, as the previous decoder's dict of protobuf's parse does."""
     path = tmp_path / "vm.xplane.pb"
@@ -285,5 +285,5 @@ def test_cpu_op_events_with_a_stat_repeated_or_extra_read_as_protobuf_keeps_them
     # the odd events are there: a device of 5, a run of the next step's, a device of -1
     assert {5, -1} < set(expect[schema.DEVICE]) and len(expect) == 2 * 3 * 30 * 2
     got = read_events(path)
-    assert got.layout == "cpu"
+    assert got.format == "cpu"
     same_events(got.events, expect)

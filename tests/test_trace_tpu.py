@@ -1,4 +1,4 @@
-"""The TPU layout on hand-made planes: op names from the instruction text or an hlo_op stat,
+"""The TPU format on hand-made planes: op names from the instruction text or an hlo_op stat,
 device time from device_duration_ps, self time less nested ops (xprof's rules, see
 harness.trace.tpu). Times worked out by hand."""
 import numpy as np
@@ -78,7 +78,7 @@ def _device(n):
 
 def test_device_times_self_times_and_short_names():
     read = read_events(serialize(_device(0), _device(1)))
-    assert read.layout == "tpu" and read.async_time_on == "done"
+    assert read.format == "tpu" and read.async_time_on == "done"
     assert set(read.events[schema.PROGRAM_ID]) == {""}  # these ops name no program id
     ops = op_times(read.events).set_index(schema.OP)
     assert set(ops.index) == {"while.1", "fusion.2", "fusion.3", "all-reduce.4"}

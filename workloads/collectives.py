@@ -35,10 +35,11 @@ from workloads.base import (
     SweepFigures,
     Workload,
     WorkloadError,
+    build_args,
     canonical_dtype,
     check_choice,
 )
-from workloads.mesh import AnyMesh, axis_size, named, put, shape_str
+from workloads.mesh import AnyMesh, axis_size, named, shape_str
 
 
 @dataclass(frozen=True)
@@ -188,11 +189,8 @@ def build(cfg: CollectiveConfig, mesh: AnyMesh, abstract: bool = False):
 
     fn = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=in_spec, out_specs=spec, check_vma=False),
                  in_shardings=named(mesh, in_spec), out_shardings=named(mesh, spec))
-    sharding = named(mesh, in_spec)
-    if abstract:
-        shape = tuple(mesh.axis_sizes) + (m,)
-        return fn, (jax.ShapeDtypeStruct(shape, jnp.dtype(cfg.dtype), sharding=sharding),)
-    return fn, (put(inputs(cfg, mesh), sharding),)
+    shape = jax.ShapeDtypeStruct(tuple(mesh.axis_sizes) + (m,), jnp.dtype(cfg.dtype))
+    return fn, (build_args(abstract, shape, named(mesh, in_spec), lambda: inputs(cfg, mesh)),)
 
 
 def inputs(cfg: CollectiveConfig, mesh: AnyMesh) -> np.ndarray:

@@ -39,6 +39,7 @@ from workloads.base import (
     SweepFigures,
     Workload,
     WorkloadError,
+    build_args,
     canonical_dtype,
     check_choice,
     smaller,
@@ -178,13 +179,9 @@ def build(cfg: MatmulConfig, mesh: AnyMesh, abstract: bool = False):
             return x_BD @ y_DF
     shardings = (named(mesh, x_spec), named(mesh, y_spec))
     fn = jax.jit(body, in_shardings=shardings, out_shardings=named(mesh, z_spec))
-    dtype = jnp.dtype(cfg.dtype)
-    if abstract:
-        args = tuple(jax.ShapeDtypeStruct(s, dtype, sharding=sh)
-                     for s, sh in zip(((cfg.B, cfg.D), (cfg.D, cfg.F)), shardings))
-    else:
-        args = tuple(jax.device_put(jnp.asarray(a, dtype), sh)
-                     for a, sh in zip(operands(cfg), shardings))
+    shapes = tuple(jax.ShapeDtypeStruct(s, jnp.dtype(cfg.dtype))
+                   for s in ((cfg.B, cfg.D), (cfg.D, cfg.F)))
+    args = build_args(abstract, shapes, shardings, lambda: operands(cfg))
     log.debug("matmul %s: X%s Y%s -> Z%s", cfg.case, x_spec, y_spec, z_spec)
     return fn, args
 

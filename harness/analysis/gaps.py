@@ -18,7 +18,7 @@ _KEYS = [schema.PROGRAM, schema.OP]
 ASYNC_DONES = frozenset(ASYNC_PAIRS.values())  # the waiting half of each async pair
 
 
-def compare(measured: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
+def join(measured: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
     """The OPS table: every measured op, with its prediction or ``bound == "unmodeled"``.
 
     Ops that the HLO lists but the trace never shows (bitcasts, parameters, constants) cost
@@ -26,8 +26,8 @@ def compare(measured: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
     ``conditional``), whose measured time is that of the ops they run, already listed.
     Sorted by ``gap_s``, largest first.
     """
-    schema.validate(measured, schema.OPS_MEASURED, where="compare(measured)")
-    schema.validate(predicted, schema.OPS_PREDICTED, where="compare(predicted)")
+    schema.validate(measured, schema.OPS_MEASURED, where="join(measured)")
+    schema.validate(predicted, schema.OPS_PREDICTED, where="join(predicted)")
     pred = predicted.drop(columns=[schema.COUNT]).drop_duplicates(_KEYS)
     for col in (schema.SOURCE_OP, schema.SOURCE_LINE):
         if col not in pred.columns:

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
-from harness.analysis.gaps import compare, workload_efficiency
+from harness.analysis.gaps import join, workload_efficiency
 from harness.hlo import Module, hlo_costs
 from harness.measure.grouping import exact_sums, groups
 from harness.measure.ops import by_execution, executions, named, op_sums, op_times, step_samples
@@ -95,7 +95,7 @@ def measure(events: pd.DataFrame, key: ProgramKey, predicted: pd.DataFrame, mode
     shares = trace.shares_cores and schema.SHARE_NS in ev.columns
     sums = op_sums(ev, shares)
     measured = op_times(ev, shares, sums)
-    ops = compare(measured.assign(**{schema.PROGRAM: key[0]}),
+    ops = join(measured.assign(**{schema.PROGRAM: key[0]}),
                   predicted.assign(**{schema.PROGRAM: key[0]}))
     if not modeled:
         ops[schema.WHY_UNMODELED] = "no HLO for this program (the trace holds none; --hlo)"

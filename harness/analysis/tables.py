@@ -102,7 +102,7 @@ class Tables:
 
 def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
             context: Context = Context()) -> Tables:
-    """Measure, predict and compare every program of a decoded trace on ``chip``: ``modules``
+    """Measure, predict and join every program of a decoded trace on ``chip``: ``modules``
     holds the HLO of each (name, program id) there is one for; a program without one is
     measured only. ``context.program`` restricts the ops to that program (the captured one)."""
     ctx, notes = context, list(context.notes)

@@ -282,10 +282,3 @@ def cpu_chip_for_run(device_count: int, quick: bool = True) -> tuple[Chip, Calib
         log.warning("no calibration for this host; ran a %s one (%.1f s, saved to %s) — run "
                     "`harness calibrate` for a full one", cal.mode, cal.seconds, path)
     return to_chip(cal), cal, measured
-
-
-def ensure_cpu_chip(device_count: int, quick: bool = True) -> tuple[Chip, Calibration, bool]:
-    """``cpu_chip_for_run``, then register the chip as ``cpu`` in ``predictions.hardware`` so
-    that later look-ups by name get it (what ``harness calibrate`` leaves behind)."""
-    chip, cal, measured = cpu_chip_for_run(device_count, quick)
-    return hardware.register(chip, replace=True), cal, measured

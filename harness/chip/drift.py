@@ -59,11 +59,6 @@ def reference_rates(devices=None, n: int = REFERENCE_N, repeats: int = REPEATS) 
     return _timed(devices, n, repeats)[0]
 
 
-def reference_rate(devices=None) -> float:
-    """The best of ``reference_rates``: this host's speed now."""
-    return max(reference_rates(devices))
-
-
 def probe(devices) -> tuple[list[float], list[float]] | None:
     """The host speed probe around a run: ``_timed`` on ``devices`` when they are the host's
     CPU; None elsewhere (it measures the host that a CPU run's devices share). Its FLOP/s fall

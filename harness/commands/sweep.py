@@ -48,27 +48,27 @@ def add_arguments(p) -> None:
     add_distributed_arguments(p)
 
 
-def _sweep_dir(args, plan) -> Path:
+def _sweep_dir(args, grid) -> Path:
     if args.resume is None:
-        return sweep.new_sweep_dir(plan.name, args.out)
+        return sweep.new_sweep_dir(grid.name, args.out)
     if args.resume == LATEST:
-        return sweep.latest_sweep(plan.name, args.out)
+        return sweep.latest_sweep(grid.name, args.out)
     path = Path(args.resume)
     name = sweep.read_manifest(path).get("name")  # one-line error unless a sweep directory
-    if name != plan.name:
-        raise HarnessError(f"{path} holds sweep {name!r}, not {plan.name!r}; resume it with "
+    if name != grid.name:
+        raise HarnessError(f"{path} holds sweep {name!r}, not {grid.name!r}; resume it with "
                            f"its own file")
     return path
 
 
-def _points_table(plan, statuses: dict[str, str] | None = None):
+def _points_table(grid, statuses: dict[str, str] | None = None):
     rows = [{schema.POINT: i + 1, schema.WORKLOAD: p.workload, schema.PRESET: p.preset,
              schema.MESH: p.mesh, schema.CHIP: p.chip or "(device's)",
              schema.OVERRIDES: p.settings, schema.STEPS: p.steps, schema.WARMUP: p.warmup,
-             schema.KEY: p.key} for i, p in enumerate(plan.points)]
+             schema.KEY: p.key} for i, p in enumerate(grid.points)]
     df = pd.DataFrame(rows)
     if statuses is not None:
-        df[schema.STATUS] = [statuses.get(p.key, "pending") for p in plan.points]
+        df[schema.STATUS] = [statuses.get(p.key, "pending") for p in grid.points]
     return df
 
 
@@ -79,40 +79,40 @@ def _progress():
 
 
 def main(args) -> int:
-    if args.distributed and not args.dry_run:  # join first: the plan counts the job's devices
+    if args.distributed and not args.dry_run:  # join first: the grid counts the job's devices
         if args.compile_cache:
             from harness.runs import compile_cache
 
             compile_cache.enable()
         return in_job(args, "sweep", lambda cluster: _in_job(args, load_sweep(args.file),
                                                              cluster))
-    plan = load_sweep(args.file)
+    grid = load_sweep(args.file)
     if args.dry_run:
         statuses = None
         if args.resume is not None:
-            manifest = sweep.read_manifest(_sweep_dir(args, plan))
+            manifest = sweep.read_manifest(_sweep_dir(args, grid))
             statuses = {r.get("key"): r.get("status") for r in manifest["points"]}
-        print(tables.to_text(_points_table(plan, statuses),
-                             title=f"sweep {plan.name}: {len(plan.points)} points"), end="")
-        print(f"{args.file}: valid, {len(plan.points)} points")
+        print(tables.to_text(_points_table(grid, statuses),
+                             title=f"sweep {grid.name}: {len(grid.points)} points"), end="")
+        print(f"{args.file}: valid, {len(grid.points)} points")
         return 0
     if args.compile_cache:
         from harness.runs import compile_cache
 
         compile_cache.enable()
-    return _run(args, plan, _sweep_dir(args, plan), sweep.run_sweep)
+    return _run(args, grid, _sweep_dir(args, grid), sweep.run_sweep)
 
 
-def _in_job(args, plan, cluster) -> int:
+def _in_job(args, grid, cluster) -> int:
     """One process of a sweep across a multi-process job: process 0 runs and stores it, the
     others run the points it names (``harness.multihost.sweep``)."""
     from harness.multihost import sweep as job
 
     if cluster.process_index == 0:
-        code = _run(args, plan, _sweep_dir(args, plan),
+        code = _run(args, grid, _sweep_dir(args, grid),
                     lambda *a, **kw: job.lead(*a, cluster=cluster, **kw))
     else:
-        ran, stored = job.follow(plan, cluster)
+        ran, stored = job.follow(grid, cluster)
         print(f"process {cluster.process_index} of {cluster.process_count}: ran {ran} "
               f"point(s) with process 0, which stored {stored}", flush=True)
         code = 0
@@ -120,10 +120,10 @@ def _in_job(args, plan, cluster) -> int:
     return code
 
 
-def _run(args, plan, sweep_dir: Path, run_sweep) -> int:
+def _run(args, grid, sweep_dir: Path, run_sweep) -> int:
     """Run the sweep in ``sweep_dir`` with ``run_sweep`` (on this host, or led across a job),
     with progress on stderr and the summary table on stdout."""
-    print(f"sweep {plan.name}: {len(plan.points)} points in {sweep_dir}", file=sys.stderr)
+    print(f"sweep {grid.name}: {len(grid.points)} points in {sweep_dir}", file=sys.stderr)
     interrupted = []
 
     def on_sigint(signum, frame):
@@ -136,7 +136,7 @@ def _run(args, plan, sweep_dir: Path, run_sweep) -> int:
     previous = signal.signal(signal.SIGINT, on_sigint) if main_thread else None
     try:
         with _progress() as progress:
-            task = progress.add_task(plan.name, total=len(plan.points))
+            task = progress.add_task(grid.name, total=len(grid.points))
 
             def on_event(e: sweep.Event) -> None:
                 if interrupted:
@@ -150,8 +150,8 @@ def _run(args, plan, sweep_dir: Path, run_sweep) -> int:
                     progress.console.print(escape(f"point {e.index + 1} failed: "
                                                   f"{e.record['error']}"))
 
-            result = run_sweep(plan, sweep_dir, on_event=on_event, point_plots=args.point_plots)
-            progress.update(task, description=escape(f"sweep {plan.name}"))
+            result = run_sweep(grid, sweep_dir, on_event=on_event, point_plots=args.point_plots)
+            progress.update(task, description=escape(f"sweep {grid.name}"))
     except KeyboardInterrupt:
         print(f"harness sweep: interrupted; resume with: harness sweep {args.file} "
               f"--resume {sweep_dir}", file=sys.stderr)
@@ -165,7 +165,7 @@ def _run(args, plan, sweep_dir: Path, run_sweep) -> int:
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
     shown = sweep_report.by_workload(result.summary)
     for name, table in shown:
-        print(tables.to_text(table, title=f"sweep {plan.name}: {name}", width=width), end="")
+        print(tables.to_text(table, title=f"sweep {grid.name}: {name}", width=width), end="")
     columns = dict.fromkeys(c for _, table in shown for c in table.columns)
     print(tables.legend_text(list(columns), width=min(width or 100, 100)))
     for line in sweep_report.headline(result.summary):

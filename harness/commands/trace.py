@@ -54,13 +54,13 @@ def main(args) -> int:
     space, label = read_xspace(find_trace_file(args.path))
     # the decode starts in worker processes now; pandas and the analysis are imported below,
     # beside it (a large trace's decode takes longer than those imports)
-    layout = start_decode(space, label)
+    trace_format = start_decode(space, label)
     from harness.report import tables
     from harness.runs import pipeline
 
     found, notes = (None, []) if args.chip else _accelerator(space)
     # a CPU trace names no chip: it is predicted for this host's calibrated cpu chip
-    on_cpu = layout == "cpu"
+    on_cpu = trace_format == "cpu"
     if args.chip is None and found is None and args.hlo is None and not on_cpu:
         return _measured_only(space, label, args, notes)
     try:
@@ -101,7 +101,7 @@ def _measured_only(space, label: str, args, notes: list[str]) -> int:
 
     read, ops = measured_only(space, warmup_steps=args.warmup_steps, label=label)
     events = read.events
-    title = (f"{read.source}: {read.layout} layout, {events[schema.DEVICE].nunique()} devices, "
+    title = (f"{read.source}: {read.format} format, {events[schema.DEVICE].nunique()} devices, "
              f"{events[schema.STEP].nunique()} steps, {len(ops)} ops (measured only: give "
              f"--chip for predictions)")
     page = Run(title=title, ops=ops, notes=list(notes))

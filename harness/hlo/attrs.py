@@ -67,6 +67,15 @@ def int_list(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in m.group(1).split(",")) if m.group(1) else ()
 
 
+def config_ints(values) -> tuple[int, ...]:
+    """A list of integers from a JSON ``backend_config`` (protobuf's JSON writes int64 as
+    strings: ``["1"]``) as ints; () when absent or not integers."""
+    try:
+        return tuple(int(v) for v in values or ())
+    except (TypeError, ValueError):
+        return ()
+
+
 def integer(text: str) -> int:
     if not re.fullmatch(r"-?\d+", text.strip()):
         raise HloParseError(f"expected an integer, got {text[:60]!r}")

@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable
 
 from harness.hlo import conv, tpu
+from harness.hlo.attrs import config_ints
 from harness.hlo.fmha import (
     TE_ATTENTION,
     fmha_desc,
@@ -39,10 +40,6 @@ def target(instr: Instruction) -> str:
     return str(instr.attrs.get("custom_call_target", "")).strip('"')
 
 
-def _operands(instr: Instruction) -> tuple[Shape, ...]:
-    return tuple(s for leaves in instr.operand_shapes for s in leaves)
-
-
 def _results(instr: Instruction) -> tuple[Shape, ...]:
     """The result leaves but a library's scratch workspace: the last leaf of a tuple result when
     it is a flat u8/s8 buffer (``(bf16[8192,1024], s8[18874368])``). It never leaves the
@@ -58,13 +55,6 @@ def kernel_name(instr: Instruction) -> str:
     ``op_name`` of its metadata ("" when neither)."""
     m = _KERNEL_NAME.search(str(instr.attrs.get("frontend_attributes", "")))
     return m.group(1) if m else instr.op_name
-
-
-def _ints(values) -> tuple[int, ...]:
-    try:
-        return tuple(int(v) for v in values or ())
-    except (TypeError, ValueError):
-        return ()
 
 
 def _gemm_dims(instr: Instruction) -> dict | None:
@@ -83,10 +73,11 @@ def _gemm(instr: Instruction) -> OpDesc | str:
     dims = _gemm_dims(instr)
     if dims is None:
         return f"custom call {target(instr)}: no dot_dimension_numbers in its backend config"
-    return OpDesc("dot", _results(instr), _operands(instr),
-                  _ints(dims.get("lhs_contracting_dimensions")),
-                  _ints(dims.get("rhs_contracting_dimensions")),
-                  _ints(dims.get("lhs_batch_dimensions")), _ints(dims.get("rhs_batch_dimensions")))
+    return OpDesc("dot", _results(instr), instr.operand_leaves,
+                  config_ints(dims.get("lhs_contracting_dimensions")),
+                  config_ints(dims.get("rhs_contracting_dimensions")),
+                  config_ints(dims.get("lhs_batch_dimensions")),
+                  config_ints(dims.get("rhs_batch_dimensions")))
 
 
 # cuDNN / MIOpen convolution targets -> the pseudo-opcode of their direction, and where the
@@ -110,7 +101,7 @@ def _dnn_conv(instr: Instruction) -> OpDesc | str:
     """A library convolution as the dot over its kernel (``harness.hlo.conv.describe``): 2 x
     forward output elements x input features x the window positions that meet input data."""
     opcode, forward = CONVOLUTIONS[target(instr)]
-    labels, operands, results = instr.attrs.get("dim_labels"), _operands(instr), _results(instr)
+    labels, operands, results = instr.attrs.get("dim_labels"), instr.operand_leaves, _results(instr)
     if labels is None or len(operands) < 2 or not results:
         return f"custom call {target(instr)}: no dim_labels or operand shapes"
     lhs, rhs, out = forward(operands, results)
@@ -128,7 +119,7 @@ def _pallas_tpu(instr: Instruction) -> OpDesc | str:
     config = instr.backend_config().get("custom_call_config")
     est = config.get("cost_estimate") if isinstance(config, dict) else None
     if isinstance(est, dict) and {"flops", "bytes_accessed"} <= set(est):
-        return OpDesc("kernel-estimate", _results(instr), _operands(instr),
+        return OpDesc("kernel-estimate", _results(instr), instr.operand_leaves,
                       estimate=(float(est["flops"]), float(est["bytes_accessed"])))
     name = kernel_name(instr)
     phase = splash_phase(instr, name)
@@ -140,7 +131,7 @@ def _pallas_tpu(instr: Instruction) -> OpDesc | str:
 
 def _as(opcode: str) -> Builder:
     """Priced by the rule of ``opcode``, which does the same work over the same shapes."""
-    return lambda instr: OpDesc(opcode, _results(instr), _operands(instr))
+    return lambda instr: OpDesc(opcode, _results(instr), instr.operand_leaves)
 
 
 CUSTOM_CALLS: dict[str, Builder] = {
@@ -203,7 +194,7 @@ def to_desc(instr: Instruction) -> OpDesc:
     """``describe``'s desc; an unmodeled call is a plain ``custom-call`` (no rule prices it)."""
     desc = describe(instr)
     return desc if isinstance(desc, OpDesc) else OpDesc("custom-call", instr.shapes,
-                                                        _operands(instr))
+                                                        instr.operand_leaves)
 
 
 def why_unmodeled(instr: Instruction) -> str:

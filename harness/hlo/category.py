@@ -75,7 +75,7 @@ def _fusion(module: Module, instr: Instruction) -> str:
     if "exponential" in opcodes and opcodes & {"dot", "convolution"}:
         return ATTENTION
     arrays = [i for i in inner if any(s.elements > 1 for s in i.shapes)
-              or any(s.elements > 1 for leaves in i.operand_shapes for s in leaves)]
+              or any(s.elements > 1 for s in i.operand_leaves)]
     cats = {category(module, i) for i in (arrays or inner)}
     return next((c for c in FUSION_PRIORITY if c in cats), OTHER)
 

@@ -24,7 +24,7 @@ from harness import schema
 from harness.hlo import calls, tpu
 from harness.hlo.attrs import HloParseError
 from harness.hlo.category import category
-from harness.hlo.desc import operand_leaves, to_desc
+from harness.hlo.desc import to_desc
 from harness.hlo.ir import Instruction, Module
 from harness.hlo.parse import parse_module
 from harness.hlo.source import source_line
@@ -97,7 +97,7 @@ def compute_dtype(instr: Instruction, module: Module) -> str:
     matmul's: cuBLAS bf16 x bf16 -> f32) left operand, otherwise the first result leaf."""
     candidates = [instr]
     if instr.opcode == "custom-call" and calls.to_desc(instr).opcode in _LIBRARY_MATMULS:
-        left = operand_leaves(instr)  # a GEMM or convolution call: its left operand's type
+        left = instr.operand_leaves  # a GEMM or convolution call: its left operand's type
         if left:
             return left[0].dtype
     if instr.opcode == "fusion":
@@ -110,7 +110,7 @@ def compute_dtype(instr: Instruction, module: Module) -> str:
         desc = to_desc(first, module)
         if desc.opcode == "dot" and desc.operands:
             return desc.operands[0].dtype
-    shapes = first.shapes or operand_leaves(first)
+    shapes = first.shapes or first.operand_leaves
     return shapes[0].dtype if shapes else "f32"
 
 
@@ -123,7 +123,7 @@ def software_seconds(instr: Instruction, module: Module, cost: Cost, chip) -> fl
         return 0.0
     ops = fused_instructions(module, instr) if instr.opcode == "fusion" else [instr]
     for op in ops:
-        dtypes = {s.dtype for s in op.shapes} | {s.dtype for s in operand_leaves(op)}
+        dtypes = {s.dtype for s in op.shapes} | {s.dtype for s in op.operand_leaves}
         if op.opcode == "convert" and "bf16" in dtypes and len(dtypes) > 1:
             return cost.hbm_bytes / rate
     return 0.0

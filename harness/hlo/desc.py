@@ -19,10 +19,6 @@ from predictions.rules import ASYNC_SLICES, COLLECTIVE_OPCODES, ELEMENTWISE, OpD
 ASYNC_KINDS = (*COLLECTIVE_OPCODES, "copy", "fusion")
 
 
-def operand_leaves(instr: Instruction) -> tuple[Shape, ...]:
-    return tuple(s for leaves in instr.operand_shapes for s in leaves)
-
-
 def _group_axes(instr: Instruction, module: Module) -> tuple[int, ...]:
     """Sizes of the mesh axes one group spans: named mesh axes when XLA printed them, else
     (group size,); a permute spans the largest set of devices its pairs connect (one ring of a
@@ -76,7 +72,7 @@ def _check_dims(instr: Instruction) -> None:
 def _plain(instr: Instruction, module: Module) -> OpDesc:
     _check_dims(instr)
     a = instr.attrs
-    return OpDesc(instr.opcode, instr.shapes, operand_leaves(instr),
+    return OpDesc(instr.opcode, instr.shapes, instr.operand_leaves,
                   a.get("lhs_contracting_dims", ()), a.get("rhs_contracting_dims", ()),
                   a.get("lhs_batch_dims", ()), a.get("rhs_batch_dims", ()),
                   _group_axes(instr, module), a.get("dimensions", ()))
@@ -87,7 +83,7 @@ def _async_collective(instr: Instruction, module: Module) -> OpDesc:
     (the ``-start`` result tuple also holds the input buffers and context scalars)."""
     done = async_done(module, instr)
     results = done.shapes if done is not None else instr.shapes[-1:]
-    return OpDesc(instr.opcode.removesuffix("-start"), results, operand_leaves(instr),
+    return OpDesc(instr.opcode.removesuffix("-start"), results, instr.operand_leaves,
                   group_axes=_group_axes(instr, module))
 
 
@@ -98,7 +94,7 @@ def _async_slice(instr: Instruction, module: Module) -> OpDesc:
     returns (the start's result tuple holds the operands, the result and a context)."""
     done = async_done(module, instr)
     results = done.shapes if done is not None else instr.shapes[-2:-1]
-    return OpDesc(instr.opcode.removesuffix("-start"), tuple(results), operand_leaves(instr))
+    return OpDesc(instr.opcode.removesuffix("-start"), tuple(results), instr.operand_leaves)
 
 
 def _async_start(instr: Instruction, module: Module) -> OpDesc:
@@ -111,7 +107,7 @@ def _convolution(instr: Instruction, module: Module) -> OpDesc:
     features (``rhs_contracting``) and the window positions that meet input data
     (``window_positions``; the TPU compiler prints batched matmuls this way)."""
     labels = instr.attrs.get("dim_labels")
-    leaves = operand_leaves(instr)
+    leaves = instr.operand_leaves
     if labels is None or len(leaves) < 2 or len(labels[1]) != len(leaves[1].dims):
         return _plain(instr, module)
     # the window part counts only positions that meet input data (harness.hlo.conv)

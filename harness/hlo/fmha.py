@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import re
 
+from harness.hlo.attrs import config_ints
 from harness.hlo.ir import Instruction
 from predictions.rules import OpDesc
 
@@ -40,13 +41,6 @@ TE_ATTENTION = ("te_fused_attn_forward_ffi", "te_fused_attn_backward_ffi")
 # dO V^T (V has K's shape). Without either, K is taken as [B, S, K, H] (jax's BTNH layout).
 _K_DOTS = ("bmm1_dot_dimension_numbers", "bmm2_grad_gemm2_dot_dimension_numbers")
 _DEFAULT_K_DIMS = {"rhs_batch_dimensions": [0, 2], "rhs_contracting_dimensions": [3]}
-
-
-def _ints(values) -> tuple[int, ...]:
-    try:
-        return tuple(int(v) for v in values or ())
-    except (TypeError, ValueError):
-        return ()
 
 
 def is_fmha(instr: Instruction) -> bool:
@@ -64,11 +58,11 @@ def fmha_desc(instr: Instruction) -> OpDesc:
     dims = next((config[k] for k in _K_DOTS if isinstance(config.get(k), dict)), _DEFAULT_K_DIMS)
     opcode = "fused-attention" + ("-backward" if "Backward" in target else "") + (
         "-causal" if causal else "")
-    operands = tuple(s for leaves in instr.operand_shapes for s in leaves)
+    operands = instr.operand_leaves
     results = tuple(s for s in instr.shapes if s.dtype != "u8")   # the scratch workspace
     return OpDesc(opcode, results, operands,
-                  rhs_contracting=_ints(dims.get("rhs_contracting_dimensions")),
-                  rhs_batch=_ints(dims.get("rhs_batch_dimensions")))
+                  rhs_contracting=config_ints(dims.get("rhs_contracting_dimensions")),
+                  rhs_batch=config_ints(dims.get("rhs_batch_dimensions")))
 
 
 # TransformerEngine (transformer_engine/common/include/transformer_engine/fused_attn.h):
@@ -81,7 +75,7 @@ TE_SIZES = ("input_batch", "q_max_seqlen", "kv_max_seqlen", "attn_heads", "head_
 _FFI_INT = re.compile(r"(\w+) = (-?\d+) : [iu]\d+")
 
 
-def ffi_ints(instr: Instruction) -> dict[str, int]:
+def fficonfig_ints(instr: Instruction) -> dict[str, int]:
     """The integer attributes of a typed-FFI custom call (``backend_config={name = 16 : i64}``)."""
     return {k: int(v) for k, v in _FFI_INT.findall(str(instr.attrs.get("backend_config", "")))}
 
@@ -91,7 +85,7 @@ def te_attention_desc(instr: Instruction) -> OpDesc | str:
     operand and result but the trailing workspace; FLOPs from the sizes its attributes name
     (a padding mask counts the padded maximum, as cuDNN's own FLOP counts do)."""
     target = str(instr.attrs.get("custom_call_target", ""))
-    a = ffi_ints(instr)
+    a = fficonfig_ints(instr)
     missing = [k for k in TE_SIZES if k not in a]
     if missing:
         return (f"custom call {target}: no {', '.join(missing)} attribute (TransformerEngine "
@@ -104,7 +98,7 @@ def te_attention_desc(instr: Instruction) -> OpDesc | str:
                 f"{a['window_size_left']}): no rule for the keys each query sees")
     opcode = "fused-attention" + ("-backward" if "backward" in target else "") + (
         "-causal" if a.get("mask_type") in TE_CAUSAL_MASKS else "")
-    operands = tuple(s for leaves in instr.operand_shapes for s in leaves)
+    operands = instr.operand_leaves
     results = instr.shapes[:-1] if len(instr.shapes) > 1 else instr.shapes   # the workspace
     return OpDesc(opcode, tuple(results), operands,
                   attention=tuple(a[k] for k in TE_SIZES))  # (B, T, S, N, H)
@@ -126,7 +120,7 @@ def splash_phase(instr: Instruction, op_name: str) -> str | None:
 def splash_desc(instr: Instruction, phase: str) -> OpDesc | str:
     """The desc of one splash kernel: forward, dQ or dK/dV (with dQ too when the backward is
     fused: a third result as large as K), causal; every operand and result counted once."""
-    operands = tuple(s for leaves in instr.operand_shapes for s in leaves)
+    operands = instr.operand_leaves
     qkv = [s for s in operands if s.dtype in _FLOATS][:3]
     if len(qkv) < 3 or len(qkv[0].dims) < 3:
         return f"custom call tpu_custom_call ({instr.name}): no Q, K, V among its operands"

@@ -37,6 +37,11 @@ class Instruction:
     operand_shapes: tuple[tuple[Shape, ...], ...] = ()
 
     @property
+    def operand_leaves(self) -> tuple[Shape, ...]:
+        """Every operand's result leaves, in operand order (``operand_shapes`` flattened)."""
+        return tuple(s for leaves in self.operand_shapes for s in leaves)
+
+    @property
     def op_name(self) -> str:
         """``metadata={op_name="jit(f)/dot_general"}`` -> "jit(f)/dot_general" ("" if absent)."""
         m = _OP_NAME_RE.search(self.attrs.get("metadata", ""))

@@ -130,9 +130,3 @@ def source_line(instr: Instruction, module: Module) -> str:
     meta = instr.attrs.get("metadata", "")
     f, line = _SOURCE_FILE_RE.search(meta), _SOURCE_LINE_RE.search(meta)
     return f"{shown_path(f.group(1))}:{line.group(1)}" if f and line else ""
-
-
-def jax_operation(op_name: str) -> str:
-    """The JAX primitive of an op_name: its last path element (``jit(f)/jvp(g)/dot_general``
-    -> ``dot_general``), "" for none."""
-    return op_name.rsplit("/", 1)[-1] if op_name else ""

@@ -95,21 +95,26 @@ def _unwrap(module: Module, comp: Computation, instr: Instruction,
     return body, body.root, params
 
 
-def _side(module: Module, outer: Computation, inner: Computation, mapping: dict[str, str],
-          name: str) -> tuple[int | None, int | None]:
-    """(tuple index, constant) for one operand of the compare/add, looking through a fusion."""
-    if name in mapping:
-        name, inner = mapping[name], outer
-    return _tuple_index(inner, name), _constant(inner, name)
+def _binary(module: Module, comp: Computation, instr: Instruction | None, opcode: str
+            ) -> tuple[Instruction, tuple, tuple] | None:
+    """``instr``, or the root of the fusion it is, when it is ``opcode`` of two operands (the
+    loop's compare, the step's add): that instruction and, for each operand, its (tuple index,
+    constant), looking through the fusion to its operands in ``comp``; None otherwise."""
+    found = _unwrap(module, comp, instr, opcode) if instr is not None else None
+    if found is None or len(found[1].operand_names) != 2:
+        return None
+    inner, op, mapping = found
+    where = [(comp, mapping[n]) if n in mapping else (inner, n) for n in op.operand_names]
+    a, b = ((_tuple_index(c, n), _constant(c, n)) for c, n in where)
+    return op, a, b
 
 
 def _induction(module: Module, loop: Instruction, parent: Computation) -> int | None:
     cond = module.computation(loop.called("condition")[0])
-    found = _unwrap(module, cond, cond.root, "compare")
-    if found is None or len(found[1].operand_names) != 2:
+    found = _binary(module, cond, cond.root, "compare")
+    if found is None:
         return None
-    inner, cmp, mapping = found
-    (ka, ca), (kb, cb) = (_side(module, cond, inner, mapping, n) for n in cmp.operand_names)
+    cmp, (ka, ca), (kb, cb) = found
     direction = cmp.attrs.get("direction", "")
     if ka is not None and cb is not None:
         k, bound = ka, cb
@@ -141,11 +146,10 @@ def _step(module: Module, loop: Instruction, k: int) -> int | None:
     if root is None or root.opcode != "tuple" or k >= len(root.operand_names):
         return None
     update = _through(body, body.by_name.get(root.operand_names[k]))
-    found = _unwrap(module, body, update, "add") if update is not None else None
-    if found is None or len(found[1].operand_names) != 2:
+    found = _binary(module, body, update, "add")
+    if found is None:
         return None
-    inner, add, mapping = found
-    (ka, ca), (kb, cb) = (_side(module, body, inner, mapping, n) for n in add.operand_names)
+    _, (ka, ca), (kb, cb) = found
     if ka == k and cb is not None:
         return cb
     if kb == k and ca is not None:

@@ -34,7 +34,7 @@ def store_merged(built, cap, events: pd.DataFrame, processes: list[dict], *, chi
     # process, so the merged table names programs by name alone
     if schema.PROGRAM_ID in events.columns:
         events = events.assign(**{schema.PROGRAM_ID: ""})
-    # MERGED is no single-host layout: the processes' clocks differ, so the host-share timing
+    # MERGED is no single-host format: the processes' clocks differ, so the host-share timing
     # of a CPU host (harness.measure.shares) is not taken; ops keep their per-device durations
     run = from_capture(cap, chip=chip, workload=built, meta=meta, notes=notes,
                        trace=TraceEvents(events, MERGED, str(cap.trace_dir)),

@@ -18,7 +18,7 @@ from pathlib import Path
 from harness.errors import one_line
 from harness.multihost import run as distributed
 from harness.sweep import run as sweep
-from harness.sweep.grid import Point, SweepPlan
+from harness.sweep.grid import Point, SweepGrid
 
 log = logging.getLogger(__name__)
 
@@ -33,24 +33,24 @@ def _run_point(point: Point, out: Path, cluster: distributed.Cluster, plots: boo
     return run
 
 
-def lead(plan: SweepPlan, sweep_dir: Path, cluster: distributed.Cluster, **kwargs):
+def lead(grid: SweepGrid, sweep_dir: Path, cluster: distributed.Cluster, **kwargs):
     """Process 0: ``sweep.run_sweep`` with every point run across the job."""
     def tell(todo: list[int]) -> None:
         distributed._client().key_value_set_bytes(TODO_KEY, json.dumps(todo).encode())
 
-    return sweep.run_sweep(plan, sweep_dir, on_todo=tell,
+    return sweep.run_sweep(grid, sweep_dir, on_todo=tell,
                            runner=lambda point, out, plots: _run_point(point, out, cluster,
                                                                        plots), **kwargs)
 
 
-def follow(plan: SweepPlan, cluster: distributed.Cluster) -> tuple[int, int]:
+def follow(grid: SweepGrid, cluster: distributed.Cluster) -> tuple[int, int]:
     """Every other process: run the points process 0 names, in its order; (points run, points
     that process 0 stored)."""
     deadline = time.monotonic() + distributed.WAIT_S
     todo = json.loads(distributed._get(TODO_KEY, deadline, "process 0 named no sweep points"))
     stored = 0
     for i in todo:
-        point = plan.points[i]
+        point = grid.points[i]
         try:
             _run_point(point, Path("."), cluster)
             stored += 1

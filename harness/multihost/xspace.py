@@ -1,7 +1,7 @@
 """``trace/merged/all-processes.xplane.pb``: every process's op executions in one XSpace.
 
 Process 0 holds every process's EVENTS (not their raw traces), so the merged file is written
-from them in the CPU layout that ``harness trace`` and the xprof trace viewer read
+from them in the CPU format that ``harness trace`` and the xprof trace viewer read
 (`harness.trace.cpu`): one ``/host:CPU`` plane, one XLA thread line per process and device,
 named after the process and its host (``tf_XLA p1 node-b device 5``); each op event carries
 ``hlo_op``, ``hlo_module``, ``device_ordinal`` (the global device id) and a ``run_id`` per

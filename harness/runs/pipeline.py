@@ -254,7 +254,7 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     decoded = decode(space, hlo_text=text, warmup_steps=warmup_steps,
                      saved_hlo=saved.get("hlo_text"), label=label)
     program = select(decoded, program) or saved.get("meta", {}).get(schema.PROGRAM, "")
-    events, layout = decoded.trace.events, decoded.trace.layout
+    events, trace_format = decoded.trace.events, decoded.trace.format
     if len(found) > 1:  # one profile's traces of several hosts: one job's run
         events, processes = hosts.read_hosts(found, warmup_steps, {trace_file: events})
         # each host numbers its own compilations: programs are named by name alone
@@ -268,7 +268,7 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     meta = dict(saved.get("meta", {}))
     # a CPU trace has no device plane: its devices are the host's CPU
     meta.setdefault(schema.DEVICE_KIND, device.label if device else (
-        "cpu" if layout == "cpu" else ""))
+        "cpu" if trace_format == "cpu" else ""))
     meta.setdefault(schema.DEVICE_COUNT, int(events[schema.DEVICE].nunique()))
     meta[schema.TRACE_FILE] = str(trace_file)
     if mesh:

@@ -78,7 +78,7 @@ class Run:
     predicted_spans: pd.DataFrame | None = None  # the same of the simulated roofline step
     chip: object | None = None
     capture: object | None = None   # harness.capture.steps.Capture: trace directory, HLO, cost
-    trace: object | None = None     # harness.trace.TraceEvents: EVENTS, layout, async names
+    trace: object | None = None     # harness.trace.TraceEvents: EVENTS, format, async names
     plots: dict[str, bytes] = field(default_factory=dict)  # file name -> PNG, once drawn
     files: dict[str, str | bytes] = field(default_factory=dict)  # more files to save with it
     path: Path | None = None

@@ -55,10 +55,6 @@ def _merged(starts: np.ndarray, ends: np.ndarray
     return s[first], reach[np.append(first[1:] - 1, len(s) - 1)], order[first]
 
 
-def _length(s: np.ndarray, e: np.ndarray) -> int:
-    return int((e - s).sum())
-
-
 def _overlap(s: np.ndarray, e: np.ndarray, us: np.ndarray, ue: np.ndarray) -> np.ndarray:
     """Per interval [s, e), how much of it a union (disjoint, sorted us/ue) covers."""
     if len(us) == 0:

@@ -1,2 +1,2 @@
-"""Sweeps: a TOML grid of runs (``plan``), run and resumed point by point (``run``), summed up
+"""Sweeps: a TOML grid of runs (``grid``), run and resumed point by point (``run``), summed up
 in a table, plots and report.html (``report``, ``plots``)."""

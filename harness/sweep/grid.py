@@ -83,7 +83,7 @@ class Point:
 
 
 @dataclass(frozen=True)
-class SweepPlan:
+class SweepGrid:
     """A validated sweep file and its expanded points (duplicates dropped)."""
 
     name: str
@@ -135,7 +135,7 @@ def _key_name(where: tuple) -> str:
     return out or "(file)"
 
 
-def load_sweep(path: str | Path) -> SweepPlan:
+def load_sweep(path: str | Path) -> SweepGrid:
     """Read, validate and expand a sweep file; raises ``SweepFileError`` on the first problem."""
     path = Path(path)
     try:
@@ -155,7 +155,7 @@ def load_sweep(path: str | Path) -> SweepPlan:
     return parse_sweep(data, text, path)
 
 
-def parse_sweep(data: dict, text: str, path: Path) -> SweepPlan:
+def parse_sweep(data: dict, text: str, path: Path) -> SweepGrid:
     c = _Checker(path, text)
     for key in data:
         if key not in TOP_KEYS:
@@ -178,7 +178,7 @@ def parse_sweep(data: dict, text: str, path: Path) -> SweepPlan:
             if p.key not in seen:  # the same run listed twice is run once
                 seen.add(p.key)
                 points.append(p)
-    return SweepPlan(name=name, path=path, text=text, description=description,
+    return SweepGrid(name=name, path=path, text=text, description=description,
                      points=tuple(points))
 
 

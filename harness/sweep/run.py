@@ -6,7 +6,7 @@ once the sweep closes, the summary table, plots and ``report.html`` (``harness.s
 
 The manifest is rewritten atomically (temp file + ``os.replace``) after every point, and runs
 are stored atomically by ``Run.save`` (``harness.runs.run``), so an interrupted or killed sweep
-leaves only complete runs. Running a plan in a directory that already has a manifest resumes it:
+leaves only complete runs. Running a grid in a directory that already has a manifest resumes it:
 done points are skipped (a complete run found in a point's directory but missing from the
 manifest, i.e. a kill between the two writes, is adopted, not re-run), failed and pending points
 run again, and stray ``.tmp-*`` directories left by a kill are removed first.
@@ -35,14 +35,13 @@ from harness.report.plots import drawing_time
 from harness.runs import store
 from harness.runs.workload import run_workload
 from harness.sweep import report as sweep_report
-from harness.sweep.grid import Point, SweepPlan
+from harness.sweep.grid import Point, SweepGrid
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 RUNS = "runs"
 PENDING, DONE, FAILED, OOM = "pending", "done", "failed", "oom"
-STATUSES = (PENDING, DONE, FAILED, OOM)
 VERSION = 1
 DEFAULT_ROOT = Path("results") / "sweeps"
 
@@ -52,7 +51,7 @@ class Event:
     """What the progress callback gets: ``kind`` is "start", "skip", "done" or "failed"."""
 
     kind: str
-    index: int          # 0-based position in the plan
+    index: int          # 0-based position in the grid
     total: int
     point: Point
     record: dict
@@ -61,7 +60,7 @@ class Event:
 @dataclass
 class SweepResult:
     path: Path
-    records: list[dict]                 # one per plan point, in plan order
+    records: list[dict]                 # one per grid point, in grid order
     summary: object = None              # pandas DataFrame (harness.sweep.report)
     report: Path | None = None
     ran: int = 0                        # points run in this invocation (not skipped)
@@ -167,22 +166,22 @@ def one_line(exc: BaseException, limit: int = 300) -> str:
 class Manifest:
     """The sweep's state on disk: header fields and a record per point key."""
 
-    def __init__(self, sweep_dir: Path, plan: SweepPlan):
+    def __init__(self, sweep_dir: Path, grid: SweepGrid):
         self.path = sweep_dir / MANIFEST
         self.data = read_manifest(sweep_dir) if self.path.exists() else {}
-        if self.data and self.data.get("name") != plan.name:
+        if self.data and self.data.get("name") != grid.name:
             raise HarnessError(f"{sweep_dir} holds sweep {self.data.get('name')!r}, not "
-                               f"{plan.name!r}; resume it with its own file")
+                               f"{grid.name!r}; resume it with its own file")
         old = {r["key"]: r for r in self.data.get("points", []) if isinstance(r, dict)
                and r.get("key")}
         self.records = [dict(old.get(p.key) or _record(p, i), index=i, label=p.label)
-                        for i, p in enumerate(plan.points)]
+                        for i, p in enumerate(grid.points)]
         # points of an earlier version of the file are kept, after the current ones
-        keys = {p.key for p in plan.points}
+        keys = {p.key for p in grid.points}
         self.extra = [r for k, r in old.items() if k not in keys]
-        self.data = {"version": VERSION, "name": plan.name, "file": str(plan.path.resolve()),
+        self.data = {"version": VERSION, "name": grid.name, "file": str(grid.path.resolve()),
                      "created": self.data.get("created") or _now(), "updated": _now(),
-                     "description": plan.description, "source": plan.text}
+                     "description": grid.description, "source": grid.text}
 
     def save(self) -> None:
         self.data["updated"] = _now()
@@ -196,11 +195,11 @@ def run_point(point: Point, out: Path, point_plots: bool = True):
                         chip=point.chip, with_plots=point_plots)
 
 
-def run_sweep(plan: SweepPlan, sweep_dir: str | os.PathLike, *,
+def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *,
               on_event: Callable[[Event], None] | None = None, close: bool = True,
               point_plots: bool = True, runner: Callable | None = None,
               on_todo: Callable[[list[int]], None] | None = None) -> SweepResult:
-    """Run (or resume) ``plan`` in ``sweep_dir``; returns the records and, with ``close``, the
+    """Run (or resume) ``grid`` in ``sweep_dir``; returns the records and, with ``close``, the
     summary table and report path. Point failures are recorded, not raised. Each point's page
     gets its plots (``point_plots``; their drawing time is each record's ``plot_seconds``, out
     of its ``seconds``); the sweep's own plots are drawn once, at the close.
@@ -210,12 +209,12 @@ def run_sweep(plan: SweepPlan, sweep_dir: str | os.PathLike, *,
     sweep_dir = Path(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     clean_stale(sweep_dir)
-    manifest = Manifest(sweep_dir, plan)
+    manifest = Manifest(sweep_dir, grid)
     manifest.save()
     emit = on_event or (lambda e: None)
     runner = runner or run_point
-    total, todo = len(plan.points), []
-    for i, (point, rec) in enumerate(zip(plan.points, manifest.records)):
+    total, todo = len(grid.points), []
+    for i, (point, rec) in enumerate(zip(grid.points, manifest.records)):
         runs = _complete_runs(point_dir(sweep_dir, point))
         if runs:  # done, or finished but killed before the manifest said so
             if rec["status"] != DONE or rec["run"] != str(runs[-1].relative_to(sweep_dir)):
@@ -232,7 +231,7 @@ def run_sweep(plan: SweepPlan, sweep_dir: str | os.PathLike, *,
     if on_todo is not None:
         on_todo(todo)
     for i in todo:
-        point, rec = plan.points[i], manifest.records[i]
+        point, rec = grid.points[i], manifest.records[i]
         rec.update(status=PENDING, run=None, error=None)
         emit(Event("start", i, total, point, rec))
         t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""The CPU layout: op executions on XLA's thread-pool lines of ``/host:CPU`` (`profiling.md`).
+"""The CPU format: op executions on XLA's thread-pool lines of ``/host:CPU`` (`profiling.md`).
 
 Op events carry stats ``hlo_op``, ``hlo_module``, ``device_ordinal`` and ``run_id``; ``end: <op>``
 markers, ``Rendezvous`` and thread-pool events are not ops. Dispatch is asynchronous, so ops are

@@ -1,6 +1,6 @@
-"""Where XLA op executions live in an XSpace, one entry per backend layout (`profiling.md`).
+"""Where XLA op executions live in an XSpace, one entry per trace format (`profiling.md`).
 
-Each layout turns an XSpace into plain column lists (``Columns``); ``harness.trace.load`` makes the
+Each format turns an XSpace into plain column lists (``Columns``); ``harness.trace.load`` makes the
 DataFrame. Steps are attributed here: ``-1`` marks an execution outside every measured step.
 
 - CPU: plane ``/host:CPU``; op events carry stats ``hlo_op``, ``hlo_module``, ``device_ordinal``,
@@ -19,20 +19,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.trace import cpu as layout_cpu
-from harness.trace import gpu as layout_gpu
-from harness.trace import tpu as layout_tpu
+from harness.trace import cpu, gpu, tpu
 from harness.trace.planes import Columns
 from harness.trace.space import Space
 
-__all__ = ["LAYOUTS", "Layout", "Columns"]
+__all__ = ["FORMATS", "Format", "Columns"]
 
 
 @dataclass(frozen=True)
-class Layout:
+class Format:
+    """How one backend's traces hold their ops: recognised by ``detect``, read by ``extract``."""
+
     detect: Callable[[Space], bool]
     extract: Callable[..., Columns]  # (space) or, with uses_hlo, (space, schedule_of)
-    uses_hlo: bool = False  # the layout uses the program's schedule (GPU: CUDA graphs)
+    uses_hlo: bool = False  # the format needs the program's schedule (GPU: CUDA graphs)
     shares_cores: bool = False  # its devices are threads on the host's cores (measure.shares)
     # the half of an async -start/-done pair its trace gives the pair's time to (harness.hlo.cost)
     async_time_on: str = "start"
@@ -40,11 +40,9 @@ class Layout:
     start: Callable[[Space], None] | None = None
 
 
-# Order matters: device planes first; the CPU layout also matches the host plane of GPU runs.
-LAYOUTS: dict[str, Layout] = {
-    "tpu": Layout(layout_tpu.detect, layout_tpu.extract, async_time_on=layout_tpu.ASYNC_TIME_ON,
-                  start=layout_tpu.start),
-    "gpu": Layout(layout_gpu.detect, layout_gpu.extract, uses_hlo=True, start=layout_gpu.start),
-    "cpu": Layout(layout_cpu.detect, layout_cpu.extract, shares_cores=True,
-                  start=layout_cpu.start),
+# Order matters: device planes first; the CPU format also matches the host plane of GPU runs.
+FORMATS: dict[str, Format] = {
+    "tpu": Format(tpu.detect, tpu.extract, async_time_on=tpu.ASYNC_TIME_ON, start=tpu.start),
+    "gpu": Format(gpu.detect, gpu.extract, uses_hlo=True, start=gpu.start),
+    "cpu": Format(cpu.detect, cpu.extract, shares_cores=True, start=cpu.start),
 }

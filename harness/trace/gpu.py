@@ -1,4 +1,4 @@
-"""The GPU layout: planes ``/device:GPU:<n>``, kernel events on per-stream lines.
+"""The GPU format: planes ``/device:GPU:<n>``, kernel events on per-stream lines.
 
 A kernel carries ``hlo_op`` / ``hlo_module`` stats; consecutive kernels of one HLO op fold into
 one execution whose duration is the sum of its kernels'. Steps come from a ``Steps`` line, else

@@ -12,12 +12,13 @@ import logging
 import os
 import re
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2
 from google.protobuf.message import DecodeError
 
 from harness.errors import TraceError
 from harness.trace.planes import PlaneIndex, plane
 from harness.trace.space import Space
+from harness.trace.xplane import message_classes
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +57,7 @@ def _classes() -> dict[str, type]:
                                     else _F.LABEL_OPTIONAL)
         if type_name:
             f.type_name = f".{pkg}.{type_name}"
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fdp)
-    return {m: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{pkg}.{m}"))
-            for m in messages}
+    return message_classes(fdp, messages)
 
 
 _PROTO = _classes()
@@ -95,7 +93,7 @@ def embedded_modules(space: Space, damaged: list | None = None
 def _xla_computation():
     """jaxlib's ``XlaComputation``: ``jaxlib.xla_client`` (jaxlib 0.4 to 0.10; 0.17 s to import
     here, against 0.9 s through ``jax._src.lib``, which imports all of jax), else
-    ``jax._src.lib.xla_client``, else jaxlib's ``_hlo`` extension (newer layouts)."""
+    ``jax._src.lib.xla_client``, else jaxlib's ``_hlo`` extension (newer jaxlibs)."""
     # as ``import jax`` does before it loads jaxlib: XLA's C++ logs warnings and errors only
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     try:

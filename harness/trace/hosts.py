@@ -17,7 +17,7 @@ from harness import schema
 from harness.trace.load import TRACE_SUFFIX, find_trace_file, read_events
 from harness.trace.parallel import in_parallel
 
-MERGED = "merged"  # the layout name of every process's EVENTS together (no single host's)
+MERGED = "merged"  # the format name of every process's EVENTS together (no single host's)
 
 
 def merged_events(parts: list[pd.DataFrame]) -> pd.DataFrame:

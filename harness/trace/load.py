@@ -1,8 +1,8 @@
 """Profiler trace -> EVENTS: one row per device op execution, attributed to a measured step.
 
 ``load_events(source)`` accepts a ``*.xplane.pb`` path, a directory holding one (searched
-recursively, newest first), or the serialized bytes. The layout is detected per trace from a
-registry (``harness.trace.formats.LAYOUTS``): CPU (`/host:CPU` thread lines), TPU (`/device:TPU:n`,
+recursively, newest first), or the serialized bytes. The format is detected per trace from a
+registry (``harness.trace.formats.FORMATS``): CPU (`/host:CPU` thread lines), TPU (`/device:TPU:n`,
 line ``XLA Ops``) and GPU (`/device:GPU:n`, per-stream kernel lines).
 """
 from __future__ import annotations
@@ -17,10 +17,10 @@ from google.protobuf.message import DecodeError
 
 from harness import schema
 from harness.errors import TraceError
-from harness.trace.formats import LAYOUTS, Columns
+from harness.trace.formats import FORMATS, Columns
 from harness.trace.opener import (  # noqa: F401 (re-exported: where callers have found them)
     TRACE_SUFFIX,
-    detect_layout,
+    detect_format,
     find_trace_file,
     read_xspace,
 )
@@ -62,31 +62,31 @@ def _steps(step: np.ndarray, warmup_steps: int) -> tuple[np.ndarray, np.ndarray 
 
 @dataclass(frozen=True)
 class TraceEvents:
-    """A trace's EVENTS with where they came from: the layout that read them, the source label,
+    """A trace's EVENTS with where they came from: the format that read them, the source label,
     the HLO text's name of each async op -> the name the trace gives it
     (``fusion-start.3`` -> ``loop_..._fusion.7``; GPU traces), and whether the trace had step
     markers (without them, ``harness.measure.ops.by_execution`` numbers each program's
     executions)."""
 
     events: pd.DataFrame
-    layout: str
+    format: str  # the name of its format in harness.trace.formats.FORMATS, or hosts.MERGED
     source: str
     async_names: dict = field(default_factory=dict)
     stepped: bool = True  # steps from step markers; False: one step per program execution
 
     @property
     def shares_cores(self) -> bool:
-        """Whether the trace's devices are threads on the host's shared cores (its layout
-        says; a name that is no single-host layout, as a merged multi-host trace, does not):
+        """Whether the trace's devices are threads on the host's shared cores (its format
+        says; a name that is no single-host format, as a merged multi-host trace, does not):
         then an op's time is its share of the host (``harness.measure.shares``)."""
-        known = LAYOUTS.get(self.layout)
+        known = FORMATS.get(self.format)
         return bool(known and known.shares_cores)
 
     @property
     def async_time_on(self) -> str:
         """The half of an async pair ("start" or "done") the trace gives the pair's time to
-        (its layout says; "start" for any other): ``harness.hlo.hlo_costs(async_on=...)``."""
-        known = LAYOUTS.get(self.layout)
+        (its format says; "start" for any other): ``harness.hlo.hlo_costs(async_on=...)``."""
+        known = FORMATS.get(self.format)
         return known.async_time_on if known else "start"
 
 
@@ -102,7 +102,7 @@ def load_events(source: str | os.PathLike | bytes | Space, *, warmup_steps: int 
 def read_events(source: str | os.PathLike | bytes | Space, *, warmup_steps: int = 0,
                 schedule_of: Schedule | None = None, label: str | None = None) -> TraceEvents:
     """The EVENTS table of a trace: one row per op execution inside a measured step, with the
-    layout that read it and the source's label.
+    format that read it and the source's label.
 
     Op executions outside every step annotation (warm-up, compilation) are dropped; so are the
     first ``warmup_steps`` annotated steps. Steps are renumbered from 0. ``schedule_of(program)``:
@@ -112,23 +112,23 @@ def read_events(source: str | os.PathLike | bytes | Space, *, warmup_steps: int 
     """
     space, read_label = read_xspace(source)
     label = label or read_label
-    layout_name = detect_layout(space, label)
-    layout = LAYOUTS[layout_name]
+    format_name = detect_format(space, label)
+    trace_format = FORMATS[format_name]
     try:
-        cols: Columns = (layout.extract(space, schedule_of) if layout.uses_hlo
-                         else layout.extract(space))
+        cols: Columns = (trace_format.extract(space, schedule_of) if trace_format.uses_hlo
+                         else trace_format.extract(space))
     except DecodeError as e:  # lines are decoded lazily, so corruption inside one shows here
         raise TraceError(f"{label}: corrupt XSpace line ({e})") from None
     n = len(cols.op)
     if not n:
-        raise TraceError(f"{label}: trace has no XLA op executions ({layout_name} layout)")
+        raise TraceError(f"{label}: trace has no XLA op executions ({format_name} format)")
     step, keep = _steps(np.asarray(cols.step, dtype=np.int64), warmup_steps)
     if keep is not None and not len(keep):
         raise TraceError(f"{label}: no XLA op executions inside a measured step "
-                         f"({layout_name} layout, warmup_steps={warmup_steps})")
+                         f"({format_name} format, warmup_steps={warmup_steps})")
     programs = _plain(cols.program)
     found = pd.factorize(programs)
-    # program_id: "" throughout where the layout names none; the CPU layout codes both
+    # program_id: "" throughout where the format names none; the CPU format codes both
     # columns by run, factorized once
     ids = (_categorical(cols.program_id, cols.program_id_names,
                         found if cols.program_id is cols.program else None)
@@ -145,5 +145,5 @@ def read_events(source: str | os.PathLike | bytes | Space, *, warmup_steps: int 
     if keep is not None:  # rows outside the measured steps
         columns = {k: v[keep] for k, v in columns.items()}
     df = pd.DataFrame(columns)
-    return TraceEvents(df, layout_name, label, dict(cols.async_names),
+    return TraceEvents(df, format_name, label, dict(cols.async_names),
                        cols.stepped)

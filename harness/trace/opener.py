@@ -1,4 +1,4 @@
-"""Opening a trace: finding the ``*.xplane.pb``, reading its planes' metadata, naming its layout,
+"""Opening a trace: finding the ``*.xplane.pb``, reading its planes' metadata, naming its format,
 and starting its decode in worker processes (``start_decode``) before pandas and the analysis
 are imported. Nothing here imports pandas (``harness.trace.load`` builds the EVENTS table).
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 
 from harness.errors import TraceError
-from harness.trace.formats import LAYOUTS
+from harness.trace.formats import FORMATS
 from harness.trace.space import Source, Space
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ def find_trace_file(path: str | os.PathLike) -> Path:
 
 def read_xspace(source: str | os.PathLike | bytes | Space) -> tuple[Space, str]:
     """Open an XSpace (``harness.trace.space``: its planes' metadata read, its lines left on
-    disk until a layout reads them); returns it with a label naming where it came from (for
+    disk until a format reads them); returns it with a label naming where it came from (for
     errors). A ``Space`` is returned as it is; a protobuf ``XSpace`` message is read from its
     bytes."""
     if isinstance(source, Space):
@@ -70,11 +70,11 @@ def read_xspace(source: str | os.PathLike | bytes | Space) -> tuple[Space, str]:
     return space, label
 
 
-def detect_layout(space: Space, label: str = "<trace>") -> str:
-    """Name of the first registered layout that recognises the trace."""
-    for name, layout in LAYOUTS.items():
+def detect_format(space: Space, label: str = "<trace>") -> str:
+    """Name of the first registered format that recognises the trace."""
+    for name, trace_format in FORMATS.items():
         try:
-            found = layout.detect(space)
+            found = trace_format.detect(space)
         except DecodeError as e:  # lines are decoded lazily: damage inside one shows here
             raise TraceError(f"{label}: damaged XSpace: a line's header cannot be read "
                              f"({e})") from None
@@ -82,16 +82,16 @@ def detect_layout(space: Space, label: str = "<trace>") -> str:
             return name
     planes = [p.name for p in space.planes]
     raise TraceError(f"{label}: no XLA op timeline found (planes {planes}); "
-                     f"known layouts: {list(LAYOUTS)}")
+                     f"known formats: {list(FORMATS)}")
 
 
 def start_decode(space: Space, label: str = "<trace>") -> str:
-    """Start decoding ``space`` in worker processes (its layout's ``start``, where cores allow),
-    so that work done before ``read_events(space)`` runs beside it; the layout's name."""
-    name = detect_layout(space, label)
-    if LAYOUTS[name].start is not None:
+    """Start decoding ``space`` in worker processes (its format's ``start``, where cores allow),
+    so that work done before ``read_events(space)`` runs beside it; the format's name."""
+    name = detect_format(space, label)
+    if FORMATS[name].start is not None:
         try:
-            LAYOUTS[name].start(space)
+            FORMATS[name].start(space)
         except DecodeError as e:
             raise TraceError(f"{label}: corrupt XSpace line ({e})") from None
     return name

@@ -12,7 +12,7 @@ after another, with the same results. ``HARNESS_DECODE_WORKERS`` sets the number
 (1: none), jax or not.
 
 Work can also be started ahead of the code that uses it (``start``): ``harness trace`` starts a
-layout's decode as soon as the trace is opened, then imports pandas and the analysis while the
+format's decode as soon as the trace is opened, then imports pandas and the analysis while the
 workers read; ``in_parallel`` with the same owner (the trace's ``Space``) and function takes
 their results. The workers are forked before those imports, so the decode path imports neither
 pandas nor jax.

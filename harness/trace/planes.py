@@ -1,4 +1,4 @@
-"""Lookups over an XSpace shared by the trace layouts: planes, lines, steps.
+"""Lookups over an XSpace shared by the trace formats: planes, lines, steps.
 
 Lines stay on disk until asked for (``PlaneIndex.lines``), then are read as columns
 (``harness.trace.wire``); ``StepWindows`` turns step annotations into time windows;
@@ -26,12 +26,12 @@ XLA_THREAD_PREFIX = "tf_"  # XLA's thread-pool lines on the host plane
 
 @dataclass
 class Columns:
-    """Columns of the EVENTS table, filled by a layout (lists or numpy arrays).
+    """Columns of the EVENTS table, filled by a format's reader (lists or numpy arrays).
 
     ``program``, ``program_id`` and ``op`` hold names, or integer codes that
     ``program_names`` / ``program_id_names`` / ``op_names`` translate (cheaper to collect than
     strings). ``program_id``: each execution's program id (the trace's ``program_id`` stat; ""
-    where it gives none; empty: the layout names none). ``stepped``: whether steps come from
+    where it gives none; empty: the format names none). ``stepped``: whether steps come from
     step markers (False: each execution is numbered later).
     """
 
@@ -306,7 +306,7 @@ def device_planes(space: Space, pattern: re.Pattern) -> list[tuple[int, object]]
 
 
 def device_work(space: Space, pattern: re.Pattern) -> tuple:
-    """The context, parts and size of a device-plane layout's decode (``harness.trace.parallel``):
+    """The context, parts and size of a device-plane format's decode (``harness.trace.parallel``):
     (the trace, its device planes whose name ``pattern`` matches); the host's annotations (part
     None) and each device plane; the trace's bytes."""
     planes = device_planes(space, pattern)

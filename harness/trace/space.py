@@ -1,5 +1,5 @@
 """An XSpace read a piece at a time: each plane's metadata parsed by protobuf, its lines located
-and read only when a layout asks for them, so a trace is never held whole, let alone twice.
+and read only when a format asks for them, so a trace is never held whole, let alone twice.
 
 ``Space`` scans the file's top-level records (planes, and in each plane its lines and metadata)
 without reading the lines' events; a plane's metadata (ids, names, event and stat metadata,

@@ -1,4 +1,4 @@
-"""The TPU layout, read as xprof reads it: planes ``/device:TPU:<n>``, line ``XLA Ops``.
+"""The TPU format, read as xprof reads it: planes ``/device:TPU:<n>``, line ``XLA Ops``.
 
 - **Op names.** An ``XLA Ops`` event's metadata ``name`` is the whole HLO instruction text
   (``%copy-done.2 = f32[...] copy-done(...)``); the op is its ``display_name``, else an

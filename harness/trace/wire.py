@@ -7,7 +7,7 @@ field of every event that has one), ``BLOCK`` events at a time. Every writer of 
 C++ profiler, protobuf's serializers) writes an event's fields in field-number order:
 ``metadata_id`` (1), ``offset_ps`` (2), ``duration_ps`` (3), then its stats (4). So
 ``read_line`` reads every event's metadata id, ``Line.events(rows)`` the times of the events a
-layout keeps, and ``Events.stats`` the stats it asks for, each only where asked
+format keeps, and ``Events.stats`` the stats it asks for, each only where asked
 (``harness.trace.statplans`` reads them where each event kind lays them out,
 ``harness.trace.stats`` reads the stat records, ``harness.trace.varint`` the varints).
 Damaged bytes raise ``WireError`` (a ``DecodeError``, as protobuf's own parser does).

@@ -89,10 +89,16 @@ def _build() -> dict[str, type]:
                 nested.options.map_entry = True
                 _add_fields(nested, [("key", 1, _F.TYPE_INT64, _OPT, None, None),
                                      ("value", 2, _F.TYPE_MESSAGE, _OPT, value, None)])
+    return message_classes(fdp, _SCHEMA)
+
+
+def message_classes(fdp: descriptor_pb2.FileDescriptorProto, names) -> dict[str, type]:
+    """The message classes, by name, of the messages ``names`` of a file descriptor declared
+    by hand (``fdp``): protobuf's C implementation decodes them without a generated module."""
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
-    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{name}"))
-            for name in _SCHEMA}
+    return {n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{fdp.package}.{n}"))
+            for n in names}
 
 
 _CLASSES = _build()

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from workloads.base import Workload, WorkloadError, check_choice, smaller
+from workloads.base import Workload, WorkloadError, build_args, check_choice, smaller
 from workloads.llama import book, memory, model
 from workloads.llama.config import MODEL_DIMS, Dims, dims_of, fix_dtypes
 from workloads.llama.sharding import PARALLELISMS, Sharder
@@ -189,16 +189,6 @@ def _shard(mesh, tree):
                                                   is_leaf=lambda x: isinstance(x, P))
 
 
-def _args(cfg, mesh, abstract, abs_tree, shardings, host_fn):
-    if abstract:
-        if shardings is None:
-            return abs_tree
-        return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                            abs_tree, shardings)
-    host = host_fn()
-    return jax.device_put(host, shardings) if shardings is not None else jax.device_put(host)
-
-
 def host_params(cfg: ServeConfig):
     params = model.init_params(dims_of(cfg), cfg.seed, cfg.dtype)
     return jax.device_get(jax.jit(model.quantize)(params)) if cfg.int8_weights else params
@@ -228,8 +218,8 @@ def build_prefill(cfg: ServeConfig, mesh: AnyMesh | None, abstract: bool = False
         shardings = (sh.param_shardings(p_abs), sh.sharding("BT"))
         out = (named(mesh, P(sh.batch, sh.model)), _shard(mesh, c_specs))
         fn = jax.jit(prefill, in_shardings=shardings, out_shardings=out)
-    args = _args(cfg, mesh, abstract, (p_abs, tok_abs), shardings,
-                 lambda: (host_params(cfg), tokens(cfg, cfg.T)))
+    args = build_args(abstract, (p_abs, tok_abs), shardings,
+                      lambda: (host_params(cfg), tokens(cfg, cfg.T)))
     return fn, tuple(args)
 
 
@@ -256,7 +246,7 @@ def build_decode(cfg: ServeConfig, mesh: AnyMesh | None, abstract: bool = False)
         cache = {n: np.zeros(s.shape, s.dtype) for n, s in cache_shapes(cfg).items()}
         return host_params(cfg), cache, tokens(cfg, 1), np.int32(cfg.decode_pos)
 
-    return fn, tuple(_args(cfg, mesh, abstract, abs_tree, shardings, host))
+    return fn, tuple(build_args(abstract, abs_tree, shardings, host))
 
 
 def carry_cache(args: tuple, out: tuple) -> tuple:

@@ -25,11 +25,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from workloads.base import Workload, WorkloadError, check_choice, smaller
+from workloads.base import Workload, WorkloadError, build_args, check_choice, smaller
 from workloads.llama import book, loss, memory, model, remat
 from workloads.llama.config import MODEL_DIMS, Dims, dims_of, fix_dtypes
 from workloads.llama.sharding import PARALLELISMS, Sharder
-from workloads.mesh import AnyMesh, named, put
+from workloads.mesh import AnyMesh, named
 
 log = logging.getLogger(__name__)
 
@@ -168,16 +168,13 @@ def build(cfg: TrainConfig, mesh: AnyMesh | None, abstract: bool = False):
         shardings = (p_sh, o_sh, tok, tok)
         fn = jax.jit(step, in_shardings=shardings, out_shardings=(p_sh, o_sh, named(mesh, P())),
                      donate_argnums=donate)
-    if abstract:
-        tok_abs = jax.ShapeDtypeStruct((cfg.B, cfg.T), jnp.int32)
-        tree = (p_abs, o_abs, tok_abs, tok_abs)
-        if shardings is None:
-            return fn, tree
-        return fn, jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                                tree, shardings)
-    params = model.init_params(d, cfg.seed, cfg.param_dtype)
-    host = (params, init_opt_state(params, cfg), *batch(cfg))
-    args = put(host, shardings)
+
+    def host():
+        params = model.init_params(d, cfg.seed, cfg.param_dtype)
+        return params, init_opt_state(params, cfg), *batch(cfg)
+
+    tok_abs = jax.ShapeDtypeStruct((cfg.B, cfg.T), jnp.int32)
+    args = build_args(abstract, (p_abs, o_abs, tok_abs, tok_abs), shardings, host)
     log.debug("llama_train %s on %s", cfg.parallelism, None if mesh is None else mesh.shape)
     return fn, args
 

@@ -1,4 +1,4 @@
-"""compare(), by_category(), coverage() and the sharding check on hand-made tables."""
+"""join(), by_category(), coverage() and the sharding check on hand-made tables."""
 import json
 import math
 
@@ -7,7 +7,7 @@ import pytest
 
 import harness.runs.run as hrun
 from harness import schema
-from harness.analysis.gaps import by_category, compare, coverage, unexpected_collectives
+from harness.analysis.gaps import by_category, coverage, join, unexpected_collectives
 
 
 def measured():
@@ -37,7 +37,7 @@ def predicted():
 
 
 def test_efficiency_gap_share_and_ranking():
-    ops = compare(measured(), predicted())
+    ops = join(measured(), predicted())
     assert list(ops[schema.OP]) == ["all-reduce.2", "dot.1", "mystery.4", "fusion.3"]  # by gap
     row = ops.set_index(schema.OP)
     assert row.loc["dot.1", schema.EFFICIENCY] == pytest.approx(5e-6 / 10e-6)
@@ -49,7 +49,7 @@ def test_efficiency_gap_share_and_ranking():
 
 
 def test_unmodeled_ops_are_listed_not_zero():
-    ops = compare(measured(), predicted()).set_index(schema.OP)
+    ops = join(measured(), predicted()).set_index(schema.OP)
     assert ops.loc["mystery.4", schema.BOUND] == schema.UNMODELED
     assert math.isnan(ops.loc["mystery.4", schema.PREDICTED_S])
     assert ops.loc["mystery.4", schema.GAP_S] == pytest.approx(1e-6)
@@ -58,7 +58,7 @@ def test_unmodeled_ops_are_listed_not_zero():
 
 
 def test_by_category_sums():
-    cats = by_category(compare(measured(), predicted())).set_index(schema.CATEGORY)
+    cats = by_category(join(measured(), predicted())).set_index(schema.CATEGORY)
     assert cats.loc["matmul", schema.MEASURED_S] == pytest.approx(10e-6)
     assert cats.loc["other", "unmodeled_s"] == pytest.approx(1e-6)
     assert cats.loc["collective", schema.EFFICIENCY] == pytest.approx(2 / 8)
@@ -66,7 +66,7 @@ def test_by_category_sums():
 
 
 def test_unexpected_collectives():
-    ops = compare(measured(), predicted())
+    ops = join(measured(), predicted())
     assert unexpected_collectives(ops, {"all-reduce": 1}).empty
     extra = unexpected_collectives(ops, {"all-gather": 1})
     assert list(extra[schema.OP]) == ["all-reduce.2"]
@@ -80,7 +80,7 @@ def test_control_flow_containers_are_left_out():
     p = predicted()
     p.loc[len(p)] = ["p", "while.7", "while", "other", 1, 0.0, 0.0, 0.0, "", 1, 0.0, 0.0, 0.0,
                      0.0, "compute", ""]
-    ops = compare(m, p)
+    ops = join(m, p)
     assert "while.7" not in set(ops[schema.OP])
     assert ops[schema.MEASURED_S].sum() == pytest.approx(20e-6)
 
@@ -88,11 +88,11 @@ def test_control_flow_containers_are_left_out():
 def test_ops_beating_the_roofline_are_called_out():
     from harness.analysis.gaps import ops_beating_roofline
 
-    ops = compare(measured(), predicted())
+    ops = join(measured(), predicted())
     assert ops_beating_roofline(ops) == ""  # best efficiency here is 1.0
     p = predicted()
     p.loc[p[schema.OP] == "dot.1", schema.PREDICTED_S] = 30e-6  # 3x the measured 10 us
-    assert ops_beating_roofline(compare(measured(), p)).startswith("1 op(s) (dot.1")
+    assert ops_beating_roofline(join(measured(), p)).startswith("1 op(s) (dot.1")
 
 
 # --- one stored run, every view: the same workload efficiency ---------------------------------
@@ -159,7 +159,7 @@ def test_unmodeled_ops_stay_out_of_every_views_efficiency(tmp_path, capsys):
 def test_reports_list_why_ops_are_unmodeled():
     from harness.report.document import unmodeled_reasons
 
-    ops = compare(measured(), predicted())
+    ops = join(measured(), predicted())
     assert unmodeled_reasons(ops) == [
         ("mystery.4", "no instruction of this name in the program's HLO")]
     assert unmodeled_reasons(ops.drop(columns=[schema.WHY_UNMODELED])) == []  # an older run

@@ -43,10 +43,10 @@ def tpu_trace():
     )
 
 
-def test_tpu_layout_medians_and_warmup_exclusion(tpu_trace):
+def test_tpu_format_medians_and_warmup_exclusion(tpu_trace):
     read = read_events(tpu_trace)
     events = read.events
-    assert read.layout == "tpu"
+    assert read.format == "tpu"
     assert set(events[schema.PROGRAM]) == {"jit_step"}  # "(7)" program id stripped
     assert sorted(events[schema.STEP].unique()) == [0, 1, 2]  # warm-up execution dropped
     ops = op_times(events)
@@ -95,10 +95,10 @@ def gpu_trace():
     return serialize(host, gpu)
 
 
-def test_gpu_layout_folds_kernels_into_one_op_execution():
+def test_gpu_format_folds_kernels_into_one_op_execution():
     read = read_events(gpu_trace())
     events = read.events
-    assert read.layout == "gpu"
+    assert read.format == "gpu"
     ops = op_times(events)
     fusion = _row(ops, "fusion.3")
     # kernels per step: 3+4, 4+4, 5+4 = 7, 8, 9 us -> median 8 us, one execution per step
@@ -126,10 +126,10 @@ def cpu_trace():
     return serialize(plane("/host:CPU", {"python": python, "tf_XLAPjRtCpuClient/1": worker}))
 
 
-def test_cpu_layout_attributes_ops_to_steps_by_run_id():
+def test_cpu_format_attributes_ops_to_steps_by_run_id():
     read = read_events(cpu_trace())
     events = read.events
-    assert read.layout == "cpu"
+    assert read.format == "cpu"
     assert set(events[schema.OP]) == {"dot.1"}  # "end: dot.1" markers and Rendezvous are not ops
     assert len(events) == 4  # run 41 (warm-up) dropped
     ops = op_times(events)
