@@ -11,12 +11,15 @@ Rules, in order (kept simple on purpose; the registries below are the whole stor
    matmul, ``__cudnn$fmha...`` -> attention), else ``other``.
 3. A fusion, custom call or dot whose metadata ``op_name`` mentions one of ``ATTENTION_WORDS``
    is ``attention`` (the LLaMA workloads name their attention scope ``attention``); so is a
-   fusion containing both a dot and an ``exponential``.
+   fusion that computes attention by its data flow (``_attention_chain``): a dot whose result
+   goes through a reduce-max (softmax's max subtraction) and an ``exponential`` into a second
+   dot, softmax(Q K^T) V (`transformers.md`).
 4. Otherwise a fusion takes the highest-priority category among the instructions inside it
    (``FUSION_PRIORITY``: collective > matmul > reduction > elementwise > copy > other),
    ignoring scalar index arithmetic when it also holds array work. A fusion that holds a dot is
    a matmul (`profiling.md`: a fusion holds at most one matmul plus the elementwise work fused
-   around it); a TPU fusion that ``calls=`` a collective is a collective.
+   around it), its activation included (SiLU, GELU, an ``exponential``: no second dot consumes
+   it); a TPU fusion that ``calls=`` a collective is a collective.
 """
 from __future__ import annotations
 
@@ -66,13 +69,56 @@ def _custom_call(instr: Instruction) -> str:
     return next((cat for key, cat in CUSTOM_CALL_CATEGORY.items() if key in target), OTHER)
 
 
+# The stages of attention's data flow, as bits of what has reached an instruction through its
+# operands: a dot's result, then its reduce-max, then the exponential of that, then a second dot.
+_DOT, _MAX, _EXP, _SECOND_DOT = 1, 2, 4, 8
+_DOTS = ("dot", "convolution")
+
+
+def _reduces_max(module: Module, instr: Instruction) -> bool:
+    applied = instr.called("to_apply")
+    root = module.computation(applied[0]).root if applied else None
+    return root is not None and root.opcode == "maximum"
+
+
+def _stages(module: Module, computation: str, seeds: tuple[int, ...], depth: int = 0) -> int:
+    """The stages reached inside ``computation`` (its parameters reached by ``seeds``), nested
+    fusions followed with their operands' stages."""
+    reached: dict[str, int] = {}
+    every = 0
+    for i in module.computation(computation).instructions:
+        s = 0
+        for name in i.operand_names:
+            s |= reached.get(name, 0)
+        if i.opcode == "parameter":
+            index = int(i.literal) if i.literal.isdigit() else -1
+            s = seeds[index] if 0 <= index < len(seeds) else 0
+        elif i.opcode == "fusion" and i.called("calls") and depth < 8:
+            s |= _stages(module, i.called("calls")[0],
+                         tuple(reached.get(n, 0) for n in i.operand_names), depth + 1)
+        elif i.opcode in _DOTS:
+            s |= _DOT | (_SECOND_DOT if s & _EXP else 0)
+        elif i.opcode == "reduce" and s & _DOT and _reduces_max(module, i):
+            s |= _MAX
+        elif i.opcode == "exponential" and s & _MAX:
+            s |= _EXP
+        reached[i.name] = s
+        every |= s
+    return every
+
+
+def _attention_chain(module: Module, instr: Instruction) -> bool:
+    """Does the fusion compute softmax(Q K^T) V: a dot -> reduce-max -> exponential -> dot?"""
+    calls = instr.called("calls")
+    return bool(calls) and bool(_stages(module, calls[0], ()) & _SECOND_DOT)
+
+
 def _fusion(module: Module, instr: Instruction) -> str:
     if tpu.chain_role(module, instr) == "done":
         return COLLECTIVE
     # a chained TPU collective's copy in a continuation is the start's transfer (harness.hlo.tpu)
     inner = [i for i in fused_instructions(module, instr) if not tpu.in_flight(module, instr, i)]
-    opcodes = {i.opcode for i in inner}
-    if "exponential" in opcodes and opcodes & {"dot", "convolution"}:
+    if _attention_chain(module, instr):
         return ATTENTION
     arrays = [i for i in inner if any(s.elements > 1 for s in i.shapes)
               or any(s.elements > 1 for s in i.operand_leaves)]
