@@ -31,7 +31,7 @@ OVERRIDES = {"parallelism": "fsdp", "B": "1024", "T": "4096", "remat": "full"}
 def hlo_text(path: str | None) -> str:
     if path:
         return Path(path).read_text()
-    from harness.commands.predict_hlo import aot_cache_dir
+    from harness.plan.compiles import aot_cache_dir
     from workloads.aot import start_compile
 
     job = start_compile("llama_train", "70b", OVERRIDES, "16x16", tpu_chip="tpu-v5p",

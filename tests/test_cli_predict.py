@@ -129,3 +129,18 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, fragment):
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("harness predict: error:")
     assert fragment in lines[0]
+
+
+def test_the_book_answers_import_neither_pandas_nor_jax():
+    """``harness predict`` is a calculator: its command and ``harness.plan.book`` load only the
+    book's library (``harness.plan`` re-exports its ranking lazily)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, harness.commands.predict, harness.plan.book; "
+            "print(sorted(m for m in ('pandas', 'jax', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parent.parent, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -12,11 +12,11 @@ import pytest
 from harness import schema
 from harness.capture.memory import memory_fit
 from harness.cli import main
-from harness.commands.predict_hlo import plan
 from harness.errors import HarnessError
 from harness.hlo import category, cross_check, executed, parse_module
 from harness.hlo.cost import instruction_cost
 from harness.hlo.tpu import chain_role
+from harness.plan.compiles import compile_keys
 from harness.plan.predict import book_gap, predict_module
 from predictions import step
 from workloads import tpu
@@ -152,17 +152,17 @@ def test_topology_name_for_chip_and_mesh():
         tpu.topology_name("h100", (8,))
 
 
-def test_plan_falls_back_to_cpu_without_libtpu_in_one_line():
-    keys, notes = plan(["tpu-v5p", "h100"], "auto", have_libtpu=False)
+def test_compile_keys_fall_back_to_cpu_without_libtpu_in_one_line():
+    keys, notes = compile_keys(["tpu-v5p", "h100"], "auto", have_libtpu=False)
     assert keys == {"tpu-v5p": "cpu", "h100": "cpu"}
     assert len(notes) == 1 and "pip install" in notes[0] and "\n" not in notes[0]
-    assert plan(["tpu-v5p", "h100"], "auto", have_libtpu=True)[0] == {"tpu-v5p": "tpu-v5p",
-                                                                       "h100": "cpu"}
-    assert plan(["tpu-v5p"], "cpu", have_libtpu=True) == ({"tpu-v5p": "cpu"}, [])
+    assert compile_keys(["tpu-v5p", "h100"], "auto", have_libtpu=True)[0] == {
+        "tpu-v5p": "tpu-v5p", "h100": "cpu"}
+    assert compile_keys(["tpu-v5p"], "cpu", have_libtpu=True) == ({"tpu-v5p": "cpu"}, [])
     with pytest.raises(HarnessError, match="needs libtpu"):
-        plan(["tpu-v5p"], "tpu", have_libtpu=False)
+        compile_keys(["tpu-v5p"], "tpu", have_libtpu=False)
     with pytest.raises(HarnessError, match="no libtpu topology"):
-        plan(["h100"], "tpu", have_libtpu=True)
+        compile_keys(["h100"], "tpu", have_libtpu=True)
 
 
 def test_memory_fit_arithmetic():
@@ -341,7 +341,6 @@ def test_a_second_run_reads_the_compile_from_the_cache(capsys):
 
 
 def test_a_config_libtpu_refuses_is_reported_its_cpu_program_not_a_bound(capsys, monkeypatch):
-    from harness.commands import predict_hlo
     from workloads import aot
 
     real = aot.start_compile
@@ -357,7 +356,7 @@ def test_a_config_libtpu_refuses_is_reported_its_cpu_program_not_a_bound(capsys,
 
     monkeypatch.setattr(aot, "start_compile", fake)
     monkeypatch.setattr(tpu, "libtpu_available", lambda: True)
-    assert predict_hlo.plan(["tpu-v5e"], "auto", True)[0] == {"tpu-v5e": "tpu-v5e"}
+    assert compile_keys(["tpu-v5e"], "auto", True)[0] == {"tpu-v5e": "tpu-v5e"}
     assert main(["predict-hlo", "matmul", "--mesh", "2x2", "--chip", "tpu-v5e", "--format",
                  "json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -10,8 +10,8 @@ import pytest
 from harness import schema
 from harness.capture.memory import memory_fit
 from harness.cli import main
-from harness.commands.predict_hlo import _compile_line
 from harness.plan import rank as plan_rank
+from harness.plan.compiles import compile_line
 from harness.plan.fit import (
     RefusalUnreadable,
     batch_that_fits,
@@ -93,8 +93,8 @@ def test_fit_line_adds_up_and_says_which_figure_the_verdict_uses():
 def test_the_flops_cross_check_leads_with_loop_bodies_once():
     aot_ = SimpleNamespace(topology="v5p:4x4x4", devices=64, cached=False, compiler="XLA:TPU",
                            lower_s=1.0, compile_s=2.0)
-    line = _compile_line(aot_, {"flops_rel_diff": 64.378, "flops_loops_once_rel_diff": 0.0},
-                         "8x8")
+    line = compile_line(aot_, {"flops_rel_diff": 64.378, "flops_loops_once_rel_diff": 0.0},
+                        "8x8")
     assert line.index("loop bodies once") < line.index("+0.0%") < line.index("trip count") \
         < line.index("+6437.8%")
 

@@ -464,7 +464,7 @@ def test_llama3_70b_fsdp_step_on_v5p_16x16():
     from types import SimpleNamespace
 
     import workloads
-    from harness.commands.predict_hlo import aot_cache_dir
+    from harness.plan.compiles import aot_cache_dir
     from harness.plan.predict import predict_module
     from workloads.aot import start_compile
 

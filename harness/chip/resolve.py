@@ -14,7 +14,7 @@ from harness import schema
 from harness.chip import drift
 from harness.chip.calibration import cpu_chip_for_run
 from harness.errors import HarnessError
-from harness.trace.device import Device
+from harness.trace.device import Device, trace_device
 from predictions import hardware
 from predictions.gpu_ids import GPU_IDS
 
@@ -134,6 +134,13 @@ def chip_from_device(device: Device | None) -> tuple[object | None, list[str], d
            else "which is not a chip the registry knows, and its planes give no peak FLOP/s")
     return None, [f"measured only: the trace ran on {device.label}, {why}; give --chip (one "
                   f"of {', '.join(hardware.CHIPS)})"], {}
+
+
+def chip_from_trace(space) -> tuple[object | None, list[str]]:
+    """The chip a trace's device planes describe (``chip_from_device``), and its notes (one
+    naming the device when there is no chip); ``space``: the trace's decoded XSpace."""
+    found, notes, _ = chip_from_device(trace_device(space))
+    return found, notes
 
 
 def _from_peaks(device: Device):

@@ -1,6 +1,8 @@
 """One module per ``harness`` subcommand (see ``harness.cli.COMMANDS``)."""
 import argparse
 
+from harness.errors import HarnessError
+
 
 def count(text: str) -> int:
     """An argparse type: a whole number >= 0 (``--top 0`` = all rows)."""
@@ -11,6 +13,17 @@ def count(text: str) -> int:
     if n < 0:
         raise argparse.ArgumentTypeError(f"{n} is negative; give a number >= 0 (0 = all)")
     return n
+
+
+def parse_sets(items: list[str]) -> dict[str, str]:
+    """``--set`` values: ``["B=128", "dtype=bf16"]`` -> ``{"B": "128", "dtype": "bf16"}``."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise HarnessError(f"--set expects key=value, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def add_distributed_arguments(p) -> None:
@@ -35,7 +48,7 @@ def in_job(args, command: str, body) -> int:
     import sys
     import traceback
 
-    from harness.errors import HarnessError, one_line
+    from harness.errors import one_line
     from harness.multihost import run as distributed
 
     def timed_out(message: str) -> None:

@@ -8,19 +8,20 @@
     harness predict matmul --B 1024 --D 8192 --F 28672 --chip tpu-v5e
     harness predict chips
 
-Each prints the answer, the bound and the formula terms (``--json`` for JSON). Bad input raises
-ValueError/KeyError, which ``harness.cli`` turns into one line and exit code 2.
+Each prints the answer, the bound and the formula terms (``--json`` for JSON), as
+``harness.plan.book`` gives them. Bad input raises ValueError/KeyError, which ``harness.cli``
+turns into one line and exit code 2.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 
 from rich.console import Console
 from rich.table import Table
 
-from predictions import collectives, hardware, inference, roofline, training, transformer
+from harness.plan import book
+from predictions import collectives, hardware, training, transformer
 
 
 def _num(name: str, text: str | None, integer: bool = False) -> float | int | None:
@@ -38,33 +39,14 @@ def _num(name: str, text: str | None, integer: bool = False) -> float | int | No
     return value
 
 
-def _secs(t: float) -> str:
-    for unit, scale in (("days", 86400.0), ("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if t >= scale or unit == "us":
-            return f"{t / scale:.4g} {unit}"
-    return f"{t:.3g} s"
-
-
-def _si(x: float, unit: str = "") -> str:
-    for prefix, scale in (("Y", 1e24), ("Z", 1e21), ("E", 1e18), ("P", 1e15), ("T", 1e12),
-                          ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.4g} {prefix}{unit}"
-    return f"{x:.4g} {unit}".rstrip()
-
-
-COLUMNS = ("quantity", "value", "formula (book chapter)")
-
-
-def _emit(args, title: str, rows: list[tuple[str, ...]], data: dict,
-          columns: tuple[str, ...] = COLUMNS) -> int:
+def _emit(args, answer) -> int:
     if args.json:
-        print(json.dumps(data, indent=2, default=str))
+        print(json.dumps(answer.data, indent=2, default=str))
         return 0
-    table = Table(title=title, title_justify="left")
-    for col in columns:
+    table = Table(title=answer.title, title_justify="left")
+    for col in answer.columns:
         table.add_column(col)
-    for row in rows:
+    for row in answer.rows:
         table.add_row(*row)
     console = Console()
     if not console.is_terminal:  # pipes and files: no wrapping at rich's default 80 columns
@@ -81,42 +63,13 @@ def _train(args) -> int:
     chip, cfg = _chip_and_model(args)
     chips, tokens = _num("chips", args.chips, True), _num("tokens", args.tokens)
     mfu, seq = _num("mfu", args.mfu), _num("seq-len", args.seq_len)
-    P = transformer.param_count(cfg)
-    flops = transformer.train_flops(cfg, tokens, seq)
-    t = training.train_time(cfg, tokens, chip, chips, mfu, args.dtype, seq)
-    rows = [("params P", _si(P), "L(3DF+2D(N+K)H+2D)+D+2DV (transformers.md)"),
-            ("train FLOPs", _si(flops, "FLOP"), "6*P*tokens (+12*T*S*N*H*L) (transformers.md)"),
-            ("wall time", _secs(t), "FLOPs/(chips*C*MFU) (training.md)"),
-            ("bound", "compute (at the given MFU)", "")]
-    data = {"model": args.model, "chip": chip.name, "chips": chips, "tokens": tokens, "mfu": mfu,
-            "params": P, "flops": flops, "seconds": t, "bound": "compute"}
-    batch = _num("batch", args.batch)
-    if batch is not None:
-        axes = collectives.parse_axes(args.axes)
-        axes = axes[0] if len(axes) == 1 else axes
-        step = training.step_time(cfg, batch, chip, chips, args.strategy, axes=axes, mfu=mfu,
-                                  dtype=args.dtype, seq_len=seq)
-        mem = training.memory_per_chip(cfg, batch, chips, chip=chip)
-        rows += [("strategy X x Y", f"{args.strategy} {step.X} x {step.Y}", "training.md"),
-                 ("tokens per chip", _si(step.tokens_per_chip), "B/(X*Y)"),
-                 ("step T_math", _secs(step.t_math_s), "6*P*B/(N*C*MFU) (training.md)"),
-                 ("step T_fsdp", _secs(step.t_fsdp_s), "L*3*2*P_layer/(Y*W_ici*M_X)"),
-                 ("step T_tp", _secs(step.t_tp_s), "L*3*2*2*B*D/(X*W_ici*M_Y)"),
-                 ("step time", _secs(step.t_step_s), "sum over passes of max(T_math, T_comms)"),
-                 ("step bound", step.bound, ""),
-                 ("memory per chip", _si(mem.total_bytes, "B"),
-                  f"10*P/N + 2*D*B*4*L/N (applied-training.md); fits: {mem.fits}")]
-        data.update(step=dataclasses.asdict(step),
-                    memory={**dataclasses.asdict(mem), "fits": mem.fits})
-    return _emit(args, f"train {args.model} on {chips} x {chip.name}", rows, data)
+    return _emit(args, book.train(chip, cfg, args.model, chips, tokens, mfu, args.dtype, seq,
+                                  _num("batch", args.batch), args.strategy, args.axes))
 
 
 def _precision(args) -> tuple[float, float]:
-    default = 0.5 if args.int4 else 1 if args.int8 else 2
-    wb = _num("weight-bytes", args.weight_bytes)
-    kb = _num("kv-bytes", args.kv_bytes)
-    return (default if wb is None else wb,
-            (1 if args.int8 or args.int4 else 2) if kb is None else kb)
+    return book.precision(args.int8, args.int4, _num("weight-bytes", args.weight_bytes),
+                          _num("kv-bytes", args.kv_bytes))
 
 
 def _decode(args) -> int:
@@ -124,85 +77,32 @@ def _decode(args) -> int:
     chips, batch = _num("chips", args.chips, True), _num("batch", args.batch, True)
     context = _num("context", args.context)
     wb, kb = _precision(args)
-    s = inference.decode_step(cfg, chip, chips, batch, context, wb, kb, args.dtype)
-    crit = inference.critical_batch(chip, wb, args.dtype)
-    mb = inference.max_batch(cfg, chip, chips, context, wb, kb)
-    rows = [("param bytes", _si(s.param_bytes, "B"), f"P*{wb}"),
-            ("KV bytes", _si(s.kv_bytes, "B"), f"B*S*2*L*K*H*{kb} (transformers.md)"),
-            ("kv time", _secs(s.kv_time_s), "KV bytes/(chips*W_hbm) (inference.md)"),
-            ("param time", _secs(s.param_time_s), "param bytes/(chips*W_hbm)"),
-            ("flops time", _secs(s.flops_time_s), "2*P*B/(chips*C)"),
-            ("step time", _secs(s.step_s), "kv + max(flops, param) (inference.md)"),
-            ("bound", s.bound, f"critical batch {crit:.0f} = C*s_w/(2*W_hbm)"),
-            ("throughput", f"{s.tokens_per_s:.4g} tok/s ({s.tokens_per_s_per_chip:.4g}/chip)",
-             "B/step"),
-            ("max batch", str(mb), "(chips*HBM - param bytes)/(S*KV per token)")]
-    data = {"model": args.model, "chip": chip.name, **dataclasses.asdict(s),
-            "tokens_per_s": s.tokens_per_s, "critical_batch": crit, "max_batch": mb}
-    return _emit(args, f"decode {args.model} on {chips} x {chip.name}", rows, data)
+    return _emit(args, book.decode(chip, cfg, args.model, chips, batch, context, wb, kb,
+                                   args.dtype))
 
 
 def _prefill(args) -> int:
     chip, cfg = _chip_and_model(args)
     chips, tokens = _num("chips", args.chips, True), _num("tokens", args.tokens)
     wb, _ = _precision(args)
-    p = inference.prefill(cfg, chip, chips, tokens, _num("mfu", args.mfu), wb, args.dtype,
-                          _num("seq-len", args.seq_len))
-    rows = [("FLOPs", _si(p.flops, "FLOP"), "2*P*tokens (inference.md)"),
-            ("flops time", _secs(p.flops_time_s), "FLOPs/(chips*C*MFU)"),
-            ("param time", _secs(p.param_time_s), "param bytes/(chips*W_hbm)"),
-            ("prefill time", _secs(p.seconds), "max of the two"),
-            ("bound", p.bound, "")]
-    data = {"model": args.model, "chip": chip.name, "chips": chips, **dataclasses.asdict(p)}
-    return _emit(args, f"prefill {args.model} on {chips} x {chip.name}", rows, data)
+    return _emit(args, book.prefill(chip, cfg, args.model, chips, tokens, _num("mfu", args.mfu),
+                                    wb, args.dtype, _num("seq-len", args.seq_len)))
 
 
 def _collective(args) -> int:
     nbytes = _num("bytes", args.bytes)
-    if args.kind == "ppermute":
-        e = collectives.ppermute_terms(nbytes, args.chip, args.links, args.hops)
-    else:
-        wrap = {"auto": None, "yes": True, "no": False}[args.wraparound]
-        e = collectives.estimate(args.kind, nbytes, args.axes, args.chip, wrap)
-    rows = [("V (bytes)", _si(e.nbytes, "B"), "per-device convention of sharding.md"),
-            ("axes", "x".join(map(str, e.axes)) or "-", f"wraparound: {e.wraps or '-'}"),
-            ("bandwidth term", _secs(e.t_bandwidth_s), e.formula),
-            ("latency term", _secs(e.t_latency_s), "T_min * hops (sharding.md)"),
-            ("time", _secs(e.seconds), "max of the two"),
-            ("bound", e.bound, "")]
-    data = {**dataclasses.asdict(e), "seconds": e.seconds, "bound": e.bound}
-    return _emit(args, f"{args.kind} on {e.chip}", rows, data)
+    wrap = {"auto": None, "yes": True, "no": False}[args.wraparound]
+    return _emit(args, book.collective(args.kind, nbytes, args.axes, args.chip, wrap,
+                                       args.links, args.hops))
 
 
 def _matmul(args) -> int:
-    m = roofline.matmul(_num("B", args.B), _num("D", args.D), _num("F", args.F), args.chip,
-                        args.dtype, args.weight_dtype)
-    rows = [("FLOPs", _si(m.flops, "FLOP"), "2BDF (roofline.md)"),
-            ("bytes", _si(m.bytes, "B"), "s_x*BD + s_w*DF + s_x*BF"),
-            ("intensity", f"{m.intensity:.4g}", f"critical {m.critical_intensity:.4g} = C/W_hbm"),
-            ("T_math", _secs(m.t_compute_s), "FLOPs/C"),
-            ("T_memory", _secs(m.t_memory_s), "bytes/W_hbm"),
-            ("time", f"{_secs(m.t_lower_s)} .. {_secs(m.t_upper_s)}", "max .. sum"),
-            ("bound", m.bound, "")]
-    return _emit(args, f"matmul on {hardware.chip_entry(args.chip).name}", rows,
-                 dataclasses.asdict(m))
+    return _emit(args, book.matmul(_num("B", args.B), _num("D", args.D), _num("F", args.F),
+                                   args.chip, args.dtype, args.weight_dtype))
 
 
 def _chips(args) -> int:
-    rows, data = [], {}
-    for name, c in hardware.CHIPS.items():
-        ici = roofline.critical_intensity(c, "bf16", "ici")
-        rows.append((name, _si(c.flops_per_s("bf16"), "FLOP/s"), _si(c.hbm_bytes, "B"),
-                     _si(c.hbm_bytes_per_s, "B/s"),
-                     f"{_si(c.ici_bytes_per_s, 'B/s')} "
-                     + (f"x {c.ici_links} links" if c.kind == "tpu" else
-                        f"egress ({c.ici_links} links)" if c.kind == "gpu" else "ring"),
-                     "x".join(map(str, c.max_slice)) or "-",
-                     f"{roofline.critical_intensity(c):.0f}", f"{ici:.0f}"))
-        data[name] = dataclasses.asdict(c)
-    return _emit(args, "chips (tpus.md, gpus.md; cpu is a placeholder for `harness calibrate`)",
-                 rows, data, ("chip", "bf16 peak", "HBM", "HBM BW", "ICI one-way / NVLink egress",
-                              "max slice", "C/W_hbm", "C/W_ici"))
+    return _emit(args, book.chip_table())
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

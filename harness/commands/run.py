@@ -5,7 +5,7 @@ from pathlib import Path
 
 from harness import schema
 from harness.capture.steps import STEPS
-from harness.commands import add_distributed_arguments, count, in_job
+from harness.commands import add_distributed_arguments, count, in_job, parse_sets
 from harness.errors import HarnessError
 from harness.multihost import run as distributed
 from harness.report import tables
@@ -13,17 +13,6 @@ from harness.runs.workload import list_workloads, run_workload
 
 # jax is imported inside the functions that run it, on purpose: importing this module must
 # leave XLA_FLAGS settable (harness.devices) and stay cheap for commands that never run jax.
-
-
-def parse_sets(items: list[str]) -> dict[str, str]:
-    """``["B=128", "dtype=bf16"]`` -> ``{"B": "128", "dtype": "bf16"}``."""
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise HarnessError(f"--set expects key=value, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
 
 
 def add_arguments(p) -> None:

@@ -12,20 +12,17 @@ import sys
 import threading
 from pathlib import Path
 
-import pandas as pd
 from rich import progress as rp
 from rich.console import Console
 from rich.markup import escape
 
-from harness import schema
 from harness.commands import add_distributed_arguments, in_job
 from harness.errors import HarnessError
 from harness.report import tables
 from harness.sweep import report as sweep_report
+from harness.sweep import resume
 from harness.sweep import run as sweep
 from harness.sweep.grid import load_sweep
-
-LATEST = "latest"
 
 
 def add_arguments(p) -> None:
@@ -33,7 +30,7 @@ def add_arguments(p) -> None:
     p.add_argument("--out", type=Path, default=Path("results") / "sweeps", metavar="DIR",
                    help="where the sweep's directory <name>-<timestamp>/ is made "
                         "(default results/sweeps)")
-    p.add_argument("--resume", nargs="?", const=LATEST, default=None, metavar="DIR",
+    p.add_argument("--resume", nargs="?", const=resume.LATEST, default=None, metavar="DIR",
                    help="continue a sweep: its directory, or without DIR the newest sweep of "
                         "this name under --out; done points are skipped, failed ones rerun")
     p.add_argument("--point-plots", action=argparse.BooleanOptionalAction, default=True,
@@ -46,30 +43,6 @@ def add_arguments(p) -> None:
                    help="compile every program afresh (default: reuse JAX's persistent "
                         "compilation cache in the harness's cache directory)")
     add_distributed_arguments(p)
-
-
-def _sweep_dir(args, grid) -> Path:
-    if args.resume is None:
-        return sweep.new_sweep_dir(grid.name, args.out)
-    if args.resume == LATEST:
-        return sweep.latest_sweep(grid.name, args.out)
-    path = Path(args.resume)
-    name = sweep.read_manifest(path).get("name")  # one-line error unless a sweep directory
-    if name != grid.name:
-        raise HarnessError(f"{path} holds sweep {name!r}, not {grid.name!r}; resume it with "
-                           f"its own file")
-    return path
-
-
-def _points_table(grid, statuses: dict[str, str] | None = None):
-    rows = [{schema.POINT: i + 1, schema.WORKLOAD: p.workload, schema.PRESET: p.preset,
-             schema.MESH: p.mesh, schema.CHIP: p.chip or "(device's)",
-             schema.OVERRIDES: p.settings, schema.STEPS: p.steps, schema.WARMUP: p.warmup,
-             schema.KEY: p.key} for i, p in enumerate(grid.points)]
-    df = pd.DataFrame(rows)
-    if statuses is not None:
-        df[schema.STATUS] = [statuses.get(p.key, "pending") for p in grid.points]
-    return df
 
 
 def _progress():
@@ -88,11 +61,9 @@ def main(args) -> int:
                                                              cluster))
     grid = load_sweep(args.file)
     if args.dry_run:
-        statuses = None
-        if args.resume is not None:
-            manifest = sweep.read_manifest(_sweep_dir(args, grid))
-            statuses = {r.get("key"): r.get("status") for r in manifest["points"]}
-        print(tables.to_text(_points_table(grid, statuses),
+        statuses = (None if args.resume is None
+                    else resume.statuses(resume.sweep_dir(grid, args.out, args.resume)))
+        print(tables.to_text(resume.points_table(grid, statuses),
                              title=f"sweep {grid.name}: {len(grid.points)} points"), end="")
         print(f"{args.file}: valid, {len(grid.points)} points")
         return 0
@@ -100,7 +71,7 @@ def main(args) -> int:
         from harness.runs import compile_cache
 
         compile_cache.enable()
-    return _run(args, grid, _sweep_dir(args, grid), sweep.run_sweep)
+    return _run(args, grid, resume.sweep_dir(grid, args.out, args.resume), sweep.run_sweep)
 
 
 def _in_job(args, grid, cluster) -> int:
@@ -109,7 +80,7 @@ def _in_job(args, grid, cluster) -> int:
     from harness.multihost import sweep as job
 
     if cluster.process_index == 0:
-        code = _run(args, grid, _sweep_dir(args, grid),
+        code = _run(args, grid, resume.sweep_dir(grid, args.out, args.resume),
                     lambda *a, **kw: job.lead(*a, cluster=cluster, **kw))
     else:
         ran, stored = job.follow(grid, cluster)

@@ -33,16 +33,6 @@ def add_arguments(p) -> None:
     p.add_argument("--html", type=Path, help="also write the HTML report here")
 
 
-def _accelerator(space) -> tuple[object | None, list[str]]:
-    """The chip the trace's device planes describe (``harness.chip.resolve.chip_from_device``), and
-    its notes (one naming the device when there is no chip)."""
-    from harness.chip.resolve import chip_from_device
-    from harness.trace.device import trace_device
-
-    found, notes, _ = chip_from_device(trace_device(space))
-    return found, notes
-
-
 def main(args) -> int:
     from harness.trace.opener import find_trace_file, read_xspace, start_decode
     from predictions.hardware import chip_entry
@@ -55,10 +45,11 @@ def main(args) -> int:
     # the decode starts in worker processes now; pandas and the analysis are imported below,
     # beside it (a large trace's decode takes longer than those imports)
     trace_format = start_decode(space, label)
+    from harness.chip.resolve import chip_from_trace
     from harness.report import tables
     from harness.runs import pipeline
 
-    found, notes = (None, []) if args.chip else _accelerator(space)
+    found, notes = (None, []) if args.chip else chip_from_trace(space)
     # a CPU trace names no chip: it is predicted for this host's calibrated cpu chip
     on_cpu = trace_format == "cpu"
     if args.chip is None and found is None and args.hlo is None and not on_cpu:
@@ -96,14 +87,12 @@ def _write(args, **render) -> None:
 
 def _measured_only(space, label: str, args, notes: list[str]) -> int:
     from harness.report import tables
+    from harness.report.heading import measured_title
     from harness.runs.pipeline import measured_only
     from harness.runs.run import Run
 
     read, ops = measured_only(space, warmup_steps=args.warmup_steps, label=label)
-    events = read.events
-    title = (f"{read.source}: {read.format} format, {events[schema.DEVICE].nunique()} devices, "
-             f"{events[schema.STEP].nunique()} steps, {len(ops)} ops (measured only: give "
-             f"--chip for predictions)")
+    title = measured_title(read, ops)
     page = Run(title=title, ops=ops, notes=list(notes))
     shown = ops if args.top == 0 else ops.head(args.top)
     fmt = args.format if args.format in tables.FORMATS else "text"

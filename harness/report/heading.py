@@ -75,3 +75,12 @@ def meta_lines(r) -> list[str]:
     if m.get(schema.CONFIG):
         lines.append(f"config: {settings(m[schema.CONFIG])}")
     return [line for line in lines if line]
+
+
+def measured_title(read, ops) -> str:
+    """The title of a trace's measured per-op table, with neither HLO nor chip (``read``: its
+    ``TraceEvents``, ``ops``: OPS[measured]): source, trace format, devices, steps and ops."""
+    events = read.events
+    return (f"{read.source}: {read.format} format, {events[schema.DEVICE].nunique()} devices, "
+            f"{events[schema.STEP].nunique()} steps, {len(ops)} ops (measured only: give "
+            f"--chip for predictions)")

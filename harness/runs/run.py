@@ -199,6 +199,27 @@ def list_runs(root: str | os.PathLike = "results") -> list[Run]:
     return runs
 
 
+def runs_table(root: Path) -> pd.DataFrame:
+    """One row per stored run under ``root`` (``list_runs``): where it is, what it ran (its
+    workload or test, preset, mesh, overrides and chip), its wall step and its commit."""
+    rows = []
+    for run in list_runs(root):
+        m, s = run.meta, run.summary
+        dirty = {True: "yes", False: "no"}.get(m.get(schema.GIT_DIRTY), "")
+        rows.append({schema.RUN: str(run.path.relative_to(root)) if run.path != Path(root)
+                     else run.run_id,
+                     schema.WORKLOAD: m.get(schema.WORKLOAD) or m.get(schema.TEST) or "",
+                     schema.PRESET: m.get(schema.PRESET, ""), schema.MESH: "x".join(
+                         str(v) for v in (m.get(schema.MESH) or {}).values()),
+                     schema.OVERRIDES: " ".join(f"{k}={v}" for k, v in
+                                                (m.get(schema.OVERRIDES) or {}).items()),
+                     schema.CHIP: m.get(schema.CHIP, ""),
+                     schema.WALL_STEP_S: s.get(schema.WALL_STEP_S),
+                     schema.GIT_SHA: m.get(schema.GIT_SHA, ""), schema.GIT_DIRTY: dirty,
+                     schema.TIME: m.get(schema.TIME, "")})
+    return pd.DataFrame(rows)
+
+
 def _check_meta(path: Path, meta) -> None:
     """A meta.json that is JSON but not a run's: one line naming the file and the field."""
     if not isinstance(meta, dict):

@@ -1,0 +1,69 @@
+"""``harness calibrate``'s report of a calibration: per measured figure, one device alone
+against all N busy, with units; and what the ``cpu`` chip takes from it, with the caveat about
+devices that share the host's cores."""
+from __future__ import annotations
+
+from harness.chip import calibration as cal_lib
+
+
+def _si(x: float | None, unit: str) -> str:
+    if not x:
+        return "-"
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3), ("", 1.0),
+                          ("m", 1e-3), ("u", 1e-6), ("n", 1e-9)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}"
+
+
+def rows(cal: cal_lib.Calibration) -> list[tuple[str, str, str]]:
+    """(figure, one device alone, all N busy) per measured figure, with units."""
+    one, all_ = cal.one, cal.all
+    out = []
+    for dt in cal_lib.DTYPES:
+        out.append((f"matmul {dt}", _si(one.flops_per_s.get(dt), "FLOP/s"),
+                    _si(all_.flops_per_s.get(dt), "FLOP/s")))
+        out.append((f"  (step wall clock, {dt})", _si(one.flops_per_s_wall.get(dt), "FLOP/s"),
+                    _si(all_.flops_per_s_wall.get(dt), "FLOP/s")))
+    out.append(("memory stream (x*a+b)", _si(one.memory_bytes_per_s, "B/s"),
+                _si(all_.memory_bytes_per_s, "B/s")))
+    out.append(("  (step wall clock)", _si(one.memory_bytes_per_s_wall, "B/s"),
+                _si(all_.memory_bytes_per_s_wall, "B/s")))
+    out.append(("bf16 -> f32 convert", _si(one.convert_bytes_per_s, "B/s"),
+                _si(all_.convert_bytes_per_s, "B/s")))
+    out.append(("per-op overhead (a tiny op)", _si(one.op_overhead_s, "s"),
+                _si(all_.op_overhead_s, "s")))
+    for kind in cal_lib.RING:
+        out.append((f"{kind} bandwidth W", _si(one.collective_bytes_per_s.get(kind), "B/s"),
+                    _si(all_.collective_bytes_per_s.get(kind), "B/s")))
+        out.append((f"{kind} latency per hop", _si(one.collective_latency_s.get(kind), "s"),
+                    _si(all_.collective_latency_s.get(kind), "s")))
+    return out
+
+
+def title(cal: cal_lib.Calibration) -> str:
+    """The table's title: the host, its cores, the devices and the calibration's mode."""
+    return (f"{cal.cpu_model}, {cal.cores} cores, {cal.device_count} virtual devices "
+            f"({cal.mode} calibration, {cal.seconds:.1f} s)")
+
+
+def headers(cal: cal_lib.Calibration) -> tuple[str, str, str]:
+    """The headers of the columns of ``rows``."""
+    n = cal.device_count
+    return ("per device", "one device alone" if n > 1 else "one device",
+            f"all {n} busy (collectives: group of {cal.all.group})" if n > 1 else "-")
+
+
+def notes(cal: cal_lib.Calibration, chip) -> list[str]:
+    """The lines under the table: what its columns measure, the ``cpu`` chip ``chip`` the
+    all-busy column makes, and the caveat about shared cores."""
+    n = cal.device_count
+    return ["Per-op times from the XLA profiler; the wall-clock rows divide by the whole step's "
+            "span instead. One device alone: collectives over a pair, the other devices idle.",
+            f"The `cpu` chip takes the all-{n}-busy column: "
+            f"{_si(chip.flops_per_s('fp32'), 'FLOP/s')} fp32, "
+            f"{_si(chip.flops_per_s('bf16'), 'FLOP/s')} bf16, {_si(chip.hbm_bytes_per_s, 'B/s')} "
+            f"memory, ring W {_si(chip.ici_bytes_per_s, 'B/s')}, "
+            f"{_si(chip.hop_latency_s, 's')} per hop.",
+            f"Caveat: {cal_lib.NOTE.format(n=n, cores=cal.cores)}. Treat collective predictions "
+            f"on CPU as a check of the pipeline, not of an interconnect."]

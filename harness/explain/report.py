@@ -1,0 +1,182 @@
+"""``harness explain``'s report of a path: a stored run directory (its COLLECTIVES table, or for
+a run saved before there was one, made from the HLO its trace carries), any profiler trace
+(``*.xplane.pb`` or a directory holding one, analysed through ``pipeline.analyze_trace``) or a
+file of compiled HLO text, explained as it is, not run (``chip`` for roofline times).
+
+``explain_path`` gives the title, the table and the lines on repeated work; ``explained_text``
+the table ranked by exposed time, then each collective's reason in a sentence and the book's
+fix.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from harness import schema
+from harness.errors import HarnessError
+
+SHOWN = (schema.OP, schema.COLLECTIVE, schema.SOURCE_LINE, schema.MESH_AXES,
+         schema.DEVICE_BYTES, schema.COUNT, schema.REASON, schema.PREDICTED_S,
+         schema.MEASURED_S, schema.EXPOSED_COMM_S)
+
+
+@dataclass
+class Explained:
+    """What is explained (its title), its COLLECTIVES table (None or empty: no collectives)
+    and one line per finding on the work the layout repeats."""
+
+    title: str
+    table: pd.DataFrame | None
+    extra: list[str]
+
+
+def explain_path(path: Path, chip: str | None = None, program: str = "",
+                 mesh: dict | None = None) -> Explained:
+    """The collectives of ``path`` (a run directory, a trace or HLO text), of ``program``
+    (default: the run's, else the longest that ran), on the named ``mesh`` axes (default: the
+    run's), predicted for ``chip`` (default: the trace's accelerator)."""
+    from harness.report import heading
+
+    if not path.exists():
+        raise HarnessError(f"{path}: no such run directory or trace file")
+    if is_hlo_text(path):
+        return _static(path, chip, mesh)
+    run, table = _load(path, chip, program, mesh)
+    check_mesh(mesh, run.meta.get(schema.DEVICE_COUNT))
+    return Explained(heading.title(run), table, _redundant(run, path, mesh))
+
+
+def explained_text(e: Explained, top: int) -> str:
+    """The table (its ``top`` rows, all for 0) with its legend, each row's reason and fix, and
+    the lines on repeated work; a program with no collectives says so."""
+    from harness.report import tables
+
+    extra = "".join(f"{line}\n" for line in e.extra)
+    if e.table is None or not len(e.table):
+        return f"{e.title}: no collectives: every op runs on its own device's data\n" + extra
+    shown = e.table if top == 0 else e.table.head(top)
+    n = len(e.table)
+    out = [tables.to_text(shown[list(SHOWN)], title=f"{e.title}: {n} collective"
+                          f"{'s' * (n != 1)}, most exposed first")]
+    for _, row in shown.iterrows():
+        where = f" ({row[schema.SOURCE_LINE]})" if row[schema.SOURCE_LINE] else ""
+        out.append(f"{row[schema.OP]}{where}: {row[schema.WHY]}\n")
+        if row[schema.FIX]:
+            out.append(f"  fix: {row[schema.FIX]}\n")
+    return "".join(out) + extra + tables.legend_text(list(SHOWN)) + "\n"
+
+
+def run_module(run, path: Path):
+    """The program's parsed HLO: from the trace the run was analysed from (a stored run's
+    ``trace/``), else the HLO ``harness`` saved beside it."""
+    from harness.hlo import parse_module
+    from harness.runs import pipeline
+    from harness.runs.store import TRACE_DIR
+    from harness.trace.load import find_trace_file, read_xspace
+
+    where = Path(run.meta[schema.TRACE_FILE]) if schema.TRACE_FILE in run.meta and \
+        Path(run.meta[schema.TRACE_FILE]).exists() else path / TRACE_DIR
+    if not where.exists():
+        raise HarnessError(f"{path}: the run keeps no trace/, so its HLO is unknown; explain "
+                           f"the trace it was made from instead")
+    trace_file = find_trace_file(where)
+    text, _ = pipeline.trace_program(read_xspace(trace_file)[0], run.meta.get(schema.PROGRAM, ""))
+    text = text or pipeline.saved_beside(trace_file, trace_file.parent).get("hlo_text")
+    if not text:
+        raise pipeline.NoHlo(f"{path}: its trace holds no HLO, and none was saved beside it")
+    return parse_module(text)
+
+
+def _load(path: Path, chip: str | None, program: str, mesh: dict | None):
+    """The run (stored, or analysed from the trace) and its COLLECTIVES table."""
+    from harness.explain import collectives, run_mesh
+    from harness.runs import pipeline
+    from harness.runs.run import OPS_PARQUET, Run
+    from harness.runs.store import META
+
+    # a run directory, or any folder holding a trace (a profile dir, a run reduced to its
+    # meta and trace)
+    if not (path.is_dir() and (path / META).is_file() and (path / OPS_PARQUET).is_file()):
+        run = pipeline.analyze_trace(path, chip=chip, program=program, mesh=mesh)
+        return run, run.collectives
+    run = Run.load(path)
+    if run.collectives is not None and mesh is None:
+        table = run.collectives
+    else:  # a run saved before the table existed, or asked for on another mesh
+        table = collectives(run_module(run, path), mesh=mesh or run_mesh(run.meta),
+                            ops=run.ops, step=run.step)
+    if program and len(table):
+        table = table[table[schema.PROGRAM] == program]
+    return run, table
+
+
+def _redundant(run, path: Path, mesh: dict | None) -> list[str]:
+    """Lines on the work the layout repeats: the program's FLOPs over the model's, and each
+    dot that repeats its work over some mesh axes (``harness.explain.redundant``)."""
+    from harness.explain import redundant, run_mesh
+    from harness.report.tables import fmt_number
+
+    s = run.summary
+    factor = redundant.program_factor(s.get(schema.HLO_FLOPS_PER_DEVICE), s.get(schema.DEVICES),
+                                      s.get(schema.MODEL_FLOPS))
+    lines = []
+    if factor is not None:
+        lines.append(f"{schema.REDUNDANT_WORK}: the program does {factor:.2f}x the model's "
+                     f"FLOPs ({fmt_number(s[schema.HLO_FLOPS_PER_DEVICE])} per device x "
+                     f"{s[schema.DEVICES]} devices / {fmt_number(s[schema.MODEL_FLOPS])})")
+    mesh = mesh or run_mesh(run.meta)
+    if mesh is None:
+        return lines
+    try:
+        module = run_module(run, path)
+    except HarnessError:
+        return lines
+    return lines + repeated_lines(module, mesh)
+
+
+def repeated_lines(module, mesh: dict) -> list[str]:
+    """One line per dot that repeats its work over some mesh axes, with the book's fix."""
+    from harness.explain import redundant
+
+    lines = []
+    for _, r in redundant.repeated_dots(module, mesh).iterrows():
+        where = f" ({r[schema.SOURCE_LINE]})" if r[schema.SOURCE_LINE] else ""
+        lines.append(f"{r[schema.OP]}{where} repeats its work {r[schema.REPEAT]:g}x over "
+                     f"{r[schema.REPLICATED_AXES]}: no operand is split over it "
+                     f"(fix: shard the batch or a weight dimension over it, book §6.1)")
+    return lines
+
+
+def check_mesh(mesh: dict | None, devices) -> None:
+    """A ``--mesh`` must hold the program's devices: its groups are mapped onto it."""
+    if mesh and devices and math.prod(mesh.values()) != int(devices):
+        shape = ",".join(f"{k}={v}" for k, v in mesh.items())
+        raise HarnessError(f"--mesh {shape} has {math.prod(mesh.values())} devices; the program "
+                           f"runs on {int(devices)}")
+
+
+def is_hlo_text(path: Path) -> bool:
+    """A file of HLO text (``compiled.as_text()``, an XLA dump's ``*after_optimizations.txt``)
+    rather than a trace."""
+    if not path.is_file():
+        return False
+    with open(path, "rb") as f:
+        return f.read(64).lstrip().startswith(b"HloModule")
+
+
+def _static(path: Path, chip: str | None, mesh: dict | None) -> Explained:
+    """A compiled program's HLO text, not run: each collective's roofline time on ``chip``
+    where one is given, nothing measured."""
+    from harness.explain import collectives
+    from harness.hlo import hlo_costs, parse_module
+
+    module = parse_module(path.read_text())
+    check_mesh(mesh, module.num_devices)
+    ops = hlo_costs(module, chip) if chip else None
+    said = f", predicted for {chip}" if chip else " (--chip for roofline times)"
+    title = f"{module.name} ({path.name}: HLO text, not run{said})"
+    extra = repeated_lines(module, mesh) if mesh is not None else []
+    return Explained(title, collectives(module, mesh=mesh, ops=ops), extra)

@@ -1,0 +1,107 @@
+"""What ``harness plan`` is asked, made into a ``Setting`` and ranked: the slice (its physical
+axes as libtpu names them), the global batch (tokens or sequences) and where to compile.
+
+    plan_layouts("llama_train", "70b", {}, chip_entry("tpu-v5p"), (4, 4, 4), "256seq", 4096,
+                 list(LAYOUTS), "auto", aot_cache_dir())
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.errors import HarnessError
+from harness.plan.compiles import CPU, compile_keys
+from harness.plan.layouts import candidates
+from harness.plan.rank import Plan, Setting, orders_agree, plan
+from predictions import roofline
+from predictions.hardware import Chip
+from predictions.topology import check_axes
+
+SEQ = "seq"  # --batch 256seq: sequences, not tokens
+LONG_CONTEXT = 16384  # tokens per sequence beyond which sequence sharding would be worth trying
+
+
+@dataclass
+class LayoutPlan:
+    """The ranked layouts (``plan``) and what is said above them: the header line (workload,
+    slice, compiler, batch, alpha), notes, alpha = C/W_ici and whether the two orders agree."""
+
+    plan: Plan
+    header: str
+    tokens: int
+    alpha: float
+    agree: bool
+    notes: list[str] = field(default_factory=list)
+
+
+def slice_topology(chip, text: str | None) -> tuple[int, ...]:
+    """The slice's physical axes: as given (a TPU slice must be the one libtpu names for its
+    chip count, ``workloads.tpu.topology_dims``), by default 64 chips."""
+    from workloads import tpu
+    from workloads.mesh import parse_shape
+
+    kind = tpu.TOPOLOGIES.get(chip.name)
+    if text is None:
+        return tpu.topology_dims(64, kind.ndim) if kind else (8,)
+    dims = parse_shape(text)
+    if kind is None:
+        return (math.prod(dims),)
+    named = tpu.topology_dims(math.prod(dims), kind.ndim)
+    if sorted(dims) != sorted(d for d in named if d > 1 or len(dims) == kind.ndim):
+        raise HarnessError(f"--topology {text}: libtpu slices {math.prod(dims)} {chip.name} "
+                           f"chips as {'x'.join(map(str, named))}; valid: that shape")
+    check_axes(chip, dims)  # ValueError naming the chip's largest slice
+    return named
+
+
+def batch_overrides(batch: str | None, seq: int | None, preset_B: int, preset_T: int) -> dict:
+    """``--batch``/``--seq`` as the config's B (sequences) and T (tokens each)."""
+    T = seq or preset_T
+    if T < 1:
+        raise HarnessError(f"--seq must be a positive number of tokens, got {T}")
+    if batch is None:
+        return {"B": str(preset_B), "T": str(T)}
+    text = batch.strip().lower()
+    try:
+        n = int(text[:-len(SEQ)] if text.endswith(SEQ) else text)
+    except ValueError:
+        raise HarnessError(f"--batch {batch!r}: give tokens (1048576) or sequences "
+                           f"(256{SEQ})") from None
+    if n < 1:
+        raise HarnessError(f"--batch must be positive, got {batch}")
+    if text.endswith(SEQ):
+        return {"B": str(n), "T": str(T)}
+    if n % T:
+        raise HarnessError(f"--batch {n} tokens is not a whole number of {T}-token sequences; "
+                           f"valid: a multiple of {T}, or --batch N{SEQ}")
+    return {"B": str(n // T), "T": str(T)}
+
+
+def plan_layouts(workload: str, preset: str, overrides: dict, chip: Chip,
+                 topology: tuple[int, ...], batch: str | None, seq: int | None,
+                 layouts: Sequence[str], compiler: str, cache_dir: Path | None,
+                 progress: Callable[[str], None] = lambda line: None) -> LayoutPlan:
+    """``layouts`` of ``workload`` on ``chip``'s slice ``topology`` at the global batch
+    ``batch`` (tokens, or sequences ``"256seq"``; None: the preset's) of ``seq`` tokens each,
+    compiled by ``compiler`` (``harness.plan.compiles``) and ranked (``harness.plan.rank``)."""
+    import workloads  # deferred: importing workloads imports jax
+    from workloads import tpu
+
+    given = workloads.make_config(workload, preset, overrides)
+    overrides = {**overrides, **batch_overrides(batch, seq, given.B, given.T)}
+    cfg = workloads.make_config(workload, preset, overrides)
+    keys, notes = compile_keys([chip.name], compiler, tpu.libtpu_available())
+    tpu_chip = None if keys[chip.name] == CPU else chip.name
+    tokens = cfg.B * cfg.T
+    if cfg.T >= LONG_CONTEXT:
+        notes.append(f"T={cfg.T}: {workload} has no sequence-sharded layout, so none is tried")
+    setting = Setting(workload, preset, overrides, chip, topology, tpu_chip, cache_dir)
+    result = plan(setting, candidates(layouts, cfg.F, tokens, topology), progress)
+    alpha = roofline.critical_intensity(chip, "bf16", "ici")
+    header = (f"{workload} ({preset}) on {chip.name} {'x'.join(map(str, topology))} "
+              f"({math.prod(topology)} chips), {'XLA:TPU' if tpu_chip else 'XLA:CPU'} compiles; "
+              f"B = {tokens:,} tokens ({cfg.B} x {cfg.T}); alpha = C/W_ici = {alpha:,.0f}")
+    agree = orders_agree(result.book_order, result.predicted_order)
+    return LayoutPlan(result, header, tokens, alpha, agree, notes)

@@ -1,0 +1,98 @@
+"""Two sides compared (``harness compare``): the runs of each side paired and judged, one
+verdict per pair and one overall, as the verdict object (JSON) and as JUnit XML.
+
+A side is a run, a sweep or any directory of saved runs, or a run id under a results root; with
+the candidate alone, its baseline is picked under the root by name (``pairs.choose``: latest, a
+commit or a date). The verdict object holds the overall verdict, the headline, the rule, each
+pair's verdict (``judge.Verdict.to_dict``) and the runs left unpaired; in JUnit, each pair is a
+test case that a regression fails and an inconclusive verdict skips.
+"""
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import schema
+from harness.errors import HarnessError
+from harness.regress import judge, pairs
+from harness.runs import store
+
+
+@dataclass
+class Comparison:
+    """The rule, one verdict per pair, the runs of each side left unpaired and the two sides'
+    names (baseline, candidate)."""
+
+    rule: judge.Rule
+    verdicts: list
+    only_baseline: list
+    only_candidate: list
+    names: tuple[str, str]
+
+    @property
+    def verdict(self) -> str:
+        """The overall verdict: the worst of the pairs'."""
+        return judge.overall(self.verdicts)
+
+
+def load_side(ref: str, root: Path) -> list:
+    """The runs of one side: at the path ``ref``, else of the run id ``ref`` under ``root``."""
+    p = Path(ref)
+    return pairs.load_all(p if p.exists() or p.is_absolute() or len(p.parts) > 1
+                          else store.resolve(ref, root))
+
+
+def compare_sides(candidate: str, baseline: str | None, root: Path, rule: judge.Rule,
+                  which: str | None = None) -> Comparison:
+    """``candidate`` against ``baseline`` (each a path or a run id under ``root``), or with no
+    ``baseline`` against the runs ``which`` picks under ``root`` (default the latest)."""
+    cand = load_side(candidate, root)
+    if baseline is not None:
+        base, name = load_side(baseline, root), baseline
+    else:
+        which = which or pairs.LATEST
+        base, name = pairs.choose(root, which, cand), f"{which} under {root}"
+    paired, only_b, only_c = pairs.pair(base, cand)
+    if not paired:
+        raise HarnessError(f"no run of {candidate} has a baseline run of the same test or "
+                           f"workload in {name}")
+    # two runs named: two layouts of one model (pairs.pair pairs them whatever they ran)
+    named = baseline is not None and len(base) == 1 and len(cand) == 1
+    return Comparison(rule, [judge.compare(a, b, rule, layouts_first=named) for a, b in paired],
+                      only_b, only_c, (name, candidate))
+
+
+def headline(verdicts: list) -> str:
+    """The last line: the overall verdict, and the pairs that gave it."""
+    n, worst = Counter(v.verdict for v in verdicts), judge.overall(verdicts)
+    named = [v.name for v in verdicts if v.verdict == worst][:5] if worst != judge.OK else []
+    return (f"{worst.upper()}: " + ", ".join(f"{n[k]} {k}" for k in judge.VERDICTS if n[k])
+            + f" of {len(verdicts)} pair(s)" + (f" ({', '.join(named)})" if named else ""))
+
+
+def verdict_object(c: Comparison, top: int) -> dict:
+    """The verdict object (``--json``, ``--format json``); each pair with its ``top`` ops."""
+    rule = c.rule
+    return {schema.VERDICT: c.verdict, "headline": headline(c.verdicts),
+            "baseline": c.names[0], "candidate": c.names[1],
+            "rule": {"fail_on": dict(rule.fail_on), "alpha": rule.alpha, "host": rule.host,
+                     "noise": rule.noise},
+            "pairs": [v.to_dict(top) for v in c.verdicts],
+            "unpaired": {"baseline": [str(r.path) for r in c.only_baseline],
+                         "candidate": [str(r.path) for r in c.only_candidate]}}
+
+
+def junit(verdicts) -> str:
+    """One test case per pair: a regression fails, an inconclusive one is skipped."""
+    n = Counter(v.verdict for v in verdicts)
+    suite = ET.Element("testsuite", name="harness compare", tests=str(len(verdicts)),
+                       failures=str(n[judge.REGRESSION]), skipped=str(n[judge.INCONCLUSIVE]))
+    for v in verdicts:
+        case = ET.SubElement(suite, "testcase", classname="harness.analysis.gaps", name=v.name)
+        tag = {judge.REGRESSION: "failure", judge.INCONCLUSIVE: "skipped"}.get(v.verdict)
+        if tag:
+            ET.SubElement(case, tag, message=f"{v.verdict} ({v.cause})").text = v.message
+        ET.SubElement(case, "system-out").text = f"{v.verdict} ({v.cause}): {v.message}"
+    return ET.tostring(suite, encoding="unicode") + "\n"
