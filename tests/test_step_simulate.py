@@ -10,7 +10,8 @@ import pytest
 from harness import schema
 from harness.errors import HarnessError
 from harness.hlo import category, executed, hlo_costs, parse_module
-from harness.step.simulate import COMM, COMPUTE, CORE, critical_ops, simulate
+from harness.step.play import COMM, COMPUTE, CORE
+from harness.step.simulate import critical_ops, simulate
 from harness.step.transfers import roofline_durations, transfers
 from predictions.rules import CONTAINERS, STRUCTURAL
 
@@ -387,7 +388,7 @@ def test_offloaded_activations_travel_on_the_host_link_not_the_core():
     # libtpu offloads saved activations with async dynamic-update-slices into host memory
     # (S(5)) and reads them back with async dynamic-slices: each is a transfer on the host
     # link's lane for its direction (PCIe carries both at once), not core time
-    from harness.step.simulate import CORE as core_lane
+    from harness.step.play import CORE as core_lane
     m, table, d, sim = roofline("llama_train_offload")
     pairs = transfers(m)
     host = {s: m.instruction(s) for s in pairs.done_of
