@@ -429,7 +429,7 @@ def test_real_v6e_trace_waits_on_the_copies_the_simulation_exposes():
     # on copy-done, .2, .4 and .5 and 3 ns on .1 and .3. At the roofline, with one host-link
     # lane per direction: in-copies land at T, 2T, 3T (T = 5.37 GB / 32 GB/s = 167.8 ms); the
     # out-copies of the first two land while the third array still comes in; the last waits.
-    from harness.runs.pipeline import trace_program
+    from harness.trace.hlo_proto import trace_program
     from harness.trace.load import load_events, read_xspace
 
     fixture = Path(__file__).parent / "fixtures" / "external" / "tpu-v6e-inference"

@@ -7,7 +7,8 @@ holds the lookups the layouts share (``codes``: the names they collect, as integ
 ``cpu``, ``gpu`` and ``tpu`` read where each backend puts its ops (``graphs`` attributes the
 kernels of CUDA graphs to HLO ops), ``hlo_proto`` reads the compiled HLO a trace carries,
 ``device`` what its device planes say about the hardware, ``load`` picks the layout and builds
-the table.
+the table; ``hosts`` reads one profile's traces of several hosts as one job's, ``located`` finds
+a trace under a path with the other hosts' and what ``harness`` saved beside it.
 
 Importing this package imports neither pandas nor the layouts: the names below load
 ``harness.trace.load`` on first use, so that ``harness trace`` can open a trace and start its
