@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness.hlo import hlo_costs, parse_module, schedule
 from harness.measure.ops import op_times
-from harness.runs.pipeline import trace_program
+from harness.trace.hlo_proto import trace_program
 from harness.trace.load import find_trace_file, read_events, read_xspace
 from predictions.hardware import chip_entry
 

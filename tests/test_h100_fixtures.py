@@ -17,7 +17,9 @@ from harness import schema
 from harness.cli import main
 from harness.hlo import parse_module, to_desc
 from harness.measure.ops import op_times
-from harness.runs.pipeline import analyze_trace, decode, trace_program
+from harness.runs.decode import decode
+from harness.runs.pipeline import analyze_trace
+from harness.trace.hlo_proto import trace_program
 from harness.trace.load import find_trace_file, load_events, read_xspace
 
 FIXTURES = Path(__file__).parent / "fixtures" / "h100"

@@ -10,7 +10,8 @@ import pytest
 from harness import schema
 from harness.errors import HarnessError
 from harness.hlo import category, executed, hlo_costs, parse_module
-from harness.step.simulate import COMM, COMPUTE, CORE, critical_ops, simulate
+from harness.step.play import COMM, COMPUTE, CORE
+from harness.step.simulate import critical_ops, simulate
 from harness.step.transfers import roofline_durations, transfers
 from predictions.rules import CONTAINERS, STRUCTURAL
 
@@ -387,7 +388,7 @@ def test_offloaded_activations_travel_on_the_host_link_not_the_core():
     # libtpu offloads saved activations with async dynamic-update-slices into host memory
     # (S(5)) and reads them back with async dynamic-slices: each is a transfer on the host
     # link's lane for its direction (PCIe carries both at once), not core time
-    from harness.step.simulate import CORE as core_lane
+    from harness.step.play import CORE as core_lane
     m, table, d, sim = roofline("llama_train_offload")
     pairs = transfers(m)
     host = {s: m.instruction(s) for s in pairs.done_of
@@ -428,7 +429,7 @@ def test_real_v6e_trace_waits_on_the_copies_the_simulation_exposes():
     # on copy-done, .2, .4 and .5 and 3 ns on .1 and .3. At the roofline, with one host-link
     # lane per direction: in-copies land at T, 2T, 3T (T = 5.37 GB / 32 GB/s = 167.8 ms); the
     # out-copies of the first two land while the third array still comes in; the last waits.
-    from harness.runs.pipeline import trace_program
+    from harness.trace.hlo_proto import trace_program
     from harness.trace.load import load_events, read_xspace
 
     fixture = Path(__file__).parent / "fixtures" / "external" / "tpu-v6e-inference"

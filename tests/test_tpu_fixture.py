@@ -16,7 +16,7 @@ from xprof_stats import hlo_stats
 from harness import schema
 from harness.cli import main
 from harness.hlo import hlo_costs, parse_module
-from harness.runs.pipeline import trace_program
+from harness.trace.hlo_proto import trace_program
 from harness.trace.load import load_events, read_xspace
 from predictions import hardware
 

@@ -56,8 +56,9 @@ def test_a_kernel_no_rule_places_keeps_the_graphs_op():
 
 
 def test_a_memset_joins_its_gemm_across_another_streams_kernel():
+    from harness.trace.codes import Texts
     from harness.trace.gpu import Kernels, _fold
-    from harness.trace.planes import StepWindows, Texts
+    from harness.trace.planes import StepWindows
 
     def k(start, op, name):
         return Kernel(start=start, dur=10, module="m", op=op, name=name, in_graph=False)

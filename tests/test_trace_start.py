@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 
 from harness.trace import parallel
+from harness.trace.codes import numpy_factorize
 from harness.trace.load import read_events, read_xspace
 from harness.trace.opener import start_decode
-from harness.trace.planes import numpy_factorize
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # a GPU (H100) and a TPU (v6e) trace; CPU traces are made by jax (conftest's cpu_traces)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import workloads
+from workloads.llama import attention as gqa
 from workloads.llama import model, serve, train
 from workloads.llama.config import dims_of
 from workloads.llama.sharding import Sharder
@@ -42,8 +43,8 @@ def test_gqa_matches_numpy(impl, T, S, cached):
     q, k, v = (rng.standard_normal(s).astype(np.float32)
                for s in ((B, T, N, H), (B, S, K, H), (B, S, K, H)))
     q_pos = np.broadcast_to(np.arange(T) + (9 if cached else 0), (B, T)).astype(np.int32)
-    fn = jax.jit(lambda q, k, v, p: model.attention(q, k, v, p if cached else None, UNSHARDED,
-                                                    impl))
+    fn = jax.jit(lambda q, k, v, p: gqa.attention(q, k, v, p if cached else None, UNSHARDED,
+                                                  impl))
     got = fn(q, k, v, q_pos)
     np.testing.assert_allclose(np.asarray(got), _np_gqa(q, k, v, q_pos), rtol=1e-5, atol=1e-5)
     # GQA without repeating K/V: no [B, S, N, H] array appears (S != T in the cached case)
@@ -54,13 +55,13 @@ def test_gqa_matches_numpy(impl, T, S, cached):
 
 def test_fused_picks_cudnn_only_for_causal_bf16_on_gpu(monkeypatch):
     q = lambda dtype, H=128: jax.ShapeDtypeStruct((1, 8, 4, H), dtype)
-    assert model.fused_implementation(q(jnp.bfloat16), True, UNSHARDED) == "xla"  # CPU here
-    monkeypatch.setattr(model, "_platform", lambda sh: "gpu")
-    assert model.fused_implementation(q(jnp.bfloat16), True, UNSHARDED) == "cudnn"
-    assert model.fused_implementation(q(jnp.float16, 48), True, UNSHARDED) == "cudnn"
-    assert model.fused_implementation(q(jnp.float32), True, UNSHARDED) == "xla"
-    assert model.fused_implementation(q(jnp.bfloat16, 12), True, UNSHARDED) == "xla"  # H % 8
-    assert model.fused_implementation(q(jnp.bfloat16), False, UNSHARDED) == "xla"     # decode
+    assert gqa.fused_implementation(q(jnp.bfloat16), True, UNSHARDED) == "xla"  # CPU here
+    monkeypatch.setattr(gqa, "_platform", lambda sh: "gpu")
+    assert gqa.fused_implementation(q(jnp.bfloat16), True, UNSHARDED) == "cudnn"
+    assert gqa.fused_implementation(q(jnp.float16, 48), True, UNSHARDED) == "cudnn"
+    assert gqa.fused_implementation(q(jnp.float32), True, UNSHARDED) == "xla"
+    assert gqa.fused_implementation(q(jnp.bfloat16, 12), True, UNSHARDED) == "xla"  # H % 8
+    assert gqa.fused_implementation(q(jnp.bfloat16), False, UNSHARDED) == "xla"     # decode
 
 
 def test_unknown_attention_is_a_one_line_error():

@@ -19,7 +19,8 @@ import workloads
 from harness.hlo import executed, instruction_cost, parse_module
 from harness.hlo.spaces import HOST
 from workloads.base import WorkloadError
-from workloads.llama import memory, model, remat, splash
+from workloads.llama import attention as gqa
+from workloads.llama import memory, remat, splash
 from workloads.llama.config import Dims
 from workloads.llama.sharding import Sharder
 from workloads.mesh import make_mesh
@@ -74,13 +75,13 @@ def test_splash_matches_xla_attention_in_interpret_mode():
 def test_fused_picks_splash_on_tpu_for_causal_attention_over_128_tokens(monkeypatch):
     sh = Sharder(None, "dp", Dims())
     q = lambda T: jax.ShapeDtypeStruct((1, T, 4, 128), jnp.bfloat16)  # noqa: E731
-    assert model.fused_implementation(q(4096), True, sh) == "xla"     # CPU here
-    monkeypatch.setattr(model, "_platform", lambda sh: "tpu")
-    assert model.fused_implementation(q(4096), True, sh) == "splash"
-    assert model.fused_implementation(q(4096), False, sh) == "xla"    # decode over a cache
-    assert model.fused_implementation(q(64), True, sh) == "xla"       # MaxText: under 128
-    monkeypatch.setattr(model, "_platform", lambda sh: "gpu")
-    assert model.fused_implementation(q(4096), True, sh) == "cudnn"
+    assert gqa.fused_implementation(q(4096), True, sh) == "xla"     # CPU here
+    monkeypatch.setattr(gqa, "_platform", lambda sh: "tpu")
+    assert gqa.fused_implementation(q(4096), True, sh) == "splash"
+    assert gqa.fused_implementation(q(4096), False, sh) == "xla"    # decode over a cache
+    assert gqa.fused_implementation(q(64), True, sh) == "xla"       # MaxText: under 128
+    monkeypatch.setattr(gqa, "_platform", lambda sh: "gpu")
+    assert gqa.fused_implementation(q(4096), True, sh) == "cudnn"
 
 
 @pytest.mark.libtpu

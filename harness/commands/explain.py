@@ -6,7 +6,7 @@ one), analysed through the same path as ``harness trace`` (``pipeline.analyze_tr
 the table ranked by exposed time, then each collective's reason in a sentence and the book's
 fix; ``--json``/``--csv`` write the full table. A program with no collectives says so (exit 0).
 A file of compiled HLO text is explained as it is, not run (``--chip`` for roofline times).
-The report: ``harness.explain.report``.
+The report: ``harness.runs.explained``.
 """
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def add_arguments(p) -> None:
 
 def main(args) -> int:
     from harness.explain import parse_mesh
-    from harness.explain.report import explain_path, explained_text
     from harness.report import tables
+    from harness.runs.explained import explain_path, explained_text
 
     mesh = parse_mesh(args.mesh) if args.mesh else None
     explained = explain_path(Path(args.path), args.chip, args.program, mesh)

@@ -48,6 +48,7 @@ def main(args) -> int:
     from harness.chip.resolve import chip_from_trace
     from harness.report import tables
     from harness.runs import pipeline
+    from harness.runs.decode import NoHlo
 
     found, notes = (None, []) if args.chip else chip_from_trace(space)
     # a CPU trace names no chip: it is predicted for this host's calibrated cpu chip
@@ -58,7 +59,7 @@ def main(args) -> int:
         run = pipeline.analyze_trace(args.path, chip=args.chip, hlo=args.hlo,
                                      warmup_steps=args.warmup_steps, space=space,
                                      program=args.program)
-    except pipeline.NoHlo as e:
+    except NoHlo as e:
         if args.chip:  # predictions were asked for: say what they need
             raise
         return _measured_only(space, label, args, [*notes, f"no predictions: {e}"])

@@ -73,6 +73,28 @@ def _resolve(module: Module) -> None:
                                                "computation in this module")
 
 
+def _header(line: str, lineno: int) -> tuple[str, int, int, bool]:
+    """(name, partitions, replicas, scheduled) of the ``HloModule`` line."""
+    m = _MODULE_RE.match(line)
+    if m is None:
+        raise err(lineno, "expected one header 'HloModule <name>, ...'", line)
+    p, r = _PARTITIONS_RE.search(line), _REPLICAS_RE.search(line)
+    return (m.group(1), int(p.group(1)) if p else 1, int(r.group(1)) if r else 1,
+            _SCHEDULED_RE.search(line) is not None)
+
+
+def _add(comp: Computation, instr: Instruction, lineno: int) -> None:
+    """Append ``instr`` to ``comp``: its name once, its ROOT once."""
+    if instr.name in comp.by_name:
+        raise err(lineno, f"%{instr.name} is defined twice in {comp.name}")
+    comp.instructions.append(instr)
+    comp.by_name[instr.name] = instr
+    if instr.is_root:
+        if comp.root is not None:
+            raise err(lineno, f"second ROOT in computation {comp.name}")
+        comp.root = instr
+
+
 def _unclosed(text: str, lineno: int, comp_name: str) -> None:
     """An instruction whose brackets or quotes never close: its own parse error, or this one."""
     parse_instruction(text, lineno, comp_name)
@@ -109,16 +131,8 @@ def parse_module(text: str) -> Module:
                 _close(comp, lineno)
                 comp = None
             elif line and not line.startswith("//"):
-                instr = parse_instruction(line, first or lineno, comp.name)
+                _add(comp, parse_instruction(line, first or lineno, comp.name), lineno)
                 first = 0
-                if instr.name in comp.by_name:
-                    raise err(lineno, f"%{instr.name} is defined twice in {comp.name}")
-                comp.instructions.append(instr)
-                comp.by_name[instr.name] = instr
-                if instr.is_root:
-                    if comp.root is not None:
-                        raise err(lineno, f"second ROOT in computation {comp.name}")
-                    comp.root = instr
             continue
         if block is not None and line[:1].isdigit():
             block.append(line)
@@ -127,13 +141,9 @@ def parse_module(text: str) -> Module:
         if not line or line.startswith("//"):
             continue
         if line.startswith("HloModule"):
-            m = _MODULE_RE.match(line)
-            if m is None or name is not None:
+            if name is not None:
                 raise err(lineno, "expected one header 'HloModule <name>, ...'", line)
-            name = m.group(1)
-            p, r = _PARTITIONS_RE.search(line), _REPLICAS_RE.search(line)
-            partitions, replicas = int(p.group(1)) if p else 1, int(r.group(1)) if r else 1
-            scheduled = _SCHEDULED_RE.search(line) is not None
+            name, partitions, replicas, scheduled = _header(line, lineno)
             continue
         if _BLOCK_RE.fullmatch(line):
             block = blocks.setdefault(line, [])

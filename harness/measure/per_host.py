@@ -41,11 +41,12 @@ def host_columns(events: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()[list(schema.OPS_HOSTS)]
 
 
-def with_host_columns(run, events: pd.DataFrame):
-    """``run`` with the host columns (``host_columns`` of ``events``) in its ops, and a note
-    naming the op whose time differs most between hosts."""
+def with_host_columns(run_tables, events: pd.DataFrame):
+    """``run_tables`` (``harness.analysis.tables.Tables``) with the host columns
+    (``host_columns`` of ``events``) in its ops, and a note naming the op whose time differs
+    most between hosts (``harness.runs.pipeline.from_capture`` adds them to a job's run)."""
     keys = [schema.PROGRAM, schema.OP]
-    ops = run.ops.merge(host_columns(events), on=keys, how="left")
+    ops = run_tables.ops.merge(host_columns(events), on=keys, how="left")
     skew = []
     if len(ops):
         top = ops.loc[ops[schema.HOST_SKEW_S].idxmax()]
@@ -53,5 +54,5 @@ def with_host_columns(run, events: pd.DataFrame):
                     f"{tables.fmt_seconds(top[schema.HOST_SKEW_S])} between hosts, slowest on "
                     f"process {top[schema.SLOWEST_HOST]} (per-host columns in ops.csv, per "
                     f"device in {BY_DEVICE_CSV})")
-    run.ops, run.notes = ops, run.notes + skew
-    return run
+    run_tables.ops, run_tables.notes = ops, run_tables.notes + skew
+    return run_tables

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness import schema
-from harness.measure.per_host import BY_DEVICE_CSV, by_device, with_host_columns
+from harness.measure.per_host import BY_DEVICE_CSV, by_device
 from harness.multihost.xspace import write_merged
 from harness.runs.pipeline import from_capture
 from harness.runs.workload import new_run_id
@@ -20,7 +20,8 @@ from harness.trace.load import TraceEvents
 def store_merged(built, cap, events: pd.DataFrame, processes: list[dict], *, chip, meta: dict,
                  out, plots: bool = True):
     """Analyse every process's ``events`` as one capture (process 0's ``cap``: its HLO, cost
-    analysis and trace directory), add the host columns, store one run under ``out``."""
+    analysis and trace directory; the analysis adds the host columns), store one run under
+    ``out``."""
     import jax
 
     notes = []
@@ -40,7 +41,6 @@ def store_merged(built, cap, events: pd.DataFrame, processes: list[dict], *, chi
                        trace=TraceEvents(events, MERGED, str(cap.trace_dir)),
                        title=built.title(meta[schema.PRESET],
                                          f" across {len(processes)} processes"))
-    run = with_host_columns(run, events)
     keys = [schema.PROGRAM, schema.OP]
     ops = run.ops
     # the report's ops only: control-flow containers (while, call) are left out as in ops

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harness.trace import parallel
+from harness.trace.codes import firsts
 from harness.trace.planes import (
     HOST_PLANE,
     XLA_THREAD_PREFIX,
     Columns,
     PlaneIndex,
     StepWindows,
-    firsts,
     host_steps,
     plane,
 )

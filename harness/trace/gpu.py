@@ -17,19 +17,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.trace import parallel
+from harness.trace.codes import Texts, firsts, tuple_codes
 from harness.trace.graphs import MEMSET, Kernel, attribute, schedule
 from harness.trace.hlo_proto import async_names, embedded_modules
 from harness.trace.planes import (
     Columns,
     PlaneIndex,
     StepWindows,
-    Texts,
     device_planes,
     device_step_windows,
     device_work,
-    firsts,
     host_steps,
-    tuple_codes,
 )
 from harness.trace.space import Space
 from harness.trace.statplans import planned_values

@@ -4,7 +4,8 @@ EVENTS (``merged_events``).
 
 ``jax.profiler`` on a multi-host job writes one ``<host>.xplane.pb`` per host into the session's
 folder (``plugins/profile/<session>/``) when the log directory is shared, or each host writes its
-own and they are copied together; ``host_traces`` finds them, ``read_hosts`` reads them.
+own and they are copied together; ``host_traces`` finds them, ``read_hosts`` reads them,
+``read_job`` reads them as one job's trace beside one host's already decoded.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness import schema
-from harness.trace.load import TRACE_SUFFIX, find_trace_file, read_events
+from harness.trace.load import TRACE_SUFFIX, TraceEvents, find_trace_file, read_events
 from harness.trace.parallel import in_parallel
 
 MERGED = "merged"  # the format name of every process's EVENTS together (no single host's)
@@ -65,3 +66,13 @@ def read_hosts(paths: list[Path], warmup_steps: int = 0,
                   "devices": sorted(d[schema.DEVICE].unique().tolist())}
                  for i, (p, d) in enumerate(zip(paths, parts))]
     return merged_events(parts), processes
+
+
+def read_job(paths: list[Path], path: Path, events: TraceEvents, warmup_steps: int = 0
+             ) -> tuple[TraceEvents, list[dict]]:
+    """One profile's traces of several hosts (``paths``) as one job's EVENTS (``read_hosts``),
+    the host at ``path`` already decoded (``events``), and one record per host."""
+    merged, processes = read_hosts(paths, warmup_steps, {path: events.events})
+    # each host numbers its own compilations: programs are named by name alone
+    merged = merged.assign(**{schema.PROGRAM_ID: ""})
+    return TraceEvents(merged, MERGED, f"{path.parent} ({len(paths)} hosts)"), processes

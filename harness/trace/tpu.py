@@ -35,17 +35,15 @@ import re
 import numpy as np
 
 from harness.trace import parallel
+from harness.trace.codes import Texts, firsts, tuple_codes
 from harness.trace.planes import (
     Columns,
     PlaneIndex,
     StepWindows,
-    Texts,
     device_planes,
     device_step_windows,
     device_work,
-    firsts,
     host_steps,
-    tuple_codes,
 )
 from harness.trace.space import Space
 from harness.trace.statplans import planned_values

@@ -30,7 +30,7 @@ class Dims:
     # How attention is computed (not architecture; kept here so every workload has it):
     # "fused" = the backend's fused attention where it applies (Pallas splash attention on TPU,
     # cuDNN flash attention on GPU), else jax.nn.dot_product_attention's XLA implementation;
-    # "naive" = the hand-written einsum/softmax path (model.ATTENTION).
+    # "naive" = the hand-written einsum/softmax path (attention.ATTENTION).
     attention: str = "fused"
     # Splash attention's block and backward kernel on TPU (workloads.llama.splash.Blocks):
     # MaxText's defaults; its tuned v6e recipes use 2048 and the fused backward kernel.

@@ -73,9 +73,11 @@ def run_module(run, path: Path):
     """The program's parsed HLO: from the trace the run was analysed from (a stored run's
     ``trace/``), else the HLO ``harness`` saved beside it."""
     from harness.hlo import parse_module
-    from harness.runs import pipeline
+    from harness.runs.decode import NoHlo
     from harness.runs.store import TRACE_DIR
+    from harness.trace.hlo_proto import trace_program
     from harness.trace.load import find_trace_file, read_xspace
+    from harness.trace.located import saved_beside
 
     where = Path(run.meta[schema.TRACE_FILE]) if schema.TRACE_FILE in run.meta and \
         Path(run.meta[schema.TRACE_FILE]).exists() else path / TRACE_DIR
@@ -83,10 +85,10 @@ def run_module(run, path: Path):
         raise HarnessError(f"{path}: the run keeps no trace/, so its HLO is unknown; explain "
                            f"the trace it was made from instead")
     trace_file = find_trace_file(where)
-    text, _ = pipeline.trace_program(read_xspace(trace_file)[0], run.meta.get(schema.PROGRAM, ""))
-    text = text or pipeline.saved_beside(trace_file, trace_file.parent).get("hlo_text")
+    text, _ = trace_program(read_xspace(trace_file)[0], run.meta.get(schema.PROGRAM, ""))
+    text = text or saved_beside(trace_file, trace_file.parent).get("hlo_text")
     if not text:
-        raise pipeline.NoHlo(f"{path}: its trace holds no HLO, and none was saved beside it")
+        raise NoHlo(f"{path}: its trace holds no HLO, and none was saved beside it")
     return parse_module(text)
 
 

@@ -1,0 +1,68 @@
+"""The step as a whole (``harness.step``): the simulated step's figures and the critical path,
+the timeline's columns per (step, device), the step object and one step's op intervals."""
+from __future__ import annotations
+
+from harness.schema.glossary import term
+from harness.schema.ops import DEVICE, OP, STEP
+
+# --- the simulated step ------------------------------------------------------------------
+# ahead-of-time predictions (harness predict-hlo; harness.plan.predict) and a run's step object:
+# the schedule simulated (harness.step.simulate), one execution of it played out
+PREDICTED_STEP_S = term("predicted_step_s", "the step predicted at the roofline: XLA's schedule "
+                        "played with every op at its roofline time")
+PREDICTED_COMM_S = term("predicted_comm_s", "communication in the predicted step (transfers and "
+                        "collectives)")
+PREDICTED_EXPOSED_COMM_S = term("predicted_exposed_comm_s", "the predicted step's communication "
+                                "that no compute hides")
+SIMULATED_FROM = "simulated_from"        # what the order was: "schedule" (is_scheduled=true) or
+#                                          "topological order" (an unscheduled module)
+CRITICAL_COMPUTE_S = term("critical_compute_s", "compute time on the predicted step's critical "
+                          "path")
+CRITICAL_COMM_S = term("critical_comm_s", "communication time on it (the two add to the "
+                       "predicted step)")
+CRITICAL_S = term("critical_s", "seconds an op added to the critical path")
+CRITICAL_PATH = "critical_path"          # the ops that added most to it: op, kind, critical_s,
+#                                          count (executions that added any)
+LANE = "lane"                            # where a span ran: "device" (measured), "core" or a
+#                                          link ("ici", "ici 2", "dma", "h2d", "d2h")
+KIND = "kind"                            # a span's work: "compute" or "comm"
+START_S = "start_s"                      # a span's start, seconds from the step's start
+END_S = "end_s"                          # its end
+
+# --- the step as the timeline shows it (harness.step.timeline), per (step, device) ---------
+TIMELINE_STEP_S = "timeline_step_s"  # a device's step: its first op's start to its last op's end
+COMPUTE_S = term("compute_s", "time in the step with some compute op running")
+COMM_S = term("comm_s", "time in the step with some communication op running")
+OVERLAPPED_COMM_S = term("overlapped_comm_s", "communication hidden under compute")
+EXPOSED_COMM_S = term("exposed_comm_s", "communication with no compute under it: the step waits "
+                      "for it")
+IDLE_S = term("idle_s", "time in the step with no op running")
+IDLE_DEVICE = "idle"                 # a device of the run with no op in the trace (listed, not
+#                                      averaged in)
+# The step object (meta.json and JSON "step"; harness.step): the measured step (STEP_S and the
+# terms above, of the slowest device's median step; DEVICE and STEP say which; STEPS how many;
+# DEVICES each device's), each communication op's share (STEP_COLLECTIVES), and the book beside
+# it (chapter 1: a step takes max(T_math, T_comms) with perfect overlap, their sum with none).
+STEP_OBJECT = "step"
+STEP_COLLECTIVES = "collectives"     # per communication op: comm_s and exposed_comm_s per step
+T_MATH_S = "t_math_s"                # the step's compute at the roofline (book: T_math)
+T_COMMS_S = "t_comms_s"              # its communication at the roofline (book: T_comms)
+BOUNDS_FROM = "bounds_from"          # where T_math/T_comms come from: "book" (the workload's
+#                                      estimate) or "hlo" (the compiled ops' roofline times)
+OVERLAP_BOUND_S = "overlap_bound_s"  # max(T_math, T_comms): the step with perfect overlap
+SERIAL_BOUND_S = "serial_bound_s"    # T_math + T_comms: the step with no overlap
+REGIME = "regime"                    # "compute-bound" (T_math >= T_comms) or "communication-bound"
+# The predicted step (harness.step.simulate): PREDICTED_STEP_S, the schedule played with every
+# op at its roofline time, and REPLAY_STEP_S, the same schedule with every op at its measured
+# duration (a check of the schedule model: it should land on the measured STEP_S).
+REPLAY_STEP_S = "replay_step_s"
+# One step's op intervals, for the step timeline picture: the measured step's
+# (harness.step.timeline.spans, every op on the device's lane) and the simulated step's
+# (harness.step.simulate, on the core or a link); LANE, KIND, START_S and END_S above.
+LANE_DEVICE = "device"
+KIND_COMPUTE, KIND_COMM = "compute", "comm"
+STEP_SPANS = (OP, LANE, KIND, START_S, END_S)
+
+# --- tables -------------------------------------------------------------------------------
+STEP_TIMES = (STEP, DEVICE, TIMELINE_STEP_S, COMPUTE_S, COMM_S, OVERLAPPED_COMM_S, EXPOSED_COMM_S,
+              IDLE_S)

@@ -1,0 +1,65 @@
+"""A trace given by path, found as the trace stage finds one: the newest ``*.xplane.pb`` under
+the path (``opener.find_trace_file``), the other hosts' traces of its profile
+(``hosts.host_traces``), its XSpace opened, what its device planes say about the hardware
+(``device.trace_device``) and what ``harness`` saved beside it when it captured it
+(``saved_beside``: ``capture.json``, ``module.hlo.txt``).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.capture.steps import CAPTURE_FILE, HLO_FILE
+from harness.trace.device import Device, trace_device
+from harness.trace.hosts import host_traces
+from harness.trace.opener import find_trace_file, read_xspace
+from harness.trace.space import Space
+
+
+@dataclass(frozen=True)
+class Located:
+    """A trace found under a path: its ``file``, every host's trace of its profile (``hosts``,
+    ``file`` alone for one host), its XSpace, its ``device`` (None: the trace has no device
+    plane) and what ``harness`` saved beside it (``saved_beside``)."""
+
+    file: Path
+    hosts: list[Path]
+    space: Space
+    device: Device | None
+    saved: dict = field(default_factory=dict)
+
+    @property
+    def meta(self) -> dict:
+        """The meta ``harness`` saved with its capture ({} for a trace captured elsewhere)."""
+        return self.saved.get("meta", {})
+
+
+def locate(path: str | os.PathLike, space=None) -> Located:
+    """The trace at ``path`` (a file, or the newest below a directory); ``space``: its XSpace,
+    already opened by a caller that looked at it first (anything ``read_xspace`` opens)."""
+    trace_file = find_trace_file(path)
+    found = host_traces(path)
+    space, _ = read_xspace(trace_file if space is None else space)
+    saved = saved_beside(trace_file, Path(path))
+    return Located(trace_file, found, space, trace_device(space), saved)
+
+
+def saved_beside(trace_file: Path, root: Path) -> dict:
+    """What ``harness`` saved next to a trace it captured (``capture.json``,
+    ``module.hlo.txt``), searched from the trace's folder up to ``root``: ``meta``,
+    ``cost_analysis``, ``hlo_text`` where found (never above ``root``, a directory given)."""
+    out: dict = {}
+    folder = trace_file.parent
+    # a trace directory keeps its trace at plugins/profile/<run>/: three folders up at most
+    for _ in range(4):
+        if "meta" not in out and (folder / CAPTURE_FILE).is_file():
+            saved = json.loads((folder / CAPTURE_FILE).read_text())
+            out.update(meta=saved.get("meta", {}), cost_analysis=saved.get("cost_analysis", {}))
+        if "hlo_text" not in out and (folder / HLO_FILE).is_file():
+            out["hlo_text"] = (folder / HLO_FILE).read_text()
+        if folder == root or folder == folder.parent:
+            break
+        folder = folder.parent
+    return out
