@@ -17,6 +17,15 @@ _CACHE = tempfile.mkdtemp(prefix="scaling-harness-test-cache-")
 os.environ["SCALING_HARNESS_CACHE"] = _CACHE
 atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
+# pytester restores sys.modules after each test that uses it, but pandas registers its pyarrow
+# extension types once per process, on first use: imported here, before any snapshot, so that a
+# parquet read after such a test does not register them again (ArrowKeyError "pandas.period
+# already defined").
+try:
+    import pandas.core.arrays.arrow.extension_types  # noqa: F401
+except ImportError:  # a pandas that keeps them elsewhere
+    pass
+
 # Captured HLO texts and their cost_analysis() (tests/fixtures/hlo/programs.py writes them).
 FIXTURES = Path(__file__).parent / "fixtures" / "hlo"
 

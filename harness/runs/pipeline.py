@@ -73,7 +73,7 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
                   expected_collectives=workload.expected_collectives() if workload else None,
                   memory={**m, **(meta or {})}, notes=notes)
     t = analyze(events, modules, entry, ctx)
-    if events.layout == MERGED:  # a job's EVENTS: the per-host columns, and the largest skew
+    if events.format == MERGED:  # a job's EVENTS: the per-host columns, and the largest skew
         t = with_host_columns(t, events.events)
     full_meta = dict(m, **(meta or {}), **chip_meta,
                      **{schema.CHIP: entry.name, schema.OP_TIMING: t.op_timing})

@@ -1,4 +1,4 @@
-"""Names as integer codes, as the layouts collect them: a trace's strings (modules, ops, program
+"""Names as integer codes, as the formats collect them: a trace's strings (modules, ops, program
 ids, kernel names) coded once in one table (``Texts``), and codes in order of first appearance,
 with pandas's hash table where this process has imported pandas, else with numpy
 (``factorize``; the decode workers of ``harness.trace.parallel`` run without pandas).
