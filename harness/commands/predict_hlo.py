@@ -27,6 +27,7 @@ from harness.plan.predict import STEP, book_gap, predict_module
 from harness.report import tables
 from harness.report.heading import mesh_str
 from harness.step.simulate import critical_ops
+from harness.units import fmt_seconds
 from predictions import hardware
 from predictions.step import OVERLAP
 
@@ -228,7 +229,7 @@ def main(args) -> int:
 def step_lines(sim, totals: dict) -> list[str]:
     """The simulated step in words: its split, its critical path, the sum of ops and the
     book's step beside it, and what the overlap hides."""
-    f = tables.fmt_seconds
+    f = fmt_seconds
     order = "XLA's schedule" if sim.scheduled else "a topological order (unscheduled HLO)"
     lines = [f"step {f(sim.step_s)} ({order} played at the roofline) = compute "
              f"{f(sim.compute_s)} + exposed communication {f(sim.exposed_comm_s)}; critical "
@@ -250,7 +251,7 @@ def step_lines(sim, totals: dict) -> list[str]:
 def gap_line(gap, compile_: str) -> str:
     """One line: the simulated step minus the book's, part by part (each part's seconds minus
     the book's, which add up to it), with the work ratio and the excess behind each."""
-    f = tables.fmt_seconds
+    f = fmt_seconds
 
     def signed(v: float) -> str:
         return f"{'+' if v >= 0 else '-'}{f(abs(v))}"
