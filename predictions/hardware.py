@@ -19,8 +19,9 @@ from predictions import chips_amd, dtypes
 
 log = logging.getLogger(__name__)
 
-# Any dtype spelling -> the book's peak-FLOP/s column: predictions.dtypes.PEAK_COLUMN, old name.
-DTYPE_ALIASES: dict[str, str] = dtypes.PEAK_COLUMN
+# Any dtype spelling -> the book's peak-FLOP/s column a chip lists it under
+# (predictions.dtypes.PEAK_COLUMN itself).
+PEAK_COLUMN: dict[str, str] = dtypes.PEAK_COLUMN
 
 
 @dataclass(frozen=True)

@@ -51,5 +51,5 @@ def with_overlap(total_s: float, parts: dict[str, BookPart], why: str) -> dict[s
 
 def book_dtype(value: str) -> str:
     """The book's dtype name (bf16 / fp32 / ...) for a workload's dtype field; bf16 when the
-    name is not one the book has (`hardware.DTYPE_ALIASES`)."""
-    return hardware.DTYPE_ALIASES.get(str(value).lower(), "bf16")
+    name is not one the book has (`hardware.PEAK_COLUMN`)."""
+    return hardware.PEAK_COLUMN.get(str(value).lower(), "bf16")

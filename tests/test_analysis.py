@@ -108,7 +108,7 @@ def test_damaged_runs_give_one_line_errors(tmp_path):
 
 
 def test_seconds_format_at_unit_boundaries():
-    from harness.report.tables import fmt_seconds
+    from harness.units import fmt_seconds
 
     assert fmt_seconds(999.8e-6) == "1 ms"
     assert fmt_seconds(1.5e-6) == "1.5 us"

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from harness import units
 from harness.capture import memory
 from harness.errors import HarnessError
 
@@ -29,7 +30,7 @@ class _Device:
 def test_parse_and_format_bytes():
     assert memory.parse_bytes("16GiB") == 16 * 2**30
     assert memory.parse_bytes("1000") == 1000 and memory.parse_bytes("1.5 MiB") == 3 * 2**19
-    assert memory.fmt_bytes(16 * 2**30) == "16.00 GiB" and memory.fmt_bytes(1536) == "1.50 KiB"
+    assert units.fmt_bytes(16 * 2**30) == "16.00 GiB" and units.fmt_bytes(1536) == "1.50 KiB"
     with pytest.raises(HarnessError, match="16GiB"):
         memory.parse_bytes("lots")
 

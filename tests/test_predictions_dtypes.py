@@ -51,7 +51,7 @@ def test_every_spelling_names_one_dtype():
 
 def test_the_old_tables_are_views_of_the_one_table():
     assert costs.DTYPE_BYTES is rules.DTYPE_BYTES is dtypes.DTYPE_BYTES
-    assert hardware.DTYPE_ALIASES is dtypes.PEAK_COLUMN
+    assert hardware.PEAK_COLUMN is dtypes.PEAK_COLUMN
 
 
 # every spelling Chip.flops_per_s took before the table, and its book column
@@ -109,10 +109,10 @@ def test_cli_spellings_still_accepted(name, numpy):
 
 
 def test_cli_accepts_exactly_the_workload_dtypes():
-    from workloads.base import DTYPE_ALIASES, WorkloadError, canonical_dtype
+    from workloads.base import WORKLOAD_DTYPE_OF, WorkloadError, canonical_dtype
     from workloads.llama.config import FLOAT_DTYPES
 
-    assert DTYPE_ALIASES == OLD_CLI_SPELLINGS
+    assert WORKLOAD_DTYPE_OF == OLD_CLI_SPELLINGS
     assert FLOAT_DTYPES == ("bfloat16", "float16", "float32")
     with pytest.raises(WorkloadError, match=r"valid: bfloat16, float16, float32, int8 \(or ") as e:
         canonical_dtype("f64")

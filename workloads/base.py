@@ -115,10 +115,11 @@ def smaller(*fields: str) -> dict[str, str]:
 
 
 # The element types a workload can be built in (jax.numpy names); the command line accepts
-# every spelling predictions.dtypes knows for them (bf16, fp32, s8, i8, ...).
+# every spelling predictions.dtypes knows for them (bf16, fp32, s8, i8, ...): WORKLOAD_DTYPE_OF
+# maps each spelling to the workload dtype it names.
 WORKLOAD_DTYPES = ("bfloat16", "float16", "float32", "int8")
-DTYPE_ALIASES: dict[str, str] = {name: d.numpy for name, d in dtypes.NAMES.items()
-                                 if d.numpy in WORKLOAD_DTYPES}
+WORKLOAD_DTYPE_OF: dict[str, str] = {name: d.numpy for name, d in dtypes.NAMES.items()
+                                     if d.numpy in WORKLOAD_DTYPES}
 # Sizes by the book's letters (`transformers.md` notation): an override must be >= 1.
 SIZE_FIELDS: dict[str, str] = {
     "B": "the batch", "T": "the sequence length", "S": "the KV-cache length", "D": "d_model",
@@ -138,11 +139,11 @@ def check_choice(what: str, value: str, choices: Mapping[str, Any] | tuple[str, 
 def canonical_dtype(value: str, field_name: str = "dtype") -> str:
     """``"bf16"`` -> ``"bfloat16"``; unknown names raise ``WorkloadError``."""
     key = str(value).lower()
-    if key not in DTYPE_ALIASES:
-        others = ", ".join(sorted(set(DTYPE_ALIASES) - set(WORKLOAD_DTYPES)))
+    if key not in WORKLOAD_DTYPE_OF:
+        others = ", ".join(sorted(set(WORKLOAD_DTYPE_OF) - set(WORKLOAD_DTYPES)))
         raise WorkloadError(f"unknown {field_name} {value!r}; valid: "
                             f"{', '.join(sorted(WORKLOAD_DTYPES))} (or {others})")
-    return DTYPE_ALIASES[key]
+    return WORKLOAD_DTYPE_OF[key]
 
 
 def _coerce(cls: type, name: str, raw: Any, current: Any) -> Any:

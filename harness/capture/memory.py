@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from collections.abc import Iterator, Mapping, Sequence
 
-from harness import schema
+from harness import schema, units
 from harness.errors import HarnessError, one_line
 from predictions import hardware
 
 MEMORY_ENV = "SCALING_HARNESS_DEVICE_MEMORY"
-UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-         "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory")
 DEFAULT_KNOBS = "a mesh over more devices, a smaller batch B or sequence S, remat"
 
@@ -32,20 +29,12 @@ class OutOfMemory(HarnessError):
 
 
 def parse_bytes(text: str) -> int:
-    """``"16GiB"`` -> 17179869184; ``"1000"`` -> 1000."""
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", str(text))
-    if not m or m.group(2).lower() not in UNITS:
+    """``"16GiB"`` -> 17179869184; ``"1000"`` -> 1000 (``units.parse_bytes``, in whole bytes)."""
+    try:
+        return int(units.parse_bytes(text))
+    except units.UnitError:
         raise HarnessError(f"{MEMORY_ENV}={text!r} is not a size like 16GiB or 17179869184; "
-                           f"units: {', '.join(u for u in UNITS if u)}")
-    return int(float(m.group(1)) * UNITS[m.group(2).lower()])
-
-
-def fmt_bytes(n: float) -> str:
-    """``17179869184`` -> ``"16.00 GiB"``; binary units, the largest that keeps n >= 1."""
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{int(n)} B"
+                           f"units: {units.BYTE_UNIT_NAMES}") from None
 
 
 def footprint(memory: Mapping[str, float]) -> float:
@@ -132,8 +121,8 @@ def check_fits(compiled, devices: Sequence | None = None,
     have = min(caps) if caps else None
     if need is not None and have is not None and need > have:
         kind = devices[0].device_kind if devices else "device"
-        raise OutOfMemory(f"the program needs {fmt_bytes(need)} per device but a {kind} has "
-                          f"{fmt_bytes(have)}; what helps: {knobs}")
+        raise OutOfMemory(f"the program needs {units.fmt_bytes(need)} per device but a {kind} "
+                          f"has {units.fmt_bytes(have)}; what helps: {knobs}")
     return need, have
 
 
@@ -144,10 +133,10 @@ def host_note(meta: Mapping) -> str:
     n = int(meta.get(schema.DEVICE_COUNT) or 1) // max(1, int(meta.get("process_count") or 1))
     if not need or meta.get("platform") != "cpu":
         return ""
-    each = f" (a device's share: {fmt_bytes(have)})" if have else ""
-    return (f"memory: the program needs {fmt_bytes(need)} per device{each}, XLA's "
-            f"memory_analysis; its {n} device(s) share the host's RAM: {fmt_bytes(need * n)} "
-            "together")
+    each = f" (a device's share: {units.fmt_bytes(have)})" if have else ""
+    return (f"memory: the program needs {units.fmt_bytes(need)} per device{each}, XLA's "
+            f"memory_analysis; its {n} device(s) share the host's RAM: "
+            f"{units.fmt_bytes(need * n)} together")
 
 
 def is_oom(exc: BaseException) -> bool:

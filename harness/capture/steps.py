@@ -29,6 +29,7 @@ from harness import schema
 from harness.capture import environment, memory
 from harness.errors import HarnessError, one_line
 from harness.hlo.cost import cost_dict
+from harness.units import fmt_seconds
 
 # jax is imported inside the functions that run it, on purpose: importing this module must
 # leave XLA_FLAGS settable (harness.devices) and stay cheap for commands that never run jax.
@@ -208,8 +209,9 @@ def _time_user_compile(lowered, step_s: float, steps_of: _Steps, steps: int) -> 
     out = {schema.GRAPH_STEP_S: graph_s}
     if step_s > 0 and abs(graph_s / step_s - 1) > GRAPH_DIFF_NOTE:
         out[schema.GRAPH_NOTE] = (f"the executable as compiled by default (command buffers on) "
-                                  f"steps in {graph_s * 1e3:.3g} ms against {step_s * 1e3:.3g} "
-                                  f"ms for the traced one ({graph_s / step_s - 1:+.0%})")
+                                  f"steps in {fmt_seconds(graph_s)} against "
+                                  f"{fmt_seconds(step_s)} for the traced one "
+                                  f"({graph_s / step_s - 1:+.0%})")
     return out
 
 

@@ -4,16 +4,17 @@ devices that share the host's cores."""
 from __future__ import annotations
 
 from harness.chip import calibration as cal_lib
+from harness.units import fmt_seconds, fmt_si
 
 
-def _si(x: float | None, unit: str) -> str:
-    if not x:
-        return "-"
-    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3), ("", 1.0),
-                          ("m", 1e-3), ("u", 1e-6), ("n", 1e-9)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g} {prefix}{unit}"
-    return f"{x:.3g} {unit}"
+def _rate(x: float | None, unit: str) -> str:
+    """A measured rate with an SI prefix; "-" where none was measured."""
+    return fmt_si(x, unit) if x else "-"
+
+
+def _time(x: float | None) -> str:
+    """A measured time; "-" where none was measured."""
+    return fmt_seconds(x) if x else "-"
 
 
 def rows(cal: cal_lib.Calibration) -> list[tuple[str, str, str]]:
@@ -21,23 +22,23 @@ def rows(cal: cal_lib.Calibration) -> list[tuple[str, str, str]]:
     one, all_ = cal.one, cal.all
     out = []
     for dt in cal_lib.DTYPES:
-        out.append((f"matmul {dt}", _si(one.flops_per_s.get(dt), "FLOP/s"),
-                    _si(all_.flops_per_s.get(dt), "FLOP/s")))
-        out.append((f"  (step wall clock, {dt})", _si(one.flops_per_s_wall.get(dt), "FLOP/s"),
-                    _si(all_.flops_per_s_wall.get(dt), "FLOP/s")))
-    out.append(("memory stream (x*a+b)", _si(one.memory_bytes_per_s, "B/s"),
-                _si(all_.memory_bytes_per_s, "B/s")))
-    out.append(("  (step wall clock)", _si(one.memory_bytes_per_s_wall, "B/s"),
-                _si(all_.memory_bytes_per_s_wall, "B/s")))
-    out.append(("bf16 -> f32 convert", _si(one.convert_bytes_per_s, "B/s"),
-                _si(all_.convert_bytes_per_s, "B/s")))
-    out.append(("per-op overhead (a tiny op)", _si(one.op_overhead_s, "s"),
-                _si(all_.op_overhead_s, "s")))
+        out.append((f"matmul {dt}", _rate(one.flops_per_s.get(dt), "FLOP/s"),
+                    _rate(all_.flops_per_s.get(dt), "FLOP/s")))
+        out.append((f"  (step wall clock, {dt})", _rate(one.flops_per_s_wall.get(dt), "FLOP/s"),
+                    _rate(all_.flops_per_s_wall.get(dt), "FLOP/s")))
+    out.append(("memory stream (x*a+b)", _rate(one.memory_bytes_per_s, "B/s"),
+                _rate(all_.memory_bytes_per_s, "B/s")))
+    out.append(("  (step wall clock)", _rate(one.memory_bytes_per_s_wall, "B/s"),
+                _rate(all_.memory_bytes_per_s_wall, "B/s")))
+    out.append(("bf16 -> f32 convert", _rate(one.convert_bytes_per_s, "B/s"),
+                _rate(all_.convert_bytes_per_s, "B/s")))
+    out.append(("per-op overhead (a tiny op)", _time(one.op_overhead_s),
+                _time(all_.op_overhead_s)))
     for kind in cal_lib.RING:
-        out.append((f"{kind} bandwidth W", _si(one.collective_bytes_per_s.get(kind), "B/s"),
-                    _si(all_.collective_bytes_per_s.get(kind), "B/s")))
-        out.append((f"{kind} latency per hop", _si(one.collective_latency_s.get(kind), "s"),
-                    _si(all_.collective_latency_s.get(kind), "s")))
+        out.append((f"{kind} bandwidth W", _rate(one.collective_bytes_per_s.get(kind), "B/s"),
+                    _rate(all_.collective_bytes_per_s.get(kind), "B/s")))
+        out.append((f"{kind} latency per hop", _time(one.collective_latency_s.get(kind)),
+                    _time(all_.collective_latency_s.get(kind))))
     return out
 
 
@@ -61,9 +62,10 @@ def notes(cal: cal_lib.Calibration, chip) -> list[str]:
     return ["Per-op times from the XLA profiler; the wall-clock rows divide by the whole step's "
             "span instead. One device alone: collectives over a pair, the other devices idle.",
             f"The `cpu` chip takes the all-{n}-busy column: "
-            f"{_si(chip.flops_per_s('fp32'), 'FLOP/s')} fp32, "
-            f"{_si(chip.flops_per_s('bf16'), 'FLOP/s')} bf16, {_si(chip.hbm_bytes_per_s, 'B/s')} "
-            f"memory, ring W {_si(chip.ici_bytes_per_s, 'B/s')}, "
-            f"{_si(chip.hop_latency_s, 's')} per hop.",
+            f"{_rate(chip.flops_per_s('fp32'), 'FLOP/s')} fp32, "
+            f"{_rate(chip.flops_per_s('bf16'), 'FLOP/s')} bf16, "
+            f"{_rate(chip.hbm_bytes_per_s, 'B/s')} memory, "
+            f"ring W {_rate(chip.ici_bytes_per_s, 'B/s')}, "
+            f"{_time(chip.hop_latency_s)} per hop.",
             f"Caveat: {cal_lib.NOTE.format(n=n, cores=cal.cores)}. Treat collective predictions "
             f"on CPU as a check of the pipeline, not of an interconnect."]

@@ -15,6 +15,7 @@ from harness.chip import drift
 from harness.chip.calibration import cpu_chip_for_run
 from harness.errors import HarnessError
 from harness.trace.device import Device, trace_device
+from harness.units import fmt_si
 from predictions import hardware
 from predictions.gpu_ids import GPU_IDS
 
@@ -127,8 +128,9 @@ def chip_from_device(device: Device | None) -> tuple[object | None, list[str], d
         entry = _from_peaks(device)
         return entry, [
             f"chip {entry.name}: not in the registry; peaks from the trace's device plane "
-            f"({device.peak_flops_per_s:.3g} FLOP/s, HBM {device.peak_hbm_bytes_per_s:.3g} "
-            f"B/s); its interconnect is not given, so collectives are predicted as free"], {
+            f"({fmt_si(device.peak_flops_per_s, 'FLOP/s')}, "
+            f"HBM {fmt_si(device.peak_hbm_bytes_per_s, 'B/s')}); its interconnect is not given, "
+            f"so collectives are predicted as free"], {
             schema.CHIP_SOURCE: TRACE}
     why = (f"which could be {' or '.join(names)} (its planes do not tell them apart)" if names
            else "which is not a chip the registry knows, and its planes give no peak FLOP/s")

@@ -14,7 +14,7 @@ import pandas as pd
 
 from harness import schema
 from harness.measure.ops import op_times
-from harness.report import tables
+from harness.units import fmt_seconds
 
 BY_DEVICE_CSV = "by_device.csv"
 
@@ -51,7 +51,7 @@ def with_host_columns(run_tables, events: pd.DataFrame):
     if len(ops):
         top = ops.loc[ops[schema.HOST_SKEW_S].idxmax()]
         skew.append(f"cross-host skew is largest for {top[schema.OP]}: "
-                    f"{tables.fmt_seconds(top[schema.HOST_SKEW_S])} between hosts, slowest on "
+                    f"{fmt_seconds(top[schema.HOST_SKEW_S])} between hosts, slowest on "
                     f"process {top[schema.SLOWEST_HOST]} (per-host columns in ops.csv, per "
                     f"device in {BY_DEVICE_CSV})")
     run_tables.ops, run_tables.notes = ops, run_tables.notes + skew

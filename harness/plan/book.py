@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from harness.units import fmt_seconds, fmt_si
 from predictions import collectives, hardware, inference, roofline, training, transformer
 
 COLUMNS = ("quantity", "value", "formula (book chapter)")
@@ -27,21 +28,6 @@ class Answer:
     columns: tuple[str, ...] = field(default=COLUMNS)
 
 
-def _secs(t: float) -> str:
-    for unit, scale in (("days", 86400.0), ("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if t >= scale or unit == "us":
-            return f"{t / scale:.4g} {unit}"
-    return f"{t:.3g} s"
-
-
-def _si(x: float, unit: str = "") -> str:
-    for prefix, scale in (("Y", 1e24), ("Z", 1e21), ("E", 1e18), ("P", 1e15), ("T", 1e12),
-                          ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.4g} {prefix}{unit}"
-    return f"{x:.4g} {unit}".rstrip()
-
-
 def train(chip, cfg, name: str, chips: int, tokens: float, mfu: float, dtype: str = "bf16",
           seq: float | None = None, batch: float | None = None, strategy: str = "fsdp",
           axes: str = "1") -> Answer:
@@ -51,9 +37,10 @@ def train(chip, cfg, name: str, chips: int, tokens: float, mfu: float, dtype: st
     P = transformer.param_count(cfg)
     flops = transformer.train_flops(cfg, tokens, seq)
     t = training.train_time(cfg, tokens, chip, chips, mfu, dtype, seq)
-    rows = [("params P", _si(P), "L(3DF+2D(N+K)H+2D)+D+2DV (transformers.md)"),
-            ("train FLOPs", _si(flops, "FLOP"), "6*P*tokens (+12*T*S*N*H*L) (transformers.md)"),
-            ("wall time", _secs(t), "FLOPs/(chips*C*MFU) (training.md)"),
+    rows = [("params P", fmt_si(P), "L(3DF+2D(N+K)H+2D)+D+2DV (transformers.md)"),
+            ("train FLOPs", fmt_si(flops, "FLOP"),
+             "6*P*tokens (+12*T*S*N*H*L) (transformers.md)"),
+            ("wall time", fmt_seconds(t), "FLOPs/(chips*C*MFU) (training.md)"),
             ("bound", "compute (at the given MFU)", "")]
     data = {"model": name, "chip": chip.name, "chips": chips, "tokens": tokens, "mfu": mfu,
             "params": P, "flops": flops, "seconds": t, "bound": "compute"}
@@ -64,13 +51,14 @@ def train(chip, cfg, name: str, chips: int, tokens: float, mfu: float, dtype: st
                                   dtype=dtype, seq_len=seq)
         mem = training.memory_per_chip(cfg, batch, chips, chip=chip)
         rows += [("strategy X x Y", f"{strategy} {step.X} x {step.Y}", "training.md"),
-                 ("tokens per chip", _si(step.tokens_per_chip), "B/(X*Y)"),
-                 ("step T_math", _secs(step.t_math_s), "6*P*B/(N*C*MFU) (training.md)"),
-                 ("step T_fsdp", _secs(step.t_fsdp_s), "L*3*2*P_layer/(Y*W_ici*M_X)"),
-                 ("step T_tp", _secs(step.t_tp_s), "L*3*2*2*B*D/(X*W_ici*M_Y)"),
-                 ("step time", _secs(step.t_step_s), "sum over passes of max(T_math, T_comms)"),
+                 ("tokens per chip", fmt_si(step.tokens_per_chip), "B/(X*Y)"),
+                 ("step T_math", fmt_seconds(step.t_math_s), "6*P*B/(N*C*MFU) (training.md)"),
+                 ("step T_fsdp", fmt_seconds(step.t_fsdp_s), "L*3*2*P_layer/(Y*W_ici*M_X)"),
+                 ("step T_tp", fmt_seconds(step.t_tp_s), "L*3*2*2*B*D/(X*W_ici*M_Y)"),
+                 ("step time", fmt_seconds(step.t_step_s),
+                  "sum over passes of max(T_math, T_comms)"),
                  ("step bound", step.bound, ""),
-                 ("memory per chip", _si(mem.total_bytes, "B"),
+                 ("memory per chip", fmt_si(mem.total_bytes, "B"),
                   f"10*P/N + 2*D*B*4*L/N (applied-training.md); fits: {mem.fits}")]
         data.update(step=dataclasses.asdict(step),
                     memory={**dataclasses.asdict(mem), "fits": mem.fits})
@@ -92,15 +80,15 @@ def decode(chip, cfg, name: str, chips: int, batch: int, context: float, wb: flo
     s = inference.decode_step(cfg, chip, chips, batch, context, wb, kb, dtype)
     crit = inference.critical_batch(chip, wb, dtype)
     mb = inference.max_batch(cfg, chip, chips, context, wb, kb)
-    rows = [("param bytes", _si(s.param_bytes, "B"), f"P*{wb}"),
-            ("KV bytes", _si(s.kv_bytes, "B"), f"B*S*2*L*K*H*{kb} (transformers.md)"),
-            ("kv time", _secs(s.kv_time_s), "KV bytes/(chips*W_hbm) (inference.md)"),
-            ("param time", _secs(s.param_time_s), "param bytes/(chips*W_hbm)"),
-            ("flops time", _secs(s.flops_time_s), "2*P*B/(chips*C)"),
-            ("step time", _secs(s.step_s), "kv + max(flops, param) (inference.md)"),
+    rows = [("param bytes", fmt_si(s.param_bytes, "B"), f"P*{wb}"),
+            ("KV bytes", fmt_si(s.kv_bytes, "B"), f"B*S*2*L*K*H*{kb} (transformers.md)"),
+            ("kv time", fmt_seconds(s.kv_time_s), "KV bytes/(chips*W_hbm) (inference.md)"),
+            ("param time", fmt_seconds(s.param_time_s), "param bytes/(chips*W_hbm)"),
+            ("flops time", fmt_seconds(s.flops_time_s), "2*P*B/(chips*C)"),
+            ("step time", fmt_seconds(s.step_s), "kv + max(flops, param) (inference.md)"),
             ("bound", s.bound, f"critical batch {crit:.0f} = C*s_w/(2*W_hbm)"),
-            ("throughput", f"{s.tokens_per_s:.4g} tok/s ({s.tokens_per_s_per_chip:.4g}/chip)",
-             "B/step"),
+            ("throughput", f"{fmt_si(s.tokens_per_s, 'tok/s')} "
+                           f"({fmt_si(s.tokens_per_s_per_chip)}/chip)", "B/step"),
             ("max batch", str(mb), "(chips*HBM - param bytes)/(S*KV per token)")]
     data = {"model": name, "chip": chip.name, **dataclasses.asdict(s),
             "tokens_per_s": s.tokens_per_s, "critical_batch": crit, "max_batch": mb}
@@ -111,10 +99,10 @@ def prefill(chip, cfg, name: str, chips: int, tokens: float, mfu: float, wb: flo
             dtype: str = "bf16", seq: float | None = None) -> Answer:
     """Prefill of ``tokens`` prompt tokens: FLOPs at ``mfu`` against loading the weights."""
     p = inference.prefill(cfg, chip, chips, tokens, mfu, wb, dtype, seq)
-    rows = [("FLOPs", _si(p.flops, "FLOP"), "2*P*tokens (inference.md)"),
-            ("flops time", _secs(p.flops_time_s), "FLOPs/(chips*C*MFU)"),
-            ("param time", _secs(p.param_time_s), "param bytes/(chips*W_hbm)"),
-            ("prefill time", _secs(p.seconds), "max of the two"),
+    rows = [("FLOPs", fmt_si(p.flops, "FLOP"), "2*P*tokens (inference.md)"),
+            ("flops time", fmt_seconds(p.flops_time_s), "FLOPs/(chips*C*MFU)"),
+            ("param time", fmt_seconds(p.param_time_s), "param bytes/(chips*W_hbm)"),
+            ("prefill time", fmt_seconds(p.seconds), "max of the two"),
             ("bound", p.bound, "")]
     data = {"model": name, "chip": chip.name, "chips": chips, **dataclasses.asdict(p)}
     return Answer(f"prefill {name} on {chips} x {chip.name}", rows, data)
@@ -128,11 +116,11 @@ def collective(kind: str, nbytes: float, axes: str, chip: str, wraparound: bool 
         e = collectives.ppermute_terms(nbytes, chip, links, hops)
     else:
         e = collectives.estimate(kind, nbytes, axes, chip, wraparound)
-    rows = [("V (bytes)", _si(e.nbytes, "B"), "per-device convention of sharding.md"),
+    rows = [("V (bytes)", fmt_si(e.nbytes, "B"), "per-device convention of sharding.md"),
             ("axes", "x".join(map(str, e.axes)) or "-", f"wraparound: {e.wraps or '-'}"),
-            ("bandwidth term", _secs(e.t_bandwidth_s), e.formula),
-            ("latency term", _secs(e.t_latency_s), "T_min * hops (sharding.md)"),
-            ("time", _secs(e.seconds), "max of the two"),
+            ("bandwidth term", fmt_seconds(e.t_bandwidth_s), e.formula),
+            ("latency term", fmt_seconds(e.t_latency_s), "T_min * hops (sharding.md)"),
+            ("time", fmt_seconds(e.seconds), "max of the two"),
             ("bound", e.bound, "")]
     data = {**dataclasses.asdict(e), "seconds": e.seconds, "bound": e.bound}
     return Answer(f"{kind} on {e.chip}", rows, data)
@@ -142,12 +130,12 @@ def matmul(B: float, D: float, F: float, chip: str, dtype: str = "bf16",
            weight_dtype: str | None = None) -> Answer:
     """The roofline of X[B,D] . W[D,F] (roofline.md)."""
     m = roofline.matmul(B, D, F, chip, dtype, weight_dtype)
-    rows = [("FLOPs", _si(m.flops, "FLOP"), "2BDF (roofline.md)"),
-            ("bytes", _si(m.bytes, "B"), "s_x*BD + s_w*DF + s_x*BF"),
+    rows = [("FLOPs", fmt_si(m.flops, "FLOP"), "2BDF (roofline.md)"),
+            ("bytes", fmt_si(m.bytes, "B"), "s_x*BD + s_w*DF + s_x*BF"),
             ("intensity", f"{m.intensity:.4g}", f"critical {m.critical_intensity:.4g} = C/W_hbm"),
-            ("T_math", _secs(m.t_compute_s), "FLOPs/C"),
-            ("T_memory", _secs(m.t_memory_s), "bytes/W_hbm"),
-            ("time", f"{_secs(m.t_lower_s)} .. {_secs(m.t_upper_s)}", "max .. sum"),
+            ("T_math", fmt_seconds(m.t_compute_s), "FLOPs/C"),
+            ("T_memory", fmt_seconds(m.t_memory_s), "bytes/W_hbm"),
+            ("time", f"{fmt_seconds(m.t_lower_s)} .. {fmt_seconds(m.t_upper_s)}", "max .. sum"),
             ("bound", m.bound, "")]
     return Answer(f"matmul on {hardware.chip_entry(chip).name}", rows, dataclasses.asdict(m))
 
@@ -157,9 +145,9 @@ def chip_table() -> Answer:
     rows, data = [], {}
     for name, c in hardware.CHIPS.items():
         ici = roofline.critical_intensity(c, "bf16", "ici")
-        rows.append((name, _si(c.flops_per_s("bf16"), "FLOP/s"), _si(c.hbm_bytes, "B"),
-                     _si(c.hbm_bytes_per_s, "B/s"),
-                     f"{_si(c.ici_bytes_per_s, 'B/s')} "
+        rows.append((name, fmt_si(c.flops_per_s("bf16"), "FLOP/s"), fmt_si(c.hbm_bytes, "B"),
+                     fmt_si(c.hbm_bytes_per_s, "B/s"),
+                     f"{fmt_si(c.ici_bytes_per_s, 'B/s')} "
                      + (f"x {c.ici_links} links" if c.kind == "tpu" else
                         f"egress ({c.ici_links} links)" if c.kind == "gpu" else "ring"),
                      "x".join(map(str, c.max_slice)) or "-",

@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from harness.errors import HarnessError
+from harness.units import fmt_bytes, fmt_decimal_bytes, parse_bytes
 from predictions.rules import STRUCTURAL
 
-LIBTPU_UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _SIZE = r"([0-9.]+)\s*([KMGT]?)B?"
 _REQUIRED_RE = re.compile(rf"total memory required for (?P<what>[^(]+?)\s*\({_SIZE}\)\s*"
                           rf"exceeds available (?P<where>\w+)\s*\({_SIZE}\)")
@@ -53,8 +53,8 @@ class Refusal:
 
 
 def libtpu_bytes(number: str, unit: str) -> float:
-    """``("161.32", "G")`` -> 161.32 * 2**30 (libtpu prints binary units)."""
-    return float(number) * LIBTPU_UNITS[unit]
+    """``("161.32", "G")`` -> 161.32 * 2**30 (libtpu's lone K, M, G, T are binary)."""
+    return parse_bytes(number + unit)
 
 
 def parse_refusal(text: str) -> Refusal:
@@ -66,11 +66,6 @@ def parse_refusal(text: str) -> Refusal:
                                 f"{text[:160]!r}")
     return Refusal(libtpu_bytes(m.group(2), m.group(3)), libtpu_bytes(m.group(5), m.group(6)),
                    " ".join(m.group("what").split()), text.strip())
-
-
-def gib(n: float) -> str:
-    """Bytes in GiB as libtpu prints them (two decimals), or MiB below 1 GiB."""
-    return f"{n / 2**30:.2f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 @dataclass(frozen=True)
@@ -118,19 +113,20 @@ def refusal_lines(chip: str, where: str, refusal: Refusal, buffers: Sequence[Buf
                   batch: tuple[int, int | None] | None, remat: str) -> list[str]:
     """The first lines ``predict-hlo`` prints for a chip whose TPU compile was refused."""
     lines = [f"{chip}: does NOT fit: {where} refused the program: its {refusal.what} need "
-             f"{gib(refusal.required_bytes)} per chip, {gib(refusal.available_bytes)} of HBM "
-             f"available ({gib(refusal.over_bytes)} over, {refusal.ratio:.2f}x); no TPU "
+             f"{fmt_bytes(refusal.required_bytes)} per chip, "
+             f"{fmt_bytes(refusal.available_bytes)} of HBM available "
+             f"({fmt_bytes(refusal.over_bytes)} over, {refusal.ratio:.2f}x); no TPU "
              f"prediction (no step, no MFU) for it"]
     if buffers:
         lines.append("  largest buffers (libtpu's message lists none; these are XLA:CPU's "
                      "compile of the same program, per device):")
-        lines += [f"    {gib(b.nbytes)} {b.shape} {b.op}"
+        lines += [f"    {fmt_bytes(b.nbytes)} {b.shape} {b.op}"
                   + (f" ({b.source.rsplit('/', 1)[-1]})" if b.source else "") for b in buffers]
     if batch is not None:
         B, fit = batch
         lines.append(f"  batch: B={B} refused; " + (
-            f"B={fit} is estimated to fit ({B} x {gib(refusal.available_bytes)} / "
-            f"{gib(refusal.required_bytes)}, rounded down to a B the mesh divides; weights "
+            f"B={fit} is estimated to fit ({B} x {fmt_bytes(refusal.available_bytes)} / "
+            f"{fmt_bytes(refusal.required_bytes)}, rounded down to a B the mesh divides; weights "
             "and optimizer state do not shrink with B, so check it with --set B=...)"
             if fit else "no smaller B the mesh divides is estimated to fit: shard the weights "
             "and optimizer state (parallelism=fsdp), or use more chips"))
@@ -160,37 +156,30 @@ def remat_hint(order: Sequence[str], given: str | None, chose: bool) -> str:
             else f"remat={given} already keeps the least")
 
 
-def _gb(n: float) -> str:
-    """Decimal bytes at a readable scale (the book's GB = 1e9 bytes)."""
-    for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
-        if abs(n) >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n:.0f} B"
-
-
 def fit_line(fit: dict, chip: str) -> str:
     """One line: what memory_analysis() says a chip holds, added up, the peak beside the sum
     and which of them the verdict uses."""
     parts = [("arguments", "+"), ("outputs", "+"), ("aliased", "-"), ("temporaries", "+"),
              ("code", "+")]
-    terms = " ".join(f"{sign} {name} {_gb(fit.get(name, 0))}" for name, sign in parts)[2:]
-    verdict = (f"fits, {_gb(fit['headroom_bytes'])} free" if fit["fits"]
-               else f"does NOT fit, {_gb(-fit['headroom_bytes'])} over")
+    gb = fmt_decimal_bytes  # the book's GB: 1e9 bytes
+    terms = " ".join(f"{sign} {name} {gb(fit.get(name, 0))}" for name, sign in parts)[2:]
+    verdict = (f"fits, {gb(fit['headroom_bytes'])} free" if fit["fits"]
+               else f"does NOT fit, {gb(-fit['headroom_bytes'])} over")
     if fit.get("placed_past_book"):
-        verdict = (f"fits: the TPU compiler placed every buffer ({_gb(-fit['headroom_bytes'])} "
+        verdict = (f"fits: the TPU compiler placed every buffer ({gb(-fit['headroom_bytes'])} "
                    f"past the book's HBM, within what libtpu counts usable, in GiB)")
     if fit.get("host_peak"):
-        why = (f"XLA's peak {_gb(fit['peak'])} is the host memory's (offloaded activations), "
+        why = (f"XLA's peak {gb(fit['peak'])} is the host memory's (offloaded activations), "
                f"so the verdict uses the sum")
     elif fit.get("peak"):
-        why = (f"XLA's peak {_gb(fit['peak_bytes'])} is what the verdict uses: it counts only "
+        why = (f"XLA's peak {gb(fit['peak_bytes'])} is what the verdict uses: it counts only "
                f"buffers live at the same time (buffers whose lifetimes do not overlap share "
-               f"memory), {_gb(fit['sum_bytes'] - fit['peak_bytes'])} below the sum, which "
+               f"memory), {gb(fit['sum_bytes'] - fit['peak_bytes'])} below the sum, which "
                f"holds every buffer at once and is an upper bound")
     else:
         why = "XLA reports no peak, so the verdict uses the sum, an upper bound"
-    return (f"memory per chip: {terms} = {_gb(fit['sum_bytes'])} (the sum); {why}; "
-            f"{_gb(fit['peak_bytes'])} of {chip}'s {_gb(fit['hbm_bytes'])} HBM: {verdict}")
+    return (f"memory per chip: {terms} = {gb(fit['sum_bytes'])} (the sum); {why}; "
+            f"{gb(fit['peak_bytes'])} of {chip}'s {gb(fit['hbm_bytes'])} HBM: {verdict}")
 
 
 def describe_refusal(exc: Exception, chip: str, workload, preset: str, overrides: dict,

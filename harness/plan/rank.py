@@ -26,9 +26,10 @@ from harness import schema
 from harness.capture.memory import memory_fit
 from harness.errors import HarnessError
 from harness.hlo import parse_module
-from harness.plan.fit import RefusalUnreadable, gib, parse_refusal
+from harness.plan.fit import RefusalUnreadable, parse_refusal
 from harness.plan.layouts import Candidate
 from harness.plan.predict import predict_module
+from harness.units import fmt_bytes, fmt_decimal_bytes
 from predictions import training
 from predictions.hardware import Chip
 from predictions.step import book_dtype
@@ -136,8 +137,8 @@ def evaluate(setting: Setting, cand: Candidate, progress: Callable[[str], None])
             return {**row, schema.FITS: NO, schema.PLAN_NOTE: f"{DOES_NOT_FIT}: {why}"}
         return {**row, schema.FITS: NO, schema.REQUIRED_BYTES: asked.required_bytes,
                 schema.PLAN_NOTE: f"{DOES_NOT_FIT}: {asked.what} need "
-                                  f"{gib(asked.required_bytes)}, "
-                                  f"{gib(asked.available_bytes)} of HBM available (libtpu)"}
+                                  f"{fmt_bytes(asked.required_bytes)}, "
+                                  f"{fmt_bytes(asked.available_bytes)} of HBM available (libtpu)"}
     except WorkloadError as e:  # the compiler failed: the layout has no prediction, say why
         progress(f"{cand.layout} on {cand.mesh}: failed ({e})")
         return {**row, schema.FITS: NOT_BUILT, schema.PLAN_NOTE: f"{NOT_BUILT}: {e}"}
@@ -162,7 +163,7 @@ def evaluate(setting: Setting, cand: Candidate, progress: Callable[[str], None])
         row.update({schema.PEAK_BYTES: fit["peak_bytes"], schema.FITS: YES if fit["fits"] else NO})
         if not fit["fits"]:
             row[schema.PLAN_NOTE] = (f"{DOES_NOT_FIT}: peak over {setting.chip.name}'s HBM by "
-                                     f"{-fit['headroom_bytes'] / 1e9:.3g} GB")
+                                     f"{fmt_decimal_bytes(-fit['headroom_bytes'])}")
     return row
 
 

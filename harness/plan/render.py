@@ -12,6 +12,7 @@ from harness.plan.request import LayoutPlan
 from harness.plan.workload import CPU_NOT_A_BOUND, WorkloadPrediction
 from harness.report import tables
 from harness.step.simulate import critical_ops
+from harness.units import fmt_seconds
 from predictions.step import OVERLAP
 
 OP_COLUMNS = (schema.OP, schema.OPCODE, schema.CATEGORY, schema.BOUND, schema.COUNT,
@@ -79,7 +80,7 @@ def prediction_text(p: WorkloadPrediction, fmt: str, top: int) -> str:
 def step_lines(sim, totals: dict) -> list[str]:
     """The simulated step in words: its split, its critical path, the sum of ops and the
     book's step beside it, and what the overlap hides."""
-    f = tables.fmt_seconds
+    f = fmt_seconds
     order = "XLA's schedule" if sim.scheduled else "a topological order (unscheduled HLO)"
     lines = [f"step {f(sim.step_s)} ({order} played at the roofline) = compute "
              f"{f(sim.compute_s)} + exposed communication {f(sim.exposed_comm_s)}; critical "
@@ -101,7 +102,7 @@ def step_lines(sim, totals: dict) -> list[str]:
 def gap_line(gap, compile_: str) -> str:
     """One line: the simulated step minus the book's, part by part (each part's seconds minus
     the book's, which add up to it), with the work ratio and the excess behind each."""
-    f = tables.fmt_seconds
+    f = fmt_seconds
 
     def signed(v: float) -> str:
         return f"{'+' if v >= 0 else '-'}{f(abs(v))}"

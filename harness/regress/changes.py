@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
-from harness.report.tables import fmt_seconds
 from harness.runs.run import Run
+from harness.units import fmt_seconds
 
 SAME_WORK = 0.01  # work per device that moves less than this is the same work
 WORK = {schema.FLOPS: "FLOPs", schema.HBM_BYTES: "HBM bytes",

@@ -48,8 +48,8 @@ from harness.chip import drift
 from harness.errors import HarnessError
 from harness.regress import changes, side_by_side
 from harness.regress.pairs import key
-from harness.report.tables import fmt_seconds
 from harness.runs.run import Run
+from harness.units import fmt_seconds
 
 REGRESSION, INCONCLUSIVE, IMPROVEMENT, OK = "regression", "inconclusive", "improvement", "ok"
 VERDICTS = (REGRESSION, INCONCLUSIVE, IMPROVEMENT, OK)  # worst first: the overall verdict

@@ -12,6 +12,7 @@ from harness import schema
 from harness.regress import changes, pairs, side_by_side
 from harness.regress.comparison import Comparison, headline
 from harness.report import tables
+from harness.units import fmt_seconds
 
 
 def _pct(x, sign="+") -> str:
@@ -21,7 +22,7 @@ def _pct(x, sign="+") -> str:
 def tables_of(v, top: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A pair's step figures and its ops (the ``top`` that lost most), formatted."""
     f, o = v.figures, v.ops if top <= 0 else v.ops.head(top)
-    secs = tables.fmt_seconds
+    secs = fmt_seconds
     return (pd.DataFrame({"figure": f[schema.FIGURE], "baseline": f[schema.BASELINE_S].map(secs),
                           "candidate": f[schema.CANDIDATE_S].map(secs),
                           "change": f[schema.CHANGE].map(_pct)}),
@@ -37,7 +38,7 @@ def tables_of(v, top: int) -> tuple[pd.DataFrame, pd.DataFrame]:
 def layout_tables(lay, top: int) -> list[pd.DataFrame]:
     """Two layouts' op groups (matched by source op, ``top`` that changed most) and their
     collectives side by side, formatted (``harness.regress.side_by_side``)."""
-    secs, o, c = tables.fmt_seconds, lay.ops, lay.collectives
+    secs, o, c = fmt_seconds, lay.ops, lay.collectives
     o = o.reindex(o[schema.DELTA_S].abs().sort_values(ascending=False, kind="stable").index)
     o = o if top <= 0 else o.head(top)  # the groups whose time changed most
 
@@ -86,7 +87,7 @@ def _unmatched(lay, top: int) -> list[str]:
     return [f"only in {name}: " + ", ".join(
         f"{_short(r[schema.OP])} ({r[schema.COLLECTIVE] or r[schema.CATEGORY]}, "
         f"{r[schema.OPS_MATCHED + suffix]} op(s), "
-        f"{tables.fmt_seconds(r[schema.CANDIDATE_S if suffix == '_b' else schema.BASELINE_S])})"
+        f"{fmt_seconds(r[schema.CANDIDATE_S if suffix == '_b' else schema.BASELINE_S])})"
         for _, r in _first(lay.unmatched(side), top).iterrows())
         + (f" and {len(lay.unmatched(side)) - top} more" if 0 < top < len(lay.unmatched(side))
            else "")

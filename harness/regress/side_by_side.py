@@ -27,8 +27,8 @@ import pandas as pd
 
 from harness import schema
 from harness.regress import changes
-from harness.report.tables import fmt_seconds
 from harness.runs.run import Run
+from harness.units import fmt_seconds
 
 SOURCE, NAME = "source op", "name"  # how the ops were matched (schema.MATCHED_BY)
 NO_SOURCE = "(no source op)"        # the key of ops whose HLO names no operation

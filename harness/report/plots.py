@@ -19,6 +19,7 @@ import pandas as pd
 
 from harness import schema
 from harness.analysis.gaps import ROOFLINE_MARGIN, beats_roofline, peak_dtype
+from harness.units import fmt_si
 
 # matplotlib is imported inside the plotting functions, on purpose: it is slow to import and
 # only a figure needs it.
@@ -89,25 +90,13 @@ def _figure(size=(7, 4.5), margins=(0.9, 0.3, 0.7, 0.45)):
     return fig, ax
 
 
-SI = (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3))
-
-
-def si(x: float, unit: str = "") -> str:
-    """3.35e12 -> "3.35T", with a unit "3.35 TB/s"; below 1000 plainly."""
-    space = " " if unit else ""
-    for prefix, scale in SI:
-        if abs(x) >= scale:
-            return f"{x / scale:.3g}{space}{prefix}{unit}"
-    return f"{x:.3g}{space}{unit}" if x >= 1e-3 or x == 0 else f"{x:.0e}{space}{unit}"
-
-
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
 def power_of_ten(x: float) -> str:
-    """1e-08 -> "10⁻⁸" (plain text: no mathtext to lay out), other values as ``si``."""
+    """1e-08 -> "10⁻⁸" (plain text: no mathtext to lay out), other values as ``fmt_si``."""
     e = math.log10(x) if x > 0 else math.nan
-    return f"10{str(round(e)).translate(_SUPERSCRIPT)}" if abs(e - round(e)) < 1e-9 else si(x)
+    return f"10{str(round(e)).translate(_SUPERSCRIPT)}" if abs(e - round(e)) < 1e-9 else fmt_si(x)
 
 
 def log_axes(ax, x_fmt=power_of_ten, y_fmt=power_of_ten) -> None:
@@ -123,7 +112,7 @@ def log_axes(ax, x_fmt=power_of_ten, y_fmt=power_of_ten) -> None:
         axis.set_major_locator(LogLocator(base=10, subs=(1.0,) if wide else (1.0, 2.0, 5.0),
                                           numticks=12))
         axis.set_minor_locator(NullLocator())
-        axis.set_major_formatter(FuncFormatter(lambda v, _, f=fmt if wide else si: f(v)))
+        axis.set_major_formatter(FuncFormatter(lambda v, _, f=fmt if wide else fmt_si: f(v)))
 
 
 def spread(ys: list[float], gap: float, lo: float = 0.02, hi: float = 0.98) -> list[float]:
@@ -179,17 +168,17 @@ def roofline(ops: pd.DataFrame, *, peak_flops_per_s: float, hbm_bytes_per_s: flo
     y_lo = min(float(achieved.min()), lo * hbm_bytes_per_s) / 3
     ax.set_xlim(lo, hi)
     ax.set_ylim(y_lo, max(peak_flops_per_s, float(achieved.max())) * 4)
-    log_axes(ax, y_fmt=si)
+    log_axes(ax, y_fmt=fmt_si)
     ax.plot([ridge, ridge], [y_lo, peak_flops_per_s], color="0.5", ls=":", lw=1)
     # the roof's figures, written on it
-    ax.text(hi / 1.3, peak_flops_per_s * 1.25, f"peak {si(peak_flops_per_s, 'FLOP/s')}",
+    ax.text(hi / 1.3, peak_flops_per_s * 1.25, f"peak {fmt_si(peak_flops_per_s, 'FLOP/s')}",
             ha="right", va="bottom", fontsize=FONT)
     # along the sloped roof, a quarter of the way in (ops sit below a roof, and crowd near the
     # ridge), just above it, at the slope's angle on screen (a fixed layout)
     x_mem = min(lo * (hi / lo) ** 0.25, math.sqrt(lo * ridge))
     (x0, y0), (x1, y1) = ax.transData.transform([(x_mem, x_mem * hbm_bytes_per_s),
                                                  (ridge, peak_flops_per_s)])
-    ax.annotate(f"HBM {si(hbm_bytes_per_s, 'B/s')}", (x_mem, x_mem * hbm_bytes_per_s),
+    ax.annotate(f"HBM {fmt_si(hbm_bytes_per_s, 'B/s')}", (x_mem, x_mem * hbm_bytes_per_s),
                 xytext=(-3, 5), textcoords="offset points", ha="center", va="bottom",
                 fontsize=FONT, rotation_mode="anchor",
                 rotation=math.degrees(math.atan2(y1 - y0, x1 - x0)))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from harness import schema
-from harness.report.tables import fmt_seconds
+from harness.units import fmt_seconds
 
 # a term shorter than this share of the step is left out of the line (it still is in the JSON)
 _NEGLIGIBLE = 0.001

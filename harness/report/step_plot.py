@@ -8,8 +8,8 @@ import pandas as pd
 
 from harness import schema
 from harness.report.plots import _figure, _png, timed
-from harness.report.tables import fmt_seconds
 from harness.step.timeline import merged
+from harness.units import fmt_seconds
 
 STEP_PNG = "step.png"
 _COLOR = {"compute": "tab:blue", "comm": "tab:orange", "exposed": "tab:red", "idle": "0.75"}

@@ -23,24 +23,13 @@ from rich.table import Table
 from harness import schema
 from harness.analysis.gaps import beats_roofline
 from harness.errors import HarnessError
+from harness.units import BINARY_BYTES, TIME_UNITS, fmt_seconds, scale_of
 
 FLAG = "!"  # after a figure above what the roofline allows (text and Markdown)
-TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
-BYTE_UNITS = (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10), ("B", 1.0))
 
 
 def _missing(x) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x)) or x is pd.NA
-
-
-def fmt_seconds(x: float) -> str:
-    if _missing(x):
-        return "-"
-    for unit, scale in TIME_UNITS[:-1]:
-        # compare after rounding to 3 figures, so 999.8 us shows as 1 ms, not 1e+03 us
-        if abs(float(f"{x:.3g}")) >= scale:
-            return f"{x / scale:.3g} {unit}"
-    return f"{x * 1e9:.3g} ns"
 
 
 def fmt_number(x: float) -> str:
@@ -87,7 +76,7 @@ def fmt_figure(key: str, value) -> str:
     if key.endswith("_GBps"):
         return f"{plain(value)} GB/s"
     if key.endswith("_bytes") and isinstance(value, (int, float)):
-        unit, scale = next((u, s) for u, s in BYTE_UNITS if abs(value) >= s or s == 1.0)
+        unit, scale = scale_of(value, BINARY_BYTES)
         return f"{plain(value / scale)} {unit}"
     return fmt_number(value) if isinstance(value, (int, float)) else str(value)
 
@@ -157,7 +146,7 @@ def column(name: str, values: pd.Series) -> Column:
     if name.endswith("_s"):
         return _in_unit(name, TIME_UNITS, values)
     if name.endswith("_bytes"):
-        return _in_unit(name, BYTE_UNITS, values)
+        return _in_unit(name, BINARY_BYTES, values)
     if name.endswith("_GBps"):
         return Column(name, "GB/s", lambda x: "-" if _missing(x) else plain(float(x)))
     if name in FRACTIONS:

@@ -21,6 +21,7 @@ from harness.report.heading import mesh_str
 from harness.runs import store
 from harness.runs.pipeline import from_capture
 from harness.runs.run import Run
+from harness.units import fmt_bytes
 from predictions import hardware
 from predictions.step import Analytic
 
@@ -50,7 +51,7 @@ def _presets(w) -> list[str]:
     (``Workload.memory``)."""
     if w.memory is None:
         return list(w.presets)
-    return [f"{name} ({sum(w.memory(cfg, None).values()) / 2**30:.3g} GiB)"
+    return [f"{name} ({fmt_bytes(sum(w.memory(cfg, None).values()))})"
             for name, cfg in w.presets.items()]
 
 

@@ -8,6 +8,7 @@ figure above the roofline is marked where it stands.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -15,6 +16,7 @@ import pandas as pd
 from harness import schema
 from harness.analysis.gaps import ROOFLINE_MARGIN
 from harness.report.plots import FONT, _png, timed
+from harness.units import fmt_binary, fmt_si
 
 # matplotlib is imported inside the plotting functions, on purpose: it is slow to import and
 # only a figure needs it.
@@ -38,25 +40,13 @@ def _subplots(n: int, size=(4.6, 3.6)):
     return fig, list(axes.flat[:n])
 
 
-BINARY = (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10))  # message sizes: 4K = 4096 bytes
-DECIMAL = (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3))   # FLOPs
-
-
-def _label(x: float, units) -> str:
-    """4096 -> "4K" (BINARY), 2.1e9 -> "2.1G" (DECIMAL)."""
-    for unit, scale in units:
-        if x >= scale:
-            return f"{x / scale:.3g}{unit}"
-    return f"{x:.3g}"
-
-
-def _x_ticks(ax, xs, units) -> None:
-    """A log x axis with a labelled tick at each of the data's x values."""
+def _x_ticks(ax, xs, label: Callable[[float], str]) -> None:
+    """A log x axis with a labelled tick at each of the data's x values, each ``label(x)``."""
     from matplotlib.ticker import NullFormatter, NullLocator
 
     ax.set_xscale("log")
     ticks = sorted({float(x) for x in xs})
-    ax.set_xticks(ticks, [_label(x, units) for x in ticks], fontsize=FONT)
+    ax.set_xticks(ticks, [label(x) for x in ticks], fontsize=FONT)
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_minor_formatter(NullFormatter())
 
@@ -132,7 +122,7 @@ def collective_bandwidth(df: pd.DataFrame) -> bytes | None:
             ax.plot(pred[schema.MESSAGE_BYTES], pred[schema.PREDICTED_BUS_GBPS], "--",
                     color=color, lw=1.6, label=f"book: {' and '.join(names)}"
                     + (" (one curve)" if len(names) > 1 else ""))
-        _x_ticks(ax, k[schema.MESSAGE_BYTES], BINARY)
+        _x_ticks(ax, k[schema.MESSAGE_BYTES], fmt_binary)  # message sizes: 4K = 4096 bytes
         _y_ticks(ax, pd.concat([k[schema.MEASURED_BUS_GBPS], k[schema.PREDICTED_BUS_GBPS]]))
         ax.set_title(f"{kind}: measured (solid) vs book (dashed)", fontsize=FONT + 1)
         ax.set_xlabel("message size per device (bytes)", fontsize=FONT)
@@ -165,7 +155,7 @@ def matmul_efficiency(df: pd.DataFrame) -> bytes | None:
         ax.plot(g[schema.MODEL_FLOPS], pct[g.index], "-", marker=MARKERS[i % len(MARKERS)],
                 color=f"C{i % 10}", label=series)
     ax.axhline(100, color="k", lw=1, ls=":", label="roofline (100%)")
-    _x_ticks(ax, d[schema.MODEL_FLOPS], DECIMAL)
+    _x_ticks(ax, d[schema.MODEL_FLOPS], fmt_si)  # FLOPs: 2.1G = 2.1e9
     _y_ticks(ax, list(pct) + [100], fmt=lambda v: f"{v:g}%")
     over = d[d[schema.MATMUL_EFFICIENCY] > ROOFLINE_MARGIN]
     if not over.empty:

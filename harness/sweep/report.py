@@ -29,6 +29,7 @@ from harness.report import heading, page, tables
 from harness.runs import store
 from harness.runs.run import Run
 from harness.sweep import plots as sweep_plots
+from harness.units import fmt_seconds
 from predictions.hardware import CHIPS
 
 log = logging.getLogger(__name__)
@@ -220,7 +221,7 @@ def headline(df: pd.DataFrame) -> list[str]:
         eff = pd.to_numeric(g[schema.EFFICIENCY], errors="coerce").dropna()
         line = f"{name}: {len(g)} point(s)"
         if len(step):
-            lo, hi = (tables.fmt_seconds(v) for v in (step.min(), step.max()))
+            lo, hi = (fmt_seconds(v) for v in (step.min(), step.max()))
             line += f", step {lo}" + (f" to {hi}" if hi != lo else "")
         if len(eff):
             lo, hi = (tables.fmt_percent(v) for v in (eff.min(), eff.max()))

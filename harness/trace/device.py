@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
 from harness.trace.space import Space
+from harness.units import fmt_bytes
 
 DEVICE_PLANE = re.compile(r"^/device:(TPU|GPU):\d+$")
 CORES = {"amd": "CUs", "nvidia": "SMs"}  # what each vendor calls the cores of core_count
@@ -60,7 +61,7 @@ class Device:
         if self.core_count:
             parts.append(f"{self.core_count} {CORES.get((self.vendor or '').lower(), 'cores')}")
         if self.memory_bytes:
-            parts.append(f"{self.memory_bytes / 2**30:.0f} GiB")
+            parts.append(fmt_bytes(self.memory_bytes, decimals=0))
         return ", ".join(parts)
 
 
