@@ -14,7 +14,9 @@ the exposed part is apportioned over the collectives by each one's exposed time 
 (``schema.STEP_COLLECTIVES``, medians over devices, where the step's figure is its slowest
 device's), what they do not cover left as "other exposed communication".
 Contributions are of the slower layout over the faster, largest first, and add up to the step
-difference.
+difference, negative ones included (a part the slower layout spends less on). Each run is
+compared by its step program (``pairs.step_program``): what set-up programs ran beside it is
+no part of its step.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
-from harness.regress import changes
+from harness.regress import changes, pairs
 from harness.report.tables import fmt_seconds
 from harness.runs.run import Run
 
@@ -38,7 +40,9 @@ EXTRA = (schema.OPS_MATCHED, schema.COMM_BYTES, schema.COMM_S, schema.EXPOSED_CO
          schema.MESH_AXES, schema.SOURCE_LINE)
 WHERE = (schema.MESH_AXES, schema.SOURCE_LINE)  # an op group's axes (harness.explain) and line
 _OUTER_JIT = re.compile(r"^jit\([^/]*\)/(?=.)")
-_SMALL = 0.01  # a remainder under this share of the step difference is left out of the line
+_SMALL = 0.01  # a part under this share of the step difference is counted in "smaller parts"
+SHOWN = 4  # parts the headline names; the others are summed
+_ROUNDING = 1e-12  # seconds: a part this small is the float sums' rounding, not a part
 
 
 def same_program(a: Run, b: Run) -> bool:
@@ -185,8 +189,9 @@ def _what(row: pd.Series, mesh: dict | None) -> str:
 def attribute(a: Run, b: Run, rows: pd.DataFrame, mesh: dict | None, sign: float
               ) -> list[tuple[str, float]]:
     """(what, seconds) that add up to the slower layout's step over the faster's (``sign``
-    +1: B is the slower, -1: A), largest first: each collective's exposed time, the rest of the
-    exposed communication, compute (the op group that grew most named) and idle."""
+    +1: B is the slower, -1: A), largest first, negative ones last: each collective's exposed
+    time, the rest of the exposed communication, compute (the op group that grew most named)
+    and idle."""
     parts = {c: sign * (step_of(b, c) - step_of(a, c))
              for c in (schema.STEP_S, schema.COMPUTE_S, schema.EXPOSED_COMM_S, schema.IDLE_S)}
     if not all(math.isfinite(v) for v in parts.values()):
@@ -199,7 +204,7 @@ def attribute(a: Run, b: Run, rows: pd.DataFrame, mesh: dict | None, sign: float
         if d:
             out.append((f"exposed {_what(r, mesh)}", float(d)))
     rest = parts[schema.EXPOSED_COMM_S] - sum(d for _, d in out)
-    if abs(rest) > _SMALL * abs(parts[schema.STEP_S]):
+    if abs(rest) > _ROUNDING:
         out.append(("other exposed communication", rest))
     out += [(f"compute{_most(rows, sign) if parts[schema.COMPUTE_S] > 0 else ''}",
              parts[schema.COMPUTE_S]), ("idle", parts[schema.IDLE_S])]
@@ -259,13 +264,31 @@ def headline(a: Run, b: Run, attribution: list, sign: float) -> str:
     head = (f"{slow} is {ratio:.3g}x slower than {fast}" if ratio >= 1.005 else
             "A and B take the same step (within 0.5%)") + (
         f" (step {fmt_seconds(ta)} -> {fmt_seconds(tb)})")
-    shown = [f"{'+' if s >= 0 else '-'}{fmt_seconds(abs(s))} {w}" for w, s in attribution
-             if abs(s) > _SMALL * abs(tb - ta)][:4]
-    return head + (": " + "; ".join(shown) if shown else "")
+    return head + (": " + _sum(parts(attribution, abs(tb - ta))) if attribution else "")
+
+
+def parts(attribution: list, difference: float) -> list[tuple[str, float]]:
+    """The headline's parts: the ``SHOWN`` largest in size (above ``_SMALL`` of the
+    difference), then the others summed as one, so that they add up as all of them do."""
+    big = sorted((p for p in attribution if abs(p[1]) > _SMALL * difference),
+                 key=lambda p: -abs(p[1]))[:SHOWN]
+    rest = [p for p in attribution if p not in big]
+    left = sum(s for _, s in rest)
+    shown = sorted(big, key=lambda p: -p[1])
+    if rest and abs(left) > _ROUNDING:
+        shown.append((f"{len(rest)} smaller part{'s' * (len(rest) > 1)}", left))
+    return shown
+
+
+def _sum(shown: list[tuple[str, float]]) -> str:
+    """``+2.1 ms exposed all-gather ...; -300 us compute``: each part with its sign."""
+    return "; ".join(f"{'+' if s >= 0 else '-'}{fmt_seconds(abs(s))} {w}" for w, s in shown)
 
 
 def compare(a: Run, b: Run) -> Layouts | None:
-    """The two layouts side by side; None for the same program (joined by name instead)."""
+    """The two layouts side by side, each of its step program; None for the same program
+    (joined by name instead)."""
+    a, b = pairs.step_program(a), pairs.step_program(b)
     how = matched_by(a, b)
     if how == NAME:
         return None
