@@ -28,8 +28,10 @@ def add_arguments(p) -> None:
                    "does not record them (4x2 names them X, Y); default: the run's mesh, else "
                    "device groups are printed")
     p.add_argument("--chip", help="predict for this chip (default: the trace's accelerator)")
-    p.add_argument("--program", default="", metavar="ID|NAME",
-                   help="explain this program (default: the run's, else the longest that ran)")
+    p.add_argument("--program", default="", metavar="NAME|ID|all",
+                   help="explain this program: every compilation of a name, one program id, or "
+                        "all (default: the step program, the most device time among programs "
+                        "run 3 or more times)")
     p.add_argument("--top", type=count, default=20, help="rows to print (default 20; 0 = all)")
     p.add_argument("--csv", type=Path, help="also write the full table as CSV here")
     p.add_argument("--json", type=Path, help="also write the full table as JSON here")
@@ -49,7 +51,8 @@ def _module(run, path: Path):
         raise HarnessError(f"{path}: the run keeps no trace/, so its HLO is unknown; explain "
                            f"the trace it was made from instead")
     trace_file = find_trace_file(where)
-    text, _ = pipeline.trace_program(read_xspace(trace_file)[0], run.meta.get(schema.PROGRAM, ""))
+    program = run.meta.get(schema.PROGRAM_ID) or run.meta.get(schema.PROGRAM, "")
+    text, _ = pipeline.trace_program(read_xspace(trace_file)[0], program)
     text = text or pipeline.saved_beside(trace_file, trace_file.parent).get("hlo_text")
     if not text:
         raise pipeline.NoHlo(f"{path}: its trace holds no HLO, and none was saved beside it")
@@ -61,7 +64,7 @@ def _load(args, path: Path, mesh: dict | None):
     from harness.explain import collectives, run_mesh
     from harness.runs import pipeline
     from harness.runs.run import OPS_PARQUET, Run
-    from harness.runs.store import META
+    from harness.runs.store import META, TRACE_DIR
 
     # a run directory, or any folder holding a trace (a profile dir, a run reduced to its
     # meta and trace)
@@ -69,14 +72,57 @@ def _load(args, path: Path, mesh: dict | None):
         run = pipeline.analyze_trace(path, chip=args.chip, program=args.program, mesh=mesh)
         return run, run.collectives
     run = Run.load(path)
+    if args.program and not _holds(run, args.program):  # not stored: from the run's trace
+        where = Path(run.meta.get(schema.TRACE_FILE) or path / TRACE_DIR)
+        if not where.exists():
+            raise HarnessError(f"{path}: the run stores no program {args.program!r} and keeps "
+                               f"no trace to find it in; it stores {_stored(run)}")
+        run = pipeline.analyze_trace(where, chip=args.chip, program=args.program,
+                                     mesh=mesh or run_mesh(run.meta))
+        return run, run.collectives
     if run.collectives is not None and mesh is None:
         table = run.collectives
     else:  # a run saved before the table existed, or asked for on another mesh
         table = collectives(_module(run, path), mesh=mesh or run_mesh(run.meta), ops=run.ops,
-                            step=run.step)
-    if args.program and len(table):
-        table = table[table[schema.PROGRAM] == args.program]
-    return run, table
+                            step=run.step, program_id=run.meta.get(schema.PROGRAM_ID, ""))
+    return run, _of_program(table, args.program or _step_program(run))
+
+
+def _keys(table) -> list[tuple[str, str]]:
+    """The (name, program id) of each compilation a table's rows are of."""
+    ids = table[schema.PROGRAM_ID] if schema.PROGRAM_ID in table.columns else [""] * len(table)
+    return list(dict.fromkeys(zip(table[schema.PROGRAM].astype(str), map(str, ids))))
+
+
+def _holds(run, program: str) -> bool:
+    """Whether the stored run's ops are of ``program`` (a name, a program id or all)."""
+    from harness.analysis.programs import chosen
+
+    return any(chosen(key, program) for key in _keys(run.ops))
+
+
+def _stored(run) -> str:
+    from harness.analysis.programs import program_name
+
+    return ", ".join(program_name(k) for k in _keys(run.ops)) or "none"
+
+
+def _step_program(run) -> str:
+    """The program id (else the name) of the program a stored run's step and summary are of."""
+    return str(run.meta.get(schema.PROGRAM_ID) or run.meta.get(schema.PROGRAM) or "")
+
+
+def _of_program(table, program: str):
+    """The rows of ``program`` (a name, a program id, or all)."""
+    from harness.analysis.programs import chosen
+
+    if not program or table is None or not len(table) or schema.PROGRAM not in table.columns:
+        return table
+    keep = [chosen(key, program) for key in zip(
+        table[schema.PROGRAM].astype(str),
+        table[schema.PROGRAM_ID].astype(str) if schema.PROGRAM_ID in table.columns
+        else [""] * len(table))]
+    return table[keep]
 
 
 def _redundant(run, path: Path, mesh: dict | None) -> list[str]:
@@ -168,15 +214,18 @@ def main(args) -> int:
         return 0
     shown = table if args.top == 0 else table.head(args.top)
     n = len(table)
-    print(tables.to_text(shown[list(SHOWN)], title=f"{title}: {n} collective{'s' * (n != 1)}, "
-                         f"most exposed first"), end="")
+    # several compilations: each row names its program and program id
+    columns = [*((schema.PROGRAM, schema.PROGRAM_ID) if len(_keys(table)) > 1 else ()), *SHOWN]
+    print(tables.to_text(shown[[c for c in columns if c in shown.columns]],
+                         title=f"{title}: {n} collective{'s' * (n != 1)}, most exposed first"),
+          end="")
     for i, row in shown.iterrows():
         where = f" ({row[schema.SOURCE_LINE]})" if row[schema.SOURCE_LINE] else ""
         print(f"{row[schema.OP]}{where}: {row[schema.WHY]}")
         if row[schema.FIX]:
             print(f"  fix: {row[schema.FIX]}")
     print("".join(f"{line}\n" for line in extra), end="")
-    print(tables.legend_text(list(SHOWN)))
+    print(tables.legend_text(columns))
     _write(args, table, tables)
     return 0
 
