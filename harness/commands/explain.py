@@ -37,16 +37,23 @@ def add_arguments(p) -> None:
     p.add_argument("--json", type=Path, help="also write the full table as JSON here")
 
 
+def _trace_of(run, path: Path) -> Path:
+    """Where a stored run's trace is: the file it was analysed from, where it still is, else
+    the run's own ``trace/`` (which may not exist)."""
+    from harness.runs.store import TRACE_DIR
+
+    found = run.meta.get(schema.TRACE_FILE)
+    return Path(found) if found and Path(found).exists() else path / TRACE_DIR
+
+
 def _module(run, path: Path):
     """The program's parsed HLO: from the trace the run was analysed from (a stored run's
     ``trace/``), else the HLO ``harness`` saved beside it."""
     from harness.hlo import parse_module
     from harness.runs import pipeline
-    from harness.runs.store import TRACE_DIR
     from harness.trace.load import find_trace_file, read_xspace
 
-    where = Path(run.meta[schema.TRACE_FILE]) if schema.TRACE_FILE in run.meta and \
-        Path(run.meta[schema.TRACE_FILE]).exists() else path / TRACE_DIR
+    where = _trace_of(run, path)
     if not where.exists():
         raise HarnessError(f"{path}: the run keeps no trace/, so its HLO is unknown; explain "
                            f"the trace it was made from instead")
@@ -64,7 +71,7 @@ def _load(args, path: Path, mesh: dict | None):
     from harness.explain import collectives, run_mesh
     from harness.runs import pipeline
     from harness.runs.run import OPS_PARQUET, Run
-    from harness.runs.store import META, TRACE_DIR
+    from harness.runs.store import META
 
     # a run directory, or any folder holding a trace (a profile dir, a run reduced to its
     # meta and trace)
@@ -73,7 +80,7 @@ def _load(args, path: Path, mesh: dict | None):
         return run, run.collectives
     run = Run.load(path)
     if args.program and not _holds(run, args.program):  # not stored: from the run's trace
-        where = Path(run.meta.get(schema.TRACE_FILE) or path / TRACE_DIR)
+        where = _trace_of(run, path)
         if not where.exists():
             raise HarnessError(f"{path}: the run stores no program {args.program!r} and keeps "
                                f"no trace to find it in; it stores {_stored(run)}")
@@ -95,10 +102,14 @@ def _keys(table) -> list[tuple[str, str]]:
 
 
 def _holds(run, program: str) -> bool:
-    """Whether the stored run's ops are of ``program`` (a name, a program id or all)."""
-    from harness.analysis.programs import chosen
+    """Whether the stored run's ops are of ``program`` (a name, a program id; all: of every
+    program its programs table lists)."""
+    from harness.analysis.programs import ALL, chosen
 
-    return any(chosen(key, program) for key in _keys(run.ops))
+    stored = _keys(run.ops)
+    if program == ALL:
+        return run.programs is None or len(run.programs) <= len(stored)
+    return any(chosen(key, program) for key in stored)
 
 
 def _stored(run) -> str:

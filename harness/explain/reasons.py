@@ -110,8 +110,9 @@ def _summed(f: Facts) -> str:
 
 
 def _of(f: Facts) -> str:
-    """``of 'w1', 'w2'`` (three named at most): the parameters whose gradients it sums."""
-    shown = ", ".join(repr(n) for n in f.gradients[:3])
+    """``of params['w1'], params['w2']`` (three named at most): the parameters whose
+    gradients it sums."""
+    shown = ", ".join(f.gradients[:3])
     return f"of {shown}" + (f" and {len(f.gradients) - 3} more" if len(f.gradients) > 3 else "")
 
 

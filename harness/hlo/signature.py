@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from harness.hlo.ir import Module
 
 _TILES_RE = re.compile(r"devices=\[([\d,]+)\]")
+_ESCAPED = re.compile(r"\\(.)")  # the HLO text escapes quotes in a name: params[\'w1\']
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ def parameters(module: Module) -> list[Parameter]:
         except ValueError:
             continue
         shape = instr.shapes[0]
-        out.append(Parameter(index, instr.op_name, shape.dtype, tuple(shape.dims),
+        out.append(Parameter(index, _ESCAPED.sub(r"\1", instr.op_name), shape.dtype,
+                             tuple(shape.dims),
                              str(instr.attrs.get("sharding", "")).strip().strip("{}")))
     return sorted(out, key=lambda p: p.index)

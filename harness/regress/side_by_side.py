@@ -275,8 +275,10 @@ def parts(attribution: list, difference: float) -> list[tuple[str, float]]:
     rest = [p for p in attribution if p not in big]
     left = sum(s for _, s in rest)
     shown = sorted(big, key=lambda p: -p[1])
-    if rest and abs(left) > _ROUNDING:
-        shown.append((f"{len(rest)} smaller part{'s' * (len(rest) > 1)}", left))
+    if len(rest) == 1:
+        shown += rest
+    elif rest and abs(left) > _ROUNDING:
+        shown.append((f"{len(rest)} smaller parts", left))
     return shown
 
 
