@@ -26,7 +26,7 @@ from jax.sharding import PartitionSpec as P
 from harness import schema
 from harness.analysis.programs import STEP_EXECUTIONS, Measured, step_program
 from harness.cli import main
-from harness.regress import side_by_side
+from harness.regress import headline, side_by_side
 from harness.report.tables import fmt_seconds
 from harness.runs.pipeline import analyze_trace
 from harness.runs.run import Run
@@ -230,7 +230,7 @@ def test_compare_of_two_layouts_is_of_the_step_programs_and_its_parts_add_up(run
     assert set(lay.collectives[schema.SOURCE_OP]) == set(steps["tp"]) | set(steps["replicated"])
     ta, tb = a.step[schema.STEP_S], b.step[schema.STEP_S]
     assert sum(s for _, s in lay.attribution) == pytest.approx(abs(tb - ta))
-    shown = side_by_side.parts(lay.attribution, abs(tb - ta))
+    shown = headline.parts(lay.attribution, abs(tb - ta))
     assert sum(s for _, s in shown) == pytest.approx(abs(tb - ta))
     # each part in the headline with its sign, negative ones too
     for what, s in shown:

@@ -14,9 +14,9 @@ the exposed part is apportioned over the collectives by each one's exposed time 
 (``schema.STEP_COLLECTIVES``, medians over devices, where the step's figure is its slowest
 device's), what they do not cover left as "other exposed communication".
 Contributions are of the slower layout over the faster, largest first, and add up to the step
-difference, negative ones included (a part the slower layout spends less on). Each run is
-compared by its step program (``pairs.step_program``): what set-up programs ran beside it is
-no part of its step.
+difference, negative ones included (a part the slower layout spends less on); the line that
+says them is ``harness.regress.headline``. Each run is compared by its step program
+(``pairs.step_program``): what set-up programs ran beside it is no part of its step.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
-from harness.regress import changes, pairs
+from harness.regress import changes, headline, pairs
 from harness.report.tables import fmt_seconds
 from harness.runs.run import Run
 
@@ -40,9 +40,6 @@ EXTRA = (schema.OPS_MATCHED, schema.COMM_BYTES, schema.COMM_S, schema.EXPOSED_CO
          schema.MESH_AXES, schema.SOURCE_LINE)
 WHERE = (schema.MESH_AXES, schema.SOURCE_LINE)  # an op group's axes (harness.explain) and line
 _OUTER_JIT = re.compile(r"^jit\([^/]*\)/(?=.)")
-_SMALL = 0.01  # a part under this share of the step difference is counted in "smaller parts"
-SHOWN = 4  # parts the headline names; the others are summed
-_ROUNDING = 1e-12  # seconds: a part this small is the float sums' rounding, not a part
 
 
 def same_program(a: Run, b: Run) -> bool:
@@ -204,7 +201,7 @@ def attribute(a: Run, b: Run, rows: pd.DataFrame, mesh: dict | None, sign: float
         if d:
             out.append((f"exposed {_what(r, mesh)}", float(d)))
     rest = parts[schema.EXPOSED_COMM_S] - sum(d for _, d in out)
-    if abs(rest) > _ROUNDING:
+    if abs(rest) > headline.ROUNDING:
         out.append(("other exposed communication", rest))
     out += [(f"compute{_most(rows, sign) if parts[schema.COMPUTE_S] > 0 else ''}",
              parts[schema.COMPUTE_S]), ("idle", parts[schema.IDLE_S])]
@@ -233,7 +230,7 @@ class Layouts:
     ops: pd.DataFrame          # ``ops``
     collectives: pd.DataFrame  # ``collectives``
     attribution: list          # ``attribute``: (what, seconds), largest first
-    headline: str
+    headline: str              # ``harness.regress.headline.line``
 
     def unmatched(self, side: str) -> pd.DataFrame:
         """The op groups that ran only in one layout (``ONLY_A`` or ``ONLY_B``)."""
@@ -253,40 +250,6 @@ class Layouts:
                               for k, v in (("A", ONLY_A), ("B", ONLY_B))}}
 
 
-def headline(a: Run, b: Run, attribution: list, sign: float) -> str:
-    """``B is 1.8x slower than A (step 3.0 ms -> 5.4 ms): +2.1 ms exposed all-gather from ...``:
-    the slower layout first, then the largest contributions to the difference."""
-    ta, tb = step_of(a, schema.STEP_S), step_of(b, schema.STEP_S)
-    if not (ta > 0 and tb > 0):
-        return "no measured step in both runs (the step object) to tell which layout is slower"
-    slow, fast = ("B", "A") if sign > 0 else ("A", "B")
-    ratio = max(ta, tb) / min(ta, tb)
-    head = (f"{slow} is {ratio:.3g}x slower than {fast}" if ratio >= 1.005 else
-            "A and B take the same step (within 0.5%)") + (
-        f" (step {fmt_seconds(ta)} -> {fmt_seconds(tb)})")
-    return head + (": " + _sum(parts(attribution, abs(tb - ta))) if attribution else "")
-
-
-def parts(attribution: list, difference: float) -> list[tuple[str, float]]:
-    """The headline's parts: the ``SHOWN`` largest in size (above ``_SMALL`` of the
-    difference), then the others summed as one, so that they add up as all of them do."""
-    big = sorted((p for p in attribution if abs(p[1]) > _SMALL * difference),
-                 key=lambda p: -abs(p[1]))[:SHOWN]
-    rest = [p for p in attribution if p not in big]
-    left = sum(s for _, s in rest)
-    shown = sorted(big, key=lambda p: -p[1])
-    if len(rest) == 1:
-        shown += rest
-    elif rest and abs(left) > _ROUNDING:
-        shown.append((f"{len(rest)} smaller parts", left))
-    return shown
-
-
-def _sum(shown: list[tuple[str, float]]) -> str:
-    """``+2.1 ms exposed all-gather ...; -300 us compute``: each part with its sign."""
-    return "; ".join(f"{'+' if s >= 0 else '-'}{fmt_seconds(abs(s))} {w}" for w, s in shown)
-
-
 def compare(a: Run, b: Run) -> Layouts | None:
     """The two layouts side by side, each of its step program; None for the same program
     (joined by name instead)."""
@@ -299,4 +262,5 @@ def compare(a: Run, b: Run) -> Layouts | None:
     rows = ops(a, b)
     sign = 1.0 if step_of(b, schema.STEP_S) >= step_of(a, schema.STEP_S) else -1.0
     said = attribute(a, b, rows, mesh, sign)
-    return Layouts(how, rows, collectives(rows, mesh), said, headline(a, b, said, sign))
+    line = headline.line(step_of(a, schema.STEP_S), step_of(b, schema.STEP_S), said, sign)
+    return Layouts(how, rows, collectives(rows, mesh), said, line)
