@@ -51,6 +51,29 @@ def chosen(key: ProgramKey, program: str) -> bool:
     return program in ("", ALL) or program in key
 
 
+def row_keys(table: pd.DataFrame) -> list[ProgramKey]:
+    """The (name, program id) of each row of a table with a program column (OPS,
+    COLLECTIVES; id "" where the table has none)."""
+    ids = (table[schema.PROGRAM_ID].astype(str) if schema.PROGRAM_ID in table.columns
+           else [""] * len(table))
+    return list(zip(table[schema.PROGRAM].astype(str), ids))
+
+
+def compilations(table: pd.DataFrame) -> list[ProgramKey]:
+    """The compilations a table's rows are of, in the order they first appear."""
+    if schema.PROGRAM not in table.columns:
+        return []
+    return list(dict.fromkeys(row_keys(table)))
+
+
+def of_program(table: pd.DataFrame, program: str) -> pd.DataFrame:
+    """The rows of ``table`` that ``program`` names (``chosen``: a name, a program id; "" or
+    ``ALL``: every row)."""
+    if program in ("", ALL) or schema.PROGRAM not in table.columns or not len(table):
+        return table
+    return table[[chosen(key, program) for key in row_keys(table)]]
+
+
 def step_program(per: Mapping[ProgramKey, Measured]) -> ProgramKey:
     """The step program: the compilation with the most device time (``schema.TOTAL_S``) among
     those that ran at least ``STEP_EXECUTIONS`` times; the one with the most device time where

@@ -68,8 +68,8 @@ def differences(before: Module, after: Module, mesh: Mapping[str, int] | None = 
 def note(name: str, main: tuple[str, str], other: tuple[str, str], runs: Mapping,
          modules: Mapping, mesh: Mapping[str, int] | None = None) -> str:
     """The report's line on ``other``, another compilation of the reported program ``main``:
-    its executions and what differs between them (``differences``, earlier compilation
-    first: program ids count up as programs compile)."""
+    its executions and what differs between them (``differences``, the lower program id
+    first: on CPU and GPU, ids count up as programs compile)."""
     first, second = sorted((main, other), key=lambda k: (len(k[1]), k[1]))
     head = (f"{name} compiled again: program {other[1]} ({_times(runs[other])}) beside the "
             f"reported {main[1]} ({_times(runs[main])})")

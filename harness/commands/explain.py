@@ -68,6 +68,7 @@ def _module(run, path: Path):
 
 def _load(args, path: Path, mesh: dict | None):
     """The run (stored, or analysed from the trace) and its COLLECTIVES table."""
+    from harness.analysis.programs import of_program
     from harness.explain import collectives, run_mesh
     from harness.runs import pipeline
     from harness.runs.run import OPS_PARQUET, Run
@@ -92,48 +93,29 @@ def _load(args, path: Path, mesh: dict | None):
     else:  # a run saved before the table existed, or asked for on another mesh
         table = collectives(_module(run, path), mesh=mesh or run_mesh(run.meta), ops=run.ops,
                             step=run.step, program_id=run.meta.get(schema.PROGRAM_ID, ""))
-    return run, _of_program(table, args.program or _step_program(run))
-
-
-def _keys(table) -> list[tuple[str, str]]:
-    """The (name, program id) of each compilation a table's rows are of."""
-    ids = table[schema.PROGRAM_ID] if schema.PROGRAM_ID in table.columns else [""] * len(table)
-    return list(dict.fromkeys(zip(table[schema.PROGRAM].astype(str), map(str, ids))))
+    return run, of_program(table, args.program or _step_program(run))
 
 
 def _holds(run, program: str) -> bool:
     """Whether the stored run's ops are of ``program`` (a name, a program id; all: of every
     program its programs table lists)."""
-    from harness.analysis.programs import ALL, chosen
+    from harness.analysis.programs import ALL, chosen, compilations
 
-    stored = _keys(run.ops)
+    stored = compilations(run.ops)
     if program == ALL:
         return run.programs is None or len(run.programs) <= len(stored)
     return any(chosen(key, program) for key in stored)
 
 
 def _stored(run) -> str:
-    from harness.analysis.programs import program_name
+    from harness.analysis.programs import compilations, program_name
 
-    return ", ".join(program_name(k) for k in _keys(run.ops)) or "none"
+    return ", ".join(program_name(k) for k in compilations(run.ops)) or "none"
 
 
 def _step_program(run) -> str:
     """The program id (else the name) of the program a stored run's step and summary are of."""
     return str(run.meta.get(schema.PROGRAM_ID) or run.meta.get(schema.PROGRAM) or "")
-
-
-def _of_program(table, program: str):
-    """The rows of ``program`` (a name, a program id, or all)."""
-    from harness.analysis.programs import chosen
-
-    if not program or table is None or not len(table) or schema.PROGRAM not in table.columns:
-        return table
-    keep = [chosen(key, program) for key in zip(
-        table[schema.PROGRAM].astype(str),
-        table[schema.PROGRAM_ID].astype(str) if schema.PROGRAM_ID in table.columns
-        else [""] * len(table))]
-    return table[keep]
 
 
 def _redundant(run, path: Path, mesh: dict | None) -> list[str]:
@@ -206,6 +188,7 @@ def _static(args, path: Path, mesh: dict | None):
 
 
 def main(args) -> int:
+    from harness.analysis.programs import compilations
     from harness.explain import parse_mesh
     from harness.report import heading, tables
 
@@ -226,7 +209,8 @@ def main(args) -> int:
     shown = table if args.top == 0 else table.head(args.top)
     n = len(table)
     # several compilations: each row names its program and program id
-    columns = [*((schema.PROGRAM, schema.PROGRAM_ID) if len(_keys(table)) > 1 else ()), *SHOWN]
+    several = len(compilations(table)) > 1
+    columns = [*((schema.PROGRAM, schema.PROGRAM_ID) if several else ()), *SHOWN]
     print(tables.to_text(shown[[c for c in columns if c in shown.columns]],
                          title=f"{title}: {n} collective{'s' * (n != 1)}, most exposed first"),
           end="")

@@ -38,10 +38,11 @@ def for_run(modules: Mapping, ops: pd.DataFrame, step: dict | None,
     ids), each from its own parsed module (``modules``: (name, program id) -> Module) and its
     own ops' times; the step object (``step``) is of the step program ``main`` alone. An
     explanation that fails is logged and that program left out, never the run."""
-    from harness.analysis.programs import module_for  # its recompiles import ours
+    # here, not at the top: harness.analysis.programs imports harness.explain.redundant
+    from harness.analysis.programs import compilations, module_for
 
     tables = []
-    for key in _shown(ops):
+    for key in compilations(ops):
         module = module_for(modules, key)
         if module is None:
             continue
@@ -56,11 +57,3 @@ def for_run(modules: Mapping, ops: pd.DataFrame, step: dict | None,
     return pd.concat(tables, ignore_index=True).sort_values(
         [schema.EXPOSED_COMM_S, schema.MEASURED_S, schema.PREDICTED_S], ascending=False,
         na_position="last", kind="stable").reset_index(drop=True)
-
-
-def _shown(ops: pd.DataFrame) -> list[tuple[str, str]]:
-    """The (name, program id) of each compilation with ops in ``ops``, in order."""
-    if schema.PROGRAM not in ops.columns or not len(ops):
-        return []
-    ids = ops[schema.PROGRAM_ID] if schema.PROGRAM_ID in ops.columns else [""] * len(ops)
-    return list(dict.fromkeys(zip(ops[schema.PROGRAM].astype(str), map(str, ids))))

@@ -31,7 +31,7 @@ class Facts:
     in_loop: bool = False
     loop_has_dot: bool = False
     source_op: str = ""
-    group: int = 0
+    group: int = 0  # devices in each of its groups (0: unknown)
     gradients: tuple[str, ...] = ()
     dims: tuple[int, ...] | None = None
     weight_free: tuple[int, ...] | None = None

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from harness import schema
+from harness.analysis.programs import of_program
 from harness.errors import HarnessError
 from harness.runs import store
 from harness.runs.run import Run
@@ -32,16 +33,13 @@ def key(run: Run) -> str:
 
 
 def _of_step(table, meta: dict):
-    """The rows of ``table`` of the program ``meta`` names (``schema.PROGRAM``, and its
-    compilation, ``schema.PROGRAM_ID``, where both say one); all rows where it names none or
-    the table holds no others."""
-    if table is None or not len(table) or schema.PROGRAM not in table.columns:
-        return table
-    keep = table[schema.PROGRAM].astype(str) == str(meta.get(schema.PROGRAM, ""))
-    pid = str(meta.get(schema.PROGRAM_ID) or "")
-    if pid and schema.PROGRAM_ID in table.columns:
-        keep &= table[schema.PROGRAM_ID].astype(str) == pid
-    return table if keep.all() or not keep.any() else table[keep].reset_index(drop=True)
+    """The rows of ``table`` of the program ``meta`` names (its program id, else its name); all
+    rows where it names none that the table holds."""
+    if table is None:
+        return None
+    picked = of_program(table, str(meta.get(schema.PROGRAM_ID) or meta.get(schema.PROGRAM)
+                                   or ""))
+    return picked.reset_index(drop=True) if len(picked) else table
 
 
 def step_program(run: Run) -> Run:
