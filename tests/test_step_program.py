@@ -235,3 +235,23 @@ def test_compare_of_two_layouts_is_of_the_step_programs_and_its_parts_add_up(run
     # each part in the headline with its sign, negative ones too
     for what, s in shown:
         assert f"{'+' if s >= 0 else '-'}{fmt_seconds(abs(s))} {what}" in lay.headline
+
+
+def _double(x):
+    return x * 2
+
+
+def test_a_sharding_change_is_named_by_the_mesh_axes():
+    from harness.analysis.recompiles import differences
+    from harness.hlo import parse_module
+
+    mesh = jax.make_mesh(tuple(MESH.values()), tuple(MESH), axis_types=(AxisType.Auto,) * 2)
+
+    def compiled(spec):
+        x = jax.device_put(jnp.ones((B, D)), NamedSharding(mesh, spec))
+        return parse_module(jax.jit(_double).lower(x).compile().as_text())
+
+    a, b, c = compiled(P("data", None)), compiled(P(None, "model")), compiled(P())
+    assert differences(a, b, MESH) == ["parameter 0 'x': P('data', None) -> P(None, 'model')"]
+    assert differences(b, c, MESH) == ["parameter 0 'x': P(None, 'model') -> replicated"]
+    assert differences(a, a, MESH) == []

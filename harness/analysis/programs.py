@@ -201,8 +201,12 @@ def program_notes(ran, shown, per, modules, main, mesh=None) -> list[str]:
                      f"{program_name(main)} ({why}); the others ({names}) are in the programs "
                      f"table: --program NAME|ID|all to report them")
     runs = {k: m.executions for k, m in per.items()}
+    again = [k for k in ran if k[0] == main[0] and k != main]
     notes += [recompiles.note(main[0], main, k, runs, modules, mesh)
-              for k in ran if k[0] == main[0] and k != main]
+              for k in again[:recompiles.NOTES]]
+    if len(again) > recompiles.NOTES:
+        notes.append(f"{main[0]} compiled {len(again) - recompiles.NOTES} more time(s): the "
+                     f"programs table lists each")
     blind = [k for k in shown if module_for(modules, k) is None]
     if blind:
         notes.append(f"no HLO for {', '.join(program_name(k) for k in blind[:4])}: measured "

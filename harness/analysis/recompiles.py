@@ -12,6 +12,7 @@ from harness.hlo.ir import Module
 from harness.hlo.signature import Parameter, parameters
 
 SHOWN = 3  # parameters named per note; the rest counted
+NOTES = 3  # other compilations a report gives a note each (the most device time first)
 
 
 def spec(p: Parameter, mesh: Mapping[str, int] | None) -> str:
