@@ -196,24 +196,23 @@ def _backward_value(instr: Instruction, comp: Computation, hops: int = MAX_HOPS)
 
 def gradients(instr: Instruction, module: Module) -> tuple[str, ...]:
     """The entry parameters whose gradients a reduction sums (their metadata names, else
-    ``parameter k``): each operand from the backward pass whose shape, or its result's,
-    is a parameter's on this device (dimensions in any order: a transposed gradient counts);
-    () for none. Scalars are left out (a loss is one too)."""
-    shapes: dict[tuple[int, ...], str] = {}
-    for p in parameters(module):
-        if p.dims:
-            shapes.setdefault(tuple(sorted(p.dims)), p.name or f"parameter {p.index}")
+    ``parameter k``): for each operand from the backward pass, a parameter of its shape, or its
+    result's, on this device (one of the very shape first, then one transposed; each parameter
+    once); () for none. Scalars are left out (a loss is one too)."""
+    free = [(p.dims, p.name or f"parameter {p.index}") for p in parameters(module) if p.dims]
     comp = module.computation(instr.computation)
-    found: dict[str, None] = {}
+    found = []
     for k, name in enumerate(instr.operand_names):
         src = comp.by_name.get(name)
         if src is None or len(src.shapes) != 1 or not _backward_value(src, comp):
             continue
-        leaves = [src.shapes[0]] + ([instr.shapes[k]] if k < len(instr.shapes) else [])
-        hit = next((shapes[key] for leaf in leaves
-                    if (key := tuple(sorted(leaf.dims))) in shapes), None)
+        dims = {tuple(src.shapes[0].dims)} | ({tuple(instr.shapes[k].dims)}
+                                              if k < len(instr.shapes) else set())
+        hit = (next((p for p in free if p[0] in dims), None)
+               or next((p for p in free if sorted(p[0]) in map(sorted, dims)), None))
         if hit is not None:
-            found[hit] = None
+            free.remove(hit)
+            found.append(hit[1])
     return tuple(found)
 
 
