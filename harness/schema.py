@@ -252,7 +252,8 @@ TEST = "test"                      # the pytest test of a harness_run fixture's 
 VERSIONS = ("jax_version", "jaxlib_version", "libtpu_version")  # environment(): what compiled it
 TRACE_FILE = "trace"               # the xplane.pb a trace analysis read (harness trace)
 OP_TIMING = "op_timing"            # what measured_s is: measure.shares.HOST_SHARE or DEVICE_MEDIAN
-# WORKLOAD, PRESET, MESH, CHIP and PROGRAM above are meta keys too.
+# WORKLOAD, PRESET, MESH, CHIP, PROGRAM and PROGRAM_ID above are meta keys too (PROGRAM and
+# PROGRAM_ID: the step program, the compilation the run's step line and summary are of).
 
 # --- the gap between the per-op sum and the book's step, per part (harness.plan.predict.book_gap)
 PART = "part"                      # predictions.step.PARTS, then "step"
