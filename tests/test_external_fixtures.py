@@ -38,7 +38,8 @@ def runs():
 
     def get(name: str):
         if name not in cache:
-            cache[name] = analyze_trace(FIXTURES / name)  # no chip named: the trace's own
+            # no chip named: the trace's own; every program's ops (the default is the step's)
+            cache[name] = analyze_trace(FIXTURES / name, program="all")
         return cache[name]
     return get
 

@@ -56,7 +56,7 @@ def test_hosts_read_in_worker_processes_give_the_same_table(session, monkeypatch
 def test_harness_trace_on_a_profile_of_two_hosts_reports_each_hosts_time(session):
     from harness.runs.pipeline import analyze_trace
 
-    run = analyze_trace(session, chip="h100")
+    run = analyze_trace(session, chip="h100", program="all")  # each host ran its own program
     assert run.meta[schema.DEVICE_COUNT] == 2 and len(run.meta["processes"]) == 2
     ops = run.ops.set_index(schema.OP)
     # llama's ops ran on host a only, the matmul's dot on both programs' hosts

@@ -37,7 +37,7 @@ def _harness(tmp_path, *argv, timeout=240):
                           env=_env(tmp_path), cwd=tmp_path, check=False)
 
 
-def test_profile_reports_every_program_the_script_ran_and_stores_it(tmp_path):
+def test_profile_reports_the_step_program_lists_every_program_and_stores_it(tmp_path):
     (tmp_path / "mine.py").write_text(SCRIPT)
     done = _harness(tmp_path, "profile", "--format", "json", "--out", "runs", "mine.py", "128")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -46,11 +46,19 @@ def test_profile_reports_every_program_the_script_ran_and_stores_it(tmp_path):
     # f ran 3 times and g once: two compilations of a lambda, each its own program id
     assert sorted(n for _, n in programs) == [1, 3]
     assert len({p[schema.PROGRAM_ID] for p in report["programs"]}) == 2
-    assert {o[schema.PROGRAM_ID] for o in report["ops"]} == {
-        p[schema.PROGRAM_ID] for p in report["programs"]}
+    # the ops are the step program's: f, the one that ran 3 times
+    (step,) = [p[schema.PROGRAM_ID] for p in report["programs"] if p[schema.EXECUTIONS] == 3]
+    assert {o[schema.PROGRAM_ID] for o in report["ops"]} == {step}
+    assert report["meta"][schema.PROGRAM_ID] == step
     (stored,) = list((tmp_path / "runs").iterdir())
     run = Run.load(stored)
     assert len(run.programs) == 2 and (stored / "trace").is_dir()
+    # --program all: every program's ops, each row naming its compilation
+    done = _harness(tmp_path, "trace", str(stored / "trace"), "--program", "all", "--format",
+                    "json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert {o[schema.PROGRAM_ID] for o in json.loads(done.stdout)["ops"]} == {
+        p[schema.PROGRAM_ID] for p in report["programs"]}
 
 
 def test_a_script_that_fails_still_reports_what_it_ran_and_exits_1(tmp_path):

@@ -119,11 +119,12 @@ def test_exposed_copies_run_where_xprof_sees_them(totals, xprof, jit_f):
 
 def test_harness_trace_predicts_every_op(tmp_path, capsys):
     out = tmp_path / "ops.json"
-    assert main(["trace", str(FIXTURE), "--chip", "tpu-v6e", "--json", str(out)]) == 0
+    assert main(["trace", str(FIXTURE), "--chip", "tpu-v6e", "--program", "all", "--json",
+                 str(out)]) == 0
     report = json.loads(out.read_text())
     ops = pd.DataFrame(report["ops"])
-    # every program that ran: jit_f's 15 ops, jit__psum's all-reduce, jit_broadcast_in_dim's
-    # broadcast (3 compilations, each its own program id)
+    # every program that ran (--program all): jit_f's 15 ops, jit__psum's all-reduce,
+    # jit_broadcast_in_dim's broadcast (3 compilations, each its own program id)
     assert len(ops) == 15 + 1 + 1 and (ops[schema.BOUND] != schema.UNMODELED).all()
     assert ops.groupby(schema.PROGRAM_ID).size().sort_values().tolist() == [1, 1, 15]
     programs = pd.DataFrame(report["programs"])

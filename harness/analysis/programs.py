@@ -1,6 +1,7 @@
 """The compilations a trace ran, each on its own: which ran (``programs_ran``, most device time
-first), how a name or program id picks them (``chosen``), each one's module, predicted OPS
-table (``predicted``) and measured tables (``measure``), and the PROGRAMS table of them all.
+first), which one is the step (``step_program``), how a name, a program id or ``all`` picks
+them (``chosen``, ``reported``), each one's module, predicted OPS table (``predicted``) and
+measured tables (``measure``), and the PROGRAMS table of them all.
 ``harness.analysis.tables.analyze`` puts them together.
 """
 from __future__ import annotations
@@ -12,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
+from harness.analysis import recompiles
 from harness.analysis.gaps import join, workload_efficiency
 from harness.hlo import Module, hlo_costs
 from harness.measure.grouping import exact_sums, groups
@@ -19,6 +21,10 @@ from harness.measure.ops import by_execution, executions, named, op_sums, op_tim
 from harness.trace.load import TraceEvents
 
 ProgramKey = tuple[str, str]  # (program name, program id): one compilation
+ALL = "all"  # ``--program all``: every program that ran
+# A program that ran this often is a step (a training or serving loop's body); one that ran
+# fewer times is set-up (initialisation, a first eager call) or an occasional evaluation.
+STEP_EXECUTIONS = 3
 
 
 def programs_ran(events: pd.DataFrame) -> list[ProgramKey]:
@@ -40,8 +46,56 @@ def programs_ran(events: pd.DataFrame) -> list[ProgramKey]:
 
 
 def chosen(key: ProgramKey, program: str) -> bool:
-    """Whether ``program`` (a name, or a program id; "" for every program) names ``key``."""
-    return not program or program in key
+    """Whether ``program`` (a name, a program id; "" or ``ALL`` for every program) names
+    ``key``."""
+    return program in ("", ALL) or program in key
+
+
+def row_keys(table: pd.DataFrame) -> list[ProgramKey]:
+    """The (name, program id) of each row of a table with a program column (OPS,
+    COLLECTIVES; id "" where the table has none)."""
+    ids = (table[schema.PROGRAM_ID].astype(str) if schema.PROGRAM_ID in table.columns
+           else [""] * len(table))
+    return list(zip(table[schema.PROGRAM].astype(str), ids))
+
+
+def compilations(table: pd.DataFrame) -> list[ProgramKey]:
+    """The compilations a table's rows are of, in the order they first appear."""
+    if schema.PROGRAM not in table.columns:
+        return []
+    return list(dict.fromkeys(row_keys(table)))
+
+
+def of_program(table: pd.DataFrame, program: str) -> pd.DataFrame:
+    """The rows of ``table`` that ``program`` names (``chosen``: a name, a program id; "" or
+    ``ALL``: every row)."""
+    if program in ("", ALL) or schema.PROGRAM not in table.columns or not len(table):
+        return table
+    return table[[chosen(key, program) for key in row_keys(table)]]
+
+
+def step_program(per: Mapping[ProgramKey, Measured]) -> ProgramKey:
+    """The step program: the compilation with the most device time (``schema.TOTAL_S``) among
+    those that ran at least ``STEP_EXECUTIONS`` times; the one with the most device time where
+    none ran so often."""
+    def device_time(key: ProgramKey) -> float:
+        return float(per[key].ops[schema.TOTAL_S].sum())
+
+    steps = [k for k in per if per[k].executions >= STEP_EXECUTIONS]
+    return max(steps or per, key=device_time)
+
+
+def reported(per: Mapping[ProgramKey, Measured], program: str) -> list[ProgramKey]:
+    """The compilations a report is about, the step program first: by default (``program``
+    "") the step program alone; ``ALL``: every one; a name: every compilation of it; a
+    program id: that one (none: ``[]``)."""
+    if not per:
+        return []
+    picked = {k: m for k, m in per.items() if chosen(k, program)}
+    if not picked:
+        return []
+    main = step_program(picked)
+    return [main] if not program else [main, *(k for k in picked if k != main)]
 
 
 def program_name(key: ProgramKey) -> str:
@@ -71,20 +125,20 @@ def predicted(module: Module | None, chip, trace: TraceEvents) -> pd.DataFrame:
 
 class Measured(NamedTuple):
     """One compilation measured: its OPS table, its EVENTS (each execution a step when the
-    trace has no step markers), its executions and, for a program the report shows, its
-    per-step samples (``harness.measure.ops.step_samples``)."""
+    trace has no step markers), its executions and its per-(op, device, step) sums
+    (``harness.measure.ops.op_sums``, which ``samples`` takes up for a program a report
+    shows)."""
 
     ops: pd.DataFrame
     events: pd.DataFrame
     executions: int
-    steps: pd.DataFrame | None
+    sums: pd.DataFrame
 
 
 def measure(events: pd.DataFrame, key: ProgramKey, predicted: pd.DataFrame, modeled: bool,
-             trace: TraceEvents, shown: bool) -> Measured:
-    """One compilation's measured tables (the per-step samples where ``shown``), from its
-    per-(op, device, step) sums made once (``harness.measure.ops.op_sums``); ``modeled`` False: it
-    has no HLO."""
+            trace: TraceEvents) -> Measured:
+    """One compilation's measured tables, from its per-(op, device, step) sums made once
+    (``harness.measure.ops.op_sums``); ``modeled`` False: it has no HLO."""
     mine = events[schema.PROGRAM] == key[0]
     if schema.PROGRAM_ID in events.columns:
         mine &= named(events[schema.PROGRAM_ID], {key[1]})
@@ -97,10 +151,18 @@ def measure(events: pd.DataFrame, key: ProgramKey, predicted: pd.DataFrame, mode
     measured = op_times(ev, shares, sums)
     ops = join(measured.assign(**{schema.PROGRAM: key[0]}),
                   predicted.assign(**{schema.PROGRAM: key[0]}))
+    if schema.PROGRAM_ID not in ops.columns:  # every row names its compilation
+        ops.insert(1, schema.PROGRAM_ID, key[1])
     if not modeled:
         ops[schema.WHY_UNMODELED] = "no HLO for this program (the trace holds none; --hlo)"
-    steps = step_samples(ev, shares, sums) if shown else None
-    return Measured(ops, ev, executions(ev, counts, sums=sums), steps)
+    return Measured(ops, ev, executions(ev, counts, sums=sums), sums)
+
+
+def samples(measured: Measured, trace: TraceEvents) -> pd.DataFrame:
+    """The per-step samples of one compilation a report shows
+    (``harness.measure.ops.step_samples``)."""
+    shares = trace.shares_cores and schema.SHARE_NS in measured.events.columns
+    return step_samples(measured.events, shares, measured.sums)
 
 
 def program_table(per: Mapping[ProgramKey, Measured]) -> pd.DataFrame:
@@ -119,17 +181,32 @@ def program_table(per: Mapping[ProgramKey, Measured]) -> pd.DataFrame:
         drop=True)
 
 
-def program_notes(ran, shown, per, modules, main) -> list[str]:
-    """What a report says about the programs: others that ran, and any measured only."""
+def program_notes(ran, shown, per, modules, main, mesh=None) -> list[str]:
+    """What a report says about the programs: which one it is about and where the others
+    are, what differs in each other compilation of its name (on ``mesh``'s axis names:
+    ``harness.analysis.recompiles``), and any measured only."""
     notes = []
     others = [k for k in ran if k not in shown]
+    why = (f"the most device time among the programs run {STEP_EXECUTIONS} or more times"
+           if per[main].executions >= STEP_EXECUTIONS else
+           f"the most device time; none ran {STEP_EXECUTIONS} times")
     if len(shown) > 1:
-        notes.append(f"{len(shown)} programs ran; the summary is of {program_name(main)} (the "
-                     f"most device time); the programs table lists each")
+        notes.append(f"{len(ran)} programs ran; the ops of {len(shown)} are listed, each named by "
+                     f"program and program id; the step line and summary are of "
+                     f"{program_name(main)} ({why})")
     elif others:
-        notes.append(f"{len(others)} other program(s) ran beside {program_name(main)}: "
-                     f"{', '.join(program_name(k) for k in others[:4])}"
-                     f"{', ...' if len(others) > 4 else ''} (the programs table)")
+        names = ", ".join(program_name(k) for k in others[:4]) + (", ..." if len(others) > 4
+                                                                  else "")
+        notes.append(f"{len(ran)} programs ran; this report is of the step program "
+                     f"{program_name(main)} ({why}); the others ({names}) are in the programs "
+                     f"table: --program NAME|ID|all to report them")
+    runs = {k: m.executions for k, m in per.items()}
+    again = [k for k in ran if k[0] == main[0] and k != main]
+    notes += [recompiles.note(main[0], main, k, runs, modules, mesh)
+              for k in again[:recompiles.NOTES]]
+    if len(again) > recompiles.NOTES:
+        notes.append(f"{main[0]} compiled {len(again) - recompiles.NOTES} more time(s): the "
+                     f"programs table lists each")
     blind = [k for k in shown if module_for(modules, k) is None]
     if blind:
         notes.append(f"no HLO for {', '.join(program_name(k) for k in blind[:4])}: measured "

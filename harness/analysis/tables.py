@@ -28,13 +28,14 @@ from harness.analysis.gaps import (
 )
 from harness.analysis.programs import (
     ProgramKey,
-    chosen,
     measure,
     module_for,
     predicted,
     program_notes,
     program_table,
     programs_ran,
+    reported,
+    samples,
 )
 from harness.capture.memory import host_note
 from harness.hlo import Module, cross_check, cross_check_skip
@@ -54,8 +55,11 @@ TRACE_NOTE = 1.05
 class Context:
     """What the trace does not say about the run, each by name.
 
-    ``program``: the program whose ops to report, by name (every compilation of it) or by
-    program id (that one) (default: every program that ran). ``devices``: the run's device
+    ``program``: the program whose ops to report, by name (every compilation of it), by
+    program id (that one) or ``all`` (every program that ran); default: the step program
+    (``harness.analysis.programs.step_program``). ``mesh``: the run's named mesh axes
+    ({"data": 4, "model": 2}), which a recompiled program's note names shardings by.
+    ``devices``: the run's device
     count (default: devices in the trace). ``step_times_s`` / ``traced_step_times_s``: wall
     times of the untraced and the traced steps (``harness.capture.steps``). ``book``: the book's
     estimate of the workload's step on this chip (``predictions.step.Analytic``). ``memory``:
@@ -64,6 +68,7 @@ class Context:
     """
 
     program: str = ""
+    mesh: Mapping[str, int] | None = None
     devices: int | None = None
     step_times_s: Sequence[float] = ()
     traced_step_times_s: Sequence[float] = ()
@@ -81,8 +86,9 @@ class Tables:
     """What ``analyze`` derives: the OPS table ranked by gap, per-category sums, per-step
     samples, the PROGRAMS that ran, the collectives the layout did not call for, summary
     figures (of the main program), notes, XLA's cross-check, how ops were timed
-    (``harness.measure.shares.op_timing``), the main program and its step as a whole
-    (``schema.STEP_OBJECT``, ``harness.step``)."""
+    (``harness.measure.shares.op_timing``), the main program (the step program of those
+    reported: name and program id) and its step as a whole (``schema.STEP_OBJECT``,
+    ``harness.step``)."""
 
     ops: pd.DataFrame
     categories: pd.DataFrame
@@ -93,6 +99,7 @@ class Tables:
     cross_check: dict
     op_timing: str
     program: str
+    program_id: str = ""
     programs: pd.DataFrame = field(default_factory=lambda: schema.empty(schema.PROGRAMS))
     step: dict = field(default_factory=dict)
     step_spans: pd.DataFrame = field(default_factory=lambda: schema.empty(schema.STEP_SPANS))
@@ -104,22 +111,23 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
             context: Context = Context()) -> Tables:
     """Measure, predict and join every program of a decoded trace on ``chip``: ``modules``
     holds the HLO of each (name, program id) there is one for; a program without one is
-    measured only. ``context.program`` restricts the ops to that program (the captured one)."""
+    measured only. The ops, step and summary are of the step program; ``context.program``
+    names others (a name, a program id, ``all``)."""
     ctx, notes = context, list(context.notes)
     events, shared = trace.events, trace.shares_cores
     ran = programs_ran(events)
     costed = {key: predicted(module_for(modules, key), chip, trace) for key in ran}
     if shared:  # an op's share of the host counts every program running beside it
         events = host_shares(events, set().union(*(apart(p) for p in costed.values())))
-    shown = [k for k in ran if chosen(k, ctx.program)] or ran[:1]
     per = {key: measure(events, key, costed[key], module_for(modules, key) is not None,
-                         trace, key in shown) for key in ran}
+                         trace) for key in ran}
+    shown = reported(per, ctx.program) or reported(per, "")
     main = shown[0] if shown else ("", "")
     ops = pd.concat([per[k].ops for k in shown] or [schema.empty(schema.OPS)],
                     ignore_index=True)
     main_ops = per[main].ops if main in per else ops
     ops = ops.sort_values(schema.GAP_S, ascending=False, kind="stable").reset_index(drop=True)
-    steps = pd.concat([per[k].steps for k in shown]
+    steps = pd.concat([samples(per[k], trace) for k in shown]
                       or [schema.empty([schema.PROGRAM, schema.OP, schema.STEP,
                                         schema.MEASURED_S])], ignore_index=True)
     module = module_for(modules, main)
@@ -147,17 +155,8 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
         if est.book_flops and t_step > 0:  # the book's 6P, printed beside it
             summ[schema.MFU_BOOK] = est.book_flops / (t_step * devices * peak)
     notes += _timing(summ, ctx)
-    check = {}
-    if module is not None:
-        skip = cross_check_skip(module, ctx.cost_analysis)
-        check = cross_check(module, ctx.cost_analysis) if not skip else {}
-        if skip:
-            notes.append(f"no cost_analysis cross-check: {skip}")
-        elif check.get("flops_rel_diff") is not None:
-            summ[schema.FLOPS_VS_COST_ANALYSIS] = check["flops_rel_diff"]
-            if check.get("loops"):  # XLA's analysis counts a loop body once
-                summ[schema.FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE] = check["flops_loops_once_rel_diff"]
-    notes += program_notes(ran, shown, per, modules, main)
+    check = _cross_check(module, ctx.cost_analysis, summ, notes)
+    notes += program_notes(ran, shown, per, modules, main, ctx.mesh)
     beating = ops_beating_roofline(ops)
     if beating:
         notes.append(f"{beating} run {beats_roofline_reason(chip.name, chip.kind)}")
@@ -174,8 +173,26 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
                          f"expected {dict(ctx.expected_collectives) or 'none'}")
     return Tables(ops=ops, categories=by_category(ops), steps=steps, summary=summ, notes=notes,
                   unexpected=unexpected, cross_check=check, op_timing=op_timing(shared),
-                  program=main[0], programs=program_table(per), step=step,
+                  program=main[0], program_id=main[1], programs=program_table(per), step=step,
                   step_spans=spans, predicted_spans=predicted_spans)
+
+
+def _cross_check(module: Module | None, cost_analysis: Mapping, summ: dict,
+                 notes: list[str]) -> dict:
+    """XLA's cost analysis against the module's own counts (``harness.hlo.cross_check``): its
+    FLOPs' relative difference added to ``summ``, or a note on why there is none."""
+    if module is None:
+        return {}
+    skip = cross_check_skip(module, cost_analysis)
+    if skip:
+        notes.append(f"no cost_analysis cross-check: {skip}")
+        return {}
+    check = cross_check(module, cost_analysis)
+    if check.get("flops_rel_diff") is not None:
+        summ[schema.FLOPS_VS_COST_ANALYSIS] = check["flops_rel_diff"]
+        if check.get("loops"):  # XLA's analysis counts a loop body once
+            summ[schema.FLOPS_VS_COST_ANALYSIS_LOOPS_ONCE] = check["flops_loops_once_rel_diff"]
+    return check
 
 
 def _timing(summ: dict, ctx: Context) -> list[str]:

@@ -23,8 +23,10 @@ def add_arguments(p) -> None:
                    "does not record them (4x2 names them X, Y); default: the run's mesh, else "
                    "device groups are printed")
     p.add_argument("--chip", help="predict for this chip (default: the trace's accelerator)")
-    p.add_argument("--program", default="", metavar="ID|NAME",
-                   help="explain this program (default: the run's, else the longest that ran)")
+    p.add_argument("--program", default="", metavar="NAME|ID|all",
+                   help="explain this program: every compilation of a name, one program id, or "
+                        "all (default: the step program, the most device time among programs "
+                        "run 3 or more times)")
     p.add_argument("--top", type=count, default=20, help="rows to print (default 20; 0 = all)")
     p.add_argument("--csv", type=Path, help="also write the full table as CSV here")
     p.add_argument("--json", type=Path, help="also write the full table as JSON here")

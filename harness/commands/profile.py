@@ -25,8 +25,9 @@ def add_arguments(p) -> None:
     p.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
                    help="arguments for the script (everything after SCRIPT)")
     p.add_argument("--chip", help="predict for this chip (default: the one the script ran on)")
-    p.add_argument("--program", default="", metavar="ID|NAME",
-                   help="report one compilation or every compilation of a name (default: all)")
+    p.add_argument("--program", default="", metavar="NAME|ID|all",
+                   help="report every compilation of a name, one program id, or all (default: "
+                        "the step program, the most device time among programs run 3+ times)")
     p.add_argument("--top", type=count, default=20, help="op rows to print (default 20; 0 = all)")
     p.add_argument("--format", choices=schema.REPORT_FORMATS, default="text")
     p.add_argument("--out", type=Path, help="store the run (and its trace) in this directory")

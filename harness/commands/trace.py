@@ -2,8 +2,9 @@
 
 With the program's HLO (carried by the trace, or ``--hlo``) and a chip (``--chip``, the
 accelerator the trace's device planes describe, or for a CPU trace this host's calibrated
-``cpu`` chip), the full measured-vs-predicted report of ``harness run`` for every program that
-ran; a trace whose device the registry does not know gives its measured per-op table only.
+``cpu`` chip), the full measured-vs-predicted report of ``harness run`` of its step program
+(``--program`` for others), with every program that ran in its programs table; a trace whose
+device the registry does not know gives its measured per-op table only.
 The trace is decoded once and each program's HLO parsed once (``harness.runs.pipeline``);
 plots are drawn only for the formats that show them (md, html).
 """
@@ -24,9 +25,10 @@ def add_arguments(p) -> None:
     p.add_argument("--top", type=count, default=20, help="rows to print (default 20; 0 = all)")
     p.add_argument("--warmup-steps", type=int, default=0,
                    help="annotated steps to drop from the start (default 0)")
-    p.add_argument("--program", default="", metavar="ID|NAME",
-                   help="report one compilation (its program id) or every compilation of a "
-                        "name (default: every program that ran)")
+    p.add_argument("--program", default="", metavar="NAME|ID|all",
+                   help="report every compilation of a name, one compilation (its program id) "
+                        "or all (default: the step program, the most device time among "
+                        "programs run 3 or more times)")
     p.add_argument("--format", choices=schema.REPORT_FORMATS, default="text")
     p.add_argument("--csv", type=Path, help="also write the full op table as CSV here")
     p.add_argument("--json", type=Path, help="also write the full op table as JSON here")

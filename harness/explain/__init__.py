@@ -33,20 +33,24 @@ def run_mesh(meta: Mapping) -> dict[str, int] | None:
 
 
 def for_run(modules: Mapping, ops: pd.DataFrame, step: dict | None,
-            mesh: dict[str, int] | None) -> pd.DataFrame:
-    """The COLLECTIVES table of every program a run reports (``ops``' programs), from each
-    one's parsed module (``modules``: (name, program id) -> Module); an explanation that fails
-    is logged and that program left out, never the run."""
-    shown = set(ops[schema.PROGRAM].astype(str)) if schema.PROGRAM in ops.columns else set()
-    tables, seen = [], set()
-    for (name, _), module in modules.items():
-        if name not in shown or name in seen:
+            mesh: dict[str, int] | None, main: tuple[str, str] = ("", "")) -> pd.DataFrame:
+    """The COLLECTIVES table of every compilation a run reports (``ops``' programs and program
+    ids), each from its own parsed module (``modules``: (name, program id) -> Module) and its
+    own ops' times; the step object (``step``) is of the step program ``main`` alone. An
+    explanation that fails is logged and that program left out, never the run."""
+    # here, not at the top: harness.analysis.programs imports harness.explain.redundant
+    from harness.analysis.programs import compilations, module_for
+
+    tables = []
+    for key in compilations(ops):
+        module = module_for(modules, key)
+        if module is None:
             continue
-        seen.add(name)
         try:
-            tables.append(collectives(module, mesh=mesh, ops=ops, step=step))
+            tables.append(collectives(module, mesh=mesh, ops=ops, program_id=key[1],
+                                      step=step if key == tuple(main) else None))
         except HarnessError as e:
-            log.warning("cannot explain the collectives of %s: %s", name, e)
+            log.warning("cannot explain the collectives of %s(%s): %s", *key, e)
     tables = [t for t in tables if len(t)]
     if not tables:
         return pd.DataFrame(columns=list(schema.COLLECTIVES))

@@ -2,8 +2,10 @@
 
 Each :class:`Reason` says when it applies (the collective's kind and its ``site.Site``: the
 matmul it feeds or is fed by), what it means (book.md §4.1's four cases, §6.1's schemes) and
-the one-line fix the book gives, if any. ``REASONS`` is tried in order; the first that applies
-explains the collective (the last, "resharding", applies to every one).
+the one-line fixes the book gives, if any. ``REASONS`` is tried in order; the first that
+applies explains the collective (the last, "resharding", applies to every one). A fix is
+offered only where the shapes can take it (:class:`Fix`): no reduce-scatter of a result no
+dimension of which the group divides, no sharding of a weight dimension of size 1.
 """
 from __future__ import annotations
 
@@ -17,7 +19,11 @@ from harness.explain.site import Site
 class Facts:
     """What a reason reads: the collective's ``kind`` (``all-gather``, ...), the mesh ``axes``
     as text, its ``site``, whether it sits in a while loop's body (``in_loop``) beside a dot
-    (``loop_has_dot``), and the JAX operation it came from (``source_op``)."""
+    (``loop_has_dot``), the JAX operation it came from (``source_op``), the devices in each of
+    its groups (``group``, 0: unknown), the entry parameters whose gradients it sums
+    (``gradients``, ``site.gradients``), its result's dimensions (``dims``, its largest leaf)
+    and the non-contracting dimensions of the weight of the dot it reads (``weight_free``,
+    ``site.free_dims``; None where unknown)."""
 
     kind: str
     axes: str
@@ -26,11 +32,14 @@ class Facts:
     loop_has_dot: bool = False
     source_op: str = ""
     group: int = 0  # devices in each of its groups (0: unknown)
+    gradients: tuple[str, ...] = ()
+    dims: tuple[int, ...] | None = None
+    weight_free: tuple[int, ...] | None = None
 
     @property
     def gradient(self) -> bool:
-        """The dot is a backward-pass one: JAX names those ``transpose(jvp(...))``."""
-        return "transpose(" in self.site.dot_op_name
+        """It sums weight gradients: backward-pass values shaped like parameters."""
+        return bool(self.gradients)
 
     @property
     def over(self) -> str:
@@ -45,16 +54,46 @@ class Facts:
     def dot(self) -> str:
         return f"%{self.site.dot.name}" if self.site.dot is not None else "the dot"
 
+    def splits(self, sizes: tuple[int, ...] | None) -> bool:
+        """Some dimension of ``sizes`` can be split over the group: the group divides it (a
+        dimension above 1 where the group is unknown); True where the sizes are unknown."""
+        if sizes is None:
+            return True
+        return any(d > 1 and (d % self.group == 0 if self.group > 1 else True) for d in sizes)
+
+
+def _scatters(f: Facts) -> bool:
+    """The result can be reduce-scattered over the group."""
+    return f.splits(f.dims)
+
+
+def _weight_splits(f: Facts) -> bool:
+    """The dot's weight has a non-contracting dimension the group can split."""
+    return f.splits(f.weight_free)
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One of the book's fixes and whether the collective's shapes can take it."""
+
+    text: str
+    fits: Callable[[Facts], bool] = lambda f: True
+
 
 @dataclass(frozen=True)
 class Reason:
     """``name`` (the table's short reason), ``applies(facts)``, ``why(facts)`` (one sentence,
-    citing the chapter) and ``fix`` (the book's one-line fix; "" where none is needed)."""
+    citing the chapter) and ``fixes`` (the book's fixes, each where the shapes take it; none
+    where none is needed)."""
 
     name: str
     applies: Callable[[Facts], bool]
     why: Callable[[Facts], str]
-    fix: str
+    fixes: tuple[Fix, ...] = ()
+
+    def fix(self, facts: Facts) -> str:
+        """The fixes that fit, as one line ("" for none)."""
+        return ", or ".join(x.text for x in self.fixes if x.fits(facts))
 
 
 def _reads_dot(f: Facts) -> bool:
@@ -66,6 +105,17 @@ def _feeds_dot(f: Facts, dim: str | None = None) -> bool:
             and (dim is None or f.site.dim == dim))
 
 
+def _summed(f: Facts) -> str:
+    return "summed" if f.kind == "all-reduce" else "summed and scattered"
+
+
+def _of(f: Facts) -> str:
+    """``of params['w1'], params['w2']`` (three named at most): the parameters whose
+    gradients it sums."""
+    shown = ", ".join(f.gradients[:3])
+    return f"of {shown}" + (f" and {len(f.gradients) - 3} more" if len(f.gradients) > 3 else "")
+
+
 REASONS: tuple[Reason, ...] = (
     # §4.2: a collective over one device moves nothing over a link
     Reason("one device",
@@ -73,76 +123,82 @@ REASONS: tuple[Reason, ...] = (
            lambda f: f"every group of this {f.kind} is one device: nothing crosses a link, "
                      f"XLA runs it as a local copy (a collective over a mesh axis of size 1, or "
                      f"a program compiled for one device; book §4.2's cost is zero)",
-           "leave the collective out where its axis has one device (it still reads and writes "
-           "its whole buffer)"),
+           (Fix("leave the collective out where its axis has one device (it still reads and "
+                "writes its whole buffer)"),)),
     # §6.1: data parallelism sums each weight's gradient over the batch shards
     Reason("gradient reduction",
-           lambda f: f.kind in ("all-reduce", "reduce-scatter") and _reads_dot(f)
-           and f.gradient,
-           lambda f: f"a weight gradient's partial sums over the batch sharded {f.over}: "
-                     f"{f.kind} {f.over} (book §6.1, data parallel / FSDP backward)",
-           "reduce-scatter the gradients and keep the optimizer state sharded (FSDP/ZeRO, "
-           "§6.1), overlapped with the backward pass"),
+           lambda f: f.kind in ("all-reduce", "reduce-scatter") and f.gradient,
+           lambda f: f"the weight gradients {_of(f)}: each device's partial sums over its "
+                     f"shard of the batch, {_summed(f)} {f.over} (book §6.1, the data-parallel "
+                     f"/ FSDP backward pass)",
+           (Fix("reduce-scatter the gradients and shard the optimizer state (ZeRO / FSDP, "
+                "§6.1)", lambda f: f.kind == "all-reduce" and _scatters(f)),
+            Fix("overlap it with the rest of the backward pass (§6.1)"))),
     # §4.1 case 3 with the result replicated
     Reason("case 3: partial sums",
            lambda f: f.kind == "all-reduce" and _reads_dot(f),
            lambda f: f"{f.dot} contracts over a dimension sharded {f.over} in both operands: "
                      f"each device holds partial sums, all-reduced {f.over} (book §4.1 case 3)",
-           "reduce-scatter instead when the next op can take the result sharded (half the "
-           "bytes), or shard the weight's non-contracting dimension (Megatron TP, §6.1)"),
+           (Fix("reduce-scatter instead when the next op can take the result sharded (half "
+                "the bytes)", _scatters),
+            Fix("shard the weight's non-contracting dimension (Megatron TP, §6.1)",
+                _weight_splits))),
     # §4.1 case 3 with the result sharded
     Reason("case 3: partial sums, scattered",
            lambda f: f.kind == "reduce-scatter" and _reads_dot(f),
            lambda f: f"{f.dot} contracts over a dimension sharded {f.over} in both operands: "
                      f"partial sums reduce-scattered {f.over} (book §4.1 case 3)",
-           "overlap it with the next matmul (collective matmul, §4.1)"),
+           (Fix("overlap it with the next matmul (collective matmul, §4.1)"),)),
     # §4.1 case 2
     Reason("case 2: operand gathered",
            lambda f: _feeds_dot(f, "contracting"),
            lambda f: f"{f.operand} is sharded on its contracting dimension {f.over}: gathered "
                      f"before the local matmul (book §4.1 case 2)",
-           "shard the other operand's contracting dimension on the same axis (partial sums, "
-           "case 3) or overlap the gather with the matmul (collective matmul); a weight "
-           "gathered so (FSDP, §6.1) pays off only above the critical batch per chip (§6.2)"),
+           (Fix("shard the other operand's contracting dimension on the same axis (partial "
+                "sums, case 3) or overlap the gather with the matmul (collective matmul); a "
+                "weight gathered so (FSDP, §6.1) pays off only above the critical batch per "
+                "chip (§6.2)"),)),
     # §4.1 case 4
     Reason("case 4: same axis on both",
            lambda f: _feeds_dot(f, "non-contracting") or _feeds_dot(f, "batch"),
            lambda f: f"{f.operand} is sharded {f.over} on a non-contracting dimension, as the "
                      f"other operand is: the output cannot keep both, one is gathered (book "
                      f"§4.1 case 4)",
-           "shard the two operands' non-contracting dimensions on different axes (case 1: "
-           "no communication)"),
+           (Fix("shard the two operands' non-contracting dimensions on different axes (case "
+                "1: no communication)"),)),
     Reason("operand gathered",
            lambda f: _feeds_dot(f),
            lambda f: f"{f.operand} of a matmul is gathered {f.over} (book §4.1 cases 2/4)",
-           "shard the operands so the matmul's contracting dimension is local (case 1)"),
+           (Fix("shard the operands so the matmul's contracting dimension is local (case "
+                "1)"),)),
     # §4.1: a collective matmul shifts chunks around a ring inside a loop of partial matmuls
     Reason("collective matmul ring",
            lambda f: f.kind == "collective-permute" and f.in_loop and f.loop_has_dot,
            lambda f: f"a ring shift {f.over} inside a loop of partial matmuls: a collective "
-                     f"matmul overlapping communication with compute (book §4.1)",
-           ""),
+                     f"matmul overlapping communication with compute (book §4.1)"),
     # §4.2: AllToAll moves a sharding from one dimension to another
     Reason("resharding (all-to-all)",
            lambda f: f.kind == "all-to-all",
            lambda f: f"moves the sharding {f.over} from one dimension to another (book §4.2 "
                      f"AllToAll, a quarter of an AllGather's time)",
-           "give producer and consumer the same layout (with_sharding_constraint), or keep "
-           "it: it is the cheapest collective"),
+           (Fix("give producer and consumer the same layout (with_sharding_constraint), or "
+                "keep it: it is the cheapest collective"),)),
     Reason("reduction of sharded data",
            lambda f: f.kind in ("all-reduce", "reduce-scatter"),
            lambda f: f"a sum (or max) over data sharded {f.over}: {f.kind} of each device's "
                      f"part (book §4.2)",
-           "reduce-scatter instead of all-reduce when the result can stay sharded"),
+           (Fix("reduce-scatter instead of all-reduce when the result can stay sharded",
+                lambda f: f.kind == "all-reduce" and _scatters(f)),)),
     Reason("resharding",
            lambda f: True,
            lambda f: f"the consumer wants another layout than the producer made: a {f.kind} "
                      f"{f.over} to reshard (book §4.1, §4.2)",
-           "give producer and consumer the same sharding (with_sharding_constraint)"),
+           (Fix("give producer and consumer the same sharding (with_sharding_constraint)"),)),
 )
 
 
 def explain(facts: Facts) -> tuple[str, str, str]:
-    """(reason name, why, fix) of the first reason in ``REASONS`` that applies."""
+    """(reason name, why, fix) of the first reason in ``REASONS`` that applies; the fix is the
+    book's fixes that the collective's shapes can take ("" for none)."""
     reason = next(r for r in REASONS if r.applies(facts))
-    return reason.name, reason.why(facts), reason.fix
+    return reason.name, reason.why(facts), reason.fix(facts)

@@ -8,12 +8,18 @@ non-contracting one that the other operand shares (case 4). ``locate`` follows t
 collective's data through ops that only move or relabel it (copies, converts, transposes,
 bitcasts, async halves, fusions of those) to the first dot, convolution or fusion holding one,
 and says which side of it the collective is on and which dimension it gathered.
+
+A reduction is a weight gradient's (book §6.1: data parallelism sums each weight's gradient
+over the batch shards) where it sums a backward-pass value (JAX names those ops
+``transpose(jvp(...))``) shaped like an entry parameter on this device: ``gradients`` names the
+parameters. XLA combines the gradient all-reduces of a step into one, so every operand counts.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from harness.hlo.ir import Computation, Instruction, Module
+from harness.hlo.signature import parameters
 from harness.hlo.walk import async_done
 
 DOTS = frozenset({"dot", "convolution"})
@@ -23,6 +29,7 @@ PASS = frozenset({"bitcast", "reshape", "copy", "convert", "transpose", "get-tup
                   "multiply", "add", "select", "broadcast", "dynamic-slice", "slice",
                   "all-gather-done", "collective-permute-done", "all-reduce-done"})
 MAX_HOPS = 6  # ops followed from the collective before giving up
+BACKWARD = "transpose("  # in the op_name of every op JAX's autodiff made for the backward pass
 
 
 @dataclass(frozen=True)
@@ -172,3 +179,49 @@ def locate(instr: Instruction, module: Module, kind: str) -> Site:
         return Site()
     on_weight = comp.is_entry and _parameter(instr, comp)
     return Site(site.dot, site.side, site.dim, on_weight or "", site.dot_op_name)
+
+
+def _backward_value(instr: Instruction, comp: Computation, hops: int = MAX_HOPS) -> bool:
+    """Whether ``instr``'s value comes from the backward pass: it, or an op it only passes on,
+    is named ``transpose(...)`` (an op XLA made without metadata is looked through)."""
+    while hops > 0:
+        if BACKWARD in instr.op_name:
+            return True
+        src = comp.by_name.get(instr.operand_names[0]) if instr.operand_names else None
+        if src is None or instr.opcode not in PASS:
+            return False
+        instr, hops = src, hops - 1
+    return False
+
+
+def gradients(instr: Instruction, module: Module) -> tuple[str, ...]:
+    """The entry parameters whose gradients a reduction sums (their metadata names, else
+    ``parameter k``): for each operand from the backward pass, a parameter of its shape, or its
+    result's, on this device (one of the very shape first, then one transposed; each parameter
+    once); () for none. Scalars are left out (a loss is one too)."""
+    free = [(p.dims, p.name or f"parameter {p.index}") for p in parameters(module) if p.dims]
+    comp = module.computation(instr.computation)
+    found = []
+    for k, name in enumerate(instr.operand_names):
+        src = comp.by_name.get(name)
+        if src is None or len(src.shapes) != 1 or not _backward_value(src, comp):
+            continue
+        dims = {tuple(src.shapes[0].dims)} | ({tuple(instr.shapes[k].dims)}
+                                              if k < len(instr.shapes) else set())
+        hit = (next((p for p in free if p[0] in dims), None)
+               or next((p for p in free if sorted(p[0]) in map(sorted, dims)), None))
+        if hit is not None:
+            free.remove(hit)
+            found.append(hit[1])
+    return tuple(found)
+
+
+def free_dims(dot: Instruction, side: str = "rhs") -> tuple[int, ...] | None:
+    """The sizes of the non-contracting, non-batch dimensions of a dot's ``side`` operand (the
+    weight of ``x @ w`` is its rhs); None for a convolution or unknown shapes."""
+    k = 0 if side == "lhs" else 1
+    if dot.opcode != "dot" or len(dot.operand_shapes) <= k or len(dot.operand_shapes[k]) != 1:
+        return None
+    taken = {*dot.attrs.get(f"{side}_contracting_dims", ()), *dot.attrs.get(f"{side}_batch_dims",
+                                                                             ())}
+    return tuple(d for i, d in enumerate(dot.operand_shapes[k][0].dims) if i not in taken)

@@ -49,11 +49,17 @@ def _loops(module: Module) -> dict[str, bool]:
 
 def _facts(instr: Instruction, module: Module, kind: str, mesh_axes: str,
            loops: dict[str, bool]) -> reasons.Facts:
-    return reasons.Facts(kind, mesh_axes if "{" not in mesh_axes else "",
-                         site.locate(instr, module, kind),
+    where = site.locate(instr, module, kind)
+    reduces = kind in ("all-reduce", "reduce-scatter")
+    largest = max(instr.shapes, key=lambda s: s.elements, default=None)
+    return reasons.Facts(kind, mesh_axes if "{" not in mesh_axes else "", where,
                          in_loop=instr.computation in loops,
                          loop_has_dot=loops.get(instr.computation, False),
-                         source_op=instr.op_name, group=_group(instr, module))
+                         source_op=instr.op_name, group=_group(instr, module),
+                         gradients=site.gradients(instr, module) if reduces else (),
+                         dims=tuple(largest.dims) if largest is not None else None,
+                         weight_free=site.free_dims(where.dot) if where.dot is not None
+                         else None)
 
 
 def _group(instr: Instruction, module: Module) -> int:
@@ -68,10 +74,15 @@ def _names(instr: Instruction, module: Module) -> list[str]:
     return [instr.name] + ([done.name] if done is not None else [])
 
 
-def _per_op(table: pd.DataFrame | None, column: str, program: str) -> dict[str, float]:
+def _per_op(table: pd.DataFrame | None, column: str, program: str,
+            program_id: str) -> dict[str, float]:
+    """Op -> ``column`` of one compilation's rows of an OPS table: its program's name, and
+    its program id where the table names one (two compilations are never summed)."""
     if table is None or column not in table.columns or not len(table):
         return {}
     rows = table[table[schema.PROGRAM] == program] if schema.PROGRAM in table.columns else table
+    if schema.PROGRAM_ID in rows.columns and program_id:
+        rows = rows[rows[schema.PROGRAM_ID].astype(str) == program_id]
     return rows.groupby(schema.OP)[column].sum(min_count=1).to_dict()
 
 
@@ -81,19 +92,21 @@ def _sum(values: dict[str, float], names: list[str]) -> float:
 
 
 def collectives(module: Module, *, mesh: dict[str, int] | None = None,
-                ops: pd.DataFrame | None = None, step: dict | None = None) -> pd.DataFrame:
-    """``schema.COLLECTIVES`` of one program. ``mesh``: the run's named axes ({"X": 4,
-    "Y": 2}); ``ops``: an OPS table (a run's, or ``hlo_costs``' predicted one) for
-    ``predicted_s`` and ``measured_s``; ``step``: the run's step object, whose per-op
+                ops: pd.DataFrame | None = None, step: dict | None = None,
+                program_id: str = "") -> pd.DataFrame:
+    """``schema.COLLECTIVES`` of one compilation (``program_id``, "" where none is known).
+    ``mesh``: the run's named axes ({"X": 4, "Y": 2}); ``ops``: an OPS table (a run's, or
+    ``hlo_costs``' predicted one) for ``predicted_s`` and ``measured_s``, its rows of this
+    compilation; ``step``: the step object of this compilation, whose per-op
     ``exposed_comm_s`` it takes. Columns whose source is not given are NaN."""
     loops = _loops(module)
-    predicted = _per_op(ops, schema.PREDICTED_S, module.name)
+    predicted = _per_op(ops, schema.PREDICTED_S, module.name, program_id)
     listed = (step or {}).get(schema.STEP_COLLECTIVES) or []
     exposed = {r[schema.OP]: r[schema.EXPOSED_COMM_S] for r in listed}
     # the time the exposed part is of: the step's own (durations on the timeline), else the
     # OPS table's (on a CPU host that is the op's share of the shared cores, harness.measure.shares,
     # which its exposed part could exceed)
-    measured = {**_per_op(ops, schema.MEASURED_S, module.name),
+    measured = {**_per_op(ops, schema.MEASURED_S, module.name, program_id),
                 **{r[schema.OP]: r[schema.COMM_S] for r in listed}}
     rows = []
     for instr, count in executed(module):
@@ -104,7 +117,8 @@ def collectives(module: Module, *, mesh: dict[str, int] | None = None,
         name, why, fix = reasons.explain(_facts(instr, module, kind, mesh_axes, loops))
         names = _names(instr, module)
         rows.append({
-            schema.PROGRAM: module.name, schema.OP: instr.name, schema.COLLECTIVE: kind,
+            schema.PROGRAM: module.name, schema.PROGRAM_ID: program_id, schema.OP: instr.name,
+            schema.COLLECTIVE: kind,
             schema.SOURCE_LINE: source_line(instr, module), schema.SOURCE_OP: instr.op_name,
             schema.MESH_AXES: mesh_axes, schema.DEVICE_BYTES: _bytes(instr, module),
             schema.COUNT: count, schema.REASON: name,

@@ -1,11 +1,14 @@
 """What ``harness compare`` compares: the runs under each side (a run, a sweep, any directory of
-saved runs), paired by what they are runs of, or a baseline picked by name from a results root."""
+saved runs), paired by what they are runs of, or a baseline picked by name from a results root;
+of each run, its step program (``step_program``)."""
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
 from harness import schema
+from harness.analysis.programs import of_program
 from harness.errors import HarnessError
 from harness.runs import store
 from harness.runs.run import Run
@@ -27,6 +30,25 @@ def key(run: Run) -> str:
         return " ".join(x for x in (m[schema.WORKLOAD], m.get(schema.PRESET, ""), sets,
                                     f"mesh {mesh}" if mesh else "") if x)
     return str(m.get(schema.PROGRAM) or run.run_id)
+
+
+def _of_step(table, meta: dict):
+    """The rows of ``table`` of the program ``meta`` names (its program id, else its name); all
+    rows where it names none that the table holds."""
+    if table is None:
+        return None
+    picked = of_program(table, str(meta.get(schema.PROGRAM_ID) or meta.get(schema.PROGRAM)
+                                   or ""))
+    return picked.reset_index(drop=True) if len(picked) else table
+
+
+def step_program(run: Run) -> Run:
+    """The run as compare sees it: its ops, per-step samples and collectives of its step
+    program alone (the program its step object and summary are of, ``meta``'s program and
+    program id), where it stored others beside it (``--program all``)."""
+    m = run.meta
+    return dataclasses.replace(run, ops=_of_step(run.ops, m), steps=_of_step(run.steps, m),
+                               collectives=_of_step(run.collectives, m))
 
 
 def _age(run: Run) -> tuple:
@@ -72,12 +94,13 @@ def newest(runs: list[Run]) -> dict[str, Run]:
 def pair(baseline: list[Run], candidate: list[Run]
          ) -> tuple[list[tuple[Run, Run]], list[Run], list[Run]]:
     """(pairs, baseline runs without a candidate, candidate runs without a baseline): the newest
-    run of each key on each side. Two single runs are one pair whatever they are runs of."""
+    run of each key on each side, each of its step program (``step_program``). Two single
+    runs are one pair whatever they are runs of."""
     if len(baseline) == 1 and len(candidate) == 1:
-        return [(baseline[0], candidate[0])], [], []
+        return [(step_program(baseline[0]), step_program(candidate[0]))], [], []
     b, c = newest(baseline), newest(candidate)
-    return ([(b[k], c[k]) for k in c if k in b], [b[k] for k in b if k not in c],
-            [c[k] for k in c if k not in b])
+    return ([(step_program(b[k]), step_program(c[k])) for k in c if k in b],
+            [b[k] for k in b if k not in c], [c[k] for k in c if k not in b])
 
 
 def choose(root: str | Path, selector: str, candidate: list[Run]) -> list[Run]:

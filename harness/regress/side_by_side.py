@@ -14,7 +14,9 @@ the exposed part is apportioned over the collectives by each one's exposed time 
 (``schema.STEP_COLLECTIVES``, medians over devices, where the step's figure is its slowest
 device's), what they do not cover left as "other exposed communication".
 Contributions are of the slower layout over the faster, largest first, and add up to the step
-difference.
+difference, negative ones included (a part the slower layout spends less on); the line that
+says them is ``harness.regress.headline``. Each run is compared by its step program
+(``pairs.step_program``): what set-up programs ran beside it is no part of its step.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
-from harness.regress import changes
+from harness.regress import changes, headline, pairs
 from harness.runs.run import Run
 from harness.units import fmt_seconds
 
@@ -38,7 +40,6 @@ EXTRA = (schema.OPS_MATCHED, schema.COMM_BYTES, schema.COMM_S, schema.EXPOSED_CO
          schema.MESH_AXES, schema.SOURCE_LINE)
 WHERE = (schema.MESH_AXES, schema.SOURCE_LINE)  # an op group's axes (harness.explain) and line
 _OUTER_JIT = re.compile(r"^jit\([^/]*\)/(?=.)")
-_SMALL = 0.01  # a remainder under this share of the step difference is left out of the line
 
 
 def same_program(a: Run, b: Run) -> bool:
@@ -185,8 +186,9 @@ def _what(row: pd.Series, mesh: dict | None) -> str:
 def attribute(a: Run, b: Run, rows: pd.DataFrame, mesh: dict | None, sign: float
               ) -> list[tuple[str, float]]:
     """(what, seconds) that add up to the slower layout's step over the faster's (``sign``
-    +1: B is the slower, -1: A), largest first: each collective's exposed time, the rest of the
-    exposed communication, compute (the op group that grew most named) and idle."""
+    +1: B is the slower, -1: A), largest first, negative ones last: each collective's exposed
+    time, the rest of the exposed communication, compute (the op group that grew most named)
+    and idle."""
     parts = {c: sign * (step_of(b, c) - step_of(a, c))
              for c in (schema.STEP_S, schema.COMPUTE_S, schema.EXPOSED_COMM_S, schema.IDLE_S)}
     if not all(math.isfinite(v) for v in parts.values()):
@@ -199,7 +201,7 @@ def attribute(a: Run, b: Run, rows: pd.DataFrame, mesh: dict | None, sign: float
         if d:
             out.append((f"exposed {_what(r, mesh)}", float(d)))
     rest = parts[schema.EXPOSED_COMM_S] - sum(d for _, d in out)
-    if abs(rest) > _SMALL * abs(parts[schema.STEP_S]):
+    if abs(rest) > headline.ROUNDING:
         out.append(("other exposed communication", rest))
     out += [(f"compute{_most(rows, sign) if parts[schema.COMPUTE_S] > 0 else ''}",
              parts[schema.COMPUTE_S]), ("idle", parts[schema.IDLE_S])]
@@ -228,7 +230,7 @@ class Layouts:
     ops: pd.DataFrame          # ``ops``
     collectives: pd.DataFrame  # ``collectives``
     attribution: list          # ``attribute``: (what, seconds), largest first
-    headline: str
+    headline: str              # ``harness.regress.headline.line``
 
     def unmatched(self, side: str) -> pd.DataFrame:
         """The op groups that ran only in one layout (``ONLY_A`` or ``ONLY_B``)."""
@@ -248,24 +250,10 @@ class Layouts:
                               for k, v in (("A", ONLY_A), ("B", ONLY_B))}}
 
 
-def headline(a: Run, b: Run, attribution: list, sign: float) -> str:
-    """``B is 1.8x slower than A (step 3.0 ms -> 5.4 ms): +2.1 ms exposed all-gather from ...``:
-    the slower layout first, then the largest contributions to the difference."""
-    ta, tb = step_of(a, schema.STEP_S), step_of(b, schema.STEP_S)
-    if not (ta > 0 and tb > 0):
-        return "no measured step in both runs (the step object) to tell which layout is slower"
-    slow, fast = ("B", "A") if sign > 0 else ("A", "B")
-    ratio = max(ta, tb) / min(ta, tb)
-    head = (f"{slow} is {ratio:.3g}x slower than {fast}" if ratio >= 1.005 else
-            "A and B take the same step (within 0.5%)") + (
-        f" (step {fmt_seconds(ta)} -> {fmt_seconds(tb)})")
-    shown = [f"{'+' if s >= 0 else '-'}{fmt_seconds(abs(s))} {w}" for w, s in attribution
-             if abs(s) > _SMALL * abs(tb - ta)][:4]
-    return head + (": " + "; ".join(shown) if shown else "")
-
-
 def compare(a: Run, b: Run) -> Layouts | None:
-    """The two layouts side by side; None for the same program (joined by name instead)."""
+    """The two layouts side by side, each of its step program; None for the same program
+    (joined by name instead)."""
+    a, b = pairs.step_program(a), pairs.step_program(b)
     how = matched_by(a, b)
     if how == NAME:
         return None
@@ -274,4 +262,5 @@ def compare(a: Run, b: Run) -> Layouts | None:
     rows = ops(a, b)
     sign = 1.0 if step_of(b, schema.STEP_S) >= step_of(a, schema.STEP_S) else -1.0
     said = attribute(a, b, rows, mesh, sign)
-    return Layouts(how, rows, collectives(rows, mesh), said, headline(a, b, said, sign))
+    line = headline.line(step_of(a, schema.STEP_S), step_of(b, schema.STEP_S), said, sign)
+    return Layouts(how, rows, collectives(rows, mesh), said, line)

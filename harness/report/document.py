@@ -46,11 +46,16 @@ def _programs(r) -> pd.DataFrame | None:
     return p if p is not None and len(p) > 1 else None
 
 
+def _named(df: pd.DataFrame, columns: tuple) -> tuple:
+    """``columns``, led by the program and its id where ``df``'s rows come from several."""
+    many = len(df) and any(c in df.columns and df[c].nunique() > 1
+                           for c in (schema.PROGRAM, schema.PROGRAM_ID))
+    return ((schema.PROGRAM, schema.PROGRAM_ID) if many else ()) + columns
+
+
 def _op_columns(r) -> tuple:
     """The op table's columns: with the program and its id when the ops come from several."""
-    many = len(r.ops) and any(c in r.ops.columns and r.ops[c].nunique() > 1
-                              for c in (schema.PROGRAM, schema.PROGRAM_ID))
-    return ((schema.PROGRAM, schema.PROGRAM_ID) if many else ()) + OP_COLUMNS
+    return _named(r.ops, OP_COLUMNS)
 
 
 # summary figures a report explains in a sentence of their own (``explained``), not as a bare
@@ -144,7 +149,8 @@ def _tables(r, top: int | None) -> list[tuple[str, pd.DataFrame, tuple]]:
                     tuple(r.unexpected.columns)))
     explained = getattr(r, "collectives", None)
     if explained is not None and len(explained):
-        out.append(("Collectives explained, by exposed time", explained, EXPLAINED_COLUMNS))
+        out.append(("Collectives explained, by exposed time", explained,
+                    _named(explained, EXPLAINED_COLUMNS)))
     return out
 
 

@@ -57,16 +57,30 @@ def explained_text(e: Explained, top: int) -> str:
     extra = "".join(f"{line}\n" for line in e.extra)
     if e.table is None or not len(e.table):
         return f"{e.title}: no collectives: every op runs on its own device's data\n" + extra
+    from harness.analysis.programs import compilations
+
     shown = e.table if top == 0 else e.table.head(top)
     n = len(e.table)
-    out = [tables.to_text(shown[list(SHOWN)], title=f"{e.title}: {n} collective"
-                          f"{'s' * (n != 1)}, most exposed first")]
+    # several compilations: each row names its program and program id
+    several = len(compilations(e.table)) > 1
+    columns = [*((schema.PROGRAM, schema.PROGRAM_ID) if several else ()), *SHOWN]
+    out = [tables.to_text(shown[[c for c in columns if c in shown.columns]],
+                          title=f"{e.title}: {n} collective{'s' * (n != 1)}, most exposed first")]
     for _, row in shown.iterrows():
         where = f" ({row[schema.SOURCE_LINE]})" if row[schema.SOURCE_LINE] else ""
         out.append(f"{row[schema.OP]}{where}: {row[schema.WHY]}\n")
         if row[schema.FIX]:
             out.append(f"  fix: {row[schema.FIX]}\n")
-    return "".join(out) + extra + tables.legend_text(list(SHOWN)) + "\n"
+    return "".join(out) + extra + tables.legend_text(columns) + "\n"
+
+
+def _trace_of(run, path: Path) -> Path:
+    """Where a stored run's trace is: the file it was analysed from, where it still is, else
+    the run's own ``trace/`` (which may not exist)."""
+    from harness.runs.store import TRACE_DIR
+
+    found = run.meta.get(schema.TRACE_FILE)
+    return Path(found) if found and Path(found).exists() else path / TRACE_DIR
 
 
 def run_module(run, path: Path):
@@ -74,18 +88,17 @@ def run_module(run, path: Path):
     ``trace/``), else the HLO ``harness`` saved beside it."""
     from harness.hlo import parse_module
     from harness.runs.decode import NoHlo
-    from harness.runs.store import TRACE_DIR
     from harness.trace.hlo_proto import trace_program
     from harness.trace.load import find_trace_file, read_xspace
     from harness.trace.located import saved_beside
 
-    where = Path(run.meta[schema.TRACE_FILE]) if schema.TRACE_FILE in run.meta and \
-        Path(run.meta[schema.TRACE_FILE]).exists() else path / TRACE_DIR
+    where = _trace_of(run, path)
     if not where.exists():
         raise HarnessError(f"{path}: the run keeps no trace/, so its HLO is unknown; explain "
                            f"the trace it was made from instead")
     trace_file = find_trace_file(where)
-    text, _ = trace_program(read_xspace(trace_file)[0], run.meta.get(schema.PROGRAM, ""))
+    program = run.meta.get(schema.PROGRAM_ID) or run.meta.get(schema.PROGRAM, "")
+    text, _ = trace_program(read_xspace(trace_file)[0], program)
     text = text or saved_beside(trace_file, trace_file.parent).get("hlo_text")
     if not text:
         raise NoHlo(f"{path}: its trace holds no HLO, and none was saved beside it")
@@ -94,6 +107,7 @@ def run_module(run, path: Path):
 
 def _load(path: Path, chip: str | None, program: str, mesh: dict | None):
     """The run (stored, or analysed from the trace) and its COLLECTIVES table."""
+    from harness.analysis.programs import of_program
     from harness.explain import collectives, run_mesh
     from harness.runs import pipeline
     from harness.runs.run import OPS_PARQUET, Run
@@ -105,14 +119,43 @@ def _load(path: Path, chip: str | None, program: str, mesh: dict | None):
         run = pipeline.analyze_trace(path, chip=chip, program=program, mesh=mesh)
         return run, run.collectives
     run = Run.load(path)
+    if program and not _holds(run, program):  # not stored: from the run's trace
+        where = _trace_of(run, path)
+        if not where.exists():
+            raise HarnessError(f"{path}: the run stores no program {program!r} and keeps "
+                               f"no trace to find it in; it stores {_stored(run)}")
+        run = pipeline.analyze_trace(where, chip=chip, program=program,
+                                     mesh=mesh or run_mesh(run.meta))
+        return run, run.collectives
     if run.collectives is not None and mesh is None:
         table = run.collectives
     else:  # a run saved before the table existed, or asked for on another mesh
         table = collectives(run_module(run, path), mesh=mesh or run_mesh(run.meta),
-                            ops=run.ops, step=run.step)
-    if program and len(table):
-        table = table[table[schema.PROGRAM] == program]
-    return run, table
+                            ops=run.ops, step=run.step,
+                            program_id=run.meta.get(schema.PROGRAM_ID, ""))
+    return run, of_program(table, program or _step_program(run))
+
+
+def _holds(run, program: str) -> bool:
+    """Whether the stored run's ops are of ``program`` (a name, a program id; all: of every
+    program its programs table lists)."""
+    from harness.analysis.programs import ALL, chosen, compilations
+
+    stored = compilations(run.ops)
+    if program == ALL:
+        return run.programs is None or len(run.programs) <= len(stored)
+    return any(chosen(key, program) for key in stored)
+
+
+def _stored(run) -> str:
+    from harness.analysis.programs import compilations, program_name
+
+    return ", ".join(program_name(k) for k in compilations(run.ops)) or "none"
+
+
+def _step_program(run) -> str:
+    """The program id (else the name) of the program a stored run's step and summary are of."""
+    return str(run.meta.get(schema.PROGRAM_ID) or run.meta.get(schema.PROGRAM) or "")
 
 
 def _redundant(run, path: Path, mesh: dict | None) -> list[str]:

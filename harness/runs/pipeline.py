@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness import schema
+from harness.analysis.programs import program_name
 from harness.analysis.tables import Context, analyze
 from harness.capture.steps import STEPS, Capture, capture
 from harness.chip import drift
@@ -47,7 +48,7 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
     it, when not this process's first device.
     ``trace``: the EVENTS to analyse when they are not the capture's own trace (a multi-host
     run merges every process's: its ops get the per-host columns). ``program``: the program
-    (name or id) whose ops to report (default: the captured one; "" every program that ran).
+    (name, id or ``all``) whose ops to report (default: the captured one; "" the step program).
     """
     entry, chip_notes, chip_meta = chip_for_run(chip, device, host_drift)
     notes = list(notes) + chip_notes
@@ -65,7 +66,7 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
         (cap.program, ""): parse_module(cap.hlo_text)}
     m = cap.meta
     ctx = Context(program=cap.program if program is None else program,
-                  devices=m.get(schema.DEVICE_COUNT),
+                  mesh=run_mesh({**m, **(meta or {})}), devices=m.get(schema.DEVICE_COUNT),
                   step_times_s=m.get(schema.STEP_TIMES_S) or (),
                   traced_step_times_s=m.get(schema.TRACED_STEP_TIMES_S) or (),
                   graph_step_s=m.get(schema.GRAPH_STEP_S), graph_note=m.get(schema.GRAPH_NOTE, ""),
@@ -77,14 +78,17 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
         t = with_host_columns(t, events.events)
     full_meta = dict(m, **(meta or {}), **chip_meta,
                      **{schema.CHIP: entry.name, schema.OP_TIMING: t.op_timing})
-    full_meta.setdefault(schema.PROGRAM, t.program)
+    if t.program:  # the program the step line and summary are of: name and compilation
+        full_meta.update({schema.PROGRAM: t.program, schema.PROGRAM_ID: t.program_id})
     if host_drift:  # kept whatever the chip: harness compare reads the host's speed from it
         full_meta.setdefault(drift.HOST_DRIFT, host_drift)
     devices = int(m.get(schema.DEVICE_COUNT, events.events[schema.DEVICE].nunique()))
-    explained = for_run(modules, t.ops, t.step, run_mesh(full_meta))
+    explained = for_run(modules, t.ops, t.step, run_mesh(full_meta),
+                        main=(t.program, t.program_id))
     shown = len(t.ops.groupby([c for c in (schema.PROGRAM, schema.PROGRAM_ID)
                                if c in t.ops.columns]).size()) if len(t.ops) else 1
-    what = t.program if shown <= 1 else f"{shown} programs ({t.program} the longest)"
+    main = program_name((t.program, t.program_id))
+    what = t.program if shown <= 1 else f"{shown} programs (step program {main})"
     title = title or (f"{what} on {devices}x {m.get(schema.DEVICE_KIND, '?')} "
                       f"(predicted for {entry.name})")
     return Run(title=title, meta=full_meta, ops=t.ops, categories=t.categories,
@@ -128,8 +132,9 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     ``harness``. ``chip``: predict for this chip (default: the trace's device). ``space``: the
     trace already decoded (by a caller that looked at it first). ``workload``: what
     ``from_capture`` takes, for a trace of a known workload (its book estimate). ``program``:
-    report the compilation with this program id, or every compilation of this name (default:
-    the program ``harness`` captured, for a trace it saved; else every program that ran).
+    report the compilation with this program id, every compilation of this name, or ``all``
+    (default: the program ``harness`` captured, for a trace it saved; else the step program,
+    ``harness.analysis.programs.step_program``).
     ``mesh``: the named mesh axes ({"X": 4, "Y": 2}) the collectives ran over, for a trace
     that does not record them (``harness.explain``).
     A directory whose newest trace has others beside it (one per host of a multi-host job,

@@ -9,6 +9,7 @@ from harness.schema.ops import (
     OP,
     PREDICTED_S,
     PROGRAM,
+    PROGRAM_ID,
     SOURCE_LINE,
     SOURCE_OP,
 )
@@ -23,6 +24,6 @@ REASON = term("reason", "why the collective exists, in the book's terms (§4.1's
               "cases, §6.1's schemes)")
 WHY = term("why", "the reason in one sentence: which dot, which operand and dimension")
 FIX = term("fix", "the book's fix, one line; empty where none is needed")
-COLLECTIVES = (PROGRAM, OP, COLLECTIVE, SOURCE_LINE, SOURCE_OP, MESH_AXES, DEVICE_BYTES,
-               COUNT, REASON, PREDICTED_S, MEASURED_S, EXPOSED_COMM_S, WHY, FIX)
+COLLECTIVES = (PROGRAM, PROGRAM_ID, OP, COLLECTIVE, SOURCE_LINE, SOURCE_OP, MESH_AXES,
+               DEVICE_BYTES, COUNT, REASON, PREDICTED_S, MEASURED_S, EXPOSED_COMM_S, WHY, FIX)
 # ranked by exposed_comm_s, then measured_s, then predicted_s (the most costly first)

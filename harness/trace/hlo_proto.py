@@ -158,11 +158,11 @@ def async_names(module_bytes: bytes) -> dict[str, str]:
 
 
 def trace_program(space: Space, program: str = "") -> tuple[str | None, dict[str, str]]:
-    """(HLO text, async names) of the program named ``program`` in a decoded trace (default:
-    its largest module); (None, {}) when the trace holds no HLO."""
+    """(HLO text, async names) of the program ``program`` (a name or a program id) in a decoded
+    trace (default: its largest module); (None, {}) when the trace holds no HLO."""
     modules = embedded_modules(space)
     if not modules:
         return None, {}
-    named = [k for k in modules if k[0] == program]
+    named = [k for k in modules if program and program in k]
     key = named[0] if named else max(modules, key=lambda k: len(modules[k]))
     return module_text(modules[key]), async_names(modules[key])

@@ -1,0 +1,86 @@
+"""What differs between two compilations of one program: the entry parameters whose shape,
+dtype or sharding changed (``jax.jit`` compiles a function again for each new signature of its
+arguments, ``harness.hlo.signature``), for the note a report gives on a program compiled more
+than once.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from harness.explain.redundant import split_axes
+from harness.hlo.ir import Module
+from harness.hlo.signature import Parameter, parameters
+
+SHOWN = 3  # parameters named per note; the rest counted
+NOTES = 3  # other compilations a report gives a note each (the most device time first)
+
+
+def spec(p: Parameter, mesh: Mapping[str, int] | None) -> str:
+    """The parameter's sharding as a user writes it: ``replicated``, ``P('data', None)`` (on a
+    named mesh), else the HLO's annotation."""
+    if not p.split:
+        return "replicated"
+    axes = split_axes(p.sharding, len(p.dims), dict(mesh)) if mesh else None
+    if axes is None:
+        return "{" + p.sharding + "}"
+    names = [None if not a else next(iter(a)) if len(a) == 1 else tuple(n for n in mesh if n in a)
+             for a in axes]
+    return "P(" + ", ".join(repr(n) for n in names) + ")"
+
+
+def _shape(p: Parameter) -> str:
+    return f"{p.dtype}[{','.join(map(str, p.global_dims))}]"
+
+
+def _times(n: int) -> str:
+    return "1 execution" if n == 1 else f"{n} executions"
+
+
+def _named(p: Parameter) -> str:
+    return f"parameter {p.index}" + (f" {p.name!r}" if p.name else "")
+
+
+def differences(before: Module, after: Module, mesh: Mapping[str, int] | None = None
+                ) -> list[str]:
+    """One phrase per entry parameter that differs from ``before`` to ``after``, by index:
+    ``parameter 14 'x': f32[64,128] -> f32[32,128]``, its sharding where that changed
+    (``replicated -> P('model')``); a parameter only one of them takes is said so."""
+    a = {p.index: p for p in parameters(before)}
+    b = {p.index: p for p in parameters(after)}
+    out = []
+    for i in sorted({*a, *b}):
+        pa, pb = a.get(i), b.get(i)
+        if pa is None or pb is None:
+            p = pa or pb
+            out.append(f"{_named(p)} ({_shape(p)}) only in the "
+                       f"{'first' if pb is None else 'second'}")
+            continue
+        moved = []
+        if (pa.dtype, pa.global_dims) != (pb.dtype, pb.global_dims):
+            moved.append(f"{_shape(pa)} -> {_shape(pb)}")
+        sa, sb = spec(pa, mesh), spec(pb, mesh)
+        if sa != sb:
+            moved.append(f"{sa} -> {sb}")
+        if moved:
+            out.append(f"{_named(pb)}: {', '.join(moved)}")
+    return out
+
+
+def note(name: str, main: tuple[str, str], other: tuple[str, str], runs: Mapping,
+         modules: Mapping, mesh: Mapping[str, int] | None = None) -> str:
+    """The report's line on ``other``, another compilation of the reported program ``main``:
+    its executions and what differs between them (``differences``, the lower program id
+    first: on CPU and GPU, ids count up as programs compile)."""
+    first, second = sorted((main, other), key=lambda k: (len(k[1]), k[1]))
+    head = (f"{name} compiled again: program {other[1]} ({_times(runs[other])}) beside the "
+            f"reported {main[1]} ({_times(runs[main])})")
+    ma, mb = modules.get(first), modules.get(second)
+    if ma is None or mb is None or ma is mb:
+        return head + "; no HLO of each to tell what differs"
+    found = differences(ma, mb, mesh)
+    if not found:
+        return (head + "; their entry parameters have the same shapes, dtypes and shardings "
+                "(a static argument or a compile option differs)")
+    more = f"; and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
+    return (head + f"; from program {first[1]} to {second[1]}: " + "; ".join(found[:SHOWN])
+            + more)
