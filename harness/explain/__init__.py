@@ -33,10 +33,12 @@ def run_mesh(meta: Mapping) -> dict[str, int] | None:
 
 
 def for_run(modules: Mapping, ops: pd.DataFrame, step: dict | None,
-            mesh: dict[str, int] | None) -> pd.DataFrame:
+            mesh: dict[str, int] | None,
+            program_meshes: Mapping[str, dict[str, int]] | None = None) -> pd.DataFrame:
     """The COLLECTIVES table of every program a run reports (``ops``' programs), from each
-    one's parsed module (``modules``: (name, program id) -> Module); an explanation that fails
-    is logged and that program left out, never the run."""
+    one's parsed module (``modules``: (name, program id) -> Module), its axes named after
+    ``program_meshes[name]`` (``harness.explain.meshes``), else ``mesh``; an explanation that
+    fails is logged and that program left out, never the run."""
     shown = set(ops[schema.PROGRAM].astype(str)) if schema.PROGRAM in ops.columns else set()
     tables, seen = [], set()
     for (name, _), module in modules.items():
@@ -44,7 +46,8 @@ def for_run(modules: Mapping, ops: pd.DataFrame, step: dict | None,
             continue
         seen.add(name)
         try:
-            tables.append(collectives(module, mesh=mesh, ops=ops, step=step))
+            tables.append(collectives(module, mesh=(program_meshes or {}).get(name, mesh),
+                                      ops=ops, step=step))
         except HarnessError as e:
             log.warning("cannot explain the collectives of %s: %s", name, e)
     tables = [t for t in tables if len(t)]

@@ -27,6 +27,7 @@ from harness.chip import drift
 from harness.chip.resolve import chip_for_run
 from harness.errors import HarnessError
 from harness.explain import for_run, run_mesh
+from harness.explain.meshes import program_meshes
 from harness.hlo import Module, parse_module, schedule
 from harness.measure.ops import by_execution, op_times
 from harness.runs.run import Run
@@ -187,15 +188,16 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
     if host_drift:  # kept whatever the chip: harness compare reads the host's speed from it
         full_meta.setdefault(drift.HOST_DRIFT, host_drift)
     devices = int(m.get(schema.DEVICE_COUNT, events.events[schema.DEVICE].nunique()))
-    explained = for_run(modules, t.ops, t.step, run_mesh(full_meta))
+    named, mesh_notes = program_meshes(modules, full_meta, events.events)
+    explained = for_run(modules, t.ops, t.step, run_mesh(full_meta), named)
     shown = len(t.ops.groupby([c for c in (schema.PROGRAM, schema.PROGRAM_ID)
                                if c in t.ops.columns]).size()) if len(t.ops) else 1
     what = t.program if shown <= 1 else f"{shown} programs ({t.program} the longest)"
     title = title or (f"{what} on {devices}x {m.get(schema.DEVICE_KIND, '?')} "
                       f"(predicted for {entry.name})")
     return Run(title=title, meta=full_meta, ops=t.ops, categories=t.categories,
-               summary=t.summary, notes=t.notes, steps=t.steps, unexpected=t.unexpected,
-               cross_check=t.cross_check, programs=t.programs, step=t.step,
+               summary=t.summary, notes=t.notes + mesh_notes, steps=t.steps,
+               unexpected=t.unexpected, cross_check=t.cross_check, programs=t.programs, step=t.step,
                step_spans=t.step_spans, predicted_spans=t.predicted_spans, chip=entry,
                collectives=explained,
                capture=cap, trace=events)
@@ -240,10 +242,13 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     that does not record them (``harness.explain``).
     A directory whose newest trace has others beside it (one per host of a multi-host job,
     ``harness.trace.hosts``) is read as one job: every host's trace decoded in parallel,
-    the first one's HLO, a ``host`` column and the per-host columns of a multi-host run.
+    the first one's HLO, a ``host`` column and the per-host columns of a multi-host run; one
+    holding a trace in segments (``harness profile``), as one trace (``harness.runs.segments``).
     """
     from harness.measure import per_host
+    from harness.runs.segments import decode_segments
     from harness.trace import hosts
+    from harness.trace.segments import segment_traces
 
     trace_file = find_trace_file(path)
     found = hosts.host_traces(path)
@@ -251,8 +256,10 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     label = str(trace_file)
     saved = saved_beside(trace_file, Path(path))
     text = Path(hlo).read_text() if hlo is not None else None
-    decoded = decode(space, hlo_text=text, warmup_steps=warmup_steps,
-                     saved_hlo=saved.get("hlo_text"), label=label)
+    given = dict(hlo_text=text, warmup_steps=warmup_steps, saved_hlo=saved.get("hlo_text"))
+    parts = segment_traces(path)
+    decoded = (decode_segments(parts, str(path), **given) if len(parts) > 1 else
+               decode(space, label=label, **given))
     program = select(decoded, program) or saved.get("meta", {}).get(schema.PROGRAM, "")
     events, layout = decoded.trace.events, decoded.trace.layout
     if len(found) > 1:  # one profile's traces of several hosts: one job's run
