@@ -255,7 +255,8 @@ OP_TIMING = "op_timing"            # what measured_s is: measure.shares.HOST_SHA
 HARNESS_VERSION = "harness_version"  # the scaling-harness that measured it (environment())
 MESHES = "meshes"                  # every mesh a profiled script built (harness.capture.meshes):
 #                                    [{"axes": {name: size}, "devices": [device ids, mesh order]}]
-SEGMENTS = "segments"              # a profiled script's trace segments: [[start, stop]] unix s
+SEGMENTS = "segments"              # a profiled script's trace segments, each one's recording
+#                                    window as its trace says: [[start, stop]] in unix seconds
 SCRIPT = "script"                  # a profiled script: {"path", "args", "outcome"}
 # WORKLOAD, PRESET, MESH, CHIP and PROGRAM above are meta keys too.
 

@@ -12,6 +12,7 @@ writes nothing. The exit status is the script's: 0, its ``sys.exit`` code, 1, or
 from __future__ import annotations
 
 import faulthandler
+import functools
 import runpy
 import sys
 import time
@@ -72,16 +73,22 @@ def run(script: Path) -> dict:
     return {OUTCOME: "finished", CODE: 0}
 
 
-def _meta(script: Path, meshes: MeshLog, tracer: SegmentTracer, started: float) -> dict:
+@functools.cache
+def _commit(folder: Path) -> dict:
+    """The script's commit and dirty flag, asked of git once; outside any checkout it has none
+    (not the harness's, nor the working directory's)."""
+    return environment.git_state(folder) or {schema.GIT_SHA: ""}
+
+
+def _meta(script: Path, meshes: MeshLog, started: float) -> dict:
     """What each finished segment keeps beside its trace: this process's environment (its
-    devices, ``XLA_FLAGS`` as the script left them), the script's commit, meshes and segments."""
+    devices, ``XLA_FLAGS`` as the script left them), the script's commit and meshes."""
     import datetime as dt
 
     found = meshes.snapshot()
-    # outside any checkout the script has no commit: not the harness's, nor the working dir's
-    commit = environment.git_state(script.parent) or {schema.GIT_SHA: ""}
+    commit = _commit(script.parent)
     meta = {**environment.environment(), **commit,
-            schema.MESHES: found, schema.SEGMENTS: [list(t) for t in tracer.times],
+            schema.MESHES: found,
             schema.TIME: dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(
                 timespec="seconds")}
     if len(found) == 1:  # one mesh: the run's, as a workload's is
@@ -93,7 +100,7 @@ def main(argv: list[str]) -> int:
     root, segment_s, script, args = Path(argv[0]), float(argv[1]), Path(argv[2]), argv[3:]
     script, started = script.resolve(), time.time()
     meshes = MeshLog()
-    tracer = SegmentTracer(root, segment_s, lambda: _meta(script, meshes, tracer, started))
+    tracer = SegmentTracer(root, segment_s, lambda: _meta(script, meshes, started))
 
     def watch(jax) -> None:
         meshes.watch(jax.sharding.Mesh)

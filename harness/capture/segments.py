@@ -10,7 +10,7 @@ the script to import it, then ``SegmentTracer.watch`` listens (``jax.monitoring`
 backend compilation, when the backend surely exists.
 
 Beside each finished segment's trace goes ``capture.json`` in ``harness.capture.steps``' format
-(``{"meta": ...}``: this process's environment, the meshes built so far, the segments' times), which
+(``{"meta": ...}``: this process's environment, the meshes built so far), which
 ``harness.runs.pipeline.analyze_trace`` reads as it reads any capture's; ``harness.trace.segments``
 reads the segments as one trace. Standard library only at import.
 """
@@ -23,7 +23,6 @@ import logging
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -56,13 +55,12 @@ def write_json(path: Path, value) -> None:
 class SegmentTracer:
     """The profiler run in segments under ``root`` from ``begin`` until ``close``; a thread
     starts the next segment every ``segment_s``. ``meta_of()`` gives the meta kept beside each
-    finished segment (called with the profiler stopped, jax's backend made)."""
+    finished segment (called once the next segment has started: the time between two segments
+    is not in the trace, so it is kept short)."""
 
     def __init__(self, root: Path, segment_s: float, meta_of: Callable[[], dict]):
         self.root, self.segment_s, self.meta_of = root, segment_s, meta_of
         self.k, self.running, self.closed = 0, False, False
-        self.times: list[list[float]] = []  # each finished segment's [start, stop], unix s
-        self._started_at = 0.0
         self._lock = threading.Lock()
         self._done = threading.Event()
 
@@ -87,18 +85,17 @@ class SegmentTracer:
         with self._lock:
             self.closed = True
             if self.running:
-                self._finish()
+                self._keep_meta(self._stop())
 
     def _start(self) -> None:
         from harness.capture.profiler import start_lean_trace
 
         start_lean_trace(segment_dir(self.root, self.k))
-        self.running, self._started_at = True, time.time()
+        self.running = True
 
-    def _finish(self) -> None:
+    def _stop(self) -> int | None:
+        """Stop the profiler: the segment it wrote (None: the script had stopped it)."""
         import jax
-
-        from harness.capture.profiler import CAPTURE_FILE
 
         self.running = False
         try:
@@ -106,23 +103,30 @@ class SegmentTracer:
         except RuntimeError as e:  # the script stopped it (its own stop_trace)
             log.warning("the profiler was stopped from outside: %s", e)
             self.closed = True
+            return None
+        self.k += 1
+        return self.k - 1
+
+    def _keep_meta(self, k: int | None) -> None:
+        from harness.capture.profiler import CAPTURE_FILE
+
+        if k is None:
             return
-        self.times.append([self._started_at, time.time()])
         try:
-            write_json(segment_dir(self.root, self.k) / CAPTURE_FILE,
+            write_json(segment_dir(self.root, k) / CAPTURE_FILE,
                        {"meta": self.meta_of(), "cost_analysis": {}})
         except Exception as e:  # noqa: BLE001 - the trace is kept without its meta
-            log.warning("segment %d: meta not written: %s", self.k, e)
-        self.k += 1
+            log.warning("segment %d: meta not written: %s", k, e)
 
     def _rotate(self) -> None:
         while not self._done.wait(self.segment_s):
             with self._lock:
                 if self.closed or not self.running:
                     return
-                self._finish()
+                finished = self._stop()
                 if not self.closed:
                     self._start()
+                self._keep_meta(finished)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

@@ -19,7 +19,8 @@ from harness.capture.script import ScriptRun
 from harness.devices import DEVICE_COUNT_ENV, device_count_flag, forced_device_count
 from harness.errors import HarnessError
 from harness.runs.run import Run
-from harness.trace.segments import segment_traces
+from harness.trace.load import read_xspace
+from harness.trace.segments import segment_traces, session_window
 
 log = logging.getLogger(__name__)
 
@@ -69,15 +70,23 @@ def device_note(ran: ScriptRun, meta: dict) -> str:
     return f"the script ran on {n} {backend} device{'s' * (n != 1)}" + (f" ({why})" if why else "")
 
 
-def segments_note(ran: ScriptRun, meta: dict) -> str:
-    """How the trace was cut: its segments and the time between them, which it lacks."""
-    times = [t for t in meta.get(schema.SEGMENTS) or () if isinstance(t, list) and len(t) == 2]
-    if len(times) < 2:
+def segment_windows(ran: ScriptRun) -> list[list[float]]:
+    """Each finished segment's recording window, [start, stop] in seconds since the epoch, as
+    its trace says (``harness.trace.segments.session_window``)."""
+    windows = [session_window(read_xspace(path)[0]) for path in segment_traces(ran.root)]
+    return [[w[0] / 1e9, w[1] / 1e9] for w in windows if None not in w]
+
+
+def segments_note(ran: ScriptRun, windows: list[list[float]]) -> str:
+    """How the trace was cut: its segments and the time between them (the profiler writing one
+    segment out and starting the next), which it lacks."""
+    if len(windows) < 2:
         return ""
-    gaps = sum(max(b[0] - a[1], 0.0) for a, b in zip(times, times[1:]))
-    return (f"traced in {len(times)} segments of up to {ran.segment_s:g} s; the "
-            f"{len(times) - 1} gaps between them ({gaps * 1e3:.0f} ms in all) are not in the "
-            f"trace")
+    gaps = sum(max(b[0] - a[1], 0.0) for a, b in zip(windows, windows[1:]))
+    traced = sum(b - a for a, b in windows)
+    return (f"traced in {len(windows)} segments of up to {ran.segment_s:g} s; the "
+            f"{len(windows) - 1} gaps between them ({gaps:.2g} s in all, against {traced:.3g} s "
+            f"traced) are not in the trace")
 
 
 def ending_note(ran: ScriptRun) -> str:
@@ -105,8 +114,10 @@ def analyze_script(ran: ScriptRun, *, chip=None, program: str = "", keep: bool =
     meta = _saved_meta(ran)
     devices_for_analysis(meta)
     run = pipeline.analyze_trace(ran.root, chip=chip, program=program)
-    notes = [ending_note(ran), device_note(ran, run.meta), segments_note(ran, run.meta)]
+    windows = segment_windows(ran)
+    notes = [ending_note(ran), device_note(ran, run.meta), segments_note(ran, windows)]
     run.notes[:0] = [n for n in notes if n]
+    run.meta[schema.SEGMENTS] = windows
     run.meta[schema.TRACE_FILE] = str(ran.root.resolve())
     run.meta[schema.SCRIPT] = {"path": str(ran.script), "args": ran.args,
                                "outcome": ran.outcome}

@@ -17,7 +17,7 @@ from harness.trace.device import plane_stats
 from harness.trace.opener import TRACE_SUFFIX
 
 SESSION_PLANE = "Task Environment"  # the profiler session's plane: when it started and stopped
-START_STAT = "profile_start_time"
+WINDOW_STATS = ("profile_start_time", "profile_stop_time")  # ns since the epoch
 
 
 def segment_traces(root) -> list[Path]:
@@ -32,16 +32,18 @@ def segment_traces(root) -> list[Path]:
     return [f for f in found if f is not None]
 
 
-def session_start_ns(space) -> int | None:
-    """When a trace's profiling session started (ns since the epoch; None where not said)."""
+def session_window(space) -> tuple[int | None, int | None]:
+    """When a trace's profiling session started and stopped recording (ns since the epoch;
+    None where the trace does not say)."""
     plane = next((p for p in space.planes if p.name == SESSION_PLANE), None)
-    start = plane_stats(plane).get(START_STAT) if plane is not None else None
-    return int(start) if isinstance(start, int) and start > 0 else None
+    stats = plane_stats(plane) if plane is not None else {}
+    found = [stats.get(name) for name in WINDOW_STATS]
+    return tuple(int(t) if isinstance(t, int) and t > 0 else None for t in found)
 
 
 def merge_segments(parts: list, starts: list[int | None], label: str):
     """The ``TraceEvents`` of segments (``parts``, in order; ``starts``: each one's
-    ``session_start_ns``) as one trace's: times on the first one's clock (a segment whose start
+    ``session_window`` start) as one trace's: times on the first one's clock (a segment whose start
     is unknown keeps its own), steps numbered on from the last one's, programs, program ids and
     ops categorical over every segment's names."""
     import pandas as pd
