@@ -11,6 +11,7 @@ writes nothing. The exit status is the script's: 0, its ``sys.exit`` code, 1, or
 """
 from __future__ import annotations
 
+import datetime as dt
 import faulthandler
 import functools
 import runpy
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from harness import schema
 from harness.capture import environment, interrupt
-from harness.capture.interrupt import INTERRUPTED, Interrupt
+from harness.capture.interrupt import GRACE_S, INTERRUPTED, Interrupt
 from harness.capture.meshes import MeshLog
 from harness.capture.segments import SegmentTracer, after_import, write_json
 from harness.errors import one_line
@@ -66,7 +67,7 @@ def run(script: Path) -> dict:
             [f for f in shown.stack if f.filename != interrupt.__file__])
         print("".join(shown.format()), end="", file=sys.stderr)
         if isinstance(e, KeyboardInterrupt):
-            return {OUTCOME: INTERRUPTED, CODE: 130, MESSAGE: "was interrupted (SIGINT)",
+            return {OUTCOME: INTERRUPTED, CODE: 130, MESSAGE: "was interrupted by SIGINT",
                     FRAME: _last_frame(script, tb)}
         return {OUTCOME: "raised", CODE: 1, FRAME: _last_frame(script, tb),
                 MESSAGE: f"raised {type(e).__name__}: {one_line(e)}"}
@@ -83,8 +84,6 @@ def _commit(folder: Path) -> dict:
 def _meta(script: Path, meshes: MeshLog, started: float) -> dict:
     """What each finished segment keeps beside its trace: this process's environment (its
     devices, ``XLA_FLAGS`` as the script left them), the script's commit and meshes."""
-    import datetime as dt
-
     found = meshes.snapshot()
     commit = _commit(script.parent)
     meta = {**environment.environment(), **commit,
@@ -97,8 +96,8 @@ def _meta(script: Path, meshes: MeshLog, started: float) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    root, segment_s, script, args = Path(argv[0]), float(argv[1]), Path(argv[2]), argv[3:]
-    script, started = script.resolve(), time.time()
+    root, segment_s, typed, args = Path(argv[0]), float(argv[1]), argv[2], argv[3:]
+    script, started = Path(typed).resolve(), time.time()
     meshes = MeshLog()
     tracer = SegmentTracer(root, segment_s, lambda: _meta(script, meshes, started))
 
@@ -109,9 +108,10 @@ def main(argv: list[str]) -> int:
     after_import("jax", watch)
     status_file = root / STATUS_FILE
     sigint = Interrupt(lambda: (tracer.close(), write_json(status_file, {
-        OUTCOME: INTERRUPTED, CODE: 130, MESSAGE: "did not stop when interrupted"})))
+        OUTCOME: INTERRUPTED, CODE: 130, MESSAGE: f"was interrupted by SIGINT and, blocked "
+                                                  f"outside Python, ended {GRACE_S:g} s later"})))
     faulthandler.enable()  # a fatal signal (XLA's abort) shows where the script was
-    sys.argv, sys.path[0] = [str(script), *args], str(script.parent)
+    sys.argv, sys.path[0] = [typed, *args], str(script.parent)  # as `python SCRIPT ARGS` sets
     status = run(script)
     sigint.done()
     tracer.close()

@@ -142,7 +142,7 @@ class Run:
         """The meta's trace path (``schema.TRACE_FILE``), where it lies in the capture's
         ``trace`` directory, made the same place in ``stored``, where ``save`` puts it."""
         where = self.meta.get(schema.TRACE_FILE)
-        if not where or trace is None:
+        if not where or trace is None or not Path(trace).exists():
             return
         try:
             inside = Path(where).resolve().relative_to(Path(trace).resolve())
