@@ -3,7 +3,8 @@
 Subcommands live in ``harness/commands/<name>.py``; each module defines
 ``add_arguments(parser)`` and ``main(args) -> int``. ``COMMANDS`` is the registry (module and
 help text); only the chosen command's module is imported. Command modules import jax only inside
-``main`` so that ``--devices`` can set ``XLA_FLAGS`` first.
+``main`` so that ``--devices`` can set ``XLA_FLAGS`` first; a module's ``DEFAULT_DEVICES`` replaces
+the default count (None: leave it to what runs, as ``profile`` leaves it to the script).
 """
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "start N local processes of a --distributed command (multi-host rehearsal)"),
 }
 
+DEVICES = 8  # virtual CPU devices of a command that runs jax here, unless --devices says
+
+
 class OneLineParser(argparse.ArgumentParser):
     """Bad arguments give one line (``harness run: error: ...``) and exit 2, not the usage
     block; ``-h`` still prints the full usage."""
@@ -56,8 +60,9 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         description="Measure JAX programs per XLA op against first-principles roofline "
                     "predictions.",
     )
-    parser.add_argument("--devices", type=int, default=8, metavar="N",
-                        help="virtual CPU devices when running on CPU (default 8)")
+    parser.add_argument("--devices", type=int, metavar="N",
+                        help=f"virtual CPU devices when running on CPU (default {DEVICES}; "
+                             f"profile: the script's own)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     # dest "_command": a command may have its own "command" argument (launch's)
     sub = parser.add_subparsers(dest="_command", metavar="COMMAND", required=True)
@@ -77,9 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    if args.devices < 1:
+    if args.devices is not None and args.devices < 1:
         parser.error(f"--devices must be >= 1, got {args.devices}")
-    set_host_device_count(args.devices)
+    # a command's own default (profile: None, the script's own device count) else DEVICES
+    devices = args.devices or getattr(args._module, "DEFAULT_DEVICES", DEVICES)
+    if devices is not None:
+        set_host_device_count(devices)
     quiet_absent_tpu()
     try:
         return int(args._module.main(args) or 0)

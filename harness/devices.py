@@ -19,6 +19,27 @@ def with_device_count(flags: str, n: int) -> str:
     return " ".join(kept + [f"{DEVICE_COUNT_FLAG}={n}"])
 
 
+# jax's own setting of the CPU device count (jax_num_cpu_devices), read when jax is imported: it
+# wins over the XLA flag, including one a script sets in XLA_FLAGS before it imports jax.
+DEVICE_COUNT_ENV = "JAX_NUM_CPU_DEVICES"
+
+
+def forced_device_count(env: dict[str, str], n: int) -> dict[str, str]:
+    """``env`` (a process's environment) with ``n`` CPU devices whatever the process sets in its
+    own ``XLA_FLAGS`` (``harness --devices N profile SCRIPT``)."""
+    return dict(env, XLA_FLAGS=with_device_count(env.get("XLA_FLAGS", ""), n),
+                **{DEVICE_COUNT_ENV: str(n)})
+
+
+def device_count_flag(flags: str) -> int | None:
+    """The CPU device count an ``XLA_FLAGS`` value asks for (None: it asks for none)."""
+    for flag in flags.split():
+        name, _, value = flag.partition("=")
+        if name == DEVICE_COUNT_FLAG and value.isdigit():
+            return int(value)
+    return None
+
+
 def set_host_device_count(n: int, *, keep_existing: bool = False) -> None:
     """Ask XLA's CPU backend for ``n`` virtual devices. Must run before jax is imported.
 

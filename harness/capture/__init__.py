@@ -4,4 +4,9 @@ Takes a function and its arguments; gives a ``Capture`` (``steps``): the trace d
 (``*.xplane.pb``), the program's compiled HLO and XLA's cost analysis, and ``meta``: the
 untraced steps' wall and CPU times, the memory fit checked after compile (``memory``) and what
 ran where (``environment``: backend, devices, versions, the program's fingerprint, the commit).
+
+A script of the user's own (``harness profile``) runs in a process of its own (``script``, which
+starts ``child``): traced in segments (``segments``), its meshes recorded (``meshes``), Ctrl-C
+handled as it would be alone (``interrupt``); the profiler is started as every capture starts it
+(``profiler``).
 """

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from importlib import metadata as _md
 from pathlib import Path
 
+import harness
 from harness import schema
 
 
@@ -41,6 +42,7 @@ def environment(devices: Sequence | None = None) -> dict:
         "libtpu_version": _version("libtpu"),
         "xprof_version": _version("xprof"),
         schema.XLA_FLAGS: os.environ.get("XLA_FLAGS", ""),
+        schema.HARNESS_VERSION: harness.__version__,
         "host": platform.node(),
         "python": platform.python_version(),
     }
@@ -68,11 +70,13 @@ def _git(*args: str, cwd: Path) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def git_state() -> dict:
+def git_state(where: str | os.PathLike | None = None) -> dict:
     """The commit of the code that ran and whether its checkout had uncommitted changes to
-    tracked files: the working directory's checkout (a CI job runs from its repository), else
-    the harness's own; {} outside any."""
-    for cwd in (Path.cwd(), Path(__file__).resolve().parent):
+    tracked files: the checkout holding the directory ``where`` ({} outside any); without it,
+    the working directory's checkout (a CI job runs from its repository), else the harness's
+    own; {} outside any."""
+    places = [Path(where)] if where is not None else [Path.cwd(), Path(__file__).resolve().parent]
+    for cwd in places:
         sha = _git("rev-parse", "--short=12", "HEAD", cwd=cwd)
         if sha:
             dirty = _git("status", "--porcelain", "--untracked-files=no", cwd=cwd)

@@ -27,6 +27,12 @@ from pathlib import Path
 
 from harness import schema
 from harness.capture import environment, memory
+from harness.capture.profiler import (  # noqa: F401 (re-exported: where callers found them)
+    CAPTURE_FILE,
+    LEAN_PROFILE,
+    lean_profile_options,
+    start_lean_trace,
+)
 from harness.errors import HarnessError, one_line
 from harness.hlo.cost import cost_dict
 from harness.units import fmt_seconds
@@ -37,7 +43,6 @@ from harness.units import fmt_seconds
 log = logging.getLogger(__name__)
 
 HLO_FILE = "module.hlo.txt"
-CAPTURE_FILE = "capture.json"
 STEP_NAME = "step"
 # Measured steps by default: 10 vs 10 steps let a U test reach p = 1.1e-5, enough to flag one op
 # among a few hundred tested at once (5 vs 5 give at best 0.008; harness.regress.judge).
@@ -72,40 +77,6 @@ def _cost_dict(compiled) -> dict:
         log.warning("cost_analysis() unavailable: %s", e)
         return {}
     return {k: float(v) for k, v in (cost_dict(ca) or {}).items()}
-
-
-# ProfileOptions fields (jax.profiler, jax 0.4.3x on) that make a trace cheap; a jax without a
-# field, or without ProfileOptions, traces with its defaults. Host tracer level 1 still records
-# the CPU runtime's per-op events and the step annotations; level 0 loses the ops.
-LEAN_PROFILE = {"python_tracer_level": 0, "host_tracer_level": 1}
-
-
-def lean_profile_options():
-    """``jax.profiler.ProfileOptions`` set to ``LEAN_PROFILE`` (None where jax has none)."""
-    import jax
-
-    make = getattr(jax.profiler, "ProfileOptions", None)
-    if make is None:
-        return None
-    opts = make()
-    for name, value in LEAN_PROFILE.items():
-        if hasattr(opts, name):
-            setattr(opts, name, value)
-    return opts
-
-
-def start_lean_trace(out: Path) -> None:
-    """Start the profiler into ``out`` with ``lean_profile_options`` where jax accepts them."""
-    import jax
-
-    opts = lean_profile_options()
-    if opts is not None:
-        try:
-            jax.profiler.start_trace(str(out), profiler_options=opts)
-            return
-        except TypeError:  # a start_trace without profiler_options
-            log.debug("start_trace takes no profiler_options; tracing with defaults")
-    jax.profiler.start_trace(str(out))
 
 
 def _module_name(hlo_text: str) -> str:

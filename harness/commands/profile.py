@@ -1,26 +1,45 @@
 """``harness profile SCRIPT [ARGS...]``: run a Python script of your own under the profiler and
 report every jitted program it ran, per op, against the roofline.
 
-The script runs in this process as ``__main__`` (``sys.argv`` is the script and its arguments),
-inside one ``jax.profiler`` trace; the trace is then read as ``harness trace`` reads any trace
-(``harness.runs.pipeline.analyze_trace``): every program that ran, each execution a step, on
-the chip its devices are (on CPU, this host's calibrated ``cpu`` chip). ``--out DIR`` stores
-the run for ``harness report`` and ``harness compare``.
+The script runs as it would alone, in a process of its own (``harness.capture.script``): its own
+``XLA_FLAGS``, else the environment's, choose its devices (``harness --devices N profile``
+forces N), and it is traced in segments of ``--segment-s`` seconds, so that a script XLA aborts
+loses at most the last one. The segments are read as one trace (``harness.runs.script``), as
+``harness trace`` reads any trace: every program that ran, each execution a step, on the chip its
+devices are (on CPU, this host's ``cpu`` chip calibrated on as many devices), its collectives'
+axes named after the meshes the script built. A script that raises, exits non-zero or dies
+still gets the report of what it ran (exit 1); Ctrl-C stops it and reports (exit 130).
+``--out DIR`` stores the run, trace included, for ``harness report`` and ``harness compare``;
+otherwise the trace is removed after the report unless ``--keep-trace DIR`` keeps it.
 """
 from __future__ import annotations
 
 import argparse
-import runpy
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 from harness import schema
 from harness.commands import count
-from harness.errors import HarnessError, one_line
+from harness.errors import HarnessError
+
+DEFAULT_DEVICES = None  # the script's own device count; --devices only when given (harness.cli)
+
+
+def _seconds(text: str) -> float:
+    try:
+        s = float(text)
+    except ValueError:
+        s = 0.0
+    if not s > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
+    return s
 
 
 def add_arguments(p) -> None:
+    from harness.capture.segments import SEGMENT_S
+
     p.add_argument("script", type=Path, help="the Python script to run under the profiler")
     p.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
                    help="arguments for the script (everything after SCRIPT)")
@@ -31,49 +50,48 @@ def add_arguments(p) -> None:
     p.add_argument("--top", type=count, default=20, help="op rows to print (default 20; 0 = all)")
     p.add_argument("--format", choices=schema.REPORT_FORMATS, default="text")
     p.add_argument("--out", type=Path, help="store the run (and its trace) in this directory")
-
-
-def _run_script(script: Path, argv: list[str], trace_dir: Path) -> str:
-    """Run ``script`` as ``__main__`` inside one trace into ``trace_dir``; what it raised, as
-    one line ("" when it ran to the end or exited with status 0)."""
-    import jax
-
-    from harness.capture.steps import start_lean_trace
-
-    saved_argv, saved_path = sys.argv, list(sys.path)
-    sys.argv, failure = [str(script), *argv], ""
-    sys.path.insert(0, str(script.resolve().parent))
-    start_lean_trace(trace_dir)
-    try:
-        runpy.run_path(str(script), run_name="__main__")
-    except SystemExit as e:
-        failure = "" if e.code in (None, 0) else f"exited with status {e.code}"
-    except Exception as e:  # noqa: BLE001 - the user's script: report it, keep what ran
-        failure = f"raised {type(e).__name__}: {one_line(e)}"
-    finally:
-        jax.profiler.stop_trace()
-        sys.argv, sys.path[:] = saved_argv, saved_path
-    return failure
+    p.add_argument("--keep-trace", type=Path, metavar="DIR",
+                   help="write the trace to DIR and keep it (default: a temporary folder, "
+                        "removed after the report)")
+    p.add_argument("--segment-s", type=_seconds, default=SEGMENT_S, metavar="S",
+                   help=f"stop and restart the trace every S seconds: a script that dies loses "
+                        f"at most its last S (default {SEGMENT_S:g})")
 
 
 def main(args) -> int:
-    from harness.runs import pipeline
+    from harness.capture.script import run_script
+    from harness.runs.script import analyze_script
     from harness.runs.workload import new_run_id
 
     if not args.script.is_file():
         raise HarnessError(f"{args.script}: no such script")
-    trace_dir = Path(tempfile.mkdtemp(prefix="harness-profile-"))
-    failure = _run_script(args.script, list(args.script_args), trace_dir)
-    if failure:
-        print(f"harness profile: {args.script} {failure}; reporting what it ran before",
-              file=sys.stderr)
-    if not any(trace_dir.rglob("*.xplane.pb")):
-        raise HarnessError(f"{args.script}: the profiler wrote no trace (did the script run "
-                           f"any JAX program?)")
-    run = pipeline.analyze_trace(trace_dir, chip=args.chip, program=args.program)
-    run.capture.owned = True  # the trace is ours: a stored run takes it
-    print(run.render(args.format, top=args.top if args.format == "text" else None), end="")
-    if args.out:
-        path = run.save(args.out / new_run_id(args.script.stem))
-        print(f"run: {path}")
-    return 1 if failure else 0
+    if args.keep_trace is not None and args.keep_trace.exists() and any(
+            args.keep_trace.iterdir()):
+        raise HarnessError(f"{args.keep_trace}: not empty; --keep-trace takes a new folder")
+    root = args.keep_trace or Path(tempfile.mkdtemp(prefix="harness-profile-"))
+    try:
+        ran = run_script(args.script, list(args.script_args), root, devices=args.devices,
+                         segment_s=args.segment_s)
+        if ran.ended():
+            print(f"harness profile: {args.script} {ran.ended()}; reporting what it ran before",
+                  file=sys.stderr)
+        try:
+            run = analyze_script(ran, chip=args.chip, program=args.program,
+                                 keep=args.keep_trace is not None)
+        except HarnessError as e:  # no trace, or none with an op: the script's end comes first
+            if not ran.exit_code:
+                raise
+            print(f"harness profile: error: {e}", file=sys.stderr)
+            return ran.exit_code
+        stored = run.save(args.out / new_run_id(args.script.stem)) if args.out else None
+        if not stored and not args.keep_trace:  # the trace goes with the temporary folder
+            run.meta.pop(schema.TRACE_FILE, None)
+        print(run.render(args.format, top=args.top if args.format == "text" else None), end="")
+        if stored:
+            print(f"run: {stored}")
+        if args.keep_trace:
+            print(f"trace: {args.keep_trace}")
+    finally:
+        if args.keep_trace is None:
+            shutil.rmtree(root, ignore_errors=True)
+    return ran.exit_code

@@ -33,10 +33,12 @@ def run_mesh(meta: Mapping) -> dict[str, int] | None:
 
 
 def for_run(modules: Mapping, ops: pd.DataFrame, step: dict | None,
-            mesh: dict[str, int] | None, main: tuple[str, str] = ("", "")) -> pd.DataFrame:
+            mesh: dict[str, int] | None, main: tuple[str, str] = ("", ""),
+            program_meshes: Mapping[str, dict[str, int]] | None = None) -> pd.DataFrame:
     """The COLLECTIVES table of every compilation a run reports (``ops``' programs and program
     ids), each from its own parsed module (``modules``: (name, program id) -> Module) and its
-    own ops' times; the step object (``step``) is of the step program ``main`` alone. An
+    own ops' times, its axes named after ``program_meshes[name]`` (``harness.explain.meshes``),
+    else ``mesh``; the step object (``step``) is of the step program ``main`` alone. An
     explanation that fails is logged and that program left out, never the run."""
     # here, not at the top: harness.analysis.programs imports harness.explain.redundant
     from harness.analysis.programs import compilations, module_for
@@ -47,7 +49,8 @@ def for_run(modules: Mapping, ops: pd.DataFrame, step: dict | None,
         if module is None:
             continue
         try:
-            tables.append(collectives(module, mesh=mesh, ops=ops, program_id=key[1],
+            tables.append(collectives(module, mesh=(program_meshes or {}).get(key[0], mesh),
+                                      ops=ops, program_id=key[1],
                                       step=step if key == tuple(main) else None))
         except HarnessError as e:
             log.warning("cannot explain the collectives of %s(%s): %s", *key, e)

@@ -56,7 +56,8 @@ def _checkout(r) -> str:
 
 
 def meta_lines(r) -> list[str]:
-    """Where and when it ran and from which commit; then the workload's whole config."""
+    """Where and when it ran, from which commit (and whether its checkout had uncommitted
+    changes) and with which harness; then the workload's whole config."""
     m = r.meta
     first = []
     if m.get(schema.TRACE_FILE):
@@ -66,9 +67,13 @@ def meta_lines(r) -> list[str]:
     if m.get("jax_version"):
         first.append(f"jax {m['jax_version']}" + (f" on {m['backend']}" if m.get("backend")
                                                   else ""))
-    commit = m.get(schema.GIT_SHA) or _checkout(r)
+    # a profiled script outside any checkout has no commit (GIT_SHA "")
+    commit = m[schema.GIT_SHA] if schema.GIT_SHA in m else _checkout(r)
     if commit:
-        first.append(f"commit {str(commit)[:10]}")
+        first.append(f"commit {str(commit)[:10]}" + (" (dirty)" if m.get(schema.GIT_DIRTY)
+                                                       else ""))
+    if m.get(schema.HARNESS_VERSION):
+        first.append(f"harness {m[schema.HARNESS_VERSION]}")
     if getattr(r, "run_id", ""):
         first.append(f"run {r.run_id}")
     lines = [" · ".join(first)]

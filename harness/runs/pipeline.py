@@ -24,14 +24,17 @@ from harness.capture.steps import STEPS, Capture, capture
 from harness.chip import drift
 from harness.chip.resolve import chip_for_run
 from harness.explain import for_run, run_mesh
+from harness.explain.meshes import program_meshes
 from harness.hlo import parse_module
 from harness.measure.ops import by_execution, op_times
 from harness.measure.per_host import with_host_columns
 from harness.runs.decode import Decoded, decode, select
 from harness.runs.run import Run
+from harness.runs.segments import decode_segments
 from harness.trace.hosts import MERGED
 from harness.trace.load import TraceEvents, read_events
 from harness.trace.located import Located, locate
+from harness.trace.segments import segment_traces
 
 
 def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, workload=None,
@@ -83,8 +86,9 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
     if host_drift:  # kept whatever the chip: harness compare reads the host's speed from it
         full_meta.setdefault(drift.HOST_DRIFT, host_drift)
     devices = int(m.get(schema.DEVICE_COUNT, events.events[schema.DEVICE].nunique()))
+    named, mesh_notes = program_meshes(modules, full_meta, events.events)
     explained = for_run(modules, t.ops, t.step, run_mesh(full_meta),
-                        main=(t.program, t.program_id))
+                        main=(t.program, t.program_id), program_meshes=named)
     shown = len(t.ops.groupby([c for c in (schema.PROGRAM, schema.PROGRAM_ID)
                                if c in t.ops.columns]).size()) if len(t.ops) else 1
     main = program_name((t.program, t.program_id))
@@ -92,8 +96,8 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
     title = title or (f"{what} on {devices}x {m.get(schema.DEVICE_KIND, '?')} "
                       f"(predicted for {entry.name})")
     return Run(title=title, meta=full_meta, ops=t.ops, categories=t.categories,
-               summary=t.summary, notes=t.notes, steps=t.steps, unexpected=t.unexpected,
-               cross_check=t.cross_check, programs=t.programs, step=t.step,
+               summary=t.summary, notes=t.notes + mesh_notes, steps=t.steps,
+               unexpected=t.unexpected, cross_check=t.cross_check, programs=t.programs, step=t.step,
                step_spans=t.step_spans, predicted_spans=t.predicted_spans, chip=entry,
                collectives=explained,
                capture=cap, trace=events)
@@ -139,13 +143,16 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     that does not record them (``harness.explain``).
     A directory whose newest trace has others beside it (one per host of a multi-host job,
     ``harness.trace.hosts``) is read as one job: every host's trace decoded in parallel,
-    the first one's HLO, a ``host`` column and the per-host columns of a multi-host run.
+    the first one's HLO, a ``host`` column and the per-host columns of a multi-host run; one
+    holding a trace in segments (``harness profile``), as one trace (``harness.runs.segments``).
     """
     found = locate(path, space)
     text = Path(hlo).read_text() if hlo is not None else None
-    decoded = decode(found.space, hlo_text=text, warmup_steps=warmup_steps,
-                     saved_hlo=found.saved.get("hlo_text"), label=str(found.file),
-                     hosts=found.hosts, path=found.file)
+    given = dict(hlo_text=text, warmup_steps=warmup_steps, saved_hlo=found.saved.get("hlo_text"))
+    parts = segment_traces(path)
+    decoded = (decode_segments(parts, str(path), **given) if len(parts) > 1 else
+               decode(found.space, label=str(found.file), hosts=found.hosts, path=found.file,
+                      **given))
     program = select(decoded, program) or found.meta.get(schema.PROGRAM, "")
     meta = _trace_meta(found, decoded, mesh)
     cap = Capture(trace_dir=found.file.parent, hlo_text=text or found.saved.get("hlo_text", ""),

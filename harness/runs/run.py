@@ -107,7 +107,11 @@ class Run:
 
     def save(self, path: str | os.PathLike, *, plots: bool = True) -> Path:
         """Store the run atomically at ``path`` (which must not exist); its capture's trace
-        directory moves into the run's ``trace/``. ``plots`` False: no PNGs (a sweep point)."""
+        directory moves into the run's ``trace/``, and a trace path in its meta points there.
+        The commit is the meta's own (a profiled script's), else ``environment.git_state()``.
+        ``plots`` False: no PNGs (a sweep point)."""
+        trace = getattr(self.capture, "trace_dir", None)
+        self._trace_stored_at(trace, Path(path) / store.TRACE_DIR)
         files: dict[str, str | bytes] = {name: render(self, fmt, plots=plots) for name, fmt in
                                          REPORT_FILES.items()}
         files.update(self.figures() if plots else {})
@@ -122,17 +126,29 @@ class Run:
         meta = dict(self.meta, **{
             schema.CROSS_CHECK: self.cross_check, schema.TITLE: self.title,
             schema.SUMMARY: self.summary, schema.NOTES: self.notes, schema.STEP_OBJECT: self.step,
-            **environment.git_state(), FORMAT_KEY: FORMAT})
+            **({} if schema.GIT_SHA in self.meta else environment.git_state()),
+            FORMAT_KEY: FORMAT})
         tables = {OPS_PARQUET: self.ops}
         if self.steps is not None:
             tables[STEPS_PARQUET] = self.steps
         if self.collectives is not None and len(self.collectives):
             tables[COLLECTIVES_PARQUET] = self.collectives
-        trace = getattr(self.capture, "trace_dir", None)
         self.path = store.write(path, meta, tables=tables, files=files, trace_dir=trace,
                                 move_trace=getattr(self.capture, "owned", True))
         self.meta.update({k: meta[k] for k in (schema.GIT_SHA, schema.GIT_DIRTY) if k in meta})
         return self.path
+
+    def _trace_stored_at(self, trace, stored: Path) -> None:
+        """The meta's trace path (``schema.TRACE_FILE``), where it lies in the capture's
+        ``trace`` directory, made the same place in ``stored``, where ``save`` puts it."""
+        where = self.meta.get(schema.TRACE_FILE)
+        if not where or trace is None or not Path(trace).exists():
+            return
+        try:
+            inside = Path(where).resolve().relative_to(Path(trace).resolve())
+        except ValueError:  # a trace elsewhere: not stored with the run
+            return
+        self.meta[schema.TRACE_FILE] = str((stored.resolve() / inside))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Run:

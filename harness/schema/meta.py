@@ -9,8 +9,8 @@ TITLE = "title"
 SUMMARY = "summary"                # the summary figures (harness.schema.summary)
 NOTES = "notes"                    # report notes, one line each
 CROSS_CHECK = "cross_check"        # harness.hlo.cross_check against cost_analysis()
-GIT_SHA = "git_sha"                # the commit of the code that ran (the working directory's
-#                                    checkout; else the harness's own)
+GIT_SHA = "git_sha"                # the commit of the code that ran (a profiled script's
+#                                    checkout; else the working directory's; else the harness's)
 GIT_DIRTY = "git_dirty"            # True: that checkout had uncommitted changes to tracked files
 HLO_FINGERPRINTS = "hlo_fingerprints"  # program -> hash of its optimized HLO, metadata left out
 #                                        (harness.capture.environment.fingerprint): same program
@@ -33,5 +33,12 @@ TEST = "test"                      # the pytest test of a harness_run fixture's 
 VERSIONS = ("jax_version", "jaxlib_version", "libtpu_version")  # environment(): what compiled it
 TRACE_FILE = "trace"               # the xplane.pb a trace analysis read (harness trace)
 OP_TIMING = "op_timing"            # what measured_s is: measure.shares.HOST_SHARE or DEVICE_MEDIAN
-# WORKLOAD, PRESET, MESH, CHIP (harness.schema.summary) and PROGRAM (harness.schema.ops) are
-# meta keys too.
+HARNESS_VERSION = "harness_version"  # the scaling-harness that measured it (environment())
+MESHES = "meshes"                  # every mesh a profiled script built (harness.capture.meshes):
+#                                    [{"axes": {name: size}, "devices": [device ids, mesh order]}]
+SEGMENTS = "segments"              # a profiled script's trace segments, each one's recording
+#                                    window as its trace says: [[start, stop]] in unix seconds
+SCRIPT = "script"                  # a profiled script: {"path", "args", "outcome"}
+# WORKLOAD, PRESET, MESH, CHIP (harness.schema.summary), PROGRAM and PROGRAM_ID
+# (harness.schema.ops) are meta keys too (PROGRAM and PROGRAM_ID: the step program, the
+# compilation the run's step line and summary are of).

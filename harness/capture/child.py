@@ -1,0 +1,123 @@
+"""The script's own process under ``harness profile``:
+``python -m harness.capture.child ROOT SEGMENT_S SCRIPT [ARGS...]`` runs SCRIPT as ``__main__``
+as ``python SCRIPT ARGS`` would (``sys.argv``, ``sys.path[0]`` its folder, the environment it
+was given, jax imported when the script imports it), traced in segments under ROOT
+(``harness.capture.segments``), every mesh it builds recorded (``harness.capture.meshes``).
+
+How it ends is written to ``ROOT/script.json`` (``STATUS_FILE``): "finished", "exited" (a
+non-zero ``sys.exit``), "raised" (its last frames printed to stderr, as Python prints them, from
+the script's first frame on) or "interrupted" (SIGINT: ``Interrupt``); a process that dies
+writes nothing. The exit status is the script's: 0, its ``sys.exit`` code, 1, or 130.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import faulthandler
+import functools
+import runpy
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from harness import schema
+from harness.capture import environment, interrupt
+from harness.capture.interrupt import GRACE_S, INTERRUPTED, Interrupt
+from harness.capture.meshes import MeshLog
+from harness.capture.segments import SegmentTracer, after_import, write_json
+from harness.errors import one_line
+
+STATUS_FILE = "script.json"
+LAST_FRAMES = 5  # frames of a raising script's traceback printed (its last ones)
+OUTCOME, CODE, MESSAGE, FRAME = "outcome", "code", "message", "frame"  # STATUS_FILE's keys
+
+
+def _frames(script: Path, tb):
+    """The traceback from the script's first frame on (runpy's and this module's left out)."""
+    first = tb
+    while first is not None and Path(first.tb_frame.f_code.co_filename) != script:
+        first = first.tb_next
+    return first or tb
+
+
+def _last_frame(script: Path, tb) -> str:
+    """"mine.py:12 in step": the deepest frame in the script's folder (else the last one)."""
+    frames = traceback.extract_tb(tb)
+    mine = [f for f in frames if Path(f.filename).is_relative_to(script.parent)]
+    last = (mine or frames or [None])[-1]
+    return f"{Path(last.filename).name}:{last.lineno} in {last.name}" if last else ""
+
+
+def run(script: Path) -> dict:
+    """Run ``script`` as ``__main__``; how it ended (``STATUS_FILE``'s keys)."""
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as e:
+        if e.code in (None, 0):
+            return {OUTCOME: "finished", CODE: 0}
+        if not isinstance(e.code, int):  # sys.exit("message"): Python prints it, exits 1
+            print(e.code, file=sys.stderr)
+        code = e.code if isinstance(e.code, int) else 1
+        return {OUTCOME: "exited", CODE: code, MESSAGE: f"exited with status {code}"}
+    except BaseException as e:  # noqa: BLE001 - the user's script: shown as Python shows it
+        tb = _frames(script, e.__traceback__)
+        shown = traceback.TracebackException(type(e), e, tb, limit=-LAST_FRAMES)
+        # the SIGINT handler that raised KeyboardInterrupt is no frame of the script's
+        shown.stack = traceback.StackSummary.from_list(
+            [f for f in shown.stack if f.filename != interrupt.__file__])
+        print("".join(shown.format()), end="", file=sys.stderr)
+        if isinstance(e, KeyboardInterrupt):
+            return {OUTCOME: INTERRUPTED, CODE: 130, MESSAGE: "was interrupted by SIGINT",
+                    FRAME: _last_frame(script, tb)}
+        return {OUTCOME: "raised", CODE: 1, FRAME: _last_frame(script, tb),
+                MESSAGE: f"raised {type(e).__name__}: {one_line(e)}"}
+    return {OUTCOME: "finished", CODE: 0}
+
+
+@functools.cache
+def _commit(folder: Path) -> dict:
+    """The script's commit and dirty flag, asked of git once; outside any checkout it has none
+    (not the harness's, nor the working directory's)."""
+    return environment.git_state(folder) or {schema.GIT_SHA: ""}
+
+
+def _meta(script: Path, meshes: MeshLog, started: float) -> dict:
+    """What each finished segment keeps beside its trace: this process's environment (its
+    devices, ``XLA_FLAGS`` as the script left them), the script's commit and meshes."""
+    found = meshes.snapshot()
+    commit = _commit(script.parent)
+    meta = {**environment.environment(), **commit,
+            schema.MESHES: found,
+            schema.TIME: dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(
+                timespec="seconds")}
+    if len(found) == 1:  # one mesh: the run's, as a workload's is
+        meta[schema.MESH] = found[0]["axes"]
+    return meta
+
+
+def main(argv: list[str]) -> int:
+    root, segment_s, typed, args = Path(argv[0]), float(argv[1]), argv[2], argv[3:]
+    script, started = Path(typed).resolve(), time.time()
+    meshes = MeshLog()
+    tracer = SegmentTracer(root, segment_s, lambda: _meta(script, meshes, started))
+
+    def watch(jax) -> None:
+        meshes.watch(jax.sharding.Mesh)
+        tracer.watch(jax)
+
+    after_import("jax", watch)
+    status_file = root / STATUS_FILE
+    sigint = Interrupt(lambda: (tracer.close(), write_json(status_file, {
+        OUTCOME: INTERRUPTED, CODE: 130, MESSAGE: f"was interrupted by SIGINT and, blocked "
+                                                  f"outside Python, ended {GRACE_S:g} s later"})))
+    faulthandler.enable()  # a fatal signal (XLA's abort) shows where the script was
+    sys.argv, sys.path[0] = [typed, *args], str(script.parent)  # as `python SCRIPT ARGS` sets
+    status = run(script)
+    sigint.done()
+    tracer.close()
+    write_json(status_file, status)
+    return status[CODE]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,64 @@
+"""Ctrl-C in the script's process under ``harness profile``: the script stops at once, as it
+would alone, and what it ran is kept.
+
+The first SIGINT raises ``KeyboardInterrupt`` in the script, as Python's own handler does; more
+(the terminal's Ctrl-C reaches this process and ``harness`` passes its own on) are the same
+interrupt. A script blocked in a long XLA call only sees it when the call returns, so a thread
+woken by the signal itself (``signal.set_wakeup_fd``) waits ``GRACE_S`` for the script to end and
+then ends the process itself (``on_stuck``: the trace stopped and kept, then exit 130), unless the
+script handles SIGINT itself (its own handler installed), which it is left to do.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+INTERRUPTED = "interrupted"
+GRACE_S = 2.0  # seconds the script has to end after SIGINT before its process ends it
+
+
+class Interrupt:
+    """SIGINT handled once; ``done()`` when the script has ended."""
+
+    def __init__(self, on_stuck: Callable[[], object]):
+        self.at: float | None = None  # time.monotonic() of the first SIGINT
+        self._on_stuck, self._ended = on_stuck, threading.Event()
+        signal.signal(signal.SIGINT, self._handler)
+        try:
+            self._wake, self._signalled = socket.socketpair()
+            self._signalled.setblocking(False)
+            signal.set_wakeup_fd(self._signalled.fileno(), warn_on_full_buffer=False)
+        except (OSError, ValueError) as e:  # no watcher: the script ends when it sees the signal
+            log.debug("no SIGINT watcher: %s", e)
+            return
+        threading.Thread(target=self._watch, name="harness-interrupt", daemon=True).start()
+
+    def _handler(self, signum, frame) -> None:
+        if self.at is None:
+            self.at = time.monotonic()
+            raise KeyboardInterrupt
+
+    def _watch(self) -> None:
+        while True:
+            woken = self._wake.recv(64)
+            if not woken:
+                return
+            if int(signal.SIGINT) in woken:
+                break
+        if self._ended.wait(GRACE_S) or signal.getsignal(signal.SIGINT) != self._handler:
+            return
+        log.warning("the script did not stop within %.0f s of SIGINT; ending it", GRACE_S)
+        try:
+            self._on_stuck()
+        finally:
+            os._exit(130)
+
+    def done(self) -> None:
+        self._ended.set()

@@ -1,0 +1,136 @@
+"""``harness profile`` on scripts that do not finish: one that raises (exit 1, its last frames
+above the report), one whose process XLA-style aborts (exit 1, the report of the segments it
+finished), one interrupted by Ctrl-C (exit 130, the report of what it ran), also while blocked
+in a call that never returns to Python. Real subprocesses, short segments where it matters."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+from profiling import HARNESS, env_for, executions, harness, report_of
+
+from harness import schema
+
+STEP = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    import jax, jax.numpy as jnp
+    step = jax.jit(lambda x: jnp.tanh(x @ x.T).sum())
+    x = jnp.ones((128, 128))
+
+    def run(n):
+        for _ in range(n):
+            step(x).block_until_ready()
+
+    def segment_done(k):
+        # harness.capture.segments keeps capture.json beside a segment once its trace is written
+        meta = Path(sys.argv[1]) / f"segment-{k:03d}" / "capture.json"
+        while not meta.exists():
+            time.sleep(0.02)
+""")
+
+
+def test_a_raising_script_exits_1_with_its_last_frame_above_the_report(tmp_path):
+    script = STEP + textwrap.dedent("""
+        def check(loss):
+            raise ValueError(f"loss went up: {loss}")
+
+        run(4)
+        check(1.5)
+    """)
+    (tmp_path / "mine.py").write_text(script)
+    line = script.splitlines().index('    raise ValueError(f"loss went up: {loss}")') + 1
+    done = harness(tmp_path, "profile", "--chip", "cpu", "--format", "json", "mine.py", "unused")
+    assert done.returncode == 1, done.stderr[-3000:]
+    # Python's own traceback, from the script's first frame: the last frame is check's
+    assert f'mine.py", line {line}, in check' in done.stderr
+    assert "runpy" not in done.stderr and "harness/capture" not in done.stderr
+    assert (f"harness profile: mine.py raised ValueError: loss went up: 1.5 (mine.py:{line} in "
+            f"check); reporting what it ran before") in done.stderr
+    report = report_of(done.stdout)
+    assert executions(report) == {"jit__lambda": 4}
+    assert report["notes"][0].startswith("the script raised ValueError: loss went up: 1.5")
+    assert not list(tmp_path.glob("harness-profile-*"))
+
+
+def test_an_aborting_script_exits_1_with_the_report_of_its_finished_segments(tmp_path):
+    """3 steps in segment 0, 2 in segment 1, then an abort in segment 2: 5 steps reported."""
+    (tmp_path / "mine.py").write_text(STEP + textwrap.dedent("""
+        import os
+        run(3)
+        segment_done(0)
+        run(2)
+        segment_done(1)
+        os.abort()
+    """))
+    done = harness(tmp_path, "profile", "--chip", "cpu", "--format", "json", "--segment-s",
+                   "0.5", "--keep-trace", "kept", "mine.py", "kept")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Fatal Python error: Aborted" in done.stderr  # where it was (faulthandler)
+    assert "harness profile: mine.py was killed by SIGABRT" in done.stderr
+    report = report_of(done.stdout)
+    assert executions(report) == {"jit__lambda": 5}
+    assert report["notes"][0] == ("the last segment of the trace (up to 0.5 s) was lost: the "
+                                  "script was killed by SIGABRT")
+    assert report["meta"][schema.SCRIPT]["outcome"] == "died"
+    finished = sorted(p.parts[-5] for p in (tmp_path / "kept").rglob("*.xplane.pb"))
+    assert finished == ["segment-000", "segment-001"]
+
+
+def _interrupted(tmp_path: Path, body: str, *argv: str) -> tuple[subprocess.CompletedProcess,
+                                                                   float]:
+    """Run ``body`` under harness profile, Ctrl-C it (SIGINT to harness) once it prints
+    "ready" on stderr; the finished process and the seconds from SIGINT to its exit."""
+    (tmp_path / "mine.py").write_text(STEP + textwrap.dedent(body))
+    proc = subprocess.Popen([*HARNESS, "profile", "--chip", "cpu", "--format", "json", *argv,
+                             "mine.py", "unused"], cwd=tmp_path, env=env_for(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if line.strip() == "ready":
+            break
+    else:
+        raise AssertionError("".join(seen)[-3000:])
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    took = time.monotonic() - sent
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, "".join(seen) + err), took
+
+
+def test_ctrl_c_ends_the_script_at_once_with_exit_130_and_the_report(tmp_path):
+    done, took = _interrupted(tmp_path, """
+        run(4)
+        print("ready", file=sys.stderr, flush=True)
+        while True:
+            time.sleep(0.01)
+    """)
+    assert done.returncode == 130, done.stderr[-3000:]
+    assert "KeyboardInterrupt" in done.stderr  # the script's own traceback, as Python shows it
+    report = report_of(done.stdout)
+    assert executions(report) == {"jit__lambda": 4}
+    assert report["notes"][0].startswith("the script was interrupted (Ctrl-C) and stopped ")
+    assert took < 60, took  # the analysis included; the script itself stops in well under 1 s
+    assert not list(tmp_path.glob("harness-profile-*"))
+
+
+def test_ctrl_c_ends_a_script_blocked_outside_python_and_keeps_its_trace(tmp_path):
+    """SIGINT blocked in the script's main thread, which sleeps in C: Python never sees the
+    interrupt there, so the process ends itself (harness.capture.interrupt.GRACE_S later),
+    with the trace of what ran kept."""
+    done, took = _interrupted(tmp_path, """
+        import ctypes, signal
+        run(2)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        print("ready", file=sys.stderr, flush=True)
+        ctypes.CDLL(None).sleep(120)
+    """)
+    assert done.returncode == 130, done.stderr[-3000:]
+    assert ("harness profile: mine.py was interrupted by SIGINT and, blocked outside Python, "
+            "ended 2 s later") in done.stderr
+    assert executions(report_of(done.stdout)) == {"jit__lambda": 2}
+    assert took < 60, took
