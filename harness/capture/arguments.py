@@ -5,8 +5,8 @@ A jitted program is compiled for its arguments' shapes, dtypes and shardings (an
 of its static arguments). A step whose outputs come back laid out otherwise than its inputs
 (a Flax NNX FSDP step updating its model in place, a ``carry`` threading outputs into the next
 step) makes the next step compile again: ``signature`` is what that depends on, ``changes``
-names the difference. Flax NNX modules and optimizers are pytrees of their arrays (flax >=
-0.11), so one flattening reads plain pytrees, Optax states and NNX objects alike.
+names the difference. Flax NNX modules and optimizers are pytrees of their arrays (flax 0.12),
+so one flattening reads plain pytrees, Optax states and NNX objects alike.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 # jax is imported inside the functions that run it, on purpose: importing this module must
 # leave XLA_FLAGS settable (harness.devices) and stay cheap for commands that never run jax.
 
-SHOWN = 2  # changed arguments named in a note; the rest are counted
+SHOWN = 2  # changed arrays named in a note; the rest are counted
 
 
 def _spec(sharding) -> str:
