@@ -88,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     devices = args.devices or getattr(args._module, "DEFAULT_DEVICES", DEVICES)
     if devices is not None:
         set_host_device_count(devices)
+    # the command sees the count it runs with; profile keeps None unless --devices was given
+    args.devices = devices
     quiet_absent_tpu()
     try:
         return int(args._module.main(args) or 0)

@@ -207,13 +207,14 @@ def _time(benchmark, fn, args: tuple, kwargs: dict, rounds: int) -> None:
     the function donates are copied afresh before each round, outside the timing."""
     import jax  # deferred
 
-    from harness.capture.steps import donated_copies  # deferred
+    from harness.capture.arguments import donated_copies  # deferred
+    from harness.capture.program import Program  # deferred
 
-    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
-    fresh = donated_copies(jitted.lower(*args, **kwargs))
+    program = Program(fn, args, kwargs)  # jitted as the harness's capture jits it
+    fresh = donated_copies(program.jitted.lower(*args, **kwargs))
 
     def step(*a, **kw):
-        return jax.block_until_ready(jitted(*a, **kw))
+        return jax.block_until_ready(program.own(a, kw))
 
     setup = (lambda: (fresh(args), kwargs)) if fresh else (lambda: (args, kwargs))
     benchmark.pedantic(step, setup=setup, rounds=rounds, warmup_rounds=1)

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from harness.capture import steps as capture_mod
+from harness.capture import driver, program
 from harness.capture.steps import TRACE_COMPILE_OPTIONS, capture, trace_compile_options
 
 
@@ -40,7 +40,7 @@ def test_options_compile_the_traced_executable_and_time_the_users(tmp_path, monk
 def test_a_refused_option_falls_back_to_xla_defaults(tmp_path, monkeypatch, caplog):
     monkeypatch.setitem(TRACE_COMPILE_OPTIONS, "cpu", {"xla_no_such_option_at_all": "1"})
     fn, args = _matmul()
-    with caplog.at_level(logging.WARNING, logger=capture_mod.__name__):
+    with caplog.at_level(logging.WARNING, logger=program.__name__):
         cap = capture(fn, args, warmup=1, steps=2, out_dir=tmp_path)
     assert cap.meta["compiler_options"] == {}
     assert "graph_step_s" not in cap.meta
@@ -50,13 +50,9 @@ def test_a_refused_option_falls_back_to_xla_defaults(tmp_path, monkeypatch, capl
 def test_graph_note_when_the_users_executable_differs(monkeypatch):
     # the traced executable steps in 10 ms (step_s), the user's in 12 ms: +20% is worth a note
     times = iter([[0.001], [0.012, 0.012, 0.013]])  # warm-up, the user's three steps
-    monkeypatch.setattr(capture_mod._Steps, "times", lambda self, steps: next(times))
+    monkeypatch.setattr(driver.Steps, "times", lambda self, steps: next(times))
 
-    class Lowered:
-        def compile(self):
-            return object()
-
-    steps = capture_mod._Steps(object(), (), {}, None, None)
-    timing = capture_mod._time_user_compile(Lowered(), 0.010, steps, 3)
+    steps = driver.Steps(lambda a, kw: None, (), {}, None, None)
+    timing = driver.time_user_compile(lambda a, kw: None, 0.010, steps, 3)
     assert timing["graph_step_s"] == pytest.approx(0.012)  # the median
     assert "+20%" in timing["graph_note"]

@@ -21,7 +21,7 @@ import logging
 import math
 import time
 
-from harness.chip.probes import BUILDERS
+from harness.chip.probes import BUILDERS, outside_user_mesh
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +41,16 @@ def _timed(devices, n: int, repeats: int) -> tuple[list[float], list[float]]:
     import jax
 
     devices = list(devices or jax.devices())
-    prog = BUILDERS["matmul"](devices, "fp32", n, 1)
-    jax.block_until_ready(prog.fn(*prog.args))  # compile and warm
     rates, cpu_rates = [], []
-    for _ in range(repeats):
-        c0, t0 = time.process_time(), time.perf_counter()
-        jax.block_until_ready(prog.fn(*prog.args))
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        rates.append(prog.work / wall)
-        cpu_rates.append(prog.work * len(devices) / cpu if cpu > 0 else math.nan)
+    with outside_user_mesh():  # the probe's own mesh, whatever the caller's context
+        prog = BUILDERS["matmul"](devices, "fp32", n, 1)
+        jax.block_until_ready(prog.fn(*prog.args))  # compile and warm
+        for _ in range(repeats):
+            c0, t0 = time.process_time(), time.perf_counter()
+            jax.block_until_ready(prog.fn(*prog.args))
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            rates.append(prog.work / wall)
+            cpu_rates.append(prog.work * len(devices) / cpu if cpu > 0 else math.nan)
     return rates, cpu_rates
 
 

@@ -6,9 +6,10 @@ that ``harness run`` uses and returns a ``Sample`` of the op's time.
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -169,6 +170,17 @@ def _opcodes(hlo_text: str) -> dict[str, str]:
     return dict(re.findall(r"%([\w.\-]+) = (?:\([^=]*?\)|\S+) ([\w\-]+)\(", entry))
 
 
+@contextlib.contextmanager
+def outside_user_mesh() -> Iterator[None]:
+    """No mesh context (``jax.set_mesh(None)``) for the harness's own programs (these probes,
+    the host-speed reference), whatever mesh the caller set around ``harness.analyze``: their
+    arrays are laid out on meshes of their own, which an explicit-axes context would refuse."""
+    import jax
+
+    with jax.set_mesh(None):
+        yield
+
+
 def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
     """One program under the profiler. The op's time: per step the median over devices (a
     ``shared`` program: the mean of host shares, as a run measures ops on CPU), then the best
@@ -178,6 +190,11 @@ def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
     step, dispatched device after device, so their ops hardly overlap and a share would charge
     each with a host that sat idle; in a run, such ops run beside the other devices' ops, where
     a share is the op's own duration (``harness.measure.shares``)."""
+    with outside_user_mesh():
+        return _measure(kind, scope, dtype, size, role, devices, plan)
+
+
+def _measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
     prog = BUILDERS[kind](devices, dtype, size, plan.chain)
     with tempfile.TemporaryDirectory(prefix="calibrate-") as tmp:
         cap = capture(prog.fn, prog.args, warmup=1, steps=plan.steps, out_dir=tmp,

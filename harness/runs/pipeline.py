@@ -23,6 +23,7 @@ from harness.analysis.tables import Context, analyze
 from harness.capture.steps import STEPS, Capture, capture
 from harness.chip import drift
 from harness.chip.resolve import chip_for_run
+from harness.errors import UserError
 from harness.explain import for_run, run_mesh
 from harness.explain.meshes import program_meshes
 from harness.hlo import parse_module
@@ -105,24 +106,35 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
 
 def profile(fn: Callable, *args, chip=None, steps: int = STEPS, warmup: int = 2,
             out_dir: str | Path | None = None, carry: Callable | None = None,
-            command_buffers: bool = False, **kwargs) -> Run:
+            command_buffers: bool = False, keep_state: bool = False, **kwargs) -> Run:
     """Capture ``fn(*args, **kwargs)`` (jitted, any shardings) and analyse it per op: the
     ``harness.analyze`` of the README.
 
-    Keyword arguments other than the harness's own go to ``fn``. ``chip``: predict for this
-    chip (default: the chip the program runs on). The trace goes to ``out_dir`` (a temporary
-    directory by default). ``carry(args, out) -> args`` threads a step's outputs into the
-    next step's arguments; without it, inputs ``fn`` donates are copied afresh before each
-    step. ``command_buffers=True``: on GPU, trace the executable with XLA's command buffers.
-    ``run.save(dir)`` stores the result for ``harness compare``.
+    Keyword arguments other than the harness's own go to ``fn`` (static ones too); it may run
+    inside ``jax.set_mesh(mesh)`` or ``with mesh:``. ``chip``: predict for this chip (default:
+    the chip the program runs on). The trace goes to ``out_dir`` (a temporary directory by
+    default). ``carry(args, out) -> args`` threads a step's outputs into the next step's
+    arguments; without it, inputs ``fn`` donates are copied afresh before each step. Warm-up
+    lasts while the program compiles anew (outputs laid out otherwise than its inputs; a note
+    says what changed). ``command_buffers=True``: on GPU, trace the executable with XLA's
+    command buffers. ``run.save(dir)`` stores the result for ``harness compare``.
+
+    ``fn`` runs ``warmup`` + 2 x ``steps`` times (``steps`` + 1 more on GPU): a Flax NNX module
+    or optimizer among the arguments is updated in place by each call, as by as many training
+    steps; ``keep_state=True`` steps clones of them (``nnx.clone``) and leaves the caller's as
+    they were (inputs donated with ``carry`` given are consumed whatever it says). An error in
+    the user's code is raised as one line naming their last frame (``errors.UserError``).
     """
     import jax
 
     out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="harness-"))
     before = drift.probe(jax.local_devices())  # the host's speed around it, as run_built's
-    cap = capture(fn, args, kwargs=kwargs, warmup=warmup, steps=steps, out_dir=out,
-                  carry=carry, command_buffers=command_buffers)
-    return from_capture(cap, chip=chip,
+    try:
+        cap = capture(fn, args, kwargs=kwargs, warmup=warmup, steps=steps, out_dir=out,
+                      carry=carry, command_buffers=command_buffers, keep_state=keep_state)
+    except UserError as e:
+        raise e.with_traceback(None)  # theirs, in one line: not the harness's frames
+    return from_capture(cap, chip=chip, notes=cap.notes,
                         host_drift=drift.record(before, drift.probe(jax.local_devices())))
 
 

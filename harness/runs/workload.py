@@ -154,7 +154,7 @@ def run_built(built: Built, *, preset: str, overrides: dict | None, out_dir: Pat
     cap = capture(built.fn, built.args, warmup=warmup, steps=steps, out_dir=out_dir,
                   mesh=built.mesh, command_buffers=command_buffers, carry=built.workload.carry)
     host = drift.record(before, drift.probe(built.mesh.devices.flat))
-    return from_capture(cap, chip=chip, workload=built, host_drift=host,
+    return from_capture(cap, chip=chip, workload=built, host_drift=host, notes=cap.notes,
                         meta=dict(meta or {}, **built.run_meta(preset, overrides)),
                         title=built.title(preset))
 

@@ -1,0 +1,183 @@
+"""The arguments of a captured step: what each step is given, what the compiled program was
+specialised to, and what changed when it must compile again.
+
+A jitted program is compiled for its arguments' shapes, dtypes and shardings (and the values
+of its static arguments). A step whose outputs come back laid out otherwise than its inputs
+(a Flax NNX FSDP step updating its model in place, a ``carry`` threading outputs into the next
+step) makes the next step compile again: ``signature`` is what that depends on, ``changes``
+names the difference. Flax NNX modules and optimizers are pytrees of their arrays (flax 0.12),
+so one flattening reads plain pytrees, Optax states and NNX objects alike.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+import sys
+from collections.abc import Callable, Sequence
+
+# jax is imported inside the functions that run it, on purpose: importing this module must
+# leave XLA_FLAGS settable (harness.devices) and stay cheap for commands that never run jax.
+
+SHOWN = 2  # changed arrays named in a note; the rest are counted
+
+
+def _spec(sharding) -> str:
+    """A sharding as its partition spec (``P('data', None)``) where it has one."""
+    spec = getattr(sharding, "spec", None)
+    return str(spec) if spec is not None else str(sharding)
+
+
+def _leaf(x) -> tuple:
+    """What a compiled program depends on in one argument leaf: its aval's shape, dtype and
+    weak type (a Python scalar's as jit abstracts it) and an array's sharding (None: a host
+    value); a value jax does not abstract, its type (a static argument: the harness never
+    changes one)."""
+    import jax
+
+    try:
+        aval = jax.typeof(x)
+    except TypeError:
+        return (type(x).__name__,)
+    return (tuple(aval.shape), str(aval.dtype), bool(getattr(aval, "weak_type", False)),
+            getattr(x, "sharding", None))
+
+
+def signature(args: Sequence, kwargs: dict, names: Sequence[str] = ()) -> dict[str, tuple]:
+    """Each argument leaf's ``_leaf``, by its path (``model.w1``, ``opt_state[0].mu['w']``;
+    ``names`` the positional parameters' names, else ``args[i]``)."""
+    import jax
+
+    out = {}
+    for part, tree in (("args", tuple(args)), ("kwargs", dict(kwargs))):
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+            out[_path(part, path, names)] = _leaf(leaf)
+    return out
+
+
+def _path(part: str, path: tuple, names: Sequence[str]) -> str:
+    import jax
+
+    head, rest = path[0], jax.tree_util.keystr(tuple(path[1:]))
+    rest = re.sub(r"\.value(?=$|[.\[])", "", rest)  # an NNX Variable's own field
+    key = getattr(head, "idx", getattr(head, "key", None))
+    if part == "args" and isinstance(key, int):
+        return (names[key] if key < len(names) else f"args[{key}]") + rest
+    return f"{key}{rest}"
+
+
+def parameter_names(fn: Callable) -> tuple[str, ...]:
+    """The positional parameters' names of ``fn`` (jax.jit and nnx.jit keep the function's
+    signature); () where it has none."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return ()
+    return tuple(p.name for p in params
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+def _same_layout(a, b, rank: int) -> bool:
+    """Whether two shardings lay an array of ``rank`` dimensions out alike (``P()`` and
+    ``P(None, None)`` do: ``Sharding.is_equivalent_to``); None is a host value, which jit
+    puts on one device."""
+    if a is None or b is None:
+        return len(getattr(a or b, "device_set", ())) <= 1
+    if a == b:
+        return True
+    try:
+        return bool(a.is_equivalent_to(b, rank))
+    except Exception:  # noqa: BLE001 - shardings of two kinds jax will not compare
+        return False
+
+
+def _same(before: tuple, after: tuple) -> bool:
+    """Whether jit runs one executable for both leaves: the same shape, dtype and weak type,
+    laid out alike."""
+    if len(before) < 4 or len(after) < 4:
+        return before == after
+    return before[:3] == after[:3] and _same_layout(before[3], after[3], len(before[0]))
+
+
+def _what(before: tuple, after: tuple) -> str:
+    if len(before) < 4 or len(after) < 4:
+        return f"{before[0]} -> {after[0]}"
+    parts = []
+    if before[0] != after[0]:
+        parts.append(f"shape {before[0]} -> {after[0]}")
+    if before[1:3] != after[1:3]:
+        weak = ("weak " if before[2] else "", "weak " if after[2] else "")
+        parts.append(f"dtype {weak[0]}{before[1]} -> {weak[1]}{after[1]}")
+    if not _same_layout(before[3], after[3], len(before[0])):
+        parts.append(f"sharding {_spec(before[3])} -> {_spec(after[3])}")
+    return ", ".join(parts)
+
+
+def changes(before: dict[str, tuple], after: dict[str, tuple]) -> str:
+    """What differs between two ``signature``s, in words ("" when nothing jit keys on does):
+    the first ``SHOWN`` changed leaves with what changed in each, and how many in all."""
+    if before.keys() != after.keys():
+        gone, new = sorted(before.keys() - after.keys()), sorted(after.keys() - before.keys())
+        return (f"its arguments' structure changed ({len(gone)} leaves gone, e.g. "
+                f"{(gone or ['-'])[0]}; {len(new)} new, e.g. {(new or ['-'])[0]})")
+    changed = [k for k in before if not _same(before[k], after[k])]
+    shown = "; ".join(f"{k}: {_what(before[k], after[k])}" for k in changed[:SHOWN])
+    more = f"; {len(changed)} arrays in all" if len(changed) > SHOWN else ""
+    return shown + more
+
+
+def own_copies(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The arguments with every Flax NNX object (module, optimizer, variable) cloned
+    (``nnx.clone``: the same arrays in new objects, references shared between arguments kept
+    shared), so that steps updating them in place leave the caller's as they were. JAX arrays
+    are immutable: everything else is given as it is."""
+    nnx = sys.modules.get("flax.nnx")
+    if nnx is None or not has_graph_nodes(args, kwargs):
+        return args, kwargs
+    return nnx.clone((tuple(args), dict(kwargs)))
+
+
+def has_graph_nodes(args: Sequence, kwargs: dict) -> bool:
+    """Whether a Flax NNX object (an ``nnx.graph`` node) is among the arguments."""
+    import jax
+
+    nnx = sys.modules.get("flax.nnx")
+    if nnx is None:
+        return False
+    is_node = nnx.graph.is_graph_node
+    return any(is_node(x) for x in jax.tree.leaves((tuple(args), dict(kwargs)), is_leaf=is_node))
+
+
+def donated_copies(lowered) -> Callable[[tuple], tuple] | None:
+    """A function giving fresh copies of the arguments ``lowered`` donates (``donate_argnums``),
+    the others as they are; None when it donates none. JAX donates whole arguments: each
+    positional argument with a donated leaf is copied whole (an NNX module as a new module of
+    copied arrays); where static arguments leave the positions unmatched, every one is."""
+    import jax
+    import jax.numpy as jnp
+
+    info = getattr(lowered, "args_info", None)
+    info = info[0] if isinstance(info, tuple) and len(info) == 2 else info  # (args, kwargs)
+    donated = [any(getattr(i, "donated", False) for i in jax.tree.leaves(arg))
+               for arg in (info if isinstance(info, (tuple, list)) else [info])]
+    if not any(donated):
+        return None
+
+    def fresh(args: tuple) -> tuple:
+        flags = donated if len(donated) == len(args) else [True] * len(args)
+        return tuple(jax.tree.map(jnp.copy, a) if d else a for a, d in zip(args, flags))
+
+    return fresh
+
+
+def args_mesh(args: Sequence, kwargs: dict):
+    """The mesh the arguments are laid out on (the first ``NamedSharding`` over more than one
+    device among their leaves): its named axes say which axes a collective runs over
+    (``harness.explain``); None where no argument names one."""
+    import jax
+    from jax.sharding import NamedSharding
+
+    for leaf in jax.tree_util.tree_leaves((args, kwargs)):
+        sharding = getattr(leaf, "sharding", None)
+        if isinstance(sharding, NamedSharding) and sharding.mesh.size > 1:
+            return sharding.mesh
+    return None
