@@ -1,5 +1,4 @@
-"""The ``Workload`` record, ``WorkloadError``, the arguments a build returns (``build_args``) and
-config coercion shared by every family.
+"""The ``Workload`` record, ``WorkloadError`` and config coercion shared by every family.
 
 Plain Python: importing this module imports no jax, so the record and the coercion can be used
 before ``XLA_FLAGS`` is settled. A workload is one record: its build, its book model, its sweep
@@ -90,23 +89,6 @@ class Workload:
         except TypeError as e:  # a field this Config no longer has, or lacks a default for
             raise WorkloadError(f"{self.name}: stored config does not fit "
                                 f"{self.Config.__name__}: {e}") from None
-
-
-def build_args(abstract: bool, shapes: Any, shardings: Any, host: Callable[[], Any]) -> Any:
-    """The arguments a ``build`` returns, of the tree ``shapes`` describes (``jax.ShapeDtypeStruct``
-    leaves): with ``abstract``, those shapes carrying ``shardings`` (a sharding or a tree of them
-    matching ``shapes``; None: unsharded), for ahead-of-time lowering; else ``host()``'s arrays
-    placed by ``shardings`` (``workloads.mesh.put``, as a multi-process run needs)."""
-    if not abstract:
-        from workloads.mesh import put  # deferred: importing this module imports no jax
-
-        return put(host(), shardings)
-    if shardings is None:
-        return shapes
-    import jax
-
-    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                        shapes, shardings)
 
 
 def smaller(*fields: str) -> dict[str, str]:

@@ -35,11 +35,10 @@ from workloads.base import (
     SweepFigures,
     Workload,
     WorkloadError,
-    build_args,
     canonical_dtype,
     check_choice,
 )
-from workloads.mesh import AnyMesh, axis_size, named, shape_str
+from workloads.mesh import AnyMesh, axis_size, build_args, named, shape_str
 
 
 @dataclass(frozen=True)

@@ -39,12 +39,11 @@ from workloads.base import (
     SweepFigures,
     Workload,
     WorkloadError,
-    build_args,
     canonical_dtype,
     check_choice,
     smaller,
 )
-from workloads.mesh import AnyMesh, check_spec, named, shape_str
+from workloads.mesh import AnyMesh, build_args, check_spec, named, shape_str
 
 log = logging.getLogger(__name__)
 

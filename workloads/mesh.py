@@ -2,6 +2,8 @@
 
 - ``make_mesh("4x2")`` builds a concrete ``jax.sharding.Mesh`` over the live devices, checking
   that the shape uses exactly the devices there are (or a prefix, with ``allow_subset=True``).
+- ``build_args`` gives a build's arguments: abstract shapes with their shardings, or host arrays
+  placed on the mesh (``put``).
 - ``abstract_mesh("8x8")`` builds a ``jax.sharding.AbstractMesh``: no devices needed. A workload
   built on it with ``abstract=True`` can be *lowered* (``lower_abstract``) to StableHLO for any
   device count, but in jax 0.10 an executable (post-SPMD HLO) needs concrete devices:
@@ -16,7 +18,7 @@ the operands' shardings (the book's "automatic" mode, `jax-stuff.md`); jax 0.10'
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -203,3 +205,16 @@ def lower_abstract(fn: Any, args: Sequence[Any], platform: str = "cpu") -> Any:
     SPMD partitioning). Compiling needs concrete devices (see module docstring).
     """
     return fn.trace(*args).lower(lowering_platforms=(platform,))
+
+
+def build_args(abstract: bool, shapes: Any, shardings: Any, host: Callable[[], Any]) -> Any:
+    """The arguments a ``build`` returns, of the tree ``shapes`` describes (``jax.ShapeDtypeStruct``
+    leaves): with ``abstract``, those shapes carrying ``shardings`` (a sharding or a tree of them
+    matching ``shapes``; None: unsharded), for ahead-of-time lowering; else ``host()``'s arrays
+    placed by ``shardings`` (``put``, as a multi-process run needs)."""
+    if not abstract:
+        return put(host(), shardings)
+    if shardings is None:
+        return shapes
+    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                        shapes, shardings)

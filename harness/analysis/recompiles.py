@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from harness.explain.redundant import split_axes
 from harness.hlo.ir import Module
+from harness.hlo.shardings import split_axes
 from harness.hlo.signature import Parameter, parameters
 
 SHOWN = 3  # parameters named per note; the rest counted

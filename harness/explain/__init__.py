@@ -9,6 +9,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from harness import schema
+from harness.analysis.programs import compilations, module_for
 from harness.errors import HarnessError
 from harness.explain.axes import parse_mesh
 from harness.explain.table import collectives
@@ -40,9 +41,6 @@ def for_run(modules: Mapping, ops: pd.DataFrame, step: dict | None,
     own ops' times, its axes named after ``program_meshes[name]`` (``harness.explain.meshes``),
     else ``mesh``; the step object (``step``) is of the step program ``main`` alone. An
     explanation that fails is logged and that program left out, never the run."""
-    # here, not at the top: harness.analysis.programs imports harness.explain.redundant
-    from harness.analysis.programs import compilations, module_for
-
     tables = []
     for key in compilations(ops):
         module = module_for(modules, key)

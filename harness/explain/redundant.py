@@ -17,7 +17,6 @@ device of an axis can look efficient while doing more work than the model needs.
 from __future__ import annotations
 
 import math
-import re
 
 import pandas as pd
 
@@ -26,43 +25,12 @@ from harness.explain import axes as mesh_axes
 from harness.explain.site import PASS, dot_in
 from harness.hlo.cost import instruction_cost
 from harness.hlo.ir import Computation, Instruction, Module
+from harness.hlo.shardings import split_axes
 from harness.hlo.source import source_line
 from harness.hlo.walk import executed
 
-_TILED_RE = re.compile(r"devices=\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
 REPEATED = (schema.OP, schema.SOURCE_LINE, schema.SOURCE_OP, schema.FLOPS, schema.REPEAT,
             schema.REPLICATED_AXES)
-
-
-def _ints(text: str | None) -> list[int]:
-    return [int(t) for t in text.split(",")] if text else []
-
-
-def split_axes(sharding: str, rank: int, mesh: dict[str, int]) -> list[set[str]] | None:
-    """Per dimension of an array, the mesh axes its ``sharding`` splits it over; None for a
-    form this cannot map onto ``mesh`` (a device list, a mesh of other sizes)."""
-    if "replicated" in sharding:
-        return [set() for _ in range(rank)]
-    m = _TILED_RE.search(sharding)
-    names, sizes = list(mesh), list(mesh.values())
-    if m is None:
-        return None
-    tile, reshape, perm = _ints(m.group(1)), _ints(m.group(2)), _ints(m.group(3))
-    if reshape == [math.prod(sizes)] and not perm:
-        reshape = sizes  # a flat iota is the mesh in row-major order
-    if reshape != sizes:
-        return None
-    order = [names[p] for p in (perm or range(len(names)))]
-    out, k = [], 0
-    for t in tile:
-        taken: set[str] = set()
-        while math.prod(mesh[a] for a in taken) < t and k < len(order):
-            taken.add(order[k])
-            k += 1
-        if math.prod(mesh[a] for a in taken) != t:
-            return None
-        out.append(taken)
-    return out[:rank] if len(out) >= rank else None
 
 
 def _operand_split(comp: Computation, name: str, module: Module, mesh: dict[str, int],

@@ -25,11 +25,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from workloads.base import Workload, WorkloadError, build_args, check_choice, smaller
+from workloads.base import Workload, WorkloadError, check_choice, smaller
 from workloads.llama import book, loss, memory, model, remat
 from workloads.llama.config import MODEL_DIMS, Dims, dims_of, fix_dtypes
 from workloads.llama.sharding import PARALLELISMS, Sharder
-from workloads.mesh import AnyMesh, named
+from workloads.mesh import AnyMesh, build_args, named
 
 log = logging.getLogger(__name__)
 
