@@ -22,10 +22,12 @@ from pathlib import Path
 
 from harness.capture.child import FRAME, MESSAGE, OUTCOME, STATUS_FILE
 from harness.capture.interrupt import INTERRUPTED
-from harness.capture.segments import SEGMENT_S
+from harness.capture.segments import SEGMENT_S, WRITING
 from harness.devices import DEVICE_COUNT_ENV, forced_device_count
 
 KILL_AFTER_S = 15.0  # seconds an interrupted script has to end before it is killed
+# ... not counting the time it spends writing out a trace segment, up to this long
+WRITING_S = 300.0
 FINISHED = "finished"
 
 
@@ -87,12 +89,15 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _wait(proc: subprocess.Popen) -> tuple[int, float | None, bool]:
-    """(exit status, seconds from the first Ctrl-C to the end or None, whether killed here)."""
-    interrupted, killed = None, False
+def _wait(proc: subprocess.Popen, root: Path) -> tuple[int, float | None, bool]:
+    """(exit status, seconds from the first Ctrl-C to the end or None, whether killed here).
+    While the script's process writes out a segment (``WRITING`` under ``root``) the time
+    does not count against ``KILL_AFTER_S``, up to ``WRITING_S``."""
+    interrupted, killed, spared = None, False, 0.0
     while True:
         try:
-            left = None if interrupted is None else interrupted + KILL_AFTER_S - time.monotonic()
+            left = None if interrupted is None else (
+                max(interrupted + spared + KILL_AFTER_S - time.monotonic(), 0.0))
             return proc.wait(timeout=left), _since(interrupted), killed
         except KeyboardInterrupt:
             if interrupted is None:
@@ -102,6 +107,9 @@ def _wait(proc: subprocess.Popen) -> tuple[int, float | None, bool]:
                 proc.kill()
                 killed = True
         except subprocess.TimeoutExpired:
+            if (root / WRITING).exists() and spared < WRITING_S:
+                spared += 1.0  # a segment is being written out: wait for it, a second at a time
+                continue
             proc.kill()
             killed = True
 
@@ -122,7 +130,7 @@ def run_script(script: Path, args: list[str], root: Path, *, devices: int | None
     cmd = [sys.executable, "-m", "harness.capture.child", str(root), repr(float(segment_s)),
            str(script), *args]
     proc = subprocess.Popen(cmd, env=env)
-    returncode, interrupted_s, killed = _wait(proc)
+    returncode, interrupted_s, killed = _wait(proc, root)
     try:
         status = json.loads((root / STATUS_FILE).read_text())
     except (OSError, ValueError):  # its process died before it could say

@@ -29,6 +29,9 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 SEGMENT_PREFIX = "segment-"
+# beside the segments while the profiler writes one out (a long segment of a busy loop takes
+# tens of seconds): an interrupted script is not killed while it is there (harness.capture.script)
+WRITING = ".writing"
 SEGMENT_S = 30.0  # default seconds per segment: what a process that dies loses at most
 # jax.monitoring's event at the end of each backend compilation (jax._src.dispatch names it)
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
@@ -98,12 +101,16 @@ class SegmentTracer:
         import jax
 
         self.running = False
+        writing = self.root / WRITING
+        writing.touch()
         try:
             jax.profiler.stop_trace()
         except RuntimeError as e:  # the script stopped it (its own stop_trace)
             log.warning("the profiler was stopped from outside: %s", e)
             self.closed = True
             return None
+        finally:
+            writing.unlink(missing_ok=True)
         self.k += 1
         return self.k - 1
 
