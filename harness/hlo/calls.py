@@ -18,15 +18,9 @@ from collections.abc import Callable
 
 from harness.hlo import conv, tpu
 from harness.hlo.attrs import config_ints
-from harness.hlo.fmha import (
-    TE_ATTENTION,
-    fmha_desc,
-    is_fmha,
-    splash_desc,
-    splash_phase,
-    te_attention_desc,
-)
+from harness.hlo.fmha import fmha_desc, is_fmha, splash_desc, splash_phase
 from harness.hlo.ir import Instruction
+from harness.hlo.te_attention import TE_ATTENTION, TE_OPAQUE, te_attention_desc
 from predictions.rules import OpDesc, Shape
 
 Builder = Callable[[Instruction], "OpDesc | str"]   # a desc, or why there is none
@@ -141,7 +135,7 @@ CUSTOM_CALLS: dict[str, Builder] = {
     # cuDNN / MIOpen convolutions, and the filter relayouts before int8 ones (a copy)
     **{t: _dnn_conv for t in CONVOLUTIONS},
     "__cudnn$convReorderFilter": _as("copy"), "__cudnn$convReorderFilterAndBias": _as("copy"),
-    # TransformerEngine attention (harness.hlo.fmha)
+    # TransformerEngine attention (harness.hlo.te_attention)
     **{t: te_attention_desc for t in TE_ATTENTION},
     "tpu_custom_call": _pallas_tpu,
     # CUB's radix sort (jnp.sort on GPU): the sort rule's n·log2(n) convention
@@ -164,6 +158,7 @@ NO_RULE: dict[str, str] = {
     "te_gemm_ffi": "TransformerEngine's GEMM: its operand order and transposes change between "
                    "TE versions; no rule",
     "te_grouped_gemm_ffi": "TransformerEngine's grouped GEMM: its groups' sizes are an operand",
+    **TE_OPAQUE,
     "__cudnn$norm": "a cuDNN normalization: no rule",
     "__gpu$TopK": "a top-k kernel: no rule",
     **{f"xla{f}_python_{d}_callback": "a host callback: its time is Python on the host, not "

@@ -8,12 +8,8 @@ statistics], u8 workspace) and a ``__cudnn$fmhaSoftmaxBackward`` (Q, K, V, stati
 which dims of K are batch/heads and head dim: the rest is the key length S. XLA of 2023 spelt the
 targets ``__cudnn$fhma*`` (``fhmaBmmBmm``, ``fhmaScaleMaskSoftmax``, ...), with the same config.
 
-TransformerEngine's JAX calls (``te_fused_attn_forward_ffi``, ``te_fused_attn_backward_ffi``;
-cuDNN on NVIDIA, AOTriton/CK on ROCm) are typed-FFI calls whose attributes name the sizes it
-hands the kernel: ``input_batch`` B, ``q_max_seqlen`` T, ``kv_max_seqlen`` S, ``attn_heads`` N,
-``head_dim`` H, ``mask_type`` (``NVTE_Mask_Type``) and ``qkv_layout`` (``NVTE_QKV_Layout``);
-``backend_config={attn_heads = 16 : i64, ...}`` in the HLO text. The rule that prices both kinds
-is ``predictions.rules.FUSED_ATTENTION``.
+TransformerEngine's attention calls are ``harness.hlo.te_attention``'s. The rule that prices both
+kinds is ``predictions.rules.FUSED_ATTENTION``.
 
 Pallas splash attention on TPU (``jax.experimental.pallas.ops.tpu.splash_attention``, what
 MaxText and ``workloads.llama.splash`` run) compiles to ``tpu_custom_call``s named after the
@@ -35,7 +31,6 @@ from harness.hlo.ir import Instruction
 from predictions.rules import OpDesc
 
 FMHA_PREFIXES = ("__cudnn$fmha", "__cudnn$fhma")  # today's targets; XLA of 2023's spelling
-TE_ATTENTION = ("te_fused_attn_forward_ffi", "te_fused_attn_backward_ffi")
 
 # The dot whose right operand has K's shape: bmm1 (Q K^T) forward; backward, the gradient gemm
 # dO V^T (V has K's shape). Without either, K is taken as [B, S, K, H] (jax's BTNH layout).
@@ -63,45 +58,6 @@ def fmha_desc(instr: Instruction) -> OpDesc:
     return OpDesc(opcode, results, operands,
                   rhs_contracting=config_ints(dims.get("rhs_contracting_dimensions")),
                   rhs_batch=config_ints(dims.get("rhs_batch_dimensions")))
-
-
-# TransformerEngine (transformer_engine/common/include/transformer_engine/fused_attn.h):
-# NVTE_Mask_Type CAUSAL 2, PADDING_CAUSAL 3, CAUSAL_BOTTOM_RIGHT 4, PADDING_CAUSAL_BOTTOM_RIGHT 5;
-# NVTE_QKV_Layout 0-9 are dense [S]B/B[S] layouts (SB3HD ... BSHD_BSHD_BSHD); from 10 on, THD
-# (sequences packed end to end) and paged KV caches, whose spans are runtime values.
-TE_CAUSAL_MASKS = frozenset({2, 3, 4, 5})
-TE_DENSE_LAYOUTS = range(10)
-TE_SIZES = ("input_batch", "q_max_seqlen", "kv_max_seqlen", "attn_heads", "head_dim")
-_FFI_INT = re.compile(r"(\w+) = (-?\d+) : [iu]\d+")
-
-
-def fficonfig_ints(instr: Instruction) -> dict[str, int]:
-    """The integer attributes of a typed-FFI custom call (``backend_config={name = 16 : i64}``)."""
-    return {k: int(v) for k, v in _FFI_INT.findall(str(instr.attrs.get("backend_config", "")))}
-
-
-def te_attention_desc(instr: Instruction) -> OpDesc | str:
-    """The desc of a TransformerEngine attention call, or why its FLOPs are unknown. Bytes: every
-    operand and result but the trailing workspace; FLOPs from the sizes its attributes name
-    (a padding mask counts the padded maximum, as cuDNN's own FLOP counts do)."""
-    target = str(instr.attrs.get("custom_call_target", ""))
-    a = fficonfig_ints(instr)
-    missing = [k for k in TE_SIZES if k not in a]
-    if missing:
-        return (f"custom call {target}: no {', '.join(missing)} attribute (TransformerEngine "
-                f"before its FFI calls packs them in an opaque descriptor)")
-    if a.get("qkv_layout", 0) not in TE_DENSE_LAYOUTS:
-        return (f"custom call {target}: qkv_layout {a['qkv_layout']} packs sequences (THD) or "
-                f"pages the KV cache: each sequence's span is a runtime value")
-    if a.get("window_size_left", -1) >= 0:
-        return (f"custom call {target}: sliding-window attention (window_size_left="
-                f"{a['window_size_left']}): no rule for the keys each query sees")
-    opcode = "fused-attention" + ("-backward" if "backward" in target else "") + (
-        "-causal" if a.get("mask_type") in TE_CAUSAL_MASKS else "")
-    operands = instr.operand_leaves
-    results = instr.shapes[:-1] if len(instr.shapes) > 1 else instr.shapes   # the workspace
-    return OpDesc(opcode, tuple(results), operands,
-                  attention=tuple(a[k] for k in TE_SIZES))  # (B, T, S, N, H)
 
 
 SPLASH = re.compile(r"splash_(mha|mqa)_(fwd|dq|dkv)(_segmented)?_(no_)?residuals")
