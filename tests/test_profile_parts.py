@@ -122,3 +122,37 @@ def test_devices_are_forced_over_the_scripts_own_flags():
     assert env[DEVICE_COUNT_ENV] == "2"  # jax's own setting, which beats the script's flags
     assert device_count_flag(env["XLA_FLAGS"]) == 2 and "--x=1" in env["XLA_FLAGS"]
     assert device_count_flag("--xla_cpu_foo=1") is None
+
+
+def test_an_interrupted_script_is_not_killed_while_it_writes_a_segment(tmp_path, monkeypatch):
+    """Ctrl-C, then a script that ignores it: killed KILL_AFTER_S after the Ctrl-C, but not
+    while its process writes out a segment (the WRITING marker beside the segments)."""
+    import os
+    import signal
+    import sys
+    import threading
+
+    from harness.capture import script, segments
+
+    monkeypatch.setattr(script, "KILL_AFTER_S", 0.2)
+    stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                                 "signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)"])
+    marker = tmp_path / segments.WRITING
+    marker.touch()
+    alive_when_written = []
+
+    def ctrl_c_then_finish_writing():
+        os.kill(os.getpid(), signal.SIGINT)       # the terminal's Ctrl-C, caught by _wait
+        threading.Event().wait(1.5)               # the segment takes a while to write out
+        alive_when_written.append(stubborn.poll() is None)
+        marker.unlink()
+
+    writer = threading.Thread(target=ctrl_c_then_finish_writing)
+    threading.Timer(0.3, writer.start).start()
+    try:
+        returncode, interrupted_s, killed = script._wait(stubborn, tmp_path)
+    finally:
+        stubborn.kill()
+    writer.join()
+    assert alive_when_written == [True]   # 1.5 s after Ctrl-C, past KILL_AFTER_S: still alive
+    assert killed and returncode == -signal.SIGKILL and interrupted_s is not None
