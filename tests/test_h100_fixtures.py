@@ -17,10 +17,11 @@ from harness import schema
 from harness.cli import main
 from harness.hlo import parse_module, to_desc
 from harness.measure.ops import op_times
-from harness.runs.decode import decode
 from harness.runs.pipeline import analyze_trace
+from harness.trace.decode import decode
 from harness.trace.hlo_proto import trace_program
 from harness.trace.load import find_trace_file, load_events, read_xspace
+from harness.trace.located import locate
 
 FIXTURES = Path(__file__).parent / "fixtures" / "h100"
 PLAIN = ["llama_train-100m", "matmul-B1024-8192x8192-bf16", "matmul-B4096-8192x8192-bf16",
@@ -145,7 +146,7 @@ def test_coverage(name, analysis):
 
 @pytest.mark.parametrize("name", GRAPHS)
 def test_kernels_inside_cuda_graphs_are_attributed_to_hlo_ops(name):
-    read = decode(FIXTURES / name).trace  # the trace, with its program's schedule
+    read = decode(locate(FIXTURES / name)).trace  # the trace, with its program's schedule
     events = read.events
     ops = op_times(events)
     graph = ops[schema.OP].str.startswith("command_buffer_")
@@ -158,7 +159,7 @@ def test_kernels_inside_cuda_graphs_are_attributed_to_hlo_ops(name):
 
 def test_graph_op_times_match_the_same_program_traced_without_graphs():
     plain = op_times(load_events(FIXTURES / "llama_train-100m"))
-    graphs = op_times(decode(FIXTURES / "llama_train-100m-command-buffers").trace.events)
+    graphs = op_times(decode(locate(FIXTURES / "llama_train-100m-command-buffers")).trace.events)
     big = plain[plain[schema.MEASURED_S] >= 0.01 * plain[schema.MEASURED_S].sum()]
     j = big.merge(graphs, on=schema.OP, suffixes=("", "_graphs"), how="left")
     ratio = j[schema.MEASURED_S + "_graphs"] / j[schema.MEASURED_S]

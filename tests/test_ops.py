@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from harness import schema
-from harness.analysis.programs import programs_ran
 from harness.measure.ops import as_text, executions, op_sums, op_times, step_samples
+from harness.measure.programs import programs_ran
 
 OP = [schema.PROGRAM, schema.PROGRAM_ID, schema.OP]
 

@@ -13,10 +13,14 @@ from conftest import FIXTURES
 from harness import schema
 from harness.capture import child, environment
 from harness.capture.script import ScriptRun
+from harness.capture.segments import segment_dir
 from harness.devices import DEVICE_COUNT_ENV, device_count_flag, forced_device_count
 from harness.explain.meshes import program_meshes
 from harness.hlo import parse_module
+from harness.measure.programs import programs_ran
+from harness.trace.decode import decode, select
 from harness.trace.load import TraceEvents
+from harness.trace.located import locate
 from harness.trace.segments import merge_segments
 
 
@@ -76,6 +80,31 @@ def test_segments_are_one_trace_on_the_first_ones_clock_with_steps_numbered_on()
                                                        "jit_f"]
     assert isinstance(ev[schema.PROGRAM].dtype, pd.CategoricalDtype)
     assert (merged.format, merged.stepped, merged.source) == ("cpu", False, "root (2 segments)")
+
+
+def test_a_folder_of_segments_is_located_and_decoded_as_one_trace(tmp_path):
+    """Two segments holding the same real trace (an MI300X's, on its own clock: both started
+    at the same time) and a folder that is no segment: the segments found in order and read as
+    one trace of twice the ops, the second's steps after the first's, each program's HLO."""
+    trace = FIXTURES.parent / "external" / "mi300x-gemm" / "tw003.xplane.pb"
+    for k in (1, 0):
+        folder = segment_dir(tmp_path, k) / "plugins" / "profile" / "session"
+        folder.mkdir(parents=True)
+        (folder / "host.xplane.pb").write_bytes(trace.read_bytes())
+    (tmp_path / "elsewhere").mkdir()
+    found = locate(tmp_path)
+    assert [p.relative_to(tmp_path).parts[0] for p in found.segments] == ["segment-000",
+                                                                          "segment-001"]
+    one, both = decode(locate(trace)), decode(found)
+    ev, steps = one.trace.events, int(one.trace.events[schema.STEP].max()) + 1
+    assert both.label == f"{tmp_path} (2 segments)"
+    assert len(both.trace.events) == 2 * len(ev)
+    assert both.trace.events[schema.STEP].tolist() == (ev[schema.STEP].tolist()
+                                                       + (ev[schema.STEP] + steps).tolist())
+    assert both.trace.events[schema.START_NS].tolist() == 2 * ev[schema.START_NS].tolist()
+    # every program that ran has its HLO (the trace embeds each), the segments' as one's
+    assert set(both.modules) == set(one.modules) == set(programs_ran(ev))
+    assert select(both, "all") == "all"
 
 
 def _mesh(axes: dict, devices=range(8)) -> dict:

@@ -65,10 +65,10 @@ def test_every_line_of_every_fixture_decodes_as_protobuf_reads_it(trace):
 
 
 def _schedule_of(path):
-    """What ``harness.runs.decode.decode`` gives the GPU format: each program's ops in
+    """What ``harness.trace.decode.decode`` gives the GPU format: each program's ops in
     schedule order, from the HLO the trace embeds."""
     from harness.hlo import schedule
-    from harness.runs.decode import _Embedded
+    from harness.trace.decode import _Embedded
 
     embedded = _Embedded(read_xspace(path)[0])
     return lambda name: schedule(*found) if (found := embedded.get((name, ""))) else None

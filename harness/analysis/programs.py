@@ -1,7 +1,8 @@
-"""The compilations a trace ran, each on its own: which ran (``programs_ran``, most device time
-first), which one is the step (``step_program``), how a name, a program id or ``all`` picks
-them (``chosen``, ``reported``), each one's module, predicted OPS table (``predicted``) and
-measured tables (``measure``), and the PROGRAMS table of them all.
+"""The compilations a trace ran, each on its own: which one is the step (``step_program``),
+how a name, a program id or ``all`` picks them (``reported``; a table's rows of one:
+``of_program``), each one's module, predicted OPS table (``predicted``) and measured tables
+(``measure``), and the PROGRAMS table of them all. Which ran, and how one is named and chosen,
+is read from the EVENTS (``harness.measure.programs``).
 ``harness.analysis.tables.analyze`` puts them together.
 """
 from __future__ import annotations
@@ -16,39 +17,13 @@ from harness import schema
 from harness.analysis import recompiles
 from harness.analysis.gaps import join, workload_efficiency
 from harness.hlo import Module, hlo_costs
-from harness.measure.grouping import exact_sums, groups
 from harness.measure.ops import by_execution, executions, named, op_sums, op_times, step_samples
+from harness.measure.programs import ALL, ProgramKey, chosen, program_name
 from harness.trace.load import TraceEvents
 
-ProgramKey = tuple[str, str]  # (program name, program id): one compilation
-ALL = "all"  # ``--program all``: every program that ran
 # A program that ran this often is a step (a training or serving loop's body); one that ran
 # fewer times is set-up (initialisation, a first eager call) or an occasional evaluation.
 STEP_EXECUTIONS = 3
-
-
-def programs_ran(events: pd.DataFrame) -> list[ProgramKey]:
-    """Every (program, program id) with op executions in EVENTS, most device time first."""
-    by = [schema.PROGRAM, *([schema.PROGRAM_ID] if schema.PROGRAM_ID in events.columns
-                            else [])]
-    ns = events[schema.DURATION_NS].to_numpy(np.int64)
-    found = groups(events, by) if exact_sums(ns) else None
-    if found is None:
-        t = events.groupby(by, observed=True)[schema.DURATION_NS].sum().reset_index()
-    else:  # the groups numbered as groupby sorts them, summed by np.bincount (exactly)
-        group, first = found
-        t = events[by].take(first).reset_index(drop=True).assign(
-            **{schema.DURATION_NS: np.bincount(group, weights=ns)})
-    t = t.sort_values(schema.DURATION_NS, ascending=False, kind="stable")
-    ids = t[schema.PROGRAM_ID] if schema.PROGRAM_ID in t.columns else [""] * len(t)
-    ran = [(str(p), str(i)) for p, i in zip(t[schema.PROGRAM], ids)]
-    return [k for k in ran if k[0] != ""] if len(ran) > 1 else ran
-
-
-def chosen(key: ProgramKey, program: str) -> bool:
-    """Whether ``program`` (a name, a program id; "" or ``ALL`` for every program) names
-    ``key``."""
-    return program in ("", ALL) or program in key
 
 
 def row_keys(table: pd.DataFrame) -> list[ProgramKey]:
@@ -96,11 +71,6 @@ def reported(per: Mapping[ProgramKey, Measured], program: str) -> list[ProgramKe
         return []
     main = step_program(picked)
     return [main] if not program else [main, *(k for k in picked if k != main)]
-
-
-def program_name(key: ProgramKey) -> str:
-    """``name(program id)``, or the name where the trace gives no id."""
-    return f"{key[0]}({key[1]})" if key[1] else key[0]
 
 
 def module_for(modules: Mapping, key: ProgramKey) -> Module | None:

@@ -27,19 +27,18 @@ from harness.analysis.gaps import (
     unexpected_collectives,
 )
 from harness.analysis.programs import (
-    ProgramKey,
     measure,
     module_for,
     predicted,
     program_notes,
     program_table,
-    programs_ran,
     reported,
     samples,
 )
 from harness.capture.memory import host_note
 from harness.hlo import Module, cross_check, cross_check_skip
 from harness.measure.ops import step_time
+from harness.measure.programs import ProgramKey, programs_ran
 from harness.measure.shares import apart, host_shares, op_timing
 from harness.step import containers, simulated, step_figures
 from harness.step.transfers import transfers

@@ -50,7 +50,7 @@ def main(args) -> int:
     from harness.chip.resolve import chip_from_trace
     from harness.report import tables
     from harness.runs import pipeline
-    from harness.runs.decode import NoHlo
+    from harness.trace.decode import NoHlo
 
     found, notes = (None, []) if args.chip else chip_from_trace(space)
     # a CPU trace names no chip: it is predicted for this host's calibrated cpu chip

@@ -1,7 +1,7 @@
 """Millions of rows grouped by numpy, as pandas' ``groupby`` would group them.
 
 The measured tables (``harness.measure.ops``), the programs that ran
-(``harness.analysis.programs``) and the
+(``harness.measure.programs``) and the
 step's timeline (``harness.step.timeline``) group EVENTS by their keys: here each row's group
 is numbered once, in the order ``groupby`` sorts the groups, and sums are taken by
 ``np.bincount`` (exact where every sum of the integers stays below 2**53).

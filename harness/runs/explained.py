@@ -87,7 +87,7 @@ def run_module(run, path: Path):
     """The program's parsed HLO: from the trace the run was analysed from (a stored run's
     ``trace/``), else the HLO ``harness`` saved beside it."""
     from harness.hlo import parse_module
-    from harness.runs.decode import NoHlo
+    from harness.trace.decode import NoHlo
     from harness.trace.hlo_proto import trace_program
     from harness.trace.load import find_trace_file, read_xspace
     from harness.trace.located import saved_beside
@@ -139,7 +139,8 @@ def _load(path: Path, chip: str | None, program: str, mesh: dict | None):
 def _holds(run, program: str) -> bool:
     """Whether the stored run's ops are of ``program`` (a name, a program id; all: of every
     program its programs table lists)."""
-    from harness.analysis.programs import ALL, chosen, compilations
+    from harness.analysis.programs import compilations
+    from harness.measure.programs import ALL, chosen
 
     stored = compilations(run.ops)
     if program == ALL:
@@ -148,7 +149,8 @@ def _holds(run, program: str) -> bool:
 
 
 def _stored(run) -> str:
-    from harness.analysis.programs import compilations, program_name
+    from harness.analysis.programs import compilations
+    from harness.measure.programs import program_name
 
     return ", ".join(program_name(k) for k in compilations(run.ops)) or "none"
 

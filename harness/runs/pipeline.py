@@ -5,9 +5,11 @@ workload, ``harness.runs.workload``), ``run --distributed`` (``harness.multihost
 plugin, ``harness.analyze`` (``profile``: the user's own function) and ``harness trace``
 (``analyze_trace``: a trace captured anywhere, found by ``harness.trace.located``). The chip is
 resolved first (on a CPU host, calibrated: ``harness.chip.resolve``), the trace decoded once and
-the program's HLO parsed once (``harness.runs.decode``), then the pure
+the program's HLO parsed once (``harness.trace.decode``), then the pure
 ``harness.analysis.tables.analyze`` makes the tables. ``NoHlo``, ``trace_program`` and
-``saved_beside`` are re-exported from their stages' modules, where ``harness.commands`` reads them.
+``saved_beside`` are read from their stages' modules (``harness.trace.decode``,
+``harness.trace.hlo_proto``, ``harness.trace.located``), where ``harness.commands`` and
+``harness.runs.explained`` import them.
 """
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ from pathlib import Path
 import pandas as pd
 
 from harness import schema
-from harness.analysis.programs import program_name
 from harness.analysis.tables import Context, analyze
 from harness.capture.steps import STEPS, Capture, capture
 from harness.chip import drift
@@ -29,13 +30,12 @@ from harness.explain.meshes import program_meshes
 from harness.hlo import parse_module
 from harness.measure.ops import by_execution, op_times
 from harness.measure.per_host import with_host_columns
-from harness.runs.decode import Decoded, decode, select
+from harness.measure.programs import program_name
 from harness.runs.run import Run
-from harness.runs.segments import decode_segments
+from harness.trace.decode import Decoded, decode, select
 from harness.trace.hosts import MERGED
 from harness.trace.load import TraceEvents, read_events
 from harness.trace.located import Located, locate
-from harness.trace.segments import segment_traces
 
 
 def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, workload=None,
@@ -64,7 +64,7 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
         estimate, note = workload.estimate(entry)
         notes += [note] if note else []
     if decoded is None and trace is None:
-        decoded = decode(cap.trace_dir, hlo_text=cap.hlo_text)
+        decoded = decode(locate(cap.trace_dir), hlo_text=cap.hlo_text)
     events = trace if trace is not None else decoded.analysed
     modules = decoded.modules if decoded is not None else {
         (cap.program, ""): parse_module(cap.hlo_text)}
@@ -156,15 +156,13 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     A directory whose newest trace has others beside it (one per host of a multi-host job,
     ``harness.trace.hosts``) is read as one job: every host's trace decoded in parallel,
     the first one's HLO, a ``host`` column and the per-host columns of a multi-host run; one
-    holding a trace in segments (``harness profile``), as one trace (``harness.runs.segments``).
+    holding a trace in segments (``harness profile``), as one trace (``harness.trace.segments``).
+    Each stage once, in order: the trace found (``locate``), decoded with its programs' HLO
+    (``harness.trace.decode``), the program asked for checked, then ``from_capture``.
     """
     found = locate(path, space)
     text = Path(hlo).read_text() if hlo is not None else None
-    given = dict(hlo_text=text, warmup_steps=warmup_steps, saved_hlo=found.saved.get("hlo_text"))
-    parts = segment_traces(path)
-    decoded = (decode_segments(parts, str(path), **given) if len(parts) > 1 else
-               decode(found.space, label=str(found.file), hosts=found.hosts, path=found.file,
-                      **given))
+    decoded = decode(found, hlo_text=text, warmup_steps=warmup_steps)
     program = select(decoded, program) or found.meta.get(schema.PROGRAM, "")
     meta = _trace_meta(found, decoded, mesh)
     cap = Capture(trace_dir=found.file.parent, hlo_text=text or found.saved.get("hlo_text", ""),

@@ -8,8 +8,9 @@ holds the lookups the formats share (``codes``: the names they collect, as integ
 kernels of CUDA graphs to HLO ops), ``hlo_proto`` reads the compiled HLO a trace carries,
 ``device`` what its device planes say about the hardware, ``load`` picks the format
 (``formats``) and builds the table; ``hosts`` reads one profile's traces of several hosts as one
-job's, ``located`` finds a trace under a path with the other hosts' and what ``harness`` saved
-beside it.
+job's, ``segments`` one host's trace recorded in segments as one trace, ``located`` finds a trace
+under a path with the other hosts' or segments and what ``harness`` saved beside it, and
+``decode`` reads what was found once, with the HLO of each program that ran parsed once.
 
 Importing this package imports neither pandas nor the formats' readers: the names below load
 ``harness.trace.load`` on first use, so that ``harness trace`` can open a trace and start its

@@ -1,8 +1,10 @@
 """A trace given by path, found as the trace stage finds one: the newest ``*.xplane.pb`` under
 the path (``opener.find_trace_file``), the other hosts' traces of its profile
-(``hosts.host_traces``), its XSpace opened, what its device planes say about the hardware
+(``hosts.host_traces``), the segments of a trace recorded in segments (``harness profile``:
+``segments.segment_traces``), its XSpace opened, what its device planes say about the hardware
 (``device.trace_device``) and what ``harness`` saved beside it when it captured it
-(``saved_beside``: ``capture.json``, ``module.hlo.txt``).
+(``saved_beside``: ``capture.json``, ``module.hlo.txt``). ``harness.trace.decode`` reads what
+was found.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from harness.capture.steps import CAPTURE_FILE, HLO_FILE
 from harness.trace.device import Device, trace_device
 from harness.trace.hosts import host_traces
 from harness.trace.opener import find_trace_file, read_xspace
+from harness.trace.segments import segment_traces
 from harness.trace.space import Space
 
 
@@ -22,13 +25,17 @@ from harness.trace.space import Space
 class Located:
     """A trace found under a path: its ``file``, every host's trace of its profile (``hosts``,
     ``file`` alone for one host), its XSpace, its ``device`` (None: the trace has no device
-    plane) and what ``harness`` saved beside it (``saved_beside``)."""
+    plane), what ``harness`` saved beside it (``saved_beside``), the trace of each finished
+    segment of a trace recorded in segments (``segments``, in order; [] for none) and the
+    ``path`` it was found under, as given."""
 
     file: Path
     hosts: list[Path]
     space: Space
     device: Device | None
     saved: dict = field(default_factory=dict)
+    segments: list[Path] = field(default_factory=list)
+    path: str = ""
 
     @property
     def meta(self) -> dict:
@@ -37,13 +44,15 @@ class Located:
 
 
 def locate(path: str | os.PathLike, space=None) -> Located:
-    """The trace at ``path`` (a file, or the newest below a directory); ``space``: its XSpace,
-    already opened by a caller that looked at it first (anything ``read_xspace`` opens)."""
+    """The trace at ``path`` (a file, or the newest below a directory, with its segments where
+    the directory holds a trace in segments); ``space``: its XSpace, already opened by a caller
+    that looked at it first (anything ``read_xspace`` opens)."""
     trace_file = find_trace_file(path)
     found = host_traces(path)
     space, _ = read_xspace(trace_file if space is None else space)
     saved = saved_beside(trace_file, Path(path))
-    return Located(trace_file, found, space, trace_device(space), saved)
+    return Located(trace_file, found, space, trace_device(space), saved, segment_traces(path),
+                   str(path))
 
 
 def saved_beside(trace_file: Path, root: Path) -> dict:
