@@ -15,8 +15,9 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from harness import schema
-from harness.explain import collectives, parse_mesh
-from harness.explain.axes import MeshError, mesh_axes
+from harness.analysis.mesh import MeshError, parse_mesh
+from harness.explain import collectives
+from harness.explain.axes import mesh_axes
 from harness.hlo import parse_module
 
 MESH = {"X": 4, "Y": 2}

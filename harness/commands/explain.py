@@ -33,7 +33,7 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from harness.explain import parse_mesh
+    from harness.analysis.mesh import parse_mesh
     from harness.report import tables
     from harness.runs.explained import explain_path, explained_text
 

@@ -11,26 +11,11 @@ import pandas as pd
 from harness import schema
 from harness.analysis.programs import compilations, module_for
 from harness.errors import HarnessError
-from harness.explain.axes import parse_mesh
 from harness.explain.table import collectives
 
 log = logging.getLogger(__name__)
 
-__all__ = ["collectives", "for_run", "parse_mesh", "run_mesh"]
-
-
-def run_mesh(meta: Mapping) -> dict[str, int] | None:
-    """The run's named mesh axes from its meta ({"X": 4, "Y": 2}; a "4x2" string gets the
-    book's axis names); None where it has none."""
-    mesh = meta.get(schema.MESH)
-    if isinstance(mesh, Mapping) and mesh:
-        return {str(k): int(v) for k, v in mesh.items()}
-    if isinstance(mesh, str) and mesh:
-        try:
-            return parse_mesh(mesh)
-        except HarnessError:
-            return None
-    return None
+__all__ = ["collectives", "for_run"]
 
 
 def for_run(modules: Mapping, ops: pd.DataFrame, step: dict | None,

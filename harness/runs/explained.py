@@ -107,8 +107,9 @@ def run_module(run, path: Path):
 
 def _load(path: Path, chip: str | None, program: str, mesh: dict | None):
     """The run (stored, or analysed from the trace) and its COLLECTIVES table."""
+    from harness.analysis.mesh import run_mesh
     from harness.analysis.programs import of_program
-    from harness.explain import collectives, run_mesh
+    from harness.explain import collectives
     from harness.runs import pipeline
     from harness.runs.run import OPS_PARQUET, Run
     from harness.runs.store import META
@@ -163,7 +164,8 @@ def _step_program(run) -> str:
 def _redundant(run, path: Path, mesh: dict | None) -> list[str]:
     """Lines on the work the layout repeats: the program's FLOPs over the model's, and each
     dot that repeats its work over some mesh axes (``harness.explain.redundant``)."""
-    from harness.explain import redundant, run_mesh
+    from harness.analysis.mesh import run_mesh
+    from harness.explain import redundant
     from harness.report.tables import fmt_number
 
     s = run.summary

@@ -20,12 +20,13 @@ from pathlib import Path
 import pandas as pd
 
 from harness import schema
+from harness.analysis.mesh import run_mesh
 from harness.analysis.tables import Context, analyze
 from harness.capture.steps import STEPS, Capture, capture
 from harness.chip import drift
 from harness.chip.resolve import chip_for_run
 from harness.errors import UserError
-from harness.explain import for_run, run_mesh
+from harness.explain import for_run
 from harness.explain.meshes import program_meshes
 from harness.hlo import parse_module
 from harness.measure.ops import by_execution, op_times

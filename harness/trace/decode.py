@@ -22,6 +22,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache, partial
+from typing import NamedTuple
 
 from google.protobuf.message import DecodeError
 
@@ -153,28 +154,45 @@ def _read(space, hlo: _Hlo, warmup_steps: int) -> TraceEvents:
 def decode(found: Located, *, hlo_text: str | None = None, warmup_steps: int = 0) -> Decoded:
     """Decode a located trace and parse the HLO of each program that ran, each once:
     ``hlo_text`` for the program it names, else the trace's own, else what ``harness`` saved
-    beside it (``found.saved``). Several hosts' traces of one profile (``found.hosts``): the
-    others are decoded too, and the job's EVENTS merged; several segments
-    (``found.segments``): each decoded, their EVENTS merged as one trace's."""
+    beside it (``found.saved``). Several segments (``found.segments``): each decoded, their
+    EVENTS merged as one trace's; several hosts' traces of one profile (``found.hosts``): the
+    others are decoded too, and the job's EVENTS merged. The trace is read whole first, then
+    the programs that ran are found, then their HLO parsed."""
     hlo_of = partial(_Hlo, given=hlo_text, saved=found.saved.get("hlo_text"),
                      parse=cache(parse_module))
-    if len(found.segments) > 1:
-        return _segments(found, hlo_of, warmup_steps)
-    hlo = hlo_of(found.space, str(found.file))
-    decoded = Decoded(found.space, hlo.label, _read(found.space, hlo, warmup_steps))
+    parts = _parts(found, hlo_of, warmup_steps)
+    if len(parts) == 1:
+        decoded = Decoded(found.space, parts[0].hlo.label, parts[0].trace)
+    else:
+        label = f"{found.path} ({len(found.segments)} segments)"
+        merged = merge_segments([p.trace for p in parts], [p.start for p in parts], label)
+        decoded = Decoded(parts[-1].space, label, merged)
     if len(found.hosts) > 1:  # one profile's traces of several hosts: one job's run
         decoded.job, decoded.processes = read_job(list(found.hosts), found.file, decoded.trace,
                                                   warmup_steps)
-    # the programs that ran on the host whose HLO is read, then their HLO
-    decoded.modules = hlo.modules(programs_ran(decoded.trace.events))
-    decoded.damaged = hlo.embedded.damaged
+    for part in parts:  # the programs that ran where the HLO is read (each segment), then it
+        decoded.modules.update(part.hlo.modules(programs_ran(part.trace.events)))
+        decoded.damaged += [d for d in part.hlo.embedded.damaged if d not in decoded.damaged]
     return decoded
 
 
-def _segments(found: Located, hlo_of: Callable[..., _Hlo], warmup_steps: int) -> Decoded:
-    """The segments' traces (``found.segments``, in order) decoded as one; ``warmup_steps``
-    are the first segment's. Raises ``TraceError`` when none holds an op."""
-    parts, starts = [], []  # (XSpace, EVENTS, HLO) of each segment read, and its start
+class _Part(NamedTuple):
+    """One trace read: a plain trace, or one segment of a trace recorded in segments."""
+
+    space: object
+    trace: TraceEvents
+    hlo: _Hlo
+    start: float = 0.0  # a segment's recording start (harness.trace.segments.session_window)
+
+
+def _parts(found: Located, hlo_of: Callable[..., _Hlo], warmup_steps: int) -> list[_Part]:
+    """The trace read: itself, or each of its segments (``found.segments``, in order;
+    ``warmup_steps`` are the first one's; one with no op left out). Raises ``TraceError`` when
+    no segment holds an op."""
+    if len(found.segments) <= 1:
+        hlo = hlo_of(found.space, str(found.file))
+        return [_Part(found.space, _read(found.space, hlo, warmup_steps), hlo)]
+    parts = []
     for path in found.segments:
         space, label = read_xspace(path)
         try:
@@ -184,17 +202,11 @@ def _segments(found: Located, hlo_of: Callable[..., _Hlo], warmup_steps: int) ->
             if not any(words in str(e) for words in NO_OPS):
                 log.warning("segment %s left out: %s", path, e)
             continue
-        parts.append((space, trace, hlo))
-        starts.append(session_window(space)[0])
-    label = f"{found.path} ({len(found.segments)} segments)"
+        parts.append(_Part(space, trace, hlo, session_window(space)[0]))
     if not parts:
-        raise TraceError(f"{label}: no segment holds an XLA op execution")
-    merged = merge_segments([trace for _, trace, _ in parts], starts, label)
-    modules, damaged = {}, []
-    for _, trace, hlo in parts:  # the programs that ran in each segment, then their HLO
-        modules.update(hlo.modules(programs_ran(trace.events)))
-        damaged += [d for d in hlo.embedded.damaged if d not in damaged]
-    return Decoded(parts[-1][0], label, merged, modules, damaged)
+        raise TraceError(f"{found.path} ({len(found.segments)} segments): no segment holds an "
+                         f"XLA op execution")
+    return parts
 
 
 def _names(keys) -> str:
