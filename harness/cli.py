@@ -13,6 +13,7 @@ import importlib
 import logging
 import sys
 
+from harness.commands import check_options
 from harness.devices import quiet_absent_tpu, set_host_device_count
 from harness.errors import HarnessError
 
@@ -92,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     args.devices = devices
     quiet_absent_tpu()
     try:
+        check_options(args._module, args)  # before any work: nothing printed, then an error
         return int(args._module.main(args) or 0)
     except (HarnessError, ValueError, KeyError) as e:
         # predictions/ and workloads/ raise ValueError/KeyError naming the valid choices.
