@@ -4,7 +4,9 @@ Subcommands live in ``harness/commands/<name>.py``; each module defines
 ``add_arguments(parser)`` and ``main(args) -> int``. ``COMMANDS`` is the registry (module and
 help text); only the chosen command's module is imported. Command modules import jax only inside
 ``main`` so that ``--devices`` can set ``XLA_FLAGS`` first; a module's ``DEFAULT_DEVICES`` replaces
-the default count (None: leave it to what runs, as ``profile`` leaves it to the script).
+the default count (None: leave it to what runs, as ``profile`` leaves it to the script). The
+options a module names in ``CHECKED`` (output paths, chips) are checked before its ``main`` runs
+(``harness.commands.check_options``): a bad one is one line and exit 2 before any work.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import importlib
 import logging
 import sys
 
+from harness.commands import check_options
 from harness.devices import quiet_absent_tpu, set_host_device_count
 from harness.errors import HarnessError
 
@@ -92,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     args.devices = devices
     quiet_absent_tpu()
     try:
+        check_options(args._module, args)  # before any work: nothing printed, then an error
         return int(args._module.main(args) or 0)
     except (HarnessError, ValueError, KeyError) as e:
         # predictions/ and workloads/ raise ValueError/KeyError naming the valid choices.

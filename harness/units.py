@@ -9,7 +9,8 @@ without pulling in jax, numpy or pandas):
   (``fmt_bytes``); the book's decimal bytes (1 GB = 1e9 bytes) to three significant figures:
   "4.1 GB" (``fmt_decimal_bytes``);
 - seconds to three significant figures in days, s, ms, us or ns: 1.5e-6 -> "1.5 us"
-  (``fmt_seconds``);
+  (``fmt_seconds``); a time under ``TIME_FLOOR_S`` is float error and reads "0 ns";
+- no figure reads as a negative zero ("-0", "-2.84e-05 ns"): a zero is printed unsigned;
 - counts, FLOPs and rates with SI prefixes to three significant figures, a space only before a
   unit: 3.35e12 B/s -> "3.35 TB/s", 8.03e9 -> "8.03G" (``fmt_si``); sizes with binary prefix
   letters, as libtpu prints them: 4096 -> "4K" (``fmt_binary``);
@@ -37,6 +38,10 @@ DECIMAL_BYTES: tuple[tuple[str, int], ...] = (
     ("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3), ("B", 1))
 TIME_UNITS: tuple[tuple[str, float], ...] = (
     ("days", 86400.0), ("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
+# A time below a picosecond, a thousandth of the smallest unit shown, is no duration a trace or a
+# roofline resolves but what float subtraction leaves (3.14 s of communication less 3.14 s
+# exposed: -2.84e-14 s); it reads 0.
+TIME_FLOOR_S = 1e-12
 
 # What ``parse_bytes`` reads after a number, any case; "" is bytes.
 BYTE_SUFFIXES: dict[str, int] = {
@@ -65,6 +70,11 @@ def _missing(x) -> bool:
         return True
 
 
+def unsigned_zero(x: float, floor: float = 0.0) -> float:
+    """``x``, or 0.0 (never -0.0) where ``|x|`` is below ``floor`` or is zero."""
+    return 0.0 if abs(x) <= floor else x
+
+
 def scale_of(x: float, units, spec: str = "") -> tuple[str, float]:
     """The largest ``(name, scale)`` of ``units`` (largest first) that ``|x|`` reaches 1 in once
     ``x / scale`` is formatted with ``spec`` (".3g": 999.8e-6 s reaches 1 ms), else the last."""
@@ -86,6 +96,7 @@ def fmt_seconds(x: float) -> str:
     missing value (None, NaN)."""
     if _missing(x):
         return "-"
+    x = unsigned_zero(float(x), TIME_FLOOR_S)
     unit, scale = scale_of(x, TIME_UNITS, ".3g")
     return f"{x / scale:.3g} {unit}"
 
@@ -95,6 +106,7 @@ def fmt_si(x: float, unit: str = "") -> str:
     without a unit no space: 8.03e9 -> "8.03G". Under 1000 plainly ("512 B"), under 1e-3 as a
     power of ten ("1e-04": axes of intensity have no milli-FLOPs)."""
     space = " " if unit else ""
+    x = unsigned_zero(x)
     prefix, scale = scale_of(x, (*SI_PREFIXES, ("", 1.0)), ".3g")
     if scale > 1:
         return f"{x / scale:.3g}{space}{prefix}{unit}"

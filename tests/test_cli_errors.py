@@ -74,12 +74,19 @@ CASES = [
     (["trace", "{root}/no-such.xplane.pb"], ["no-such.xplane.pb"]),
     # a chip that is none, said before the trace is read (its path is not even looked at)
     (["trace", "{root}/no-such.xplane.pb", "--chip", "tpu-v9"], ["tpu-v9", "known chips"]),
+    # and so before a run or trace is explained, or a script run
+    (["explain", "{root}/no-such.xplane.pb", "--chip", "tpu-v9"], ["tpu-v9", "known chips"]),
+    (["profile", "--chip", "tpu-v9", "{root}/no-such.py"], ["tpu-v9", "known chips"]),
+    # a trace folder that already holds files, before the script runs
+    (["profile", "--keep-trace", "{root}", "{root}/no-such.py"],
+     ["--keep-trace", "not empty", "new or empty directory"]),
 ]
 
 
 def _prog(argv: list[str]) -> str:
     return "harness " + argv[0] if argv[0] in ("run", "report", "compare", "calibrate", "sweep",
-                                               "launch", "trace") else "harness"
+                                               "launch", "trace", "explain",
+                                               "profile") else "harness"
 
 
 @pytest.mark.parametrize("argv, expect", CASES, ids=[" ".join(a)[:50] for a, _ in CASES])
@@ -162,3 +169,86 @@ def test_no_compile_cache_leaves_the_cache_alone(tmp_path, monkeypatch):
                           env=dict(os.environ), check=False)
     assert done.returncode == 0, done.stderr[-500:]
     assert not (tmp_path / "cache" / "xla").exists()
+
+
+# Output paths are checked before any work: a trace read, a program compiled, a script run.
+# (argv with {root} for the results directory and {x} for the path under test, the option,
+# "file" for a file it writes or "dir" for a directory it writes in)
+H100_TRACE = "tests/fixtures/h100/llama_train-100m"
+OUTPUTS = [
+    (["trace", H100_TRACE, "--chip", "h100", "--csv", "{x}"], "--csv", "file"),
+    (["trace", H100_TRACE, "--chip", "h100", "--json", "{x}"], "--json", "file"),
+    (["trace", H100_TRACE, "--chip", "h100", "--html", "{x}"], "--html", "file"),
+    (["explain", H100_TRACE, "--csv", "{x}"], "--csv", "file"),
+    (["explain", H100_TRACE, "--json", "{x}"], "--json", "file"),
+    (["compare", "{root}/good", "{root}/good", "--json", "{x}"], "--json", "file"),
+    (["compare", "{root}/good", "{root}/good", "--junit", "{x}"], "--junit", "file"),
+    (["calibrate", "--quick", "--out", "{x}"], "--out", "file"),
+    (["profile", "--out", "{x}", "{script}"], "--out", "dir"),
+    (["profile", "--keep-trace", "{x}", "{script}"], "--keep-trace", "dir"),
+    (["run", "matmul", "--steps", "1", "--warmup", "0", "--out", "{x}"], "--out", "dir"),
+    (["sweep", "{sweep}", "--out", "{x}"], "--out", "dir"),
+]
+# bad paths of each kind: (name, path under tmp_path, what the line says); "afile" is a regular
+# file, so nothing can be made below it, by root either (tests may run as root, whom chmod does
+# not stop)
+BAD = {
+    "file": [("missing-dir", "no/such/out.txt", "no/such is not a directory (it does not exist)"),
+             ("a-dir", ".", "is a directory"),
+             ("under-a-file", "afile/out.txt", "afile is not a directory (it is a file)")],
+    "dir": [("a-file", "afile", "is a file"),
+            ("under-a-file", "afile/sub/dir", "afile is a file, not a directory")],
+}
+OUTPUT_CASES = [(argv, option, name, rel, says) for argv, option, kind in OUTPUTS
+                for name, rel, says in BAD[kind]]
+
+
+@pytest.mark.parametrize("argv, option, name, rel, says", OUTPUT_CASES,
+                         ids=[f"{a[0]} {o} {n}" for a, o, n, _, _ in OUTPUT_CASES])
+def test_an_unwritable_output_is_one_line_before_any_work(runs, tmp_path, capsys, argv, option,
+                                                          name, rel, says):
+    (tmp_path / "afile").write_text("a regular file")
+    # the script would leave a mark if it ran
+    script = tmp_path / "mine.py"
+    script.write_text(f"open({str(tmp_path / 'ran')!r}, 'w').write('ran')\nprint('hello')\n")
+    (tmp_path / "s.toml").write_text('name = "s"\nsteps = 1\nwarmup = 0\n'
+                                     '[[grid]]\nworkload = "matmul"\n')
+    x = tmp_path if rel == "." else tmp_path / rel
+    subs = {"{root}": str(runs), "{x}": str(x), "{script}": str(script),
+            "{sweep}": str(tmp_path / "s.toml")}
+    argv = [subs.get(a, a).replace("{root}", str(runs)) for a in argv]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert rc == 2, (argv, out, err)
+    assert out == "", out  # nothing printed before the error: no report, no table
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"harness {argv[0]}: error: {option} {x}: "), lines[0]
+    assert says in lines[0], (says, lines[0])
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing made, nothing ran
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes in a read-only directory")
+def test_an_output_in_a_read_only_directory_is_refused(tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        rc = main(["trace", H100_TRACE, "--chip", "h100", "--csv", str(locked / "ops.csv")])
+    finally:
+        locked.chmod(0o755)
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == ""
+    assert err.strip() == (f"harness trace: error: --csv {locked / 'ops.csv'}: cannot write in "
+                           f"{locked} (permission denied)")
+
+
+def test_a_writable_output_path_passes_and_is_written(tmp_path, capsys):
+    # the directory exists, the file does not yet: the check lets it through, the command writes
+    out = tmp_path / "ops.csv"
+    assert main(["trace", H100_TRACE, "--chip", "h100", "--top", "1", "--csv", str(out)]) == 0
+    assert "jit_train_step" in capsys.readouterr().out
+    header, *rows = out.read_text().splitlines()
+    assert header.startswith("program,op,") and len(rows) > 1  # the full table, not --top 1

@@ -70,13 +70,16 @@ def test_a_chrome_json_trace_says_what_it_is(tmp_path, capsys):
     assert "Chrome/Perfetto JSON trace" in err and "*.xplane.pb" in err
 
 
-def test_an_output_that_cannot_be_written_is_named_and_the_others_are_written(tmp_path,
-                                                                              capsys):
+def test_an_output_that_cannot_be_written_is_named_before_the_trace_is_read(tmp_path,
+                                                                             capsys):
+    # the path is checked first: no report printed, no other output written, one line
     html = tmp_path / "report.html"
     rc = cli.main(["trace", str(SOURCES["amd"]), "--csv", str(tmp_path / "no" / "ops.csv"),
                    "--html", str(html)])
-    assert rc == 2 and html.read_text().startswith("<!doctype html>")
-    assert "--csv" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert rc == 2 and not html.exists() and out == ""
+    line, = err.strip().splitlines()
+    assert line.startswith(f"harness trace: error: --csv {tmp_path / 'no' / 'ops.csv'}: ")
 
 
 def test_a_damaged_embedded_hlo_leaves_that_program_measured_only(tmp_path):

@@ -170,3 +170,73 @@ def test_a_figure_that_is_text_wraps_in_the_html_summary():
     html = document._html_figures(run)
     assert "<td class=text>V*(N-1)/(N*W) (sharding.md)" in html
     assert "<td>100.0%</td>" in html
+
+
+def test_a_column_too_wide_for_one_unit_names_each_cells_unit():
+    # 194.4 ms beside 6 ns: the median (6 ns) sets ns, where 194.4 ms is 194434268 ns, a number
+    # no one reads; each cell says its own unit instead, the header none
+    labels, rows = _cells(pd.DataFrame({schema.MEASURED_S: [0.194434268, 8.153799e-3, 6e-9,
+                                                            5e-9, 1e-9, 3e-9, 3e-9]}))
+    assert labels == ["measured"]
+    assert [r[0] for r in rows] == ["194 ms", "8.15 ms", "6 ns", "5 ns", "1 ns", "3 ns", "3 ns"]
+    # a gap of 1088127 ns beside 10 ns ones: 1.09 ms (1088127 / 1e6 = 1.088)
+    labels, rows = _cells(pd.DataFrame({schema.GAP_S: [1.088127e-3, 1e-8, -2e-8, 1.5e-8]}))
+    assert labels == ["gap"] and [r[0] for r in rows] == ["1.09 ms", "10 ns", "-20 ns", "15 ns"]
+    # bytes likewise: 3 GiB beside 512 B (3 * 2**30 B = 3.00 GiB)
+    labels, rows = _cells(pd.DataFrame({schema.DEVICE_BYTES: [3 * 2**30, 512, 512]}))
+    assert labels == ["device"] and [r[0] for r in rows] == ["3.00 GiB", "512 B", "512 B"]
+    # a column within 1e4 of its unit keeps one unit in its header (1080 ms < 1e4 ms)
+    labels, _ = _cells(pd.DataFrame({schema.STEP_S: [2.48e-4, 5e-3, 1.08]}))
+    assert labels == ["step (ms)"]
+
+
+def test_a_time_of_float_error_reads_0_not_a_negative():
+    # 1.5 ms - 1.5 ms leaves -2.2e-19 s in float: "0", where a real -2 us gap keeps its sign
+    # (-0.002 ms, to the four decimals a cell shows at most)
+    gap = 1.5e-3 - (1.5e-3 + 2.2e-19)
+    labels, rows = _cells(pd.DataFrame({schema.GAP_S: [1.5e-3, gap, -2e-6, 1e-3]}))
+    assert labels == ["gap (ms)"] and [r[0] for r in rows] == ["1.50", "0", "-0.0020", "1.00"]
+
+
+def test_a_column_whose_unit_no_cell_shows_is_left_out():
+    df = pd.DataFrame({schema.OP: ["dot.1", "add.2"], schema.MEASURED_S: [2e-3, 1e-3],
+                       schema.PREDICTED_S: [math.nan, math.nan], schema.EFFICIENCY: [None, None]})
+    assert list(tables.shown(df).columns) == [schema.OP, schema.MEASURED_S]
+    text = tables.to_text(df)
+    assert "measured (ms)" in text and "predicted" not in text and "efficiency" not in text
+    md = tables.to_markdown(df)
+    assert md.splitlines()[0] == "| op | measured (ms) |"
+    # a column with one value stays, its blanks "-"; the CSV keeps every column
+    df.loc[0, schema.PREDICTED_S] = 1e-3
+    assert [r[2] for r in _cells(tables.shown(df))[1]] == ["1.00", "-"]
+    assert tables.to_csv(df).splitlines()[0] == "op,measured_s,predicted_s,efficiency"
+
+
+def test_the_overlap_line_prints_no_negative_zero():
+    from harness.plan.render import step_lines
+
+    # exposed = comm - overlapped; a core that waits on all of 3.14 s of communication leaves
+    # overlapped = 3.14 - 3.14, which float subtraction can make -2.84e-14 s
+    sim = SimpleNamespace(scheduled=True, step_s=4.0, compute_s=0.86, comm_s=3.14,
+                          overlapped_comm_s=-2.84e-14, exposed_comm_s=3.14 + 2.84e-14,
+                          critical_compute_s=0.86, critical_comm_s=3.14, sync_comm_s=3.14,
+                          missing=())
+    lines = step_lines(sim, {schema.PREDICTED_OPS_S: 4.0})
+    assert lines[1].startswith("overlap hides 0 ns of the 3.14 s of communication")
+    assert "-" not in lines[1].split("hides ")[1].split(" of")[0]
+
+
+def test_a_traced_report_reads_in_units_and_leaves_out_blank_columns(capsys):
+    from harness.cli import main
+
+    trace = "tests/fixtures/external/tpu-v6e-inference"
+    # the step program's op times span 194 ms (copy-done.4: 194434268 ns in the trace) to 1 ns
+    assert main(["trace", trace, "--top", "0"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if "│ copy-done.4 " in line)
+    assert "│   194 ms │" in row and "194434268" not in out
+    # every program: its one collective (a one-device all-reduce) has no exposed time to show,
+    # so no "exposed_comm (s)" column of "-" only, and no legend entry for it
+    assert main(["trace", trace, "--program", "all", "--top", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "Collectives explained" in out and "exposed_comm" not in out

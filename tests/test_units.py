@@ -127,3 +127,19 @@ def test_importing_units_imports_no_jax_numpy_or_pandas():
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("x, text", [
+    (-2.84e-14, "0 ns"),   # 3.14 s of communication less 3.14 s exposed: float error, not time
+    (2.84e-14, "0 ns"), (-0.0, "0 ns"),
+    (-1e-12, "0 ns"),      # a picosecond: TIME_FLOOR_S, still below what anything resolves
+    (-2e-9, "-2 ns"),      # a real negative time (a gap below the roofline) keeps its sign
+    (-4.81e-3, "-4.81 ms"),
+])
+def test_fmt_seconds_prints_no_negative_zero(x, text):
+    assert units.fmt_seconds(x) == text
+
+
+def test_fmt_si_prints_no_negative_zero():
+    assert units.fmt_si(-0.0) == "0" and units.fmt_si(-0.0, "B/s") == "0 B/s"
+    assert units.fmt_si(-2e3, "B") == "-2 kB"

@@ -1,5 +1,13 @@
-"""One module per ``harness`` subcommand (see ``harness.cli.COMMANDS``)."""
+"""One module per ``harness`` subcommand (see ``harness.cli.COMMANDS``).
+
+A command module may name its checked options in ``CHECKED`` (option -> kind of ``CHECKS``):
+``harness.cli`` checks each one given (``check_options``) before the command reads a trace,
+compiles a program or runs a script, so that a path it cannot write ends the command in one line
+with nothing printed before it, not after the work.
+"""
 import argparse
+import os
+from pathlib import Path
 
 from harness.errors import HarnessError
 
@@ -24,6 +32,74 @@ def parse_sets(items: list[str]) -> dict[str, str]:
             raise HarnessError(f"--set expects key=value, got {item!r}")
         out[key.strip()] = value.strip()
     return out
+
+
+def _writable(option: str, path: Path, folder: Path) -> None:
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise HarnessError(f"--{option} {path}: cannot write in {folder} (permission denied)")
+
+
+def _existing_folder(option: str, path: Path, what: str) -> Path:
+    """The nearest folder above ``path`` that exists; it must be a folder one can write in."""
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise HarnessError(f"--{option} {path}: {folder} is a file, not a directory; give {what}")
+    _writable(option, path, folder)
+    return folder
+
+
+def output_file(option: str, path: Path) -> None:
+    """A file the command will write: not a directory, in a directory that exists and can be
+    written in. Nothing is created."""
+    what = "a file path in an existing directory"
+    if path.is_dir():
+        raise HarnessError(f"--{option} {path}: is a directory; give {what}")
+    if not path.parent.is_dir():
+        why = "does not exist" if not path.parent.exists() else "is a file"
+        raise HarnessError(f"--{option} {path}: {path.parent} is not a directory (it {why}); "
+                           f"give {what}")
+    _writable(option, path, path.parent)
+
+
+def output_dir(option: str, path: Path) -> None:
+    """A directory the command will write in, made with its parents if missing: not a file, nor
+    below one, and writable where it is or would be made. Nothing is created."""
+    what = "a directory"
+    if path.exists():
+        if not path.is_dir():
+            raise HarnessError(f"--{option} {path}: is a file; give {what}")
+        _writable(option, path, path)
+    else:
+        _existing_folder(option, path, what)
+
+
+def new_dir(option: str, path: Path) -> None:
+    """A directory the command fills itself: as ``output_dir``, and empty if it exists."""
+    output_dir(option, path)
+    if path.exists() and any(path.iterdir()):
+        raise HarnessError(f"--{option} {path}: not empty; give a new or empty directory")
+
+
+def chip(option: str, names) -> None:
+    """A chip name (or a list of them, a repeatable option) that the registry knows."""
+    from predictions.hardware import chip_entry
+
+    for name in [names] if isinstance(names, str) else names:
+        chip_entry(name)
+
+
+# kind of a checked option -> its check(option, value)
+CHECKS = {"file": output_file, "dir": output_dir, "new-dir": new_dir, "chip": chip}
+
+
+def check_options(module, args) -> None:
+    """Check each option of ``module.CHECKED`` that was given (or has a default)."""
+    for option, kind in getattr(module, "CHECKED", {}).items():
+        value = getattr(args, option.replace("-", "_"), None)
+        if value is not None:
+            CHECKS[kind](option, Path(value) if kind != "chip" else value)
 
 
 def add_distributed_arguments(p) -> None:

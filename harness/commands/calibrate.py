@@ -19,7 +19,9 @@ from rich.table import Table
 
 from harness.chip import calibration as cal_lib
 from harness.chip import calibration_table as report
-from harness.errors import HarnessError
+
+# checked before minutes of measuring (harness.commands.check_options)
+CHECKED = {"out": "file"}
 
 
 def add_arguments(p) -> None:
@@ -51,10 +53,6 @@ def _print(cal: cal_lib.Calibration, chip) -> None:
 
 
 def main(args) -> int:
-    if args.out is not None and (args.out.is_dir() or not args.out.parent.is_dir()):
-        why = "is a directory" if args.out.is_dir() else f"{args.out.parent} is not a directory"
-        raise HarnessError(f"--out {args.out}: {why}; give a file path like cpu.json "
-                           "in an existing directory")  # before minutes of measuring
     mode = "quick" if args.quick else "full"
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=True) as bar:

@@ -23,6 +23,8 @@ from harness.regress.comparison import compare_sides, junit, verdict_object
 from harness.regress.report import render
 
 EXIT_OK, EXIT_REGRESSION = 0, 1
+# checked before the runs are read (harness.commands.check_options)
+CHECKED = {"json": "file", "junit": "file"}
 
 
 def fail_on(text: str) -> tuple[str, float]:

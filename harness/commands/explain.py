@@ -15,6 +15,9 @@ from pathlib import Path
 from harness.commands import count
 from harness.errors import HarnessError
 
+# checked before the run or trace is read (harness.commands.check_options)
+CHECKED = {"chip": "chip", "csv": "file", "json": "file"}
+
 
 def add_arguments(p) -> None:
     p.add_argument("path", help="a stored run directory, a trace file, a directory searched "

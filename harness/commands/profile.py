@@ -25,6 +25,8 @@ from harness.commands import count
 from harness.errors import HarnessError
 
 DEFAULT_DEVICES = None  # the script's own device count; --devices only when given (harness.cli)
+# checked before the script runs (harness.commands.check_options)
+CHECKED = {"chip": "chip", "out": "dir", "keep-trace": "new-dir"}
 
 
 def _seconds(text: str) -> float:
@@ -65,9 +67,6 @@ def main(args) -> int:
 
     if not args.script.is_file():
         raise HarnessError(f"{args.script}: no such script")
-    if args.keep_trace is not None and args.keep_trace.exists() and any(
-            args.keep_trace.iterdir()):
-        raise HarnessError(f"{args.keep_trace}: not empty; --keep-trace takes a new folder")
     root = args.keep_trace or Path(tempfile.mkdtemp(prefix="harness-profile-"))
     try:
         ran = run_script(args.script, list(args.script_args), root, devices=args.devices,

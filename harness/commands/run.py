@@ -15,6 +15,10 @@ from harness.runs.workload import list_workloads, run_workload
 # leave XLA_FLAGS settable (harness.devices) and stay cheap for commands that never run jax.
 
 
+# checked before the workload is built (harness.commands.check_options)
+CHECKED = {"chip": "chip", "out": "dir"}
+
+
 def add_arguments(p) -> None:
     p.add_argument("workload", nargs="?", help="workload name (see --list)")
     p.add_argument("--list", action="store_true", help="list the registered workloads and exit")

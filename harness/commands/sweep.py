@@ -24,6 +24,9 @@ from harness.sweep import resume
 from harness.sweep import run as sweep
 from harness.sweep.grid import load_sweep
 
+# checked before the file is read (harness.commands.check_options)
+CHECKED = {"out": "dir"}
+
 
 def add_arguments(p) -> None:
     p.add_argument("file", type=Path, help="sweep file (TOML); examples in sweeps/")

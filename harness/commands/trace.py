@@ -16,6 +16,9 @@ from harness import schema
 from harness.commands import count
 from harness.errors import HarnessError
 
+# checked before the trace is read (harness.commands.check_options)
+CHECKED = {"chip": "chip", "csv": "file", "json": "file", "html": "file"}
+
 
 def add_arguments(p) -> None:
     p.add_argument("path", help="trace file, or a directory searched for *.xplane.pb")
@@ -37,12 +40,9 @@ def add_arguments(p) -> None:
 
 def main(args) -> int:
     from harness.trace.opener import find_trace_file, read_xspace, start_decode
-    from predictions.hardware import chip_entry
 
     if args.hlo is not None and not args.hlo.is_file():
         raise HarnessError(f"--hlo {args.hlo}: no such file")
-    if args.chip is not None:  # a name that is no chip is said before the trace is read
-        chip_entry(args.chip)
     space, label = read_xspace(find_trace_file(args.path))
     # the decode starts in worker processes now; pandas and the analysis are imported below,
     # beside it (a large trace's decode takes longer than those imports)

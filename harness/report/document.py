@@ -155,7 +155,8 @@ def _tables(r, top: int | None) -> list[tuple[str, pd.DataFrame, tuple]]:
 
 
 def _shown(df: pd.DataFrame, columns) -> pd.DataFrame:
-    return df[[c for c in columns if c in df.columns]]
+    """``columns`` of ``df`` as shown (``tables.shown``): its legend names only those."""
+    return tables.shown(df[[c for c in columns if c in df.columns]])
 
 
 def to_text(r, top: int | None = 20) -> str:

@@ -71,6 +71,7 @@ def table(df: pd.DataFrame, columns: Sequence[str] | None = None, *,
     ``flag_reason``: hover text of a figure above what the roofline allows."""
     if columns is not None:
         df = df[[c for c in columns if c in df.columns]]
+    df = tables.shown(df)
     cols, rows = tables.cells(df)
     text = [_text_column(df, c.name) for c in cols]
     head = "".join(_th(c, t) for c, t in zip(cols, text))

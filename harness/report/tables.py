@@ -3,9 +3,12 @@
 A shown table has one unit per column, named in its header: a column's unit comes from its name
 (``_s`` time, ``_bytes`` bytes, ``_GBps`` 1e9 bytes/s, ``schema.FRACTIONS`` percent,
 ``schema.RATIOS`` multiples) and its scale from its values (``measured (ms)`` holding 0.143 and
-1.93), so every table in the tool reads the same way. A fraction of a roofline above what it
-allows (``harness.analysis.gaps.beats_roofline``) is flagged where it stands (``FLAG``). ``legend``
-gives each shown column's meaning from ``schema.GLOSSARY``. CSV and JSON keep the raw SI values.
+1.93), so every table in the tool reads the same way. A column of times or sizes too wide for one
+unit (194 ms beside 6 ns: ``WIDE``) gives each cell its own (``harness.units``), its header none;
+a column with a unit and no value in any row is left out of the shown table (``shown``). A
+fraction of a roofline above what it allows (``harness.analysis.gaps.beats_roofline``) is flagged
+where it stands (``FLAG``). ``legend`` gives each shown column's meaning from
+``schema.GLOSSARY``. CSV and JSON keep the raw SI values.
 """
 from __future__ import annotations
 
@@ -23,9 +26,20 @@ from rich.table import Table
 from harness import schema
 from harness.analysis.gaps import beats_roofline
 from harness.errors import HarnessError
-from harness.units import BINARY_BYTES, TIME_UNITS, fmt_seconds, scale_of
+from harness.units import (
+    BINARY_BYTES,
+    TIME_FLOOR_S,
+    TIME_UNITS,
+    fmt_bytes,
+    fmt_seconds,
+    scale_of,
+    unsigned_zero,
+)
 
 FLAG = "!"  # after a figure above what the roofline allows (text and Markdown)
+# A column whose largest cell would reach this in the column's unit (194434268 ns) is too wide
+# for one unit: each of its cells names its own ("194 ms", "6 ns").
+WIDE = 1e4
 
 
 def _missing(x) -> bool:
@@ -132,9 +146,16 @@ def _scaled(units, values: pd.Series) -> tuple[str, float]:
                 next(((u, s) for u, s in units if typical >= s * 0.9995), units[-1]))
 
 
-def _in_unit(name: str, units, values: pd.Series) -> Column:
+def _in_unit(name: str, units, values: pd.Series, each: Callable[[float], str],
+             floor: float = 0.0) -> Column:
+    """A column in one unit of ``units``; one too wide for any (``WIDE``) in ``each`` cell's
+    own unit, its header without one. A value within ``floor`` of 0 is float error: "0"."""
     unit, scale = _scaled(units, values)
-    return Column(name, unit, lambda x: "-" if _missing(x) else plain(float(x) / scale))
+    top = pd.to_numeric(values, errors="coerce").abs().max()
+    if not _missing(top) and top / scale >= WIDE:
+        return Column(name, "", lambda x: "-" if _missing(x) else each(float(x)))
+    return Column(name, unit, lambda x: "-" if _missing(x)
+                  else plain(unsigned_zero(float(x), floor) / scale))
 
 
 def column(name: str, values: pd.Series) -> Column:
@@ -144,9 +165,9 @@ def column(name: str, values: pd.Series) -> Column:
         return Column(name, "", lambda v: fmt_number(v) if isinstance(v, (int, float))
                       else ("" if _missing(v) else str(v)))
     if name.endswith("_s"):
-        return _in_unit(name, TIME_UNITS, values)
+        return _in_unit(name, TIME_UNITS, values, fmt_seconds, TIME_FLOOR_S)
     if name.endswith("_bytes"):
-        return _in_unit(name, BINARY_BYTES, values)
+        return _in_unit(name, BINARY_BYTES, values, fmt_bytes)
     if name.endswith("_GBps"):
         return Column(name, "GB/s", lambda x: "-" if _missing(x) else plain(float(x)))
     if name in FRACTIONS:
@@ -154,6 +175,16 @@ def column(name: str, values: pd.Series) -> Column:
     if name in RATIOS:
         return Column(name, "x", lambda x: "-" if _missing(x) else plain(float(x)))
     return Column(name, "", fmt_number)
+
+
+def shown(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` less each column with a unit whose every row is blank (a ``predicted (s)`` of
+    "-" only says nothing, in a unit no cell shows)."""
+    if not len(df):
+        return df
+    # the unit the column's name gives it, whatever the dtype of its blanks (None: object)
+    blank = [c for c in df.columns if df[c].isna().all() and column(c, pd.Series([0.0])).unit]
+    return df.drop(columns=blank) if blank else df
 
 
 def cells(df: pd.DataFrame) -> tuple[list[Column], list[list[str]]]:
@@ -182,6 +213,7 @@ def to_text(df: pd.DataFrame, title: str | None = None, width: int | None = None
     """A rich table rendered to plain text (what the CLI prints): one line per row at its
     natural width (a log); ``width``: fit that many characters (a terminal), folding cells."""
     table = Table(title=title, show_lines=False)
+    df = shown(df)
     cols, rows = cells(df)
     for i, c in enumerate(cols):
         text = i == 0 or not pd.api.types.is_numeric_dtype(df[c.name])
@@ -196,7 +228,7 @@ def to_text(df: pd.DataFrame, title: str | None = None, width: int | None = None
 
 
 def to_markdown(df: pd.DataFrame) -> str:
-    cols, rows = cells(df)
+    cols, rows = cells(shown(df))
     lines = ["| " + " | ".join(c.label for c in cols) + " |",
              "|" + "|".join("---" for _ in cols) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
