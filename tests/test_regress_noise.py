@@ -108,3 +108,12 @@ def test_the_two_layout_headline_and_the_verdict_decide_from_the_traced_step():
     v = judge.compare(a, b, layouts_first=True)
     assert v.layouts.headline.startswith("A is 1.67x slower than B")
     assert (v.verdict, v.decided) == (judge.IMPROVEMENT, judge.TRACED)
+
+
+def test_more_work_alone_is_no_regression_more_work_and_slower_is_one():
+    # docs/regression.md's table and the code, one rule: more work per device counts with a
+    # worse step (a recomputation that saves memory may cost no time)
+    v = judge.compare(make(), make(work=2.0, fingerprint="f2"))
+    assert (v.verdict, v.cause) == (judge.OK, judge.PROGRAM) and v.program["more_work"]
+    v = judge.compare(make(), make(20.0, cpu=2.0, work=2.0, fingerprint="f2"))
+    assert (v.verdict, v.cause) == (judge.REGRESSION, judge.PROGRAM)

@@ -9,14 +9,25 @@ wall step moved 35%); the host speed probe before and after the steps
 per CPU second, the cores' own speed); and the program (``harness.regress.changes.program``).
 
 A change is the log ratio of two medians. Its noise is each median's standard error (1.2533 x
-the robust sigma of the log steps over root n) and the run-to-run term ``Rule.noise`` of each
-run; it is **worse** when beyond its ``--fail-on`` threshold (default step=10%) and one-sided
-significant at ``alpha`` (0.01). The verdicts (``VERDICTS``), in the order they are decided:
+the robust sigma of the log steps over root n) and a run-to-run term: the point's own spread
+(``harness.regress.noise``: the SD of the log median between runs of the same code, from the
+history under ``--root`` and each side's repeats; then the error is sqrt(2) s, never under the
+medians' own) where at least 3 runs give one, else the constant ``Rule.noise`` of each run; the
+verdict says which (``Verdict.noise``). A change is **worse** when beyond its ``--fail-on``
+threshold (default step=10%) and one-sided significant at ``alpha`` (0.01). The figure that
+decides (``Verdict.decided``): the CPU time per step on CPU (where both runs have it), else the
+wall step; two layouts of one model (two programs side by side), the traced step, the step their
+headline breaks down, so that the headline and the verdict never disagree. More CPU time per
+step never decides when the wall step got faster (threads spinning while they wait burn CPU
+time without lengthening the step). The verdicts (``VERDICTS``), in the order they are decided:
 
-1. nothing worse: ``improvement`` when the CPU time per step (without it, the wall step on a
-   steady host) is as much better, else ``ok``; a changed program that is not slower is ok;
-2. the program does more work per device (FLOPs, bytes, a new kind of collective):
-   ``regression``, cause ``program``;
+1. nothing worse: ``improvement`` when the deciding figure (the wall step only on a steady
+   host) is as much better, else ``ok``; a changed program that is not slower is ok; either,
+   where the point's own spread alone hides a change of the threshold (z(alpha) sqrt(2) s
+   beyond it), is ``unstable`` (cause ``spread``): listed apart, exit 0;
+2. the program does more work per device (FLOPs, bytes, a new kind of collective) and its
+   step is worse: ``regression``, cause ``program`` (more work alone is no regression: a
+   recomputation that saves memory may cost nothing);
 3. the CPU time per step is worse: ``regression`` (cause ``program`` when the program changed,
    else ``same program``), unless the probe's cores ran as much slower: ``inconclusive``
    (cause ``host``);
