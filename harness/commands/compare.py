@@ -53,6 +53,10 @@ def add_arguments(p) -> None:
                        ("noise", "run-to-run sd of a log median step")):
         p.add_argument(f"--{name}", type=float, default=getattr(judge.Rule, name),
                        help=f"{what} (default {getattr(judge.Rule, name)})")
+    p.add_argument("--confirm", type=count, default=0, metavar="N",
+                   help="rerun each workload run that looks like a regression N times in fresh "
+                        "processes (stored under --root/confirmations) before its verdict "
+                        "(default 0: no reruns)")
     p.add_argument("--format", choices=("text", "md", "json"), default="text")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the verdict object")
     p.add_argument("--junit", type=Path, metavar="FILE", help="also write a JUnit XML file")
@@ -65,7 +69,7 @@ def main(args) -> int:
     rule = judge.Rule(tuple(args.fail_on or judge.Rule.fail_on), args.alpha, args.host,
                       args.noise)
     comparison = compare_sides(args.runs[-1], args.runs[0] if len(args.runs) == 2 else None,
-                               args.root, rule, args.baseline)
+                               args.root, rule, args.baseline, args.confirm)
     obj = verdict_object(comparison, args.top)
     if args.json:
         args.json.write_text(json.dumps(obj, indent=2) + "\n")

@@ -22,6 +22,8 @@ from harness.regress import judge, noise, pairs
 from harness.runs import store
 from harness.runs.run import Run
 
+CONFIRMATIONS = "confirmations"  # under the root: the reruns that confirmed a regression
+
 
 @dataclass
 class Comparison:
@@ -48,9 +50,11 @@ def load_side(ref: str, root: Path) -> list:
 
 
 def compare_sides(candidate: str, baseline: str | None, root: Path, rule: judge.Rule,
-                  which: str | None = None) -> Comparison:
+                  which: str | None = None, confirm: int = 0) -> Comparison:
     """``candidate`` against ``baseline`` (each a path or a run id under ``root``), or with no
-    ``baseline`` against the runs ``which`` picks under ``root`` (default the latest)."""
+    ``baseline`` against the runs ``which`` picks under ``root`` (default the latest); with
+    ``confirm``, each regression confirmed by that many reruns stored under
+    ``root/confirmations`` (``harness.regress.confirm``)."""
     cand = load_side(candidate, root)
     if baseline is not None:
         base, name = load_side(baseline, root), baseline
@@ -63,10 +67,17 @@ def compare_sides(candidate: str, baseline: str | None, root: Path, rule: judge.
                            f"workload in {name}")
     # two runs named: two layouts of one model (pairs.pair pairs them whatever they ran)
     named = baseline is not None and len(base) == 1 and len(cand) == 1
-    own = {} if named else noise.spreads([base, cand, history(root, cand)])
-    return Comparison(rule, [judge.compare(a, b, rule, layouts_first=named,
-                                           spread=own.get(pairs.key(b))) for a, b in paired],
-                      only_b, only_c, (name, candidate))
+    past = [] if named else history(root, cand)
+    own = {} if named else noise.spreads([base, cand, past])
+    verdicts = [judge.compare(a, b, rule, layouts_first=named, spread=own.get(pairs.key(b)))
+                for a, b in paired]
+    if confirm > 0:
+        from harness.regress import confirm as confirming  # deferred: it may run workloads
+
+        verdicts = [confirming.confirm(v, confirm, Path(root) / CONFIRMATIONS, rule,
+                                       [base, past]) if v.verdict == judge.REGRESSION else v
+                    for v in verdicts]
+    return Comparison(rule, verdicts, only_b, only_c, (name, candidate))
 
 
 def history(root: Path, candidate: list) -> list:
