@@ -26,8 +26,9 @@ whose runs land at 2.2 ms or 4.6 ms (the wall step and the CPU time per step tog
 ``spin``, one whose runs land at 911 us or 865 us wall with 1.29x the CPU time per step in the
 faster mode (threads spinning while they wait). Each is judged with the constant noise term
 (``judge.Rule.noise``) and with the point's own spread from ``--history`` earlier runs of the
-same code beside the baseline (``harness.regress.noise``): A/A false alarms, unstable points,
-and the power against a 1.3x slowdown (wall and CPU time).
+same code beside the baseline (``harness.regress.noise``), and then with each regression
+confirmed by two reruns of the candidate (``harness.regress.confirm``): A/A false alarms,
+unstable points, and the power against a 1.3x slowdown (wall and CPU time).
 
 Pass another export to measure another host: the figures are only as quiet as its runs.
 """
@@ -49,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness import schema  # noqa: E402
 from harness.chip import drift  # noqa: E402
-from harness.regress import judge, noise  # noqa: E402
+from harness.regress import confirm, judge, noise  # noqa: E402
 from harness.runs.run import Run  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "regress_cpu.json"
@@ -121,6 +122,12 @@ def at_mode(run: Run, mode) -> Run:
                ops=OPS)
 
 
+def scaled(run: Run, f: float) -> Run:
+    """``run`` doing ``f`` times the work per step: its wall and CPU times x ``f``."""
+    return Run(meta=dict(run.meta, **{k: [t * f for t in run.meta[k]] for k in (
+        schema.STEP_TIMES_S, schema.STEP_CPU_TIMES_S)}), ops=OPS)
+
+
 def simulate_points(runs: list[dict], n: int, history: int, slowdown: float, rng,
                     rule: judge.Rule) -> dict:
     """Per (point kind, noise term), verdict counts of ``n`` A/A and A/B (``slowdown``)
@@ -134,13 +141,18 @@ def simulate_points(runs: list[dict], n: int, history: int, slowdown: float, rng
 
             base = [one() for _ in range(history + 1)]
             a, b = base[-1], one()
-            slow = Run(meta=dict(b.meta, **{k: [t * slowdown for t in b.meta[k]] for k in (
-                schema.STEP_TIMES_S, schema.STEP_CPU_TIMES_S)}), ops=OPS)
+            slow = scaled(b, slowdown)
             own = noise.spreads([base, [b]]).get(judge.key(b))
             for term, spread in (("constant", None), (f"own ({history + 1} runs)", own)):
-                for case, cand in (("A/A", b), (f"A/B {slowdown:g}x", slow)):
-                    seen.setdefault((kind, term, case), Counter())[
-                        judge.compare(a, cand, rule, spread=spread).verdict] += 1
+                for case, cand, f in (("A/A", b, 1.0), (f"A/B {slowdown:g}x", slow, slowdown)):
+                    v = judge.compare(a, cand, rule, spread=spread)
+                    seen.setdefault((kind, term, case), Counter())[v.verdict] += 1
+                    if spread is None:
+                        continue
+                    if v.verdict == judge.REGRESSION:  # confirmed by 2 reruns of the candidate
+                        v = confirm.with_reruns(v, [scaled(one(), f) for _ in range(2)], rule,
+                                                [base])
+                    seen.setdefault((kind, "own + confirm 2", case), Counter())[v.verdict] += 1
     return seen
 
 
@@ -190,7 +202,7 @@ def _points(runs: list[dict], args, rule: judge.Rule) -> None:
     for (kind, term, case), c in simulate_points(runs, args.points, args.history, 1.3,
                                                  np.random.default_rng(args.seed), rule).items():
         k = sum(c.values())
-        print(f"  {kind:8s} {term:15s} {case:9s} regression {ci(c[judge.REGRESSION], k)}; "
+        print(f"  {kind:8s} {term:16s} {case:9s} regression {ci(c[judge.REGRESSION], k)}; "
               f"unstable {c[judge.UNSTABLE] / k:.0%}, inconclusive "
               f"{c[judge.INCONCLUSIVE] / k:.0%}")
     print(f"  ({time.perf_counter() - t0:.0f} s)")

@@ -5,9 +5,11 @@
 Each side is a run, a sweep or any directory of saved runs (``results/``, a pytest
 ``--harness-save`` directory), or a run id under ``--root``; runs pair by what they are runs of
 (``harness.regress.pairs``). With CANDIDATE alone, ``--baseline`` picks its baseline under
-``--root``: latest, a commit or a date. Exit codes: 0 no regression (inconclusive included), 1 a
-regression, 2 bad input. ``--json FILE`` writes the verdict object, ``--junit FILE`` one test
-case per pair (a regression fails it, an inconclusive one is skipped).
+``--root``: latest, a commit or a date. Exit codes: 0 no regression (inconclusive and unstable
+included), 1 a regression, 2 bad input. ``--json FILE`` writes the verdict object, ``--junit
+FILE`` one test case per pair (a regression fails it, an inconclusive or unstable one is
+skipped). ``--confirm N`` reruns each workload run that looks like a regression before its
+verdict (``harness.regress.confirm``).
 """
 from __future__ import annotations
 
@@ -50,7 +52,8 @@ def add_arguments(p) -> None:
                         f"(default step=10%%; {'; '.join(judge.METRICS.values())})")
     for name, what in (("alpha", "one-sided level of each test"),
                        ("host", "the probe's speed moving more: a host that moved"),
-                       ("noise", "run-to-run sd of a log median step")):
+                       ("noise", "run-to-run sd of a log median step, for a point with fewer "
+                                 "than 3 runs of one code (else its own spread)")):
         p.add_argument(f"--{name}", type=float, default=getattr(judge.Rule, name),
                        help=f"{what} (default {getattr(judge.Rule, name)})")
     p.add_argument("--confirm", type=count, default=0, metavar="N",

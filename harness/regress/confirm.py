@@ -67,8 +67,14 @@ def confirm(v: judge.Verdict, n: int, out: Path, rule: judge.Rule, sides: list[l
     if reason is not None:
         return dataclasses.replace(v, message=f"{v.message}; {reason}")
     p = point(v.candidate)
-    runs = [repeat_runs.fresh(p, out / p.key, False, i) for i in range(n)]
-    runs = [pairs.step_program(r) for r in runs]
+    runs = [pairs.step_program(repeat_runs.fresh(p, out / p.key, False, i)) for i in range(n)]
+    return with_reruns(v, runs, rule, sides)
+
+
+def with_reruns(v: judge.Verdict, runs: list[Run], rule: judge.Rule,
+                sides: list[list[Run]]) -> judge.Verdict:
+    """``v``'s verdict given ``runs``, reruns of its candidate (the module docstring)."""
+    n = len(runs)
     spread = noise.spreads([*sides, [v.candidate, *runs]]).get(pairs.key(v.candidate))
     judged = [judge.compare(v.baseline, r, rule, spread=spread) for r in runs]
     slower = sum(j.verdict == judge.REGRESSION for j in judged)
