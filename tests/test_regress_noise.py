@@ -83,6 +83,11 @@ def test_more_cpu_time_never_decides_when_the_wall_step_got_faster():
            "while the wall step got faster" in v.message
     # the wall step slower too: the CPU time per step still decides
     assert judge.compare(make(), make(10.5, cpu=1.29)).verdict == judge.REGRESSION
+    # on a host that moved (the probe 20% faster: a load went away), neither tells: inconclusive
+    v = judge.compare(make(), make(9.5, cpu=1.29, host=1.2))
+    assert (v.verdict, v.cause) == (judge.INCONCLUSIVE, judge.HOST)
+    assert "the CPU time per step grew while the wall step got faster, on a host that moved" \
+        in v.message
 
 
 def layouts(step_scale: float, wall_ms: float):

@@ -204,6 +204,10 @@ def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False,
         if shaky:
             why = figures.shaky(f, fail_on.get("step", t))
             return verdict(UNSTABLE, SPREAD, f"{changed}{why}: {stats}; {seen}")
+        if spun and not steady:  # a load that went away, or threads spinning: cannot tell
+            return verdict(INCONCLUSIVE, HOST, f"{changed}{stats}: the CPU time per step grew "
+                                               "while the wall step got faster, on a host that "
+                                               f"moved ({seen}): rerun on a steady host to tell")
         return verdict(IMPROVEMENT if faster else OK, PROGRAM if changed else NOISE,
                        f"{changed}{'faster' if faster else 'not slower beyond noise'}: "
                        f"{stats}; {seen}")
