@@ -152,6 +152,19 @@ def host(run: Run) -> dict:
     return out
 
 
+def _probe(a: Run, b: Run, rule: Rule) -> tuple[float, float, bool, bool, str]:
+    """(h, cores: the log of the baseline's probe speed and cores' speed over the candidate's,
+    > 0 where the candidate's ran slower; probed; steady: the probe moved less than
+    ``rule.host``; the line that says it)."""
+    ha, hb = host(a), host(b)
+    h, cores = (figures.log_ratio(ha[x], hb[x]) for x in ("speed", "cores"))
+    probed = math.isfinite(h)
+    steady = probed and max(abs(h), abs(ha["moved"]), abs(hb["moved"])) <= math.log1p(rule.host)
+    seen = (f"host speed {math.expm1(-h):+.0%} (probe; {math.expm1(-hb['moved']):+.0%} "
+            "during the candidate)" if probed else "no host speed probe")
+    return h, cores, probed, steady, seen
+
+
 def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False,
             spread: noise.Spread | None = None) -> Verdict:
     """The verdict of candidate ``b`` against baseline ``a`` (the module docstring), with the
@@ -164,11 +177,7 @@ def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False,
                                       for x in (a, b))
     f = figures.measure(a, b, rule.noise, spread, traced)
     r, se, k, se_k = f.r, f.se, f.k, f.se_k
-    ha, hb = host(a), host(b)
-    ratio = figures.log_ratio
-    h, cores = ratio(ha["speed"], hb["speed"]), ratio(ha["cores"], hb["cores"])
-    probed = math.isfinite(h)  # h, cores > 0: the candidate's host, its cores, ran slower
-    steady = probed and max(abs(h), abs(ha["moved"]), abs(hb["moved"])) <= math.log1p(rule.host)
+    h, cores, probed, steady, seen = _probe(a, b, rule)
     eff = workload_efficiency(a.ops), workload_efficiency(b.ops)
     x = {"step": r, "efficiency": figures.log_ratio(*eff)}
     crossed = {m: v for m, v in fail_on.items() if worse(x[m], se, v, alpha)}
@@ -182,8 +191,6 @@ def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False,
     ops = side.ops[list(schema.OP_CHANGES)] if side else changes.ops(a, b)
     p = float(norm.sf(r / se)) if se > 0 else float(r <= 0)
     stats = figures.stats(f, p, spun)
-    seen = (f"host speed {math.expm1(-h):+.0%} (probe; {math.expm1(-hb['moved']):+.0%} "
-            "during the candidate)" if probed else "no host speed probe")
     changed = f"the program changed ({prog['what']}); " if prog["changed"] else ""
     shaky = figures.unstable(f.noise["s"] if f.noise["source"] == noise.OWN else math.nan,
                              fail_on.get("step", t), alpha)
