@@ -19,6 +19,17 @@ takes two different real runs, at random:
 - A/B "waits": F times longer in wall time only (the program waits longer, its CPU work
   unchanged): caught only where the probe shows a steady host, else inconclusive.
 
+Per point (``--points``): the run-to-run structure a whole sweep meets, each point's runs made
+from the real runs' steps (their within-run spread) at the medians of its modes, as measured on
+the development host: ``steady``, the real runs as they are; ``bimodal``, a CPU all-reduce
+whose runs land at 2.2 ms or 4.6 ms (the wall step and the CPU time per step together);
+``spin``, one whose runs land at 911 us or 865 us wall with 1.29x the CPU time per step in the
+faster mode (threads spinning while they wait). Each is judged with the constant noise term
+(``judge.Rule.noise``) and with the point's own spread from ``--history`` earlier runs of the
+same code beside the baseline (``harness.regress.noise``), and then with each regression
+confirmed by two reruns of the candidate (``harness.regress.confirm``): A/A false alarms,
+unstable points, and the power against a 1.3x slowdown (wall and CPU time).
+
 Pass another export to measure another host: the figures are only as quiet as its runs.
 """
 from __future__ import annotations
@@ -39,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness import schema  # noqa: E402
 from harness.chip import drift  # noqa: E402
-from harness.regress import judge  # noqa: E402
+from harness.regress import confirm, judge, noise  # noqa: E402
 from harness.runs.run import Run  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "regress_cpu.json"
@@ -94,6 +105,57 @@ def simulate(runs: list[dict], n: int, slowdowns: list[float], rng, rule: judge.
     return seen
 
 
+# a point's modes: (wall step, CPU time per step) medians, each mode equally likely
+MODES = {"steady": None, "bimodal": ((2.2e-3, 2.2e-3), (4.6e-3, 4.6e-3)),
+         "spin": ((911e-6, 911e-6), (865e-6, 1.29 * 911e-6))}
+
+
+def at_mode(run: Run, mode) -> Run:
+    """``run`` with its steps rescaled to the medians of ``mode`` (wall, CPU time per step)."""
+    if mode is None:
+        return run
+    wall, cpu = (np.asarray(run.meta[k], float) for k in (schema.STEP_TIMES_S,
+                                                          schema.STEP_CPU_TIMES_S))
+    return Run(meta=dict(run.meta, **{schema.STEP_TIMES_S: list(wall * mode[0] / np.median(wall)),
+                                      schema.STEP_CPU_TIMES_S: list(cpu * mode[1]
+                                                                    / np.median(cpu))}),
+               ops=OPS)
+
+
+def scaled(run: Run, f: float) -> Run:
+    """``run`` doing ``f`` times the work per step: its wall and CPU times x ``f``."""
+    return Run(meta=dict(run.meta, **{k: [t * f for t in run.meta[k]] for k in (
+        schema.STEP_TIMES_S, schema.STEP_CPU_TIMES_S)}), ops=OPS)
+
+
+def simulate_points(runs: list[dict], n: int, history: int, slowdown: float, rng,
+                    rule: judge.Rule) -> dict:
+    """Per (point kind, noise term), verdict counts of ``n`` A/A and A/B (``slowdown``)
+    comparisons; the own spread from ``history`` runs beside the baseline."""
+    seen: dict[tuple, Counter] = {}
+    for kind, modes in MODES.items():
+        for _ in range(n):
+            def one():
+                mode = None if modes is None else modes[rng.integers(len(modes))]
+                return at_mode(draw(runs[rng.integers(len(runs))], rng), mode)
+
+            base = [one() for _ in range(history + 1)]
+            a, b = base[-1], one()
+            slow = scaled(b, slowdown)
+            own = noise.spreads([base, [b]]).get(judge.key(b))
+            for term, spread in (("constant", None), (f"own ({history + 1} runs)", own)):
+                for case, cand, f in (("A/A", b, 1.0), (f"A/B {slowdown:g}x", slow, slowdown)):
+                    v = judge.compare(a, cand, rule, spread=spread)
+                    seen.setdefault((kind, term, case), Counter())[v.verdict] += 1
+                    if spread is None:
+                        continue
+                    if v.verdict == judge.REGRESSION:  # confirmed by 2 reruns of the candidate
+                        v = confirm.with_reruns(v, [scaled(one(), f) for _ in range(2)], rule,
+                                                [base])
+                    seen.setdefault((kind, "own + confirm 2", case), Counter())[v.verdict] += 1
+    return seen
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="?", type=Path, default=DATA,
@@ -101,6 +163,10 @@ def main(argv=None) -> int:
     p.add_argument("--comparisons", type=int, default=1000)
     p.add_argument("--slowdown", type=float, nargs="+", default=[1.5, 2.0])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--points", type=int, default=0, metavar="N",
+                   help="also N comparisons per point kind (steady, bimodal, spin) and noise term")
+    p.add_argument("--history", type=int, default=4,
+                   help="earlier runs of the same code beside the baseline (default 4)")
     args = p.parse_args(argv)
     runs = [r for r in json.loads(args.runs.read_text())
             if r.get(schema.STEP_CPU_TIMES_S) and r.get(drift.CPU_RATES)]
@@ -113,8 +179,10 @@ def main(argv=None) -> int:
           f"CPU time {cpu.std(ddof=1):.3f}")
     t0 = time.perf_counter()
     rule = judge.Rule()
-    for name, counts in simulate(runs, args.comparisons, args.slowdown,
+    for name, counts in simulate(runs, args.comparisons, args.slowdown,  # 0: per point alone
                                  np.random.default_rng(args.seed), rule).items():
+        if not counts:
+            continue
         n = sum(counts.values())
         k = counts[judge.REGRESSION]
         goal = (f"goal <= {GOAL_FALSE:.0%}" if name == "A/A" else f"goal >= {GOAL_POWER:.0%}"
@@ -122,7 +190,22 @@ def main(argv=None) -> int:
         rest = ", ".join(f"{v} {counts[v]}" for v in judge.VERDICTS[1:] if counts[v])
         print(f"  {name:16s} regression {ci(k, n)} [{goal}]; {rest}")
     print(f"  ({time.perf_counter() - t0:.0f} s)")
+    if args.points:
+        _points(runs, args, rule)
     return 0
+
+
+def _points(runs: list[dict], args, rule: judge.Rule) -> None:
+    """Print the per-point figures: regressions (false alarms in A/A, power in A/B), unstable."""
+    print(f"per point, {args.points} comparisons each (A/A; A/B 1.3x):")
+    t0 = time.perf_counter()
+    for (kind, term, case), c in simulate_points(runs, args.points, args.history, 1.3,
+                                                 np.random.default_rng(args.seed), rule).items():
+        k = sum(c.values())
+        print(f"  {kind:8s} {term:16s} {case:9s} regression {ci(c[judge.REGRESSION], k)}; "
+              f"unstable {c[judge.UNSTABLE] / k:.0%}, inconclusive "
+              f"{c[judge.INCONCLUSIVE] / k:.0%}")
+    print(f"  ({time.perf_counter() - t0:.0f} s)")
 
 
 if __name__ == "__main__":

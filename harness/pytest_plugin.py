@@ -43,7 +43,7 @@ from harness.devices import quiet_absent_tpu, set_host_device_count
 log = logging.getLogger(__name__)
 
 PREFIX = "harness_"
-BASELINES = pytest.StashKey[dict]()  # --harness-compare's runs, newest of each test
+BASELINES = pytest.StashKey[tuple]()  # --harness-compare's newest run and spread per test
 TOP_OPS = 5  # ops listed in extra_info, slowest first
 
 
@@ -124,13 +124,14 @@ def _verdict(request, run):
     import warnings
 
     from harness.commands.compare import fail_on  # deferred
-    from harness.regress import judge, pairs  # deferred
+    from harness.regress import judge, noise, pairs  # deferred
 
     config = request.config
-    if BASELINES not in config.stash:  # read once per session
-        config.stash[BASELINES] = pairs.newest(
-            pairs.load_all(config.getoption("--harness-compare")))
-    base = config.stash[BASELINES].get(pairs.key(run))
+    if BASELINES not in config.stash:  # read once per session: the newest, each test's spread
+        runs = pairs.load_all(config.getoption("--harness-compare"))
+        config.stash[BASELINES] = pairs.newest(runs), noise.spreads([runs])
+    newest, spreads = config.stash[BASELINES]
+    base = newest.get(pairs.key(run))
     if base is None:
         warnings.warn(f"harness: no baseline run of {pairs.key(run)} to compare with",
                       stacklevel=2)
@@ -139,7 +140,8 @@ def _verdict(request, run):
         rules = [fail_on(x) for x in config.getoption("--harness-fail-on") or ()]
     except argparse.ArgumentTypeError as e:
         raise pytest.UsageError(f"--harness-fail-on {e}") from None
-    return judge.compare(base, run, judge.Rule(tuple(rules) or judge.Rule.fail_on))
+    return judge.compare(base, run, judge.Rule(tuple(rules) or judge.Rule.fail_on),
+                         spread=spreads.get(pairs.key(run)))
 
 
 def test_name(request) -> str:

@@ -5,9 +5,11 @@
 Each side is a run, a sweep or any directory of saved runs (``results/``, a pytest
 ``--harness-save`` directory), or a run id under ``--root``; runs pair by what they are runs of
 (``harness.regress.pairs``). With CANDIDATE alone, ``--baseline`` picks its baseline under
-``--root``: latest, a commit or a date. Exit codes: 0 no regression (inconclusive included), 1 a
-regression, 2 bad input. ``--json FILE`` writes the verdict object, ``--junit FILE`` one test
-case per pair (a regression fails it, an inconclusive one is skipped).
+``--root``: latest, a commit or a date. Exit codes: 0 no regression (inconclusive and unstable
+included), 1 a regression, 2 bad input. ``--json FILE`` writes the verdict object, ``--junit
+FILE`` one test case per pair (a regression fails it, an inconclusive or unstable one is
+skipped). ``--confirm N`` reruns each workload run that looks like a regression before its
+verdict (``harness.regress.confirm``).
 """
 from __future__ import annotations
 
@@ -52,9 +54,14 @@ def add_arguments(p) -> None:
                         f"(default step=10%%; {'; '.join(judge.METRICS.values())})")
     for name, what in (("alpha", "one-sided level of each test"),
                        ("host", "the probe's speed moving more: a host that moved"),
-                       ("noise", "run-to-run sd of a log median step")):
+                       ("noise", "run-to-run sd of a log median step, for a point with fewer "
+                                 "than 3 runs of one code (else its own spread)")):
         p.add_argument(f"--{name}", type=float, default=getattr(judge.Rule, name),
                        help=f"{what} (default {getattr(judge.Rule, name)})")
+    p.add_argument("--confirm", type=count, default=0, metavar="N",
+                   help="rerun each workload run that looks like a regression N times in fresh "
+                        "processes (stored under --root/confirmations) before its verdict "
+                        "(default 0: no reruns)")
     p.add_argument("--format", choices=("text", "md", "json"), default="text")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the verdict object")
     p.add_argument("--junit", type=Path, metavar="FILE", help="also write a JUnit XML file")
@@ -67,7 +74,7 @@ def main(args) -> int:
     rule = judge.Rule(tuple(args.fail_on or judge.Rule.fail_on), args.alpha, args.host,
                       args.noise)
     comparison = compare_sides(args.runs[-1], args.runs[0] if len(args.runs) == 2 else None,
-                               args.root, rule, args.baseline)
+                               args.root, rule, args.baseline, args.confirm)
     obj = verdict_object(comparison, args.top)
     if args.json:
         args.json.write_text(json.dumps(obj, indent=2) + "\n")

@@ -45,6 +45,10 @@ def add_arguments(p) -> None:
     p.add_argument("--no-compile-cache", dest="compile_cache", action="store_false",
                    help="compile every program afresh (default: reuse JAX's persistent "
                         "compilation cache in the harness's cache directory)")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run each point N times, each in a fresh process, points interleaved: "
+                        "the spread between them is each point's own noise for harness "
+                        "compare (default 1)")
     add_distributed_arguments(p)
 
 
@@ -63,6 +67,8 @@ def main(args) -> int:
         return in_job(args, "sweep", lambda cluster: _in_job(args, load_sweep(args.file),
                                                              cluster))
     grid = load_sweep(args.file)
+    if args.repeat < 1:
+        raise HarnessError(f"--repeat {args.repeat}: must be 1 or more")
     if args.dry_run:
         statuses = (None if args.resume is None
                     else resume.statuses(resume.sweep_dir(grid, args.out, args.resume)))
@@ -110,7 +116,7 @@ def _run(args, grid, sweep_dir: Path, run_sweep) -> int:
     previous = signal.signal(signal.SIGINT, on_sigint) if main_thread else None
     try:
         with _progress() as progress:
-            task = progress.add_task(grid.name, total=len(grid.points))
+            task = progress.add_task(grid.name, total=len(grid.points) * args.repeat)
 
             def on_event(e: sweep.Event) -> None:
                 if interrupted:
@@ -124,7 +130,8 @@ def _run(args, grid, sweep_dir: Path, run_sweep) -> int:
                     progress.console.print(escape(f"point {e.index + 1} failed: "
                                                   f"{e.record['error']}"))
 
-            result = run_sweep(grid, sweep_dir, on_event=on_event, point_plots=args.point_plots)
+            result = run_sweep(grid, sweep_dir, on_event=on_event, point_plots=args.point_plots,
+                               **({"repeat": args.repeat} if args.repeat > 1 else {}))
             progress.update(task, description=escape(f"sweep {grid.name}"))
     except KeyboardInterrupt:
         print(f"harness sweep: interrupted; resume with: harness sweep {args.file} "

@@ -5,7 +5,9 @@ A side is a run, a sweep or any directory of saved runs, or a run id under a res
 the candidate alone, its baseline is picked under the root by name (``pairs.choose``: latest, a
 commit or a date). The verdict object holds the overall verdict, the headline, the rule, each
 pair's verdict (``judge.Verdict.to_dict``) and the runs left unpaired; in JUnit, each pair is a
-test case that a regression fails and an inconclusive verdict skips.
+test case that a regression fails and an inconclusive or unstable verdict skips. Each pair is
+judged with its point's own noise (``harness.regress.noise``) where the runs of both sides and
+the history under the root hold enough runs of the same code.
 """
 from __future__ import annotations
 
@@ -16,8 +18,11 @@ from pathlib import Path
 
 from harness import schema
 from harness.errors import HarnessError
-from harness.regress import judge, pairs
+from harness.regress import judge, noise, pairs
 from harness.runs import store
+from harness.runs.run import Run
+
+CONFIRMATIONS = "confirmations"  # under the root: the reruns that confirmed a regression
 
 
 @dataclass
@@ -45,9 +50,11 @@ def load_side(ref: str, root: Path) -> list:
 
 
 def compare_sides(candidate: str, baseline: str | None, root: Path, rule: judge.Rule,
-                  which: str | None = None) -> Comparison:
+                  which: str | None = None, confirm: int = 0) -> Comparison:
     """``candidate`` against ``baseline`` (each a path or a run id under ``root``), or with no
-    ``baseline`` against the runs ``which`` picks under ``root`` (default the latest)."""
+    ``baseline`` against the runs ``which`` picks under ``root`` (default the latest); with
+    ``confirm``, each regression confirmed by that many reruns stored under
+    ``root/confirmations`` (``harness.regress.confirm``)."""
     cand = load_side(candidate, root)
     if baseline is not None:
         base, name = load_side(baseline, root), baseline
@@ -60,8 +67,26 @@ def compare_sides(candidate: str, baseline: str | None, root: Path, rule: judge.
                            f"workload in {name}")
     # two runs named: two layouts of one model (pairs.pair pairs them whatever they ran)
     named = baseline is not None and len(base) == 1 and len(cand) == 1
-    return Comparison(rule, [judge.compare(a, b, rule, layouts_first=named) for a, b in paired],
-                      only_b, only_c, (name, candidate))
+    past = [] if named else history(root, cand)
+    own = {} if named else noise.spreads([base, cand, past])
+    verdicts = [judge.compare(a, b, rule, layouts_first=named, spread=own.get(pairs.key(b)))
+                for a, b in paired]
+    if confirm > 0:
+        from harness.regress import confirm as confirming  # deferred: it may run workloads
+
+        verdicts = [confirming.confirm(v, confirm, Path(root) / CONFIRMATIONS, rule,
+                                       [base, past]) if v.verdict == judge.REGRESSION else v
+                    for v in verdicts]
+    return Comparison(rule, verdicts, only_b, only_c, (name, candidate))
+
+
+def history(root: Path, candidate: list) -> list:
+    """The earlier runs under ``root`` of the candidate's keys (none without ``root``): the
+    history each point's own noise is measured from (``harness.regress.noise``)."""
+    if not Path(root).is_dir():
+        return []
+    keys = {pairs.key(r) for r in candidate}
+    return [r for r in (Run.load(d) for d in store.run_dirs(root)) if pairs.key(r) in keys]
 
 
 def headline(verdicts: list) -> str:
@@ -88,10 +113,12 @@ def junit(verdicts) -> str:
     """One test case per pair: a regression fails, an inconclusive one is skipped."""
     n = Counter(v.verdict for v in verdicts)
     suite = ET.Element("testsuite", name="harness compare", tests=str(len(verdicts)),
-                       failures=str(n[judge.REGRESSION]), skipped=str(n[judge.INCONCLUSIVE]))
+                       failures=str(n[judge.REGRESSION]),
+                       skipped=str(n[judge.INCONCLUSIVE] + n[judge.UNSTABLE]))
     for v in verdicts:
         case = ET.SubElement(suite, "testcase", classname="harness.analysis.gaps", name=v.name)
-        tag = {judge.REGRESSION: "failure", judge.INCONCLUSIVE: "skipped"}.get(v.verdict)
+        tag = {judge.REGRESSION: "failure", judge.INCONCLUSIVE: "skipped",
+               judge.UNSTABLE: "skipped"}.get(v.verdict)
         if tag:
             ET.SubElement(case, tag, message=f"{v.verdict} ({v.cause})").text = v.message
         ET.SubElement(case, "system-out").text = f"{v.verdict} ({v.cause}): {v.message}"

@@ -9,14 +9,25 @@ wall step moved 35%); the host speed probe before and after the steps
 per CPU second, the cores' own speed); and the program (``harness.regress.changes.program``).
 
 A change is the log ratio of two medians. Its noise is each median's standard error (1.2533 x
-the robust sigma of the log steps over root n) and the run-to-run term ``Rule.noise`` of each
-run; it is **worse** when beyond its ``--fail-on`` threshold (default step=10%) and one-sided
-significant at ``alpha`` (0.01). The verdicts (``VERDICTS``), in the order they are decided:
+the robust sigma of the log steps over root n) and a run-to-run term: the point's own spread
+(``harness.regress.noise``: the SD of the log median between runs of the same code, from the
+history under ``--root`` and each side's repeats; then the error is sqrt(2) s, never under the
+medians' own) where at least 3 runs give one, else the constant ``Rule.noise`` of each run; the
+verdict says which (``Verdict.noise``). A change is **worse** when beyond its ``--fail-on``
+threshold (default step=10%) and one-sided significant at ``alpha`` (0.01). The figure that
+decides (``Verdict.decided``): the CPU time per step on CPU (where both runs have it), else the
+wall step; two layouts of one model (two programs side by side), the traced step, the step their
+headline breaks down, so that the headline and the verdict never disagree. More CPU time per
+step never decides when the wall step got faster (threads spinning while they wait burn CPU
+time without lengthening the step). The verdicts (``VERDICTS``), in the order they are decided:
 
-1. nothing worse: ``improvement`` when the CPU time per step (without it, the wall step on a
-   steady host) is as much better, else ``ok``; a changed program that is not slower is ok;
-2. the program does more work per device (FLOPs, bytes, a new kind of collective):
-   ``regression``, cause ``program``;
+1. nothing worse: ``improvement`` when the deciding figure (the wall step only on a steady
+   host) is as much better, else ``ok``; a changed program that is not slower is ok; either,
+   where the point's own spread alone hides a change of the threshold (z(alpha) sqrt(2) s
+   beyond it), is ``unstable`` (cause ``spread``): listed apart, exit 0;
+2. the program does more work per device (FLOPs, bytes, a new kind of collective) and its
+   step is worse: ``regression``, cause ``program`` (more work alone is no regression: a
+   recomputation that saves memory may cost nothing);
 3. the CPU time per step is worse: ``regression`` (cause ``program`` when the program changed,
    else ``same program``), unless the probe's cores ran as much slower: ``inconclusive``
    (cause ``host``);
@@ -46,15 +57,16 @@ from harness import schema
 from harness.analysis.gaps import workload_efficiency
 from harness.chip import drift
 from harness.errors import HarnessError
-from harness.regress import changes, side_by_side
+from harness.regress import changes, figures, noise, side_by_side
 from harness.regress.pairs import key
 from harness.runs.run import Run
-from harness.units import fmt_seconds
 
 REGRESSION, INCONCLUSIVE, IMPROVEMENT, OK = "regression", "inconclusive", "improvement", "ok"
-VERDICTS = (REGRESSION, INCONCLUSIVE, IMPROVEMENT, OK)  # worst first: the overall verdict
+UNSTABLE = "unstable"  # the point's own spread hides a change of the threshold: listed apart
+VERDICTS = (REGRESSION, INCONCLUSIVE, UNSTABLE, IMPROVEMENT, OK)  # worst first: the overall
 PROGRAM, SAME_PROGRAM, HOST, NOISE = "program", "same program", "host", "noise"  # causes
-MEDIAN_SE, MAD_TO_SIGMA = 1.2533, 1.4826  # a median's s.e. in sigmas x root n; sigma per MAD
+SPREAD = "spread"  # the cause of an unstable verdict
+WALL, CPU, TRACED = figures.WALL, figures.CPU, figures.TRACED  # the figure that decides
 METRICS = {"step": "the step slower by more than this",  # --fail-on METRIC=PCT
            "efficiency": "the roofline efficiency lower by more than this"}
 
@@ -100,6 +112,8 @@ class Verdict:
     ops: pd.DataFrame      # schema.OP_CHANGES
     met: list[str] = field(default_factory=list)  # what ran where, where the runs differ
     layouts: side_by_side.Layouts | None = None  # two different programs side by side
+    decided: str = WALL  # the figure that decided (WALL, CPU or TRACED)
+    noise: dict = field(default_factory=dict)  # the noise term: source, figure, s, runs
 
     def to_dict(self, top: int = 0) -> dict:
         def rows(df):
@@ -111,36 +125,11 @@ class Verdict:
                 "cause": self.cause, "message": self.message, schema.CHANGE: self.change,
                 schema.P_VALUE: self.p_value, "host_change": self.host_change,
                 schema.EFFICIENCY: [e if math.isfinite(e) else None for e in self.efficiency],
-                "program": self.program, "differs": self.met, "figures": rows(self.figures),
+                "program": self.program, "differs": self.met, "decided_by": self.decided,
+                "noise": {k: v for k, v in self.noise.items() if k != "said"},
+                "figures": rows(self.figures),
                 "ops": rows(self.ops if top <= 0 else self.ops.head(top)),
                 **({"layouts": self.layouts.to_dict()} if self.layouts else {})}
-
-
-def samples(run: Run, name: str, wall: bool = True) -> np.ndarray:
-    """The run's positive per-step times under meta ``name``; without wall times (a trace
-    captured elsewhere), or ``wall`` False, the per-step sums of its ops' measured times."""
-    times = np.asarray([t for t in run.meta.get(name) or () if t and t > 0], float)
-    if (len(times) and wall) or name != schema.STEP_TIMES_S or run.steps is None \
-            or run.steps.empty:
-        return times
-    return run.steps.groupby(schema.STEP)[schema.MEASURED_S].sum().to_numpy(float)
-
-
-def _walls(run: Run) -> bool:
-    return any(t and t > 0 for t in run.meta.get(schema.STEP_TIMES_S) or ())
-
-
-def change(a: np.ndarray, b: np.ndarray, noise: float) -> tuple[float, float]:
-    """(log ratio of the medians of ``b`` over ``a``, its standard error); NaN without both."""
-    if len(a) == 0 or len(b) == 0:
-        return math.nan, math.nan
-
-    def se(x):  # the median's, from the robust sigma (MAD) of the log steps
-        d = np.log(x) - np.median(np.log(x))
-        return MEDIAN_SE * MAD_TO_SIGMA * float(np.median(np.abs(d))) / math.sqrt(len(x))
-
-    return (math.log(float(np.median(b)) / float(np.median(a))),
-            math.sqrt(se(a) ** 2 + se(b) ** 2 + 2 * noise ** 2))
 
 
 def worse(r: float, se: float, threshold: float, alpha: float) -> bool:
@@ -163,40 +152,48 @@ def host(run: Run) -> dict:
     return out
 
 
-def _log_ratio(x: float, y: float) -> float:
-    return math.log(x / y) if x > 0 and y > 0 else math.nan
-
-
-def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False) -> Verdict:
-    """The verdict of candidate ``b`` against baseline ``a`` (the module docstring).
-    ``layouts_first``: two runs named as two layouts of one model: when their programs differ,
-    the message opens with the slower one (else the cause opens it, the layouts' line after)."""
-    fail_on, alpha = dict(rule.fail_on), rule.alpha
-    wall = _walls(a) and _walls(b)  # else both sides' op sums: one measure for both
-    wa, wb = (samples(x, schema.STEP_TIMES_S, wall) for x in (a, b))
-    r, se = change(wa, wb, rule.noise)
-    k, se_k = change(*(samples(x, schema.STEP_CPU_TIMES_S) for x in (a, b)), rule.noise)
+def _probe(a: Run, b: Run, rule: Rule) -> tuple[float, float, bool, bool, str]:
+    """(h, cores: the log of the baseline's probe speed and cores' speed over the candidate's,
+    > 0 where the candidate's ran slower; probed; steady: the probe moved less than
+    ``rule.host``; the line that says it)."""
     ha, hb = host(a), host(b)
-    h, cores = _log_ratio(ha["speed"], hb["speed"]), _log_ratio(ha["cores"], hb["cores"])
-    probed = math.isfinite(h)  # h, cores > 0: the candidate's host, its cores, ran slower
+    h, cores = (figures.log_ratio(ha[x], hb[x]) for x in ("speed", "cores"))
+    probed = math.isfinite(h)
     steady = probed and max(abs(h), abs(ha["moved"]), abs(hb["moved"])) <= math.log1p(rule.host)
-    eff = workload_efficiency(a.ops), workload_efficiency(b.ops)
-    x = {"step": r, "efficiency": _log_ratio(*eff)}
-    crossed = {m: t for m, t in fail_on.items() if worse(x[m], se, t, alpha)}
-    t = min(fail_on.values())
-    busier = worse(k, se_k, t, alpha)  # more CPU time per step
-    if "step" in fail_on and worse(k, se_k, fail_on["step"], alpha):
-        crossed.setdefault("step", fail_on["step"])
-    prog, figs, side = changes.program(a, b), changes.figures(a, b), side_by_side.compare(a, b)
-    ops = side.ops[list(schema.OP_CHANGES)] if side else changes.ops(a, b)
-    p = float(norm.sf(r / se)) if se > 0 else float(r <= 0)
-    stats = (f"wall step {fmt_seconds(float(np.median(wa)))} -> "
-             f"{fmt_seconds(float(np.median(wb)))} ({math.expm1(r):+.0%}, p={p:.2g})"
-             + (f", CPU time per step {math.expm1(k):+.0%}" if math.isfinite(k) else "")
-             if math.isfinite(r) else "no step times to compare")
     seen = (f"host speed {math.expm1(-h):+.0%} (probe; {math.expm1(-hb['moved']):+.0%} "
             "during the candidate)" if probed else "no host speed probe")
+    return h, cores, probed, steady, seen
+
+
+def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False,
+            spread: noise.Spread | None = None) -> Verdict:
+    """The verdict of candidate ``b`` against baseline ``a`` (the module docstring), with the
+    point's own ``spread`` where known. ``layouts_first``: two runs named as two layouts of one
+    model: when their programs differ, the message opens with the slower one (else the cause
+    opens it, the layouts' line after)."""
+    fail_on, alpha, t = dict(rule.fail_on), rule.alpha, min(rule.fail_on, key=lambda x: x[1])[1]
+    side = side_by_side.compare(a, b)
+    traced = side is not None and all(math.isfinite(side_by_side.step_of(x, schema.STEP_S))
+                                      for x in (a, b))
+    f = figures.measure(a, b, rule.noise, spread, traced)
+    r, se, k, se_k = f.r, f.se, f.k, f.se_k
+    h, cores, probed, steady, seen = _probe(a, b, rule)
+    eff = workload_efficiency(a.ops), workload_efficiency(b.ops)
+    x = {"step": r, "efficiency": figures.log_ratio(*eff)}
+    crossed = {m: v for m, v in fail_on.items() if worse(x[m], se, v, alpha)}
+    # more CPU time per step, which never decides when the wall step got faster (threads that
+    # spin while they wait burn CPU time without lengthening the step)
+    spun = worse(k, se_k, t, alpha) and math.isfinite(r) and r < 0
+    busier = worse(k, se_k, t, alpha) and not spun
+    if "step" in fail_on and busier and worse(k, se_k, fail_on["step"], alpha):
+        crossed.setdefault("step", fail_on["step"])
+    prog, figs = changes.program(a, b), changes.figures(a, b)
+    ops = side.ops[list(schema.OP_CHANGES)] if side else changes.ops(a, b)
+    p = float(norm.sf(r / se)) if se > 0 else float(r <= 0)
+    stats = figures.stats(f, p, spun)
     changed = f"the program changed ({prog['what']}); " if prog["changed"] else ""
+    shaky = figures.unstable(f.noise["s"] if f.noise["source"] == noise.OWN else math.nan,
+                             fail_on.get("step", t), alpha)
 
     def verdict(v: str, cause: str, message: str) -> Verdict:
         if side and layouts_first:
@@ -204,13 +201,20 @@ def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False) ->
         elif side:
             message = f"{message}. {side.headline}"
         return Verdict(key(b), a, b, v, cause, message, math.expm1(r), p, math.expm1(-h),
-                       eff, prog, figs, ops, changes.met(a, b), side)
+                       eff, prog, figs, ops, changes.met(a, b), side, f.decided, f.noise)
 
     if not math.isfinite(r):
         return verdict(INCONCLUSIVE, NOISE, stats)
     if not crossed:
-        faster = (worse(-k, se_k, t, alpha) if math.isfinite(k)
-                  else worse(-r, se, t, alpha) and (steady or not probed))
+        faster = (worse(-k, se_k, t, alpha) if f.decided == CPU
+                  else worse(-r, se, t, alpha) and (steady or not probed or traced))
+        if shaky:
+            why = figures.shaky(f, fail_on.get("step", t))
+            return verdict(UNSTABLE, SPREAD, f"{changed}{why}: {stats}; {seen}")
+        if spun and not steady:  # a load that went away, or threads spinning: cannot tell
+            return verdict(INCONCLUSIVE, HOST, f"{changed}{stats}: the CPU time per step grew "
+                                               "while the wall step got faster, on a host that "
+                                               f"moved ({seen}): rerun on a steady host to tell")
         return verdict(IMPROVEMENT if faster else OK, PROGRAM if changed else NOISE,
                        f"{changed}{'faster' if faster else 'not slower beyond noise'}: "
                        f"{stats}; {seen}")
@@ -225,15 +229,16 @@ def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False) ->
                                            f"({math.expm1(-cores):+.0%}: the probe's FLOPs per "
                                            "CPU second): rerun on a steady host to tell")
     cpu_run = str(b.meta.get(schema.DEVICE_KIND, "")).lower() == "cpu"
-    if not busier and (math.isfinite(k) or (cpu_run and not steady)):
+    if not traced and not busier and (f.decided == CPU or (cpu_run and not steady)):
         return verdict(INCONCLUSIVE, HOST, f"{stats}: " + (
             "the same CPU work per step: other processes took more of the host, or the program "
             "waits longer (idle, exposed communication), which the wall step alone cannot tell"
-            if math.isfinite(k) else "the host moved, as much as the step can tell")
+            if f.decided == CPU else "the host moved, as much as the step can tell")
             + f" ({seen})")
     lost = ", ".join(f"{'slower' if m == 'step' else 'less efficient'} by "
                      f"{math.expm1(max(x[m], k) if m == 'step' and busier else x[m]):.0%}"
-                     for m in crossed) + (" (more CPU time per step)" if busier else "")
+                     for m in crossed) + (" (more CPU time per step)" if busier else
+                                          f" (the {TRACED})" if traced else "")
     return verdict(REGRESSION, PROGRAM if changed else SAME_PROGRAM,
                    f"{changed or 'same program, '}{lost}: {stats}; {seen}{there}")
 

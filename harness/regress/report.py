@@ -9,7 +9,7 @@ import math
 import pandas as pd
 
 from harness import schema
-from harness.regress import changes, pairs, side_by_side
+from harness.regress import changes, judge, pairs, side_by_side
 from harness.regress.comparison import Comparison, headline
 from harness.report import tables
 from harness.units import fmt_seconds
@@ -103,6 +103,14 @@ def _unpaired(only_b, only_c) -> list[str]:
             for side, runs in (("baseline", only_b), ("candidate", only_c)) if runs]
 
 
+def _unstable(verdicts) -> list[str]:
+    """The unstable points, listed apart with their own spread (``harness.regress.noise``)."""
+    shaky = [v for v in verdicts if v.verdict == judge.UNSTABLE]
+    return ["unstable (too noisy to judge at the threshold; not a regression, not ok): "
+            + ", ".join(f"{v.name} (s={v.noise['s']:.3g}, {v.noise['figure']}, "
+                        f"{v.noise['runs']} runs)" for v in shaky)] if shaky else []
+
+
 def render(c: Comparison, fmt: str, top: int) -> str:
     """The text report (a terminal), or markdown (a CI comment): the headline last or first."""
     md, verdicts, names = fmt == "md", c.verdicts, c.names
@@ -123,4 +131,5 @@ def render(c: Comparison, fmt: str, top: int) -> str:
         out += [("\n" if md else "") + (tables.to_markdown if md else tables.to_text)(t).rstrip()
                 for t in shown if len(t)]
     return "\n".join(out + [""] + _unpaired(c.only_baseline, c.only_candidate)
+                     + _unstable(verdicts)
                      + ([] if md else [headline(verdicts)])) + "\n"

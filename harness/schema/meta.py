@@ -38,6 +38,10 @@ MESHES = "meshes"                  # every mesh a profiled script built (harness
 #                                    [{"axes": {name: size}, "devices": [device ids, mesh order]}]
 SEGMENTS = "segments"              # a profiled script's trace segments, each one's recording
 #                                    window as its trace says: [[start, stop]] in unix seconds
+REPEAT = "repeat"                  # which of a sweep point's repeated runs this is, 0-based
+#                                    (harness sweep --repeat N: replicates of one side, each in
+#                                    a fresh process; their spread is the point's own noise,
+#                                    harness.regress.noise)
 SCRIPT = "script"                  # a profiled script: {"path", "args", "outcome"}
 # WORKLOAD, PRESET, MESH, CHIP (harness.schema.summary), PROGRAM and PROGRAM_ID
 # (harness.schema.ops) are meta keys too (PROGRAM and PROGRAM_ID: the step program, the

@@ -34,6 +34,7 @@ from harness.errors import HarnessError
 from harness.report.plots import drawing_time
 from harness.runs import store
 from harness.runs.workload import run_workload
+from harness.sweep import repeat as repeat_runs
 from harness.sweep import report as sweep_report
 from harness.sweep.grid import Point, SweepGrid
 
@@ -198,22 +199,27 @@ def run_point(point: Point, out: Path, point_plots: bool = True):
 def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *,
               on_event: Callable[[Event], None] | None = None, close: bool = True,
               point_plots: bool = True, runner: Callable | None = None,
-              on_todo: Callable[[list[int]], None] | None = None) -> SweepResult:
+              on_todo: Callable[[list[int]], None] | None = None,
+              repeat: int = 1) -> SweepResult:
     """Run (or resume) ``grid`` in ``sweep_dir``; returns the records and, with ``close``, the
     summary table and report path. Point failures are recorded, not raised. Each point's page
     gets its plots (``point_plots``; their drawing time is each record's ``plot_seconds``, out
     of its ``seconds``); the sweep's own plots are drawn once, at the close.
     ``runner(point, out, point_plots) -> Run`` runs one point (default ``run_point``: on this
     host; a multi-process sweep runs it across the job); ``on_todo`` gets the indices of the
-    points about to run, before the first runs (a multi-process sweep tells the others)."""
+    points about to run, before the first runs (a multi-process sweep tells the others).
+    ``repeat`` > 1: each point run that many times, each in a fresh process, interleaved
+    (``harness.sweep.repeat``); a point is done with that many runs."""
     sweep_dir = Path(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     clean_stale(sweep_dir)
     manifest = Manifest(sweep_dir, grid)
     manifest.save()
     emit = on_event or (lambda e: None)
-    runner = runner or run_point
-    total, todo = len(grid.points), []
+    if repeat > 1 and runner is not None:
+        raise HarnessError("--repeat runs each point in a fresh process on this host; it does "
+                           "not run across a multi-process job")
+    total, todo = len(grid.points), {}
     for i, (point, rec) in enumerate(zip(grid.points, manifest.records)):
         runs = _complete_runs(point_dir(sweep_dir, point))
         if runs:  # done, or finished but killed before the manifest said so
@@ -221,38 +227,47 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *,
                 rec.update(status=DONE, error=None, run=str(runs[-1].relative_to(sweep_dir)),
                            finished=rec.get("finished") or _now())
                 manifest.save()
-            if len(runs) > 1:
+            if len(runs) > repeat:
                 log.warning("point %s has %d stored runs; using the newest", point.key, len(runs))
-            emit(Event("skip", i, total, point, rec))
-            continue
-        if rec["status"] == DONE:
+            if len(runs) >= repeat:
+                emit(Event("skip", i, total, point, rec))
+                continue
+        elif rec["status"] == DONE:
             log.warning("point %s: its run is gone; running it again", point.label)
-        todo.append(i)
+        todo[i] = list(range(len(runs), repeat))
     if on_todo is not None:
-        on_todo(todo)
-    for i in todo:
-        point, rec = grid.points[i], manifest.records[i]
-        rec.update(status=PENDING, run=None, error=None)
-        emit(Event("start", i, total, point, rec))
-        t0 = time.perf_counter()
-        try:
-            with drawing_time() as drawing:
-                run = runner(point, point_dir(sweep_dir, point), point_plots)
-        except Exception as e:  # any point failure is recorded and the sweep goes on
-            log.debug("point %s failed", point.label, exc_info=True)
-            rec.update(status=OOM if isinstance(e, OutOfMemory) else FAILED, error=one_line(e))
-        else:
-            rec.update(status=DONE, run=str(Path(run.path).relative_to(sweep_dir)))
-        rec.update(seconds=round(time.perf_counter() - t0, 3),
-                   plot_seconds=round(drawing.seconds, 3), finished=_now())
-        manifest.save()
-        emit(Event(rec["status"], i, total, point, rec))
-        _release()
+        on_todo(sorted(todo))
+    for i, index in (repeat_runs.order(todo) if repeat > 1 else [(i, 0) for i in todo]):
+        _one(grid.points[i], manifest.records[i], i, total, sweep_dir, manifest, emit,
+             lambda p, out, plots, k=index: (repeat_runs.fresh(p, out, plots, k) if repeat > 1
+                                             else (runner or run_point)(p, out, plots)),
+             point_plots)
     result = SweepResult(path=sweep_dir, records=manifest.records, ran=len(todo))
     if close:
         result.summary, result.report = sweep_report.write(sweep_dir, manifest.data,
                                                            manifest.records)
     return result
+
+
+def _one(point: Point, rec: dict, i: int, total: int, sweep_dir: Path, manifest: Manifest,
+         emit: Callable, runner: Callable, point_plots: bool) -> None:
+    """Run one point (or one repeat of it) and record it in the manifest."""
+    rec.update(status=PENDING, run=None, error=None)
+    emit(Event("start", i, total, point, rec))
+    t0 = time.perf_counter()
+    try:
+        with drawing_time() as drawing:
+            run = runner(point, point_dir(sweep_dir, point), point_plots)
+    except Exception as e:  # any point failure is recorded and the sweep goes on
+        log.debug("point %s failed", point.label, exc_info=True)
+        rec.update(status=OOM if isinstance(e, OutOfMemory) else FAILED, error=one_line(e))
+    else:
+        rec.update(status=DONE, run=str(Path(run.path).relative_to(sweep_dir)))
+    rec.update(seconds=round(time.perf_counter() - t0, 3),
+               plot_seconds=round(drawing.seconds, 3), finished=_now())
+    manifest.save()
+    emit(Event(rec["status"], i, total, point, rec))
+    _release()
 
 
 def _release() -> None:

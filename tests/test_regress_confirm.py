@@ -1,0 +1,99 @@
+"""Confirm before failing (harness.regress.confirm): a workload run that looks slower is re-run
+before its verdict; the fresh process itself stood in for with hand-made runs."""
+import math
+
+import pytest
+from test_runs_regress import make
+
+from harness import schema
+from harness.regress import confirm, judge
+from harness.sweep import repeat as repeat_runs
+
+SHA = "1a2b3c4d5e6f"
+
+
+def workload(step_ms=10.0, **kw):
+    """``make`` as a sweep point's run of commit SHA: a workload, no pytest test."""
+    run = make(step_ms, **kw)
+    del run.meta[schema.TEST]
+    run.meta.update({schema.WORKLOAD: "matmul", schema.PRESET: "tiny",
+                     schema.OVERRIDES: {"case": "no_comm", "B": 1024},
+                     schema.MESH: {"X": 4, "Y": 2}, schema.STEPS: 3, schema.WARMUP: 1,
+                     schema.GIT_SHA: SHA})
+    return run
+
+
+@pytest.fixture
+def reruns(monkeypatch):
+    """The confirmations: each rerun a run of ``step`` ms (1.0: the baseline's speed)."""
+    asked, speed = [], {"step": 1.0}
+
+    def fresh(point, out, point_plots, index):
+        asked.append((point, index))
+        return workload(10.0 * speed["step"], cpu=speed["step"])
+
+    monkeypatch.setattr(repeat_runs, "fresh", fresh)
+    return asked, speed
+
+
+def test_the_point_is_rebuilt_from_the_runs_meta():
+    p = confirm.point(workload())
+    assert (p.workload, p.preset, p.mesh, p.overrides, p.chip, p.steps, p.warmup) == (
+        "matmul", "tiny", "4x2", {"case": "no_comm", "B": 1024}, None, 3, 1)
+
+
+def test_a_slowdown_the_reruns_do_not_show_is_not_a_regression(reruns, tmp_path):
+    asked, _ = reruns
+    v = judge.compare(workload(), workload(13.0, cpu=1.3))
+    assert v.verdict == judge.REGRESSION  # one run per side, no history: it looks slower
+    c = confirm.confirm(v, 2, tmp_path, judge.Rule(), [[v.baseline]], installed=SHA)
+    assert [i for _, i in asked] == [0, 1] and asked[0][0].mesh == "4x2"
+    # the candidate's code ran at 13, 10 and 10 ms: its own spread, the SD of (log 1.3, 0, 0),
+    # is log(1.3) / sqrt(3) = 0.151, wider than 2.9% (z sqrt(2) s > log 1.1): unstable
+    assert (c.verdict, c.noise["s"]) == (judge.UNSTABLE, pytest.approx(math.log(1.3) / 3 ** 0.5))
+    assert c.message.startswith("not confirmed: 0 of 2 reruns in fresh processes a regression")
+
+
+def test_a_real_13x_slowdown_is_confirmed(reruns, tmp_path):
+    _, speed = reruns
+    speed["step"] = 1.3  # the same program doing 1.3x the work: every rerun as slow
+    v = judge.compare(workload(), workload(13.0, cpu=1.3))
+    c = confirm.confirm(v, 2, tmp_path, judge.Rule(), [[v.baseline]], installed=SHA)
+    assert (c.verdict, c.cause) == (judge.REGRESSION, judge.SAME_PROGRAM)
+    assert c.message.startswith("confirmed by 2 of 2 reruns in fresh processes: same program, "
+                                "slower by 30%")
+    # the candidate's three runs give the point its spread (all alike here: s = 0)
+    assert c.noise["source"] == "own" and c.noise["runs"] == 3
+
+
+def test_runs_that_cannot_be_rerun_here_say_so(reruns, tmp_path):
+    asked, _ = reruns
+    v = judge.compare(workload(), workload(13.0, cpu=1.3))
+    other = confirm.confirm(v, 2, tmp_path, judge.Rule(), [], installed="ffff00001111")
+    assert other.verdict == judge.REGRESSION and other.message.endswith(
+        f"not confirmed: the run's commit ({SHA}) is not the one installed here (ffff00001111)")
+    test = judge.compare(make(), make(13.0, cpu=1.3))
+    assert confirm.confirm(test, 2, tmp_path, judge.Rule(), [], SHA).message.endswith(
+        confirm.A_TEST)
+    trace = workload(13.0, cpu=1.3)
+    trace.meta[schema.TRACE_FILE] = "x.xplane.pb"
+    v = judge.compare(workload(), trace)
+    assert confirm.confirm(v, 2, tmp_path, judge.Rule(), [], SHA).message.endswith(
+        confirm.NOT_RERUNNABLE)
+    assert asked == []
+
+
+def test_compare_confirm_reruns_the_regressions_it_finds(reruns, tmp_path, monkeypatch, capsys):
+    import json
+
+    from harness.cli import main
+
+    asked, _ = reruns
+    monkeypatch.setattr(confirm, "git_state", lambda: {schema.GIT_SHA: SHA})
+    workload().save(tmp_path / "base" / "r0")
+    workload(13.0, cpu=1.3).save(tmp_path / "cand" / "r0")
+    code = main(["compare", str(tmp_path / "base"), str(tmp_path / "cand"), "--root",
+                 str(tmp_path / "root"), "--confirm", "2", "--format", "json"])
+    pair = json.loads(capsys.readouterr().out)["pairs"][0]
+    assert len(asked) == 2 and (code, pair[schema.VERDICT]) == (0, judge.UNSTABLE)
+    assert pair["message"].startswith("not confirmed: 0 of 2 reruns")
