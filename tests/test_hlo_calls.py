@@ -152,3 +152,15 @@ def test_pallas_kernel_without_an_estimate_says_why():
     why = calls.why_unmodeled(call)
     assert "without a cost_estimate" in why and "matmul_kernel" in why  # from its op_name
     assert "flops" not in fixture["cost_analysis"]  # XLA cannot tell its FLOPs either
+
+
+def test_a_convolution_whose_shapes_do_not_fit_its_labels_says_so():
+    # dx of rank 3 where dim_labels bf01 give the input rank 4: unpriced, with the reason
+    dx = "conv-bwd-input.1 = (bf16[8,16,32,32]{3,2,1,0}"
+    text = (HERE / "hlo" / "gpu_calls.txt").read_text()
+    assert dx in text
+    text = text.replace(dx, "conv-bwd-input.1 = (bf16[16,32,32]{2,1,0}")
+    module = hlo.parse_module(text)
+    assert not _cost(module, "conv-bwd-input.1").modeled
+    why = calls.why_unmodeled(module.instruction("conv-bwd-input.1"))
+    assert "dim_labels" in why and "do not fit the input" in why

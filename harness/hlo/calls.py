@@ -99,8 +99,9 @@ def _dnn_conv(instr: Instruction) -> OpDesc | str:
     if labels is None or len(operands) < 2 or not results:
         return f"custom call {target(instr)}: no dim_labels or operand shapes"
     lhs, rhs, out = forward(operands, results)
-    if len(labels[1]) != len(rhs.dims):
-        return f"custom call {target(instr)}: dim_labels {labels} do not fit the kernel {rhs}"
+    for label, shape, what in zip(labels, (lhs, rhs, out), ("input", "kernel", "output")):
+        if len(label) != len(shape.dims):
+            return f"custom call {target(instr)}: dim_labels {labels} do not fit the {what} {shape}"
     return conv.describe(opcode, results, operands, labels, instr.attrs.get("window") or {},
                          lhs, rhs, out)
 
