@@ -122,3 +122,24 @@ def test_more_work_alone_is_no_regression_more_work_and_slower_is_one():
     assert (v.verdict, v.cause) == (judge.OK, judge.PROGRAM) and v.program["more_work"]
     v = judge.compare(make(), make(20.0, cpu=2.0, work=2.0, fingerprint="f2"))
     assert (v.verdict, v.cause) == (judge.REGRESSION, judge.PROGRAM)
+
+
+def test_the_history_is_the_earlier_runs_the_candidate_left_out(tmp_path, capsys):
+    """Nights under --root, each a directory of two tests' runs: three earlier nights of the same
+    code (test_mlp's log SD 0.12), the candidate's night, and a night after it. test_mlp's spread
+    is the three earlier runs' alone: the candidate never widens its own noise, and a later run
+    is no history of it."""
+    root, other = tmp_path / "root", "test_model.py::test_other"
+    nights = [*baselines(0.12), make(13.0, cpu=1.3), make(30.0, cpu=3.0)]
+    for i, run in enumerate(nights):
+        day = f"2026-11-2{i}T00:00:00"
+        run.meta[schema.TIME] = day
+        run.save(root / f"night{i}" / "mlp")
+        steady = make(10.0, test=other)
+        steady.meta[schema.TIME] = day
+        steady.save(root / f"night{i}" / "other")
+    main(["compare", str(root / "night2"), str(root / "night3"), "--root", str(root),
+          "--format", "json"])
+    pairs = {p["name"]: p for p in json.loads(capsys.readouterr().out)["pairs"]}
+    mlp = next(p for name, p in pairs.items() if "test_mlp" in name)
+    assert mlp["noise"]["runs"] == 3 and mlp["noise"]["s"] == pytest.approx(0.12)

@@ -67,8 +67,12 @@ def compare_sides(candidate: str, baseline: str | None, root: Path, rule: judge.
                            f"workload in {name}")
     # two runs named: two layouts of one model (pairs.pair pairs them whatever they ran)
     named = baseline is not None and len(base) == 1 and len(cand) == 1
-    past = [] if named else history(root, cand)
-    own = {} if named else noise.spreads([base, cand, past])
+    # the history under root and the baseline measure a point's noise; the candidate, which may
+    # be slower, never widens its own (its runs are left out of the history)
+    mine = {str(r.path.resolve()) for r in cand if r.path is not None}
+    past = [] if named else [r for r in history(root, cand)
+                             if r.path is None or str(r.path.resolve()) not in mine]
+    own = {} if named else noise.spreads([past, base, cand])
     verdicts = [judge.compare(a, b, rule, layouts_first=named, spread=own.get(pairs.key(b)))
                 for a, b in paired]
     if confirm > 0:
@@ -82,11 +86,14 @@ def compare_sides(candidate: str, baseline: str | None, root: Path, rule: judge.
 
 def history(root: Path, candidate: list) -> list:
     """The earlier runs under ``root`` of the candidate's keys (none without ``root``): the
-    history each point's own noise is measured from (``harness.regress.noise``)."""
+    history each point's own noise is measured from (``harness.regress.noise``); runs made
+    after the newest candidate run are not its history."""
     if not Path(root).is_dir():
         return []
     keys = {pairs.key(r) for r in candidate}
-    return [r for r in (Run.load(d) for d in store.run_dirs(root)) if pairs.key(r) in keys]
+    newest = max((str(r.meta.get(schema.TIME, "")) for r in candidate), default="")
+    return [r for r in (Run.load(d) for d in store.run_dirs(root)) if pairs.key(r) in keys
+            and not (newest and str(r.meta.get(schema.TIME, "")) > newest)]
 
 
 def headline(verdicts: list) -> str:
