@@ -11,6 +11,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 CAPTURE_FILE = "capture.json"  # beside a trace harness made: {"meta": ..., "cost_analysis": ...}
+HLO_FILE = "module.hlo.txt"    # beside it too: the traced program's optimized HLO
 
 # ProfileOptions fields (jax.profiler, jax 0.4.3x on) that make a trace cheap; a jax without a
 # field, or without ProfileOptions, traces with its defaults. Host tracer level 1 still records

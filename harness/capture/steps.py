@@ -30,6 +30,7 @@ from harness.capture import arguments, environment, memory
 from harness.capture.driver import Steps, recompiled_note, settle, time_user_compile
 from harness.capture.profiler import (  # noqa: F401 (re-exported: where callers found them)
     CAPTURE_FILE,
+    HLO_FILE,
     LEAN_PROFILE,
     lean_profile_options,
     start_lean_trace,
@@ -43,7 +44,6 @@ from harness.hlo.cost import cost_dict
 
 log = logging.getLogger(__name__)
 
-HLO_FILE = "module.hlo.txt"
 STEP_NAME = "step"
 # Measured steps by default: 10 vs 10 steps let a U test reach p = 1.1e-5, enough to flag one op
 # among a few hundred tested at once (5 vs 5 give at best 0.008; harness.regress.judge).

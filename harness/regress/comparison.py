@@ -20,7 +20,6 @@ from harness import schema
 from harness.errors import HarnessError
 from harness.regress import judge, noise, pairs
 from harness.runs import store
-from harness.runs.run import Run
 
 CONFIRMATIONS = "confirmations"  # under the root: the reruns that confirmed a regression
 
@@ -56,22 +55,20 @@ def compare_sides(candidate: str, baseline: str | None, root: Path, rule: judge.
     ``confirm``, each regression confirmed by that many reruns stored under
     ``root/confirmations`` (``harness.regress.confirm``)."""
     cand = load_side(candidate, root)
+    base = load_side(baseline, root) if baseline is not None else []
+    # two runs named: two layouts of one model (pairs.pair pairs them whatever they ran)
+    named = baseline is not None and len(base) == 1 and len(cand) == 1
+    under = [] if named else pairs.runs_under(root, [*cand, *base])  # each run read once
     if baseline is not None:
-        base, name = load_side(baseline, root), baseline
+        name = baseline
     else:
         which = which or pairs.LATEST
-        base, name = pairs.choose(root, which, cand), f"{which} under {root}"
+        base, name = pairs.choose(under, which, cand, root), f"{which} under {root}"
     paired, only_b, only_c = pairs.pair(base, cand)
     if not paired:
         raise HarnessError(f"no run of {candidate} has a baseline run of the same test or "
                            f"workload in {name}")
-    # two runs named: two layouts of one model (pairs.pair pairs them whatever they ran)
-    named = baseline is not None and len(base) == 1 and len(cand) == 1
-    # the history under root and the baseline measure a point's noise; the candidate, which may
-    # be slower, never widens its own (its runs are left out of the history)
-    mine = {str(r.path.resolve()) for r in cand if r.path is not None}
-    past = [] if named else [r for r in history(root, cand)
-                             if r.path is None or str(r.path.resolve()) not in mine]
+    past = history(under, cand)
     own = {} if named else noise.spreads([past, base, cand])
     verdicts = [judge.compare(a, b, rule, layouts_first=named, spread=own.get(pairs.key(b)))
                 for a, b in paired]
@@ -84,15 +81,16 @@ def compare_sides(candidate: str, baseline: str | None, root: Path, rule: judge.
     return Comparison(rule, verdicts, only_b, only_c, (name, candidate))
 
 
-def history(root: Path, candidate: list) -> list:
-    """The earlier runs under ``root`` of the candidate's keys (none without ``root``): the
-    history each point's own noise is measured from (``harness.regress.noise``); runs made
-    after the newest candidate run are not its history."""
-    if not Path(root).is_dir():
-        return []
+def history(runs: list, candidate: list) -> list:
+    """The earlier runs of the candidate's keys among ``runs`` (those under ``--root``): the
+    history each point's own noise is measured from (``harness.regress.noise``). The
+    candidate, which may be slower, never widens its own noise: its runs, and runs made after
+    its newest, are not its history; the baseline's are."""
     keys = {pairs.key(r) for r in candidate}
+    mine = {r.path.resolve() for r in candidate if r.path is not None}
     newest = max((str(r.meta.get(schema.TIME, "")) for r in candidate), default="")
-    return [r for r in (Run.load(d) for d in store.run_dirs(root)) if pairs.key(r) in keys
+    return [r for r in runs if pairs.key(r) in keys
+            and (r.path is None or r.path.resolve() not in mine)
             and not (newest and str(r.meta.get(schema.TIME, "")) > newest)]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from harness import schema
@@ -103,10 +104,19 @@ def pair(baseline: list[Run], candidate: list[Run]
             [b[k] for k in b if k not in c], [c[k] for k in c if k not in b])
 
 
-def choose(root: str | Path, selector: str, candidate: list[Run]) -> list[Run]:
-    """Baseline runs under ``root`` for ``candidate``'s keys by ``selector``: ``latest``, a
-    commit (a hex prefix of the runs' git_sha) or a date (YYYY-MM-DD: the newest run of that day
-    or before); the candidate's own runs left out."""
+def runs_under(root: str | Path, loaded: Iterable[Run] = ()) -> list[Run]:
+    """Every run under ``root`` (none where it is no directory), oldest first; those ``loaded``
+    already (by path) are not read again."""
+    if not Path(root).is_dir():
+        return []
+    have = {r.path.resolve(): r for r in loaded if r.path is not None}
+    return [have.get(d.resolve()) or Run.load(d) for d in store.run_dirs(root)]
+
+
+def choose(runs: list[Run], selector: str, candidate: list[Run], root: str | Path) -> list[Run]:
+    """Baseline runs among ``runs`` (those under ``root``, ``runs_under``) for ``candidate``'s
+    keys by ``selector``: ``latest``, a commit (a hex prefix of the runs' git_sha) or a date
+    (YYYY-MM-DD: the newest run of that day or before); the candidate's own runs left out."""
     if selector == LATEST:
         def wanted(run: Run) -> bool:
             return True
@@ -121,8 +131,8 @@ def choose(root: str | Path, selector: str, candidate: list[Run]) -> list[Run]:
                            f"(YYYY-MM-DD), got {selector!r}")
     own = {r.path.resolve() for r in candidate}
     keys = {key(r) for r in candidate}
-    runs = [Run.load(d) for d in store.run_dirs(root) if d.resolve() not in own]
-    found = [r for r in runs if key(r) in keys and wanted(r)]
+    found = [r for r in runs if r.path is not None and r.path.resolve() not in own
+             and key(r) in keys and wanted(r)]
     if not found:
         raise HarnessError(f"--baseline {selector}: no run under {root}/ of "
                            f"{', '.join(sorted(keys))}")

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.capture.steps import CAPTURE_FILE, HLO_FILE
+from harness.capture.profiler import CAPTURE_FILE, HLO_FILE
 from harness.trace.device import Device, trace_device
 from harness.trace.hosts import host_traces
 from harness.trace.opener import find_trace_file, read_xspace
