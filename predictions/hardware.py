@@ -42,6 +42,10 @@ class Chip:
     ``op_overhead_s``: CPU only, the measured fixed cost of one op execution (the runtime's
     dispatch, about a microsecond), added to every modeled op's roofline time; the book's
     rooflines leave it out, so it is 0 for every chip the book describes.
+    ``memory_tiers``: ``(capacity_bytes, bytes_per_s)`` pairs, smallest capacity first, of the
+    memories nearer the cores than HBM (a GPU's L2, a CPU's caches): an op whose bytes fit in a
+    tier's capacity is priced at that tier's bandwidth (``predictions.roofline.memory_bandwidth``);
+    empty for the book's chips, which price every byte at HBM bandwidth.
     ``None`` marks a figure the book does not give.
     """
 
@@ -63,6 +67,7 @@ class Chip:
     node_bytes_per_s: float | None = None
     software_bytes_per_s: tuple[tuple[str, float], ...] = ()
     op_overhead_s: float = 0.0
+    memory_tiers: tuple[tuple[float, float], ...] = ()
 
     def flops_per_s(self, dtype: str = "bf16") -> float:
         """Peak FLOP/s (OP/s for integers) at ``dtype``; KeyError lists the dtypes given."""

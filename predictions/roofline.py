@@ -149,6 +149,18 @@ def peak_flops(chip: Chip | str, dtype: str) -> float:
     return c.flops_per_s("bf16")
 
 
+def memory_bandwidth(chip: Chip | str, nbytes: float) -> float:
+    """W for an op moving ``nbytes``: the bandwidth of the smallest memory tier those bytes fit
+    in (``Chip.memory_tiers``: a GPU's L2, a CPU's caches), else W_hbm. roofline.md prices every
+    byte at HBM bandwidth; an op whose whole working set stays in a cache nearer the cores is
+    bounded by that cache instead, and priced at HBM it would run "above its roofline"."""
+    c = hardware.chip_entry(chip)
+    for capacity, bytes_per_s in c.memory_tiers:
+        if nbytes <= capacity:
+            return bytes_per_s
+    return c.hbm_bytes_per_s
+
+
 def op_time(cost: Cost, chip: Chip | str, dtype: str = "bf16") -> OpTime:
     """roofline.md: T_math = FLOPs/C, T_hbm = bytes/W_hbm, T_comm by sharding.md (plus bytes
     over the host link / W_pcie); max of them. Unmodeled when the chip lacks the link's figure."""
@@ -158,7 +170,7 @@ def op_time(cost: Cost, chip: Chip | str, dtype: str = "bf16") -> OpTime:
         return UNMODELED_TIME
     terms = {
         "compute": cost.flops / peak_flops(c, dtype) if cost.flops else 0.0,
-        "memory": cost.hbm_bytes / c.hbm_bytes_per_s,
+        "memory": cost.hbm_bytes / memory_bandwidth(c, cost.hbm_bytes),
         "comm": comm_time(cost, c) + t_host,
     }
     return combine(terms["compute"], terms["memory"], terms["comm"], c.op_overhead_s)

@@ -149,3 +149,19 @@ def test_op_time_dtype_fallback_for_types_without_a_book_peak():
     assert roofline.peak_flops("mi355x", "f32") == pytest.approx(157.3e12, rel=1e-3)
     t = roofline.op_time(Cost(flops=1.97e14), "tpu-v5e", "pred")
     assert t.t_compute_s == pytest.approx(1.0)
+
+
+def test_memory_tiers_price_bytes_that_fit_at_the_tier_bandwidth():
+    """An op whose bytes fit in a tier nearer the cores (a GPU's L2) is priced at that tier's
+    bandwidth; beyond every tier, at HBM's. 1 MB at 10 TB/s is 100 ns; 4 MB at 1 TB/s, 4 us."""
+    import dataclasses
+
+    base = hardware.chip_entry("h100")
+    chip = dataclasses.replace(base, name="tiered", memory_tiers=((2e6, 1e13),),
+                               hbm_bytes_per_s=1e12)
+    assert roofline.memory_bandwidth(chip, 1e6) == 1e13
+    assert roofline.memory_bandwidth(chip, 2e6) == 1e13
+    assert roofline.memory_bandwidth(chip, 4e6) == 1e12
+    assert roofline.op_time(Cost(flops=0.0, hbm_bytes=1e6), chip).t_memory_s == pytest.approx(1e-7)
+    assert roofline.op_time(Cost(flops=0.0, hbm_bytes=4e6), chip).t_memory_s == pytest.approx(4e-6)
+    assert roofline.memory_bandwidth(base, 1.0) == base.hbm_bytes_per_s  # the book's chips: HBM
