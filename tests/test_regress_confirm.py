@@ -48,10 +48,14 @@ def test_a_slowdown_the_reruns_do_not_show_is_not_a_regression(reruns, tmp_path)
     assert v.verdict == judge.REGRESSION  # one run per side, no history: it looks slower
     c = confirm.confirm(v, 2, tmp_path, judge.Rule(), [[v.baseline]], installed=SHA)
     assert [i for _, i in asked] == [0, 1] and asked[0][0].mesh == "4x2"
-    # the candidate's code ran at 13, 10 and 10 ms: its own spread, the SD of (log 1.3, 0, 0),
-    # is log(1.3) / sqrt(3) = 0.151, wider than 2.9% (z sqrt(2) s > log 1.1): unstable
+    # the candidate's code ran at 13, 10 and 10 ms: their mean log change is log(1.3) / 3 (+9%,
+    # under the 10% threshold) and their own spread, the SD of (log 1.3, 0, 0), is
+    # log(1.3) / sqrt(3) = 0.151: z(0.01) s sqrt(1/1 + 1/3) = 0.41 > log 1.1: unstable
     assert (c.verdict, c.noise["s"]) == (judge.UNSTABLE, pytest.approx(math.log(1.3) / 3 ** 0.5))
-    assert c.message.startswith("not confirmed: 0 of 2 reruns in fresh processes a regression")
+    assert c.change == pytest.approx(1.3 ** (1 / 3) - 1)
+    assert c.noise["replicates"] == (1, 3)
+    assert c.message.startswith("not confirmed by 2 rerun(s) in fresh processes, the "
+                                "candidate's 3 runs judged by their mean: unstable")
 
 
 def test_a_real_13x_slowdown_is_confirmed(reruns, tmp_path):
@@ -60,8 +64,8 @@ def test_a_real_13x_slowdown_is_confirmed(reruns, tmp_path):
     v = judge.compare(workload(), workload(13.0, cpu=1.3))
     c = confirm.confirm(v, 2, tmp_path, judge.Rule(), [[v.baseline]], installed=SHA)
     assert (c.verdict, c.cause) == (judge.REGRESSION, judge.SAME_PROGRAM)
-    assert c.message.startswith("confirmed by 2 of 2 reruns in fresh processes: same program, "
-                                "slower by 30%")
+    assert c.message.startswith("confirmed by 2 rerun(s) in fresh processes, the candidate's 3 "
+                                "runs judged by their mean: same program, slower by 30%")
     # the candidate's three runs give the point its spread (all alike here: s = 0)
     assert c.noise["source"] == "own" and c.noise["runs"] == 3
 
@@ -96,4 +100,4 @@ def test_compare_confirm_reruns_the_regressions_it_finds(reruns, tmp_path, monke
                  str(tmp_path / "root"), "--confirm", "2", "--format", "json"])
     pair = json.loads(capsys.readouterr().out)["pairs"][0]
     assert len(asked) == 2 and (code, pair[schema.VERDICT]) == (0, judge.UNSTABLE)
-    assert pair["message"].startswith("not confirmed: 0 of 2 reruns")
+    assert pair["message"].startswith("not confirmed by 2 rerun(s)")

@@ -105,9 +105,14 @@ class MatmulConfig:
     y_spec: str = ""
     z_spec: str = ""
     seed: int = 0
+    trips: int = 0  # > 0: the matmul run this many times in a loop whose trip count is an
+    #                 input value, so that any trips > 0 compile to one program (same HLO
+    #                 fingerprint, trips x the work): a same-program slowdown made to order
 
     def __post_init__(self):
         check_choice("matmul case", self.case, CASES)
+        if self.trips < 0:
+            raise WorkloadError(f"matmul trips must be >= 0 (0: no loop), got {self.trips}")
         check_choice("matmul mode", self.mode, MODES)
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
         custom = [bool(s) for s in (self.x_spec, self.y_spec, self.z_spec)]
@@ -177,18 +182,36 @@ def build(cfg: MatmulConfig, mesh: AnyMesh, abstract: bool = False):
         def body(x_BD, y_DF):
             return x_BD @ y_DF
     shardings = (named(mesh, x_spec), named(mesh, y_spec))
-    fn = jax.jit(body, in_shardings=shardings, out_shardings=named(mesh, z_spec))
     shapes = tuple(jax.ShapeDtypeStruct(s, jnp.dtype(cfg.dtype))
                    for s in ((cfg.B, cfg.D), (cfg.D, cfg.F)))
-    args = build_args(abstract, shapes, shardings, lambda: operands(cfg))
+    host = lambda: operands(cfg)  # noqa: E731
+    if cfg.trips:
+        body, host = _looped(body, cfg), lambda: (*operands(cfg), np.int32(cfg.trips))
+        shardings += (named(mesh, P()),)
+        shapes += (jax.ShapeDtypeStruct((), jnp.int32),)
+    fn = jax.jit(body, in_shardings=shardings, out_shardings=named(mesh, z_spec))
+    args = build_args(abstract, shapes, shardings, host)
     log.debug("matmul %s: X%s Y%s -> Z%s", cfg.case, x_spec, y_spec, z_spec)
     return fn, args
 
 
+def _looped(body, cfg: MatmulConfig):
+    """``body`` run ``n`` times, ``n`` an argument, the products summed: each trip's X is
+    shifted by a term of the trip number too small to change it, so that no trip can be hoisted
+    out of the loop (and none needs a collective of its own)."""
+    def looped(x_BD, y_DF, n):
+        def trip(i, z_BF):
+            return z_BF + body(x_BD + (i * 1e-30).astype(x_BD.dtype), y_DF)
+        return jax.lax.fori_loop(0, n, trip, jnp.zeros((cfg.B, cfg.F), x_BD.dtype))
+    return looped
+
+
 def book(cfg: MatmulConfig, mesh, chip) -> Analytic:
     """The step's FLOPs over all devices; no step time (the per-op roofline is the prediction)."""
-    # roofline.md: 2BDF FLOPs for X[B, D] @ Y[D, F], over all devices
-    return Analytic(2.0 * cfg.B * cfg.D * cfg.F, None, "2*B*D*F (roofline.md)")
+    # roofline.md: 2BDF FLOPs for X[B, D] @ Y[D, F], over all devices (per trip of the loop)
+    trips = max(cfg.trips, 1)
+    return Analytic(2.0 * cfg.B * cfg.D * cfg.F * trips, None,
+                    "2*B*D*F (roofline.md)" + (f" x {trips} trips" if cfg.trips else ""))
 
 
 def figures(cfg: MatmulConfig, mesh) -> SweepFigures:

@@ -70,7 +70,8 @@ def compare_sides(candidate: str, baseline: str | None, root: Path, rule: judge.
                            f"workload in {name}")
     past = history(under, cand)
     own = {} if named else noise.spreads([past, base, cand])
-    verdicts = [judge.compare(a, b, rule, layouts_first=named, spread=own.get(pairs.key(b)))
+    verdicts = [judge.compare(a, b, rule, layouts_first=named, spread=own.get(pairs.key(b)),
+                              reps=None if named else _replicates(a, b, base, cand))
                 for a, b in paired]
     if confirm > 0:
         from harness.regress import confirm as confirming  # deferred: it may run workloads
@@ -79,6 +80,12 @@ def compare_sides(candidate: str, baseline: str | None, root: Path, rule: judge.
                                        [base, past]) if v.verdict == judge.REGRESSION else v
                     for v in verdicts]
     return Comparison(rule, verdicts, only_b, only_c, (name, candidate))
+
+
+def _replicates(a, b, base: list, cand: list) -> tuple[list, list]:
+    """Each side's runs of the pair's code: its repeats, judged by their mean."""
+    return tuple([x, *map(pairs.step_program, noise.replicates(side, x)[1:])]
+                 for x, side in ((a, base), (b, cand)))
 
 
 def history(runs: list, candidate: list) -> list:

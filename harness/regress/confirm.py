@@ -6,19 +6,17 @@ registered workload: ``meta`` names its workload, preset, overrides, mesh, steps
 is re-run from what its meta says, each time in a spawned process (``harness.sweep.repeat``),
 stored under the confirmation directory. Its verdict then uses them: the candidate's runs (the
 first and its confirmations, one code) give the point's spread where it had none
-(``harness.regress.noise``), each confirmation is judged against the baseline, and the
-regression stands only when most of them are regressions too; else the verdict is the
-median confirmation's, saying it was not confirmed. Profile and trace runs, which cannot be
-re-run, are judged from history, and the verdict says they were not confirmed; so is a run
-whose commit is not the one installed here (confirming it would time other code).
+(``harness.regress.noise``) and are judged together, by their mean, against the baseline's runs
+of its code: the regression stands only when that mean is still slower beyond the threshold and
+the spread (a first run that landed in a slow mode is outvoted by its reruns). Profile and
+trace runs, which cannot be re-run, are judged from history, and the verdict says they were
+not confirmed; so is a run whose commit is not the one installed here (confirming it would
+time other code).
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
-
-import numpy as np
 
 from harness import schema
 from harness.capture.environment import git_state
@@ -73,23 +71,16 @@ def confirm(v: judge.Verdict, n: int, out: Path, rule: judge.Rule, sides: list[l
 
 def with_reruns(v: judge.Verdict, runs: list[Run], rule: judge.Rule,
                 sides: list[list[Run]]) -> judge.Verdict:
-    """``v``'s verdict given ``runs``, reruns of its candidate (the module docstring)."""
-    n = len(runs)
-    spread = noise.spreads([*sides, [v.candidate, *runs]]).get(pairs.key(v.candidate))
-    judged = [judge.compare(v.baseline, r, rule, spread=spread) for r in runs]
-    slower = sum(j.verdict == judge.REGRESSION for j in judged)
-    if 2 * slower > n:
-        head = judge.compare(v.baseline, v.candidate, rule, spread=spread)
-        if head.verdict != judge.REGRESSION:  # its own spread now says it is within noise
-            head = _median(judged)
-        return dataclasses.replace(head, message=f"confirmed by {slower} of {n} reruns in "
-                                                 f"fresh processes: {head.message}")
-    j = _median(judged)
-    return dataclasses.replace(j, message=f"not confirmed: {slower} of {n} reruns in fresh "
-                                          f"processes a regression; {j.message}")
-
-
-def _median(judged: list[judge.Verdict]) -> judge.Verdict:
-    """The confirmation whose change is the median of theirs."""
-    changes = [j.change if math.isfinite(j.change) else -math.inf for j in judged]
-    return judged[int(np.argsort(changes)[(len(changes) - 1) // 2])]
+    """``v``'s verdict given ``runs``, reruns of its candidate: the candidate's runs (the first
+    and its reruns, one code) judged by their mean against the baseline's runs of its code
+    (``sides[0]``, the baseline side), with the point's spread measured from ``sides`` and the
+    candidate's runs (the module docstring)."""
+    n, cand = len(runs), [v.candidate, *runs]
+    spread = noise.spreads([*sides, cand]).get(pairs.key(v.candidate))
+    base = [v.baseline, *map(pairs.step_program, noise.replicates(sides[0], v.baseline)[1:])] \
+        if sides else [v.baseline]
+    j = judge.compare(v.baseline, v.candidate, rule, spread=spread, reps=(base, cand))
+    said = "confirmed" if j.verdict == judge.REGRESSION else "not confirmed"
+    return dataclasses.replace(j, message=f"{said} by {n} rerun(s) in fresh processes, the "
+                                          f"candidate's {n + 1} runs judged by their mean: "
+                                          f"{j.message}")

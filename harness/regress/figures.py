@@ -33,22 +33,31 @@ def _walls(run: Run) -> bool:
     return any(t and t > 0 for t in run.meta.get(schema.STEP_TIMES_S) or ())
 
 
-def change(a: np.ndarray, b: np.ndarray, noise: float, own: bool = False
+def _median_se(x: np.ndarray) -> float:
+    """The standard error of the log median of steps ``x``, from their robust sigma (MAD)."""
+    d = np.log(x) - np.median(np.log(x))
+    return MEDIAN_SE * MAD_TO_SIGMA * float(np.median(np.abs(d))) / math.sqrt(len(x))
+
+
+def change(a: list[np.ndarray], b: list[np.ndarray], noise: float, own: bool = False
            ) -> tuple[float, float]:
-    """(log ratio of the medians of ``b`` over ``a``, its standard error); NaN without both.
-    ``noise``: the run-to-run sd of each run's log median, added to the medians' own errors;
-    ``own``: a point's measured spread between runs, which holds them (the error is sqrt(2)
-    ``noise``, never under the medians' own)."""
-    if len(a) == 0 or len(b) == 0:
+    """(log change of side ``b`` over side ``a``, its standard error); NaN without both. A side
+    is one run's per-step samples or several runs' (replicates of one code: ``harness sweep
+    --repeat``, confirmations); its figure is the mean over its runs of the log median step.
+    ``noise``: the run-to-run sd of a run's log median, added to the medians' own errors;
+    ``own``: a point's measured spread between runs, which holds them (the error is
+    ``noise`` sqrt(1/n_a + 1/n_b), never under the medians' own)."""
+    a, b = [x for x in a if len(x)], [x for x in b if len(x)]
+    if not a or not b:
         return math.nan, math.nan
 
-    def se(x):  # the median's, from the robust sigma (MAD) of the log steps
-        d = np.log(x) - np.median(np.log(x))
-        return MEDIAN_SE * MAD_TO_SIGMA * float(np.median(np.abs(d))) / math.sqrt(len(x))
+    def side(runs):  # (mean log median, the variance of that mean from the steps alone)
+        return (float(np.mean([math.log(float(np.median(x))) for x in runs])),
+                sum(_median_se(x) ** 2 for x in runs) / len(runs) ** 2)
 
-    steps = se(a) ** 2 + se(b) ** 2
-    return (math.log(float(np.median(b)) / float(np.median(a))),
-            math.sqrt(max(steps, 2 * noise ** 2) if own else steps + 2 * noise ** 2))
+    (ma, va), (mb, vb) = side(a), side(b)
+    runs = noise ** 2 * (1 / len(a) + 1 / len(b))
+    return mb - ma, math.sqrt(max(va + vb, runs) if own else va + vb + runs)
 
 
 def log_ratio(x: float, y: float) -> float:
@@ -72,16 +81,23 @@ class Figures:
     noise: dict
 
 
-def measure(a: Run, b: Run, constant: float, spread: noise.Spread | None, traced: bool) -> Figures:
-    """The figures of the pair. Two layouts (``traced``) are judged by the traced step, the
+def measure(a: Run, b: Run, constant: float, spread: noise.Spread | None, traced: bool,
+            reps: tuple[list[Run], list[Run]] | None = None) -> Figures:
+    """The figures of the pair, each side ``a`` with its replicates (``reps``: the side's runs
+    of one code, ``a`` and ``b`` among them; default ``a`` and ``b`` alone).
+Two layouts (``traced``) are judged by the traced step, the
     step their line breaks down (``side_by_side``); else by the CPU time per step where both
     runs have it, the wall step where not. The noise term is the point's own spread of that
     figure (``harness.regress.noise``) where runs of the same code give one, else
     ``constant``."""
-    wall = _walls(a) and _walls(b)  # else both sides' op sums: one measure for both
-    wa, wb = (samples(x, schema.STEP_TIMES_S, wall) for x in (a, b))
-    ca, cb = (samples(x, schema.STEP_CPU_TIMES_S) for x in (a, b))
-    decided = TRACED if traced else CPU if len(ca) and len(cb) else WALL
+    ra, rb = reps or ([a], [b])
+    wall = all(_walls(x) for x in (*ra, *rb))  # else both sides' op sums: one measure for both
+    wa, wb = ([samples(x, schema.STEP_TIMES_S, wall) for x in side] for side in (ra, rb))
+    ca, cb = ([samples(x, schema.STEP_CPU_TIMES_S) for x in side] for side in (ra, rb))
+    decided = TRACED if traced else CPU if all(len(x) for x in (*ca, *cb)) else WALL
+    if decided == CPU and spread is not None and spread.wall < spread.cpu:
+        decided = WALL  # the CPU time spreads wider between runs than the wall step: the
+        #                 figure that tells a change from noise sooner decides
     s = spread.of(decided == CPU) if spread is not None else math.nan
     own = math.isfinite(s)
     term = s if own else constant
@@ -89,19 +105,27 @@ def measure(a: Run, b: Run, constant: float, spread: noise.Spread | None, traced
     k, se_k = change(ca, cb, term, own) if decided == CPU else (math.nan, math.nan)
     if traced:
         ta, tb = (side_by_side.step_of(x, schema.STEP_S) for x in (a, b))
-        _, se_t = change(*(samples(x, schema.TRACED_STEP_TIMES_S) for x in (a, b)), term, own)
+        _, se_t = change(*([samples(x, schema.TRACED_STEP_TIMES_S) for x in side]
+                           for side in (ra, rb)), term, own)
         r, se = log_ratio(tb, ta), se_t if math.isfinite(se_t) else math.sqrt(2) * term
     said = (f"this point's own spread, s={s:.3g} ({decided}) from {spread.runs} runs of the "
             "same code" if own else f"the constant {constant:g} (fewer than "
             f"{noise.MIN_RUNS} runs of the same code)")
-    return Figures(decided, r, se, k, se_k, wa, wb,
-                    {"source": noise.OWN if own else noise.CONSTANT, "figure": decided,
-                     "s": term, "runs": spread.runs if own else 0, "said": said})
+    if len(ra) > 1 or len(rb) > 1:
+        said += f"; {len(ra)} run(s) of the baseline, {len(rb)} of the candidate"
+    return Figures(decided, r, se, k, se_k, np.concatenate(wa), np.concatenate(wb),
+                   {"source": noise.OWN if own else noise.CONSTANT, "figure": decided,
+                    "s": term, "runs": spread.runs if own else 0, "said": said,
+                    "replicates": (len(ra), len(rb))})
 
 
-def unstable(s: float, threshold: float, alpha: float) -> bool:
-    """A spread that alone hides a change of ``threshold``: z(alpha) sqrt(2) s beyond it."""
-    return math.isfinite(s) and norm.isf(alpha) * math.sqrt(2) * s > math.log1p(threshold)
+def unstable(s: float, threshold: float, alpha: float, replicates: tuple[int, int] = (1, 1)
+             ) -> bool:
+    """A spread that alone hides a change of ``threshold``: z(alpha) s sqrt(1/n_a + 1/n_b)
+    beyond it (one run a side: z(alpha) sqrt(2) s), with n the runs of each side."""
+    na, nb = replicates
+    return math.isfinite(s) and \
+        norm.isf(alpha) * s * math.sqrt(1 / na + 1 / nb) > math.log1p(threshold)
 
 
 def stats(f: Figures, p: float, spun: bool) -> str:
@@ -123,7 +147,10 @@ def stats(f: Figures, p: float, spun: bool) -> str:
 
 
 def shaky(f: Figures, threshold: float) -> str:
-    """Why a point is unstable: its own spread against the threshold."""
+    """Why a point is unstable: its own spread against the threshold, and the runs a side it
+    would take to tell that change (z(alpha) s sqrt(2/n) within it)."""
+    na, nb = f.noise["replicates"]
+    runs = f"{na} and {nb} runs" if (na, nb) != (1, 1) else "one run a side"
     return (f"unstable: runs of the same code spread {f.noise['s']:.3g} (SD of the log "
-            f"{f.noise['figure']}), too wide to tell a change of {threshold:.0%}; repeat it "
-            "(harness sweep --repeat) or quiet its host")
+            f"{f.noise['figure']}), too wide to tell a change of {threshold:.0%} with {runs}; "
+            "repeat it (harness sweep --repeat) or quiet its host")

@@ -166,16 +166,19 @@ def _probe(a: Run, b: Run, rule: Rule) -> tuple[float, float, bool, bool, str]:
 
 
 def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False,
-            spread: noise.Spread | None = None) -> Verdict:
+            spread: noise.Spread | None = None,
+            reps: tuple[list[Run], list[Run]] | None = None) -> Verdict:
     """The verdict of candidate ``b`` against baseline ``a`` (the module docstring), with the
-    point's own ``spread`` where known. ``layouts_first``: two runs named as two layouts of one
+    point's own ``spread`` where known; ``reps``: each side's runs of one code (``a`` and ``b``
+    among them: a sweep's repeats, a candidate's confirmations), judged by their means.
+    ``layouts_first``: two runs named as two layouts of one
     model: when their programs differ, the message opens with the slower one (else the cause
     opens it, the layouts' line after)."""
     fail_on, alpha, t = dict(rule.fail_on), rule.alpha, min(rule.fail_on, key=lambda x: x[1])[1]
     side = side_by_side.compare(a, b)
     traced = side is not None and all(math.isfinite(side_by_side.step_of(x, schema.STEP_S))
                                       for x in (a, b))
-    f = figures.measure(a, b, rule.noise, spread, traced)
+    f = figures.measure(a, b, rule.noise, spread, traced, reps)
     r, se, k, se_k = f.r, f.se, f.k, f.se_k
     h, cores, probed, steady, seen = _probe(a, b, rule)
     eff = workload_efficiency(a.ops), workload_efficiency(b.ops)
@@ -193,7 +196,7 @@ def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False,
     stats = figures.stats(f, p, spun)
     changed = f"the program changed ({prog['what']}); " if prog["changed"] else ""
     shaky = figures.unstable(f.noise["s"] if f.noise["source"] == noise.OWN else math.nan,
-                             fail_on.get("step", t), alpha)
+                             fail_on.get("step", t), alpha, f.noise["replicates"])
 
     def verdict(v: str, cause: str, message: str) -> Verdict:
         if side and layouts_first:

@@ -100,3 +100,12 @@ def spreads(sides: list[list[Run]]) -> dict[str, Spread]:
                 groups[key(r)][(i, code(r))].append(r)
     out = {k: spread(list(g.values())) for k, g in groups.items()}
     return {k: s for k, s in out.items() if s is not None}
+
+
+def replicates(side: list[Run], run: Run) -> list[Run]:
+    """``run`` and the runs of its side that replicate it: the same key and the same code (a
+    sweep's repeats, earlier runs of the same commit chosen as the baseline), ``run`` first."""
+    k, c = key(run), code(run)
+    where = run.path.resolve() if run.path is not None else None
+    return [run, *(r for r in side if key(r) == k and code(r) == c
+                   and (r.path is None or r.path.resolve() != where) and r is not run)]
