@@ -109,3 +109,26 @@ def test_indivisible_dim_names_the_axis(mesh):
     with pytest.raises(workloads.WorkloadError, match=r"D=130 .*mesh axis X of size 4") as e:
         matmul.build(cfg, mesh)
     assert "\n" not in str(e.value)
+
+
+def test_trips_repeat_the_product_in_one_program():
+    """``trips=N``: the product summed over N trips of a loop whose trip count is an input
+    value, so 2 and 3 trips compile to one program (one HLO) doing 2x and 3x the work; no trip
+    adds a collective the case does not call for."""
+    mesh = make_mesh((4, 2), ("X", "Y"))
+    texts, outs = [], []
+    for n in (2, 3):
+        cfg = matmul.MatmulConfig(B=64, D=128, F=64, case="no_comm", trips=n)
+        fn, args = matmul.build(cfg, mesh)
+        texts.append(fn.lower(*args).compile().as_text())
+        outs.append(np.asarray(fn(*args), np.float64))
+        x, y = matmul.operands(cfg)
+        np.testing.assert_allclose(outs[-1], n * (x.astype(np.float64) @ y), rtol=1e-4,
+                                   atol=1e-3)
+    strip = re.compile(r", metadata=\{[^}]*\}")
+    assert strip.sub("", texts[0]) == strip.sub("", texts[1])
+    assert collective_counts(texts[0]) == {}
+    assert matmul.book(matmul.MatmulConfig(B=64, D=128, F=64, trips=3), mesh, None).model_flops \
+        == 2 * 64 * 128 * 64 * 3
+    with pytest.raises(workloads.base.WorkloadError, match="trips must be >= 0"):
+        matmul.MatmulConfig(trips=-1)
