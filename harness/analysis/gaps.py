@@ -191,7 +191,8 @@ def beats_roofline_reason(chip_name: str, kind: str) -> str:
 def hidden_transfers_reason(ops: pd.DataFrame) -> str:
     """Why the workload efficiency is above ``ROOFLINE_MARGIN`` when its async ``-done`` ops
     (``wait_s``) are what put it there: each is predicted its whole transfer but measured only
-    the wait other work did not hide. "" when the ops without them are above it too.
+    the wait other work did not hide. "" when the workload is not above it, or the ops without
+    them are above it too.
     TPU v6e fixture: six 5.37 GB host copies at 32 GB/s are 6 x 168 ms = 1.01 s predicted;
     the -done ops waited 760 ms, two of them 3 ns (their device-to-host transfers ran beside
     the host-to-device ones: the link carries both directions at once)."""
@@ -199,7 +200,8 @@ def hidden_transfers_reason(ops: pd.DataFrame) -> str:
         return ""
     waits = ops[schema.WAIT_S].notna() & ops[schema.PREDICTED_S].notna()
     rest = workload_efficiency(ops[~waits])
-    if not waits.any() or not (math.isnan(rest) or rest <= ROOFLINE_MARGIN):
+    if (not waits.any() or not workload_efficiency(ops) > ROOFLINE_MARGIN
+            or not (math.isnan(rest) or rest <= ROOFLINE_MARGIN)):
         return ""
     w = ops[waits]
     return (f"{len(w)} async -done op(s) are predicted {w[schema.PREDICTED_S].sum():.3g} s for "
