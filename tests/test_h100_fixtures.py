@@ -160,8 +160,7 @@ def _named_exception(row, module, renames, steps: int) -> str:
     instr = _instr(module, row[schema.OP], renames)
     ours, theirs = row[schema.HBM_BYTES], row["x_bytes"] / row[schema.COUNT]
     kernels = row["occurrences"] / (row[schema.COUNT] * steps)  # kernels per execution
-    rule = (instr.opcode == "custom-call" and _library_call) or None
-    for check in ([rule] if rule else LISTED_APART[1:]):
+    for check in ((_library_call,) if instr.opcode == "custom-call" else LISTED_APART[1:]):
         why = check(instr, module, ours, theirs, kernels)
         if why:
             return why
