@@ -39,9 +39,11 @@ SPECS: dict[str, dict] = {
         # AMD Instinct MI300X data sheet: 304 CUs, 2100 MHz peak engine clock; FP32 163.4,
         # TF32 653.7, FP16/BF16 1307.4, FP8 2614.9 TFLOPS and INT8 2614.9 TOPS (dense);
         # 192 GB HBM3 at 5.3 TB/s; 7 Infinity Fabric links, 128 GB/s peak each (896 GB/s).
+        # AMD CDNA 3 white paper: 256 MB AMD Infinity Cache (memory-side, shared by the 8 XCDs)
+        # at 17.2 TB/s peak. The 4 MB L2 of each XCD is private to its 38 CUs: not a tier.
         description="AMD Instinct MI300X (CDNA 3, gfx942, 304 CUs; 8 per platform)",
         peak_flops=_peaks(304, 2.1e9, **_CDNA3), hbm_bytes=192e9, hbm_bytes_per_s=5.3e12,
-        ici_bytes_per_s=7 * 128e9 / 2, **_GPU),
+        ici_bytes_per_s=7 * 128e9 / 2, memory_tiers=((256 * 2**20, 17.2e12),), **_GPU),
     "mi325x": dict(
         # AMD Instinct MI325X data sheet: the MI300X's compute (304 CUs, 2100 MHz; the same
         # printed TFLOPS) with 256 GB HBM3E at 6 TB/s; Infinity Fabric as MI300X.

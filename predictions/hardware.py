@@ -179,7 +179,10 @@ CHIPS: dict[str, Chip] = {
                     ("int8", 6.2e14)),
         hbm_bytes=80e9, hbm_bytes_per_s=2.0e12, ici_bytes_per_s=300e9, ici_links=12,
         torus_dims=0, max_slice=(), wrap_rule="always", hop_latency_s=1e-6, chips_per_node=8,
-        pcie_bytes_per_s=64e9 / 2),
+        pcie_bytes_per_s=64e9 / 2,
+        # L2: 40 MB (gpus.md's table); NVIDIA A100 Tensor Core GPU Architecture white paper: L2
+        # read bandwidth 5120 bytes/clk (2.3x V100's), x the 1.41 GHz boost clock = 7.2 TB/s
+        memory_tiers=((40 * 2**20, 5120 * 1.41e9),)),
     "h100": Chip(
         "h100", kind="gpu", description="NVIDIA H100 SXM (Hopper, NVLink 4, DGX node of 8)",
         # the book computes with 9.89e14 and 3.35e12 (critical batch 295); its table rounds to
@@ -189,7 +192,11 @@ CHIPS: dict[str, Chip] = {
                     ("int8", 1.978e15)),
         hbm_bytes=80e9, hbm_bytes_per_s=3.35e12, ici_bytes_per_s=450e9, ici_links=18,
         torus_dims=0, max_slice=(), wrap_rule="always", hop_latency_s=1e-6, chips_per_node=8,
-        dcn_bytes_per_s=50e9, pcie_bytes_per_s=128e9 / 2, node_bytes_per_s=400e9),
+        dcn_bytes_per_s=50e9, pcie_bytes_per_s=128e9 / 2, node_bytes_per_s=400e9,
+        # L2: gpus.md gives 50 MB, "split in two 25 MB halves, measured ~5.5 TB/s" (Chips and
+        # Cheese, "Nvidia's H100: Funny L2, and Tons of Bandwidth", 2023); NVIDIA prints no
+        # L2 bandwidth. A cache's MB are binary: 50 MiB.
+        memory_tiers=((50 * 2**20, 5.5e12),)),
     "h200": Chip(
         "h200", kind="gpu", description="NVIDIA H200 (Hopper; NVLink as H100)",
         # NVIDIA H200 Tensor Core GPU data sheet (SXM): FP32 67, TF32 989 sparse (494.5 dense)
@@ -198,7 +205,9 @@ CHIPS: dict[str, Chip] = {
                     ("int8", 1.978e15)),
         hbm_bytes=141e9, hbm_bytes_per_s=4.8e12, ici_bytes_per_s=450e9, ici_links=18,
         torus_dims=0, max_slice=(), wrap_rule="always", hop_latency_s=1e-6, chips_per_node=8,
-        dcn_bytes_per_s=50e9, pcie_bytes_per_s=128e9 / 2, node_bytes_per_s=400e9),
+        dcn_bytes_per_s=50e9, pcie_bytes_per_s=128e9 / 2, node_bytes_per_s=400e9,
+        # L2 as H100's (gpus.md's table: the same 132 SMs, clocks and 50 MB L2 of one die)
+        memory_tiers=((50 * 2**20, 5.5e12),)),
     "b200": Chip(
         "b200", kind="gpu", description="NVIDIA B200 (Blackwell, NVLink 5, DGX node of 8)",
         # calculations use 2.25e15 (critical batch 281); the table says 2.3e15. NVIDIA HGX B200

@@ -153,7 +153,17 @@ def memory_bandwidth(chip: Chip | str, nbytes: float) -> float:
     """W for an op moving ``nbytes``: the bandwidth of the smallest memory tier those bytes fit
     in (``Chip.memory_tiers``: a GPU's L2, a CPU's caches), else W_hbm. roofline.md prices every
     byte at HBM bandwidth; an op whose whole working set stays in a cache nearer the cores is
-    bounded by that cache instead, and priced at HBM it would run "above its roofline"."""
+    bounded by that cache instead, and priced at HBM it would run "above its roofline".
+
+    "Fit" is judged on ``nbytes``, the op's bytes moved (operands read plus results written, as
+    ``op_time`` passes them), not on its distinct footprint: an op that reads each byte once (an
+    elementwise fusion, a copy) moves exactly its footprint, and one that re-reads a small input
+    moves more than it holds, so it is priced at HBM sooner, never later. Fitting is necessary,
+    not sufficient: whether the operands are still in the cache depends on what ran before
+    (H100: an add of two bf16[8192,768] a GEMM has just written, 3 x 12.6 MB, ran at 3.7 TB/s
+    where HBM gives 3.35). The roofline is a lower bound, so it takes the faster memory
+    wherever the bytes could all sit in it; an op that found its inputs in HBM then shows a
+    lower efficiency (by at most W_hbm / W_tier) rather than one above 100%."""
     c = hardware.chip_entry(chip)
     for capacity, bytes_per_s in c.memory_tiers:
         if nbytes <= capacity:

@@ -22,6 +22,7 @@ from harness.trace.decode import decode
 from harness.trace.hlo_proto import trace_program
 from harness.trace.load import find_trace_file, load_events, read_xspace
 from harness.trace.located import locate
+from predictions import hardware
 
 FIXTURES = Path(__file__).parent / "fixtures" / "h100"
 PLAIN = ["llama_train-100m", "matmul-B1024-8192x8192-bf16", "matmul-B4096-8192x8192-bf16",
@@ -87,56 +88,153 @@ def _instr(module, op, renames):
     return module.instruction(back.get(op, op))
 
 
+def _users(comp) -> dict[str, list]:
+    users: dict[str, list] = {}
+    for i in comp.instructions:
+        for o in i.operand_names:
+            users.setdefault(o, []).append(i)
+    return users
+
+
+def _only_broadcast(name: str, users: dict) -> bool:
+    """Every use of ``name`` (through bitcasts) is a broadcast."""
+    uses = users.get(name, [])
+    return bool(uses) and all(u.opcode == "broadcast" or (u.opcode == "bitcast" and
+                                                          _only_broadcast(u.name, users))
+                              for u in uses)
+
+
+def _library_call(instr, module, ours, theirs, kernels) -> str:
+    # xprof gives each kernel of a library call the call's operand bytes and leaves out its
+    # result: matmul-B16384, bf16[16384,8192] @ bf16[8192,8192], a memset and a GEMM kernel, is
+    # 2 x (256 + 128) MiB to xprof; the GEMM reads 256 + 128 MiB and writes 256 (the memset
+    # reads neither operand), so ours is 640 MiB. custom-call.4 of llama_train (the unembedding,
+    # bf16[8192,768] @ bf16[768,32768]) writes a 512 MiB result xprof does not count.
+    result = sum(s.nbytes for s in to_desc(instr, module).results)
+    if abs(theirs - kernels * (ours - result)) <= 0.01 * theirs:
+        return "library call: xprof counts its operands per kernel, not its result"
+    return ""
+
+
+def _in_place_scatter(instr, module, ours, theirs, kernels) -> str:
+    # xprof counts an in-place scatter's whole buffer, read and written: for
+    # input_scatter_fusion.1, 2 x f32[16,512,32768] = 2.15 GB in a 2 us kernel (1000 TB/s, 300x
+    # the H100's HBM and 180x its L2); the kernel writes the 98 KB of updates it is given
+    root = module.computation(instr.called("calls")[0]).root if instr.opcode == "fusion" else None
+    if root is None or root.opcode != "scatter":
+        return ""
+    naive = sum(s.nbytes for leaves in instr.operand_shapes for s in leaves) + \
+        sum(s.nbytes for s in instr.shapes)
+    if abs(theirs - naive) <= 0.01 * theirs:
+        return "in-place scatter: xprof counts the whole buffer"
+    return ""
+
+
+def _broadcast_into_gather(instr, module, ours, theirs, kernels) -> str:
+    # xprof prices a fused operand at the share of its elements the gathered result uses,
+    # taken through broadcasts: loop_divide_select_fusion gathers 8192 logits out of
+    # f32[16,512,32768] = x - broadcast(max) - broadcast(log sum); the max, f32[8192] (32 KiB),
+    # is broadcast 32768-fold, so xprof counts 8192/2^28 of it, ~0. Each gathered logit needs
+    # its own row's max, so all 8192 are read: ours is xprof's + 32 KiB (212,992 vs 180,224 B)
+    if instr.opcode != "fusion":
+        return ""
+    comp = module.computation(instr.called("calls")[0])
+    if not any(i.opcode == "gather" for i in comp.instructions):
+        return ""
+    users = _users(comp)
+    skipped = sum(s.nbytes for i in comp.instructions if i.opcode == "parameter"
+                  and _only_broadcast(i.name, users) for s in i.shapes)
+    if skipped and abs(theirs - (ours - skipped)) <= 0.01 * theirs:
+        return "gather: xprof counts an operand broadcast into the gathered values as unread"
+    return ""
+
+
+# The kinds of op whose xprof bytes are physically wrong (docs/accuracy.md gives each one's
+# arithmetic): listed apart from the agreement figure, each checked by arithmetic on the HLO
+LISTED_APART = (_library_call, _in_place_scatter, _broadcast_into_gather)
+
+
 def _named_exception(row, module, renames, steps: int) -> str:
     """The rule by which our bytes differ from xprof's on purpose, checked by arithmetic on the
     HLO's shapes; "" when none applies. Bytes are per execution."""
     instr = _instr(module, row[schema.OP], renames)
     ours, theirs = row[schema.HBM_BYTES], row["x_bytes"] / row[schema.COUNT]
     kernels = row["occurrences"] / (row[schema.COUNT] * steps)  # kernels per execution
-    if instr.opcode == "custom-call":
-        # xprof gives each kernel of a library call the call's operand bytes and leaves out
-        # its result: matmul-B16384, bf16[16384,8192] @ bf16[8192,8192], a memset and a GEMM
-        # kernel, is 2 x (256 + 128) MiB to xprof; we count 256 + 128 MiB read, 256 written
-        result = sum(s.nbytes for s in to_desc(instr, module).results)
-        if abs(theirs - kernels * (ours - result)) <= 0.01 * theirs:
-            return "library call: xprof counts its operands per kernel, not its result"
-    root = module.computation(instr.called("calls")[0]).root if instr.opcode == "fusion" else None
-    if root is not None and root.opcode == "scatter":
-        # xprof counts an in-place scatter's whole buffer, read and written: for
-        # input_scatter_fusion.1, 2 x f32[16,512,32768] = 2.15 GB in a 2 us kernel (1000 TB/s)
-        naive = sum(s.nbytes for leaves in instr.operand_shapes for s in leaves) + \
-            sum(s.nbytes for s in instr.shapes)
-        if abs(theirs - naive) <= 0.01 * theirs:
-            return "in-place scatter: xprof counts the whole buffer"
+    for check in ((_library_call,) if instr.opcode == "custom-call" else LISTED_APART[1:]):
+        why = check(instr, module, ours, theirs, kernels)
+        if why:
+            return why
     return ""
+
+
+def _agreement(name, xprof_stats, analysis) -> tuple[pd.Series, pd.Series, pd.DataFrame]:
+    """(within 10% of xprof's bytes, the named rule of each op that is not, the joined ops)."""
+    j = _joined(name, xprof_stats, analysis)
+    module = _module(name)
+    renames = analysis(name).trace.async_names
+    agree = (j[schema.HBM_BYTES] * j[schema.COUNT] / j["x_bytes"] - 1).abs() <= 0.10
+    steps = analysis(name).events[schema.STEP].nunique()
+    named = pd.Series([_named_exception(r, module, renames, steps) if not ok else ""
+                       for ok, (_, r) in zip(agree, j.iterrows())], index=j.index)
+    return agree, named, j
+
+
+# per fixture: (ops, within 10% of xprof, listed apart) as docs/accuracy.md states them
+AGREEMENT = {"llama_train-100m": (192, 176, 16), "matmul-B1024-8192x8192-bf16": (1, 1, 0),
+             "matmul-B4096-8192x8192-bf16": (1, 0, 1), "matmul-B16384-8192x8192-bf16": (1, 0, 1)}
 
 
 @pytest.mark.parametrize("name", PLAIN)
 def test_bytes_per_op_agree_with_xprofs_or_a_named_rule(name, xprof_stats, analysis):
-    j = _joined(name, xprof_stats, analysis)
-    module = _module(name)
-    renames = analysis(name).trace.async_names
-    ours = j[schema.HBM_BYTES] * j[schema.COUNT]
-    agree = (ours / j["x_bytes"] - 1).abs() <= 0.10
-    steps = analysis(name).events[schema.STEP].nunique()
-    named = pd.Series([_named_exception(r, module, renames, steps) if not ok else ""
-                       for ok, (_, r) in zip(agree, j.iterrows())], index=j.index)
+    agree, named, j = _agreement(name, xprof_stats, analysis)
     unexplained = j[~agree & (named == "")]
-    # >= 95% of the ops no named rule sets apart agree within 10%; at most 1% unexplained
-    rest = len(j) - (named != "").sum()
+    assert unexplained.empty, unexplained[[schema.OP, schema.HBM_BYTES, "x_bytes"]]
+    apart = int((named != "").sum())
+    # >= 95% of the ops not listed apart agree within 10%; with them, the documented figure
+    rest = len(j) - apart
     assert rest == 0 or agree.sum() / rest >= 0.95
-    assert len(unexplained) <= 0.01 * len(j), unexplained[[schema.OP, schema.HBM_BYTES]]
+    assert (len(j), int(agree.sum()), apart) == AGREEMENT[name]
+
+
+def test_bytes_agree_on_95_percent_of_the_fixtures_ops(xprof_stats, analysis):
+    ops = agree = apart = 0
+    for name in PLAIN:
+        a, named, _ = _agreement(name, xprof_stats, analysis)
+        ops, agree, apart = ops + len(a), agree + int(a.sum()), apart + int((named != "").sum())
+    assert agree / (ops - apart) >= 0.95  # 177 of 177 without the listed-apart ops
+    assert agree / ops >= 0.90  # 177 of 195 (90.8%) with them: the rest are xprof's to fix
+
+
+def test_xprofs_in_place_scatter_bytes_would_outrun_the_chip(xprof_stats, analysis):
+    # the physical check behind the scatter rule: xprof's bytes over the measured time
+    j = _joined("llama_train-100m", xprof_stats, analysis)
+    row = j[j[schema.OP] == "input_scatter_fusion.1"].iloc[0]
+    rate = row["x_bytes"] / row[schema.MEASURED_S]
+    chip = hardware.chip_entry("h100")
+    assert rate > 100 * max(chip.hbm_bytes_per_s, *(w for _, w in chip.memory_tiers))
+    # ours: the s32[16,512] indices read, 8192 f32 updates computed from them and written into
+    # the aliased buffer (read-modify-write): 3 x 32 KiB
+    assert row[schema.HBM_BYTES] == 3 * 32 * 2**10
 
 
 @pytest.mark.parametrize("name", PLAIN + GRAPHS)
 def test_no_op_beats_its_roofline(name, analysis):
     ops = analysis(name).ops
     fast = ops[ops[schema.EFFICIENCY] > 1.10]
-    # a kernel whose operands and result fit in the 50 MB L2 can outrun HBM: loop_add_fusion
-    # adds two bf16[8192,768] just written by cuBLAS, 3 x 12.6 MB in 10.2 us = 3.7 TB/s > 3.35
-    l2 = fast[schema.HBM_BYTES] <= H100_L2_BYTES
-    assert fast[~l2].empty, fast[[schema.OP, schema.EFFICIENCY, schema.HBM_BYTES]]
-    assert (fast[schema.EFFICIENCY] <= 1.25).all()
+    # a kernel whose operands and result fit in the 50 MiB L2 can outrun HBM (loop_add_fusion
+    # adds two bf16[8192,768] just written by cuBLAS, 3 x 12.6 MB in 10.2 us = 3.7 TB/s > 3.35):
+    # such an op is priced at the L2's 5.5 TB/s, so none is above 110% of its roofline
+    assert fast.empty, fast[[schema.OP, schema.EFFICIENCY, schema.HBM_BYTES]]
+
+
+def test_an_op_whose_bytes_fit_in_l2_is_priced_at_l2_bandwidth(analysis):
+    ops = analysis("llama_train-100m").ops.set_index(schema.OP)
+    add = ops.loc["loop_add_fusion"]  # 3 x bf16[8192,768] = 37.7 MB <= 50 MiB
+    assert add[schema.HBM_BYTES] == 3 * 8192 * 768 * 2 <= H100_L2_BYTES
+    assert add[schema.T_MEMORY_S] == pytest.approx(add[schema.COUNT] * 3 * 8192 * 768 * 2 / 5.5e12)
+    big = ops[ops[schema.HBM_BYTES] > H100_L2_BYTES].iloc[0]  # beyond L2: HBM's 3.35 TB/s
+    assert big[schema.T_MEMORY_S] == pytest.approx(big[schema.COUNT] * big[schema.HBM_BYTES]
+                                                   / 3.35e12)
 
 
 @pytest.mark.parametrize("name", PLAIN + GRAPHS)

@@ -164,4 +164,17 @@ def test_memory_tiers_price_bytes_that_fit_at_the_tier_bandwidth():
     assert roofline.memory_bandwidth(chip, 4e6) == 1e12
     assert roofline.op_time(Cost(flops=0.0, hbm_bytes=1e6), chip).t_memory_s == pytest.approx(1e-7)
     assert roofline.op_time(Cost(flops=0.0, hbm_bytes=4e6), chip).t_memory_s == pytest.approx(4e-6)
-    assert roofline.memory_bandwidth(base, 1.0) == base.hbm_bytes_per_s  # the book's chips: HBM
+    tpu = hardware.chip_entry("tpu-v5e")  # the book gives a TPU no cache tier: HBM throughout
+    assert roofline.memory_bandwidth(tpu, 1.0) == tpu.hbm_bytes_per_s
+
+
+def test_gpu_l2_tiers_are_the_books_and_the_data_sheets():
+    # gpus.md: H100 (and H200, the same die) L2 50 MB, measured ~5.5 TB/s; beyond it, HBM
+    for name, hbm in (("h100", 3.35e12), ("h200", 4.8e12)):
+        assert roofline.memory_bandwidth(name, 50 * 2**20) == 5.5e12
+        assert roofline.memory_bandwidth(name, 50 * 2**20 + 1) == hbm
+    # A100 white paper: 40 MB L2, 5120 bytes/clk at 1.41 GHz
+    assert roofline.memory_bandwidth("a100", 40 * 2**20) == pytest.approx(7.2192e12)
+    # MI300X (AMD CDNA 3 white paper): 256 MB Infinity Cache at 17.2 TB/s
+    assert roofline.memory_bandwidth("mi300x", 256 * 2**20) == 17.2e12
+    assert roofline.memory_bandwidth("b200", 1.0) == 8.0e12  # no published L2 figure: HBM

@@ -13,7 +13,7 @@ import math
 import pandas as pd
 
 from harness import schema
-from harness.analysis.gaps import beats_roofline_reason
+from harness.analysis.gaps import beats_roofline_reason, hidden_transfers_reason
 from harness.errors import HarnessError
 from harness.measure.shares import HOST_SHARE
 from harness.report import heading, page, tables
@@ -89,7 +89,9 @@ def flag_reason(r) -> str:
     """Why a figure of this run above its roofline cannot be right, for its chip."""
     name = r.meta.get(schema.CHIP) or getattr(r.chip, "name", "")
     kind = getattr(r.chip, "kind", "") or getattr(CHIPS.get(name), "kind", "")
-    return beats_roofline_reason(name or "chip's", kind)
+    ops = getattr(r, "ops", None)
+    hidden = hidden_transfers_reason(ops) if ops is not None else ""
+    return hidden or beats_roofline_reason(name or "chip's", kind)
 
 
 def _versus(rel: float) -> str:

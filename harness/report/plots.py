@@ -134,10 +134,12 @@ def spread(ys: list[float], gap: float, lo: float = 0.02, hi: float = 0.98) -> l
 
 @timed
 def roofline(ops: pd.DataFrame, *, peak_flops_per_s: float, hbm_bytes_per_s: float,
-             chip_name: str) -> bytes | None:
+             chip_name: str, tiers: tuple = ()) -> bytes | None:
     """Ops placed by arithmetic intensity (FLOPs/byte) and achieved FLOP/s under the roofs.
 
     The roof is min(C, I·W_hbm) (`roofline.md`); the ridge sits at the critical intensity C/W.
+    ``tiers``: the chip's cache tiers, (capacity, bytes/s), each drawn dashed: the roof of an op
+    whose bytes fit in it (``predictions.roofline.memory_bandwidth``).
     The ``TOP_OPS`` ops with the most measured time are named beside the plot, each joined to
     its point. Returns None when no op has both FLOPs and bytes.
     """
@@ -155,6 +157,9 @@ def roofline(ops: pd.DataFrame, *, peak_flops_per_s: float, hbm_bytes_per_s: flo
     xs = np.logspace(np.log10(lo), np.log10(hi), 200)
     ax.plot(xs, np.minimum(peak_flops_per_s, xs * hbm_bytes_per_s), "k-", lw=1.5,
             label=f"roof min(C, I·W_hbm); ridge at {ridge:.3g} FLOPs/B")
+    for capacity, w in tiers:
+        ax.plot(xs, np.minimum(peak_flops_per_s, xs * w), "k--", lw=1,
+                label=f"ops moving <= {fmt_si(capacity, 'B')}: {fmt_si(w, 'B/s')}")
     for cat, grp in d.groupby(schema.CATEGORY):
         idx = grp.index
         size = 20 + 400 * grp[schema.SHARE].fillna(0).clip(0, 1)
@@ -188,7 +193,8 @@ def roofline(ops: pd.DataFrame, *, peak_flops_per_s: float, hbm_bytes_per_s: flo
     ax.set_title(f"Roofline on {chip_name} (marker area = share of step time)", fontsize=FONT + 2)
     legend = ax.legend(fontsize=FONT, loc="upper left", bbox_to_anchor=(-0.02, -0.12),
                        ncol=3, frameon=False)
-    for handle in legend.legend_handles[1:1 + d[schema.CATEGORY].nunique()]:
+    first = 1 + len(tiers)  # after the roofs
+    for handle in legend.legend_handles[first:first + d[schema.CATEGORY].nunique()]:
         handle.set_sizes([40])
     ax.grid(True, which="major", alpha=0.25)
     return _png(fig)
@@ -245,6 +251,7 @@ def report_plots(ops: pd.DataFrame, categories: pd.DataFrame, chip) -> dict[str,
     """A run report's plots, file name -> PNG: its roofline on ``chip`` (a
     ``predictions.hardware.Chip``) and its categories; a plot with nothing to show is left out."""
     pngs = {ROOFLINE_PNG: roofline(ops, peak_flops_per_s=chip.flops_per_s(peak_dtype(chip)),
-                                   hbm_bytes_per_s=chip.hbm_bytes_per_s, chip_name=chip.name),
+                                   hbm_bytes_per_s=chip.hbm_bytes_per_s, chip_name=chip.name,
+                                   tiers=chip.memory_tiers),
             CATEGORIES_PNG: category_bars(categories)}
     return {name: png for name, png in pngs.items() if png}
