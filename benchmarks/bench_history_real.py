@@ -11,9 +11,10 @@ meta rewritten to the night's commit (a made-up sha, one per night) and time (on
 from ``--slower-from`` on, the runs of ``B=4096`` are replaced by those of ``B=6144`` relabelled
 as ``B=4096`` (the same point running a program that does more work: a slower variant). The
 traces and report pages are not copied. ``--keep`` keeps only the points whose key contains one
-of the strings; ``--trim`` also drops the run's large meta (calibration, notes, step object):
-what ``tests/fixtures/history/`` was made with. Then the history is judged
-(``harness.regress.trend``) and the change points printed.
+of the strings; ``--trim`` also drops the run's large meta (calibration, notes, step object)
+and keeps of its tables only the ops' columns history reads: what ``tests/fixtures/history/``
+was made with. Then the history is judged (``harness.regress.trend``) and the change points
+printed.
 """
 from __future__ import annotations
 
@@ -28,12 +29,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import pandas as pd  # noqa: E402
+
 from harness import schema  # noqa: E402
 from harness.regress import history, pairs, trend  # noqa: E402
 from harness.runs import store  # noqa: E402
 
 SLOW, AS = "6144", "4096"  # the slower variant's B, and the B it is relabelled as
 TRIM = ("calibration", schema.NOTES, schema.STEP_OBJECT, schema.CROSS_CHECK, "config")
+OPS = (schema.PROGRAM, schema.OP, schema.COUNT, schema.MEASURED_S, schema.PREDICTED_S,
+       schema.EFFICIENCY, schema.FLOPS, schema.HBM_BYTES, schema.COMM_BYTES, schema.COLLECTIVE,
+       schema.CATEGORY)
 COPIED = ("meta.json", "ops.parquet", "steps.parquet", "categories.csv", "programs.csv",
           "collectives.parquet")
 
@@ -71,9 +77,12 @@ def make(sweeps: list[Path], out: Path, nights: int, slower_from: int, keep: lis
                 meta.pop(k, None)
             to = out / f"night-{i:02d}" / d.relative_to(src)
             to.mkdir(parents=True, exist_ok=True)
-            for name in COPIED[1:]:
+            for name in () if trim else COPIED[1:]:
                 if (d / name).exists():
                     shutil.copy2(d / name, to / name)
+            if trim:  # the ops' columns that history reads: their time, roofline and work
+                ops = pd.read_parquet(d / COPIED[1])
+                ops[[c for c in OPS if c in ops]].to_parquet(to / COPIED[1], index=False)
             (to / store.META).write_text(json.dumps(meta, indent=1) + "\n")
 
 

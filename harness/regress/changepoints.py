@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 ALPHA = 0.01        # the significance level of each split
-PERMUTATIONS = 199  # the permutation test's shuffles (p-values in steps of 1/200)
+PERMUTATIONS = 999  # the permutation test's shuffles (p-values in steps of 1/1000)
 MIN_SIZE = 3        # nights on each side of a split, at least
 SEED = 0            # the permutations' seed: the same history gives the same change points
 

@@ -13,7 +13,7 @@ nights ran the same code (``noise.code``), so what moved was the machine.
 The newest night (pooled with its repeats and confirmations) is judged against the last segment
 of the nights before it, which no change point cuts: the change is the log of the newest
 night's value over the segment's median, its error the segment's own spread ``s`` (the SD of
-its nights' values, the point's own noise; the constant ``Rule.noise`` under ``noise.MIN_RUNS``
+its nights' values, the point's own noise; the constant ``Rule.noise`` under ``history.MIN_NIGHTS``
 nights) over the newest night's runs, plus the median's (``figures.MEDIAN_SE`` s / root n). The
 verdicts are ``harness compare``'s, by its rule (``judge.worse``, ``figures.unstable``):
 ``regression`` beyond the ``--fail-on`` threshold and significant at ``alpha`` (cause program or
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.stats import norm
 
-from harness.regress import changepoints, changes, figures, judge, noise
+from harness.regress import changepoints, changes, figures, history, judge, noise
 from harness.regress.history import Night, Series
 
 HOST = judge.HOST  # a change whose two nights ran the same code
@@ -142,7 +142,7 @@ def _verdict(t: Trend, r: float, se: float, rule: judge.Rule) -> None:
     where = (f"{s.figure} {t.change:+.1%} against nights {s.nights[t.stable[0]].name} to "
              f"{ref.name} (median of {t.stable[1] - t.stable[0]}), p={t.p_value:.2g}, noise "
              + (f"s={t.s:.3f} (their own spread)" if math.isfinite(t.s)
-                else f"{rule.noise:g} (the constant: under {noise.MIN_RUNS} nights)"))
+                else f"{rule.noise:g} (the constant: under {history.MIN_NIGHTS} nights)"))
     if not math.isfinite(r):
         t.verdict, t.cause, t.message = judge.INCONCLUSIVE, judge.NOISE, "no figure to judge"
     elif not crossed:
