@@ -157,3 +157,26 @@ def test_a_newest_night_that_regressed_exits_1(tmp_path):
 def test_bad_input_is_one_line_and_exit_2(argv, said):
     code, out, err = _harness(*argv)
     assert code == 2 and out == "" and said in err and len(err.strip().splitlines()) == 1
+
+
+def _run(t: float, i: int) -> Run:
+    return Run(meta={schema.TEST: "t", schema.STEP_TIMES_S: [t] * 10,
+                     schema.STEP_CPU_TIMES_S: [t] * 10, schema.GIT_SHA: f"c{i:02d}",
+                     schema.TIME: f"2026-11-{i + 1:02d}T04:00:00"}, ops=OPS)
+
+
+def test_reruns_pool_into_the_newest_night():
+    base = list(np.exp(np.random.default_rng(1).normal(np.log(1e-3), 0.01, 12)))
+    t = trend.judge_trend(_series(base + [1.3e-3]))
+    assert t.verdict == judge.REGRESSION
+    # two reruns at the segment's level: the night's mean log is log(1.3) / 3, +9%: under 10%
+    back = trend.with_reruns(t, [_run(float(np.median(base)), 12)] * 2)
+    assert back.verdict != judge.REGRESSION and back.message.startswith("not confirmed")
+    assert len(back.series.nights[-1].runs) == 3
+    assert back.change == pytest.approx(1.3e-3 ** (1 / 3) * np.median(base) ** (2 / 3)
+                                        / np.median(base) - 1)
+    held = trend.with_reruns(t, [_run(1.3e-3, 12)] * 2)
+    assert held.verdict == judge.REGRESSION and held.message.startswith("confirmed")
+    # a pytest test's run is not rerun by history: said so, the verdict kept
+    said = trend.confirm(t, 2, Path("unused"), installed="c12")
+    assert said.verdict == judge.REGRESSION and "not confirmed" in said.message

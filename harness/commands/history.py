@@ -4,7 +4,9 @@
 last stable segment (``harness.regress.trend``); the outputs: ``harness.regress.history_report``.
 
 ROOT holds one directory per night (a sweep's directory, a pytest ``--harness-save``
-directory). Exit codes: 0 no regression (inconclusive and unstable included), 1 the newest
+directory). ``--confirm N`` reruns each point whose newest night looks like a regression, N
+times in fresh processes, stored in that night's directory, and judges the night with them
+(``trend.confirm``). Exit codes: 0 no regression (inconclusive and unstable included), 1 the newest
 night is a regression against the last stable segment of some point, 2 bad input. ``--html
 FILE`` writes the page (one trend plot per point), ``--json FILE`` the history object.
 """
@@ -15,6 +17,7 @@ import json
 from pathlib import Path
 
 from harness import schema
+from harness.commands import count
 from harness.commands.compare import EXIT_OK, EXIT_REGRESSION, fail_on
 from harness.errors import HarnessError
 from harness.regress import changepoints, history, history_report, judge, trend
@@ -33,6 +36,12 @@ def _level(text: str) -> float:
     return x
 
 
+def _night_dir(root: Path, t: trend.Trend) -> Path:
+    """The newest night's directory under ``root`` (``root`` itself for loose runs)."""
+    d = root / t.series.nights[-1].name
+    return d if d.is_dir() else root
+
+
 def add_arguments(p) -> None:
     p.add_argument("root", type=Path, metavar="ROOT",
                    help="a directory of nights, one directory per night (a sweep's, a pytest "
@@ -49,6 +58,11 @@ def add_arguments(p) -> None:
     p.add_argument("--noise", type=float, default=judge.Rule.noise,
                    help="run-to-run sd of a log median step, for a segment of fewer than "
                         f"{history.MIN_NIGHTS} nights (default {judge.Rule.noise})")
+    p.add_argument("--confirm", type=count, default=0, metavar="N",
+                   help="rerun each point whose newest night looks like a regression N times in "
+                        "fresh processes (stored in that night's directory, under "
+                        "confirmations/, so that they pool into it) before its verdict (default "
+                        "0: no reruns)")
     p.add_argument("--format", choices=("text", "md", "json"), default="text")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the history object")
     p.add_argument("--html", type=Path, metavar="FILE",
@@ -64,6 +78,10 @@ def main(args) -> int:
     if not points:
         raise HarnessError(f"{args.root}: holds no runs (no meta.json under it)")
     trends = [trend.judge_trend(s, rule, args.significance) for s in points.values()]
+    if args.confirm:
+        trends = [trend.confirm(t, args.confirm, _night_dir(args.root, t) / "confirmations",
+                                rule, args.significance)
+                  if t.verdict == judge.REGRESSION else t for t in trends]
     obj = history_report.history_object(str(args.root), trends)
     if args.json:
         args.json.write_text(json.dumps(obj, indent=2) + "\n")

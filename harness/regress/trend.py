@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from scipy.stats import norm
 
+from harness import schema
 from harness.regress import changepoints, changes, figures, history, judge, noise
 from harness.regress.history import Night, Series
 
@@ -170,3 +172,37 @@ def _cores(a: Night, b: Night) -> float:
     """The log of night ``a``'s probe cores' speed over ``b``'s (> 0: ``b``'s ran slower)."""
     return figures.log_ratio(judge.host(a.newest)["cores"], judge.host(b.newest)["cores"])
 
+
+
+def with_reruns(t: Trend, runs: list, rule: judge.Rule = judge.Rule(),
+                significance: float = changepoints.ALPHA) -> Trend:
+    """``t`` judged again with ``runs`` (reruns of its newest night) pooled into that night."""
+    s, new = t.series, t.series.nights[-1]
+    pooled = history.night(new.name, [*new.runs, *runs], s.figure)
+    again = judge_trend(history.series_of(s.key, [*s.nights[:-1], pooled], s.figure), rule,
+                        significance)
+    held = again.verdict == judge.REGRESSION
+    again.message = (f"{'confirmed' if held else 'not confirmed'}: the newest night with "
+                     f"{len(runs)} reruns in fresh processes is "
+                     f"{'still' if held else 'no longer'} a regression; {again.message}")
+    return again
+
+
+def confirm(t: Trend, n: int, out: Path, rule: judge.Rule = judge.Rule(),
+            significance: float = changepoints.ALPHA, installed: str | None = None) -> Trend:
+    """``t`` (a regression) with its newest run rerun ``n`` times in fresh processes, stored
+    under ``out`` (``harness.regress.confirm``: a workload run of the commit installed here),
+    then judged again (``with_reruns``); else said unconfirmed."""
+    from harness.capture.environment import git_state
+    from harness.regress import confirm as reruns
+    from harness.sweep import repeat
+
+    run = t.series.nights[-1].newest
+    installed = installed if installed is not None else git_state().get(schema.GIT_SHA)
+    reason = reruns.why_not(run, installed)
+    if reason is not None:
+        t.message = f"{t.message}; {reason}"
+        return t
+    p = reruns.point(run)
+    return with_reruns(t, [repeat.fresh(p, out / p.key, False, i) for i in range(n)], rule,
+                       significance)
