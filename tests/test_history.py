@@ -135,6 +135,9 @@ def test_history_of_ten_real_nights_finds_the_change_at_night_6(tmp_path):
     assert c["commits"] in out and "newest night:" in out.splitlines()[-1]
     page = (tmp_path / "h.html").read_text()
     assert page.count("<img") == 3 and c["commits"] in page
+    code, md, _ = _harness("history", NIGHTS, "--format", "md")
+    assert code == 0 and md.startswith("**newest night:") and "### change points" in md
+    assert f"| {CHANGED} | night-06 |" in md
 
 
 def test_a_newest_night_that_regressed_exits_1(tmp_path):

@@ -37,10 +37,11 @@ def point_object(t: Trend) -> dict:
             "message": t.message, schema.CHANGE: _num(t.change), schema.P_VALUE: _num(t.p_value),
             "s": _num(t.s), "stable": [s.nights[a].name, s.nights[b - 1].name] if b > a else [],
             "changes": [c.to_dict() for c in t.changes],
-            "nights": [{"night": n.name, "commit": n.commit, "date": n.date,
-                        "runs": len(n.runs), schema.WALL_STEP_S: _num(n.wall),
-                        "cpu_time_per_step_s": _num(n.cpu),
-                        schema.EFFICIENCY: _num(n.efficiency), "spread": _num(n.spread)}
+            schema.NIGHTS: [{schema.NIGHT: n.name, schema.GIT_SHA: n.commit,
+                             schema.TIME: n.date, "runs": len(n.runs),
+                             schema.WALL_STEP_S: _num(n.wall), schema.CPU_STEP_S: _num(n.cpu),
+                             schema.EFFICIENCY: _num(n.efficiency),
+                             schema.SPREAD: _num(n.spread)}
                        for n in s.nights]}
 
 
@@ -63,24 +64,24 @@ def history_object(root: str, trends: list[Trend]) -> dict:
 
 def change_rows(trends: list[Trend]) -> pd.DataFrame:
     """One row per change point, newest night first."""
-    rows = [{"benchmark": t.series.key, "night": c.after.name, "change": f"{c.change:+.0%}",
-             "p": f"{c.p_value:.3f}", "commits": c.commits, "cause": c.cause, "what": c.what}
+    cols = ["benchmark", schema.NIGHT, schema.CHANGE, "p", schema.COMMITS, schema.CAUSE, "what"]
+    rows = [dict(zip(cols, (t.series.key, c.after.name, f"{c.change:+.0%}", f"{c.p_value:.3f}",
+                            c.commits, c.cause, c.what)))
             for t in trends for c in t.changes]
-    return pd.DataFrame(rows, columns=["benchmark", "night", "change", "p", "commits", "cause",
-                                       "what"]).sort_values("night", ascending=False,
-                                                            kind="stable")
+    return pd.DataFrame(rows, columns=cols).sort_values(schema.NIGHT, ascending=False,
+                                                        kind="stable")
 
 
 def verdict_rows(trends: list[Trend]) -> pd.DataFrame:
     """One row per point judged (unstable ones apart), the worst first."""
     order = {v: i for i, v in enumerate(judge.VERDICTS)}
-    rows = [{"verdict": t.verdict, "benchmark": t.series.key, "nights": len(t.series.nights),
-             "newest": f"{t.change:+.1%}" if math.isfinite(t.change) else "-",
-             "cause": t.cause, "message": t.message}
+    cols = [schema.VERDICT, "benchmark", schema.NIGHTS, "newest", schema.CAUSE, "message"]
+    rows = [dict(zip(cols, (t.verdict, t.series.key, len(t.series.nights),
+                            f"{t.change:+.1%}" if math.isfinite(t.change) else "-", t.cause,
+                            t.message)))
             for t in sorted(trends, key=lambda t: order.get(t.verdict, 9))
             if t.verdict != judge.UNSTABLE]
-    return pd.DataFrame(rows, columns=["verdict", "benchmark", "nights", "newest", "cause",
-                                       "message"])
+    return pd.DataFrame(rows, columns=cols)
 
 
 def unstable_lines(trends: list[Trend]) -> list[str]:

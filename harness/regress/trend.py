@@ -55,10 +55,11 @@ class Change:
         return f"{a}..{b}" if a != b else f"{a} (no commit between)"
 
     def to_dict(self) -> dict:
-        return {"night": self.after.name, "index": self.index, "p_value": self.p_value,
-                "change": self.change, "commits": self.commits,
-                "from_commit": self.before.commit, "to_commit": self.after.commit,
-                "from_night": self.before.name, "cause": self.cause, "what": self.what}
+        return {schema.NIGHT: self.after.name, "index": self.index,
+                schema.P_VALUE: self.p_value, schema.CHANGE: self.change,
+                schema.COMMITS: self.commits, "from_commit": self.before.commit,
+                "to_commit": self.after.commit, "from_night": self.before.name,
+                schema.CAUSE: self.cause, "what": self.what}
 
 
 @dataclass
