@@ -37,6 +37,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "view": ("harness.commands.view", "open a stored run's trace in the xprof UI"),
     "compare": ("harness.commands.compare",
                 "baseline vs candidate runs or directories of them: a verdict per pair"),
+    "history": ("harness.commands.history",
+                "each point's trend over the nights under a root: change points, their commits, "
+                "and the newest night's verdict"),
     "sweep": ("harness.commands.sweep",
               "run a grid of workloads from a TOML file (resumable); summary table and plots"),
     "calibrate": ("harness.commands.calibrate",

@@ -1,8 +1,9 @@
 """The report pages in a real browser: headless Chromium driven through the DevTools protocol
 (tests/browser.py). A small sweep's page, its points' pages and ``harness trace``'s page of the
-H100 fixture, each at 1400 and 1024 px wide: every image loads, nothing is requested from the
-network, no console error, and nothing is wider than the window at 1024 px. The screenshots are
-kept (``SCREENSHOTS``) for a person to look at.
+H100 fixture and ``harness history``'s page of ten nights (tests/fixtures/history), each at 1400
+and 1024 px wide: every image loads, nothing is requested from the network, no console error,
+and nothing is wider than the window at 1024 px. The screenshots are kept (``SCREENSHOTS``) for
+a person to look at.
 
 Where no browser is installed the tests are skipped, except under CI (``CI=true``), where that
 is a failure: ``.ci/run`` installs Chromium.
@@ -20,6 +21,7 @@ from harness import cli
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "h100" / "llama_train-100m"
+HISTORY = REPO / "tests" / "fixtures" / "history"  # ten nights of three points
 SCREENSHOTS = Path(os.environ.get("HARNESS_SCREENSHOTS", REPO / "results" / "screenshots"))
 WIDTHS = (1400, 1024)
 NARROW = 1024
@@ -73,10 +75,11 @@ def pages(tmp_path_factory) -> dict[str, Path]:
     (sweep_dir,) = (d / "sweeps").iterdir()
     points = sorted((sweep_dir / "runs").glob("*/*/report.html"))
     _harness("trace", FIXTURE, "--html", d / "trace.html")
+    _harness("history", HISTORY, "--html", d / "history.html")
     return {"sweep": sweep_dir / "report.html",
             "collective": next(p for p in points if "/collective-" in str(p)),
             "matmul": next(p for p in points if "/matmul-" in str(p)),
-            "trace": d / "trace.html"}
+            "trace": d / "trace.html", "history": d / "history.html"}
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +98,8 @@ def opened(pages) -> dict[tuple[str, int], browser.Page]:
 
 # the plots each page shows: the sweep's two, the matmul point's step, roofline and categories,
 # the collective point's step (one op without FLOPs and one category: nothing else to draw),
-# the trace's three
-IMAGES = {"sweep": 2, "collective": 1, "matmul": 3, "trace": 3}
+# the trace's three, the history's one trend plot per point
+IMAGES = {"sweep": 2, "collective": 1, "matmul": 3, "trace": 3, "history": 3}
 
 
 @pytest.mark.parametrize("width", WIDTHS)

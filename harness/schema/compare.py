@@ -37,3 +37,14 @@ STEP_CHANGES = (FIGURE, BASELINE_S, CANDIDATE_S, DELTA_S, CHANGE)
 OP_CHANGES = (PROGRAM, OP, CATEGORY, BOUND, COLLECTIVE, GROUP_SIZE, BASELINE_S, CANDIDATE_S,
               DELTA_S, CHANGE, BASELINE_PREDICTED_S, CANDIDATE_PREDICTED_S, PREDICTED_CHANGE,
               WORK_CHANGE, BASELINE_EFFICIENCY, CANDIDATE_EFFICIENCY)
+
+# --- each point's history over nights (harness history; harness.regress.trend) ----------------
+NIGHT = term("night", "the night's directory under the root of nights (a sweep's, a pytest "
+             "--harness-save directory)")
+COMMITS = term("commits", "a change point's commit range A..B: the last night's before it, the "
+               "first's after it (git log A..B lists those between)")
+CAUSE = term("cause", "program: the compiled program changed; same program: it ran slower; "
+             "host: the same code on both nights; noise: within it; spread: too noisy to judge")
+NIGHTS = term("nights", "the nights the point has a run in")
+CPU_STEP_S = "cpu_step_s"          # a night's median CPU time per step (harness.regress.history)
+SPREAD = "spread"                  # SD of the log median step of a night's runs (two or more)
