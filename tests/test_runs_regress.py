@@ -154,10 +154,19 @@ def test_a_new_fingerprint_with_the_same_work_is_a_changed_program():
 
 
 def test_a_new_collective_is_more_work():
-    v = judge.compare(make(collectives=False), make(20.0, cpu=2.0))
+    v = judge.compare(make(collectives=False), make(20.0, cpu=2.0, fingerprint="f2"))
     assert v.program["collectives"] == [{}, {"all-reduce": 1}]
     assert (v.verdict, v.cause) == (judge.REGRESSION, judge.PROGRAM)
     assert "collectives all-reduce 0 -> 1" in v.message
+
+
+def test_the_same_program_doing_more_work_is_a_same_program_regression():
+    """One compiled program (one fingerprint) that ran 1.3x the work per step (a loop whose trip
+    count is an input value): a regression of the same program, saying what grew."""
+    v = judge.compare(make(), make(13.0, cpu=1.3, work=1.3))
+    assert (v.verdict, v.cause) == (judge.REGRESSION, judge.SAME_PROGRAM)
+    assert v.message.startswith("the same program (fingerprint) did more work per step: 1.3x "
+                                "the FLOPs")
 
 
 def test_faster_is_an_improvement():

@@ -72,6 +72,7 @@ def program(a: Run, b: Run) -> dict:
         what = ["a different compiled program (fingerprint), the same work per device"]
     return {"changed": bool(what), "more_work": any(x > 1 for x in moved.values())
             or bool(set(cb) - set(ca)), "fingerprints": [fa, fb],
+            "same_program": bool(fa) and fa == fb,
             **{f"{c}_x": x for c, x in ratio.items()}, "collectives": [ca, cb],
             "what": "; ".join(what)}
 
