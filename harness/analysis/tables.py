@@ -37,6 +37,7 @@ from harness.analysis.programs import (
 )
 from harness.capture.memory import host_note
 from harness.hlo import Module, cross_check, cross_check_skip
+from harness.measure.arrivals import collective_ops, named_collectives
 from harness.measure.ops import step_time
 from harness.measure.programs import ProgramKey, programs_ran
 from harness.measure.shares import apart, host_shares, op_timing
@@ -117,7 +118,10 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
     ran = programs_ran(events)
     costed = {key: predicted(module_for(modules, key), chip, trace) for key in ran}
     if shared:  # an op's share of the host counts every program running beside it
-        events = host_shares(events, set().union(*(apart(p) for p in costed.values())))
+        opcodes = {op: code for p in costed.values()
+                   for op, code in zip(p[schema.OP].astype(str), p[schema.OPCODE])}
+        events = host_shares(events, set().union(*(apart(p) for p in costed.values())),
+                             collective_ops(named_collectives(events) | set(opcodes), opcodes))
     per = {key: measure(events, key, costed[key], module_for(modules, key) is not None,
                          trace) for key in ran}
     shown = reported(per, ctx.program) or reported(per, "")
