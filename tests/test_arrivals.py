@@ -100,3 +100,53 @@ def test_no_collective_gives_an_empty_table_and_bad_input_is_named():
     assert out.empty and list(out.columns) == list(schema.ARRIVALS)
     with pytest.raises(SchemaError, match="arrivals"):
         arrivals(pd.DataFrame({schema.OP: ["all-reduce.1"]}))
+
+
+def _module(groups: str, opcode: str = "all-reduce"):
+    from harness.hlo import parse_module
+
+    apply = ", to_apply=%add" if opcode == "all-reduce" else ", dimensions={0}"
+    return parse_module("\n".join([
+        "HloModule m, num_partitions=8",
+        "%add (a: f32[], b: f32[]) -> f32[] {",
+        "  %a = f32[] parameter(0)", "  %b = f32[] parameter(1)",
+        "  ROOT %s = f32[] add(%a, %b)", "}",
+        "ENTRY %main (p: f32[8]) -> f32[8] {",
+        "  %p = f32[8]{0} parameter(0)",
+        f"  ROOT %c.1 = f32[8]{{0}} {opcode}(%p), channel_id=1, replica_groups={groups}, "
+        f"use_global_device_ids=true{apply}", "}", ""]))
+
+
+@pytest.mark.parametrize("groups, expected", [
+    # as printed
+    ("{{0,1,2,3},{4,5,6,7}}", ((0, 1, 2, 3), (4, 5, 6, 7))),
+    # iota: [2,4]<=[4,2]T(1,0): iota(8) as 4x2, transposed to 2x4: rows 0,2,4,6 and 1,3,5,7
+    ("[2,4]<=[4,2]T(1,0)", ((0, 2, 4, 6), (1, 3, 5, 7))),
+    # mesh a=2 x b=4, groups over b: ids row-major, so {0..3} and {4..7}; over a: {0,4}, ...
+    ("mesh['a'=2,'b'=4] {'b'}", ((0, 1, 2, 3), (4, 5, 6, 7))),
+    ("mesh['a'=2,'b'=4] {'a'}", ((0, 4), (1, 5), (2, 6), (3, 7))),
+])
+def test_replica_groups_of_a_module_in_each_form(groups, expected):
+    from harness.measure.arrivals import replica_groups
+
+    assert replica_groups(_module(groups)) == {"c.1": expected}
+
+
+def test_one_group_is_every_device_and_names_none():
+    from harness.measure.arrivals import replica_groups
+
+    assert replica_groups(_module("{{0,1,2,3,4,5,6,7}}")) == {}
+    assert replica_groups(_module("{}")) == {}
+
+
+def test_a_device_waits_for_its_group_in_the_host_shares_too():
+    # all-reduce.5 in groups {0, 1} and {2, 3}, arrivals 0, 10, 20, 30, every one leaving at
+    # 40: group {0, 1} runs from 10, group {2, 3} from 30, so n = 2 on [10, 30) and 4 on
+    # [30, 40). Devices 0, 1: 4 * (20/2 + 10/4) = 50; devices 2, 3: 4 * 10/4 = 10
+    from harness.measure.shares import host_shares
+
+    rows = [("all-reduce.5", d, 0, d * 10, 40 - d * 10) for d in range(4)]
+    out = host_shares(events(rows), groups={"all-reduce.5": [(0, 1), (2, 3)]})
+    assert list(out[schema.SHARE_NS]) == [50, 50, 10, 10]
+    # without the groups every device waits for device 3: 4 * 10/4 each
+    assert list(host_shares(events(rows))[schema.SHARE_NS]) == [10, 10, 10, 10]

@@ -57,6 +57,34 @@ def named_collectives(events: pd.DataFrame) -> set[str]:
     return collective_ops(names)
 
 
+def replica_groups(module) -> dict[str, tuple[tuple[int, ...], ...]]:
+    """Op name -> its device groups, for each collective of ``module`` (``harness.hlo.Module``)
+    that names more than one: explicit and iota groups as printed, mesh groups expanded over
+    whole mesh axes (ids row-major over the mesh, as XLA numbers them; a group over part of an
+    axis is left out). Ids are the program's logical device ids, which are the trace's where
+    the mesh lists its devices in order (jax's CPU devices)."""
+    out = {}
+    for comp in module.computations.values():
+        for instr in comp.instructions:
+            found = instr.attrs.get("replica_groups")
+            if instr.opcode in RENDEZVOUS and found is not None and not isinstance(found, str) \
+                    and (found.num_groups or 1) > 1:
+                groups = found.groups if found.kind != "mesh" else _mesh_groups(found)
+                if groups:
+                    out[instr.name] = tuple(tuple(int(d) for d in g) for g in groups)
+    return out
+
+
+def _mesh_groups(found) -> tuple[tuple[int, ...], ...] | None:
+    names = [name for name, _ in found.mesh]
+    if any(axis not in names for axis in found.axes):
+        return None
+    ids = np.arange(int(np.prod([n for _, n in found.mesh]))).reshape([n for _, n in found.mesh])
+    at = [names.index(axis) for axis in found.axes]
+    ids = np.moveaxis(ids, at, list(range(len(names) - len(at), len(names))))
+    return tuple(map(tuple, ids.reshape(-1, found.group_size).tolist()))
+
+
 def arrivals(events: pd.DataFrame, collectives: Collection[str] | None = None,
              groups: Groups | None = None,
              clock_offsets_ns: Mapping[int, int] | None = None) -> pd.DataFrame:

@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
-from harness.measure.arrivals import last_arrivals, named_collectives
+from harness.measure.arrivals import Groups, last_arrivals, named_collectives
 from harness.measure.ops import named
 from predictions.rules import CONTAINERS
 
@@ -61,16 +61,18 @@ def apart_by_opcode(opcodes: Mapping[str, str]) -> set[str]:
 
 
 def host_shares(events: pd.DataFrame, keep: Collection[str] = (),
-                collectives: Collection[str] | None = None) -> pd.DataFrame:
+                collectives: Collection[str] | None = None,
+                groups: Groups | None = None) -> pd.DataFrame:
     """EVENTS with a ``share_ns`` column: each op execution's share of the host (its own
     duration for the ops named in ``keep``, ``apart``, which neither share nor count in n(t));
     ``duration_ns`` stays as the trace gave it. ``collectives``: the op names that are
     collectives (``harness.measure.arrivals.collective_ops``; default: as their names imply),
-    which share and count from the last arrival of their execution."""
+    which share and count from the last arrival of their execution (in their device's replica
+    group where ``groups`` names it: ``arrivals.replica_groups``)."""
     schema.validate(events, schema.EVENTS, where="host_shares(events)")
     start = events[schema.START_NS].to_numpy(np.int64)
     end = start + events[schema.DURATION_NS].to_numpy(np.int64)
-    start = _running_from(events, start, end, set(keep), collectives)
+    start = _running_from(events, start, end, set(keep), collectives, groups)
     split = ~named(events[schema.OP], set(keep))
     out = events[schema.DURATION_NS].to_numpy(np.int64).copy()
     if not split.any():
@@ -103,7 +105,7 @@ def host_shares(events: pd.DataFrame, keep: Collection[str] = (),
 
 
 def _running_from(events: pd.DataFrame, start: np.ndarray, end: np.ndarray, keep: set[str],
-                  collectives: Collection[str] | None) -> np.ndarray:
+                  collectives: Collection[str] | None, groups: Groups | None) -> np.ndarray:
     """When each execution starts running: its start, or for a collective the last arrival of
     its execution's group (at most its end)."""
     op = events[schema.OP]
@@ -113,7 +115,7 @@ def _running_from(events: pd.DataFrame, start: np.ndarray, end: np.ndarray, keep
     if not waits.any():
         return start
     rows = np.flatnonzero(waits)
-    last = last_arrivals(events.iloc[rows])[0]
+    last = last_arrivals(events.iloc[rows], groups)[0]
     out = start.copy()
     out[rows] = np.minimum(last, end[rows])
     return out
