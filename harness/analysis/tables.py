@@ -129,7 +129,8 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
     costed = {key: predicted(module_for(modules, key), chip, trace) for key in ran}
     if shared:  # an op's share of the host counts every program running beside it
         opcodes = {op: code for p in costed.values()
-                   for op, code in zip(p[schema.OP].astype(str), p[schema.OPCODE])}
+                   for op, code in zip(p[schema.OP].astype(str), p[schema.OPCODE])
+                   if isinstance(code, str) and code}
         events = host_shares(events, set().union(*(apart(p) for p in costed.values())),
                              collective_ops(named_collectives(events) | set(opcodes), opcodes),
                              groups_of(modules))
