@@ -12,10 +12,12 @@ last event to end before the marker, nothing else between them, not even a threa
 start or stop): the op's own event, where the kernel ran inline and the marker follows its
 event by the microsecond the profiler takes (then the event's end), or the executor's
 continuation, a ``ThunkExecutor::Execute`` event, which started after the op's event ended:
-the completing thread first ran the thunks the completion made ready (an async value calls the
-callbacks waiting on it last-registered first, and the executor's waits on the op's after the
-marker's). Then the op completed where that event started. ``durations`` gives each op its
-span from its start to its completion, never shorter than its event.
+the completing thread first ran the thunks the completion made ready, and only then the
+marker's callback (the traces show it: the all-reduce reading a dot's result starts 2 us into
+the continuation, and the dot's marker comes after the continuation's end, 90 ms later). Then
+the op completed where that event started. ``durations`` gives each op its span from its start
+to its completion, never shorter than its event; an op without a marker (the
+profiler stopped before its work completed, or a runtime that records none) keeps its event.
 """
 from __future__ import annotations
 
