@@ -114,7 +114,13 @@ def cpu_rows(space) -> tuple[list, bool]:
             if run not in programs:
                 programs[run] = tuple(str(idx.value(by_id[k])) if k in by_id else ""
                                       for k in (ids[1], ids[4]))
-            rows.append([run, op_names[ev.metadata_id], device, start, dur])
+            flow = by_id.get(idx.stat_ids.get("_p"))
+            rows.append([run, op_names[ev.metadata_id], device, start, dur,
+                         None if flow is None else idx.value(flow)])
+    done = _completions(host, idx)
+    rows = [[run, op, device, start,
+             dur if flow not in done else max(dur, done[flow]((start, start + dur)) - start)]
+            for run, op, device, start, dur, flow in rows]
     first = {}
     for run, _, _, start, _ in rows:
         first[run] = min(first.get(run, start), start)
@@ -124,6 +130,36 @@ def cpu_rows(space) -> tuple[list, bool]:
                else order[r] for r in first}
     return [[*programs[run], op, device, step_of[run], start, dur]
             for run, op, device, start, dur in rows], bool(steps)
+
+
+def _completions(host, idx: Plane) -> dict:
+    """Flow id -> (the op's event (start, end) -> its completion), from the ``end: <op>``
+    markers (``harness.trace.completions``), by what the marker's line recorded last before
+    it: the op's own event (its end), a ``ThunkExecutor::Execute`` event that started at or
+    after the op's event end (its start), else the marker."""
+    out = {}
+    for line in host.lines:
+        if not line.name.startswith("tf_"):
+            continue
+        events = [(idx.event_names.get(ev.metadata_id, ""), start, start + dur,
+                   idx.stats(ev.stats)) for ev, start, dur in events_of(line)]
+        for name, at, _, stats in events:
+            if not name.startswith("end: ") or "_c" not in stats:
+                continue
+            last = max(((end, name == "ThunkExecutor::Execute", start)
+                        for name, start, end, _ in events if end < at), default=None)
+            out[stats["_c"]] = lambda op, at=at, last=last: _completion(op, at, last)
+    return out
+
+
+def _completion(op: tuple, at: int, last: tuple | None) -> int:
+    start, end = op
+    if last is None:
+        return at
+    last_end, is_run, last_start = last
+    if not is_run and (last_start, last_end) == (start, end):
+        return end
+    return last_start if is_run and last_start >= end else at
 
 
 def gpu_rows(space, schedule_of=None) -> tuple[list, bool]:

@@ -104,14 +104,19 @@ def test_cpu_ops_are_timed_as_their_share_of_the_host(matmul_capture):
     """On CPU an op's time is its share of the host (harness.measure.shares): the shares of every op
     on every device add up to D x the time any op was running, so the per-step samples (means
     over the 8 devices) add up to that time, the union of all op intervals, taken here from the
-    raw events by sorting and merging."""
+    raw events by sorting and merging (a collective running from the last arrival of its
+    execution, harness.measure.arrivals: before it, it waits)."""
+    from harness.measure.arrivals import arrivals
     from harness.runs.pipeline import from_capture
 
     a = from_capture(matmul_capture, chip="h100")
-    ev = a.events.sort_values(schema.START_NS)
+    running = a.events[schema.START_NS].copy()
+    waits = arrivals(a.events)
+    running[waits.index] = waits[schema.LAST_ARRIVE_NS].clip(upper=waits[schema.END_NS])
+    ev = a.events.assign(**{schema.START_NS: running, "end": a.events[schema.START_NS]
+                            + a.events[schema.DURATION_NS]}).sort_values(schema.START_NS)
     union_ns, reach = 0, -1
-    for s, d in zip(ev[schema.START_NS], ev[schema.DURATION_NS]):
-        e = s + d
+    for s, e in zip(ev[schema.START_NS], ev["end"]):
         if e > reach:
             union_ns += e - max(s, reach)
             reach = e

@@ -16,8 +16,8 @@ def events(rows) -> pd.DataFrame:
                           schema.START_NS: s, schema.DURATION_NS: t} for op, d, s, t in rows])
 
 
-def shares(rows, keep=()) -> dict:
-    out = host_shares(events(rows), keep)
+def shares(rows, keep=(), collectives=None) -> dict:
+    out = host_shares(events(rows), keep, collectives)
     return dict(zip(zip(out[schema.OP], out[schema.DEVICE]), out[schema.SHARE_NS]))
 
 
@@ -48,11 +48,35 @@ def test_a_staggered_op_measures_as_its_span_over_devices():
     assert shared[schema.MEASURED_MAX_S].iloc[0] == pytest.approx(34e-9)
 
 
-def test_collectives_count_like_any_op():
+def test_collectives_count_like_any_op_once_their_group_has_arrived():
     # a thread in a collective holds its device: with every device in the all-reduce or in a
-    # matmul, n = 2 and each keeps its duration
+    # matmul, n = 2 and each keeps its duration (one device in it: its own arrival is the last)
     assert shares([("all-reduce.1", 0, 0, 10), ("dot", 1, 0, 10)]) == {
         ("all-reduce.1", 0): 10, ("dot", 1): 10}
+
+
+def test_a_matmul_beside_a_waiting_device_gets_its_full_share():
+    # device 0 enters all-gather.1 at 0 and waits for device 1, which runs a dot over [0, 20)
+    # and then arrives: the all-gather runs on both over [20, 30). Waiting is not running: on
+    # [0, 20) n = 1 (the dot had the host): dot 2 * 20 = 40; each all-gather 2 * 10/2 = 10.
+    # The shares add up to D x the 30 ns ops ran: 40 + 10 + 10 = 2 * 30
+    rows = [("all-gather.1", 0, 0, 30), ("dot", 1, 0, 20), ("all-gather.1", 1, 20, 10)]
+    assert shares(rows) == {("all-gather.1", 0): 10, ("dot", 1): 40, ("all-gather.1", 1): 10}
+    # counted from its arrival, the waiting thread took half the host: the dot 2 * 20/2 = 20,
+    # the all-gather 2 * (20/2 + 10/2) = 30
+    plain = shares(rows, collectives=())
+    assert plain == {("all-gather.1", 0): 30, ("dot", 1): 20, ("all-gather.1", 1): 10}
+
+
+def test_four_devices_arriving_apart_share_only_the_time_all_are_in():
+    # arrivals 0, 10, 20, 30, all leaving at 40: each runs [30, 40) with n = 4 -> 4 * 10/4
+    rows = [("all-gather.2", d, d * 10, 40 - d * 10) for d in range(4)]
+    assert set(shares(rows).values()) == {10}
+    # a collective the caller names (a name that implies none) waits the same way
+    named = [("ag", d, d * 10, 40 - d * 10) for d in range(4)]
+    assert set(shares(named, collectives={"ag"}).values()) == {10}
+    # not named, it runs from its arrival: device 0 alone on [0, 10), with 2, 3, 4 after
+    assert shares(named)[("ag", 0)] == round(4 * (10 / 1 + 10 / 2 + 10 / 3 + 10 / 4))  # 83
 
 
 def test_containers_neither_share_nor_count():

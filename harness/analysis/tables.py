@@ -37,6 +37,7 @@ from harness.analysis.programs import (
 )
 from harness.capture.memory import host_note
 from harness.hlo import Module, cross_check, cross_check_skip
+from harness.measure.arrivals import collective_ops, named_collectives, replica_groups
 from harness.measure.ops import step_time
 from harness.measure.programs import ProgramKey, programs_ran
 from harness.measure.shares import apart, host_shares, op_timing
@@ -106,6 +107,16 @@ class Tables:
         default_factory=lambda: schema.empty(schema.STEP_SPANS))
 
 
+def groups_of(modules: Mapping[ProgramKey, Module]) -> dict:
+    """Op name -> its replica groups (``arrivals.replica_groups``) over every program; a name
+    two programs give different groups is left out (its execution waits for all its devices)."""
+    out, clash = {}, set()
+    for module in modules.values():
+        for op, groups in replica_groups(module).items():
+            clash |= {op} if out.setdefault(op, groups) != groups else set()
+    return {op: g for op, g in out.items() if op not in clash}
+
+
 def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
             context: Context = Context()) -> Tables:
     """Measure, predict and join every program of a decoded trace on ``chip``: ``modules``
@@ -117,7 +128,12 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
     ran = programs_ran(events)
     costed = {key: predicted(module_for(modules, key), chip, trace) for key in ran}
     if shared:  # an op's share of the host counts every program running beside it
-        events = host_shares(events, set().union(*(apart(p) for p in costed.values())))
+        opcodes = {op: code for p in costed.values()
+                   for op, code in zip(p[schema.OP].astype(str), p[schema.OPCODE])
+                   if isinstance(code, str) and code}
+        events = host_shares(events, set().union(*(apart(p) for p in costed.values())),
+                             collective_ops(named_collectives(events) | set(opcodes), opcodes),
+                             groups_of(modules))
     per = {key: measure(events, key, costed[key], module_for(modules, key) is not None,
                          trace) for key in ran}
     shown = reported(per, ctx.program) or reported(per, "")

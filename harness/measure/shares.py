@@ -15,11 +15,14 @@ their mean over devices adds up to that time: measured on CPU, ``measured_s`` is
 devices (``harness.measure.ops``), and the ``cpu`` chip's matmul rate is a share too
 (``harness.chip.probes``).
 
-Collectives count like any op: a thread inside one holds its device, waiting for the others or
-reducing. Left out of n(t), llama_train's elementwise ops, which run no faster beside a
-collective, were charged 2.5x their durations. Counted, a thread blocked in a long rendezvous
-charges the ops beside it too little: a matmul right after an all-gather whose group waited
-30 ms for a queued partner measured at a third of its cost (docs/accuracy.md).
+Collectives count from the last arrival of their execution (``harness.measure.arrivals``). A
+thread inside one after every device of its group has arrived holds its device, moving or
+reducing: left out of n(t), llama_train's elementwise ops, which run no faster beside a
+collective, were charged 2.5x their durations. Before the last arrival it is waiting, not
+running: it neither gets a share nor dilutes the others'. Counted from its arrival, a thread
+blocked in a long rendezvous charged the ops beside it too little: a matmul right after an
+all-gather whose group waited 30 ms for a queued partner measured at a third of its cost, as
+if the waiting threads had taken two thirds of the cores.
 Control-flow ops (``while``, ``call``, ``conditional``) neither share nor count: their body ops
 run inside them and are counted themselves.
 """
@@ -31,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
+from harness.measure.arrivals import Groups, last_arrivals, named_collectives
 from harness.measure.ops import named
 from predictions.rules import CONTAINERS
 
@@ -56,13 +60,19 @@ def apart_by_opcode(opcodes: Mapping[str, str]) -> set[str]:
     return {op for op, code in opcodes.items() if code in CONTAINERS}
 
 
-def host_shares(events: pd.DataFrame, keep: Collection[str] = ()) -> pd.DataFrame:
+def host_shares(events: pd.DataFrame, keep: Collection[str] = (),
+                collectives: Collection[str] | None = None,
+                groups: Groups | None = None) -> pd.DataFrame:
     """EVENTS with a ``share_ns`` column: each op execution's share of the host (its own
     duration for the ops named in ``keep``, ``apart``, which neither share nor count in n(t));
-    ``duration_ns`` stays as the trace gave it."""
+    ``duration_ns`` stays as the trace gave it. ``collectives``: the op names that are
+    collectives (``harness.measure.arrivals.collective_ops``; default: as their names imply),
+    which share and count from the last arrival of their execution (in their device's replica
+    group where ``groups`` names it: ``arrivals.replica_groups``)."""
     schema.validate(events, schema.EVENTS, where="host_shares(events)")
     start = events[schema.START_NS].to_numpy(np.int64)
     end = start + events[schema.DURATION_NS].to_numpy(np.int64)
+    start = _running_from(events, start, end, set(keep), collectives, groups)
     split = ~named(events[schema.OP], set(keep))
     out = events[schema.DURATION_NS].to_numpy(np.int64).copy()
     if not split.any():
@@ -92,3 +102,20 @@ def host_shares(events: pd.DataFrame, keep: Collection[str] = ()) -> pd.DataFram
     devices = events[schema.DEVICE].nunique()
     out[split] = np.rint(devices * (at[m:] - at[:m])).astype(np.int64)
     return events.assign(**{schema.SHARE_NS: out})
+
+
+def _running_from(events: pd.DataFrame, start: np.ndarray, end: np.ndarray, keep: set[str],
+                  collectives: Collection[str] | None, groups: Groups | None) -> np.ndarray:
+    """When each execution starts running: its start, or for a collective the last arrival of
+    its execution's group (at most its end)."""
+    op = events[schema.OP]
+    if collectives is None:
+        collectives = named_collectives(events)
+    waits = named(op, set(map(str, collectives)) - keep)
+    if not waits.any():
+        return start
+    rows = np.flatnonzero(waits)
+    last = last_arrivals(events.iloc[rows], groups)[0]
+    out = start.copy()
+    out[rows] = np.minimum(last, end[rows])
+    return out

@@ -16,6 +16,13 @@ STEP = "step"                # measured step number, 0-based
 START_NS = "start_ns"        # event start, trace clock
 DURATION_NS = "duration_ns"  # event duration
 SHARE_NS = "share_ns"        # CPU: the execution's share of the host (harness.measure.shares)
+
+# --- arrivals at collectives (harness.measure.arrivals): one row per execution and device ----
+EXECUTION = "execution"      # the op's k-th execution in the step on each device (0-based)
+ARRIVE_NS = "arrive_ns"      # when the device's thread entered the collective (its event start)
+LAST_ARRIVE_NS = "last_arrive_ns"  # the latest arrival in the device's group of the execution
+END_NS = "end_ns"            # when the device's thread left it (event start + duration)
+WAIT_NS = "wait_ns"          # last_arrive_ns - arrive_ns: time waiting for the group, not running
 OPCODE = "opcode"
 CATEGORY = term("category", "the op's kind of work: matmul, attention, collective, elementwise, "
                 "reduction, copy, other")
@@ -82,6 +89,8 @@ CATEGORIES = rules.CATEGORIES     # an op's kind of work, in report order (predi
 
 # --- tables -------------------------------------------------------------------------------
 EVENTS = (PROGRAM, OP, DEVICE, STEP, START_NS, DURATION_NS)
+ARRIVALS = (PROGRAM, PROGRAM_ID, OP, STEP, EXECUTION, HOST, DEVICE, ARRIVE_NS, LAST_ARRIVE_NS,
+            END_NS, WAIT_NS)
 OPS_MEASURED = (PROGRAM, OP, COUNT, MEASURED_S, MEASURED_MIN_S, MEASURED_MAX_S, DEVICES)
 # one row per program that ran: its executions, time per execution measured and predicted (the
 # sums of its ops' measured_s / predicted_s, per step), efficiency, total_s and share of it

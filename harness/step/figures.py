@@ -16,6 +16,7 @@ import pandas as pd
 
 from harness import schema
 from harness.hlo import Module
+from harness.measure.arrivals import opcode_of_name
 from harness.measure.ops import named
 from harness.step.bounds import step_bounds
 from harness.step.replay import replay_durations
@@ -32,12 +33,6 @@ _COMM_OPCODES = frozenset(
      *(v for k, v in ASYNC_PAIRS.items() if k.removesuffix("-start") in COLLECTIVE_OPCODES)})
 
 
-def _opcode_of_name(op: str) -> str:
-    """``all-gather-start.3`` -> ``all-gather-start``: the opcode a name without HLO implies."""
-    head, _, tail = op.rpartition(".")
-    return head if head and tail.isdigit() else op
-
-
 def comm_ops(ops: pd.DataFrame) -> set[str]:
     """The names of the ops that communicate (module docstring)."""
     if ops.empty:
@@ -45,7 +40,7 @@ def comm_ops(ops: pd.DataFrame) -> set[str]:
     name = ops[schema.OP].astype(str)
     code = (ops[schema.OPCODE].fillna("").astype(str) if schema.OPCODE in ops.columns
             else pd.Series("", index=ops.index))
-    code = code.where(code != "", name.map(_opcode_of_name))
+    code = code.where(code != "", name.map(opcode_of_name))
     comm = code.isin(_COMM_OPCODES)
     if schema.CATEGORY in ops.columns:
         comm |= ops[schema.CATEGORY] == schema.CAT_COLLECTIVE
@@ -62,7 +57,7 @@ def containers(predicted: pd.DataFrame, events: pd.DataFrame) -> set[str]:
         return set(predicted.loc[predicted[schema.OPCODE].isin(CONTAINERS), schema.OP]
                    .astype(str))
     names = pd.Series(events[schema.OP].astype(str).unique())
-    return set(names[names.map(_opcode_of_name).isin(CONTAINERS)])
+    return set(names[names.map(opcode_of_name).isin(CONTAINERS)])
 
 
 def step_figures(events: pd.DataFrame, ops: pd.DataFrame, *, pairs: Mapping[str, str] | None,

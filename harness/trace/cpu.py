@@ -1,14 +1,17 @@
 """The CPU format: op executions on XLA's thread-pool lines of ``/host:CPU`` (`profiling.md`).
 
 Op events carry stats ``hlo_op``, ``hlo_module``, ``device_ordinal`` and ``run_id``; ``end: <op>``
-markers, ``Rendezvous`` and thread-pool events are not ops. Dispatch is asynchronous, so ops are
+markers, ``Rendezvous`` and thread-pool events are not ops. The markers say when each op's work
+completed: an op XLA runs asynchronously (an Eigen matmul) lasts from its start to its
+completion, not only its event (``harness.trace.completions``). Dispatch is asynchronous, so ops are
 tied to steps through ``run_id``: the host-side ``CommonPjRtLoadedExecutable::Execute`` event
 inside each step annotation carries it (single-device dispatch does not: see
 ``_steps_by_first_op``).
 
 A line is read as columns (``harness.trace.wire``): every event's metadata id, then the times
-and two stats (device, run) of the op events only, read where each op kind lays its stats out
-(``harness.trace.statplans``: every stat record of every op event checked).
+and three stats (device, run, flow id) of the op events only, read where each op kind lays its
+stats out (``harness.trace.statplans``: every stat record of every op event checked), and where
+the line holds completion markers, every event's times and the markers' flow ids.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.trace import parallel
+from harness.trace import completions, parallel
 from harness.trace.codes import firsts
 from harness.trace.planes import (
     HOST_PLANE,
@@ -31,7 +34,7 @@ from harness.trace.space import Space
 from harness.trace.statplans import planned_values
 from harness.trace.wire import INT64, UINT64, Events, Line, Stats, read_line
 
-STATS = ("hlo_op", "hlo_module", "device_ordinal", "run_id", "program_id")
+STATS = ("hlo_op", "hlo_module", "device_ordinal", "run_id", "program_id", "_p", "_c")
 
 
 def detect(space: Space) -> bool:
@@ -76,32 +79,53 @@ def _ints(stats: Stats, entry: np.ndarray) -> np.ndarray:
     return out
 
 
-def _device_and_run(ev: Events, ids: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Each op event's device and run: its last stat of each id, read by the layouts of the
-    op kinds (``planned_values``: every stat record checked; -1: it has none)."""
-    codes, values = planned_values(ev, [ids["device_ordinal"], ids["run_id"]])
-    return _ints(values, codes[:, 0]), _ints(values, codes[:, 1])
+def _op_stats(ev: Events, ids: dict) -> tuple[np.ndarray, ...]:
+    """Each op event's device, run and flow id (``_p``, and whether it has one): its last stat
+    of each id, read by the layouts of the op kinds (``planned_values``: every stat record
+    checked; -1: it has none)."""
+    codes, values = planned_values(ev, [ids["device_ordinal"], ids["run_id"], ids["_p"]])
+    return (_ints(values, codes[:, 0]), _ints(values, codes[:, 1]), _ints(values, codes[:, 2]),
+            codes[:, 2] >= 0)
+
+
+def _marks(line: Line, ids: dict, marking: tuple) -> tuple[np.ndarray, ...]:
+    """The completion markers of a line (``harness.trace.completions``): each one's flow id
+    (``_c``), time, and the start, end and kind (a run or not) of the event its thread
+    recorded last before it (``completions.prior``)."""
+    rows = np.flatnonzero(np.isin(line.metadata_id, marking[0]))
+    if not len(rows):
+        return (np.zeros(0, np.int64),) * 4 + (np.zeros(0, bool),)
+    every = line.events()
+    start = every.start_ns
+    codes, values = planned_values(line.events(rows), [ids["_c"]])
+    has = codes[:, 0] >= 0
+    before = completions.prior(every.metadata_id, start, start + every.duration_ns, rows,
+                               marking[1])
+    return (_ints(values, codes[:, 0])[has], start[rows][has], *(b[has] for b in before))
 
 
 @dataclass
 class _LineOps:
-    """One line's op executions (op kind, device, run, start ns, duration ns), which of the
-    kinds it holds it read as ops, and each of its runs' program (name, id), from the run's
-    first op event in the line."""
+    """One line's op executions (op kind, device, run, start ns, duration ns, flow id and
+    whether it has one), which of the kinds it holds it read as ops, each of its runs' program
+    (name, id), from the run's first op event in the line, and its completion markers
+    (``_marks``)."""
 
     columns: tuple
     is_op: dict
     op_names: dict
     programs: dict
+    marks: tuple
 
 
-def _cpu_line(line: Line, ids: dict, idx: PlaneIndex, kinds: _Kinds) -> _LineOps:
+def _cpu_line(line: Line, ids: dict, idx: PlaneIndex, kinds: _Kinds,
+              marking: tuple) -> _LineOps:
     """The op executions of one XLA thread-pool line, its op kinds those of ``kinds`` (learning
     the kinds it does not know yet). A run_id is one execution of one program, so the program
     (its name and id) is read once per run."""
     kinds.learn(line, ids, idx)
     ev = line.events(np.flatnonzero(kinds.ops(line.metadata_id)))
-    device, run = _device_and_run(ev, ids)
+    device, run, flow, has_flow = _op_stats(ev, ids)
     runs, rows = firsts(run)
     st = ev.stats(rows, [ids["hlo_module"], ids["program_id"]])
     module, program_id = (idx.entry_texts(st, st.entry(ids[k], len(ev))[rows])
@@ -111,25 +135,27 @@ def _cpu_line(line: Line, ids: dict, idx: PlaneIndex, kinds: _Kinds) -> _LineOps
     # op kinds and devices are small numbers: half the bytes to send back and join
     op = ev.metadata_id.astype(np.int32) if len(ev) and ev.metadata_id.max() < 2**31 else (
         ev.metadata_id)
-    return _LineOps((op, device.astype(np.int32), run, ev.start_ns, ev.duration_ns),
-                    {k: kinds.is_op[k] for k in held},
-                    {k: kinds.op_names[k] for k in held if k in kinds.op_names}, programs)
+    return _LineOps((op, device.astype(np.int32), run, ev.start_ns, ev.duration_ns, flow,
+                     has_flow), {k: kinds.is_op[k] for k in held},
+                    {k: kinds.op_names[k] for k in held if k in kinds.op_names}, programs,
+                    _marks(line, ids, marking))
 
 
 def _read_line(context, ref) -> _LineOps:
     """One line read on its own (in a worker process, maybe): its op kinds those whose first
     event in this line is an op."""
-    ids, idx = context
-    return _cpu_line(read_line(ref.raw()), ids, idx, _Kinds())
+    ids, idx, marking = context
+    return _cpu_line(read_line(ref.raw()), ids, idx, _Kinds(), marking)
 
 
 def _work(space: Space) -> tuple:
     """The context, parts and size of ``_read_line``'s work: (stat ids, the host plane's
-    index), its XLA thread-pool lines, their bytes."""
+    index, its completion markers' and continuations' kinds), its XLA thread-pool lines, their
+    bytes."""
     idx = PlaneIndex(plane(space, HOST_PLANE))
     ids = {name: idx.stat_ids.get(name) for name in STATS}
     refs = idx.refs(lambda name: name.startswith(XLA_THREAD_PREFIX))
-    return (ids, idx), refs, sum(r.size for r in refs)
+    return (ids, idx, completions.kinds(idx.event_names)), refs, sum(r.size for r in refs)
 
 
 def start(space: Space) -> None:
@@ -141,9 +167,9 @@ def extract(space: Space) -> Columns:
     """The op executions of every XLA thread-pool line. Lines are read independently (in
     parallel where cores allow); a kind is an op or not as its first event in line order says,
     and a line that read a kind it holds otherwise is read again."""
-    (ids, idx), refs, size = _work(space)
+    (ids, idx, marking), refs, size = _work(space)
     steps, run_step = host_steps(space, idx)
-    lines = parallel.in_parallel(_read_line, (ids, idx), refs, size, owner=space)
+    lines = parallel.in_parallel(_read_line, (ids, idx, marking), refs, size, owner=space)
     kinds, run_program = _Kinds(), {}
     for part in lines:
         for kind, op in part.is_op.items():
@@ -152,12 +178,15 @@ def extract(space: Space) -> Columns:
             kinds.op_names.setdefault(kind, name)
     for i, part in enumerate(lines):
         if any(kinds.is_op[k] != op for k, op in part.is_op.items()):
-            lines[i] = part = _cpu_line(read_line(refs[i].raw()), ids, idx, kinds)
+            lines[i] = part = _cpu_line(read_line(refs[i].raw()), ids, idx, kinds, marking)
         for run, program in part.programs.items():
             run_program.setdefault(run, program)
     empty = np.zeros(0, np.int64)
-    op, device, runs, start, duration = (np.concatenate(c) for c in zip(
-        *(part.columns for part in lines))) if lines else (empty,) * 5
+    op, device, runs, start, duration, flow, has_flow = (np.concatenate(c) for c in zip(
+        *(part.columns for part in lines))) if lines else (empty,) * 7
+    marks = ((np.concatenate(c) for c in zip(*(part.marks for part in lines))) if lines
+             else (empty,) * 4 + (np.zeros(0, bool),))
+    duration = completions.durations(start, duration, flow, has_flow.astype(bool), *marks)
     cols = Columns(op=op, device=device, start_ns=start, duration_ns=duration,
                    op_names=kinds.op_names)
     cols.program, cols.program_id = runs, runs
