@@ -1,9 +1,12 @@
 """``harness profile`` on scripts that do not finish: one that raises (exit 1, its last frames
 above the report), one whose process XLA-style aborts (exit 1, the report of the segments it
-finished), one interrupted by Ctrl-C (exit 130, the report of what it ran), also while blocked
-in a call that never returns to Python. Real subprocesses, short segments where it matters."""
+finished, the one it died in named), one interrupted by Ctrl-C (exit 130, the report of what it
+ran), also while blocked in a call that never returns to Python, and while its last segment
+takes too long to write out (that segment left out and named). Real subprocesses, short
+segments where it matters."""
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import textwrap
@@ -13,6 +16,10 @@ from pathlib import Path
 from profiling import HARNESS, env_for, executions, harness, report_of
 
 from harness import schema
+
+# the note of the segment a script ended in without writing it: (segment, how the script ended)
+LOST = re.compile(r"segment (\d+) of the trace \(\d+\.\d s from \d\d:\d\d:\d\d UTC\) was not "
+                  r"written: the script (.+)")
 
 STEP = textwrap.dedent("""
     import sys, time
@@ -73,9 +80,11 @@ def test_an_aborting_script_exits_1_with_the_report_of_its_finished_segments(tmp
     assert "harness profile: mine.py was killed by SIGABRT" in done.stderr
     report = report_of(done.stdout)
     assert executions(report) == {"jit__lambda": 5}
-    assert report["notes"][0] == ("the last segment of the trace (up to 0.5 s) was lost: the "
-                                  "script was killed by SIGABRT")
+    assert report["notes"][0] == ("the script was killed by SIGABRT; this is the report of what "
+                                  "it ran before")
+    assert LOST.fullmatch(report["notes"][1]).group(1, 2) == ("2", "was killed by SIGABRT")
     assert report["meta"][schema.SCRIPT]["outcome"] == "died"
+    assert report["meta"][schema.SCRIPT]["lost"]["segment"] == 2
     finished = sorted(p.parts[-5] for p in (tmp_path / "kept").rglob("*.xplane.pb"))
     assert finished == ["segment-000", "segment-001"]
 
@@ -134,3 +143,34 @@ def test_ctrl_c_ends_a_script_blocked_outside_python_and_keeps_its_trace(tmp_pat
             "ended 2 s later") in done.stderr
     assert executions(report_of(done.stdout)) == {"jit__lambda": 2}
     assert took < 60, took
+
+
+def test_ctrl_c_leaves_out_a_segment_that_takes_too_long_to_write_and_names_it(tmp_path):
+    """Segment 0 (3 steps) written; then writing a segment takes a minute (the script slows
+    jax.profiler.stop_trace down, as a long segment of a busy loop is): at Ctrl-C the process
+    ends without it, the report is of segment 0 and names the segment left out."""
+    done, _ = _interrupted(tmp_path, """
+        import jax.profiler
+        write = jax.profiler.stop_trace
+
+        def slow_write():
+            time.sleep(60)
+            write()
+
+        run(3)
+        segment_done(0)
+        jax.profiler.stop_trace = slow_write
+        run(2)
+        print("ready", file=sys.stderr, flush=True)
+        while True:
+            time.sleep(0.01)
+    """, "--segment-s", "1", "--keep-trace", "unused")
+    assert done.returncode == 130, done.stderr[-3000:]
+    report = report_of(done.stdout)
+    assert executions(report) == {"jit__lambda": 3}  # the 2 after segment 0 were not written
+    lost = report["meta"][schema.SCRIPT]["lost"]
+    note = LOST.fullmatch(report["notes"][1])
+    assert note.group(1, 2) == (str(lost["segment"]), "was interrupted (Ctrl-C)")
+    # the segments kept are those before the one left out
+    assert len(report["meta"][schema.SEGMENTS]) == lost["segment"] >= 1
+    assert report["notes"][0].startswith("the script was interrupted (Ctrl-C) and stopped ")

@@ -3,6 +3,8 @@ trace's segments merged on one clock, the recorded mesh each program ran on, the
 commit, the device count forced over a script's own."""
 from __future__ import annotations
 
+import datetime as dt
+import json
 import subprocess
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import pytest
 from conftest import FIXTURES
 
 from harness import schema
-from harness.capture import child, environment
+from harness.capture import child, environment, script, segments
 from harness.capture.script import ScriptRun
 from harness.capture.segments import segment_dir
 from harness.devices import DEVICE_COUNT_ENV, device_count_flag, forced_device_count
@@ -44,19 +46,38 @@ def test_the_script_process_says_how_the_script_ended(tmp_path, monkeypatch, bod
         assert status[child.FRAME] == "mine.py:2 in f"
 
 
-def test_a_script_whose_process_died_lost_its_last_segment():
-    died = ScriptRun(Path("mine.py"), [], Path("t"), 30.0, -6)
+def test_a_script_whose_process_died_lost_the_segment_it_was_in():
+    started = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc).timestamp()
+    died = ScriptRun(Path("mine.py"), [], Path("t"), 30.0, -6,
+                     lost={"segment": 2, "started": started, "s": 12.34})
     assert (died.outcome, died.exit_code) == ("died", 1)
     assert died.ended() == "was killed by SIGABRT"
-    assert died.lost() == ("the last segment of the trace (up to 30 s) was lost: the script "
-                           "was killed by SIGABRT")
+    assert died.lost_note() == ("segment 2 of the trace (12.3 s from 03:04:05 UTC) was not "
+                                "written: the script was killed by SIGABRT")
+    interrupted = ScriptRun(Path("mine.py"), [], Path("t"), 30.0, 130, {
+        child.OUTCOME: "interrupted", child.CODE: 130}, interrupted_s=3.1,
+        lost={"segment": 0, "started": started, "s": 40.0})
+    assert interrupted.lost_note() == ("segment 0 of the trace (40.0 s from 03:04:05 UTC) was "
+                                       "not written: the script was interrupted (Ctrl-C)")
     raised = ScriptRun(Path("mine.py"), [], Path("t"), 30.0, 1, {
         child.OUTCOME: "raised", child.CODE: 1, child.MESSAGE: "raised KeyError: 'w'",
         child.FRAME: "mine.py:2 in f"})
-    assert raised.ended() == "raised KeyError: 'w' (mine.py:2 in f)" and not raised.lost()
+    assert raised.ended() == "raised KeyError: 'w' (mine.py:2 in f)" and not raised.lost_note()
     stopped = ScriptRun(Path("mine.py"), [], Path("t"), 30.0, 130, {child.OUTCOME: "finished"},
                         interrupted_s=0.2)
     assert stopped.exit_code == 130  # the script finished after Ctrl-C: still interrupted
+
+
+def test_the_segment_left_open_is_the_one_lost_and_what_was_written_of_it_goes(tmp_path):
+    """A process that ended with segment 1 open (``OPEN``): segment 0 stays, segment 1's
+    partial folder goes, and the record says it began when ``OPEN`` says."""
+    for k in (0, 1):
+        (segment_dir(tmp_path, k) / "plugins").mkdir(parents=True)
+    (tmp_path / segments.OPEN).write_text(json.dumps({"segment": 1, "started": 1000.0}))
+    lost = script._lost(tmp_path)
+    assert (lost["segment"], lost["started"]) == (1, 1000.0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["segment-000"]
+    assert script._lost(tmp_path) is None  # nothing open any more
 
 
 def _segment(programs, steps, starts, trace_format="cpu"):
@@ -153,35 +174,21 @@ def test_devices_are_forced_over_the_scripts_own_flags():
     assert device_count_flag("--xla_cpu_foo=1") is None
 
 
-def test_an_interrupted_script_is_not_killed_while_it_writes_a_segment(tmp_path, monkeypatch):
-    """Ctrl-C, then a script that ignores it: killed KILL_AFTER_S after the Ctrl-C, but not
-    while its process writes out a segment (the WRITING marker beside the segments)."""
+def test_an_interrupted_script_that_does_not_stop_is_killed(monkeypatch):
+    """Ctrl-C, then a process that ignores it (its own process ends itself at once, writing
+    nothing more: harness.capture.child): killed KILL_AFTER_S after the Ctrl-C."""
     import os
     import signal
     import sys
     import threading
 
-    from harness.capture import script, segments
-
     monkeypatch.setattr(script, "KILL_AFTER_S", 0.2)
     stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time; "
                                  "signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)"])
-    marker = tmp_path / segments.WRITING
-    marker.touch()
-    alive_when_written = []
-
-    def ctrl_c_then_finish_writing():
-        os.kill(os.getpid(), signal.SIGINT)       # the terminal's Ctrl-C, caught by _wait
-        threading.Event().wait(1.5)               # the segment takes a while to write out
-        alive_when_written.append(stubborn.poll() is None)
-        marker.unlink()
-
-    writer = threading.Thread(target=ctrl_c_then_finish_writing)
-    threading.Timer(0.3, writer.start).start()
+    # the terminal's Ctrl-C, caught by _wait
+    threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
     try:
-        returncode, interrupted_s, killed = script._wait(stubborn, tmp_path)
+        returncode, interrupted_s, killed = script._wait(stubborn)
     finally:
         stubborn.kill()
-    writer.join()
-    assert alive_when_written == [True]   # 1.5 s after Ctrl-C, past KILL_AFTER_S: still alive
     assert killed and returncode == -signal.SIGKILL and interrupted_s is not None

@@ -1,6 +1,8 @@
 """``harness profile SCRIPT`` runs the script as it runs alone: in a process of its own, with its
 own XLA_FLAGS (or the environment's, or ``--devices``), leaving nothing in the temp folder, and
-its collectives' axes named after the meshes it built. Real subprocesses; ``--chip cpu`` (the
+its collectives' axes named after the meshes it built (also a plain-JAX step in the pattern of
+jax's explicit-sharding MNIST example: ``reshard`` and ``out_sharding`` under ``jax.set_mesh``).
+Real subprocesses; ``--chip cpu`` (the
 registry's placeholder) where the test is not about the calibrated chip, to keep them short."""
 from __future__ import annotations
 
@@ -105,3 +107,62 @@ def test_keep_trace_keeps_it_where_asked_and_says_so(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert executions(json.loads(again.stdout)) == {"jit__lambda": STEPS}
     assert not list(tmp_path.glob("harness-profile-*"))
+
+
+LAYERS = (16, 32, 32, 4)  # the MLP's widths: input, two hidden, classes
+MNIST_STEPS = 4
+EXPLICIT_MNIST = textwrap.dedent(f"""
+    import os
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.scipy.special import logsumexp
+    from jax.sharding import AxisType, PartitionSpec as P, reshard
+
+    def predict(params, inputs):
+        activations = inputs
+        for w, b in params[:-1]:
+            activations = jnp.tanh(jnp.dot(activations, w) + b)
+        w, b = params[-1]
+        logits = jnp.dot(activations, w, out_sharding=P("batch", None)) + b
+        return logits - logsumexp(logits, axis=1, keepdims=True)
+
+    def loss(params, batch):
+        inputs, targets = batch
+        return -jnp.mean(jnp.sum(predict(params, inputs) * targets, axis=1))
+
+    @jax.jit
+    def train_step(params, batch):
+        grads = [(reshard(dw, P()), reshard(db, P()))
+                 for dw, db in jax.grad(loss)(params, batch)]
+        return [(w - 0.01 * dw, b - 0.01 * db) for (w, b), (dw, db) in zip(params, grads)]
+
+    rng = np.random.RandomState(0)
+    sizes = {LAYERS}
+    mesh = jax.make_mesh((4,), ("batch",), axis_types=(AxisType.Explicit,))
+    with jax.set_mesh(mesh):
+        params = jax.device_put([(rng.randn(m, n).astype(np.float32),
+                                  rng.randn(n).astype(np.float32))
+                                 for m, n in zip(sizes[:-1], sizes[1:])], P())
+        for _ in range({MNIST_STEPS}):
+            batch = jax.device_put((rng.rand(32, sizes[0]).astype(np.float32),
+                                    np.eye(sizes[-1], dtype=np.float32)[rng.randint(0, 4, 32)]),
+                                   P("batch"))
+            params = train_step(params, batch)
+        jax.block_until_ready(params)
+""")
+
+
+def test_an_explicit_sharding_step_has_its_gradients_all_reduced_over_batch(tmp_path):
+    (tmp_path / "mnist.py").write_text(EXPLICIT_MNIST)
+    done = harness(tmp_path, "profile", "--chip", "cpu", "--format", "json", "mnist.py")
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = report_of(done.stdout)
+    assert executions(report)["jit_train_step"] == MNIST_STEPS
+    assert report["meta"][schema.MESHES] == [{"axes": {"batch": 4}, "devices": [0, 1, 2, 3]}]
+    reduced = {}
+    for c in report["collectives"]:
+        assert c[schema.COLLECTIVE] == "all-reduce" and c[schema.MESH_AXES] == "batch"
+        reduced[c[schema.PROGRAM]] = reduced.get(c[schema.PROGRAM], 0) + c[schema.DEVICE_BYTES]
+    # every replicated weight's and bias's f32 gradient, summed over the batch shards
+    weights = sum(m * n + n for m, n in zip(LAYERS[:-1], LAYERS[1:]))
+    assert reduced == {"jit_train_step": 4 * weights}

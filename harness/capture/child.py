@@ -8,21 +8,28 @@ How it ends is written to ``ROOT/script.json`` (``STATUS_FILE``): "finished", "e
 non-zero ``sys.exit``), "raised" (its last frames printed to stderr, as Python prints them, from
 the script's first frame on) or "interrupted" (SIGINT: ``Interrupt``); a process that dies
 writes nothing. The exit status is the script's: 0, its ``sys.exit`` code, 1, or 130.
+
+After SIGINT the process ends at once (``end_now``): the last segment, or one being written out,
+is kept if it is written within ``FINISH_WRITING_S`` (a long segment of a busy loop takes tens of
+seconds), and the process exits then, written or not, without running the script's ``atexit``
+functions; ``harness.capture.segments.OPEN`` names a segment left out.
 """
 from __future__ import annotations
 
 import datetime as dt
 import faulthandler
 import functools
+import os
 import runpy
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
 
 from harness import schema
 from harness.capture import environment, interrupt
-from harness.capture.interrupt import GRACE_S, INTERRUPTED, Interrupt
+from harness.capture.interrupt import FINISH_WRITING_S, GRACE_S, INTERRUPTED, Interrupt
 from harness.capture.meshes import MeshLog
 from harness.capture.segments import SegmentTracer, after_import, write_json
 from harness.errors import one_line
@@ -45,7 +52,10 @@ def _last_frame(script: Path, tb) -> str:
     frames = traceback.extract_tb(tb)
     mine = [f for f in frames if Path(f.filename).is_relative_to(script.parent)]
     last = (mine or frames or [None])[-1]
-    return f"{Path(last.filename).name}:{last.lineno} in {last.name}" if last else ""
+    if last is None:
+        return ""
+    line = f":{last.lineno}" if last.lineno is not None else ""  # None: interrupted mid-line
+    return f"{Path(last.filename).name}{line} in {last.name}"
 
 
 def run(script: Path) -> dict:
@@ -95,6 +105,26 @@ def _meta(script: Path, meshes: MeshLog, started: float) -> dict:
     return meta
 
 
+_ENDING = threading.Lock()  # held by the one thread that ends the process (end_now)
+
+
+def end_now(tracer: SegmentTracer, status_file: Path, status: dict) -> None:
+    """End the process at once with ``status`` (after SIGINT): the trace stopped, its last
+    segment kept if written in time (``SegmentTracer.close_within``), the script's output
+    flushed. A second caller (the
+    SIGINT watcher and the main thread at once) waits for the first to end the process."""
+    if not _ENDING.acquire(blocking=False):
+        threading.Event().wait()
+    tracer.close_within(FINISH_WRITING_S)
+    write_json(status_file, status)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed by the script
+            pass
+    os._exit(status[CODE])
+
+
 def main(argv: list[str]) -> int:
     root, segment_s, typed, args = Path(argv[0]), float(argv[1]), argv[2], argv[3:]
     script, started = Path(typed).resolve(), time.time()
@@ -106,16 +136,23 @@ def main(argv: list[str]) -> int:
         tracer.watch(jax)
 
     after_import("jax", watch)
-    status_file = root / STATUS_FILE
-    sigint = Interrupt(lambda: (tracer.close(), write_json(status_file, {
-        OUTCOME: INTERRUPTED, CODE: 130, MESSAGE: f"was interrupted by SIGINT and, blocked "
-                                                  f"outside Python, ended {GRACE_S:g} s later"})))
+    status_file, status = root / STATUS_FILE, {}
+    stuck = {OUTCOME: INTERRUPTED, CODE: 130, MESSAGE: f"was interrupted by SIGINT and, blocked "
+                                                       f"outside Python, ended {GRACE_S:g} s later"}
+    # the script blocked outside Python, or its last segment being written out: ended now
+    sigint = Interrupt(lambda: end_now(tracer, status_file, {
+        **stuck, **({MESSAGE: "was interrupted by SIGINT as its trace was written"}
+                    if status else {})}))
     faulthandler.enable()  # a fatal signal (XLA's abort) shows where the script was
     sys.argv, sys.path[0] = [typed, *args], str(script.parent)  # as `python SCRIPT ARGS` sets
     status = run(script)
-    sigint.done()
+    sigint.script_ended()
+    if sigint.at is not None:  # interrupted (even where the script caught KeyboardInterrupt)
+        sigint.done()  # ending now: the watcher has nothing to do
+        end_now(tracer, status_file, status)
     tracer.close()
     write_json(status_file, status)
+    sigint.done()
     return status[CODE]
 
 

@@ -3,10 +3,11 @@ would alone, and what it ran is kept.
 
 The first SIGINT raises ``KeyboardInterrupt`` in the script, as Python's own handler does; more
 (the terminal's Ctrl-C reaches this process and ``harness`` passes its own on) are the same
-interrupt. A script blocked in a long XLA call only sees it when the call returns, so a thread
-woken by the signal itself (``signal.set_wakeup_fd``) waits ``GRACE_S`` for the script to end and
-then ends the process itself (``on_stuck``: the trace stopped and kept, then exit 130), unless the
-script handles SIGINT itself (its own handler installed), which it is left to do.
+interrupt, and one that comes once the script has ended (``script_ended``: while its last
+segment is written out) raises nothing. A script blocked in a long XLA call only sees it when
+the call returns, so a thread woken by the signal itself (``signal.set_wakeup_fd``) waits
+``GRACE_S`` for the process to end and then ends it itself (``on_stuck``, then exit 130), unless
+the script handles SIGINT itself (its own handler installed), which it is left to do.
 """
 from __future__ import annotations
 
@@ -21,15 +22,18 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 INTERRUPTED = "interrupted"
-GRACE_S = 2.0  # seconds the script has to end after SIGINT before its process ends it
+GRACE_S = 2.0  # seconds the process has to end after SIGINT before it ends itself
+# seconds the trace's last segment has to be written after SIGINT; else it is left out
+FINISH_WRITING_S = 3.0
 
 
 class Interrupt:
-    """SIGINT handled once; ``done()`` when the script has ended."""
+    """SIGINT handled once; ``done()`` when the process is about to end."""
 
     def __init__(self, on_stuck: Callable[[], object]):
         self.at: float | None = None  # time.monotonic() of the first SIGINT
         self._on_stuck, self._ended = on_stuck, threading.Event()
+        self._script_ended = False
         signal.signal(signal.SIGINT, self._handler)
         try:
             self._wake, self._signalled = socket.socketpair()
@@ -43,7 +47,8 @@ class Interrupt:
     def _handler(self, signum, frame) -> None:
         if self.at is None:
             self.at = time.monotonic()
-            raise KeyboardInterrupt
+            if not self._script_ended:
+                raise KeyboardInterrupt
 
     def _watch(self) -> None:
         while True:
@@ -54,11 +59,15 @@ class Interrupt:
                 break
         if self._ended.wait(GRACE_S) or signal.getsignal(signal.SIGINT) != self._handler:
             return
-        log.warning("the script did not stop within %.0f s of SIGINT; ending it", GRACE_S)
+        log.warning("the process did not end within %.0f s of SIGINT; ending it", GRACE_S)
         try:
             self._on_stuck()
         finally:
             os._exit(130)
+
+    def script_ended(self) -> None:
+        """The script has returned: a SIGINT from now on raises nothing."""
+        self._script_ended = True
 
     def done(self) -> None:
         self._ended.set()

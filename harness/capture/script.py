@@ -4,15 +4,19 @@ it ended.
 
 Its process gets this one's environment: the ``XLA_FLAGS`` the script sets before it imports
 jax, else the environment's, choose its CPU devices; ``devices`` forces a count over both
-(``harness.devices.forced_device_count``). Ctrl-C here is passed on to it (it stops and keeps its
-trace: ``harness.capture.interrupt``); one still running ``KILL_AFTER_S`` later, or at a second
-Ctrl-C, is killed. A process that dies (XLA aborts it) leaves the segments it finished: it loses
-at most its last ``segment_s`` seconds.
+(``harness.devices.forced_device_count``). Ctrl-C here is passed on to it (it stops at once and
+keeps the segments it finished: ``harness.capture.interrupt``); one still running
+``KILL_AFTER_S`` later, or at a second Ctrl-C, is killed. A process that dies (XLA aborts it)
+leaves the segments it finished too. The segment a process ended in without writing it
+(``harness.capture.segments.OPEN``) is the run's ``lost`` record; whatever of it was written is
+removed.
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,13 +26,12 @@ from pathlib import Path
 
 from harness.capture.child import FRAME, MESSAGE, OUTCOME, STATUS_FILE
 from harness.capture.interrupt import INTERRUPTED
-from harness.capture.segments import SEGMENT_S, WRITING
+from harness.capture.segments import OPEN, SEGMENT, SEGMENT_S, STARTED, open_segment, segment_dir
 from harness.devices import DEVICE_COUNT_ENV, forced_device_count
 
 KILL_AFTER_S = 15.0  # seconds an interrupted script has to end before it is killed
-# ... not counting the time it spends writing out a trace segment, up to this long
-WRITING_S = 300.0
 FINISHED = "finished"
+LOST_S = "s"  # a lost record's seconds, from its segment's start to the process's end
 
 
 @dataclass
@@ -36,7 +39,8 @@ class ScriptRun:
     """How a script ran: where its trace is (``root``: a folder of segments), what its process
     said of its end (``status``: ``harness.capture.child``'s, {} when the process died before it
     could), its exit status (negative: the signal that ended it) and, when it was interrupted
-    here, the seconds from the first Ctrl-C to its end."""
+    here, the seconds from the first Ctrl-C to its end; ``lost``: the segment it ended in
+    without writing it ({"segment": k, "started": s since the epoch, "s": seconds}), if any."""
 
     script: Path
     args: list[str]
@@ -48,6 +52,7 @@ class ScriptRun:
     given: dict = field(default_factory=dict)  # the device settings of the environment given
     interrupted_s: float | None = None
     killed: bool = False        # killed here: it did not end after Ctrl-C
+    lost: dict | None = None
 
     @property
     def outcome(self) -> str:
@@ -74,12 +79,16 @@ class ScriptRun:
         frame = self.status.get(FRAME)
         return self.status.get(MESSAGE, self.outcome) + (f" ({frame})" if frame else "")
 
-    def lost(self) -> str:
-        """What the trace lacks of the run, "" for nothing: the segment the process died in."""
-        if self.outcome != "died" and not self.killed:
+    def lost_note(self) -> str:
+        """What the trace lacks of the run, "" for nothing: "segment 1 of the trace (12.3 s from
+        06:01:58 UTC) was not written: the script was interrupted (Ctrl-C)"."""
+        if not self.lost:
             return ""
-        return (f"the last segment of the trace (up to {self.segment_s:g} s) was lost: the "
-                f"script {self.ended()}")
+        when = dt.datetime.fromtimestamp(self.lost[STARTED], dt.timezone.utc)
+        why = ("was interrupted (Ctrl-C)" if self.interrupted_s is not None and not self.killed
+               else self.ended() or "was interrupted by SIGINT")
+        return (f"segment {self.lost[SEGMENT]} of the trace ({self.lost[LOST_S]:.1f} s from "
+                f"{when:%H:%M:%S} UTC) was not written: the script {why}")
 
 
 def _signal_name(number: int) -> str:
@@ -89,15 +98,13 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _wait(proc: subprocess.Popen, root: Path) -> tuple[int, float | None, bool]:
-    """(exit status, seconds from the first Ctrl-C to the end or None, whether killed here).
-    While the script's process writes out a segment (``WRITING`` under ``root``) the time
-    does not count against ``KILL_AFTER_S``, up to ``WRITING_S``."""
-    interrupted, killed, spared = None, False, 0.0
+def _wait(proc: subprocess.Popen) -> tuple[int, float | None, bool]:
+    """(exit status, seconds from the first Ctrl-C to the end or None, whether killed here)."""
+    interrupted, killed = None, False
     while True:
         try:
             left = None if interrupted is None else (
-                max(interrupted + spared + KILL_AFTER_S - time.monotonic(), 0.0))
+                max(interrupted + KILL_AFTER_S - time.monotonic(), 0.0))
             return proc.wait(timeout=left), _since(interrupted), killed
         except KeyboardInterrupt:
             if interrupted is None:
@@ -107,15 +114,25 @@ def _wait(proc: subprocess.Popen, root: Path) -> tuple[int, float | None, bool]:
                 proc.kill()
                 killed = True
         except subprocess.TimeoutExpired:
-            if (root / WRITING).exists() and spared < WRITING_S:
-                spared += 1.0  # a segment is being written out: wait for it, a second at a time
-                continue
             proc.kill()
             killed = True
 
 
 def _since(t: float | None) -> float | None:
     return None if t is None else time.monotonic() - t
+
+
+def _lost(root: Path) -> dict | None:
+    """The segment the ended process left unwritten (``OPEN``), its folder removed: what was
+    written of it, if anything, is not a whole trace."""
+    found = open_segment(root)
+    if found is None:
+        return None
+    shutil.rmtree(segment_dir(root, found[SEGMENT]), ignore_errors=True)
+    (root / OPEN).unlink(missing_ok=True)
+    started = float(found.get(STARTED) or time.time())
+    return {SEGMENT: found[SEGMENT], STARTED: started,
+            LOST_S: max(time.time() - started, 0.0)}
 
 
 def run_script(script: Path, args: list[str], root: Path, *, devices: int | None = None,
@@ -130,11 +147,11 @@ def run_script(script: Path, args: list[str], root: Path, *, devices: int | None
     cmd = [sys.executable, "-m", "harness.capture.child", str(root), repr(float(segment_s)),
            str(script), *args]
     proc = subprocess.Popen(cmd, env=env)
-    returncode, interrupted_s, killed = _wait(proc, root)
+    returncode, interrupted_s, killed = _wait(proc)
     try:
         status = json.loads((root / STATUS_FILE).read_text())
     except (OSError, ValueError):  # its process died before it could say
         status = {}
     return ScriptRun(script, list(args), root, segment_s, returncode,
                      status if isinstance(status, dict) else {}, devices, given, interrupted_s,
-                     killed)
+                     killed, _lost(root))

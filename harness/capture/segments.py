@@ -12,7 +12,10 @@ backend compilation, when the backend surely exists.
 Beside each finished segment's trace goes ``capture.json`` in ``harness.capture.steps``' format
 (``{"meta": ...}``: this process's environment, the meshes built so far), which
 ``harness.runs.pipeline.analyze_trace`` reads as it reads any capture's; ``harness.trace.segments``
-reads the segments as one trace. Standard library only at import.
+reads the segments as one trace. While a segment is recorded or written out, ``OPEN`` beside the
+segments names it and when it began: a process that ends with it there (killed, aborted, or
+interrupted: ``SegmentTracer.close_within``) did not write that segment. Standard library only
+at import.
 """
 from __future__ import annotations
 
@@ -23,16 +26,19 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 SEGMENT_PREFIX = "segment-"
-# beside the segments while the profiler writes one out (a long segment of a busy loop takes
-# tens of seconds): an interrupted script is not killed while it is there (harness.capture.script)
-WRITING = ".writing"
-SEGMENT_S = 30.0  # default seconds per segment: what a process that dies loses at most
+# beside the segments while one is recorded or written out: {"segment": k, "started": epoch s}
+OPEN = "open.json"
+SEGMENT, STARTED = "segment", "started"  # OPEN's keys
+# default seconds per segment: about what a process that dies or is interrupted loses (a busy
+# loop's segment takes about as long again to write out, and is lost if it ends meanwhile)
+SEGMENT_S = 10.0
 # jax.monitoring's event at the end of each backend compilation (jax._src.dispatch names it)
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
@@ -46,6 +52,15 @@ def segment_number(folder: Path) -> int | None:
     """``k`` of a ``segment_dir`` (None for any other folder)."""
     rest = folder.name.removeprefix(SEGMENT_PREFIX)
     return int(rest) if folder.name.startswith(SEGMENT_PREFIX) and rest.isdigit() else None
+
+
+def open_segment(root: Path) -> dict | None:
+    """``OPEN``'s record under ``root``: the segment not yet written (None: none)."""
+    try:
+        found = json.loads((root / OPEN).read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) and isinstance(found.get(SEGMENT), int) else None
 
 
 def write_json(path: Path, value) -> None:
@@ -90,19 +105,35 @@ class SegmentTracer:
             if self.running:
                 self._keep_meta(self._stop())
 
+    def close_within(self, wait_s: float) -> None:
+        """Stop the profiler as ``close`` does, but give up after ``wait_s`` (a long segment
+        takes tens of seconds to write out), so that the process can end at once: the segment
+        not written by then, the open one or one being written out when this is called, stays
+        named in ``OPEN``. No segment starts after. For a process about to end."""
+        deadline = time.monotonic() + wait_s
+        self._done.set()
+        if not self._lock.acquire(timeout=wait_s):  # a segment being written; kept: no other
+            self.closed = True
+            return
+        self.closed = True
+        if self.running:
+            writer = threading.Thread(target=lambda: self._keep_meta(self._stop()),
+                                      name="harness-last-segment", daemon=True)
+            writer.start()
+            writer.join(max(deadline - time.monotonic(), 0.0))
+
     def _start(self) -> None:
         from harness.capture.profiler import start_lean_trace
 
         start_lean_trace(segment_dir(self.root, self.k))
         self.running = True
+        write_json(self.root / OPEN, {SEGMENT: self.k, STARTED: time.time()})
 
     def _stop(self) -> int | None:
         """Stop the profiler: the segment it wrote (None: the script had stopped it)."""
         import jax
 
         self.running = False
-        writing = self.root / WRITING
-        writing.touch()
         try:
             jax.profiler.stop_trace()
         except RuntimeError as e:  # the script stopped it (its own stop_trace)
@@ -110,7 +141,7 @@ class SegmentTracer:
             self.closed = True
             return None
         finally:
-            writing.unlink(missing_ok=True)
+            (self.root / OPEN).unlink(missing_ok=True)
         self.k += 1
         return self.k - 1
 

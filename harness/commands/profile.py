@@ -4,13 +4,14 @@ report every jitted program it ran, per op, against the roofline.
 The script runs as it would alone, in a process of its own (``harness.capture.script``): its own
 ``XLA_FLAGS``, else the environment's, choose its devices (``harness --devices N profile``
 forces N), and it is traced in segments of ``--segment-s`` seconds, so that a script XLA aborts
-loses at most the last one. The segments are read as one trace (``harness.runs.script``), as
-``harness trace`` reads any trace: every program that ran, each execution a step, on the chip its
-devices are (on CPU, this host's ``cpu`` chip calibrated on as many devices), its collectives'
-axes named after the meshes the script built. A script that raises, exits non-zero or dies
-still gets the report of what it ran (exit 1); Ctrl-C stops it and reports (exit 130).
-``--out DIR`` stores the run, trace included, for ``harness report`` and ``harness compare``;
-otherwise the trace is removed after the report unless ``--keep-trace DIR`` keeps it.
+or Ctrl-C stops loses about the last one. The segments are read as one trace
+(``harness.runs.script``), as ``harness trace`` reads any trace: every program that ran, each
+execution a step, on the chip its devices are (on CPU, this host's ``cpu`` chip calibrated on as
+many devices), its collectives' axes named after the meshes the script built. A script that
+raises, exits non-zero or dies still gets the report of what it ran (exit 1); Ctrl-C stops it
+and reports (exit 130). ``--out DIR`` stores the run, trace included, for ``harness report``
+and ``harness compare``; otherwise the trace is removed after the report unless
+``--keep-trace DIR`` keeps it.
 """
 from __future__ import annotations
 
@@ -56,8 +57,8 @@ def add_arguments(p) -> None:
                    help="write the trace to DIR and keep it (default: a temporary folder, "
                         "removed after the report)")
     p.add_argument("--segment-s", type=_seconds, default=SEGMENT_S, metavar="S",
-                   help=f"stop and restart the trace every S seconds: a script that dies loses "
-                        f"at most its last S (default {SEGMENT_S:g})")
+                   help=f"stop and restart the trace every S seconds: a script that dies or is "
+                        f"interrupted loses about its last S (default {SEGMENT_S:g})")
 
 
 def main(args) -> int:

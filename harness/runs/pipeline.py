@@ -13,7 +13,9 @@ the program's HLO parsed once (``harness.trace.decode``), then the pure
 """
 from __future__ import annotations
 
+import shutil
 import tempfile
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -113,12 +115,14 @@ def profile(fn: Callable, *args, chip=None, steps: int = STEPS, warmup: int = 2,
 
     Keyword arguments other than the harness's own go to ``fn`` (static ones too); it may run
     inside ``jax.set_mesh(mesh)`` or ``with mesh:``. ``chip``: predict for this chip (default:
-    the chip the program runs on). The trace goes to ``out_dir`` (a temporary directory by
-    default). ``carry(args, out) -> args`` threads a step's outputs into the next step's
-    arguments; without it, inputs ``fn`` donates are copied afresh before each step. Warm-up
-    lasts while the program compiles anew (outputs laid out otherwise than its inputs; a note
-    says what changed). ``command_buffers=True``: on GPU, trace the executable with XLA's
-    command buffers. ``run.save(dir)`` stores the result for ``harness compare``.
+    the chip the program runs on). The trace goes to ``out_dir``, else to a temporary
+    directory that lives as long as the Run (removed when it is garbage-collected, or at exit:
+    ``run.save`` stores the trace while it lives). ``carry(args, out) -> args`` threads a
+    step's outputs into the next step's arguments; without it, inputs ``fn`` donates are
+    copied afresh before each step. Warm-up lasts while the program compiles anew (outputs laid
+    out otherwise than its inputs; a note says what changed). ``command_buffers=True``: on
+    GPU, trace the executable with XLA's command buffers. ``run.save(dir)`` stores the result
+    for ``harness compare``.
 
     ``fn`` runs ``warmup`` + 2 x ``steps`` times (``steps`` + 1 more on GPU): a Flax NNX module
     or optimizer among the arguments is updated in place by each call, as by as many training
@@ -128,15 +132,24 @@ def profile(fn: Callable, *args, chip=None, steps: int = STEPS, warmup: int = 2,
     """
     import jax
 
-    out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="harness-"))
-    before = drift.probe(jax.local_devices())  # the host's speed around it, as run_built's
+    temporary = out_dir is None
+    out = Path(tempfile.mkdtemp(prefix="harness-")) if temporary else Path(out_dir)
     try:
-        cap = capture(fn, args, kwargs=kwargs, warmup=warmup, steps=steps, out_dir=out,
-                      carry=carry, command_buffers=command_buffers, keep_state=keep_state)
-    except UserError as e:
-        raise e.with_traceback(None)  # theirs, in one line: not the harness's frames
-    return from_capture(cap, chip=chip, notes=cap.notes,
-                        host_drift=drift.record(before, drift.probe(jax.local_devices())))
+        before = drift.probe(jax.local_devices())  # the host's speed around it, as run_built's
+        try:
+            cap = capture(fn, args, kwargs=kwargs, warmup=warmup, steps=steps, out_dir=out,
+                          carry=carry, command_buffers=command_buffers, keep_state=keep_state)
+        except UserError as e:
+            raise e.with_traceback(None)  # theirs, in one line: not the harness's frames
+        run = from_capture(cap, chip=chip, notes=cap.notes,
+                           host_drift=drift.record(before, drift.probe(jax.local_devices())))
+    except BaseException:
+        if temporary:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    if temporary:  # the run's own (run.save moves it into the stored run)
+        weakref.finalize(run, shutil.rmtree, str(out), ignore_errors=True)
+    return run
 
 
 def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,

@@ -94,8 +94,6 @@ def ending_note(ran: ScriptRun) -> str:
     if ran.interrupted_s is not None and not ran.killed:
         return (f"the script was interrupted (Ctrl-C) and stopped {ran.interrupted_s:.1f} s "
                 f"later; this is the report of what it ran")
-    if ran.lost():
-        return ran.lost()
     ended = ran.ended()
     return f"the script {ended}; this is the report of what it ran before" if ended else ""
 
@@ -108,18 +106,18 @@ def analyze_script(ran: ScriptRun, *, chip=None, program: str = "", keep: bool =
     from harness.runs import pipeline
 
     if not segment_traces(ran.root):
-        what = ran.ended() or "ran no JAX program"
-        raise NoTrace(f"{ran.script}: no trace was kept (the script {what}"
-                      f"{' in its first segment' if ran.lost() else ''})")
+        why = ran.lost_note() or f"the script {ran.ended() or 'ran no JAX program'}"
+        raise NoTrace(f"{ran.script}: no trace was kept ({why})")
     meta = _saved_meta(ran)
     devices_for_analysis(meta)
     run = pipeline.analyze_trace(ran.root, chip=chip, program=program)
     windows = segment_windows(ran)
-    notes = [ending_note(ran), device_note(ran, run.meta), segments_note(ran, windows)]
+    notes = [ending_note(ran), ran.lost_note(), device_note(ran, run.meta),
+             segments_note(ran, windows)]
     run.notes[:0] = [n for n in notes if n]
     run.meta[schema.SEGMENTS] = windows
     run.meta[schema.TRACE_FILE] = str(ran.root.resolve())
     run.meta[schema.SCRIPT] = {"path": str(ran.script), "args": ran.args,
-                               "outcome": ran.outcome}
+                               "outcome": ran.outcome, **({"lost": ran.lost} if ran.lost else {})}
     run.capture.trace_dir, run.capture.owned = ran.root, not keep
     return run
