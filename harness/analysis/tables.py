@@ -11,6 +11,7 @@ book's estimate, the collectives the layout calls for, XLA's cost analysis) come
 """
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -107,6 +108,13 @@ class Tables:
         default_factory=lambda: schema.empty(schema.STEP_SPANS))
 
 
+def host_cores() -> int:
+    """The cores this process may run on: those its devices' threads share where the trace was
+    taken here (``harness run``), for the waits for a core (``harness.step.waits``)."""
+    get = getattr(os, "sched_getaffinity", None)
+    return len(get(0)) if get else (os.cpu_count() or 1)
+
+
 def groups_of(modules: Mapping[ProgramKey, Module]) -> dict:
     """Op name -> its replica groups (``arrivals.replica_groups``) over every program; a name
     two programs give different groups is left out (its execution waits for all its devices)."""
@@ -150,7 +158,9 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
     est = ctx.book
     held = containers(costed.get(main, schema.empty(schema.OPS_PREDICTED)), main_events)
     step, spans = step_figures(main_events, main_ops, pairs=_pairs(module, trace), apart=held,
-                               devices=range(devices) if ctx.devices else (), book=est)
+                               devices=range(devices) if ctx.devices else (), book=est,
+                               host=trace.host, groups=groups_of(modules),
+                               cores=host_cores() if shared else None)
     predicted_step, predicted_spans = simulated(module, main_ops, main_events, step,
                                                 trace_names=trace.async_names,
                                                 time_on=trace.async_time_on, apart=held)
