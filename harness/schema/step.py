@@ -88,6 +88,9 @@ WAIT_CAUSES = (WAIT_DISPATCH_S, WAIT_INPUT_S, WAIT_PEERS_S, WAIT_CORE_S, WAIT_HO
 # step (by period; each figure its devices' mean), the verdict line where one cause dominates,
 # the causes the trace cannot tell apart (a sentence), the stragglers named
 WAIT_VERDICT = "wait_verdict"
+WAIT_BOUND = term("wait_bound", "why the devices wait, where one cause dominates "
+                  "(dispatch-bound, input-bound, sync-bound, core-bound, host-callback-bound) or "
+                  "a straggler is named (straggler: process 1)")
 WAITS_UNTOLD = "waits_untold"
 STRAGGLERS = "stragglers"            # [{unit ("device"/"process"), id, op, late_s, last_share}]
 STRAGGLER_UNIT = "unit"

@@ -52,9 +52,14 @@ VERDICTS = {schema.WAIT_DISPATCH_S: _dispatch, schema.WAIT_INPUT_S: _input,
             schema.WAIT_PEERS_S: _peers, schema.WAIT_CORE_S: _core, schema.WAIT_HOST_S: _host}
 
 
+def straggler_name(s: dict) -> str:
+    """``device 3``, ``process 1``."""
+    return f"{s[schema.STRAGGLER_UNIT]} {s[schema.STRAGGLER_ID]}"
+
+
 def straggler_line(s: dict) -> str:
     """``device 3 reaches each all-reduce.1 0.4 ms late (last in 90% of steps)``."""
-    return (f"{s[schema.STRAGGLER_UNIT]} {s[schema.STRAGGLER_ID]} reaches each {s[schema.OP]} "
+    return (f"{straggler_name(s)} reaches each {s[schema.OP]} "
             f"{fmt_seconds(s[schema.LATE_S])} late (last in {s[schema.LAST_SHARE]:.0%} of steps)")
 
 
@@ -88,6 +93,8 @@ def wait_figures(table: pd.DataFrame, untold: str = "",
     line = verdict(out, out[schema.STRAGGLERS])
     if line:
         out[schema.WAIT_VERDICT] = line
+        out[schema.WAIT_BOUND] = (f"straggler: {straggler_name(out[schema.STRAGGLERS][0])}"
+                                  if out[schema.STRAGGLERS] else line.split(":", 1)[0])
     if untold:
         out[schema.WAITS_UNTOLD] = untold
     return out
