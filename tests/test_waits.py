@@ -13,8 +13,9 @@ import pytest
 
 from harness import schema
 from harness.measure.arrivals import arrivals
+from harness.measure.per_host import clock_offsets, host_columns
 from harness.report.step import step_lines
-from harness.step.stragglers import clock_offsets, stragglers
+from harness.step.stragglers import stragglers
 from harness.step.verdict import verdict, wait_figures
 from harness.step.waits import saturated, waits
 
@@ -209,3 +210,12 @@ def test_on_the_h100_fixtures_each_claim_cites_events_and_goes_with_them(name):
     gone = step_waits(trace.events, run.ops, pairs=None, host=trace.host.iloc[0:0])
     assert gone[schema.WAIT_DISPATCH_S] == 0 and schema.WAIT_BOUND not in gone
     assert "no host launch events" in gone[schema.WAITS_UNTOLD]
+
+
+def test_a_collectives_host_skew_leaves_out_the_wait_for_the_late_process():
+    # process 0 reaches the all-reduce at 100, process 1 (its clock 5 us ahead) at 180; both
+    # leave at 200: 100 ns moving data each, process 0 waited 80 ns more
+    ev = _collective_steps({1: 80}, devices=2, host=lambda d: d, shift={1: 5000}, steps=3)
+    skew = host_columns(ev).set_index(schema.OP).loc["all-reduce.1"]
+    assert skew[schema.HOST_MIN_S] == pytest.approx(20 * NS)
+    assert skew[schema.HOST_SKEW_S] == pytest.approx(0)

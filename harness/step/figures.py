@@ -18,10 +18,11 @@ from harness import schema
 from harness.hlo import Module
 from harness.measure.arrivals import arrivals, collective_ops, opcode_of_name
 from harness.measure.ops import named
+from harness.measure.per_host import clock_offsets
 from harness.step.bounds import step_bounds
 from harness.step.replay import replay_durations
 from harness.step.simulate import critical_ops, simulate
-from harness.step.stragglers import clock_offsets, stragglers
+from harness.step.stragglers import stragglers
 from harness.step.timeline import async_spans, measure
 from harness.step.transfers import roofline_durations, transfers
 from harness.step.verdict import wait_figures

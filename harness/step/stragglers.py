@@ -10,8 +10,9 @@ unit is named a straggler when, as xprof's straggler analysis and HTA's per-rank
 - with three or more units, its lateness stands out by a robust z-score (median absolute
   deviation, 0.6745 (x - median) / MAD) of 3.5 or more.
 
-Across hosts, clocks differ: they are aligned on the collectives' ends (``clock_offsets``),
-which every device of an execution leaves together, before arrivals are compared.
+Across hosts, clocks differ: they are aligned on the collectives' ends
+(``harness.measure.per_host.clock_offsets``), which every device of an execution leaves
+together, before arrivals are compared.
 """
 from __future__ import annotations
 
@@ -19,28 +20,13 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
+from harness.measure.per_host import clock_offsets
 
 Z_LIMIT = 3.5         # xprof's straggler z-score
 MIN_COST = 0.05       # of the period
 MIN_UNITS_FOR_Z = 3   # a z-score over fewer units says nothing
 _KEY = [schema.PROGRAM, schema.OP, schema.STEP, schema.EXECUTION]
 _NS = 1e-9
-
-
-def clock_offsets(arr: pd.DataFrame) -> dict[int, int]:
-    """Host -> ns to add to its times to put them on the first host's clock: the median over
-    the executions both ran of the difference of their ends (each host's median end over its
-    devices). {} for one host."""
-    hosts = sorted(arr[schema.HOST].unique().tolist())
-    if len(hosts) < 2:
-        return {}
-    ends = arr.groupby([*_KEY, schema.HOST])[schema.END_NS].median().unstack(schema.HOST)
-    ref = ends[hosts[0]]
-    out = {int(hosts[0]): 0}
-    for h in hosts[1:]:
-        d = (ref - ends[h]).dropna()
-        out[int(h)] = int(d.median()) if len(d) else 0
-    return out
 
 
 def leads(arr: pd.DataFrame, offsets: dict[int, int], unit: str) -> pd.DataFrame:
