@@ -204,12 +204,14 @@ def test_on_the_h100_fixtures_each_claim_cites_events_and_goes_with_them(name):
     assert kinds == {"dispatch"}  # PjRt's launches; no copies to the device, no callbacks
     step = run.step
     assert step[schema.WAIT_DISPATCH_S] > 0
+    assert step[schema.WAIT_EVENTS] == {"dispatch": 5}  # one launch per step, 5 steps
     assert step[schema.WAIT_INPUT_S] == step[schema.WAIT_HOST_S] == 0  # none in the trace
     assert step[schema.WAIT_PEERS_S] == step[schema.WAIT_CORE_S] == 0  # one GPU, own cores
     assert not step[schema.STRAGGLERS]
     gone = step_waits(trace.events, run.ops, pairs=None, host=trace.host.iloc[0:0])
     assert gone[schema.WAIT_DISPATCH_S] == 0 and schema.WAIT_BOUND not in gone
     assert "no host launch events" in gone[schema.WAITS_UNTOLD]
+    assert gone[schema.WAIT_EVENTS] == {}
 
 
 def test_a_collectives_host_skew_leaves_out_the_wait_for_the_late_process():

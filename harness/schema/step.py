@@ -92,6 +92,8 @@ WAIT_BOUND = term("wait_bound", "why the devices wait, where one cause dominates
                   "(dispatch-bound, input-bound, sync-bound, core-bound, host-callback-bound) or "
                   "a straggler is named (straggler: process 1)")
 WAITS_UNTOLD = "waits_untold"
+WAIT_EVENTS = "wait_events"          # the host events the causes were read from: kind -> count
+#                                      (within the measured steps; harness.trace.host_events)
 STRAGGLERS = "stragglers"            # [{unit ("device"/"process"), id, op, late_s, last_share}]
 STRAGGLER_UNIT = "unit"
 STRAGGLER_ID = "id"

@@ -26,7 +26,7 @@ from harness.step.stragglers import stragglers
 from harness.step.timeline import async_spans, measure
 from harness.step.transfers import roofline_durations, transfers
 from harness.step.verdict import wait_figures
-from harness.step.waits import waits
+from harness.step.waits import cited, waits
 from predictions.rules import ASYNC_PAIRS, COLLECTIVE_OPCODES, CONTAINERS
 
 # async transfers that are no collective: a DMA between memory spaces or a point-to-point copy
@@ -110,7 +110,7 @@ def step_waits(events: pd.DataFrame, ops: pd.DataFrame, *, pairs: Mapping[str, s
     if coll:
         period = float(table.groupby(schema.STEP)[schema.PERIOD_S].mean().median())
         late = stragglers(arrivals(ev, coll, groups, offsets), period, offsets or {})
-    return wait_figures(table, untold, late)
+    return wait_figures(table, untold, late, cited(ev, host))
 
 
 def simulated(module: Module, ops: pd.DataFrame, events: pd.DataFrame, step: Mapping, *,

@@ -78,10 +78,11 @@ def verdict(figures: dict, stragglers: list[dict]) -> str:
 
 
 def wait_figures(table: pd.DataFrame, untold: str = "",
-                 stragglers: list[dict] | None = None) -> dict:
+                 stragglers: list[dict] | None = None, events: dict | None = None) -> dict:
     """The step object's waits from ``schema.WAITS``: each figure the mean over devices of the
     step whose mean period is the median (the lower of an even count: its causes add up as
-    that step's did), the verdict, the causes not told apart and the stragglers."""
+    that step's did), the verdict, the causes not told apart, the stragglers and the host
+    events the causes were read from (``events``: kind -> count)."""
     if table.empty:
         return {}
     per = table.groupby(schema.STEP)[list(_FIGURES)].mean()
@@ -90,6 +91,7 @@ def wait_figures(table: pd.DataFrame, untold: str = "",
     row = ordered.iloc[(len(ordered) - 1) // 2]
     out = {c: float(row[c]) for c in _FIGURES}
     out[schema.STRAGGLERS] = list(stragglers or [])
+    out[schema.WAIT_EVENTS] = dict(events or {})
     line = verdict(out, out[schema.STRAGGLERS])
     if line:
         out[schema.WAIT_VERDICT] = line

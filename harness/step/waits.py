@@ -162,3 +162,18 @@ def untold(host: pd.DataFrame, hosts, cores: int | None) -> str:
         f" of process(es) {', '.join(map(str, missing))}"
     return (f"the trace{who} holds no host launch events (host_tracer_level 1 records them): "
             f"waiting between executions (dispatch, input, host callbacks) is unexplained")
+
+
+def cited(events: pd.DataFrame, host: pd.DataFrame | None) -> dict[str, int]:
+    """The host events the causes could be read from: per kind, how many lie (in part)
+    within the span of ``events``' steps on their host."""
+    if host is None or host.empty or events.empty:
+        return {}
+    ev = events if schema.HOST in events.columns else events.assign(**{schema.HOST: 0})
+    s = ev[schema.START_NS]
+    span = pd.DataFrame({"lo": s.groupby(ev[schema.HOST]).min(),
+                         "hi": (s + ev[schema.DURATION_NS]).groupby(ev[schema.HOST]).max()})
+    h = host.join(span, on=schema.HOST, how="inner")
+    end = h[schema.START_NS] + h[schema.DURATION_NS]
+    inside = (end >= h["lo"]) & (h[schema.START_NS] <= h["hi"])
+    return {str(k): int(v) for k, v in h[inside].groupby(schema.KIND).size().items()}
