@@ -67,7 +67,8 @@ def containers(predicted: pd.DataFrame, events: pd.DataFrame) -> set[str]:
 def step_figures(events: pd.DataFrame, ops: pd.DataFrame, *, pairs: Mapping[str, str] | None,
                  apart: Collection[str] = (), devices: Collection[int] = (),
                  book=None, host: pd.DataFrame | None = None, groups=None,
-                 cores: int | None = None) -> tuple[dict, pd.DataFrame]:
+                 cores: int | None = None, beside: pd.DataFrame | None = None
+                 ) -> tuple[dict, pd.DataFrame]:
     """The step object of one program: its measured step from ``events`` (its EVENTS, one
     step per marker or execution), ``ops`` its OPS table, ``pairs`` the async start -> done
     names to make one span each (where the layout times the ``-done``: TPU), ``apart`` the
@@ -76,14 +77,16 @@ def step_figures(events: pd.DataFrame, ops: pd.DataFrame, *, pairs: Mapping[str,
     for the bounds ({} where neither it nor a prediction gives them); with the spans of the
     step it describes (``schema.STEP_SPANS``), for its picture. ``host``, ``groups`` and
     ``cores``: the trace's host events, the collectives' replica groups and the host's cores
-    where its devices share them, for the waits (``harness.step.waits``)."""
+    where its devices share them, for the waits (``harness.step.waits``); ``beside``: every
+    program's EVENTS of the same steps (a device running another program is not waiting;
+    default: ``events``)."""
     comm = comm_ops(ops)
     out, spans = measure(events, comm, apart=apart, pairs=pairs, devices=devices)
     if out and not ops.empty and schema.PREDICTED_S in ops.columns:
         out.update(step_bounds(book, ops, comm))
     if out:
-        out.update(step_waits(events, ops, pairs=pairs, apart=apart, host=host, groups=groups,
-                              cores=cores))
+        out.update(step_waits(events if beside is None else beside, ops, pairs=pairs,
+                              apart=apart, host=host, groups=groups, cores=cores))
     return out, spans
 
 
