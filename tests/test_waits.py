@@ -15,7 +15,7 @@ from harness import schema
 from harness.measure.arrivals import arrivals
 from harness.measure.per_host import clock_offsets, host_columns
 from harness.report.step import step_lines
-from harness.step.stragglers import stragglers
+from harness.step.stragglers import last_by_op, stragglers
 from harness.step.verdict import verdict, wait_figures
 from harness.step.waits import saturated, waits
 
@@ -134,6 +134,13 @@ def test_the_device_late_to_every_collective_is_named_by_its_lead_over_the_next_
     assert found == [{schema.STRAGGLER_UNIT: "device", schema.STRAGGLER_ID: 3,
                       schema.OP: "all-reduce.1", schema.LATE_S: pytest.approx(60 * NS),
                       schema.LAST_SHARE: 1.0}]
+
+
+def test_each_collective_says_who_arrived_last_most_often_and_by_how_much():
+    ev = _collective_steps({3: 70, 2: 10})
+    assert last_by_op(_arrivals(ev)) == {"all-reduce.1": {
+        schema.STRAGGLER_UNIT: "device", schema.STRAGGLER_ID: 3, schema.LAST_SHARE: 1.0,
+        schema.LATE_S: pytest.approx(60 * NS)}}
 
 
 def test_identical_devices_with_nothing_injected_name_no_straggler():

@@ -44,7 +44,10 @@ IDLE_DEVICE = "idle"                 # a device of the run with no op in the tra
 # DEVICES each device's), each communication op's share (STEP_COLLECTIVES), and the book beside
 # it (chapter 1: a step takes max(T_math, T_comms) with perfect overlap, their sum with none).
 STEP_OBJECT = "step"
-STEP_COLLECTIVES = "collectives"     # per communication op: comm_s and exposed_comm_s per step
+STEP_COLLECTIVES = "collectives"     # per communication op: comm_s and exposed_comm_s per step;
+#                                      a collective also LAST_ARRIVAL: the unit last to arrive
+#                                      most often, and by how much (harness.step.stragglers)
+LAST_ARRIVAL = "last_arrival"
 T_MATH_S = "t_math_s"                # the step's compute at the roofline (book: T_math)
 T_COMMS_S = "t_comms_s"              # its communication at the roofline (book: T_comms)
 BOUNDS_FROM = "bounds_from"          # where T_math/T_comms come from: "book" (the workload's

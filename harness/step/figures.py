@@ -22,7 +22,7 @@ from harness.measure.per_host import clock_offsets
 from harness.step.bounds import step_bounds
 from harness.step.replay import replay_durations
 from harness.step.simulate import critical_ops, simulate
-from harness.step.stragglers import stragglers
+from harness.step.stragglers import last_by_op, stragglers
 from harness.step.timeline import async_spans, measure
 from harness.step.transfers import roofline_durations, transfers
 from harness.step.verdict import wait_figures
@@ -85,9 +85,34 @@ def step_figures(events: pd.DataFrame, ops: pd.DataFrame, *, pairs: Mapping[str,
     if out and not ops.empty and schema.PREDICTED_S in ops.columns:
         out.update(step_bounds(book, ops, comm))
     if out:
+        _last_arrivals(out, events if beside is None else beside, ops, groups)
         out.update(step_waits(events if beside is None else beside, ops, pairs=pairs,
                               apart=apart, host=host, groups=groups, cores=cores))
     return out, spans
+
+
+def _last_arrivals(step: dict, events: pd.DataFrame, ops: pd.DataFrame, groups) -> None:
+    """Each collective of the step object's list with the unit last to arrive at it most
+    often and by how much (``harness.step.stragglers.last_by_op``)."""
+    listed = step.get(schema.STEP_COLLECTIVES) or []
+    coll = collective_ops([r[schema.OP] for r in listed], _opcodes(ops))
+    if not coll:
+        return
+    ev = events[named(events[schema.OP], coll)]
+    hosts = ev[schema.HOST].nunique() if schema.HOST in ev.columns else 1
+    arr = arrivals(ev, coll, groups)
+    last = last_by_op(arrivals(ev, coll, groups, clock_offsets(arr)) if hosts > 1 else arr)
+    for r in listed:
+        if r[schema.OP] in last:
+            r[schema.LAST_ARRIVAL] = last[r[schema.OP]]
+
+
+def _opcodes(ops: pd.DataFrame) -> dict[str, str]:
+    """Op name -> its HLO opcode, where the OPS table names one."""
+    if ops.empty or schema.OPCODE not in ops.columns:
+        return {}
+    return {k: v for k, v in zip(ops[schema.OP].astype(str),
+                                 ops[schema.OPCODE].fillna("").astype(str)) if v}
 
 
 def step_waits(events: pd.DataFrame, ops: pd.DataFrame, *, pairs: Mapping[str, str] | None,
@@ -98,9 +123,7 @@ def step_waits(events: pd.DataFrame, ops: pd.DataFrame, *, pairs: Mapping[str, s
     ev = async_spans(events, pairs or {})
     ev = ev[~named(ev[schema.OP], set(apart))]
     names = ev[schema.OP].astype(str).unique()
-    opcodes = ({} if ops.empty or schema.OPCODE not in ops.columns else
-               dict(zip(ops[schema.OP].astype(str), ops[schema.OPCODE].fillna("").astype(str))))
-    coll = collective_ops(names, {k: v for k, v in opcodes.items() if v})
+    coll = collective_ops(names, _opcodes(ops))
     hosts = ev[schema.HOST].nunique() if schema.HOST in ev.columns else 1
     offsets = None
     if coll and hosts > 1:

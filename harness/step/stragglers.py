@@ -79,3 +79,22 @@ def stragglers(arr: pd.DataFrame, period_s: float, offsets: dict[int, int] | Non
                     schema.STRAGGLER_ID: int(u), schema.OP: str(top),
                     schema.LATE_S: float(cost[u]), schema.LAST_SHARE: share})
     return out
+
+
+def last_by_op(arr: pd.DataFrame, offsets: dict[int, int] | None = None) -> dict[str, dict]:
+    """Per collective op: the unit (device, or process of several hosts) that arrived last
+    most often (``STRAGGLER_UNIT``/``STRAGGLER_ID``), the share of its executions it did
+    (``LAST_SHARE``) and its median lead over the next-latest then (``LATE_S``)."""
+    if arr.empty:
+        return {}
+    unit = schema.HOST if arr[schema.HOST].nunique() > 1 else schema.DEVICE
+    lead = leads(arr, offsets if offsets is not None else clock_offsets(arr), unit)
+    out = {}
+    for op, g in lead.groupby(schema.OP, sort=False):
+        counts = g["unit"].value_counts()
+        u = counts.index[0]
+        out[str(op)] = {schema.STRAGGLER_UNIT: "process" if unit == schema.HOST else "device",
+                        schema.STRAGGLER_ID: int(u),
+                        schema.LAST_SHARE: float(counts.iloc[0] / len(g)),
+                        schema.LATE_S: float(g.loc[g["unit"] == u, "lead_ns"].median() * _NS)}
+    return out
