@@ -87,6 +87,7 @@ def test_a_host_sleep_or_a_host_fed_input_between_steps_is_waiting_for_dispatch(
         assert step[schema.WAIT_INPUT_S] == 0  # zero-copy: no transfer to wait on
         assert step[schema.WAIT_BOUND] == "dispatch-bound"
         assert not step[schema.STRAGGLERS]
+        assert schema.WAITS_UNTOLD not in step
 
 
 CHILD = """
@@ -143,3 +144,5 @@ def test_one_of_two_processes_sleeping_before_each_step_is_named(tmp_path):
     assert [(s[schema.STRAGGLER_UNIT], s[schema.STRAGGLER_ID]) for s in late] == [("process", 1)]
     assert abs(late[0][schema.LATE_S] - DELAY_S) <= 0.1 * DELAY_S
     assert step[schema.WAIT_VERDICT].startswith("process 1 reaches each")
+    assert step[schema.WAIT_UNEXPLAINED_S] <= 0.1 * DELAY_S
+    assert schema.WAITS_UNTOLD not in step  # both processes' launch events were read
