@@ -83,8 +83,12 @@ def test_without_launch_events_the_waits_between_executions_stay_unexplained():
 
 def test_two_programs_in_a_step_wait_for_dispatch_between_them():
     ev = _events([("p", "a", 0, 0, 0, 10), ("q", "b", 0, 0, 25, 30), ("p", "a", 0, 1, 40, 50)])
-    row = _row(waits(ev, _host(LAUNCHES))[0], 0)
+    row = _row(waits(ev, _host([*LAUNCHES, ("dispatch", -1, 12, 14)]))[0], 0)
     assert row[schema.WAIT_DISPATCH_S] == pytest.approx((15 + 10) * NS)
+    # q's launch not in the trace: the gap before it is no claim
+    row = _row(waits(ev, _host(LAUNCHES))[0], 0)
+    assert row[schema.WAIT_DISPATCH_S] == pytest.approx(10 * NS)  # 30 -> 40, p's launch at 40
+    assert row[schema.WAIT_UNEXPLAINED_S] == pytest.approx(15 * NS)
 
 
 def test_a_device_waits_for_its_peers_from_its_arrival_to_the_last():

@@ -9,8 +9,9 @@ piece of idle is given to one cause (``schema.WAIT_CAUSES``), first that applies
 - input: a host-to-device copy or infeed ran (``harness.trace.host_events``);
 - host: a host callback or a device-to-host transfer ran;
 - dispatch: the piece lies between two executions (the ops before and after it are of two steps
-  or two programs) and the host's launch events are in the trace: the device waited for the
-  host to launch the next (HTA's host wait; xprof's host-processing-bound);
+  or two programs) and the host launched an execution during it (a launch event meets it): the
+  device waited for the host to launch the next (HTA's host wait; xprof's
+  host-processing-bound);
 - core: inside one execution, on a host whose devices are threads on shared cores
   (``cores`` known), while at least as many ops ran on the host as it has cores;
 - unexplained: the rest.
@@ -76,14 +77,24 @@ def _union(host: pd.DataFrame, kind: str, device: int) -> tuple[np.ndarray, np.n
     return merged(s, s + h[schema.DURATION_NS].to_numpy(np.int64))
 
 
-def _device_waits(ev: pd.DataFrame, host: pd.DataFrame, sat, launches: bool) -> pd.DataFrame:
+def _launching(a: np.ndarray, b: np.ndarray, host: pd.DataFrame) -> np.ndarray:
+    """Per gap [a, b]: whether the host was launching an execution in it (a launch event
+    of ``host`` meets it): the intervals that start by b, less those that ended before a."""
+    h = host[host[schema.KIND] == DISPATCH]
+    s = np.sort(h[schema.START_NS].to_numpy(np.int64))
+    e = np.sort(s if not len(h) else
+                (h[schema.START_NS] + h[schema.DURATION_NS]).to_numpy(np.int64))
+    return np.searchsorted(s, b, side="right") - np.searchsorted(e, a, side="left") > 0
+
+
+def _device_waits(ev: pd.DataFrame, host: pd.DataFrame, sat) -> pd.DataFrame:
     """Per step of one device's EVENTS (``ev``): its period and its idle by cause."""
     ev = ev.sort_values(schema.START_NS, kind="stable")
     s = ev[schema.START_NS].to_numpy(np.int64)
     e = s + ev[schema.DURATION_NS].to_numpy(np.int64)
     step = ev[schema.STEP].to_numpy(np.int64)
-    prog = pd.factorize(ev[schema.PROGRAM].astype(str) + "/" + (
-        ev[schema.PROGRAM_ID].astype(str) if schema.PROGRAM_ID in ev.columns else ""))[0]
+    prog = ev.groupby([c for c in (schema.PROGRAM, schema.PROGRAM_ID) if c in ev.columns],
+                      observed=True, sort=False).ngroup().to_numpy()
     device = int(ev[schema.DEVICE].iloc[0])
     first = pd.Series(s).groupby(step).min()
     last = pd.Series(e).groupby(step).max()
@@ -101,7 +112,7 @@ def _device_waits(ev: pd.DataFrame, host: pd.DataFrame, sat, launches: bool) -> 
     on_host = np.minimum(covered(a, b, *_union(host, HOST, device)), length - inp)
     rest = length - inp - on_host
     between = (step[prev] != step[nxt]) | (prog[prev] != prog[nxt])
-    dispatch = np.where(between & launches, rest, 0)
+    dispatch = np.where(between & _launching(a, b, host), rest, 0)
     core = np.where(between, 0, np.minimum(rest, covered(a, b, *sat)))
     parts = {schema.WAIT_DISPATCH_S: dispatch, schema.WAIT_INPUT_S: inp,
              schema.WAIT_HOST_S: on_host, schema.WAIT_CORE_S: core,
@@ -130,10 +141,9 @@ def waits(events: pd.DataFrame, host: pd.DataFrame | None = None, *,
     parts = []
     for h, on in ev.groupby(schema.HOST, observed=True, sort=True):
         mine = host[host[schema.HOST] == h]
-        launches = bool((mine[schema.KIND] == DISPATCH).any())
         sat = saturated(on, cores) if cores else (np.zeros(0, np.int64),) * 2
         for _, one in on.groupby(schema.DEVICE, observed=True, sort=True):
-            parts.append(_device_waits(one, mine, sat, launches).assign(**{schema.HOST: h}))
+            parts.append(_device_waits(one, mine, sat).assign(**{schema.HOST: h}))
     out = pd.concat(parts, ignore_index=True)
     out[schema.WAIT_PEERS_S] = _peer_waits(ev, out, collectives, groups, clock_offsets_ns)
     out[schema.WAITING_S] = out[list(schema.WAIT_CAUSES)].sum(axis=1)

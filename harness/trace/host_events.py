@@ -28,6 +28,8 @@ DISPATCH, INPUT, HOST = "dispatch", "input", "host"
 KINDS = {
     "CommonPjRtLoadedExecutable::Execute": DISPATCH,
     "PjRtCApiLoadedExecutable::Execute": DISPATCH,
+    "TfrtTpuLoadedExecutable::Execute": DISPATCH,
+    "tpu::System::TransferToDevice": INPUT, "tpu::System::TransferFromDevice": HOST,
     "MemcpyH2D": INPUT, "TransferToDevice": INPUT, "TransferLiteralToDevice": INPUT,
     "TransferToInfeed": INPUT, "Infeed": INPUT, "BufferFromHostBuffer": INPUT,
     "MemcpyD2H": HOST, "TransferFromOutfeed": HOST, "TransferLiteralFromDevice": HOST,
