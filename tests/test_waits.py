@@ -232,3 +232,15 @@ def test_a_collectives_host_skew_leaves_out_the_wait_for_the_late_process():
     skew = host_columns(ev).set_index(schema.OP).loc["all-reduce.1"]
     assert skew[schema.HOST_MIN_S] == pytest.approx(20 * NS)
     assert skew[schema.HOST_SKEW_S] == pytest.approx(0)
+
+
+def test_a_peer_late_for_want_of_a_core_is_the_cores_cause():
+    # device 0 reaches the all-reduce at 10 and waits for device 1, busy in g until 30
+    ev = _events([("p", "f", 0, 0, 0, 10), ("p", "all-reduce.1", 0, 0, 10, 40),
+                  ("p", "g", 1, 0, 0, 30), ("p", "all-reduce.1", 1, 0, 30, 40)])
+    one = _row(waits(ev, _host(LAUNCHES), collectives={"all-reduce.1"}, cores=1)[0], 0, 0)
+    assert one[schema.WAIT_CORE_S] == pytest.approx(20 * NS)  # g had the one core
+    assert one[schema.WAIT_PEERS_S] == 0
+    two = _row(waits(ev, _host(LAUNCHES), collectives={"all-reduce.1"}, cores=2)[0], 0, 0)
+    assert two[schema.WAIT_PEERS_S] == pytest.approx(20 * NS)  # a core was free: g was late
+    assert two[schema.WAIT_CORE_S] == 0

@@ -13,10 +13,13 @@ piece of idle is given to one cause (``schema.WAIT_CAUSES``), first that applies
   device waited for the host to launch the next (HTA's host wait; xprof's
   host-processing-bound);
 - core: inside one execution, on a host whose devices are threads on shared cores
-  (``cores`` known), while at least as many ops ran on the host as it has cores;
+  (``cores`` known), while at least as many ops ran on the host as it has cores (threads
+  waiting in a collective are not running);
 - unexplained: the rest.
 
-Waits at collectives are the peers' cause. The causes add up to ``waiting_s``. Where the trace
+Waits at collectives are the peers' cause, but for the part in which the host's cores all ran
+ops: there the late peer was ready and had no core, the core's cause (8 device threads on 2
+cores). The causes add up to ``waiting_s``. Where the trace
 holds no launch events (a trace taken at ``host_tracer_level`` 0, or by another tool), waiting
 between executions is unexplained and ``untold`` says which causes it cannot tell apart.
 """
@@ -138,27 +141,54 @@ def waits(events: pd.DataFrame, host: pd.DataFrame | None = None, *,
         return schema.empty(schema.WAITS), ""
     host = host if host is not None else schema.empty(schema.HOST_EVENTS)
     ev = events if schema.HOST in events.columns else events.assign(**{schema.HOST: 0})
-    parts = []
+    arr = (arrivals(ev, collectives, groups, clock_offsets_ns) if collectives
+           else schema.empty(schema.ARRIVALS))
+    parts, sat = [], {}
     for h, on in ev.groupby(schema.HOST, observed=True, sort=True):
         mine = host[host[schema.HOST] == h]
-        sat = saturated(on, cores) if cores else (np.zeros(0, np.int64),) * 2
+        sat[h] = (saturated(_running(on, arr), cores) if cores
+                  else (np.zeros(0, np.int64),) * 2)
         for _, one in on.groupby(schema.DEVICE, observed=True, sort=True):
-            parts.append(_device_waits(one, mine, sat).assign(**{schema.HOST: h}))
+            parts.append(_device_waits(one, mine, sat[h]).assign(**{schema.HOST: h}))
     out = pd.concat(parts, ignore_index=True)
-    out[schema.WAIT_PEERS_S] = _peer_waits(ev, out, collectives, groups, clock_offsets_ns)
+    peers, core = _peer_waits(arr, out, sat)
+    out[schema.WAIT_PEERS_S] = peers
+    out[schema.WAIT_CORE_S] += core
     out[schema.WAITING_S] = out[list(schema.WAIT_CAUSES)].sum(axis=1)
     return out[list(schema.WAITS)], untold(host, ev[schema.HOST].unique(), cores)
 
 
-def _peer_waits(ev, out, collectives, groups, offsets) -> np.ndarray:
-    """Per row of ``out``: the device's waits at collectives in the step, in seconds."""
-    if not collectives:
-        return np.zeros(len(out))
-    arr = arrivals(ev, collectives, groups, offsets)
+def _running(ev: pd.DataFrame, arr: pd.DataFrame) -> pd.DataFrame:
+    """``ev`` with each collective from its group's last arrival: a thread waiting in one is
+    blocked, not running (``harness.measure.shares`` counts it the same)."""
+    mine = arr[arr.index.isin(ev.index)]
+    if mine.empty:
+        return ev
+    out = ev.copy()
+    out.loc[mine.index, schema.START_NS] = mine[schema.LAST_ARRIVE_NS]
+    out.loc[mine.index, schema.DURATION_NS] = np.maximum(
+        mine[schema.END_NS] - mine[schema.LAST_ARRIVE_NS], 0)
+    return out
+
+
+def _peer_waits(arr: pd.DataFrame, out: pd.DataFrame, sat: dict) -> tuple[np.ndarray, ...]:
+    """Per row of ``out``: the device's waits at collectives in the step, in seconds, split in
+    two: while its host's cores all ran ops (a late peer was ready but had no core: the core's
+    cause) and the rest (the peers')."""
     arr = arr[arr[schema.WAIT_NS] > 0]
-    per = arr.groupby([schema.STEP, schema.HOST, schema.DEVICE])[schema.WAIT_NS].sum() * _NS
-    keys = pd.MultiIndex.from_frame(out[[schema.STEP, schema.HOST, schema.DEVICE]])
-    return per.reindex(keys).fillna(0.0).to_numpy()
+    if arr.empty:
+        return np.zeros(len(out)), np.zeros(len(out))
+    a = arr[schema.ARRIVE_NS].to_numpy(np.int64)
+    b = arr[schema.LAST_ARRIVE_NS].to_numpy(np.int64)
+    core = np.zeros(len(arr), np.int64)
+    for h, (us, ue) in sat.items():
+        on = arr[schema.HOST].to_numpy() == h
+        core[on] = covered(a[on], b[on], us, ue)
+    keys = [arr[schema.STEP], arr[schema.HOST], arr[schema.DEVICE]]
+    rows = pd.MultiIndex.from_frame(out[[schema.STEP, schema.HOST, schema.DEVICE]])
+    split = pd.DataFrame({"peers": b - a - core, "core": core}, index=arr.index)
+    per = split.groupby(keys).sum().reindex(rows).fillna(0) * _NS
+    return per["peers"].to_numpy(), per["core"].to_numpy()
 
 
 def untold(host: pd.DataFrame, hosts, cores: int | None) -> str:
