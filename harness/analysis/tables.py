@@ -11,6 +11,7 @@ book's estimate, the collectives the layout calls for, XLA's cost analysis) come
 """
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from harness.analysis.programs import (
 from harness.capture.memory import host_note
 from harness.hlo import Module, cross_check, cross_check_skip
 from harness.measure.arrivals import collective_ops, named_collectives, replica_groups
-from harness.measure.ops import step_time
+from harness.measure.ops import named, step_time
 from harness.measure.programs import ProgramKey, programs_ran
 from harness.measure.shares import apart, host_shares, op_timing
 from harness.step import containers, simulated, step_figures
@@ -107,6 +108,13 @@ class Tables:
         default_factory=lambda: schema.empty(schema.STEP_SPANS))
 
 
+def host_cores() -> int:
+    """The cores this process may run on: those its devices' threads share where the trace was
+    taken here (``harness run``), for the waits for a core (``harness.step.waits``)."""
+    get = getattr(os, "sched_getaffinity", None)
+    return len(get(0)) if get else (os.cpu_count() or 1)
+
+
 def groups_of(modules: Mapping[ProgramKey, Module]) -> dict:
     """Op name -> its replica groups (``arrivals.replica_groups``) over every program; a name
     two programs give different groups is left out (its execution waits for all its devices)."""
@@ -151,7 +159,10 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
     est = ctx.book
     held = containers(costed.get(main, schema.empty(schema.OPS_PREDICTED)), main_events)
     step, spans = step_figures(main_events, main_ops, pairs=_pairs(module, trace), apart=held,
-                               devices=range(devices) if ctx.devices else (), book=est)
+                               devices=range(devices) if ctx.devices else (), book=est,
+                               host=trace.host, groups=groups_of(modules),
+                               cores=host_cores() if shared else None,
+                               beside=_beside(events, costed) if trace.stepped else None)
     predicted_step, predicted_spans = simulated(module, main_ops, main_events, step,
                                                 trace_names=trace.async_names,
                                                 time_on=trace.async_time_on, apart=held)
@@ -190,6 +201,14 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
                   unexpected=unexpected, cross_check=check, op_timing=op_timing(shared),
                   program=main[0], program_id=main[1], programs=program_table(per), step=step,
                   step_spans=spans, predicted_spans=predicted_spans)
+
+
+def _beside(events: pd.DataFrame, costed: Mapping) -> pd.DataFrame:
+    """Every program's ops, each program's containers left out: the waits
+    (``harness.step.waits``) read them where steps are the markers', so that a device running
+    another program is not waiting."""
+    held = set().union(*(apart(p) for p in costed.values()))
+    return events[~named(events[schema.OP], held)] if held else events
 
 
 def _cross_check(module: Module | None, cost_analysis: Mapping, summ: dict,

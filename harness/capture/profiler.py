@@ -15,7 +15,10 @@ HLO_FILE = "module.hlo.txt"    # beside it too: the traced program's optimized H
 
 # ProfileOptions fields (jax.profiler, jax 0.4.3x on) that make a trace cheap; a jax without a
 # field, or without ProfileOptions, traces with its defaults. Host tracer level 1 still records
-# the CPU runtime's per-op events and the step annotations; level 0 loses the ops.
+# the CPU runtime's per-op events and the step annotations, and the host's launch of each
+# execution (PjRt's Execute), which the waits for dispatch are read from
+# (harness.trace.host_events): level 1 is the cheapest that does, at no cost beyond the ops'
+# own events; level 0 loses the ops.
 LEAN_PROFILE = {"python_tracer_level": 0, "host_tracer_level": 1}
 
 

@@ -22,7 +22,9 @@ WORK = {schema.FLOPS: "FLOPs", schema.HBM_BYTES: "HBM bytes",
         schema.COMM_BYTES: "communication bytes"}
 # The step figures whose change compare shows: the summary's wall step, the step object's.
 STEP_FIGURES = (schema.WALL_STEP_S, schema.STEP_S, schema.COMPUTE_S, schema.EXPOSED_COMM_S,
-                schema.IDLE_S, schema.PREDICTED_STEP_S, schema.REPLAY_STEP_S)
+                schema.IDLE_S, schema.PREDICTED_STEP_S, schema.REPLAY_STEP_S,
+                # why the devices wait (harness.step.waits): the period and each cause's change
+                schema.PERIOD_S, schema.WAITING_S, *schema.WAIT_CAUSES)
 # What ran on which host: a difference is listed beside the verdict.
 MET = (schema.GIT_SHA, schema.GIT_DIRTY, *schema.VERSIONS, schema.XLA_FLAGS, schema.DEVICE_KIND,
        schema.DEVICE_COUNT, schema.MESH, schema.CONFIG, schema.CHIP, schema.OP_TIMING, "host")

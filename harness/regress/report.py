@@ -70,6 +70,16 @@ def layout_tables(lay, top: int) -> list[pd.DataFrame]:
                           "bytes B": c[schema.COMM_BYTES + "_b"].map(nbytes)})]
 
 
+def wait_verdicts(v) -> list[str]:
+    """Each run's verdict on why its devices wait (``harness.step.verdict``), where either has
+    one: ``waits: baseline dispatch-bound: ...; candidate none dominates``."""
+    said = [(name, getattr(run, "step", {}).get(schema.WAIT_VERDICT))
+            for name, run in (("baseline", v.baseline), ("candidate", v.candidate))]
+    if not any(line for _, line in said):
+        return []
+    return [f"waits: {name} {line or 'no cause dominates'}" for name, line in said]
+
+
 def _short(text: str, width: int = 72) -> str:
     """A long source op (a combined collective's ``(a:b:c)``) cut in the middle, for a table."""
     return text if len(text) <= width else f"{text[:width // 2 - 2]} ... {text[-(width // 2 - 3):]}"
@@ -121,6 +131,7 @@ def render(c: Comparison, fmt: str, top: int) -> str:
         out += ["", f"{'### ' if md else ''}{v.name}: {v.verdict.upper()} ({v.cause})",
                 f"{'' if md else '  '}{v.message}"]
         out += [f"{'- ' if md else '  '}differs: {d}" for d in v.met]
+        out += [f"{'- ' if md else '  '}{line}" for line in wait_verdicts(v)]
         lay = v.layouts
         if lay is not None:
             out += [f"{'- ' if md else '  '}A: {v.baseline.path}; B: {v.candidate.path}; ops "

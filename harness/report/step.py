@@ -85,11 +85,35 @@ def bounds_line(step: Mapping) -> str:
             + (f" (from {source})" if source else ""))
 
 
+# each cause's word in the waits line (harness.step.waits)
+_CAUSES = {schema.WAIT_DISPATCH_S: "dispatch", schema.WAIT_INPUT_S: "input",
+           schema.WAIT_PEERS_S: "peers", schema.WAIT_CORE_S: "a core",
+           schema.WAIT_HOST_S: "host callbacks", schema.WAIT_UNEXPLAINED_S: "unexplained"}
+
+
+def waits_line(step: Mapping) -> str:
+    """``waiting 21.4 ms of the 22.4 ms period = dispatch 20.8 ms + peers 588 us + unexplained
+    104 ns``: why the devices wait (``harness.step.waits``), the causes that took any time
+    (unexplained always); "" without the waits."""
+    if not step.get(schema.PERIOD_S):
+        return ""
+    parts = [f"{word} {fmt_seconds(step.get(c, 0.0))}" for c, word in _CAUSES.items()
+             if step.get(c, 0.0) > 0 or c == schema.WAIT_UNEXPLAINED_S]
+    return (f"waiting {fmt_seconds(step.get(schema.WAITING_S, 0.0))} of the "
+            f"{fmt_seconds(step[schema.PERIOD_S])} period = " + " + ".join(parts))
+
+
 def step_lines(step: Mapping) -> list[str]:
-    """The step line, where its figures come from, and the book's bounds: the lines every
-    report opens with (empty without a measured step)."""
+    """The step line, where its figures come from, the book's bounds, and why the devices wait
+    (the line of the causes, the verdict, the causes the trace cannot tell apart): the lines
+    every report opens with (empty without a measured step)."""
     line = step_line(step)
     if not line:
         return []
     where = where_line(step)
-    return [line + (f"  [{where}]" if where else ""), *filter(None, [bounds_line(step)])]
+    verdict = step.get(schema.WAIT_VERDICT)
+    untold = step.get(schema.WAITS_UNTOLD)
+    return [line + (f"  [{where}]" if where else ""),
+            *filter(None, [bounds_line(step), waits_line(step),
+                           verdict and f"verdict: {verdict}",
+                           untold and f"waits: {untold}"])]

@@ -3,7 +3,7 @@ the timeline's columns per (step, device), the step object and one step's op int
 from __future__ import annotations
 
 from harness.schema.glossary import term
-from harness.schema.ops import DEVICE, OP, STEP
+from harness.schema.ops import DEVICE, DURATION_NS, HOST, OP, START_NS, STEP
 
 # --- the simulated step ------------------------------------------------------------------
 # ahead-of-time predictions (harness predict-hlo; harness.plan.predict) and a run's step object:
@@ -44,7 +44,10 @@ IDLE_DEVICE = "idle"                 # a device of the run with no op in the tra
 # DEVICES each device's), each communication op's share (STEP_COLLECTIVES), and the book beside
 # it (chapter 1: a step takes max(T_math, T_comms) with perfect overlap, their sum with none).
 STEP_OBJECT = "step"
-STEP_COLLECTIVES = "collectives"     # per communication op: comm_s and exposed_comm_s per step
+STEP_COLLECTIVES = "collectives"     # per communication op: comm_s and exposed_comm_s per step;
+#                                      a collective also LAST_ARRIVAL: the unit last to arrive
+#                                      most often, and by how much (harness.step.stragglers)
+LAST_ARRIVAL = "last_arrival"
 T_MATH_S = "t_math_s"                # the step's compute at the roofline (book: T_math)
 T_COMMS_S = "t_comms_s"              # its communication at the roofline (book: T_comms)
 BOUNDS_FROM = "bounds_from"          # where T_math/T_comms come from: "book" (the workload's
@@ -63,6 +66,49 @@ LANE_DEVICE = "device"
 KIND_COMPUTE, KIND_COMM = "compute", "comm"
 STEP_SPANS = (OP, LANE, KIND, START_S, END_S)
 
+# --- why the devices wait (harness.step.waits), per (step, device) -------------------------
+# A step's period runs from its first op's start to the next step's first op's start (the last
+# step's ends at its last op's end); the time a device waits in it is the period's idle (the
+# step window's and the gap to the next step) and its waits at collectives for its peers, split
+# by cause; the causes add up to WAITING_S.
+PERIOD_S = term("period_s", "the step's period: its first op's start to the next step's")
+WAITING_S = term("waiting_s", "time in the period a device waited: idle, and at collectives for "
+                 "its peers")
+WAIT_DISPATCH_S = term("wait_dispatch_s", "waiting for the host to dispatch: idle between two "
+                       "programs' executions (between steps) while the host launched the next")
+WAIT_INPUT_S = term("wait_input_s", "waiting on input: idle while a host-to-device copy or an "
+                    "infeed ran")
+WAIT_PEERS_S = term("wait_peers_s", "waiting for peers: in a collective before the last device "
+                    "of its group arrived")
+WAIT_CORE_S = term("wait_core_s", "waiting for a CPU core: idle inside a program while as many "
+                   "other device threads ran as the host has cores")
+WAIT_HOST_S = term("wait_host_s", "waiting on the host: idle while a host callback or a "
+                   "device-to-host transfer ran")
+WAIT_UNEXPLAINED_S = term("wait_unexplained_s", "waiting no event of the trace explains")
+WAIT_CAUSES = (WAIT_DISPATCH_S, WAIT_INPUT_S, WAIT_PEERS_S, WAIT_CORE_S, WAIT_HOST_S,
+               WAIT_UNEXPLAINED_S)
+# The step object's waits (STEP_OBJECT): PERIOD_S, WAITING_S and each cause of the median
+# step (by period; each figure its devices' mean), the verdict line where one cause dominates,
+# the causes the trace cannot tell apart (a sentence), the stragglers named
+WAIT_VERDICT = "wait_verdict"
+WAIT_BOUND = term("wait_bound", "why the devices wait, where one cause dominates "
+                  "(dispatch-bound, input-bound, sync-bound, core-bound, host-callback-bound) or "
+                  "a straggler is named (straggler: process 1)")
+WAITS_UNTOLD = "waits_untold"
+WAIT_EVENTS = "wait_events"          # the host events the causes were read from: kind -> count
+#                                      (within the measured steps; harness.trace.host_events)
+STRAGGLERS = "stragglers"            # [{unit ("device"/"process"), id, op, late_s, last_share}]
+STRAGGLER_UNIT = "unit"
+STRAGGLER_ID = "id"
+LATE_S = term("late_s", "per step, how much later a device reached its collectives than the "
+              "next-latest of its group (the time the group waited for it alone)")
+LAST_SHARE = "last_share"            # the share of steps in which it arrived last
+# Host events (harness.trace.host_events): what the host did that a device can wait on
+# (KIND: "dispatch", "input" or "host", the causes harness.step.waits reads them as; DEVICE -1:
+# every device of the host)
+HOST_EVENTS = (HOST, KIND, DEVICE, START_NS, DURATION_NS)
+
 # --- tables -------------------------------------------------------------------------------
 STEP_TIMES = (STEP, DEVICE, TIMELINE_STEP_S, COMPUTE_S, COMM_S, OVERLAPPED_COMM_S, EXPOSED_COMM_S,
               IDLE_S)
+WAITS = (STEP, HOST, DEVICE, PERIOD_S, WAITING_S, *WAIT_CAUSES)

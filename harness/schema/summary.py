@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from harness.schema.glossary import term
 from harness.schema.ops import COLLECTIVE, DEVICES, EFFICIENCY, GROUP_SIZE, SHARE, WAIT_S
-from harness.schema.step import EXPOSED_COMM_S, IDLE_S, PREDICTED_STEP_S
+from harness.schema.step import (
+    EXPOSED_COMM_S,
+    IDLE_S,
+    PREDICTED_STEP_S,
+    WAIT_BOUND,
+    WAITING_S,
+)
 
 # --- sweep summary (harness sweep): one row per point --------------------------------------
 POINT = term("point", "the point's place in the sweep (links to its own page)")
@@ -86,7 +92,8 @@ ROOFLINE_FRACTIONS = (EFFICIENCY, MATMUL_EFFICIENCY, MFU, MFU_BOOK, HFU)
 
 # --- tables -------------------------------------------------------------------------------
 SWEEP_SUMMARY = (POINT, WORKLOAD, PRESET, MESH, CHIP, OVERRIDES, STATUS, STEP_S, EXPOSED_COMM_S,
-                 IDLE_S, PREDICTED_STEP_S, WALL_STEP_S, COVERAGE, EFFICIENCY, MFU, ANALYTIC_S,
+                 IDLE_S, WAITING_S, WAIT_BOUND, PREDICTED_STEP_S, WALL_STEP_S, COVERAGE,
+                 EFFICIENCY, MFU, ANALYTIC_S,
                  COLLECTIVE, GROUP_SIZE, MESSAGE_BYTES, COLLECTIVE_S, BUS_BYTES, MEASURED_BUS_GBPS,
                  PREDICTED_BUS_GBPS, MODEL_FLOPS, MATMUL_EFFICIENCY, HOST_SPEED, SERIES, ERROR,
                  RUN, KEY)

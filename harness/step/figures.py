@@ -16,13 +16,17 @@ import pandas as pd
 
 from harness import schema
 from harness.hlo import Module
-from harness.measure.arrivals import opcode_of_name
+from harness.measure.arrivals import arrivals, collective_ops, opcode_of_name
 from harness.measure.ops import named
+from harness.measure.per_host import clock_offsets
 from harness.step.bounds import step_bounds
 from harness.step.replay import replay_durations
 from harness.step.simulate import critical_ops, simulate
-from harness.step.timeline import measure
+from harness.step.stragglers import last_by_op, stragglers
+from harness.step.timeline import async_spans, measure
 from harness.step.transfers import roofline_durations, transfers
+from harness.step.verdict import wait_figures
+from harness.step.waits import cited, waits
 from predictions.rules import ASYNC_PAIRS, COLLECTIVE_OPCODES, CONTAINERS
 
 # async transfers that are no collective: a DMA between memory spaces or a point-to-point copy
@@ -62,19 +66,77 @@ def containers(predicted: pd.DataFrame, events: pd.DataFrame) -> set[str]:
 
 def step_figures(events: pd.DataFrame, ops: pd.DataFrame, *, pairs: Mapping[str, str] | None,
                  apart: Collection[str] = (), devices: Collection[int] = (),
-                 book=None) -> tuple[dict, pd.DataFrame]:
+                 book=None, host: pd.DataFrame | None = None, groups=None,
+                 cores: int | None = None, beside: pd.DataFrame | None = None
+                 ) -> tuple[dict, pd.DataFrame]:
     """The step object of one program: its measured step from ``events`` (its EVENTS, one
     step per marker or execution), ``ops`` its OPS table, ``pairs`` the async start -> done
     names to make one span each (where the layout times the ``-done``: TPU), ``apart`` the
     control-flow ops (``containers``), ``devices`` every device of the run, ``book`` the
     workload's estimate (``predictions.step.Analytic``)
     for the bounds ({} where neither it nor a prediction gives them); with the spans of the
-    step it describes (``schema.STEP_SPANS``), for its picture."""
+    step it describes (``schema.STEP_SPANS``), for its picture. ``host``, ``groups`` and
+    ``cores``: the trace's host events, the collectives' replica groups and the host's cores
+    where its devices share them, for the waits (``harness.step.waits``); ``beside``: every
+    program's EVENTS of the same steps (a device running another program is not waiting;
+    default: ``events``)."""
     comm = comm_ops(ops)
     out, spans = measure(events, comm, apart=apart, pairs=pairs, devices=devices)
     if out and not ops.empty and schema.PREDICTED_S in ops.columns:
         out.update(step_bounds(book, ops, comm))
+    if out:
+        _last_arrivals(out, events if beside is None else beside, ops, groups)
+        out.update(step_waits(events if beside is None else beside, ops, pairs=pairs,
+                              apart=apart, host=host, groups=groups, cores=cores))
     return out, spans
+
+
+def _last_arrivals(step: dict, events: pd.DataFrame, ops: pd.DataFrame, groups) -> None:
+    """Each collective of the step object's list with the unit last to arrive at it most
+    often and by how much (``harness.step.stragglers.last_by_op``)."""
+    listed = step.get(schema.STEP_COLLECTIVES) or []
+    coll = collective_ops([r[schema.OP] for r in listed], _opcodes(ops))
+    if not coll:
+        return
+    ev = events[named(events[schema.OP], coll)]
+    hosts = ev[schema.HOST].nunique() if schema.HOST in ev.columns else 1
+    arr = arrivals(ev, coll, groups)
+    last = last_by_op(arrivals(ev, coll, groups, clock_offsets(arr)) if hosts > 1 else arr)
+    for r in listed:
+        if r[schema.OP] in last:
+            r[schema.LAST_ARRIVAL] = last[r[schema.OP]]
+
+
+def _opcodes(ops: pd.DataFrame) -> dict[str, str]:
+    """Op name -> its HLO opcode, where the OPS table names one."""
+    if ops.empty or schema.OPCODE not in ops.columns:
+        return {}
+    return {k: v for k, v in zip(ops[schema.OP].astype(str),
+                                 ops[schema.OPCODE].fillna("").astype(str)) if v}
+
+
+def step_waits(events: pd.DataFrame, ops: pd.DataFrame, *, pairs: Mapping[str, str] | None,
+               apart: Collection[str] = (), host: pd.DataFrame | None = None, groups=None,
+               cores: int | None = None) -> dict:
+    """The step object's waits (``harness.step.verdict.wait_figures``) of one program's
+    ``events``, as ``step_figures`` reads them."""
+    ev = async_spans(events, pairs or {})
+    ev = ev[~named(ev[schema.OP], set(apart))]
+    names = ev[schema.OP].astype(str).unique()
+    coll = collective_ops(names, _opcodes(ops))
+    hosts = ev[schema.HOST].nunique() if schema.HOST in ev.columns else 1
+    offsets = None
+    if coll and hosts > 1:
+        offsets = clock_offsets(arrivals(ev, coll, groups))
+    table, untold = waits(ev, host, collectives=coll, groups=groups, clock_offsets_ns=offsets,
+                          cores=cores)
+    if table.empty:
+        return {}
+    late = []
+    if coll:
+        period = float(table.groupby(schema.STEP)[schema.PERIOD_S].mean().median())
+        late = stragglers(arrivals(ev, coll, groups, offsets), period, offsets or {})
+    return wait_figures(table, untold, late, cited(ev, host))
 
 
 def simulated(module: Module, ops: pd.DataFrame, events: pd.DataFrame, step: Mapping, *,

@@ -97,6 +97,7 @@ def point_row(record: dict, sweep_dir: Path) -> dict:
     row.update({schema.CHIP: run.meta.get(schema.CHIP, row[schema.CHIP]),
                 schema.STEP_S: s.get(schema.STEP_S), schema.WALL_STEP_S: s.get(schema.WALL_STEP_S),
                 **{k: step.get(k) for k in (schema.EXPOSED_COMM_S, schema.IDLE_S,
+                                            schema.WAITING_S, schema.WAIT_BOUND,
                                             schema.PREDICTED_STEP_S)},
                 schema.COVERAGE: s.get(schema.COVERAGE),
                 schema.EFFICIENCY: workload_efficiency(run.ops),
@@ -122,8 +123,9 @@ def summary_table(sweep_dir: Path, records: list[dict]) -> pd.DataFrame:
 
 
 SHOWN = (schema.POINT, schema.WORKLOAD, schema.MESH, schema.OVERRIDES, schema.STATUS,
-         schema.STEP_S, schema.EXPOSED_COMM_S, schema.IDLE_S, schema.PREDICTED_STEP_S,
-         schema.ANALYTIC_S, schema.EFFICIENCY, schema.MFU, schema.MATMUL_EFFICIENCY,
+         schema.STEP_S, schema.EXPOSED_COMM_S, schema.IDLE_S, schema.WAITING_S,
+         schema.WAIT_BOUND, schema.PREDICTED_STEP_S, schema.ANALYTIC_S, schema.EFFICIENCY,
+         schema.MFU, schema.MATMUL_EFFICIENCY,
          schema.MEASURED_BUS_GBPS, schema.PREDICTED_BUS_GBPS, schema.COVERAGE, schema.HOST_SPEED)
 
 

@@ -15,7 +15,14 @@ from pathlib import Path
 import pandas as pd
 
 from harness import schema
-from harness.trace.load import TRACE_SUFFIX, TraceEvents, find_trace_file, read_events
+from harness.trace.host_events import host_events
+from harness.trace.load import (
+    TRACE_SUFFIX,
+    TraceEvents,
+    find_trace_file,
+    read_events,
+    read_xspace,
+)
 from harness.trace.parallel import in_parallel
 
 MERGED = "merged"  # the format name of every process's EVENTS together (no single host's)
@@ -75,4 +82,20 @@ def read_job(paths: list[Path], path: Path, events: TraceEvents, warmup_steps: i
     merged, processes = read_hosts(paths, warmup_steps, {path: events.events})
     # each host numbers its own compilations: programs are named by name alone
     merged = merged.assign(**{schema.PROGRAM_ID: ""})
-    return TraceEvents(merged, MERGED, f"{path.parent} ({len(paths)} hosts)"), processes
+    return TraceEvents(merged, MERGED, f"{path.parent} ({len(paths)} hosts)",
+                       host=job_host_events(paths, {path: events.host}, processes)), processes
+
+
+def job_host_events(paths: list[Path], known: dict, processes: list[dict]) -> pd.DataFrame:
+    """Every host's HOST_EVENTS (``harness.trace.host_events``) as one table, each host's
+    ``schema.HOST`` its index in ``paths`` and a device plane's n its n-th device of the job's
+    (``processes``, as ``read_hosts`` numbers them); ``known``: tables already read, by path
+    (None: read it)."""
+    parts = []
+    for i, p in enumerate(paths):
+        part = known.get(p)
+        part = host_events(read_xspace(p)[0]) if part is None else part
+        ids = dict(enumerate(processes[i]["devices"]))
+        dev = part[schema.DEVICE].map(lambda d, ids=ids: ids.get(d, d) if d >= 0 else d)
+        parts.append(part.assign(**{schema.HOST: i, schema.DEVICE: dev}))
+    return pd.concat(parts, ignore_index=True) if parts else None

@@ -18,6 +18,7 @@ from google.protobuf.message import DecodeError
 from harness import schema
 from harness.errors import TraceError
 from harness.trace.formats import FORMATS, Columns
+from harness.trace.host_events import host_events
 from harness.trace.opener import (  # noqa: F401 (re-exported: where callers have found them)
     TRACE_SUFFIX,
     detect_format,
@@ -73,6 +74,9 @@ class TraceEvents:
     source: str
     async_names: dict = field(default_factory=dict)
     stepped: bool = True  # steps from step markers; False: one step per program execution
+    # what the host did that a device can wait on (schema.HOST_EVENTS, harness.trace.host_events;
+    # None: not read)
+    host: pd.DataFrame | None = None
 
     @property
     def shares_cores(self) -> bool:
@@ -145,5 +149,9 @@ def read_events(source: str | os.PathLike | bytes | Space, *, warmup_steps: int 
     if keep is not None:  # rows outside the measured steps
         columns = {k: v[keep] for k, v in columns.items()}
     df = pd.DataFrame(columns)
+    try:
+        host = host_events(space)
+    except DecodeError as e:
+        raise TraceError(f"{label}: corrupt XSpace line ({e})") from None
     return TraceEvents(df, format_name, label, dict(cols.async_names),
-                       cols.stepped)
+                       cols.stepped, host)

@@ -1,0 +1,102 @@
+"""The step object's waits (``harness.step.waits``): the figures of the median step, and one line
+of verdict and fix where one cause dominates (``VERDICTS``) or a straggler is named.
+
+    dispatch-bound: the devices idle 20.3 ms per step while the host dispatches (91% of the
+    22.4 ms period): jit the loop body, fewer small programs
+    process 1 reaches each all-reduce.3 19.8 ms late (last in 100% of steps)
+
+("host" stays the regression verdicts' word for a busier machine: a wait on the host here is
+"host-callback-bound".)
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from harness import schema
+from harness.units import fmt_seconds
+
+# a cause dominates when it holds this much of the waiting and this much of the period
+DOMINANT = 0.5
+WORTH = 0.1
+_FIGURES = (schema.PERIOD_S, schema.WAITING_S, *schema.WAIT_CAUSES)
+
+
+def _dispatch(t, share, period):
+    return (f"dispatch-bound: the devices idle {fmt_seconds(t)} per step while the host "
+            f"dispatches ({share:.0%} of the {fmt_seconds(period)} period): jit the loop body, "
+            f"fewer small programs")
+
+
+def _input(t, share, period):
+    return (f"input-bound: {share:.0%} of the period waits on host-to-device copies "
+            f"({fmt_seconds(t)} per step): prefetch to device")
+
+
+def _peers(t, share, period):
+    return (f"sync-bound: the devices wait {fmt_seconds(t)} per step at collectives for their "
+            f"peers ({share:.0%} of the period), no device the last in most steps: even out "
+            f"the work or the launches")
+
+
+def _core(t, share, period):
+    return (f"core-bound: device threads wait {fmt_seconds(t)} per step for a CPU core "
+            f"({share:.0%} of the period): fewer devices than cores on the host")
+
+
+def _host(t, share, period):
+    return (f"host-callback-bound: {share:.0%} of the period waits on host callbacks and "
+            f"device-to-host transfers ({fmt_seconds(t)} per step): keep them out of the step")
+
+
+VERDICTS = {schema.WAIT_DISPATCH_S: _dispatch, schema.WAIT_INPUT_S: _input,
+            schema.WAIT_PEERS_S: _peers, schema.WAIT_CORE_S: _core, schema.WAIT_HOST_S: _host}
+
+
+def straggler_name(s: dict) -> str:
+    """``device 3``, ``process 1``."""
+    return f"{s[schema.STRAGGLER_UNIT]} {s[schema.STRAGGLER_ID]}"
+
+
+def straggler_line(s: dict) -> str:
+    """``device 3 reaches each all-reduce.1 0.4 ms late (last in 90% of steps)``."""
+    return (f"{straggler_name(s)} reaches each {s[schema.OP]} "
+            f"{fmt_seconds(s[schema.LATE_S])} late (last in {s[schema.LAST_SHARE]:.0%} of steps)")
+
+
+def verdict(figures: dict, stragglers: list[dict]) -> str:
+    """The line: the straggler named, else the dominant cause's, else ""."""
+    if stragglers:
+        return "; ".join(straggler_line(s) for s in stragglers)
+    period, waiting = figures.get(schema.PERIOD_S, 0.0), figures.get(schema.WAITING_S, 0.0)
+    if period <= 0:
+        return ""
+    cause = max(VERDICTS, key=lambda c: figures.get(c, 0.0))
+    t = figures.get(cause, 0.0)
+    if t < DOMINANT * waiting or t < WORTH * period:
+        return ""
+    return VERDICTS[cause](t, t / period, period)
+
+
+def wait_figures(table: pd.DataFrame, untold: str = "",
+                 stragglers: list[dict] | None = None, events: dict | None = None) -> dict:
+    """The step object's waits from ``schema.WAITS``: each figure the mean over devices of the
+    step whose mean period is the median (the lower of an even count: its causes add up as
+    that step's did), the verdict, the causes not told apart, the stragglers and the host
+    events the causes were read from (``events``: kind -> count)."""
+    if table.empty:
+        return {}
+    per = table.groupby(schema.STEP)[list(_FIGURES)].mean()
+    full = per.iloc[:-1] if len(per) > 1 else per  # the last step's period has no gap after it
+    ordered = full.sort_values(schema.PERIOD_S, kind="stable")
+    row = ordered.iloc[(len(ordered) - 1) // 2]
+    out = {c: float(row[c]) for c in _FIGURES}
+    out[schema.STRAGGLERS] = list(stragglers or [])
+    out[schema.WAIT_EVENTS] = dict(events or {})
+    line = verdict(out, out[schema.STRAGGLERS])
+    if line:
+        out[schema.WAIT_VERDICT] = line
+        out[schema.WAIT_BOUND] = (f"straggler: {straggler_name(out[schema.STRAGGLERS][0])}"
+                                  if out[schema.STRAGGLERS] else line.split(":", 1)[0])
+    if untold:
+        out[schema.WAITS_UNTOLD] = untold
+    return out

@@ -1,0 +1,148 @@
+"""Programs made to wait, on CPU (``harness.step.waits``): a jitted step over 8 devices traced
+with the harness's profiler options (``host_tracer_level`` 1), with a host sleep between steps,
+then fed from a fresh host array each step (a zero-copy ``device_put``: no transfer event, so
+the wait is the host's dispatch, not input), each against the same loop with nothing injected;
+and two processes (``jax.distributed.initialize``) of which one sleeps before each step, read as
+one job as ``harness trace DIR`` reads it: the late process is named. Each report must name the
+cause with its time per step within 10% of the delay injected per step (beyond the same loop's
+own), with at most 10% of the delay unexplained; nothing injected, no straggler is named."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+
+from harness import schema
+
+DELAY_S = 0.03
+STEPS = 8
+
+
+def _loop(out: Path, between=None):
+    """Trace ``STEPS`` steps of a sharded jitted step; ``between(i)`` runs on the host before
+    step i and gives its input (None: the last one's)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from harness.capture.profiler import start_lean_trace
+
+    sharding = NamedSharding(Mesh(np.array(jax.devices()), ("d",)), P("d"))
+    step = jax.jit(lambda x: jnp.tanh(x @ x.T).sum() + x.sum())
+    x = jax.device_put(np.ones((256, 64), np.float32), sharding)
+    step(x).block_until_ready()
+    start_lean_trace(out)
+    for i in range(STEPS):
+        fed = between(i, sharding) if between else None
+        x = fed if fed is not None else x
+        with jax.profiler.StepTraceAnnotation("step", step_num=i):
+            step(x).block_until_ready()
+    jax.profiler.stop_trace()
+
+
+def _sleep(i, sharding):
+    time.sleep(DELAY_S)
+
+
+def _feed(i, sharding):
+    """A fresh host array put on the devices, the whole taking DELAY_S on the host."""
+    import jax
+
+    t0 = time.perf_counter()
+    x = jax.device_put(np.random.default_rng(i).random((256, 64), np.float32), sharding)
+    time.sleep(max(0.0, DELAY_S - (time.perf_counter() - t0)))
+    return x
+
+
+def _step(tmp_path: Path, name: str, between=None) -> dict:
+    from harness.runs.pipeline import analyze_trace
+
+    _loop(tmp_path / name, between)
+    return analyze_trace(tmp_path / name, chip="cpu").step
+
+
+def _report(name, step):
+    print(f"{name}: period {step[schema.PERIOD_S] * 1e3:.2f} ms, " + ", ".join(
+        f"{c} {step[c] * 1e3:.3f} ms" for c in schema.WAIT_CAUSES if step.get(c)))
+
+
+def test_a_host_sleep_or_a_host_fed_input_between_steps_is_waiting_for_dispatch(tmp_path):
+    base = _step(tmp_path, "none")
+    _report("nothing injected", base)
+    assert not base[schema.STRAGGLERS]
+    for name, between in (("sleep", _sleep), ("feed", _feed)):
+        step = _step(tmp_path, name, between)
+        _report(name, step)
+        dispatch = step[schema.WAIT_DISPATCH_S] - base[schema.WAIT_DISPATCH_S]
+        assert abs(dispatch - DELAY_S) <= 0.1 * DELAY_S, (name, dispatch)
+        assert step[schema.WAIT_UNEXPLAINED_S] <= 0.1 * DELAY_S
+        assert step[schema.WAIT_INPUT_S] == 0  # zero-copy: no transfer to wait on
+        assert step[schema.WAIT_BOUND] == "dispatch-bound"
+        assert not step[schema.STRAGGLERS]
+        assert schema.WAITS_UNTOLD not in step
+
+
+CHILD = """
+import os, sys, time
+pid, port, out, delay = int(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4])
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+from harness.multihost.run import initialize
+initialize(f"127.0.0.1:{port}", 2, pid, timeout_s=120)
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from harness.capture.profiler import start_lean_trace
+sharding = NamedSharding(Mesh(np.array(jax.devices()), ("d",)), P("d"))
+step = jax.jit(lambda x: jnp.tanh(x).sum())
+x = jax.make_array_from_callback((64, 64), sharding, lambda i: np.ones((64, 64), np.float32)[i])
+step(x).block_until_ready()
+start_lean_trace(out)
+for i in range(%d):
+    if pid == 1:
+        time.sleep(delay)
+    with jax.profiler.StepTraceAnnotation("step", step_num=i):
+        step(x).block_until_ready()
+jax.profiler.stop_trace()
+""" % STEPS
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_one_of_two_processes_sleeping_before_each_step_is_named(tmp_path):
+    from harness.runs.pipeline import analyze_trace
+    from harness.trace.load import find_trace_file
+
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(CHILD))
+    port = _port()
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(Path(__file__).parents[1]))
+    procs = [subprocess.Popen([sys.executable, str(script), str(i), str(port),
+                               str(tmp_path / f"p{i}"), str(DELAY_S)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in range(2)]
+    for p in procs:
+        out, _ = p.communicate(timeout=240)
+        assert p.returncode == 0, out[-2000:]
+    session = tmp_path / "job" / "plugins" / "profile" / "session"
+    session.mkdir(parents=True)
+    for i in range(2):
+        shutil.copy(find_trace_file(tmp_path / f"p{i}"), session / f"host-{i}.xplane.pb")
+    step = analyze_trace(tmp_path / "job", chip="cpu").step
+    _report("two processes, process 1 late", step)
+    late = step[schema.STRAGGLERS]
+    assert [(s[schema.STRAGGLER_UNIT], s[schema.STRAGGLER_ID]) for s in late] == [("process", 1)]
+    assert abs(late[0][schema.LATE_S] - DELAY_S) <= 0.1 * DELAY_S
+    assert step[schema.WAIT_VERDICT].startswith("process 1 reaches each")
+    assert step[schema.WAIT_UNEXPLAINED_S] <= 0.1 * DELAY_S
+    assert schema.WAITS_UNTOLD not in step  # both processes' launch events were read
