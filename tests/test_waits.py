@@ -188,6 +188,18 @@ def test_a_dominant_cause_gives_one_line_of_verdict_and_fix():
         "device 3 reaches each all-reduce.1 400 us late (last in 90% of steps)"
 
 
+def test_the_harness_paced_steps_wait_for_its_loop_not_for_dispatch():
+    """The harness's own capture waits on each step before dispatching the next: the idle
+    between steps is its measuring loop's, and the line says so instead of a fix."""
+    line = verdict(_figures(dispatch=0.9e-3), [], paced=True)
+    assert line.startswith("paced by the harness: it waits on each step before dispatching the "
+                           "next, so the devices idle 900 us between steps (90% of the 1 ms")
+    assert "jit the loop body" not in line
+    table, untold = waits(TWO_STEPS, _host(LAUNCHES))
+    assert wait_figures(table, untold, [], paced=True)[schema.WAIT_BOUND] == \
+        "paced by the harness"
+
+
 def test_the_step_object_holds_the_median_steps_waits_and_reports_print_them():
     table, untold = waits(TWO_STEPS, _host(LAUNCHES))
     figures = wait_figures(table, untold, [])

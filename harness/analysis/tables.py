@@ -162,7 +162,8 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
                                devices=range(devices) if ctx.devices else (), book=est,
                                host=trace.host, groups=groups_of(modules),
                                cores=host_cores() if shared else None,
-                               beside=_beside(events, costed) if trace.stepped else None)
+                               beside=_beside(events, costed) if trace.stepped else None,
+                               paced=bool(ctx.traced_step_times_s))
     predicted_step, predicted_spans = simulated(module, main_ops, main_events, step,
                                                 trace_names=trace.async_names,
                                                 time_on=trace.async_time_on, apart=held)

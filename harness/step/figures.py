@@ -67,8 +67,8 @@ def containers(predicted: pd.DataFrame, events: pd.DataFrame) -> set[str]:
 def step_figures(events: pd.DataFrame, ops: pd.DataFrame, *, pairs: Mapping[str, str] | None,
                  apart: Collection[str] = (), devices: Collection[int] = (),
                  book=None, host: pd.DataFrame | None = None, groups=None,
-                 cores: int | None = None, beside: pd.DataFrame | None = None
-                 ) -> tuple[dict, pd.DataFrame]:
+                 cores: int | None = None, beside: pd.DataFrame | None = None,
+                 paced: bool = False) -> tuple[dict, pd.DataFrame]:
     """The step object of one program: its measured step from ``events`` (its EVENTS, one
     step per marker or execution), ``ops`` its OPS table, ``pairs`` the async start -> done
     names to make one span each (where the layout times the ``-done``: TPU), ``apart`` the
@@ -87,7 +87,8 @@ def step_figures(events: pd.DataFrame, ops: pd.DataFrame, *, pairs: Mapping[str,
     if out:
         _last_arrivals(out, events if beside is None else beside, ops, groups)
         out.update(step_waits(events if beside is None else beside, ops, pairs=pairs,
-                              apart=apart, host=host, groups=groups, cores=cores))
+                              apart=apart, host=host, groups=groups, cores=cores,
+                              paced=paced))
     return out, spans
 
 
@@ -117,9 +118,10 @@ def _opcodes(ops: pd.DataFrame) -> dict[str, str]:
 
 def step_waits(events: pd.DataFrame, ops: pd.DataFrame, *, pairs: Mapping[str, str] | None,
                apart: Collection[str] = (), host: pd.DataFrame | None = None, groups=None,
-               cores: int | None = None) -> dict:
+               cores: int | None = None, paced: bool = False) -> dict:
     """The step object's waits (``harness.step.verdict.wait_figures``) of one program's
-    ``events``, as ``step_figures`` reads them."""
+    ``events``, as ``step_figures`` reads them; ``paced``: the harness's own capture loop ran
+    the steps, each waited on before the next was dispatched."""
     ev = async_spans(events, pairs or {})
     ev = ev[~named(ev[schema.OP], set(apart))]
     names = ev[schema.OP].astype(str).unique()
@@ -136,7 +138,7 @@ def step_waits(events: pd.DataFrame, ops: pd.DataFrame, *, pairs: Mapping[str, s
     if coll:
         period = float(table.groupby(schema.STEP)[schema.PERIOD_S].mean().median())
         late = stragglers(arrivals(ev, coll, groups, offsets), period, offsets or {})
-    return wait_figures(table, untold, late, cited(ev, host))
+    return wait_figures(table, untold, late, cited(ev, host), paced=paced)
 
 
 def simulated(module: Module, ops: pd.DataFrame, events: pd.DataFrame, step: Mapping, *,

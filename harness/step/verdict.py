@@ -27,6 +27,13 @@ def _dispatch(t, share, period):
             f"fewer small programs")
 
 
+def _paced(t, share, period):
+    return (f"paced by the harness: it waits on each step before dispatching the next, so the "
+            f"devices idle {fmt_seconds(t)} between steps ({share:.0%} of the "
+            f"{fmt_seconds(period)} period): its measuring loop's, not the program's; the "
+            f"program's own loop under harness profile shows how it dispatches")
+
+
 def _input(t, share, period):
     return (f"input-bound: {share:.0%} of the period waits on host-to-device copies "
             f"({fmt_seconds(t)} per step): prefetch to device")
@@ -63,8 +70,10 @@ def straggler_line(s: dict) -> str:
             f"{fmt_seconds(s[schema.LATE_S])} late (last in {s[schema.LAST_SHARE]:.0%} of steps)")
 
 
-def verdict(figures: dict, stragglers: list[dict]) -> str:
-    """The line: the straggler named, else the dominant cause's, else ""."""
+def verdict(figures: dict, stragglers: list[dict], paced: bool = False) -> str:
+    """The line: the straggler named, else the dominant cause's, else "". ``paced``: the
+    harness's capture loop waited on each step, so a dispatch wait is its loop's
+    (``_paced``), not the program's."""
     if stragglers:
         return "; ".join(straggler_line(s) for s in stragglers)
     period, waiting = figures.get(schema.PERIOD_S, 0.0), figures.get(schema.WAITING_S, 0.0)
@@ -74,15 +83,17 @@ def verdict(figures: dict, stragglers: list[dict]) -> str:
     t = figures.get(cause, 0.0)
     if t < DOMINANT * waiting or t < WORTH * period:
         return ""
-    return VERDICTS[cause](t, t / period, period)
+    say = _paced if paced and cause == schema.WAIT_DISPATCH_S else VERDICTS[cause]
+    return say(t, t / period, period)
 
 
 def wait_figures(table: pd.DataFrame, untold: str = "",
-                 stragglers: list[dict] | None = None, events: dict | None = None) -> dict:
+                 stragglers: list[dict] | None = None, events: dict | None = None,
+                 paced: bool = False) -> dict:
     """The step object's waits from ``schema.WAITS``: each figure the mean over devices of the
     step whose mean period is the median (the lower of an even count: its causes add up as
     that step's did), the verdict, the causes not told apart, the stragglers and the host
-    events the causes were read from (``events``: kind -> count)."""
+    events the causes were read from (``events``: kind -> count); ``paced``: ``verdict``'s."""
     if table.empty:
         return {}
     per = table.groupby(schema.STEP)[list(_FIGURES)].mean()
@@ -92,7 +103,7 @@ def wait_figures(table: pd.DataFrame, untold: str = "",
     out = {c: float(row[c]) for c in _FIGURES}
     out[schema.STRAGGLERS] = list(stragglers or [])
     out[schema.WAIT_EVENTS] = dict(events or {})
-    line = verdict(out, out[schema.STRAGGLERS])
+    line = verdict(out, out[schema.STRAGGLERS], paced)
     if line:
         out[schema.WAIT_VERDICT] = line
         out[schema.WAIT_BOUND] = (f"straggler: {straggler_name(out[schema.STRAGGLERS][0])}"
