@@ -168,24 +168,27 @@ def _loose(line: str) -> str:
 
 
 def regenerate(block: Block, out: list) -> list:
-    """The block's new lines: ``out`` cut where the old block was cut."""
+    """The block's new lines: ``out`` cut where the old block was cut. A cut is found by the
+    quoted line beside it, figures ignored; where that line is gone, the block's head and tail
+    keep their lengths, and a run between two cuts cannot be placed (LookupError)."""
     segs = _segments(block.lines)
     gap = next((s for s in block.lines if s.strip() == GAP), GAP)
-    if len(segs) == 1 and "excerpt" not in block.flags:
+    exact = "excerpt" not in block.flags
+    if len(segs) == 1 and exact:
         return _kept(block, out)
     new, pos = [], 0
     for k, seg in enumerate(segs):
         if not seg:  # the block opens or ends with its gap
             new += [gap] if k else []
             continue
-        first = 0 if k == 0 and "excerpt" not in block.flags else \
-            _at(out, seg[:1], pos, _loose)
-        if k == len(segs) - 1 and "excerpt" not in block.flags:
-            start = _at(out, seg[:1], pos, _loose)
-            stop = len(out)
-            first = start if start >= 0 else max(pos, len(out) - len(seg))
+        head, tail = exact and k == 0, exact and k == len(segs) - 1
+        first = 0 if head else _at(out, seg[:1], pos, _loose)
+        if tail:
+            first, stop = (first if first >= 0 else max(pos, len(out) - len(seg))), len(out)
         else:
             end = _at(out, seg[-1:], max(first, pos), _loose) if first >= 0 else -1
+            if end < 0 and head:
+                end = len(seg) - 1
             if first < 0 or end < 0:
                 raise LookupError(f"{block}: the quoted lines around a cut are no longer in "
                                   f"the output; quote it again by hand")
@@ -214,7 +217,7 @@ def rewrite(page: Path, updates: dict) -> None:
 def main(argv: list) -> int:
     update = "--update" in argv
     only = [a for a in argv if a != "--update"]
-    stale = 0
+    stale = failed = 0
     for page in pages():
         if only and str(page.relative_to(ROOT)) not in only:
             continue
@@ -225,13 +228,17 @@ def main(argv: list) -> int:
                 continue
             stale += 1
             if update:
-                updates[block.line] = regenerate(block, out)
-                print(f"updated {block}")
+                try:
+                    updates[block.line] = regenerate(block, out)
+                    print(f"updated {block}")
+                except LookupError as e:
+                    failed += 1
+                    print(e)
             else:
                 print(f"differs {block}" + (f"\n{err.strip()}" if not out else ""))
         if updates:
             rewrite(page, updates)
-    return 1 if stale and not update else 0
+    return 1 if failed or (stale and not update) else 0
 
 
 if __name__ == "__main__":

@@ -66,3 +66,9 @@ def test_an_update_keeps_the_cuts_and_takes_the_new_lines_between():
         "head 1.5 ms", "a", "a2", "b", "  ...", "legend y", "note 7 ms", OUT[-1]]
     with pytest.raises(LookupError):  # the excerpt's lines are gone
         docs.regenerate(_block(["zz 1"], {"excerpt"}), new)
+
+
+def test_an_update_keeps_the_heads_length_where_its_last_line_is_gone():
+    new = ["head 1.5 ms", "a", "b", "legend y", "note 7 ms"]
+    quoted = _block(["head 1.4 ms", "gone", "...", "legend y", "note 6 ms"])
+    assert docs.regenerate(quoted, new) == ["head 1.5 ms", "a", "...", "legend y", "note 7 ms"]
