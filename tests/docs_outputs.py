@@ -43,9 +43,11 @@ MASKS = (
                 r"(?: ?(?:[+-]\d{2}:?\d{2}|Z))?"), "<date>"),
     (re.compile(r"\b\d{8}-\d{6}\b"), "<date>"),  # a sweep's directory stamp
 )
-# and in a live block: op names' numbers, every number, and the spacing their widths set
+# and in a live block: op names' numbers, time units' prefixes, every number, and the
+# spacing their widths set
 LIVE_MASKS = (
     (re.compile(r"(?<=[A-Za-z_-])\.\d+\b"), ""),  # all-reduce.1: a run's ranking moves its rows
+    (re.compile(r"\b[nuµm]s\b"), "s"),  # a time's unit moves with its size: (us) or (ms)
     (re.compile(r"[+-]?\d+(?:[.,]\d+)*(?:e[+-]?\d+)?"), "#"),
     (re.compile(r"[─━]+"), "─"),
     (re.compile(r"[ \t]+"), " "),

@@ -54,7 +54,9 @@ def test_a_live_block_compares_lines_and_columns_not_figures():
     live = _block(["head 9 ms", "a", "b", "c", "legend 1", "legend 2", "note 12.5 ms", OUT[-1]],
                   {"live"})
     assert docs.matches(live, OUT)
-    assert not docs.matches(_block(["head 9 us"] + OUT[1:], {"live"}), OUT)
+    assert docs.matches(_block(["head 9 us"] + OUT[1:], {"live"}), OUT)  # 1.5 ms, now 9 us
+    assert not docs.matches(_block(["head 9 GB"] + OUT[1:], {"live"}), OUT)
+    assert not docs.matches(_block(["tail 1.5 ms"] + OUT[1:], {"live"}), OUT)
 
 
 def test_an_update_keeps_the_cuts_and_takes_the_new_lines_between():
