@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib
 
+from harness.devices import quiet_absent_libtpu
+
 __version__ = "0.1.0"
 
 # name -> module that defines it, in pipeline order (docs/pipeline.md). No name here may be a
@@ -31,6 +33,10 @@ EXPORTS: dict[str, str] = {
 ALIASES: dict[str, str] = {"analyze": "profile"}
 
 __all__ = sorted(EXPORTS)
+
+# Used as a library (``harness.analyze`` from a script), an installed libtpu is kept as quiet on
+# a host without TPUs as the ``harness`` command keeps it; the user's JAX platform stays theirs.
+quiet_absent_libtpu()
 
 
 def __getattr__(name: str):

@@ -74,13 +74,20 @@ def _present(patterns) -> bool:
     return any(glob.glob(p) for p in patterns)
 
 
-def quiet_absent_tpu() -> None:
-    """On a host with no TPU device node, give libtpu ``NO_TPU_ENV``; on a host with no
-    accelerator node at all, also ``JAX_PLATFORMS=cpu``. Settings already made are kept. Must
-    run before jax is imported; a host with TPUs is left alone."""
+def quiet_absent_libtpu() -> None:
+    """On a host with no TPU device node, give libtpu ``NO_TPU_ENV`` (settings already made are
+    kept). libtpu reads them when jax starts its backends, so this works after ``import jax``
+    too; the JAX platform is left as the user chose it. ``import harness`` does this."""
     if _present(TPU_NODES):
         return
     for key, value in NO_TPU_ENV.items():
         os.environ.setdefault(key, value)
-    if not _present(GPU_NODES):
+
+
+def quiet_absent_tpu() -> None:
+    """``quiet_absent_libtpu``; on a host with no accelerator node at all, also
+    ``JAX_PLATFORMS=cpu``. Settings already made are kept. Must run before jax is imported; a
+    host with TPUs is left alone. The ``harness`` command and the pytest plugin do this."""
+    quiet_absent_libtpu()
+    if not _present(TPU_NODES) and not _present(GPU_NODES):
         os.environ.setdefault(PLATFORMS_ENV, "cpu")

@@ -78,3 +78,24 @@ def test_jax_starts_without_libtpu_warnings_on_a_tpu_less_host():
                          check=True, env=env)
     assert out.stdout.strip() == "cpu"
     assert "TPU" not in out.stderr, out.stderr  # libtpu's probe said nothing
+
+
+def test_the_library_quiets_libtpu_but_leaves_the_platform_to_the_user(monkeypatch):
+    _host_with(monkeypatch, ["/dev/null"])  # no accelerator: the command would pick the CPU
+    devices.quiet_absent_libtpu()
+    assert devices.os.environ["TPU_HOST_BOUNDS"] == "1,1,1"
+    assert devices.PLATFORMS_ENV not in devices.os.environ
+
+
+@pytest.mark.libtpu
+def test_analyze_from_plain_python_is_as_quiet_as_the_command():
+    """A script that imports jax first, then harness, as the README's example does."""
+    code = ("import jax, jax.numpy as jnp; import harness; "
+            "run = harness.analyze(jax.jit(lambda x: x @ x), jnp.ones((64, 64)), steps=2); "
+            "print(jax.devices()[0].platform, run.summary['step_s'] > 0)")
+    env = {k: v for k, v in os.environ.items()
+           if k not in (*devices.NO_TPU_ENV, devices.PLATFORMS_ENV)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=env, timeout=300)
+    assert out.stdout.split() == ["cpu", "True"]
+    assert "TPU" not in out.stderr, out.stderr  # libtpu's probe said nothing
