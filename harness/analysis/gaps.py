@@ -29,19 +29,19 @@ def join(measured: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
     schema.validate(measured, schema.OPS_MEASURED, where="join(measured)")
     schema.validate(predicted, schema.OPS_PREDICTED, where="join(predicted)")
     pred = predicted.drop(columns=[schema.COUNT]).drop_duplicates(_KEYS)
-    for col in (schema.SOURCE_OP, schema.SOURCE_LINE):
+    for col in (schema.SOURCE_OP, schema.SOURCE_LINE, schema.RATE):
         if col not in pred.columns:
             pred = pred.assign(**{col: ""})
     ops = measured.merge(pred, on=_KEYS, how="left", validate="one_to_one")
     ops = ops[~ops[schema.OPCODE].isin(CONTAINERS)]
     missing = ops[schema.BOUND].isna()
     for col in (schema.BOUND, schema.CATEGORY, schema.OPCODE, schema.WHY_UNMODELED,
-                schema.SOURCE_OP, schema.SOURCE_LINE):  # text
+                schema.SOURCE_OP, schema.SOURCE_LINE, schema.RATE):  # text
         ops[col] = ops[col].astype(object)
     ops.loc[missing, schema.BOUND] = schema.UNMODELED
     ops.loc[missing, schema.CATEGORY] = schema.CAT_OTHER
     ops.loc[missing, schema.OPCODE] = ops.loc[missing, schema.SOURCE_OP] = ""
-    ops.loc[missing, schema.SOURCE_LINE] = ""
+    ops.loc[missing, schema.SOURCE_LINE] = ops.loc[missing, schema.RATE] = ""
     ops.loc[missing, schema.WHY_UNMODELED] = "no instruction of this name in the program's HLO"
     unmodeled = ops[schema.BOUND] == schema.UNMODELED
     for col in (schema.PREDICTED_S, schema.T_COMPUTE_S, schema.T_MEMORY_S, schema.T_COMM_S,

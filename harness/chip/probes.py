@@ -2,11 +2,16 @@
 
 Each builder returns a ``Program`` (a jitted function, its arguments and the work per op);
 ``measure`` runs one under the profiler through the same ``capture -> load_events`` pipeline
-that ``harness run`` uses and returns a ``Sample`` of the op's time.
+that ``harness run`` uses and returns a ``Sample`` of the op's time. A matmul program's kernel is
+read from its compiled HLO (``kernel_of``, by ``harness.hlo.kernels``): XLA:CPU picks a kernel
+by layout (``x @ w`` runs as a YNNPACK ``ynn_fusion`` in jax 0.10, ``x.T @ w`` through its own
+``dot`` emitter), so the matmul probes differ by layout, and each sample names the kernel it
+timed.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import tempfile
 from collections.abc import Callable, Iterator
@@ -41,8 +46,10 @@ RING = {"all-gather": 1, "all-reduce": 2}
 
 @dataclass(frozen=True)
 class Plan:
-    """Per-device sizes: matmul n ([n,n] @ [n,n]), stream f32 elements, collective bytes V
-    (``predictions.collectives`` convention); ``chain``: dependent collectives per program."""
+    """Per-device sizes: matmul n ([n,n] @ [n,n], every layout in ``MATMULS`` with all devices
+    busy; one device alone, the largest), stream f32 elements (working sets from the caches to
+    main memory), collective bytes V (``predictions.collectives`` convention); ``chain``:
+    dependent collectives per program."""
 
     matmul_n: tuple[int, ...]
     stream_elements: tuple[int, ...]
@@ -53,9 +60,10 @@ class Plan:
 
 
 PLANS: dict[str, Plan] = {
-    "quick": Plan((1024,), (1 << 24,), (256,), (4 << 20,), steps=3, chain=4),
-    "full": Plan((768, 1024, 1536), (1 << 24, 1 << 25), (8, 256, 4096),
-                 (1 << 20, 4 << 20, 16 << 20), steps=5, chain=8),
+    "quick": Plan((128, 512), (1 << 14, 1 << 17, 1 << 22), (256,), (4 << 20,), steps=3,
+                  chain=4),
+    "full": Plan((64, 128, 256, 512, 1024), (1 << 11, 1 << 14, 1 << 17, 1 << 20, 1 << 23),
+                 (8, 256, 4096), (1 << 20, 4 << 20, 16 << 20), steps=5, chain=8),
 }
 
 
@@ -68,10 +76,11 @@ class Sample:
     scope: str  # "one" | "all"
     dtype: str
     size: int  # matmul n, stream elements or collective bytes V
-    role: str  # "peak" | "latency" | "bandwidth"
+    role: str  # "peak" | "latency" | "bandwidth" | "overhead"
     work: float
     op_s: float
     span_s: float
+    kernel: str = ""  # a matmul's kernel (harness.hlo.kernels); dtype: the kernel's own
 
 
 # --- what runs: one program per sample ---------------------------------------------------------
@@ -103,16 +112,28 @@ def _ones(mesh, shape, dtype, spec):
                    out_shardings=jax.sharding.NamedSharding(mesh, spec))()
 
 
-def _matmul(devices, dtype, n, chain) -> Program:
-    import jax
-    from jax.sharding import PartitionSpec as P
+# The matmul probes, by layout: each device's own [n,n] @ [n,n], its left operand as stored
+# (x @ w) or transposed (x.T @ w, a weight gradient's layout)
+MATMULS: dict[str, Callable] = {
+    "matmul": lambda x, w: x @ w,
+    "matmul-tn": lambda x, w: x.T @ w,
+}
 
-    m, k = _mesh(devices), len(devices)  # data parallel: each device its own [n,n] @ [n,n]
-    name = dtypes.numpy_name(dtype)  # book name -> jax.numpy name
-    args = (_ones(m, (k * n, n), name, P("X", None)), _ones(m, (n, n), name, P()))
-    # every device's matmul runs at once, queued on the host's shared thread pool: timed as shares
-    return Program(jax.jit(lambda x, w: x @ w), args, 2.0 * n ** 3,  # roofline.md: 2BDF FLOPs
-                   shared=True)
+
+def _matmul(layout: str) -> Callable[..., Program]:
+    def build(devices, dtype, n, chain) -> Program:
+        import jax
+        from jax.sharding import PartitionSpec as P
+
+        m, k = _mesh(devices), len(devices)  # data parallel: each device its own matmul
+        name = dtypes.numpy_name(dtype)  # book name -> jax.numpy name
+        args = (_ones(m, (k * n, n), name, P("X", None)), _ones(m, (n, n), name, P()))
+        fn = jax.jit(jax.shard_map(MATMULS[layout], mesh=m, in_specs=(P("X", None), P()),
+                                   out_specs=P("X", None)))
+        # every device's matmul runs at once, queued on the host's shared thread pool: timed
+        # as shares
+        return Program(fn, args, 2.0 * n ** 3, shared=True)  # roofline.md: 2BDF FLOPs
+    return build
 
 
 def _stream(devices, dtype, elements, chain) -> Program:
@@ -160,7 +181,7 @@ def _collective(kind: str) -> Callable[..., Program]:
 
 
 BUILDERS: dict[str, Callable[..., Program]] = {
-    "matmul": _matmul, "stream": _stream, "convert": _convert,
+    **{layout: _matmul(layout) for layout in MATMULS}, "stream": _stream, "convert": _convert,
     "all-reduce": _collective("all-reduce"), "all-gather": _collective("all-gather")}
 
 
@@ -181,6 +202,25 @@ def outside_user_mesh() -> Iterator[None]:
         yield
 
 
+class Kernel(NamedTuple):
+    """The op a matmul program's time is read from: its HLO name, kernel and compute dtype."""
+
+    op: str
+    kernel: str
+    dtype: str  # the book's peak column (fp32 for a bf16 matmul XLA:CPU runs on f32 copies)
+
+
+def kernel_of(prog: Program) -> Kernel:
+    """The heaviest op of a program's compiled HLO (most FLOPs in its entry computation), and
+    the kernel that runs it (``harness.hlo.kernels``)."""
+    from harness.hlo import cost, kernels, parse_module
+
+    module = parse_module(prog.fn.lower(*prog.args).compile().as_text())
+    op = max(module.entry.instructions, key=lambda i: cost.instruction_cost(i, module).flops)
+    dtype = dtypes.peak_column(cost.compute_dtype(op, module)) or "fp32"
+    return Kernel(op.name, kernels.kernel(op, module), dtype)
+
+
 def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
     """One program under the profiler. The op's time: per step the median over devices (a
     ``shared`` program: the mean of host shares, as a run measures ops on CPU), then the best
@@ -191,11 +231,25 @@ def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
     each with a host that sat idle; in a run, such ops run beside the other devices' ops, where
     a share is the op's own duration (``harness.measure.shares``)."""
     with outside_user_mesh():
-        return _measure(kind, scope, dtype, size, role, devices, plan)
+        prog = BUILDERS[kind](devices, dtype, size, plan.chain)
+        return _measure(prog, kind, scope, dtype, size, role, plan)
 
 
-def _measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
-    prog = BUILDERS[kind](devices, dtype, size, plan.chain)
+def measure_kernel(kind, scope, dtype, size, devices, plan, seen: set) -> Sample | None:
+    """A matmul program's sample, timed on the op its kernel runs (``kernel_of``); None when a
+    sample of that kernel, compute dtype, size and scope is in ``seen`` already (XLA:CPU runs
+    a bf16 matmul as converts and an f32 kernel where the host has no bf16 one)."""
+    with outside_user_mesh():
+        prog = BUILDERS[kind](devices, dtype, size, plan.chain)
+        k = kernel_of(prog)
+        if (k.kernel, k.dtype, size, scope) in seen:
+            return None
+        seen.add((k.kernel, k.dtype, size, scope))
+        sample = _measure(prog, kind, scope, dtype, size, "peak", plan, k.op)
+        return dataclasses.replace(sample, dtype=k.dtype, kernel=k.kernel)
+
+
+def _measure(prog, kind, scope, dtype, size, role, plan, op: str = "") -> Sample:
     with tempfile.TemporaryDirectory(prefix="calibrate-") as tmp:
         cap = capture(prog.fn, prog.args, warmup=1, steps=plan.steps, out_dir=tmp,
                       carry=prog.carry)
@@ -213,23 +267,33 @@ def _measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
         per = per[[codes.get(str(op)) in prog.opcodes for op in per.index]]
         if per.empty:
             raise HarnessError(f"calibration: no {kind} op in the trace of {cap.program}")
-    op_ns = per.median() if prog.opcodes else per.max()
+    if op:  # the matmul's own op, not the converts around it
+        per = per[[str(o) == op for o in per.index]]
+        if per.empty:
+            raise HarnessError(f"calibration: no op {op} in the trace of {cap.program}")
+    op_ns = per.median() if prog.opcodes or op else per.max()
     return Sample(kind, scope, dtype, int(size), role, prog.work, float(op_ns) * 1e-9,
                   float(span_ns) * 1e-9 / prog.chain)
 
 
 def tasks(plan: Plan, n: int) -> list[tuple[str, str, str, int, str, int]]:
-    """(kind, scope, dtype, size, role, devices) of every program the plan runs."""
+    """(kind, scope, dtype, size, role, devices) of every program the plan runs. One device
+    alone: the largest stream and matmul (a figure to set beside the all-busy one); all N busy:
+    every size and matmul layout, since the ``cpu`` chip prices a run's ops from these."""
     out = []
     for scope, k, g in (("one", 1, 2), ("all", n, n)):
+        every = scope == "all"
         if n >= 2:
             out += [(kind, scope, "fp32", s, role, g) for kind in RING
                     for role, sizes in (("latency", plan.latency_bytes),
                                         ("bandwidth", plan.bandwidth_bytes)) for s in sizes]
-        out += [("stream", scope, "fp32", s, "peak", k) for s in plan.stream_elements]
+        out += [("stream", scope, "fp32", s, "peak", k)
+                for s in (plan.stream_elements if every else plan.stream_elements[-1:])]
         out += [("convert", scope, "bf16", CONVERT_ELEMENTS, "peak", k)]
         out += [("stream", scope, "fp32", s, "overhead", k) for s in OVERHEAD_ELEMENTS if k > 1]
-        # matmuls last, fp32 last of all: what runs lean on most, nearest to what follows
-        out += [("matmul", scope, dt, s, "peak", k) for dt in sorted(DTYPES)
-                for s in plan.matmul_n]
+        # matmuls last, fp32 first: a bf16 program that XLA runs on f32 copies through a
+        # kernel measured already is skipped (``measure_kernel``)
+        out += [(kind, scope, dt, s, "peak", k) for dt in DTYPES
+                for kind in (MATMULS if every else ("matmul",))
+                for s in (plan.matmul_n if every else plan.matmul_n[-1:])]
     return out
