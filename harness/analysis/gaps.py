@@ -173,12 +173,14 @@ def beats_roofline(efficiency) -> bool:
 
 
 # Why a CPU op can beat the calibrated cpu chip (docs/accuracy.md): its virtual devices
-# are threads on shared cores, timed as host shares (harness.measure.shares), and one matmul rate
-# calibrated on square matmuls prices every shape, and a thread waiting in a collective counts
-# as running (single matmuls landed at 0.68-3.0x the chip's figures in quick sweeps here).
-CPU_REASON = ("on CPU the virtual devices share the host's cores and one calibrated matmul rate "
-              "stands for every shape, which puts single ops anywhere within 0.7-3x of the "
-              "chip's figures; a calibration taken under load lowers them too (`harness "
+# are threads on shared cores, timed as host shares (harness.measure.shares), a thread waiting in
+# a collective counts as running, and each matmul kernel's rate is calibrated on square matmuls
+# of a few sizes with every device busy (harness.chip.figures), which other shapes, and a
+# program on fewer devices, can outrun.
+CPU_REASON = ("on CPU the virtual devices share the host's cores (a thread waiting in a "
+              "collective counts as running) and each matmul kernel is calibrated on square "
+              "matmuls with every device busy, which other shapes and programs on fewer devices "
+              "can outrun; a calibration taken under load lowers the rates too (`harness "
               "calibrate` on a quiet host)")
 
 
