@@ -93,7 +93,8 @@ def roofs(ops: pd.DataFrame) -> dict:
     ok = ops[(ops[schema.PREDICTED_S] > 0) & (ops[schema.MEASURED_S] > 0)]
     eff = ok[schema.EFFICIENCY]
     i = eff.idxmax()
-    rate = ok.loc[i, schema.RATE] if schema.RATE in ok.columns else "-"
+    column = getattr(schema, "RATE", "rate")  # older checkouts have no rate column
+    rate = ok.loc[i, column] if column in ok.columns else "-"
     matmuls = eff[ok[schema.CATEGORY] == "matmul"]
     return {"ops": len(ok), "above": int((eff > ROOF).sum()),
             "visible_above": int((eff[ok[schema.SHARE] >= VISIBLE] > ROOF).sum()),
