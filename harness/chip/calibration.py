@@ -38,6 +38,7 @@ from pathlib import Path
 from harness.chip import drift
 from harness.chip.cache import CACHE_ENV, cache_path, cache_root  # noqa: F401 (re-exported)
 from harness.chip.figures import Figures, figures, kernel_key  # noqa: F401 (re-exported)
+from harness.chip.kernel_probes import measure_kernel
 from harness.chip.probes import (  # noqa: F401 (RING re-exported)
     DTYPES,
     MATMULS,
@@ -45,7 +46,6 @@ from harness.chip.probes import (  # noqa: F401 (RING re-exported)
     RING,
     Sample,
     measure,
-    measure_kernel,
     tasks,
 )
 from harness.errors import HarnessError, TraceError

@@ -2,16 +2,14 @@
 
 Each builder returns a ``Program`` (a jitted function, its arguments and the work per op);
 ``measure`` runs one under the profiler through the same ``capture -> load_events`` pipeline
-that ``harness run`` uses and returns a ``Sample`` of the op's time. A matmul program's kernel is
-read from its compiled HLO (``kernel_of``, by ``harness.hlo.kernels``): XLA:CPU picks a kernel
-by layout (``x @ w`` runs as a YNNPACK ``ynn_fusion`` in jax 0.10, ``x.T @ w`` through its own
-``dot`` emitter), so the matmul probes differ by layout, and each sample names the kernel it
-timed.
+that ``harness run`` uses and returns a ``Sample`` of the op's time. XLA:CPU picks a matmul
+kernel by layout (``x @ w`` runs as a YNNPACK ``ynn_fusion`` in jax 0.10, ``x.T @ w`` through its
+own ``dot`` emitter), so the matmul probes differ by layout; which kernel each compiled to is
+read from its HLO (``harness.chip.kernel_probes``), and each sample names the kernel it timed.
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import re
 import tempfile
 from collections.abc import Callable, Iterator
@@ -104,11 +102,11 @@ def _mesh(devices):
                          axis_types=(jax.sharding.AxisType.Auto,))
 
 
-def _ones(mesh, shape, dtype, spec):
+def _ones(mesh, shape, dtype, spec, value: float = 1.0):
     import jax
     import jax.numpy as jnp
 
-    return jax.jit(lambda: jnp.ones(shape, getattr(jnp, dtype)),  # made on each device
+    return jax.jit(lambda: jnp.full(shape, value, getattr(jnp, dtype)),  # made on each device
                    out_shardings=jax.sharding.NamedSharding(mesh, spec))()
 
 
@@ -120,6 +118,14 @@ MATMULS: dict[str, Callable] = {
 }
 
 
+# A matmul this small (FLOPs) finishes before the next device's starts: a program of one
+# would time each alone, charged the whole host (harness.measure.shares), where a run's small
+# matmuls run beside other devices' ops. So small ones run as a chain of up to ``chain``
+# dependent matmuls per device, which overlap across devices, and the op's time is the median
+# over the chain.
+CHAIN_FLOPS = 2 ** 25
+
+
 def _matmul(layout: str) -> Callable[..., Program]:
     def build(devices, dtype, n, chain) -> Program:
         import jax
@@ -127,12 +133,20 @@ def _matmul(layout: str) -> Callable[..., Program]:
 
         m, k = _mesh(devices), len(devices)  # data parallel: each device its own matmul
         name = dtypes.numpy_name(dtype)  # book name -> jax.numpy name
-        args = (_ones(m, (k * n, n), name, P("X", None)), _ones(m, (n, n), name, P()))
-        fn = jax.jit(jax.shard_map(MATMULS[layout], mesh=m, in_specs=(P("X", None), P()),
+        # w = 1/n everywhere (exact for n a power of two): x stays all ones along the chain
+        args = (_ones(m, (k * n, n), name, P("X", None)), _ones(m, (n, n), name, P(), 1 / n))
+        c = min(chain, max(1, CHAIN_FLOPS // (2 * n ** 3)))
+
+        def body(x, w):
+            for _ in range(c):  # the barrier keeps each matmul its own op (a YNNPACK fusion
+                x = jax.lax.optimization_barrier(MATMULS[layout](x, w))  # would take them all)
+            return x
+
+        fn = jax.jit(jax.shard_map(body, mesh=m, in_specs=(P("X", None), P()),
                                    out_specs=P("X", None)))
         # every device's matmul runs at once, queued on the host's shared thread pool: timed
         # as shares
-        return Program(fn, args, 2.0 * n ** 3, shared=True)  # roofline.md: 2BDF FLOPs
+        return Program(fn, args, 2.0 * n ** 3, shared=True, chain=c)  # roofline.md: 2BDF
     return build
 
 
@@ -202,25 +216,6 @@ def outside_user_mesh() -> Iterator[None]:
         yield
 
 
-class Kernel(NamedTuple):
-    """The op a matmul program's time is read from: its HLO name, kernel and compute dtype."""
-
-    op: str
-    kernel: str
-    dtype: str  # the book's peak column (fp32 for a bf16 matmul XLA:CPU runs on f32 copies)
-
-
-def kernel_of(prog: Program) -> Kernel:
-    """The heaviest op of a program's compiled HLO (most FLOPs in its entry computation), and
-    the kernel that runs it (``harness.hlo.kernels``)."""
-    from harness.hlo import cost, kernels, parse_module
-
-    module = parse_module(prog.fn.lower(*prog.args).compile().as_text())
-    op = max(module.entry.instructions, key=lambda i: cost.instruction_cost(i, module).flops)
-    dtype = dtypes.peak_column(cost.compute_dtype(op, module)) or "fp32"
-    return Kernel(op.name, kernels.kernel(op, module), dtype)
-
-
 def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
     """One program under the profiler. The op's time: per step the median over devices (a
     ``shared`` program: the mean of host shares, as a run measures ops on CPU), then the best
@@ -232,24 +227,13 @@ def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
     a share is the op's own duration (``harness.measure.shares``)."""
     with outside_user_mesh():
         prog = BUILDERS[kind](devices, dtype, size, plan.chain)
-        return _measure(prog, kind, scope, dtype, size, role, plan)
+        return measure_program(prog, kind, scope, dtype, size, role, plan)
 
 
-def measure_kernel(kind, scope, dtype, size, devices, plan, seen: set) -> Sample | None:
-    """A matmul program's sample, timed on the op its kernel runs (``kernel_of``); None when a
-    sample of that kernel, compute dtype, size and scope is in ``seen`` already (XLA:CPU runs
-    a bf16 matmul as converts and an f32 kernel where the host has no bf16 one)."""
-    with outside_user_mesh():
-        prog = BUILDERS[kind](devices, dtype, size, plan.chain)
-        k = kernel_of(prog)
-        if (k.kernel, k.dtype, size, scope) in seen:
-            return None
-        seen.add((k.kernel, k.dtype, size, scope))
-        sample = _measure(prog, kind, scope, dtype, size, "peak", plan, k.op)
-        return dataclasses.replace(sample, dtype=k.dtype, kernel=k.kernel)
-
-
-def _measure(prog, kind, scope, dtype, size, role, plan, op: str = "") -> Sample:
+def measure_program(prog, kind, scope, dtype, size, role, plan,
+                    ops: tuple[str, ...] = ()) -> Sample:
+    """``prog`` under the profiler, as ``measure``; ``ops``: the ops to time (a matmul chain's),
+    the median over them."""
     with tempfile.TemporaryDirectory(prefix="calibrate-") as tmp:
         cap = capture(prog.fn, prog.args, warmup=1, steps=plan.steps, out_dir=tmp,
                       carry=prog.carry)
@@ -267,11 +251,11 @@ def _measure(prog, kind, scope, dtype, size, role, plan, op: str = "") -> Sample
         per = per[[codes.get(str(op)) in prog.opcodes for op in per.index]]
         if per.empty:
             raise HarnessError(f"calibration: no {kind} op in the trace of {cap.program}")
-    if op:  # the matmul's own op, not the converts around it
-        per = per[[str(o) == op for o in per.index]]
+    if ops:  # the matmuls' own ops, not the converts around them
+        per = per[[str(o) in ops for o in per.index]]
         if per.empty:
-            raise HarnessError(f"calibration: no op {op} in the trace of {cap.program}")
-    op_ns = per.median() if prog.opcodes or op else per.max()
+            raise HarnessError(f"calibration: no op {ops[0]} in the trace of {cap.program}")
+    op_ns = per.median() if prog.opcodes or ops else per.max()
     return Sample(kind, scope, dtype, int(size), role, prog.work, float(op_ns) * 1e-9,
                   float(span_ns) * 1e-9 / prog.chain)
 
