@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import pandas as pd
+
 from harness import schema
 from harness.capture.steps import capture
 from harness.errors import HarnessError
@@ -218,8 +220,9 @@ def outside_user_mesh() -> Iterator[None]:
 
 def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
     """One program under the profiler. The op's time: per step the median over devices (a
-    ``shared`` program: the mean of host shares, as a run measures ops on CPU), then the best
-    step; a chain of collectives gives the median over its ops.
+    ``shared`` program: the mean of host shares, as a run measures ops on CPU, or of
+    durations where less, ``_per_op``), then the best step; a chain of collectives gives the
+    median over its ops.
 
     Only the matmul is timed as shares. The other programs run one short op per device per
     step, dispatched device after device, so their ops hardly overlap and a share would charge
@@ -228,6 +231,24 @@ def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
     with outside_user_mesh():
         prog = BUILDERS[kind](devices, dtype, size, plan.chain)
         return measure_program(prog, kind, scope, dtype, size, role, plan)
+
+
+def _per_op(ev, shared: bool, codes: dict[str, str]):
+    """Each op's time, best step: the median over devices of its duration; a ``shared``
+    program's, the mean over devices of its host shares or of its durations, whichever is less.
+    A roof is a lower bound on time: where a step's ops overlap, a share is about the duration;
+    where they run one after another (small matmuls, dispatched device after device), a share
+    charges each with the whole host while it sat idle, and the duration is the op's time."""
+    def per_step(column, how):
+        return (ev.groupby([schema.OP, schema.STEP, schema.DEVICE], observed=True)[column].sum()
+                .groupby(level=[0, 1]).agg(how))
+
+    if not shared:
+        return per_step(schema.DURATION_NS, "median").groupby(level=0).min()
+    ev = host_shares(ev, apart_by_opcode(codes))
+    both = pd.concat([per_step(schema.SHARE_NS, "mean"), per_step(schema.DURATION_NS, "mean")],
+                     axis=1)
+    return both.min(axis=1).groupby(level=0).min()
 
 
 def measure_program(prog, kind, scope, dtype, size, role, plan,
@@ -241,12 +262,7 @@ def measure_program(prog, kind, scope, dtype, size, role, plan,
     by_step = ev.assign(end=ev[schema.START_NS] + ev[schema.DURATION_NS]).groupby(schema.STEP)
     span_ns = (by_step["end"].max() - by_step[schema.START_NS].min()).median()
     codes = _opcodes(cap.hlo_text)
-    if prog.shared:
-        ev = host_shares(ev, apart_by_opcode(codes))
-    time = schema.SHARE_NS if prog.shared else schema.DURATION_NS
-    per = (ev.groupby([schema.OP, schema.STEP, schema.DEVICE], observed=True)
-           [time].sum().groupby(level=[0, 1])
-           .agg("mean" if prog.shared else "median").groupby(level=0).min())
+    per = _per_op(ev, prog.shared, codes)
     if prog.opcodes:
         per = per[[codes.get(str(op)) in prog.opcodes for op in per.index]]
         if per.empty:
