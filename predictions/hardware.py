@@ -46,6 +46,11 @@ class Chip:
     memories nearer the cores than HBM (a GPU's L2, a CPU's caches): an op whose bytes fit in a
     tier's capacity is priced at that tier's bandwidth (``predictions.roofline.memory_bandwidth``);
     empty for the book's chips, which price every byte at HBM bandwidth.
+    ``kernel_flops``: CPU only, measured matmul rates per kernel, ``(kernel, dtype column,
+    ((flops_per_execution, flops_per_s), ...))`` with sizes ascending: a matmul whose compiled
+    kernel (``harness.hlo.kernels``) is listed is priced at its own rate for its size
+    (``predictions.roofline.kernel_rate``), any other at ``peak_flops``; empty for the book's
+    chips, whose matmuls all run at the one peak.
     ``None`` marks a figure the book does not give.
     """
 
@@ -68,6 +73,7 @@ class Chip:
     software_bytes_per_s: tuple[tuple[str, float], ...] = ()
     op_overhead_s: float = 0.0
     memory_tiers: tuple[tuple[float, float], ...] = ()
+    kernel_flops: tuple[tuple[str, str, tuple[tuple[float, float], ...]], ...] = ()
 
     def flops_per_s(self, dtype: str = "bf16") -> float:
         """Peak FLOP/s (OP/s for integers) at ``dtype``; KeyError lists the dtypes given."""

@@ -171,15 +171,37 @@ def memory_bandwidth(chip: Chip | str, nbytes: float) -> float:
     return c.hbm_bytes_per_s
 
 
-def op_time(cost: Cost, chip: Chip | str, dtype: str = "bf16") -> OpTime:
+def kernel_rate(chip: Chip | str, kernel: str, dtype: str, flops: float) -> float | None:
+    """C of one matmul kernel (``Chip.kernel_flops``) for an execution of ``flops`` FLOPs:
+    linear in log(rate) over log(size) between the measured sizes, the nearest measured rate
+    beyond them; None when the chip has no rate for ``kernel`` at ``dtype``'s column."""
+    c = hardware.chip_entry(chip)
+    column = dtypes.peak_column(dtype) or str(dtype).lower()
+    points = next((p for k, d, p in c.kernel_flops if (k, d) == (kernel, column)), None)
+    if not points:
+        return None
+    if flops <= points[0][0]:
+        return points[0][1]
+    for (s0, r0), (s1, r1) in zip(points, points[1:]):
+        if flops <= s1:
+            w = math.log(flops / s0) / math.log(s1 / s0)
+            return math.exp((1 - w) * math.log(r0) + w * math.log(r1))
+    return points[-1][1]
+
+
+def op_time(cost: Cost, chip: Chip | str, dtype: str = "bf16",
+            flops_per_s: float | None = None) -> OpTime:
     """roofline.md: T_math = FLOPs/C, T_hbm = bytes/W_hbm, T_comm by sharding.md (plus bytes
-    over the host link / W_pcie); max of them. Unmodeled when the chip lacks the link's figure."""
+    over the host link / W_pcie); max of them. Unmodeled when the chip lacks the link's figure.
+    ``flops_per_s``: C when the op's own kernel has a rate (``kernel_rate``), else the chip's
+    peak at ``dtype``."""
     c = hardware.chip_entry(chip)
     t_host = host_time(cost, c)
     if not cost.modeled or t_host is None:
         return UNMODELED_TIME
+    C = flops_per_s or peak_flops(c, dtype)
     terms = {
-        "compute": cost.flops / peak_flops(c, dtype) if cost.flops else 0.0,
+        "compute": cost.flops / C if cost.flops else 0.0,  # roofline.md: T_math = FLOPs / C
         "memory": cost.hbm_bytes / memory_bandwidth(c, cost.hbm_bytes),
         "comm": comm_time(cost, c) + t_host,
     }

@@ -107,10 +107,14 @@ def test_dimension_numbers_out_of_range_are_parse_errors():
 # --- the predicted OPS table ------------------------------------------------------------------
 def test_table_columns_and_rows():
     df = hlo.hlo_costs((FIXTURES / "mlp_train.txt").read_text(), "cpu")
-    assert list(df.columns) == [*schema.OPS_PREDICTED, schema.SOURCE_OP, schema.SOURCE_LINE]
+    assert list(df.columns) == [*schema.OPS_PREDICTED, schema.SOURCE_OP, schema.SOURCE_LINE,
+                                schema.RATE]
     # each op's JAX operation, from its metadata: the MLP's matmuls are dot_generals
     dots = df[df[schema.OPCODE] == "dot"]
     assert len(dots) and dots[schema.SOURCE_OP].str.endswith("dot_general").all()
+    # the shipped cpu placeholder has no kernel rates: a compute-bound dot at its one peak
+    compute = dots[dots[schema.BOUND] == "compute"]
+    assert len(compute) and (compute[schema.RATE] == "generic fp32").all()
     assert set(df[schema.PROGRAM]) == {"jit_loss"}
     assert not set(df[schema.OPCODE]) & {"parameter", "constant", "tuple", "get-tuple-element",
                                          "bitcast"}

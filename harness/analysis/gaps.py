@@ -29,19 +29,19 @@ def join(measured: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
     schema.validate(measured, schema.OPS_MEASURED, where="join(measured)")
     schema.validate(predicted, schema.OPS_PREDICTED, where="join(predicted)")
     pred = predicted.drop(columns=[schema.COUNT]).drop_duplicates(_KEYS)
-    for col in (schema.SOURCE_OP, schema.SOURCE_LINE):
+    for col in (schema.SOURCE_OP, schema.SOURCE_LINE, schema.RATE):
         if col not in pred.columns:
             pred = pred.assign(**{col: ""})
     ops = measured.merge(pred, on=_KEYS, how="left", validate="one_to_one")
     ops = ops[~ops[schema.OPCODE].isin(CONTAINERS)]
     missing = ops[schema.BOUND].isna()
     for col in (schema.BOUND, schema.CATEGORY, schema.OPCODE, schema.WHY_UNMODELED,
-                schema.SOURCE_OP, schema.SOURCE_LINE):  # text
+                schema.SOURCE_OP, schema.SOURCE_LINE, schema.RATE):  # text
         ops[col] = ops[col].astype(object)
     ops.loc[missing, schema.BOUND] = schema.UNMODELED
     ops.loc[missing, schema.CATEGORY] = schema.CAT_OTHER
     ops.loc[missing, schema.OPCODE] = ops.loc[missing, schema.SOURCE_OP] = ""
-    ops.loc[missing, schema.SOURCE_LINE] = ""
+    ops.loc[missing, schema.SOURCE_LINE] = ops.loc[missing, schema.RATE] = ""
     ops.loc[missing, schema.WHY_UNMODELED] = "no instruction of this name in the program's HLO"
     unmodeled = ops[schema.BOUND] == schema.UNMODELED
     for col in (schema.PREDICTED_S, schema.T_COMPUTE_S, schema.T_MEMORY_S, schema.T_COMM_S,
@@ -173,12 +173,14 @@ def beats_roofline(efficiency) -> bool:
 
 
 # Why a CPU op can beat the calibrated cpu chip (docs/accuracy.md): its virtual devices
-# are threads on shared cores, timed as host shares (harness.measure.shares), and one matmul rate
-# calibrated on square matmuls prices every shape, and a thread waiting in a collective counts
-# as running (single matmuls landed at 0.68-3.0x the chip's figures in quick sweeps here).
-CPU_REASON = ("on CPU the virtual devices share the host's cores and one calibrated matmul rate "
-              "stands for every shape, which puts single ops anywhere within 0.7-3x of the "
-              "chip's figures; a calibration taken under load lowers them too (`harness "
+# are threads on shared cores, timed as host shares (harness.measure.shares), a thread waiting in
+# a collective counts as running, and each matmul kernel's rate is calibrated on square matmuls
+# of a few sizes with every device busy (harness.chip.figures), which other shapes, and a
+# program on fewer devices, can outrun.
+CPU_REASON = ("on CPU the virtual devices share the host's cores (a thread waiting in a "
+              "collective counts as running) and each matmul kernel is calibrated on square "
+              "matmuls with every device busy, which other shapes and programs on fewer devices "
+              "can outrun; a calibration taken under load lowers the rates too (`harness "
               "calibrate` on a quiet host)")
 
 

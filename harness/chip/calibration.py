@@ -5,7 +5,9 @@ No data sheet describes N virtual XLA devices sharing a few host cores, so the `
 collective bandwidth and per-hop latency (the ring model of ``predictions.collectives``), each for
 one device alone (collectives: a pair) and for all N devices busy at once; plus two figures the
 book's chips do without: the rate of bf16 <-> f32 converts (done in software by most CPUs) and
-the fixed cost of one op execution (a tiny in-place op's time: the runtime's dispatch).
+the fixed cost of one op execution (a tiny in-place op's time: the runtime's dispatch). Matmuls
+are measured per kernel XLA:CPU compiles them to (read from each probe's HLO) and size, memory
+by working set (``harness.chip.figures``).
 
 Every figure is a per-op time from the XLA profiler, through the ``capture -> load_events``
 pipeline ``harness run`` uses, since that is what predictions are compared with. Concurrent
@@ -25,17 +27,27 @@ import dataclasses
 import datetime as _dt
 import json
 import logging
+import math
 import os
 import platform
-import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.chip import drift
 from harness.chip.cache import CACHE_ENV, cache_path, cache_root  # noqa: F401 (re-exported)
-from harness.chip.probes import DTYPES, PLANS, RING, Sample, measure, tasks
+from harness.chip.figures import Figures, figures, kernel_key  # noqa: F401 (re-exported)
+from harness.chip.kernel_probes import measure_kernel
+from harness.chip.probes import (  # noqa: F401 (RING re-exported)
+    DTYPES,
+    MATMULS,
+    PLANS,
+    RING,
+    Sample,
+    measure,
+    tasks,
+)
 from harness.errors import HarnessError, TraceError
 from predictions import hardware
 from predictions.hardware import Chip
@@ -45,27 +57,13 @@ from predictions.hardware import Chip
 
 log = logging.getLogger(__name__)
 
-FORMAT = 3  # 2: the per-op overhead; 3: the matmul rate as host shares (older: measured again)
+# 2: the per-op overhead; 3: the matmul rate as host shares; 4: matmul rates per kernel and
+# size, bandwidth per working set (older: measured again)
+FORMAT = 4
 NOTE = ("{n} virtual devices share {cores} host cores: 'all' figures are per device with every "
         "device busy at once; collective figures measure thread rendezvous and skew between "
         "device threads on a shared-core host, not a network")
 _PLACEHOLDER = hardware.CHIPS["cpu"]  # as shipped, before a calibration replaces it
-
-
-@dataclass(frozen=True)
-class Figures:
-    """Per-device figures of one scope: ``devices`` busy for compute, ``group`` for collectives."""
-
-    devices: int
-    group: int
-    flops_per_s: dict[str, float] = field(default_factory=dict)
-    flops_per_s_wall: dict[str, float] = field(default_factory=dict)
-    memory_bytes_per_s: float = 0.0
-    memory_bytes_per_s_wall: float = 0.0
-    collective_bytes_per_s: dict[str, float] = field(default_factory=dict)
-    collective_latency_s: dict[str, float] = field(default_factory=dict)
-    convert_bytes_per_s: float = 0.0  # bf16 -> f32 converts (software on most CPUs)
-    op_overhead_s: float = 0.0  # a tiny op's time: the runtime's fixed cost per execution
 
 
 @dataclass(frozen=True)
@@ -100,30 +98,6 @@ class Calibration:
                       "samples": tuple(Sample(**s) for s in d.get("samples", ()))})
 
 
-def figures(samples, scope: str, devices: int, group: int) -> Figures:
-    """Per-device figures of ``scope``: medians over sizes; collectives by inverting the ring
-    model (t_bw = RING*V*(g-1)/(g*W) on large messages, t_lat = RING*(g-1)*h on small ones)."""
-    def med(role, kind, dtype=None, f=lambda s: s.work / s.op_s):
-        v = [f(s) for s in samples if (s.scope, s.role, s.kind) == (scope, role, kind)
-             and dtype in (None, s.dtype)]
-        return statistics.median(v) if v else None
-
-    def some(d):
-        return {k: v for k, v in d.items() if v}
-
-    g = group
-    return Figures(
-        devices, group, some({dt: med("peak", "matmul", dt) for dt in DTYPES}),
-        some({dt: med("peak", "matmul", dt, lambda s: s.work / s.span_s) for dt in DTYPES}),
-        med("peak", "stream") or 0.0, med("peak", "stream", f=lambda s: s.work / s.span_s) or 0.0,
-        some({k: med("bandwidth", k, f=lambda s, r=r: r * s.work * (g - 1) / (g * s.op_s))
-              for k, r in RING.items()}),
-        some({k: med("latency", k, f=lambda s, r=r: s.op_s / (r * (g - 1)))
-              for k, r in RING.items()}),
-        med("peak", "convert") or 0.0,
-        med("overhead", "stream", f=lambda s: s.op_s) or 0.0)
-
-
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -132,6 +106,30 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def _quota(path: str, period_path: str | None) -> float | None:
+    """A cgroup CPU quota in cores (v2 ``cpu.max``: "quota period"; v1: two files), None
+    when unlimited or unreadable."""
+    try:
+        words = Path(path).read_text().split()
+        if period_path:
+            words += Path(period_path).read_text().split()
+        quota, period = words[0], int(words[1])
+        return None if quota in ("max", "-1") or period <= 0 else int(quota) / period
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity, capped by a cgroup CPU quota
+    (cgroup v2 or v1), rounded up."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    quota = (_quota("/sys/fs/cgroup/cpu.max", None) or
+             _quota("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us"))
+    if quota:
+        cores = min(cores or 1, math.ceil(quota))
+    return int(cores or 1)
 
 
 def calibrate(mode: str = "full", device_count: int | None = None,
@@ -155,7 +153,7 @@ def calibrate(mode: str = "full", device_count: int | None = None,
         raise HarnessError(f"cannot calibrate {n} devices: this process has {len(devices)} CPU "
                            f"devices (set --devices, or XLA_FLAGS before jax is imported)")
     plan, t0 = PLANS[mode], time.perf_counter()
-    todo, samples = tasks(plan, n), []
+    todo, samples, seen = tasks(plan, n), [], set()
     reference = drift.reference_rates(devices[:n])
     for i, (kind, scope, dt, size, role, k) in enumerate(todo):
         label = f"{kind} {dt} {size} on {k} device{'s' * (k > 1)}"
@@ -163,7 +161,11 @@ def calibrate(mode: str = "full", device_count: int | None = None,
             progress(i, len(todo), label)
         log.info("calibrate: %s", label)
         try:
-            samples.append(measure(kind, scope, dt, size, role, devices[:k], plan))
+            if kind in MATMULS:
+                sample = measure_kernel(kind, scope, dt, size, devices[:k], plan, seen)
+                samples += [sample] if sample else []
+            else:
+                samples.append(measure(kind, scope, dt, size, role, devices[:k], plan))
         except TraceError:
             if role != "overhead":
                 raise
@@ -179,9 +181,9 @@ def calibrate(mode: str = "full", device_count: int | None = None,
         log.warning("%s: its figures may be low", msg)
     if progress:
         progress(len(todo), len(todo), "done")
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = usable_cores()
     return Calibration(
-        host=platform.node(), cpu_model=_cpu_model(), cores=int(cores or 1), device_count=n,
+        host=platform.node(), cpu_model=_cpu_model(), cores=cores, device_count=n,
         jax_version=jax.__version__, jaxlib_version=jaxlib.__version__,
         time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), mode=mode,
         seconds=round(time.perf_counter() - t0, 2), note=NOTE.format(n=n, cores=cores),
@@ -203,6 +205,8 @@ def to_chip(cal: Calibration) -> Chip:
     except (AttributeError, ValueError, OSError):
         ram = base.hbm_bytes * base.chips_per_node
     fp32 = f.flops_per_s.get("fp32")
+    kernel_flops = tuple((*key.rsplit(" ", 1), tuple(tuple(p) for p in pts))
+                         for key, pts in f.kernel_flops_per_s.items())
     numbers = [("fp32 matmul FLOP/s", fp32), ("memory bandwidth", f.memory_bytes_per_s),
                *((f"{k} matmul FLOP/s", v) for k, v in f.flops_per_s.items()),
                *((f"{k} bandwidth", v) for k, v in f.collective_bytes_per_s.items()),
@@ -221,7 +225,8 @@ def to_chip(cal: Calibration) -> Chip:
         hop_latency_s=min(f.collective_latency_s.values(), default=base.hop_latency_s),
         chips_per_node=n, software_bytes_per_s=(
             (("convert", f.convert_bytes_per_s),) if f.convert_bytes_per_s > 0 else ()),
-        op_overhead_s=f.op_overhead_s)
+        op_overhead_s=f.op_overhead_s, memory_tiers=tuple(tuple(t) for t in f.memory_tiers),
+        kernel_flops=kernel_flops)
 
 
 def save(cal: Calibration, path: str | os.PathLike | None = None) -> Path:
@@ -263,10 +268,10 @@ def cached(device_count: int) -> Calibration | None:
     except HarnessError as e:
         log.warning("ignoring calibration: %s", e)
         return None
-    if (cal.host, cal.cpu_model, cal.device_count) != (platform.node(), _cpu_model(),
-                                                       device_count):
-        log.warning("ignoring calibration %s: made on %s (%s) for %d devices", p, cal.host,
-                    cal.cpu_model, cal.device_count)
+    if (cal.host, cal.cpu_model, cal.cores, cal.device_count) != (
+            platform.node(), _cpu_model(), usable_cores(), device_count):
+        log.warning("ignoring calibration %s: made on %s (%s, %d usable cores) for %d devices",
+                    p, cal.host, cal.cpu_model, cal.cores, cal.device_count)
         return None
     return cal
 

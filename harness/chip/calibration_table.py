@@ -4,7 +4,7 @@ devices that share the host's cores."""
 from __future__ import annotations
 
 from harness.chip import calibration as cal_lib
-from harness.units import fmt_seconds, fmt_si
+from harness.units import fmt_bytes, fmt_seconds, fmt_si
 
 
 def _rate(x: float | None, unit: str) -> str:
@@ -22,14 +22,16 @@ def rows(cal: cal_lib.Calibration) -> list[tuple[str, str, str]]:
     one, all_ = cal.one, cal.all
     out = []
     for dt in cal_lib.DTYPES:
-        out.append((f"matmul {dt}", _rate(one.flops_per_s.get(dt), "FLOP/s"),
+        out.append((f"matmul {dt} (best kernel)", _rate(one.flops_per_s.get(dt), "FLOP/s"),
                     _rate(all_.flops_per_s.get(dt), "FLOP/s")))
         out.append((f"  (step wall clock, {dt})", _rate(one.flops_per_s_wall.get(dt), "FLOP/s"),
                     _rate(all_.flops_per_s_wall.get(dt), "FLOP/s")))
+    out += _kernels(one, all_)
     out.append(("memory stream (x*a+b)", _rate(one.memory_bytes_per_s, "B/s"),
                 _rate(all_.memory_bytes_per_s, "B/s")))
     out.append(("  (step wall clock)", _rate(one.memory_bytes_per_s_wall, "B/s"),
                 _rate(all_.memory_bytes_per_s_wall, "B/s")))
+    out += _tiers(one, all_)
     out.append(("bf16 -> f32 convert", _rate(one.convert_bytes_per_s, "B/s"),
                 _rate(all_.convert_bytes_per_s, "B/s")))
     out.append(("per-op overhead (a tiny op)", _time(one.op_overhead_s),
@@ -40,6 +42,22 @@ def rows(cal: cal_lib.Calibration) -> list[tuple[str, str, str]]:
         out.append((f"{kind} latency per hop", _time(one.collective_latency_s.get(kind)),
                     _time(all_.collective_latency_s.get(kind))))
     return out
+
+
+def _kernels(one, all_) -> list[tuple[str, str, str]]:
+    """A row per matmul kernel (as XLA:CPU compiled the probes), dtype and size."""
+    out = []
+    for key, pts in all_.kernel_flops_per_s.items():
+        alone = dict(map(tuple, one.kernel_flops_per_s.get(key, [])))
+        out += [(f"  {key}, {fmt_si(size, 'FLOP')} per op", _rate(alone.get(size), "FLOP/s"),
+                 _rate(rate, "FLOP/s")) for size, rate in pts]
+    return out
+
+
+def _tiers(one, all_) -> list[tuple[str, str, str]]:
+    """A row per memory tier: the bandwidth of ops moving up to its bytes."""
+    return [(f"  ops moving <= {fmt_bytes(size, 0)}", "-", _rate(rate, "B/s"))
+            for size, rate in all_.memory_tiers]
 
 
 def title(cal: cal_lib.Calibration) -> str:
@@ -64,8 +82,12 @@ def notes(cal: cal_lib.Calibration, chip) -> list[str]:
             f"The `cpu` chip takes the all-{n}-busy column: "
             f"{_rate(chip.flops_per_s('fp32'), 'FLOP/s')} fp32, "
             f"{_rate(chip.flops_per_s('bf16'), 'FLOP/s')} bf16, "
-            f"{_rate(chip.hbm_bytes_per_s, 'B/s')} memory, "
+            f"{_rate(chip.hbm_bytes_per_s, 'B/s')} main memory "
+            f"({len(chip.memory_tiers)} cache tiers above it), "
             f"ring W {_rate(chip.ici_bytes_per_s, 'B/s')}, "
-            f"{_time(chip.hop_latency_s)} per hop.",
+            f"{_time(chip.hop_latency_s)} per hop. A matmul is priced at its own kernel's rate "
+            f"for its size (interpolated between the sizes above; "
+            f"{', '.join(dict.fromkeys(k for k, _, _ in chip.kernel_flops)) or 'none'}), one "
+            f"of any other kernel at the best kernel's rate.",
             f"Caveat: {cal_lib.NOTE.format(n=n, cores=cal.cores)}. Treat collective predictions "
             f"on CPU as a check of the pipeline, not of an interconnect."]

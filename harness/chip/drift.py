@@ -96,14 +96,17 @@ def factor(calibrated: float, before: float, after: float) -> float:
 
 
 def scaled(chip, f: float):
-    """``chip`` with its compute, memory and software rates multiplied by ``f`` and its per-op
-    overhead divided by it (collectives unchanged: they measure thread rendezvous, not
-    arithmetic)."""
+    """``chip`` with its compute (each kernel's too), memory (each tier's too) and software
+    rates multiplied by ``f`` and its per-op overhead divided by it (collectives unchanged: they
+    measure thread rendezvous, not arithmetic)."""
     return dataclasses.replace(
         chip, peak_flops=tuple((d, v * f) for d, v in chip.peak_flops),
         hbm_bytes_per_s=chip.hbm_bytes_per_s * f,
         software_bytes_per_s=tuple((k, v * f) for k, v in chip.software_bytes_per_s),
-        op_overhead_s=chip.op_overhead_s / f)
+        op_overhead_s=chip.op_overhead_s / f,
+        kernel_flops=tuple((k, d, tuple((size, r * f) for size, r in pts))
+                           for k, d, pts in chip.kernel_flops),
+        memory_tiers=tuple((capacity, w * f) for capacity, w in chip.memory_tiers))
 
 
 def apply(chip, calibration: dict | None, host: dict | None):

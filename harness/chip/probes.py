@@ -2,7 +2,10 @@
 
 Each builder returns a ``Program`` (a jitted function, its arguments and the work per op);
 ``measure`` runs one under the profiler through the same ``capture -> load_events`` pipeline
-that ``harness run`` uses and returns a ``Sample`` of the op's time.
+that ``harness run`` uses and returns a ``Sample`` of the op's time. XLA:CPU picks a matmul
+kernel by layout (``x @ w`` runs as a YNNPACK ``ynn_fusion`` in jax 0.10, ``x.T @ w`` through its
+own ``dot`` emitter), so the matmul probes differ by layout; which kernel each compiled to is
+read from its HLO (``harness.chip.kernel_probes``), and each sample names the kernel it timed.
 """
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
+
+import pandas as pd
 
 from harness import schema
 from harness.capture.steps import capture
@@ -41,8 +46,10 @@ RING = {"all-gather": 1, "all-reduce": 2}
 
 @dataclass(frozen=True)
 class Plan:
-    """Per-device sizes: matmul n ([n,n] @ [n,n]), stream f32 elements, collective bytes V
-    (``predictions.collectives`` convention); ``chain``: dependent collectives per program."""
+    """Per-device sizes: matmul n ([n,n] @ [n,n], every layout in ``MATMULS`` with all devices
+    busy; one device alone, the largest), stream f32 elements (working sets from the caches to
+    main memory), collective bytes V (``predictions.collectives`` convention); ``chain``:
+    dependent collectives per program."""
 
     matmul_n: tuple[int, ...]
     stream_elements: tuple[int, ...]
@@ -53,9 +60,10 @@ class Plan:
 
 
 PLANS: dict[str, Plan] = {
-    "quick": Plan((1024,), (1 << 24,), (256,), (4 << 20,), steps=3, chain=4),
-    "full": Plan((768, 1024, 1536), (1 << 24, 1 << 25), (8, 256, 4096),
-                 (1 << 20, 4 << 20, 16 << 20), steps=5, chain=8),
+    "quick": Plan((128, 512), (1 << 14, 1 << 17, 1 << 22), (256,), (4 << 20,), steps=3,
+                  chain=4),
+    "full": Plan((64, 128, 256, 512, 1024), (1 << 11, 1 << 14, 1 << 17, 1 << 20, 1 << 23),
+                 (8, 256, 4096), (1 << 20, 4 << 20, 16 << 20), steps=5, chain=8),
 }
 
 
@@ -68,10 +76,11 @@ class Sample:
     scope: str  # "one" | "all"
     dtype: str
     size: int  # matmul n, stream elements or collective bytes V
-    role: str  # "peak" | "latency" | "bandwidth"
+    role: str  # "peak" | "latency" | "bandwidth" | "overhead"
     work: float
     op_s: float
     span_s: float
+    kernel: str = ""  # a matmul's kernel (harness.hlo.kernels); dtype: the kernel's own
 
 
 # --- what runs: one program per sample ---------------------------------------------------------
@@ -95,24 +104,52 @@ def _mesh(devices):
                          axis_types=(jax.sharding.AxisType.Auto,))
 
 
-def _ones(mesh, shape, dtype, spec):
+def _ones(mesh, shape, dtype, spec, value: float = 1.0):
     import jax
     import jax.numpy as jnp
 
-    return jax.jit(lambda: jnp.ones(shape, getattr(jnp, dtype)),  # made on each device
+    return jax.jit(lambda: jnp.full(shape, value, getattr(jnp, dtype)),  # made on each device
                    out_shardings=jax.sharding.NamedSharding(mesh, spec))()
 
 
-def _matmul(devices, dtype, n, chain) -> Program:
-    import jax
-    from jax.sharding import PartitionSpec as P
+# The matmul probes, by layout: each device's own [n,n] @ [n,n], its left operand as stored
+# (x @ w) or transposed (x.T @ w, a weight gradient's layout)
+MATMULS: dict[str, Callable] = {
+    "matmul": lambda x, w: x @ w,
+    "matmul-tn": lambda x, w: x.T @ w,
+}
 
-    m, k = _mesh(devices), len(devices)  # data parallel: each device its own [n,n] @ [n,n]
-    name = dtypes.numpy_name(dtype)  # book name -> jax.numpy name
-    args = (_ones(m, (k * n, n), name, P("X", None)), _ones(m, (n, n), name, P()))
-    # every device's matmul runs at once, queued on the host's shared thread pool: timed as shares
-    return Program(jax.jit(lambda x, w: x @ w), args, 2.0 * n ** 3,  # roofline.md: 2BDF FLOPs
-                   shared=True)
+
+# A matmul this small (FLOPs) finishes before the next device's starts: a program of one
+# would time each alone, charged the whole host (harness.measure.shares), where a run's small
+# matmuls run beside other devices' ops. So small ones run as a chain of up to ``chain``
+# dependent matmuls per device, which overlap across devices, and the op's time is the median
+# over the chain.
+CHAIN_FLOPS = 2 ** 25
+
+
+def _matmul(layout: str) -> Callable[..., Program]:
+    def build(devices, dtype, n, chain) -> Program:
+        import jax
+        from jax.sharding import PartitionSpec as P
+
+        m, k = _mesh(devices), len(devices)  # data parallel: each device its own matmul
+        name = dtypes.numpy_name(dtype)  # book name -> jax.numpy name
+        # w = 1/n everywhere (exact for n a power of two): x stays all ones along the chain
+        args = (_ones(m, (k * n, n), name, P("X", None)), _ones(m, (n, n), name, P(), 1 / n))
+        c = min(chain, max(1, CHAIN_FLOPS // (2 * n ** 3)))
+
+        def body(x, w):
+            for _ in range(c):  # the barrier keeps each matmul its own op (a YNNPACK fusion
+                x = jax.lax.optimization_barrier(MATMULS[layout](x, w))  # would take them all)
+            return x
+
+        fn = jax.jit(jax.shard_map(body, mesh=m, in_specs=(P("X", None), P()),
+                                   out_specs=P("X", None)))
+        # every device's matmul runs at once, queued on the host's shared thread pool: timed
+        # as shares
+        return Program(fn, args, 2.0 * n ** 3, shared=True, chain=c)  # roofline.md: 2BDF
+    return build
 
 
 def _stream(devices, dtype, elements, chain) -> Program:
@@ -160,7 +197,7 @@ def _collective(kind: str) -> Callable[..., Program]:
 
 
 BUILDERS: dict[str, Callable[..., Program]] = {
-    "matmul": _matmul, "stream": _stream, "convert": _convert,
+    **{layout: _matmul(layout) for layout in MATMULS}, "stream": _stream, "convert": _convert,
     "all-reduce": _collective("all-reduce"), "all-gather": _collective("all-gather")}
 
 
@@ -183,19 +220,41 @@ def outside_user_mesh() -> Iterator[None]:
 
 def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
     """One program under the profiler. The op's time: per step the median over devices (a
-    ``shared`` program: the mean of host shares, as a run measures ops on CPU), then the best
-    step; a chain of collectives gives the median over its ops.
+    ``shared`` program: the mean of host shares, as a run measures ops on CPU, or of
+    durations where less, ``_per_op``), then the best step; a chain of collectives gives the
+    median over its ops.
 
     Only the matmul is timed as shares. The other programs run one short op per device per
     step, dispatched device after device, so their ops hardly overlap and a share would charge
     each with a host that sat idle; in a run, such ops run beside the other devices' ops, where
     a share is the op's own duration (``harness.measure.shares``)."""
     with outside_user_mesh():
-        return _measure(kind, scope, dtype, size, role, devices, plan)
+        prog = BUILDERS[kind](devices, dtype, size, plan.chain)
+        return measure_program(prog, kind, scope, dtype, size, role, plan)
 
 
-def _measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
-    prog = BUILDERS[kind](devices, dtype, size, plan.chain)
+def _per_op(ev, shared: bool, codes: dict[str, str]):
+    """Each op's time, best step: the median over devices of its duration; a ``shared``
+    program's, the mean over devices of its host shares or of its durations, whichever is less.
+    A roof is a lower bound on time: where a step's ops overlap, a share is about the duration;
+    where they run one after another (small matmuls, dispatched device after device), a share
+    charges each with the whole host while it sat idle, and the duration is the op's time."""
+    def per_step(column, how):
+        return (ev.groupby([schema.OP, schema.STEP, schema.DEVICE], observed=True)[column].sum()
+                .groupby(level=[0, 1]).agg(how))
+
+    if not shared:
+        return per_step(schema.DURATION_NS, "median").groupby(level=0).min()
+    ev = host_shares(ev, apart_by_opcode(codes))
+    both = pd.concat([per_step(schema.SHARE_NS, "mean"), per_step(schema.DURATION_NS, "mean")],
+                     axis=1)
+    return both.min(axis=1).groupby(level=0).min()
+
+
+def measure_program(prog, kind, scope, dtype, size, role, plan,
+                    ops: tuple[str, ...] = ()) -> Sample:
+    """``prog`` under the profiler, as ``measure``; ``ops``: the ops to time (a matmul chain's),
+    the median over them."""
     with tempfile.TemporaryDirectory(prefix="calibrate-") as tmp:
         cap = capture(prog.fn, prog.args, warmup=1, steps=plan.steps, out_dir=tmp,
                       carry=prog.carry)
@@ -203,33 +262,38 @@ def _measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
     by_step = ev.assign(end=ev[schema.START_NS] + ev[schema.DURATION_NS]).groupby(schema.STEP)
     span_ns = (by_step["end"].max() - by_step[schema.START_NS].min()).median()
     codes = _opcodes(cap.hlo_text)
-    if prog.shared:
-        ev = host_shares(ev, apart_by_opcode(codes))
-    time = schema.SHARE_NS if prog.shared else schema.DURATION_NS
-    per = (ev.groupby([schema.OP, schema.STEP, schema.DEVICE], observed=True)
-           [time].sum().groupby(level=[0, 1])
-           .agg("mean" if prog.shared else "median").groupby(level=0).min())
+    per = _per_op(ev, prog.shared, codes)
     if prog.opcodes:
         per = per[[codes.get(str(op)) in prog.opcodes for op in per.index]]
         if per.empty:
             raise HarnessError(f"calibration: no {kind} op in the trace of {cap.program}")
-    op_ns = per.median() if prog.opcodes else per.max()
+    if ops:  # the matmuls' own ops, not the converts around them
+        per = per[[str(o) in ops for o in per.index]]
+        if per.empty:
+            raise HarnessError(f"calibration: no op {ops[0]} in the trace of {cap.program}")
+    op_ns = per.median() if prog.opcodes or ops else per.max()
     return Sample(kind, scope, dtype, int(size), role, prog.work, float(op_ns) * 1e-9,
                   float(span_ns) * 1e-9 / prog.chain)
 
 
 def tasks(plan: Plan, n: int) -> list[tuple[str, str, str, int, str, int]]:
-    """(kind, scope, dtype, size, role, devices) of every program the plan runs."""
+    """(kind, scope, dtype, size, role, devices) of every program the plan runs. One device
+    alone: the largest stream and matmul (a figure to set beside the all-busy one); all N busy:
+    every size and matmul layout, since the ``cpu`` chip prices a run's ops from these."""
     out = []
     for scope, k, g in (("one", 1, 2), ("all", n, n)):
+        every = scope == "all"
         if n >= 2:
             out += [(kind, scope, "fp32", s, role, g) for kind in RING
                     for role, sizes in (("latency", plan.latency_bytes),
                                         ("bandwidth", plan.bandwidth_bytes)) for s in sizes]
-        out += [("stream", scope, "fp32", s, "peak", k) for s in plan.stream_elements]
+        out += [("stream", scope, "fp32", s, "peak", k)
+                for s in (plan.stream_elements if every else plan.stream_elements[-1:])]
         out += [("convert", scope, "bf16", CONVERT_ELEMENTS, "peak", k)]
         out += [("stream", scope, "fp32", s, "overhead", k) for s in OVERHEAD_ELEMENTS if k > 1]
-        # matmuls last, fp32 last of all: what runs lean on most, nearest to what follows
-        out += [("matmul", scope, dt, s, "peak", k) for dt in sorted(DTYPES)
-                for s in plan.matmul_n]
+        # matmuls last, fp32 first: a bf16 program that XLA runs on f32 copies through a
+        # kernel measured already is skipped (``measure_kernel``)
+        out += [(kind, scope, dt, s, "peak", k) for dt in DTYPES
+                for kind in (MATMULS if every else ("matmul",))
+                for s in (plan.matmul_n if every else plan.matmul_n[-1:])]
     return out

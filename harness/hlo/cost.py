@@ -21,7 +21,7 @@ from dataclasses import replace
 import pandas as pd
 
 from harness import schema
-from harness.hlo import calls, tpu
+from harness.hlo import calls, kernels, tpu
 from harness.hlo.attrs import HloParseError
 from harness.hlo.category import category
 from harness.hlo.desc import to_desc
@@ -89,14 +89,11 @@ def why_unmodeled(cost: Cost) -> str:
     return "" if cost.modeled else "; ".join(dict.fromkeys(cost.notes)) or "no rule"
 
 
-_LIBRARY_MATMULS = frozenset({"dot", *rules.CONV_VIEWS})
-
-
 def compute_dtype(instr: Instruction, module: Module) -> str:
     """The element type that sets the peak FLOP/s: a dot's (or a fusion's dot's, or a library
     matmul's: cuBLAS bf16 x bf16 -> f32) left operand, otherwise the first result leaf."""
     candidates = [instr]
-    if instr.opcode == "custom-call" and calls.to_desc(instr).opcode in _LIBRARY_MATMULS:
+    if instr.opcode == "custom-call" and calls.to_desc(instr).opcode in kernels.LIBRARY_MATMULS:
         left = instr.operand_leaves  # a GEMM or convolution call: its left operand's type
         if left:
             return left[0].dtype
@@ -136,6 +133,23 @@ def _with_software(t: OpTime, seconds: float, chip) -> OpTime:
     return roofline.combine(seconds, t.t_memory_s, t.t_comm_s, chip.op_overhead_s)
 
 
+def _priced(worker: Instruction, module: Module, cost: Cost, chip, dtype: str | None
+            ) -> tuple[OpTime, str]:
+    """One execution's roofline terms on ``chip`` and the rate that set them (``schema.RATE``):
+    a matmul at its own kernel's rate for its size where the chip has one
+    (``harness.hlo.kernels``), software work at its software rate, bytes at the bandwidth of
+    the memory they fit in."""
+    dt = dtype or compute_dtype(worker, module)
+    C, compute = kernels.price(chip, kernels.kernel(worker, module), dt, cost.flops)
+    t = roofline.op_time(cost, chip, dt, flops_per_s=C)
+    if not cost.modeled or t.bound == schema.UNMODELED:
+        return t, ""
+    software = software_seconds(worker, module, cost, chip)
+    t2 = _with_software(t, software, chip)
+    return t2, kernels.rate_label(t2.bound, compute, kernels.memory_label(chip, cost.hbm_bytes),
+                                  t2 is not t)
+
+
 def _as_module(hlo: str | Module) -> Module:
     return hlo if isinstance(hlo, Module) else parse_module(hlo)
 
@@ -165,9 +179,7 @@ def hlo_costs(hlo_text: str | Module, chip, dtype: str | None = None,
             continue
         cost, worker = pair_cost(instr, module, async_on)
         cost = _host_link_unknown(cost, chip, instr.name)
-        t = roofline.op_time(cost, chip, dtype or compute_dtype(worker, module))
-        if cost.modeled:
-            t = _with_software(t, software_seconds(worker, module, cost, chip), chip)
+        t, rate = _priced(worker, module, cost, chip, dtype)
         rows.append({
             schema.PROGRAM: module.name, schema.OP: instr.name, schema.OPCODE: instr.opcode,
             schema.CATEGORY: category(module, instr), schema.COUNT: count,
@@ -179,10 +191,10 @@ def hlo_costs(hlo_text: str | Module, chip, dtype: str | None = None,
             schema.T_COMM_S: t.t_comm_s * count, schema.PREDICTED_S: t.predicted_s * count,
             schema.BOUND: t.bound if cost.modeled else schema.UNMODELED,
             schema.WHY_UNMODELED: why_unmodeled(cost), schema.SOURCE_OP: instr.op_name,
-            schema.SOURCE_LINE: source_line(instr, module),
+            schema.SOURCE_LINE: source_line(instr, module), schema.RATE: rate,
         })
     df = pd.DataFrame(rows, columns=[*schema.OPS_PREDICTED, schema.SOURCE_OP, schema.SOURCE_LINE,
-                                    schema.HOST_BYTES])
+                                    schema.RATE, schema.HOST_BYTES])
     # a figure that does not apply is left out: host bytes only where a copy crosses the host
     return df if df[schema.HOST_BYTES].any() else df.drop(columns=[schema.HOST_BYTES])
 
