@@ -11,8 +11,9 @@ writes nothing. The exit status is the script's: 0, its ``sys.exit`` code, 1, or
 
 After SIGINT the process ends at once (``end_now``): the last segment, or one being written out,
 is kept if it is written within ``FINISH_WRITING_S`` (a long segment of a busy loop takes tens of
-seconds), and the process exits then, written or not, without running the script's ``atexit``
-functions; ``harness.capture.segments.OPEN`` names a segment left out.
+seconds; the first, all the report there can be, ``FIRST_SEGMENT_S``), and the process exits
+then, written or not, without running the script's ``atexit`` functions;
+``harness.capture.segments.OPEN`` names a segment left out.
 """
 from __future__ import annotations
 
@@ -29,7 +30,13 @@ from pathlib import Path
 
 from harness import schema
 from harness.capture import environment, interrupt
-from harness.capture.interrupt import FINISH_WRITING_S, GRACE_S, INTERRUPTED, Interrupt
+from harness.capture.interrupt import (
+    FINISH_WRITING_S,
+    FIRST_SEGMENT_S,
+    GRACE_S,
+    INTERRUPTED,
+    Interrupt,
+)
 from harness.capture.meshes import MeshLog
 from harness.capture.segments import SegmentTracer, after_import, write_json
 from harness.errors import one_line
@@ -115,7 +122,7 @@ def end_now(tracer: SegmentTracer, status_file: Path, status: dict) -> None:
     SIGINT watcher and the main thread at once) waits for the first to end the process."""
     if not _ENDING.acquire(blocking=False):
         threading.Event().wait()
-    tracer.close_within(FINISH_WRITING_S)
+    tracer.close_within(FINISH_WRITING_S if tracer.k else FIRST_SEGMENT_S)
     write_json(status_file, status)
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -25,6 +25,9 @@ INTERRUPTED = "interrupted"
 GRACE_S = 2.0  # seconds the process has to end after SIGINT before it ends itself
 # seconds the trace's last segment has to be written after SIGINT; else it is left out
 FINISH_WRITING_S = 3.0
+# ... when no segment is written yet: the open one is all the report there can be, so it gets
+# longer, within the KILL_AFTER_S (15 s) the parent gives an interrupted script
+FIRST_SEGMENT_S = 12.0
 
 
 class Interrupt:
