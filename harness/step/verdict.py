@@ -27,8 +27,11 @@ def _dispatch(t, share, period):
             f"fewer small programs")
 
 
+PACED = "paced by the harness"  # the bound of a step the harness's capture loop paced
+
+
 def _paced(t, share, period):
-    return (f"paced by the harness: it waits on each step before dispatching the next, so the "
+    return (f"{PACED}: it waits on each step before dispatching the next, so the "
             f"devices idle {fmt_seconds(t)} between steps ({share:.0%} of the "
             f"{fmt_seconds(period)} period): its measuring loop's, not the program's; the "
             f"program's own loop under harness profile shows how it dispatches")

@@ -28,6 +28,7 @@ from harness.errors import HarnessError
 from harness.report import heading, page, tables
 from harness.runs import store
 from harness.runs.run import Run
+from harness.step.verdict import PACED
 from harness.sweep import plots as sweep_plots
 from harness.units import fmt_seconds
 from predictions.hardware import CHIPS
@@ -100,6 +101,8 @@ def point_row(record: dict, sweep_dir: Path) -> dict:
                                             schema.WAITING_S, schema.WAIT_BOUND,
                                             schema.PREDICTED_STEP_S)},
                 schema.COVERAGE: s.get(schema.COVERAGE),
+                # a sweep's points are all paced by the harness's capture loop: no news
+                **({schema.WAIT_BOUND: None} if step.get(schema.WAIT_BOUND) == PACED else {}),
                 schema.EFFICIENCY: workload_efficiency(run.ops),
                 schema.MFU: s.get(schema.MFU), schema.ANALYTIC_S: s.get(schema.ANALYTIC_S),
                 schema.MODEL_FLOPS: s.get(schema.MODEL_FLOPS),
