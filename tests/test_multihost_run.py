@@ -86,10 +86,16 @@ def test_two_processes_merge_into_one_run_with_all_devices(tmp_path, workload):
             assert sorted(g.loc[g[schema.HOST] == h, schema.DEVICE]) == sorted(devices), op
     # Per op: measured_s is the median over all 8 devices of each device's time, and the host
     # columns the min/max over hosts of the median over that host's 4 devices.
+    # A collective's host columns count from its group's last arrival (its wait left out:
+    # harness.measure.per_host.from_last_arrival), so they are at most its whole times'.
     row = ops.set_index(schema.OP)
     for op, g in per_device.groupby(schema.OP):
         assert row.at[op, schema.MEASURED_S] == pytest.approx(np.median(g[schema.MEASURED_S]))
         host_medians = g.groupby(schema.HOST)[schema.MEASURED_S].median()
+        if row.at[op, schema.CATEGORY] == schema.CAT_COLLECTIVE:
+            assert 0 <= row.at[op, schema.HOST_MIN_S] <= row.at[op, schema.HOST_MAX_S] \
+                <= host_medians.max() * (1 + 1e-9)
+            continue
         assert row.at[op, schema.HOST_MIN_S] == pytest.approx(host_medians.min())
         assert row.at[op, schema.HOST_MAX_S] == pytest.approx(host_medians.max())
         assert row.at[op, schema.HOST_SKEW_S] == pytest.approx(host_medians.max() -

@@ -154,6 +154,20 @@ def test_identical_devices_with_nothing_injected_name_no_straggler():
     assert stragglers(_arrivals(_collective_steps({1: 40})), 1000 * NS) == []
 
 
+def test_a_device_launched_last_is_no_straggler_but_one_slow_from_its_own_start_is():
+    """One host launches its devices one after another: device 3 started 70 ns after the
+    others and arrived 70 ns after them is the launch order (dispatch), not a straggler; one
+    that started with the others and still arrived 70 ns late is."""
+    launched = _collective_steps({3: 70}, devices=4)
+    starts = launched.groupby([schema.STEP, schema.DEVICE])[schema.START_NS].min()
+    starts = starts + np.where(starts.index.get_level_values(schema.DEVICE) == 3, 70, 0)
+    assert stragglers(_arrivals(launched), 1000 * NS, {}, starts) == []
+    slow = stragglers(_arrivals(launched), 1000 * NS, {},
+                      launched.groupby([schema.STEP, schema.DEVICE])[schema.START_NS].min())
+    assert [(x[schema.STRAGGLER_ID], x[schema.LATE_S]) for x in slow] == \
+        [(3, pytest.approx(70 * NS))]
+
+
 def test_the_late_process_is_named_with_the_hosts_clocks_aligned_on_collective_ends():
     ev = _collective_steps({2: 80, 3: 80}, devices=4, host=lambda d: d // 2,
                            shift={1: 123_456})

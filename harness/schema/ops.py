@@ -64,10 +64,8 @@ BOUND = term("bound", "the term that sets the roofline time: compute, memory, co
 WHY_UNMODELED = "why_unmodeled"  # why no rule predicts the op ("" when one does)
 SOURCE_OP = term("source_op", "the JAX operation the op came from: its HLO metadata op_name "
                  "(jit(step)/dot_general); \"\" where the HLO names none")
-RATE = term("rate", "the rate that priced the op's roofline time, by the term that sets it: "
-            "a matmul kernel's own measured rate (ynn_fusion fp32), the generic peak (naming a "
-            "kernel the chip has no rate for), memory (<= the cache tier its bytes fit in), "
-            "convert (software), collective, per-op overhead")
+RATE = term("rate", "what priced the op's roofline time: its matmul kernel's rate (ynn_fusion "
+            "fp32), the generic peak, a memory tier, convert, collective or per-op overhead")
 SOURCE_LINE = term("source_line", "file:line of the user's code the op came from (the innermost "
                    "frame outside jax and libraries, from the HLO's stack frames)")
 

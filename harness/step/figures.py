@@ -137,7 +137,8 @@ def step_waits(events: pd.DataFrame, ops: pd.DataFrame, *, pairs: Mapping[str, s
     late = []
     if coll:
         period = float(table.groupby(schema.STEP)[schema.PERIOD_S].mean().median())
-        late = stragglers(arrivals(ev, coll, groups, offsets), period, offsets or {})
+        starts = ev.groupby([schema.STEP, schema.DEVICE])[schema.START_NS].min()
+        late = stragglers(arrivals(ev, coll, groups, offsets), period, offsets or {}, starts)
     return wait_figures(table, untold, late, cited(ev, host), paced=paced)
 
 

@@ -13,6 +13,13 @@ unit is named a straggler when, as xprof's straggler analysis and HTA's per-rank
 Across hosts, clocks differ: they are aligned on the collectives' ends
 (``harness.measure.per_host.clock_offsets``), which every device of an execution leaves
 together, before arrivals are compared.
+
+Devices of one host are compared on the time they took to arrive from their own start of the
+step (``starts``: each device's first op in it): one host launches its devices' executions one
+after the other, so on a CPU host of 8 device threads the last launched arrives last every step
+by the launch order alone, which is the host's dispatch (``harness.step.waits``), not a device
+slower than the rest. A process of a multi-host run that starts late is late: processes are
+compared on their arrivals.
 """
 from __future__ import annotations
 
@@ -29,10 +36,25 @@ _KEY = [schema.PROGRAM, schema.OP, schema.STEP, schema.EXECUTION]
 _NS = 1e-9
 
 
-def leads(arr: pd.DataFrame, offsets: dict[int, int], unit: str) -> pd.DataFrame:
+def _launched(arr: pd.DataFrame, starts: pd.Series | None) -> np.ndarray:
+    """Per arrival, ns its device started the step after the first device of its host did
+    (0 where ``starts``, ns by (step, device), does not say)."""
+    if starts is None or starts.empty:
+        return np.zeros(len(arr), np.int64)
+    first = starts.groupby(level=0).min()
+    late = (starts - first.reindex(starts.index.get_level_values(0)).to_numpy())
+    key = pd.MultiIndex.from_arrays([arr[schema.STEP], arr[schema.DEVICE]])
+    return late.reindex(key).fillna(0).to_numpy(np.int64)
+
+
+def leads(arr: pd.DataFrame, offsets: dict[int, int], unit: str,
+          starts: pd.Series | None = None) -> pd.DataFrame:
     """Per execution (and group): the unit (``schema.DEVICE`` or ``schema.HOST``) that arrived
-    last, by how much before the next-latest (``lead_ns``) and the op."""
+    last, by how much before the next-latest (``lead_ns``) and the op; devices by the time
+    they took from their own start (``starts``, module docstring)."""
     off = arr[schema.HOST].map(lambda h: offsets.get(int(h), 0)).to_numpy(np.int64)
+    if unit == schema.DEVICE:
+        off = off - _launched(arr, starts)
     a = arr.assign(_t=arr[schema.ARRIVE_NS].to_numpy(np.int64) + off,
                    _g=arr[schema.LAST_ARRIVE_NS].to_numpy(np.int64) + off)
     # a group's devices share their aligned last arrival: it tells groups of one execution apart
@@ -46,15 +68,16 @@ def leads(arr: pd.DataFrame, offsets: dict[int, int], unit: str) -> pd.DataFrame
                          "unit": last[unit], "lead_ns": (last["_t"] - second[last.index])})
 
 
-def stragglers(arr: pd.DataFrame, period_s: float, offsets: dict[int, int] | None = None
-               ) -> list[dict]:
+def stragglers(arr: pd.DataFrame, period_s: float, offsets: dict[int, int] | None = None,
+               starts: pd.Series | None = None) -> list[dict]:
     """The stragglers (module docstring) of an ARRIVALS table: processes where it holds
-    several hosts, else devices; ``period_s``: the step's period (median)."""
+    several hosts, else devices; ``period_s``: the step's period (median); ``starts``: each
+    device's first op of each step, ns by (step, device)."""
     if arr.empty or period_s <= 0:
         return []
     unit = schema.HOST if arr[schema.HOST].nunique() > 1 else schema.DEVICE
     offsets = offsets if offsets is not None else clock_offsets(arr)
-    lead = leads(arr, offsets, unit)
+    lead = leads(arr, offsets, unit, starts)
     units = sorted(arr[unit].unique().tolist())
     steps = sorted(arr[schema.STEP].unique().tolist())
     if lead.empty or len(units) < 2:
