@@ -106,6 +106,16 @@ POLICIES: dict[str, Remat] = {
 NONE = POLICIES["none"]
 CUSTOM = "custom"   # MaxText's remat_policy=custom: each name saved, offloaded or recomputed
 
+# remat=custom offloads of MaxText's published configs (docs/published-runs.md), the most kept
+# in HBM first: with the layer input offloaded nothing a layer keeps stays in HBM, and the
+# fewer names offloaded, the more each layer recomputes.
+OFFLOADS: tuple[tuple[str, ...], ...] = (
+    ("context", "mlpwo"),                 # llama3_1_405b_8192_v5p_1024: the layer input in HBM
+    (LAYER_INPUT, *QKV, "out_proj"),      # llama3_1_8b_8192
+    (LAYER_INPUT, *QKV),                  # llama3_1_70b_8192
+    (LAYER_INPUT,),                       # full remat with the layer input on the host
+)
+
 
 def _names(text: str) -> tuple[str, ...]:
     return tuple(n.strip() for n in str(text).split(",") if n.strip())
