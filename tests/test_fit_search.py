@@ -93,7 +93,7 @@ def test_a_refused_setting_is_retried_with_the_chunks_that_save_the_excess(monke
                          "remat_offload": OFFLOAD_ALL}
     assert note.startswith(f"num_vocab_tiling=16, remat=custom, remat_offload={OFFLOAD_ALL} "
                            "(no remat given): the first setting that fits tpu-v6e's HBM")
-    assert "put 11 of 14 settings past its 32 GB before compiling" in note
+    assert "put 11 of 14 settings past its 32 GB of HBM before compiling" in note
     assert "; 3 compiles in " in note and "num_vocab_tiling=8, remat=custom" in note
 
 

@@ -104,7 +104,7 @@ def choose(workload, preset: str, overrides: Mapping[str, str], mesh_shape: str,
     trials = workload.fit_trials(cfg, mesh, budget, overrides)
     kept = [t for t in trials if t.need_bytes <= budget]
     pruned = (f"the memory model put {len(trials) - len(kept)} of {len(trials)} settings past "
-              f"its {fmt_decimal_bytes(budget)} before compiling")
+              f"its {fmt_decimal_bytes(budget)} of HBM before compiling")
     if not any(t.stage == OFFLOAD_STAGE for t in trials):
         pruned += f"; {workload.name} has no offload policies"
     log, last = Compiles(), min(trials, key=lambda t: t.need_bytes)
