@@ -48,12 +48,14 @@ class FitTrial:
     """One setting of a workload's memory knobs that ``predict-hlo``'s fit search may compile
     (``harness.plan.search``): the config values it sets, the search's stage that offers it
     (``REMAT_STAGE`` or ``OFFLOAD_STAGE``), the policy it tries (a retry with the loss in more
-    chunks keeps it) and the bytes per device the workload's memory model gives it."""
+    chunks keeps it) and the bytes per device the workload's memory model gives it: in HBM
+    and, for activations offloaded, in host memory."""
 
     sets: Mapping[str, str]
     stage: str
     policy: str
     need_bytes: float
+    host_bytes: float = 0.0
 
 
 REMAT_STAGE, OFFLOAD_STAGE = "remat", "offload"

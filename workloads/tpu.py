@@ -52,6 +52,8 @@ class TpuKind:
     prefix: str                      # "v5e" in "v5e:4x4"
     ndim: int                        # torus dimensions (tpus.md)
     options: tuple[tuple[str, object], ...] = ()  # extra get_topology_desc keyword arguments
+    # host memory libtpu gives each chip for offloaded buffers, where a refusal has said it
+    host_bytes: float | None = None
 
 
 TOPOLOGIES: dict[str, TpuKind] = {
@@ -59,7 +61,9 @@ TOPOLOGIES: dict[str, TpuKind] = {
     "tpu-v4p": TpuKind("v4", 3, (("chip_config_name", "megacore"),)),
     "tpu-v5p": TpuKind("v5p", 3),
     "tpu-v5e": TpuKind("v5e", 2),
-    "tpu-v6e": TpuKind("v6e", 2),
+    # libtpu 0.0.42.1 on v6e:16x16: "Ran out of memory in memory space host. Used 162.50G of
+    # 128.00G host" (LLaMA-3.1 70B with its layer inputs, Q, K, V and out_proj offloaded)
+    "tpu-v6e": TpuKind("v6e", 2, host_bytes=128 * 2**30),
 }
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.plan.fit import RefusalUnreadable, parse_refusal
-from harness.units import fmt_decimal_bytes
+from harness.units import fmt_bytes, fmt_decimal_bytes
 from predictions import hardware
 
 REMAT = "remat"
@@ -87,6 +87,29 @@ def _retry(workload, cfg, mesh, given: Mapping[str, str], trial, need: float, ov
     return again if again.need_bytes <= need - over and again.sets != trial.sets else None
 
 
+def _host_budget(tpu_chip: str) -> float | None:
+    from workloads import tpu
+
+    return tpu.TOPOLOGIES[tpu_chip].host_bytes
+
+
+def prune(name: str, trials: list, budget: float, host: float | None) -> tuple[list, str]:
+    """``(the trials the memory model puts within the HBM budget and the host memory libtpu
+    gives a chip (None: not known), what it pruned, in words)``."""
+    from workloads.base import OFFLOAD_STAGE
+
+    in_hbm = [t for t in trials if t.need_bytes <= budget]
+    kept = [t for t in in_hbm if host is None or t.host_bytes <= host]
+    words = (f"the memory model put {len(trials) - len(in_hbm)} of {len(trials)} settings past "
+             f"its {fmt_decimal_bytes(budget)} of HBM"
+             + (f" and {len(in_hbm) - len(kept)} past the {fmt_bytes(host)} of host memory "
+                f"libtpu gives a chip" if len(kept) < len(in_hbm) else "")
+             + " before compiling")
+    if not any(t.stage == OFFLOAD_STAGE for t in trials):
+        words += f"; {name} has no offload policies"
+    return kept, words
+
+
 def choose(workload, preset: str, overrides: Mapping[str, str], mesh_shape: str,
            tpu_chip: str, cache_dir: Path | None,
            progress: Callable[[str], None] = lambda line: None) -> tuple[dict, str]:
@@ -95,18 +118,13 @@ def choose(workload, preset: str, overrides: Mapping[str, str], mesh_shape: str,
     none does, the last refused (or, none compiled, the one the model gives the fewest bytes),
     whose compile then reports the refusal."""
     import workloads
-    from workloads.base import OFFLOAD_STAGE
     from workloads.mesh import abstract_mesh
 
     cfg = workloads.make_config(workload.name, preset, overrides)
     mesh = abstract_mesh(mesh_shape, workload.mesh_axes)
     budget = hardware.chip_entry(tpu_chip).hbm_bytes
     trials = workload.fit_trials(cfg, mesh, budget, overrides)
-    kept = [t for t in trials if t.need_bytes <= budget]
-    pruned = (f"the memory model put {len(trials) - len(kept)} of {len(trials)} settings past "
-              f"its {fmt_decimal_bytes(budget)} of HBM before compiling")
-    if not any(t.stage == OFFLOAD_STAGE for t in trials):
-        pruned += f"; {workload.name} has no offload policies"
+    kept, pruned = prune(workload.name, trials, budget, _host_budget(tpu_chip))
     log, last = Compiles(), min(trials, key=lambda t: t.need_bytes)
     for trial in kept:
         need = trial.need_bytes

@@ -54,5 +54,6 @@ def trials(cfg, mesh, budget: float, given: Mapping[str, str]) -> list[FitTrial]
     for stage, sets in policies():
         trial, need = chunked(cfg, mesh, sets, budget, given)
         label = ", ".join(f"{k}={v}" for k, v in sets.items())
-        out.append(FitTrial(trial, stage, label, need))
+        host = memory.host_bytes(replace_config(cfg, trial), mesh)
+        out.append(FitTrial(trial, stage, label, need, host))
     return out

@@ -80,6 +80,10 @@ class Remat:
         kept = (set(self.saved) | {LAYER_INPUT}) - set(self.offloaded)
         return sum(NAMES[n](d) for n in kept)
 
+    def host_width(self, d) -> int:
+        """Elements per token per layer moved to host memory for the backward pass."""
+        return sum(NAMES[n](d) for n in set(self.offloaded)) if self.checkpoint else 0
+
 
 # name -> policy, in MaxText's order: "fastest to slowest, HBM use highest to lowest" (its
 # base.yml), with ours (none, dots) where they fall.
