@@ -72,3 +72,16 @@ def test_cli_unknown_chip_is_one_line(capsys):
     assert main(["predict-hlo", "llama_train", "--chip", "tpu-v9"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "known chips" in err[0]
+
+
+def test_a_slice_libtpu_cannot_build_is_one_line_before_any_compile(capsys, monkeypatch):
+    # 9 v5p chips are laid as 3x3x1, whose axes of 3 are no multiple of a host's 2x2x1 chips
+    from workloads import aot, tpu
+
+    monkeypatch.setattr(tpu, "libtpu_available", lambda: True)
+    monkeypatch.setattr(aot, "start_compile", lambda *a, **k: pytest.fail("compiled"))
+    assert main(["predict-hlo", "llama_train", "--mesh", "3x3", "--chip", "tpu-v5p"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1
+    assert "v5p:3x3x1, which libtpu cannot build" in err
+    assert "valid slices nearby: 8 (v5p:2x2x2), 12 (v5p:2x2x3) chips" in err

@@ -118,6 +118,7 @@ def test_a_layout_the_model_cannot_take_says_why_without_compiling(monkeypatch):
     (["--chip", "tpu-v9"], "known chips"),
     (["--layout", "pp"], "valid: dp, fsdp, tp, fsdp_tp"),
     (["--topology", "2x4x8"], "as 4x4x4"),
+    (["--topology", "3x3x1"], "valid slices nearby: 8 (v5p:2x2x2), 12 (v5p:2x2x3)"),
     (["--batch", "1000", "--seq", "16"], "multiple of 16"),
     (["--batch", "lots"], "256seq"),
     (["llama_decode"], "valid: llama_train"),

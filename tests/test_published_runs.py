@@ -130,3 +130,58 @@ def test_the_prediction_is_a_bound_the_measured_run_comes_close_to(run, capsys, 
     assert chip["compile"] != "cpu" and chip["memory_fit"]["fits"]
     predicted, measured = chip["totals"]["predicted_step_s"], float(MEASURED[run]["step s"])
     assert 0.6 * measured <= predicted <= measured
+
+
+# What a published run is from its shape alone: the model, slice, batch and sequence; predict-hlo
+# sets the rest (the loss in chunks, remat and offload: harness.plan.search)
+SHAPE_SETS = ("B", "T", "V", "parallelism")
+
+
+def _shape_argv(run: str) -> list[str]:
+    argv, _ = _config(run)
+    out = argv[:argv.index("--set")]
+    for key, value in (a.split("=", 1) for a in argv[argv.index("--set") + 1::2]):
+        out += ["--set", f"{key}={value}"] if key in SHAPE_SETS else []
+    return out
+
+
+def test_a_runs_shape_leaves_its_memory_knobs_to_the_search():
+    argv = _shape_argv("llama3.1-70b-v6e")
+    assert argv[argv.index("--preset") + 1] == "70b" and "--compiler" in argv
+    assert [a for a in argv if "=" in a] == ["parallelism=fsdp", "B=1280", "T=8192"]
+
+
+@pytest.mark.parametrize("run", sorted(MEASURED))
+def test_the_search_tries_the_runs_own_policy_and_the_memory_model_keeps_it(run):
+    # MaxText's remat and offload for the run are among the settings the search compiles
+    from harness.plan.search import prune
+    from workloads import tpu
+    from workloads.llama import fit
+    from workloads.mesh import abstract_mesh
+
+    argv, cfg = _config(run)
+    shape = {k: v for k, v in (a.split("=", 1) for a in argv[argv.index("--set") + 1::2])
+             if k in SHAPE_SETS}
+    mesh = abstract_mesh(argv[argv.index("--mesh") + 1], ("X", "Y"))
+    hbm = hardware.chip_entry(PREDICTED[run]["chip"]).hbm_bytes
+    preset = argv[argv.index("--preset") + 1]
+    trials = fit.trials(workloads.make_config("llama_train", preset, shape), mesh, hbm, shape)
+    own = ", ".join(f"{k}={getattr(cfg, k)}" for k in ("remat", "remat_offload")
+                    if k == "remat" or cfg.remat == "custom")
+    kept, _ = prune("llama_train", trials, hbm, tpu.TOPOLOGIES[PREDICTED[run]["chip"]].host_bytes)
+    assert own in [t.policy for t in kept]
+
+
+@pytest.mark.heavy  # the search's compiles at real size, 3 to 10 min each on a 2-core host
+@pytest.mark.libtpu
+@pytest.mark.parametrize("run", sorted(MEASURED))
+def test_from_its_shape_alone_the_search_finds_a_fit_that_stays_a_bound(run, capsys,
+                                                                        monkeypatch):
+    if run in LIBTPU_FLAGS:
+        monkeypatch.setenv("LIBTPU_INIT_ARGS", LIBTPU_FLAGS[run])
+    assert main([*_shape_argv(run), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any("(no remat given): the first setting that fits" in n for n in out["notes"])
+    chip = out["chips"][0]
+    assert chip["compile"] != "cpu" and chip["memory_fit"]["fits"]
+    assert chip["totals"]["predicted_step_s"] <= float(MEASURED[run]["step s"])

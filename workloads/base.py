@@ -44,6 +44,24 @@ class SweepFigures:
 
 
 @dataclass(frozen=True)
+class FitTrial:
+    """One setting of a workload's memory knobs that ``predict-hlo``'s fit search may compile
+    (``harness.plan.search``): the config values it sets, the search's stage that offers it
+    (``REMAT_STAGE`` or ``OFFLOAD_STAGE``), the policy it tries (a retry with the loss in more
+    chunks keeps it) and the bytes per device the workload's memory model gives it: in HBM
+    and, for activations offloaded, in host memory."""
+
+    sets: Mapping[str, str]
+    stage: str
+    policy: str
+    need_bytes: float
+    host_bytes: float = 0.0
+
+
+REMAT_STAGE, OFFLOAD_STAGE = "remat", "offload"
+
+
+@dataclass(frozen=True)
 class Workload:
     """One runnable family member: ``build(cfg, mesh, abstract=False) -> (fn, args)``.
 
@@ -63,8 +81,10 @@ class Workload:
     ``figures(cfg, mesh) -> SweepFigures`` its sweep summary figures (None: it has no book
     model, no figures of its own); ``memory_knobs`` config field -> how to turn it to need less
     memory, named in an out-of-memory message; ``remat_order`` its ``remat`` policies from the
-    least recomputation to the most (``predict-hlo`` picks the first that fits when none is
-    given).
+    least recomputation to the most; ``fit_trials(cfg, mesh, budget, given) -> [FitTrial]``
+    the settings of its memory knobs that ``predict-hlo`` tries when no remat is given,
+    cheapest first, each with the fewest loss chunks its memory model puts within ``budget``
+    bytes a device (``given``: the overrides set on the command line, which it keeps).
     """
 
     name: str
@@ -81,6 +101,7 @@ class Workload:
     figures: Callable[[Any, Any], SweepFigures] | None = None
     memory_knobs: Mapping[str, str] = field(default_factory=dict)
     remat_order: tuple[str, ...] = ()
+    fit_trials: Callable[[Any, Any, float, Mapping[str, str]], list[FitTrial]] | None = None
 
     def stored_config(self, values: Mapping[str, Any]) -> Any:
         """The config a run stored as ``values`` (``config_dict``, in its meta.json)."""

@@ -52,6 +52,8 @@ class TpuKind:
     prefix: str                      # "v5e" in "v5e:4x4"
     ndim: int                        # torus dimensions (tpus.md)
     options: tuple[tuple[str, object], ...] = ()  # extra get_topology_desc keyword arguments
+    # host memory libtpu gives each chip for offloaded buffers, where a refusal has said it
+    host_bytes: float | None = None
 
 
 TOPOLOGIES: dict[str, TpuKind] = {
@@ -59,7 +61,9 @@ TOPOLOGIES: dict[str, TpuKind] = {
     "tpu-v4p": TpuKind("v4", 3, (("chip_config_name", "megacore"),)),
     "tpu-v5p": TpuKind("v5p", 3),
     "tpu-v5e": TpuKind("v5e", 2),
-    "tpu-v6e": TpuKind("v6e", 2),
+    # libtpu 0.0.42.1 on v6e:16x16: "Ran out of memory in memory space host. Used 162.50G of
+    # 128.00G host" (LLaMA-3.1 70B with its layer inputs, Q, K, V and out_proj offloaded)
+    "tpu-v6e": TpuKind("v6e", 2, host_bytes=128 * 2**30),
 }
 
 
@@ -99,14 +103,46 @@ def topology_dims(chips: int, ndim: int) -> tuple[int, ...]:
     return tuple(live + [1] * (ndim - len(live)))
 
 
-def topology_name(chip: str, mesh_dims: tuple[int, ...]) -> str:
-    """``("tpu-v5p", (8, 8))`` -> ``"v5p:4x4x4"``; WorkloadError names the chips with a
-    topology when ``chip`` has none."""
+def slice_builds(dims: tuple[int, ...]) -> bool:
+    """Whether libtpu builds a slice of these axes: each axis a multiple of the host's chips
+    along it, or within one host (libtpu 0.0.42.1 refuses ``v5p:3x3x1``: "not divisible by
+    the given (or default) chips_per_host_bounds 2x2x1"; ``v5p:2x2x3`` and ``v6e:4x6`` build)."""
+    padded = tuple(dims) + (1,) * (3 - len(dims))
+    return all(d % min(b, d) == 0 for b, d in zip(DEFAULT_HOST_BOUNDS, padded))
+
+
+def _kind(chip: str) -> TpuKind:
     kind = TOPOLOGIES.get(str(chip).lower())
     if kind is None:
         raise WorkloadError(f"no libtpu topology for chip {chip!r}; chips with one: "
                             f"{', '.join(TOPOLOGIES)}")
-    return f"{kind.prefix}:" + "x".join(map(str, topology_dims(math.prod(mesh_dims), kind.ndim)))
+    return kind
+
+
+def check_slice(chip: str, mesh_dims: tuple[int, ...]) -> tuple[int, ...]:
+    """The slice a mesh is laid on (``topology_dims``), or WorkloadError (one line) when libtpu
+    cannot build it, naming the nearest chip counts it can (checked before any compile)."""
+    kind, chips = _kind(chip), math.prod(mesh_dims)
+    dims = topology_dims(chips, kind.ndim)
+    if slice_builds(dims):
+        return dims
+    name = lambda n: f"{n} ({kind.prefix}:{'x'.join(map(str, topology_dims(n, kind.ndim)))})"
+    below = next((n for n in range(chips - 1, 0, -1)
+                  if slice_builds(topology_dims(n, kind.ndim))), None)
+    above = next(n for n in range(chips + 1, 2 * chips + 9)
+                 if slice_builds(topology_dims(n, kind.ndim)))
+    host = "x".join(map(str, DEFAULT_HOST_BOUNDS))
+    raise WorkloadError(
+        f"mesh {'x'.join(map(str, mesh_dims))} needs a {chip} slice of {chips} chips, "
+        f"{kind.prefix}:{'x'.join(map(str, dims))}, which libtpu cannot build (each axis must "
+        f"be a multiple of the {host} chips of a host, or fit in one); valid slices nearby: "
+        + ", ".join(name(n) for n in (below, above) if n) + " chips")
+
+
+def topology_name(chip: str, mesh_dims: tuple[int, ...]) -> str:
+    """``("tpu-v5p", (8, 8))`` -> ``"v5p:4x4x4"``; WorkloadError names the chips with a
+    topology when ``chip`` has none, and the slices nearby when libtpu cannot build this one."""
+    return f"{_kind(chip).prefix}:" + "x".join(map(str, check_slice(chip, mesh_dims)))
 
 
 def _host_bounds(dims: tuple[int, ...]) -> list[int] | None:

@@ -144,12 +144,14 @@ def refusal_json(refusal: Refusal, buffers: Sequence[Buffer],
 
 
 def remat_hint(order: Sequence[str], given: str | None, chose: bool) -> str:
-    """What remat can still do: nothing new when ``predict-hlo`` tried every policy (``chose``);
-    else the policies after the one given, which recompute more and hold less."""
+    """What remat can still do: nothing new when ``predict-hlo``'s fit search set it
+    (``chose``: every policy was pruned or refused, the note says which); else the policies
+    after the one given, which recompute more and hold less."""
     if not order:
         return ""
     if chose:
-        return f"every policy was compiled and refused ({', '.join(order)})"
+        return (f"the fit search pruned or compiled every policy ({', '.join(order)}), with the "
+                f"loss in chunks and the offloads, and none fits (the note below)")
     later = list(order[order.index(given) + 1:]) if given in order else []
     return (f"remat={given} was given; policies that keep less: {', '.join(later)} (leave out "
             "--set remat for predict-hlo to try them in order)" if later

@@ -48,7 +48,7 @@ def slice_topology(chip, text: str | None) -> tuple[int, ...]:
     dims = parse_shape(text)
     if kind is None:
         return (math.prod(dims),)
-    named = tpu.topology_dims(math.prod(dims), kind.ndim)
+    named = tpu.check_slice(chip.name, dims)  # WorkloadError: a slice libtpu cannot build
     if sorted(dims) != sorted(d for d in named if d > 1 or len(dims) == kind.ndim):
         raise HarnessError(f"--topology {text}: libtpu slices {math.prod(dims)} {chip.name} "
                            f"chips as {'x'.join(map(str, named))}; valid: that shape")

@@ -2,8 +2,9 @@
 (``harness predict-hlo``).
 
 Each chip's HLO comes from the compile ``harness.plan.compiles`` chooses for it (libtpu's for a
-TPU chip with a topology, else XLA:CPU's on virtual devices); with no ``remat`` given, the
-policy is the fastest that fits (``harness.plan.remat``). Each chip's step is its schedule
+TPU chip with a topology, else XLA:CPU's on virtual devices; a mesh libtpu cannot lay on a
+slice is refused before any compile); with no ``remat`` given, the memory knobs are the
+cheapest setting that fits (``harness.plan.search``). Each chip's step is its schedule
 played at the roofline (``harness.plan.predict.predict_module``), set beside the book's part by
 part (``book_gap``) and its memory against the chip's HBM; a chip whose TPU compile libtpu
 refused is reported first (``harness.plan.fit.describe_refusal``) and priced on XLA:CPU's
@@ -20,7 +21,7 @@ import pandas as pd
 
 from harness import schema
 from harness.capture.memory import memory_fit
-from harness.plan import remat
+from harness.plan import search
 from harness.plan.compiles import CPU, compile_all, compile_keys
 from harness.plan.fit import describe_refusal
 from harness.plan.predict import ChipPrediction, book_gap, predict_module
@@ -69,8 +70,8 @@ def predict_workload(workload: str, preset: str, overrides: dict, mesh_shape: st
                      chips: list[Chip], compiler: str, cache_dir: Path | None,
                      progress: Callable[[str], None] = lambda line: None) -> WorkloadPrediction:
     """Compile ``workload`` for ``chips`` (``compiler``: a key of ``compiles.COMPILERS``) on
-    the mesh ``mesh_shape`` ("8x8"), choosing remat when none is given (each trial compile's
-    line handed to ``progress``), and price it on each chip."""
+    the mesh ``mesh_shape`` ("8x8"), setting the memory knobs when no remat is given (each
+    trial compile's line handed to ``progress``), and price it on each chip."""
     import workloads  # deferred: importing workloads imports jax
     from workloads import tpu
     from workloads.mesh import parse_shape
@@ -79,11 +80,13 @@ def predict_workload(workload: str, preset: str, overrides: dict, mesh_shape: st
     cfg = workloads.make_config(workload, preset, overrides)
     mesh = SimpleNamespace(shape=dict(zip(wl.mesh_axes, parse_shape(mesh_shape))))
     keys, notes = compile_keys([c.name for c in chips], compiler, tpu.libtpu_available())
+    for key in set(keys.values()) - {CPU}:  # before any compile: a slice libtpu can build
+        tpu.check_slice(key, parse_shape(mesh_shape))
     tpu_key = next((k for k in keys.values() if k != CPU), None)
-    chose_remat = remat.wanted(wl, overrides, tpu_key)
-    if chose_remat:  # no remat given: the fastest that fits
-        overrides, note = remat.choose(wl, preset, overrides, mesh_shape, tpu_key, cache_dir,
-                                       progress)
+    chose_remat = search.wanted(wl, overrides, tpu_key)
+    if chose_remat:  # no remat given: the cheapest knobs that fit
+        overrides, note = search.choose(wl, preset, overrides, mesh_shape, tpu_key, cache_dir,
+                                        progress)
         notes.append(note)
         cfg = workloads.make_config(workload, preset, overrides)
     compiles = compile_all(workload, preset, overrides, mesh_shape, keys, compiler, cache_dir)

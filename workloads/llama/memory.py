@@ -68,6 +68,17 @@ def train_bytes(cfg, mesh: AnyMesh | None = None) -> dict[str, float]:
     }
 
 
+def host_bytes(cfg, mesh: AnyMesh | None = None) -> float:
+    """Per-device bytes of host memory a ``llama_train`` step offloads: the activations its
+    remat policy moves there, bytes · tokens · L · Σ(offloaded widths) as in HBM (LLaMA-3.1
+    70B at 5 x 8192 tokens a chip, the layer input, Q, K, V and the attention output
+    offloaded: 2 · 40960 · 80 · 26624 = 174.5 GB = 162.5 GiB, libtpu's "Used 162.50G of
+    128.00G host")."""
+    _, b, m = _splits(cfg, mesh)
+    tokens = cfg.B * cfg.T / b
+    return _nbytes(cfg.param_dtype) * tokens * cfg.L * cfg.remat_policy().host_width(cfg) / m
+
+
 def serve_bytes(cfg, mesh: AnyMesh | None = None, prefill: bool = False) -> dict[str, float]:
     """Per-device bytes of ``llama_prefill`` / ``llama_decode``: weights, the KV cache (one
     copy: decode updates it in place), one layer's transients and the logits."""

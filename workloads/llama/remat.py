@@ -80,6 +80,10 @@ class Remat:
         kept = (set(self.saved) | {LAYER_INPUT}) - set(self.offloaded)
         return sum(NAMES[n](d) for n in kept)
 
+    def host_width(self, d) -> int:
+        """Elements per token per layer moved to host memory for the backward pass."""
+        return sum(NAMES[n](d) for n in set(self.offloaded)) if self.checkpoint else 0
+
 
 # name -> policy, in MaxText's order: "fastest to slowest, HBM use highest to lowest" (its
 # base.yml), with ours (none, dots) where they fall.
@@ -105,6 +109,16 @@ POLICIES: dict[str, Remat] = {
 
 NONE = POLICIES["none"]
 CUSTOM = "custom"   # MaxText's remat_policy=custom: each name saved, offloaded or recomputed
+
+# remat=custom offloads of MaxText's published configs (docs/published-runs.md), the most kept
+# in HBM first: with the layer input offloaded nothing a layer keeps stays in HBM, and the
+# fewer names offloaded, the more each layer recomputes.
+OFFLOADS: tuple[tuple[str, ...], ...] = (
+    ("context", "mlpwo"),                 # llama3_1_405b_8192_v5p_1024: the layer input in HBM
+    (LAYER_INPUT, *QKV, "out_proj"),      # llama3_1_8b_8192
+    (LAYER_INPUT, *QKV),                  # llama3_1_70b_8192
+    (LAYER_INPUT,),                       # full remat with the layer input on the host
+)
 
 
 def _names(text: str) -> tuple[str, ...]:

@@ -26,7 +26,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from workloads.base import Workload, WorkloadError, check_choice, smaller
-from workloads.llama import book, loss, memory, model, remat
+from workloads.llama import book, fit, loss, memory, model, remat
 from workloads.llama.config import MODEL_DIMS, Dims, dims_of, fix_dtypes
 from workloads.llama.sharding import PARALLELISMS, Sharder
 from workloads.mesh import AnyMesh, build_args, named
@@ -190,4 +190,5 @@ WORKLOAD = Workload(
     # training.md: remat trades FLOPs for activation memory
     memory_knobs={**smaller("B", "T"), "remat": "--set remat=full"},
     remat_order=tuple(remat.POLICIES),   # MaxText's order: least recomputation first
+    fit_trials=fit.trials,
 )

@@ -1,0 +1,145 @@
+"""``predict-hlo`` with no ``remat`` given: the cheapest setting of the memory knobs that fits.
+
+A workload lists the settings its fit search may compile (``Workload.fit_trials``;
+``llama_train``: ``workloads.llama.fit``), cheapest first: the loss in chunks, then the remat
+policies from the least recomputation to the most, then the offload policies, each with the
+bytes a device its memory model gives it. The search prunes every setting the model puts past
+the chip's HBM before compiling (`transformers.md`, reference §5.2: remat trades FLOPs for
+activation memory, so the first that fits is the fastest that fits), then compiles the rest in
+turn for the TPU chip until libtpu places one: libtpu refuses a program whose temporaries
+exceed the HBM early in the compile (``workloads.aot.HbmExhausted``) and says by how much, and
+a refused setting is tried once more with the loss in as many more chunks as the model needs to
+save that much. The one that fits is used (its compile is cached, so ``predict-hlo`` reads it
+back) and a note names the knobs set, the settings pruned and the compiles made, with their
+time.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.plan.fit import RefusalUnreadable, parse_refusal
+from harness.units import fmt_bytes, fmt_decimal_bytes
+from predictions import hardware
+
+REMAT = "remat"
+
+
+def wanted(workload, overrides: Mapping[str, str], tpu_chip: str | None) -> bool:
+    """Search only when no remat was given, the workload has knobs to set, and libtpu judges
+    fit."""
+    return bool(tpu_chip) and REMAT not in overrides and workload.fit_trials is not None
+
+
+def knobs(sets: Mapping[str, str]) -> str:
+    """``{"num_vocab_tiling": "4", "remat": "full"}`` -> ``"num_vocab_tiling=4, remat=full"``."""
+    return ", ".join(f"{k}={v}" for k, v in sets.items())
+
+
+@dataclass
+class Compiles:
+    """The search's compiles: how many, their seconds (wall clock, a cache read included) and
+    the settings libtpu refused."""
+
+    count: int = 0
+    cached: int = 0
+    seconds: float = 0.0
+    refused: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        cache = f", {self.cached} read from the cache" if self.cached else ""
+        return f"{self.count} compile{'s' * (self.count != 1)} in {self.seconds:.0f} s{cache}"
+
+
+def _compile(workload, preset: str, sets: dict, mesh_shape: str, tpu_chip: str,
+             cache_dir: Path | None, log: Compiles, progress, label: str) -> float | None:
+    """Compile ``sets`` (its knobs: ``label``) for ``tpu_chip``: None when it fits, else the
+    bytes libtpu says the program is over (0 when its message does not say)."""
+    from workloads.aot import HbmExhausted, start_compile
+
+    progress(f"{label}: compiling for {tpu_chip} ...")
+    t0 = time.perf_counter()
+    try:
+        aot = start_compile(workload.name, preset, sets, mesh_shape, tpu_chip=tpu_chip,
+                            cache_dir=cache_dir).result()
+    except HbmExhausted as e:
+        log.count, log.seconds = log.count + 1, log.seconds + time.perf_counter() - t0
+        progress(f"{label}: does not fit {tpu_chip} ({e})")
+        try:
+            return parse_refusal(str(e)).over_bytes
+        except RefusalUnreadable:
+            return 0.0
+    log.count, log.seconds = log.count + 1, log.seconds + time.perf_counter() - t0
+    log.cached += bool(getattr(aot, "cached", False))
+    progress(f"{label}: fits {tpu_chip} ({time.perf_counter() - t0:.0f} s)")
+    return None
+
+
+def _retry(workload, cfg, mesh, given: Mapping[str, str], trial, need: float, over: float):
+    """The same policy with the loss in more chunks, if the memory model saves ``over`` bytes
+    by it (None: no chunking does)."""
+    if over <= 0:
+        return None
+    again = next(t for t in workload.fit_trials(cfg, mesh, need - over, given)
+                 if t.policy == trial.policy)
+    return again if again.need_bytes <= need - over and again.sets != trial.sets else None
+
+
+def _host_budget(tpu_chip: str) -> float | None:
+    from workloads import tpu
+
+    return tpu.TOPOLOGIES[tpu_chip].host_bytes
+
+
+def prune(name: str, trials: list, budget: float, host: float | None) -> tuple[list, str]:
+    """``(the trials the memory model puts within the HBM budget and the host memory libtpu
+    gives a chip (None: not known), what it pruned, in words)``."""
+    from workloads.base import OFFLOAD_STAGE
+
+    in_hbm = [t for t in trials if t.need_bytes <= budget]
+    kept = [t for t in in_hbm if host is None or t.host_bytes <= host]
+    words = (f"the memory model put {len(trials) - len(in_hbm)} of {len(trials)} settings past "
+             f"its {fmt_decimal_bytes(budget)} of HBM"
+             + (f" and {len(in_hbm) - len(kept)} past the {fmt_bytes(host)} of host memory "
+                f"libtpu gives a chip" if len(kept) < len(in_hbm) else "")
+             + " before compiling")
+    if not any(t.stage == OFFLOAD_STAGE for t in trials):
+        words += f"; {name} has no offload policies"
+    return kept, words
+
+
+def choose(workload, preset: str, overrides: Mapping[str, str], mesh_shape: str,
+           tpu_chip: str, cache_dir: Path | None,
+           progress: Callable[[str], None] = lambda line: None) -> tuple[dict, str]:
+    """``(overrides with the knobs set, one line saying which and why)``: the first of
+    ``workload.fit_trials`` the memory model keeps whose compile for ``tpu_chip`` fits; when
+    none does, the last refused (or, none compiled, the one the model gives the fewest bytes),
+    whose compile then reports the refusal."""
+    import workloads
+    from workloads.mesh import abstract_mesh
+
+    cfg = workloads.make_config(workload.name, preset, overrides)
+    mesh = abstract_mesh(mesh_shape, workload.mesh_axes)
+    budget = hardware.chip_entry(tpu_chip).hbm_bytes
+    trials = workload.fit_trials(cfg, mesh, budget, overrides)
+    kept, pruned = prune(workload.name, trials, budget, _host_budget(tpu_chip))
+    log, last = Compiles(), min(trials, key=lambda t: t.need_bytes)
+    for trial in kept:
+        need = trial.need_bytes
+        while trial is not None:
+            sets = {**overrides, **trial.sets}
+            over = _compile(workload, preset, sets, mesh_shape, tpu_chip, cache_dir, log,
+                            progress, knobs(trial.sets))
+            if over is None:
+                refused = f" ({'; '.join(log.refused)}: refused)" if log.refused else ""
+                return sets, (f"{knobs(trial.sets)} (no remat given): the first setting that "
+                              f"fits {tpu_chip}'s HBM, cheapest first; {pruned}; "
+                              f"{log.line()}{refused}")
+            log.refused.append(knobs(trial.sets))
+            last, nxt = trial, _retry(workload, cfg, mesh, overrides, trial, need, over)
+            need, trial = (nxt.need_bytes, nxt) if nxt else (need, None)
+    return ({**overrides, **last.sets},
+            f"no setting fits {tpu_chip}'s HBM: {pruned}; {log.line()}"
+            + (f", every one refused ({'; '.join(log.refused)})" if log.refused else ""))
