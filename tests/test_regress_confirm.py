@@ -25,12 +25,14 @@ def workload(step_ms=10.0, **kw):
 
 @pytest.fixture
 def reruns(monkeypatch):
-    """The confirmations: each rerun a run of ``step`` ms (1.0: the baseline's speed)."""
+    """The confirmations: each rerun of the candidate a run of ``step`` x 10 ms, each of the
+    baseline (stored under ``confirm.BASELINE``) of 10 ms."""
     asked, speed = [], {"step": 1.0}
 
     def fresh(point, out, point_plots, index):
         asked.append((point, index))
-        return workload(10.0 * speed["step"], cpu=speed["step"])
+        f = 1.0 if confirm.BASELINE in out.parts else speed["step"]
+        return workload(10.0 * f, cpu=f)
 
     monkeypatch.setattr(repeat_runs, "fresh", fresh)
     return asked, speed
@@ -47,15 +49,19 @@ def test_a_slowdown_the_reruns_do_not_show_is_not_a_regression(reruns, tmp_path)
     v = judge.compare(workload(), workload(13.0, cpu=1.3))
     assert v.verdict == judge.REGRESSION  # one run per side, no history: it looks slower
     c = confirm.confirm(v, 2, tmp_path, judge.Rule(), [[v.baseline]], installed=SHA)
-    assert [i for _, i in asked] == [0, 1] and asked[0][0].mesh == "4x2"
-    # the candidate's code ran at 13, 10 and 10 ms: their mean log change is log(1.3) / 3 (+9%,
-    # under the 10% threshold) and their own spread, the SD of (log 1.3, 0, 0), is
-    # log(1.3) / sqrt(3) = 0.151: z(0.01) s sqrt(1/1 + 1/3) = 0.41 > log 1.1: unstable
-    assert (c.verdict, c.noise["s"]) == (judge.UNSTABLE, pytest.approx(math.log(1.3) / 3 ** 0.5))
+    # the baseline's commit is the one installed too: both sides rerun, interleaved
+    assert [i for _, i in asked] == [0, 0, 1, 1] and asked[0][0].mesh == "4x2"
+    # the candidate's code ran at 13, 10 and 10 ms, the baseline's at 10, 10 and 10: their mean
+    # log change is log(1.3) / 3 (+9%, under the 10% threshold); the spread pools the
+    # baseline's three runs (no deviation) and the candidate's (deviations 2l/3, -l/3, -l/3
+    # with l = log 1.3: 2 l^2 / 3) over 2 + 2 degrees of freedom: s = l / sqrt(6) = 0.107, and
+    # z(0.01) s sqrt(1/3 + 1/3) = 0.20 > log 1.1: unstable
+    assert (c.verdict, c.noise["s"]) == (judge.UNSTABLE, pytest.approx(math.log(1.3) / 6 ** 0.5))
     assert c.change == pytest.approx(1.3 ** (1 / 3) - 1)
-    assert c.noise["replicates"] == (1, 3)
-    assert c.message.startswith("not confirmed by 2 rerun(s) in fresh processes, the "
-                                "candidate's 3 runs judged by their mean: unstable")
+    assert c.noise["replicates"] == (3, 3)
+    assert c.message.startswith("not confirmed by 2 rerun(s) of each side, interleaved, in "
+                                "fresh processes, the candidate's 3 runs judged by their mean: "
+                                "unstable")
 
 
 def test_a_real_13x_slowdown_is_confirmed(reruns, tmp_path):
@@ -64,10 +70,11 @@ def test_a_real_13x_slowdown_is_confirmed(reruns, tmp_path):
     v = judge.compare(workload(), workload(13.0, cpu=1.3))
     c = confirm.confirm(v, 2, tmp_path, judge.Rule(), [[v.baseline]], installed=SHA)
     assert (c.verdict, c.cause) == (judge.REGRESSION, judge.SAME_PROGRAM)
-    assert c.message.startswith("confirmed by 2 rerun(s) in fresh processes, the candidate's 3 "
-                                "runs judged by their mean: same program, slower by 30%")
-    # the candidate's three runs give the point its spread (all alike here: s = 0)
-    assert c.noise["source"] == "own" and c.noise["runs"] == 3
+    assert c.message.startswith("confirmed by 2 rerun(s) of each side, interleaved, in fresh "
+                                "processes, the candidate's 3 runs judged by their mean: same "
+                                "program, slower by 30%")
+    # each side's three runs give the point its spread (all alike here: s = 0)
+    assert c.noise["source"] == "own" and c.noise["runs"] == 6
 
 
 def test_runs_that_cannot_be_rerun_here_say_so(reruns, tmp_path):
@@ -99,5 +106,5 @@ def test_compare_confirm_reruns_the_regressions_it_finds(reruns, tmp_path, monke
     code = main(["compare", str(tmp_path / "base"), str(tmp_path / "cand"), "--root",
                  str(tmp_path / "root"), "--confirm", "2", "--format", "json"])
     pair = json.loads(capsys.readouterr().out)["pairs"][0]
-    assert len(asked) == 2 and (code, pair[schema.VERDICT]) == (0, judge.UNSTABLE)
+    assert len(asked) == 4 and (code, pair[schema.VERDICT]) == (0, judge.UNSTABLE)
     assert pair["message"].startswith("not confirmed by 2 rerun(s)")

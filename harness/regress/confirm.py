@@ -8,7 +8,11 @@ stored under the confirmation directory. Its verdict then uses them: the candida
 first and its confirmations, one code) give the point's spread where it had none
 (``harness.regress.noise``) and are judged together, by their mean, against the baseline's runs
 of its code: the regression stands only when that mean is still slower beyond the threshold and
-the spread (a first run that landed in a slow mode is outvoted by its reruns). Profile and
+the spread (a first run that landed in a slow mode is outvoted by its reruns). Where the
+baseline's commit is the one installed too (a night with no new commit), the baseline is re-run
+as often, interleaved with the candidate: runs of one code minutes apart land in one mode more
+often than not (a CPU all-reduce at 0.8 ms in one sweep, then 1.3 ms in the next and in both
+reruns after it), so reruns of the candidate alone would confirm a mode, not a change. Profile and
 trace runs, which cannot be re-run, are judged from history, and the verdict says they were
 not confirmed; so is a run whose commit is not the one installed here (confirming it would
 time other code).
@@ -25,6 +29,7 @@ from harness.runs.run import Run
 from harness.sweep import repeat as repeat_runs
 from harness.sweep.grid import Point
 
+BASELINE = "baseline"  # under the confirmations: the baseline's reruns, apart from the candidate's
 NOT_RERUNNABLE = "not confirmed: a profile or trace run cannot be re-run; judged from history"
 A_TEST = ("not confirmed: a pytest test's run is confirmed by running the test again, not by "
           "harness compare; judged from history")
@@ -58,29 +63,39 @@ def why_not(run: Run, installed: str | None) -> str | None:
 
 def confirm(v: judge.Verdict, n: int, out: Path, rule: judge.Rule, sides: list[list[Run]],
             installed: str | None = None) -> judge.Verdict:
-    """``v`` (a regression) confirmed with ``n`` reruns of its candidate under ``out``, or said
-    unconfirmed. ``sides``: the runs its spread is measured from (baseline side, history)."""
+    """``v`` (a regression) confirmed with ``n`` reruns of its candidate under ``out``, and as
+    many of its baseline where the baseline's code is the one installed too (the two
+    interleaved), or said unconfirmed. ``sides``: the runs its spread is measured from
+    (baseline side, history)."""
     installed = installed if installed is not None else git_state().get(schema.GIT_SHA)
     reason = why_not(v.candidate, installed)
     if reason is not None:
         return dataclasses.replace(v, message=f"{v.message}; {reason}")
-    p = point(v.candidate)
-    runs = [pairs.step_program(repeat_runs.fresh(p, out / p.key, False, i)) for i in range(n)]
-    return with_reruns(v, runs, rule, sides)
+    p, b = point(v.candidate), None if why_not(v.baseline, installed) else point(v.baseline)
+    runs, base = [], []
+    for i in range(n):  # interleaved: a mode the host is in falls on both sides alike
+        if b is not None:
+            base.append(pairs.step_program(repeat_runs.fresh(b, out / BASELINE / b.key, False,
+                                                             i)))
+        runs.append(pairs.step_program(repeat_runs.fresh(p, out / p.key, False, i)))
+    return with_reruns(v, runs, rule, sides, base)
 
 
 def with_reruns(v: judge.Verdict, runs: list[Run], rule: judge.Rule,
-                sides: list[list[Run]]) -> judge.Verdict:
-    """``v``'s verdict given ``runs``, reruns of its candidate: the candidate's runs (the first
-    and its reruns, one code) judged by their mean against the baseline's runs of its code
-    (``sides[0]``, the baseline side), with the point's spread measured from ``sides`` and the
-    candidate's runs (the module docstring)."""
+                sides: list[list[Run]], base_runs: list[Run] = ()) -> judge.Verdict:
+    """``v``'s verdict given ``runs``, reruns of its candidate, and ``base_runs``, reruns of
+    its baseline: each side's runs of one code (the first, its replicates and its reruns)
+    judged by their mean, with the point's spread measured from ``sides`` and both sides'
+    runs (the module docstring)."""
     n, cand = len(runs), [v.candidate, *runs]
-    spread = noise.spreads([*sides, cand]).get(pairs.key(v.candidate))
     base = [v.baseline, *map(pairs.step_program, noise.replicates(sides[0], v.baseline)[1:])] \
         if sides else [v.baseline]
+    base += list(base_runs)
+    spread = noise.spread([base, cand, *noise.history_groups(sides, [*base, *cand],
+                                                             pairs.key(v.candidate))])
     j = judge.compare(v.baseline, v.candidate, rule, spread=spread, reps=(base, cand))
     said = "confirmed" if j.verdict == judge.REGRESSION else "not confirmed"
-    return dataclasses.replace(j, message=f"{said} by {n} rerun(s) in fresh processes, the "
-                                          f"candidate's {n + 1} runs judged by their mean: "
+    each = " of each side, interleaved," if base_runs else ""
+    return dataclasses.replace(j, message=f"{said} by {n} rerun(s){each} in fresh processes, "
+                                          f"the candidate's {n + 1} runs judged by their mean: "
                                           f"{j.message}")

@@ -109,3 +109,18 @@ def replicates(side: list[Run], run: Run) -> list[Run]:
     where = run.path.resolve() if run.path is not None else None
     return [run, *(r for r in side if key(r) == k and code(r) == c
                    and (r.path is None or r.path.resolve() != where) and r is not run)]
+
+
+def history_groups(sides: list[list[Run]], judged: list[Run], k: str) -> list[list[Run]]:
+    """The runs of key ``k`` in ``sides`` (the history under ``--root``, the baseline side)
+    that ``judged`` does not hold, grouped by code: with the two sides' own runs, what a
+    confirmed pair's spread pools (its sides may be two keys: two named runs)."""
+    held = {r.path.resolve() for r in judged if r.path is not None}
+    groups: dict[str, list[Run]] = defaultdict(list)
+    seen: set = set()
+    for r in (r for side in sides for r in side):
+        where = r.path.resolve() if r.path is not None else id(r)
+        if key(r) == k and where not in held and where not in seen:
+            seen.add(where)
+            groups[code(r)].append(r)
+    return list(groups.values())
