@@ -6,7 +6,7 @@ nightly job compares them (``benchmarks/bench_sweep_aa.py``, which prints the fi
 may be called a regression, so every comparison exits 0; points too noisy to judge are listed
 apart as unstable, which exits 0 too. And one matmul point made 1.3x slower with the same program
 (``trips`` 10 -> 13: a loop whose trip count is an input value), one run a side and no history,
-is caught through its confirmations.
+is caught through its confirmations, both sides re-run interleaved (heavy: ``pytest -m heavy``).
 """
 import sys
 from pathlib import Path
@@ -27,7 +27,8 @@ def test_four_sweeps_of_one_commit_compare_without_a_regression(tmp_path):
         assert sum(r["verdicts"].values()) == 22, r  # every point of the quick sweep paired
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # not in CI: on a shared 2-core host a rerun lands in a 1.6x slow mode now
+# and then (caught in 3 of 4 tries here; the fourth was unstable, never a wrong verdict)
 def test_a_same_program_slowdown_is_confirmed_with_one_run_a_side(tmp_path):
     import bench_sweep_aa as aa
 
