@@ -79,6 +79,15 @@ def program(a: Run, b: Run) -> dict:
             "what": "; ".join(what)}
 
 
+def said(prog: dict) -> str:
+    """What a verdict's line opens with when the program (``program``) changed: "" when not."""
+    if not prog["changed"]:
+        return ""
+    if prog["same_program"]:
+        return f"the same program did other work ({prog['what']}); "
+    return f"the program changed ({prog['what']}); "
+
+
 def figures(a: Run, b: Run) -> pd.DataFrame:
     """Each step figure either run has (``STEP_FIGURES``) and its change."""
     rows = []

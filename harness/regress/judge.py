@@ -194,9 +194,7 @@ def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False,
     ops = side.ops[list(schema.OP_CHANGES)] if side else changes.ops(a, b)
     p = float(norm.sf(r / se)) if se > 0 else float(r <= 0)
     stats = figures.stats(f, p, spun)
-    changed = "" if not prog["changed"] else (
-        f"the same program did other work ({prog['what']}); " if prog["same_program"]
-        else f"the program changed ({prog['what']}); ")
+    changed = changes.said(prog)
     shaky = figures.unstable(f.noise["s"] if f.noise["source"] == noise.OWN else math.nan,
                              fail_on.get("step", t), alpha, f.noise["replicates"])
 
@@ -226,13 +224,10 @@ def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False,
     mesh = b.meta.get(schema.MESH) if isinstance(b.meta.get(schema.MESH), dict) else None
     there = changes.where(figs, ops, mesh) if len(ops) else ""
     there = f"; {there}" if there else ""
-    if prog["more_work"] and prog["same_program"]:  # one compiled program, more of it ran:
-        #  a loop's trip count, a data-dependent branch (the fingerprints match)
-        return verdict(REGRESSION, SAME_PROGRAM, f"the same program (fingerprint) did more work "
-                                                 f"per step: {prog['what']}; {stats}{there}")
-    if prog["more_work"]:
-        return verdict(REGRESSION, PROGRAM, f"the program does more work: {prog['what']}; "
-                                            f"{stats}{there}")
+    if prog["more_work"]:  # one fingerprint doing more: a loop's trip count, a branch taken
+        cause, what = ((SAME_PROGRAM, "the same program (fingerprint) did more work per step")
+                       if prog["same_program"] else (PROGRAM, "the program does more work"))
+        return verdict(REGRESSION, cause, f"{what}: {prog['what']}; {stats}{there}")
     if busier and math.isfinite(cores) and not worse(k - cores, se_k, t, alpha):
         return verdict(INCONCLUSIVE, HOST, f"{stats}, but the host's cores ran as much slower "
                                            f"({math.expm1(-cores):+.0%}: the probe's FLOPs per "
