@@ -98,7 +98,7 @@ def headline(root: str, trends: list[Trend]) -> list[str]:
     return [f"newest night: {worst}" + (f" ({count} of {len(trends)} points)"
                                         if worst != judge.OK else ""),
             f"{len(trends)} points over {n} nights under {root}{span}; "
-            f"{sum(len(t.changes) for t in trends)} change points"]
+            f"{sum(len(t.changes) for t in trends)} change point(s)"]
 
 
 def render(root: str, trends: list[Trend], fmt: str) -> str:
