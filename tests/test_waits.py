@@ -251,6 +251,17 @@ def test_on_the_h100_fixtures_each_claim_cites_events_and_goes_with_them(name):
     assert gone[schema.WAIT_EVENTS] == {}
 
 
+@pytest.mark.parametrize("name, launches", [("mi300x-gemm", 42), ("mi300x-attention", 81)])
+def test_where_no_outer_execute_is_recorded_its_helpers_are_the_launches(name, launches):
+    """ROCm's StreamExecutor (and XLA:CPU on one device) record only the per-execution helper
+    (``...::ExecuteHelper``): 42 and 81 of them on these hosts' planes, each a launch; on the
+    H100 (above) the helper sits inside PjRt's Execute and is not counted again."""
+    from harness.trace.load import read_events
+
+    host = read_events(H100.parent / "external" / name).host
+    assert (host[schema.KIND] == "dispatch").sum() == launches
+
+
 def test_a_collectives_host_skew_leaves_out_the_wait_for_the_late_process():
     # process 0 reaches the all-reduce at 100, process 1 (its clock 5 us ahead) at 180; both
     # leave at 200: 100 ns moving data each, process 0 waited 80 ns more

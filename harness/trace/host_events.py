@@ -4,9 +4,10 @@ program execution, the copies of inputs to the devices, host callbacks and copie
 Read from the host plane's own threads (the Python thread and others; XLA's ``tf_*`` thread-pool
 lines hold the CPU devices' ops, not the host's) and, on GPU, from the device planes' memcpy
 events. Each event is known by its name (``KINDS``: a name's start -> the kind of wait it
-explains, ``harness.step.waits``). The host tracer records them at ``host_tracer_level`` 1, the
-level ``harness.capture.profiler.LEAN_PROFILE`` sets (level 0 records none of them, nor the CPU
-ops): a trace taken at level 0, or by a runtime that names none of them, gives an empty table,
+explains, ``harness.step.waits``; ``HELPERS``: the launches where no outer Execute is
+recorded). The host tracer records them at ``host_tracer_level`` 1, the level
+``harness.capture.profiler.LEAN_PROFILE`` sets (level 0 records none of them, nor the CPU ops):
+a trace taken at level 0, or by a runtime that names none of them, gives an empty table,
 and the waits it would explain stay unexplained.
 """
 from __future__ import annotations
@@ -37,6 +38,12 @@ KINDS = {
     "CpuCallback": HOST, "xla_python_cpu_callback": HOST, "xla_ffi_python_cpu_callback": HOST,
     "xla_python_gpu_callback": HOST, "xla_ffi_python_gpu_callback": HOST,
 }
+# The per-execution helper under a runtime's Execute: the launch itself where the runtime
+# records no outer Execute (XLA:CPU's single-device path, StreamExecutor on ROCm, TFRT on TPU),
+# nested inside it where it does (PjRt on an H100: each launch both), so read only then.
+HELPERS = ("CommonPjRtLoadedExecutable::ExecuteHelper",
+           "PjRtStreamExecutorLoadedExecutable::ExecuteHelper",
+           "TfrtTpuLoadedExecutable::ExecuteHelper")
 _DEVICE_PLANE = re.compile(r"/device:(?:GPU|TPU):(\d+)$")
 
 
@@ -52,14 +59,24 @@ def kind_of(name: str) -> str:
     return ""
 
 
+def _helper(name: str) -> str:
+    return DISPATCH if name.startswith(HELPERS) else ""
+
+
 def host_events(space: Space) -> pd.DataFrame:
     """``schema.HOST_EVENTS`` of one host's trace (module docstring), sorted by start; the
     C API's Execute is left out where the trace also has PjRt's own (the same launch)."""
     parts = []
     host = plane(space, HOST_PLANE)
     if host is not None:
-        parts.append(_events(PlaneIndex(host), -1,
-                             lambda name: not name.startswith(XLA_THREAD_PREFIX)))
+        idx = PlaneIndex(host)
+
+        def own(name: str) -> bool:
+            return not name.startswith(XLA_THREAD_PREFIX)
+
+        parts.append(_events(idx, -1, own))
+        if not (parts[-1][schema.KIND] == DISPATCH).any():  # the helpers are the launches
+            parts.append(_events(idx, -1, own, only=(DISPATCH,), classify=_helper))
     for p in space.planes:
         m = _DEVICE_PLANE.match(p.name)
         if m:
@@ -76,9 +93,10 @@ def host_events(space: Space) -> pd.DataFrame:
     return out[list(schema.HOST_EVENTS)]
 
 
-def _events(idx: PlaneIndex, device: int, want, only=(DISPATCH, INPUT, HOST)) -> pd.DataFrame:
+def _events(idx: PlaneIndex, device: int, want, only=(DISPATCH, INPUT, HOST),
+            classify=kind_of) -> pd.DataFrame:
     kinds = {mid: k for mid, name in idx.event_names.items()
-             if (k := kind_of(name)) and k in only}
+             if (k := classify(name)) and k in only}
     if not kinds:
         return _empty()
     rows = []
