@@ -84,8 +84,7 @@ def compare_sides(candidate: str, baseline: str | None, root: Path, rule: judge.
 
 def _replicates(a, b, base: list, cand: list) -> tuple[list, list]:
     """Each side's runs of the pair's code: its repeats, judged by their mean."""
-    return tuple([x, *map(pairs.step_program, noise.replicates(side, x)[1:])]
-                 for x, side in ((a, base), (b, cand)))
+    return noise.replicates(base, a), noise.replicates(cand, b)
 
 
 def history(runs: list, candidate: list) -> list:

@@ -88,8 +88,7 @@ def with_reruns(v: judge.Verdict, runs: list[Run], rule: judge.Rule,
     judged by their mean, with the point's spread measured from ``sides`` and both sides'
     runs (the module docstring)."""
     n, cand = len(runs), [v.candidate, *runs]
-    base = [v.baseline, *map(pairs.step_program, noise.replicates(sides[0], v.baseline)[1:])] \
-        if sides else [v.baseline]
+    base = noise.replicates(sides[0], v.baseline) if sides else [v.baseline]
     base += list(base_runs)
     spread = noise.spread([base, cand, *noise.history_groups(sides, [*base, *cand],
                                                              pairs.key(v.candidate))])

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness import schema
-from harness.regress.pairs import key
+from harness.regress.pairs import key, step_program
 from harness.runs.run import Run
 
 MIN_RUNS = 3  # runs of the same code before their spread replaces the constant
@@ -104,10 +104,11 @@ def spreads(sides: list[list[Run]]) -> dict[str, Spread]:
 
 def replicates(side: list[Run], run: Run) -> list[Run]:
     """``run`` and the runs of its side that replicate it: the same key and the same code (a
-    sweep's repeats, earlier runs of the same commit chosen as the baseline), ``run`` first."""
+    sweep's repeats, earlier runs of the same commit chosen as the baseline), ``run`` first, the
+    others each as compare sees it (``pairs.step_program``)."""
     k, c = key(run), code(run)
     where = run.path.resolve() if run.path is not None else None
-    return [run, *(r for r in side if key(r) == k and code(r) == c
+    return [run, *(step_program(r) for r in side if key(r) == k and code(r) == c
                    and (r.path is None or r.path.resolve() != where) and r is not run)]
 
 
