@@ -130,15 +130,16 @@ def step_waits(events: pd.DataFrame, ops: pd.DataFrame, *, pairs: Mapping[str, s
     offsets = None
     if coll and hosts > 1:
         offsets = clock_offsets(arrivals(ev, coll, groups))
+    arr = arrivals(ev, coll, groups, offsets) if coll else None  # the waits' and stragglers'
     table, untold = waits(ev, host, collectives=coll, groups=groups, clock_offsets_ns=offsets,
-                          cores=cores)
+                          cores=cores, arrived=arr)
     if table.empty:
         return {}
     late = []
     if coll:
         period = float(table.groupby(schema.STEP)[schema.PERIOD_S].mean().median())
         starts = ev.groupby([schema.STEP, schema.DEVICE])[schema.START_NS].min()
-        late = stragglers(arrivals(ev, coll, groups, offsets), period, offsets or {}, starts)
+        late = stragglers(arr, period, offsets or {}, starts)
     return wait_figures(table, untold, late, cited(ev, host), paced=paced)
 
 

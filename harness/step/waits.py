@@ -130,18 +130,21 @@ def _device_waits(ev: pd.DataFrame, host: pd.DataFrame, sat) -> pd.DataFrame:
 def waits(events: pd.DataFrame, host: pd.DataFrame | None = None, *,
           collectives: Collection[str] = (), groups: Groups | None = None,
           clock_offsets_ns: Mapping[int, int] | None = None,
-          cores: int | None = None) -> tuple[pd.DataFrame, str]:
+          cores: int | None = None, arrived: pd.DataFrame | None = None
+          ) -> tuple[pd.DataFrame, str]:
     """``schema.WAITS`` of ``events`` (EVENTS, containers left out; a HOST column for several
     hosts), and a sentence naming the causes the trace cannot tell apart ("" for none).
     ``host``: the trace's HOST_EVENTS (None or empty: none recorded); ``collectives``: the ops
     whose threads wait for their group, ``groups`` their replica groups, ``clock_offsets_ns``
     the hosts' clocks aligned (``harness.measure.arrivals``); ``cores``: the host's cores where
-    its devices are threads on them (None: not such a host, or unknown)."""
+    its devices are threads on them (None: not such a host, or unknown); ``arrived``: the
+    ARRIVALS of ``events`` on those clocks where the caller has them already."""
     if events.empty:
         return schema.empty(schema.WAITS), ""
     host = host if host is not None else schema.empty(schema.HOST_EVENTS)
     ev = events if schema.HOST in events.columns else events.assign(**{schema.HOST: 0})
-    arr = (arrivals(ev, collectives, groups, clock_offsets_ns) if collectives
+    arr = (arrived if arrived is not None
+           else arrivals(ev, collectives, groups, clock_offsets_ns) if collectives
            else schema.empty(schema.ARRIVALS))
     parts, sat = [], {}
     for h, on in ev.groupby(schema.HOST, observed=True, sort=True):
