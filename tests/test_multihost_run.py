@@ -100,7 +100,9 @@ def test_two_processes_merge_into_one_run_with_all_devices(tmp_path, workload):
         assert row.at[op, schema.HOST_MAX_S] == pytest.approx(host_medians.max())
         assert row.at[op, schema.HOST_SKEW_S] == pytest.approx(host_medians.max() -
                                                                host_medians.min())
-        assert row.at[op, schema.SLOWEST_HOST] == host_medians.idxmax()
+        # the slowest host: one whose median is the max (two hosts within float rounding of
+        # each other, as a 2 us op's can be, are both the slowest)
+        assert host_medians[row.at[op, schema.SLOWEST_HOST]] == pytest.approx(host_medians.max())
     assert any("cross-host skew" in n for n in run.notes)
     assert run.meta[schema.OP_TIMING] == "device_median"  # hosts' clocks differ: no shares
     assert (run.path / "report.html").exists() and (run.path / "report.md").exists()
