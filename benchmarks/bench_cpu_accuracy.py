@@ -12,16 +12,19 @@
    holds >= 5% of its point's step. Goal: median within 0.8-1.05 and no op above 1.1, in every
    sweep.
 2. ``harness run llama_train``, ``--llama-runs`` times: the median |ln(predicted / measured)|
-   over all its modeled ops, per run (goal <= 0.5, a factor of 1.65, in every run).
+   over all its modeled ops, per run (goal <= 0.5, a factor of 1.65, in every run); then
+   ``llama_prefill`` and ``llama_decode`` as many times each.
 3. ``harness.analyze`` of an MLP gradient step (batch 256 per device), data parallel over every
    device, ``--mlp-runs`` times; once more on one device alone, shown apart (the ``cpu`` chip
    holds the all-devices-busy rates, which a program on one device outruns).
 
-For each sweep, llama_train run and MLP step, the roofs themselves: every modeled op's
+For each sweep, llama run and MLP step, the roofs themselves: every modeled op's
 efficiency against its own pricing (a matmul at its kernel's rate for its size, bytes at the
 bandwidth of the memory they fit in): how many ops run above 110% of their roof (goal: none
 that holds >= 5% of its step), the largest efficiency and the rate that priced that op, and
-the matmuls' median efficiency.
+the matmuls' median efficiency (goal 0.6-1.0); for the MLP step, whose matmuls have shapes the
+calibration never ran (``x.T @ g`` of a 256-row batch), the matmul farthest in efficiency from
+the median of the others (goal: within 1.5x).
 4. An op XLA:CPU runs asynchronously, timed to its completion (``harness.trace.completions``):
    an Eigen dot (``a.T @ b``, 768^3, one device, nothing beside it) traced for 15 steps, its
    median time in the trace against the median wall time of the same call (jax's
@@ -29,8 +32,10 @@ the matmuls' median efficiency.
    dispatch) printed beside them. Goal: within 25% (a loaded host's calls vary that much).
    ``--async-only`` runs this check alone (seconds).
 
-Take it on a quiet host: the figures describe the host only as well as its calibration does
-(each run divides out the host's drift since then).
+The host probe (``harness.chip.drift``'s reference matmul) runs first and last: its best /
+median rate below 1.1 on both sides says the host was quiet. Take it on a quiet host: the
+figures describe the host only as well as its calibration does (each run divides out the
+host's drift since then).
 """
 from __future__ import annotations
 
@@ -59,6 +64,9 @@ from harness.runs import store
 from harness.runs.run import Run
 
 LARGE_B, VISIBLE, ROOF = 1024, 0.05, 1.1
+MEDIAN, APART = (0.6, 1.0), 1.5  # the matmuls' median efficiency; one matmul from the others
+QUIET = 1.1  # the host probe's best / median rate on a quiet host
+LLAMA = ("llama_train", "llama_prefill", "llama_decode")
 MLP = (256, 512, 1024, 256)  # batch, in, hidden, out of the MLP gradient step
 
 
@@ -103,22 +111,34 @@ def roofs(ops: pd.DataFrame) -> dict:
     column = getattr(schema, "RATE", "rate")  # older checkouts have no rate column
     rate = ok.loc[i, column] if column in ok.columns else "-"
     matmuls = eff[ok[schema.CATEGORY] == "matmul"]
+    # each matmul's efficiency over the median of the others' (goal 3: within 1.5x)
+    apart = [e / matmuls.drop(j).median() for j, e in matmuls.items()] if len(matmuls) > 1 else []
+    far = max(apart, key=lambda a: max(a, 1 / a)) if apart else 1.0
     return {"ops": len(ok), "above": int((eff > ROOF).sum()),
             "visible_above": int((eff[ok[schema.SHARE] >= VISIBLE] > ROOF).sum()),
             "worst": float(eff.max()), "op": str(ok.loc[i, schema.OP]), "rate": rate,
-            "matmul_median": float(matmuls.median()) if len(matmuls) else math.nan}
+            "matmul_median": float(matmuls.median()) if len(matmuls) else math.nan,
+            "matmul_apart": float(max(far, 1 / far))}
 
 
-def show(what: str, r: dict) -> bool:
+def show(what: str, r: dict, apart: bool = False) -> bool:
+    """Print ``roofs``' figures; whether the roof goal and the matmul median's are met (and,
+    ``apart``, the goal that every matmul lands within ``APART`` of the others)."""
+    median_ok = MEDIAN[0] <= r["matmul_median"] <= MEDIAN[1]
+    apart_ok = r["matmul_apart"] <= APART
     print(f"{what}: {r['above']} of {r['ops']} modeled ops above {ROOF:.0%} of their roof "
           f"({r['visible_above']} holding >= {VISIBLE:.0%} of the step); largest "
           f"{r['worst']:.0%} ({r['op']}, priced by {r['rate']}); matmuls' median efficiency "
-          f"{r['matmul_median']:.2f}")
-    return r["visible_above"] == 0
+          f"{r['matmul_median']:.2f} (goal {MEDIAN[0]}-{MEDIAN[1]}: "
+          f"{'met' if median_ok else 'NOT met'})"
+          + (f"; the matmul farthest from the others' median efficiency: "
+             f"{r['matmul_apart']:.2f}x (goal <= {APART}x: {'met' if apart_ok else 'NOT met'})"
+             if apart else ""))
+    return r["visible_above"] == 0 and median_ok and (apart_ok or not apart)
 
 
-def llama_log_error(out: Path) -> tuple[float, int, dict]:
-    harness("run", "llama_train", "--out", str(out), "--top", "1")
+def llama_log_error(out: Path, workload: str = "llama_train") -> tuple[float, int, dict]:
+    harness("run", workload, "--out", str(out), "--top", "1")
     (path,) = [p for p in out.iterdir() if (p / store.META).exists()]
     ops = Run.load(path).ops
     ok = (ops[schema.PREDICTED_S] > 0) & (ops[schema.MEASURED_S] > 0)
@@ -195,6 +215,17 @@ def async_span(n: int = 768, calls: int = 15) -> bool:
     return ok
 
 
+def quiet(after: bool) -> float:
+    """The host probe's best / median rate (``harness.chip.drift``), printed: below ``QUIET``
+    the host was quiet enough for these figures to describe it."""
+    from harness.chip import drift
+
+    s = drift.spread(drift.reference_rates())
+    print(f"host probe {'after' if after else 'before'}: best / median rate {s:.2f} "
+          f"({'quiet' if s < QUIET else f'NOT quiet: {QUIET} or more'})")
+    return s
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sweeps", type=int, default=3)
@@ -206,6 +237,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.async_only:
         return 0 if async_span() else 1
+    quiet(after=False)
     tmp = Path(tempfile.mkdtemp(prefix="bench-cpu-accuracy-"))
     if not args.no_calibrate:
         os.environ[CACHE_ENV] = str(tmp / "cache")
@@ -231,6 +263,10 @@ def main(argv=None) -> int:
     errs = [llama_log_error(tmp / f"llama{i}") for i in range(args.llama_runs)]
     for i, (_, _, r) in enumerate(errs):
         roof &= show(f"llama_train run {i + 1}", r)
+    for workload in LLAMA[1:]:
+        for i in range(args.llama_runs):
+            roof &= show(f"{workload} run {i + 1}",
+                         llama_log_error(tmp / f"{workload}{i}", workload)[2])
     if errs:
         worst = max(e for e, _, _ in errs)
         print(f"llama_train: median |ln(predicted/measured)| over {errs[0][1]} modeled ops, "
@@ -238,13 +274,16 @@ def main(argv=None) -> int:
               f"factor of {math.exp(worst):.2f}; goal <= 0.5): "
               f"{'met' if worst <= 0.5 else 'NOT met'}")
     for i in range(args.mlp_runs):
-        roof &= show(f"MLP gradient step {MLP}, every device, run {i + 1}", mlp_step(True))
+        roof &= show(f"MLP gradient step {MLP}, every device, run {i + 1}", mlp_step(True),
+                     apart=True)
     if args.mlp_runs:  # a limit, shown apart: the chip's rates are the all-busy ones
         show(f"MLP gradient step {MLP}, one device alone (priced at all-busy rates)",
              mlp_step(False))
     print(f"sweep goal {'met' if met else 'NOT met'} in {args.sweeps} sweeps in a row")
-    print(f"roof goal (no op holding >= {VISIBLE:.0%} of its step above {ROOF:.0%} of its roof) "
-          f"{'met' if roof else 'NOT met'}")
+    print(f"roof goal (no op holding >= {VISIBLE:.0%} of its step above {ROOF:.0%} of its roof, "
+          f"matmuls' median within {MEDIAN[0]}-{MEDIAN[1]}, an MLP step's matmuls within "
+          f"{APART}x of each other) {'met' if roof else 'NOT met'}")
+    quiet(after=True)
     async_span()
     return 0
 
