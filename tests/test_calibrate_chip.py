@@ -256,7 +256,10 @@ def test_calibration_flops_match_xla_cost_analysis():
     prog = _matmul("matmul")(jax.devices()[:N], "fp32", 256, PLANS["quick"].chain)
     cost = prog.fn.lower(*prog.args).compile().cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    assert prog.work == pytest.approx(cost["flops"])  # per device: [256,256] @ [256,256]
+    # per device: a chain of [256,256] @ [256,256], 2 * 256^3 FLOPs each, after x is scaled
+    # by the one-element all-reduce that starts every device's chain at once (256^2 multiplies)
+    assert prog.chain == PLANS["quick"].chain and prog.work == 2 * 256 ** 3
+    assert cost["flops"] == prog.work * prog.chain + 256 ** 2
 
 
 def test_drift_factor_scales_compute_and_memory_not_collectives():

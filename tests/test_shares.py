@@ -109,3 +109,41 @@ def test_shares_are_a_column_beside_the_durations_the_trace_gave():
     out = host_shares(events(rows))
     assert list(out[schema.DURATION_NS]) == [10, 10]  # as traced
     assert list(out[schema.SHARE_NS]) == [15, 15]     # 2 * (5/1 + 5/2) each, as above
+
+
+
+
+def test_a_calibration_probe_times_long_ops_as_shares_and_short_ones_as_durations_where_less():
+    from harness.chip.probes import SLICE_NS, _per_op
+
+    ms = 1_000_000
+    assert SLICE_NS == ms
+
+    def probe(rows):
+        t = _per_op(events(rows), shared=True, codes={op: "fusion" for op, *_ in rows})
+        return {op: v for (op, _), v in t.items()}
+
+    # two devices, each op dispatched after the other's: "long" 3 ms on device 0 over [0, 3),
+    # then on device 1 over [3, 6); alone on the host, each share is D x 3 = 6 ms, a slice or
+    # more: the share (the host ran the two in 6 ms)
+    # "short": 0.1 ms alone on each likewise: share 0.2 ms, below a slice: the duration
+    assert probe([("long", 0, 0, 3 * ms), ("long", 1, 3 * ms, 3 * ms),
+                  ("short", 0, 10 * ms, ms // 10),
+                  ("short", 1, 10 * ms + ms // 10, ms // 10)]) == {"long": 6 * ms,
+                                                                   "short": ms // 10}
+    # the same op at once on both devices: share = duration
+    assert probe([("long", 0, 0, 3 * ms), ("long", 1, 0, 3 * ms)]) == {"long": 3 * ms}
+    # a program timed by durations (not shared): the median over devices
+    t = _per_op(events([("dot", 0, 0, 3), ("dot", 1, 3, 5)]), shared=False, codes={})
+    assert t[("dot", 0)] == 4
+
+
+def test_a_chain_is_timed_by_its_best_step_not_each_op_by_its_own():
+    from harness.chip.probes import best_step
+
+    # a and b share the host: whichever ran beside fewer others took 2, the other 10, by turns;
+    # each op's own best step says 2, the best step (median over the chain) 6
+    per = pd.Series({("a", 0): 10, ("a", 1): 2, ("b", 0): 2, ("b", 1): 10})
+    assert best_step(per, chain=True) == 6
+    # not a chain: the longest op's best step
+    assert best_step(per, chain=False) == 2

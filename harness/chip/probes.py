@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
 import pandas as pd
 
 from harness import schema
@@ -60,9 +61,9 @@ class Plan:
 
 
 PLANS: dict[str, Plan] = {
-    "quick": Plan((128, 512), (1 << 14, 1 << 17, 1 << 22), (256,), (4 << 20,), steps=3,
+    "quick": Plan((16, 128, 512), (1 << 14, 1 << 17, 1 << 22), (256,), (4 << 20,), steps=3,
                   chain=4),
-    "full": Plan((64, 128, 256, 512, 1024), (1 << 11, 1 << 14, 1 << 17, 1 << 20, 1 << 23),
+    "full": Plan((16, 64, 128, 256, 512, 1024), (1 << 11, 1 << 14, 1 << 17, 1 << 20, 1 << 23),
                  (8, 256, 4096), (1 << 20, 4 << 20, 16 << 20), steps=5, chain=8),
 }
 
@@ -120,12 +121,14 @@ MATMULS: dict[str, Callable] = {
 }
 
 
-# A matmul this small (FLOPs) finishes before the next device's starts: a program of one
-# would time each alone, charged the whole host (harness.measure.shares), where a run's small
-# matmuls run beside other devices' ops. So small ones run as a chain of up to ``chain``
-# dependent matmuls per device, which overlap across devices, and the op's time is the median
-# over the chain.
-CHAIN_FLOPS = 2 ** 25
+# Every device runs a chain of ``chain`` dependent matmuls, whatever their size, after a
+# one-element all-reduce that every device's program must reach before any goes on: the
+# devices' chains run at once, their threads sharing the cores, as a run's sharded step does
+# (its collectives keep every device's program in flight). Without it XLA:CPU ran the devices'
+# programs a few at a time: a 512x512 matmul took 3 ms with the host nearly to itself, against
+# 10-13 ms each when eight run at once, as in a run; chained after the all-reduce they take
+# 11-14 ms, share and duration alike. Each op's time is its host share, as a run's
+# (``harness.measure.shares``); the matmul's, the median over the chain.
 
 
 def _matmul(layout: str) -> Callable[..., Program]:
@@ -137,10 +140,10 @@ def _matmul(layout: str) -> Callable[..., Program]:
         name = dtypes.numpy_name(dtype)  # book name -> jax.numpy name
         # w = 1/n everywhere (exact for n a power of two): x stays all ones along the chain
         args = (_ones(m, (k * n, n), name, P("X", None)), _ones(m, (n, n), name, P(), 1 / n))
-        c = min(chain, max(1, CHAIN_FLOPS // (2 * n ** 3)))
 
         def body(x, w):
-            for _ in range(c):  # the barrier keeps each matmul its own op (a YNNPACK fusion
+            x = x * (jax.lax.psum(x[:1, :1], "X") / k)  # all ones still (module note)
+            for _ in range(chain):  # the barrier keeps each matmul its own op (a YNNPACK fusion
                 x = jax.lax.optimization_barrier(MATMULS[layout](x, w))  # would take them all)
             return x
 
@@ -148,7 +151,7 @@ def _matmul(layout: str) -> Callable[..., Program]:
                                    out_specs=P("X", None)))
         # every device's matmul runs at once, queued on the host's shared thread pool: timed
         # as shares
-        return Program(fn, args, 2.0 * n ** 3, shared=True, chain=c)  # roofline.md: 2BDF
+        return Program(fn, args, 2.0 * n ** 3, shared=True, chain=chain)  # roofline.md: 2BDF
     return build
 
 
@@ -220,9 +223,8 @@ def outside_user_mesh() -> Iterator[None]:
 
 def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
     """One program under the profiler. The op's time: per step the median over devices (a
-    ``shared`` program: the mean of host shares, as a run measures ops on CPU, or of
-    durations where less, ``_per_op``), then the best step; a chain of collectives gives the
-    median over its ops.
+    ``shared`` program: the mean of host shares, as a run measures ops on CPU, ``_per_op``),
+    then the best step; a chain of collectives gives the median over its ops.
 
     Only the matmul is timed as shares. The other programs run one short op per device per
     step, dispatched device after device, so their ops hardly overlap and a share would charge
@@ -233,28 +235,48 @@ def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
         return measure_program(prog, kind, scope, dtype, size, role, plan)
 
 
-def _per_op(ev, shared: bool, codes: dict[str, str]):
-    """Each op's time, best step: the median over devices of its duration; a ``shared``
-    program's, the mean over devices of its host shares or of its durations, whichever is less.
-    A roof is a lower bound on time: where a step's ops overlap, a share is about the duration;
-    where they run one after another (small matmuls, dispatched device after device), a share
-    charges each with the whole host while it sat idle, and the duration is the op's time."""
+# A probe op whose share lasts a scheduler time slice or more is preempted and resumed among
+# the device threads as a run's long ops are, and its share is the host time it took; one
+# shorter runs to completion once started, on one core, and its share charges it with cores
+# that sat idle. Measured here with every device busy (mean over devices, one step):
+# 512x512 chained, share 11-13 ms and duration 11-14 ms, as a run's matmuls of that size;
+# 64x64 chained, share 0.02-0.05 ms and duration 0.007-0.026 ms, where a run's 64x64x32 ops
+# take 0.005-0.04 ms: there the duration is the op's time.
+SLICE_NS = 1_000_000
+
+
+def _per_op(ev, shared: bool, codes: dict[str, str]) -> pd.Series:
+    """Each op's time in each step, indexed (op, step): the median over devices of its
+    duration; a ``shared`` program's, the mean over devices of its host shares, as a run on CPU
+    measures its ops (``harness.measure.shares``), or of its durations where less and the share
+    is shorter than ``SLICE_NS`` (above)."""
     def per_step(column, how):
         return (ev.groupby([schema.OP, schema.STEP, schema.DEVICE], observed=True)[column].sum()
                 .groupby(level=[0, 1]).agg(how))
 
     if not shared:
-        return per_step(schema.DURATION_NS, "median").groupby(level=0).min()
+        return per_step(schema.DURATION_NS, "median")
     ev = host_shares(ev, apart_by_opcode(codes))
-    both = pd.concat([per_step(schema.SHARE_NS, "mean"), per_step(schema.DURATION_NS, "mean")],
-                     axis=1)
-    return both.min(axis=1).groupby(level=0).min()
+    share, duration = per_step(schema.SHARE_NS, "mean"), per_step(schema.DURATION_NS, "mean")
+    short = share < SLICE_NS
+    share[short] = np.minimum(share[short], duration[short])
+    return share
+
+
+def best_step(per: pd.Series, chain: bool) -> float:
+    """The time of ``_per_op``'s ops: a ``chain``'s, per step the median over its ops, then the
+    best step (``measure_program``); else the longest op's best step."""
+    if chain:
+        return float(per.groupby(level=1).median().min())
+    return float(per.groupby(level=0).min().max())
 
 
 def measure_program(prog, kind, scope, dtype, size, role, plan,
                     ops: tuple[str, ...] = ()) -> Sample:
-    """``prog`` under the profiler, as ``measure``; ``ops``: the ops to time (a matmul chain's),
-    the median over them."""
+    """``prog`` under the profiler, as ``measure``; ``ops``: the ops to time (a matmul chain's).
+    A chain's time is, per step, the median over its ops, then the best step: the ops of one
+    step share the host between them, so the best step bounds them all, where each op's own
+    best step would pick for each the step it happened to run beside the fewest others."""
     with tempfile.TemporaryDirectory(prefix="calibrate-") as tmp:
         cap = capture(prog.fn, prog.args, warmup=1, steps=plan.steps, out_dir=tmp,
                       carry=prog.carry)
@@ -263,15 +285,16 @@ def measure_program(prog, kind, scope, dtype, size, role, plan,
     span_ns = (by_step["end"].max() - by_step[schema.START_NS].min()).median()
     codes = _opcodes(cap.hlo_text)
     per = _per_op(ev, prog.shared, codes)
+    names = per.index.get_level_values(0).astype(str)
     if prog.opcodes:
-        per = per[[codes.get(str(op)) in prog.opcodes for op in per.index]]
+        per = per[[codes.get(op) in prog.opcodes for op in names]]
         if per.empty:
             raise HarnessError(f"calibration: no {kind} op in the trace of {cap.program}")
     if ops:  # the matmuls' own ops, not the converts around them
-        per = per[[str(o) in ops for o in per.index]]
+        per = per[[op in ops for op in per.index.get_level_values(0).astype(str)]]
         if per.empty:
             raise HarnessError(f"calibration: no op {ops[0]} in the trace of {cap.program}")
-    op_ns = per.median() if prog.opcodes or ops else per.max()
+    op_ns = best_step(per, chain=bool(prog.opcodes or ops))
     return Sample(kind, scope, dtype, int(size), role, prog.work, float(op_ns) * 1e-9,
                   float(span_ns) * 1e-9 / prog.chain)
 
