@@ -8,7 +8,8 @@ import pytest
 import workloads
 from harness.plan import search
 from workloads import aot
-from workloads.llama import fit, memory
+from workloads.base import FitTrial
+from workloads.llama import fit, memory, remat
 from workloads.mesh import abstract_mesh
 
 TRAIN = workloads.get("llama_train")
@@ -58,8 +59,18 @@ def test_the_layer_inputs_alone_rule_out_every_policy_that_keeps_them_in_hbm():
     trials = fit.trials(CFG, MESH, 32e9, SHAPE)
     kept = [t.sets.get("remat_offload") for t in trials if t.need_bytes <= 32e9]
     assert kept == [OFFLOAD_ALL, OFFLOAD_QKV, "decoder_layer_input"]
-    stages = [t.stage for t in trials]
-    assert stages == sorted(stages, key=("remat", "offload").index)   # remat, then offload
+    # compiled cheapest first by predicted step time, not HBM policies before offloads: each
+    # offload recomputes the layer's forward but for what it offloads. Leaving out out_proj
+    # recomputes 2·N·H·D a token and layer, then Q, K, V 2·D·(N + 2K)·H more, 80 layers x
+    # 40960 tokens at a v6e's 920 TFLOP/s: 0.48 s, then 0.60 s
+    assert 80 * TOKENS * 2 * N * H * D / 920e12 == pytest.approx(0.478, abs=1e-3)
+    assert 80 * TOKENS * 2 * D * (N + 2 * K) * H / 920e12 == pytest.approx(0.598, abs=1e-3)
+    # ...while the host link, 2 x the offloaded bytes at 32 GB/s (174.5 GB at most: 10.9 s),
+    # stays under the step's ~24 s of FLOPs (6 · 70B · 40960 tokens alone is 18.7 s)
+    assert 2 * TOKENS * L * (2 * D + (N + 2 * K) * H) * 2 / 32e9 == pytest.approx(10.9, abs=0.05)
+    assert 6 * 70.55e9 * TOKENS / 920e12 == pytest.approx(18.8, abs=0.1)
+    order = search.ordered([t for t in trials if t.need_bytes <= 32e9], "tpu-v6e")
+    assert [t.sets["remat_offload"] for t in order] == kept
 
 
 def test_offloading_out_proj_too_is_past_the_host_memory_libtpu_gives_a_v6e_chip():
@@ -74,6 +85,55 @@ def test_offloading_out_proj_too_is_past_the_host_memory_libtpu_gives_a_v6e_chip
     assert [t.sets["remat_offload"] for t in kept] == [OFFLOAD_QKV, "decoder_layer_input"]
     assert words == ("the memory model put 11 of 14 settings past its 32 GB of HBM and 1 past "
                      "the 128.00 GiB of host memory libtpu gives a chip before compiling")
+
+
+# forward FLOPs a token of one layer (transformers.md: 2 · input width · output width a
+# matmul): Q, K, V, out_proj; the gated MLP's three; causal attention over 8192 keys (4·T·N·H,
+# halved)
+QKV_FLOPS, OUT_FLOPS = 2 * D * (N + 2 * K) * H, 2 * N * H * D
+MLP_FLOPS, ATTN_FLOPS = 3 * 2 * D * F, 4 * 8192 * N * H / 2
+LAYER_FORWARD = QKV_FLOPS + OUT_FLOPS + MLP_FLOPS + ATTN_FLOPS
+
+
+@pytest.mark.parametrize("policy, flops", [
+    ("none", 0), ("minimal_with_context", 0),             # everything kept
+    ("minimal", ATTN_FLOPS), ("dots", ATTN_FLOPS),         # the projections kept
+    ("save_dot_except_mlpwi", 2 * 2 * D * F + ATTN_FLOPS),
+    ("save_qkv_proj", OUT_FLOPS + MLP_FLOPS + ATTN_FLOPS),
+    ("qkv_proj_offloaded", OUT_FLOPS + MLP_FLOPS + ATTN_FLOPS),
+    ("full", LAYER_FORWARD)])
+def test_a_policy_recomputes_the_forward_of_what_it_neither_saves_nor_offloads(policy, flops):
+    pol = remat.POLICIES[policy]
+    assert pol.recompute_flops(CFG, 8192, causal=True) == pytest.approx(flops, rel=1e-12)
+    # 70B's layer: 1.85 GFLOPs a token, 2 x its 0.856e9 matmul parameters and the attention
+    assert LAYER_FORWARD == pytest.approx(2 * (3 * D * F + 2 * D * (N + K) * H) + 2 * 8192 * N
+                                          * H) == pytest.approx(1.8455e9, rel=1e-4)
+
+
+def test_full_remat_is_one_more_forward_of_the_layers_and_chunks_one_more_unembedding():
+    # transformers.md (reference §5.2): block remat takes a step from 6·P·tokens to 8·P·tokens,
+    # the layers' forward once more; the chunked loss its output projection, 2·D·V a token
+    at = lambda **sets: workloads.make_config(  # noqa: E731
+        "llama_train", "70b", {**SHAPE, **{k: str(v) for k, v in sets.items()}})
+    none, full = fit.step_flops(at(remat="none"), MESH), fit.step_flops(at(remat="full"), MESH)
+    assert full - none == pytest.approx(L * TOKENS * LAYER_FORWARD, rel=1e-9)
+    # 6 · matmul parameters · tokens + causal attention (12·T·N·H·L halved), a chip's tokens
+    matmul = L * (3 * D * F + 2 * D * (N + K) * H) + D * V
+    assert none == pytest.approx(6 * matmul * TOKENS + 6 * 8192 * N * H * L * TOKENS, rel=1e-9)
+    chunked = fit.step_flops(at(remat="none", num_vocab_tiling=4), MESH)
+    assert chunked - none == pytest.approx(2 * D * V * TOKENS, rel=1e-9)
+
+
+def test_the_predicted_step_is_the_flops_at_peak_unless_the_host_link_takes_longer():
+    # roofline.md: max(T_math, T_comms); a v6e: 920 TFLOP/s bf16, PCIe 32 GB/s each way
+    compute = FitTrial({}, "offload", "x", 25e9, host_bytes=100e9, flops=9.2e15)
+    assert search.predicted_s(compute, "tpu-v6e") == pytest.approx(10.0)      # 6.25 s on PCIe
+    host = FitTrial({}, "offload", "y", 0.0, host_bytes=320e9, flops=9.2e15)
+    assert search.predicted_s(host, "tpu-v6e") == pytest.approx(20.0)         # 2 x 320 / 32
+    # a tie (10 s each) goes to the fewer HBM bytes
+    a, b = (FitTrial({"n": str(i)}, "remat", "z", need, flops=9.2e15) for i, need in
+            ((1, 30e9), (2, 20e9)))
+    assert search.ordered([a, host, b, compute], "tpu-v6e") == [b, compute, a, host]
 
 
 class _Job:

@@ -172,6 +172,116 @@ def test_the_search_tries_the_runs_own_policy_and_the_memory_model_keeps_it(run)
     assert own in [t.policy for t in kept]
 
 
+def _kept(run: str) -> list:
+    """The settings the search keeps for a run's shape, in the workload's order."""
+    from harness.plan.search import prune
+    from workloads import tpu
+    from workloads.llama import fit
+    from workloads.mesh import abstract_mesh
+
+    argv = _shape_argv(run)
+    shape = dict(a.split("=", 1) for a in argv[argv.index("--set") + 1::2])
+    mesh = abstract_mesh(argv[argv.index("--mesh") + 1], ("X", "Y"))
+    chip = PREDICTED[run]["chip"]
+    hbm = hardware.chip_entry(chip).hbm_bytes
+    cfg = workloads.make_config("llama_train", argv[argv.index("--preset") + 1], shape)
+    kept, _ = prune("llama_train", fit.trials(cfg, mesh, hbm, shape), hbm,
+                    tpu.TOPOLOGIES[chip].host_bytes)
+    return kept
+
+
+# The book's chips (tpus.md): bf16 FLOP/s and PCIe bytes/s each way, per chip
+BOOK_CHIP = {"tpu-v6e": (920e12, 32e9), "tpu-v5p": (459e12, 16e9)}
+ALL_NAMES = ("query_proj", "key_proj", "value_proj", "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo",
+             "context")
+
+
+def _seconds(run: str, sets: dict) -> float:
+    """The step a setting is predicted at, from the book alone: max(T_math, T_host)
+    (roofline.md, the host transfers overlapping the compute). T_math: a chip's 6 · matmul
+    parameters · tokens + causal attention (6·T·N·H·L a token), the forward of every name the
+    policy neither keeps nor offloads once more in each layer, and 2·D·V a token for a chunked
+    loss; T_host: the offloaded widths' bf16 bytes, to host and back."""
+    from workloads.llama import remat
+
+    _, cfg = _config(run)
+    L, D, F, N, K, H, V, T = (cfg.L, cfg.D, cfg.F, cfg.N, cfg.K, cfg.H, cfg.V, cfg.T)
+    tokens = int(MEASURED[run]["batch/device"]) * T
+    forward = {"query_proj": 2 * D * N * H, "key_proj": 2 * D * K * H,
+               "value_proj": 2 * D * K * H, "out_proj": 2 * N * H * D, "mlpwi_0": 2 * D * F,
+               "mlpwi_1": 2 * D * F, "mlpwo": 2 * F * D, "context": 2 * T * N * H}
+    width = {"query_proj": N * H, "key_proj": K * H, "value_proj": K * H, "out_proj": D,
+             "mlpwi_0": F, "mlpwi_1": F, "mlpwo": D, "context": N * H,
+             "decoder_layer_input": D}
+    pol = remat.policy(sets["remat"], "", sets.get("remat_offload", ""))
+    again = [] if not pol.checkpoint else [n for n in ALL_NAMES
+                                           if n not in pol.saved + pol.offloaded]
+    flops = (6 * (L * (3 * D * F + 2 * D * (N + K) * H) + D * V) * tokens
+             + 6 * T * N * H * L * tokens + L * tokens * sum(forward[n] for n in again)
+             + (2 * D * V * tokens if int(sets["num_vocab_tiling"]) > 1 else 0))
+    host = 2 * tokens * L * sum(width[n] for n in pol.offloaded)
+    peak, pcie = BOOK_CHIP[PREDICTED[run]["chip"]]
+    return max(flops / peak, 2 * host / pcie)
+
+
+@pytest.mark.parametrize("run", sorted(MEASURED))
+def test_the_search_compiles_the_kept_settings_cheapest_first_by_predicted_step(run):
+    from harness.plan.search import ordered, predicted_s
+
+    kept, chip = _kept(run), PREDICTED[run]["chip"]
+    for t in kept:
+        assert predicted_s(t, chip) == pytest.approx(_seconds(run, t.sets), rel=1e-9)
+    book = sorted(kept, key=lambda t: (_seconds(run, t.sets), t.need_bytes))
+    assert ordered(kept, chip) == book
+    assert ordered(kept, chip)[0].policy == FIRST_COMPILED[run]
+
+
+# What the search compiles first for each run's shape (docs/published-runs.md, "From the shapes
+# alone"), and why: every kept setting's offloads cross PCIe in less time than its FLOPs take,
+# so it is the one that recomputes least (with the fewest loss chunks).
+FIRST_COMPILED = {
+    # 8B and LLaMA-2 70B: the policies that recompute only the attention (minimal, dots) or
+    # less are past 32 GB; MaxText's 405B offload, context and mlpwo to the host, recomputes
+    # Q, K, V, out_proj and the MLP's input projections, less than any other kept
+    "llama3.1-8b-v6e": "remat=custom, remat_offload=context,mlpwo",
+    "llama2-70b-v6e": "remat=custom, remat_offload=context,mlpwo",
+    # only the offloads of the layer input are kept; Q, K, V offloaded recompute least
+    "llama3.1-70b-v6e": "remat=custom, remat_offload=decoder_layer_input,query_proj,key_proj,"
+                        "value_proj",
+    "llama3.1-405b-v5p": "remat=custom, remat_offload=context,mlpwo",
+}
+
+
+def test_the_405b_search_compiles_maxtexts_offload_before_full_remat():
+    # Both keep the loss in 4 chunks. Full remat recomputes besides the MLP's output projection
+    # (2·F·D a token) and the causal attention (2·T·N·H): 126 layers x 16384 tokens a chip x
+    # (1.745e9 + 0.268e9) = 4.16e15 FLOPs, 9.05 s at 459 TFLOP/s; the offload's 126 x 16384 x
+    # (N·H + D) x 2 B = 135.3 GB go to host and back in 16.9 s at 16 GB/s, under its ~111 s
+    from harness.plan.search import ordered, predicted_s
+
+    D, F, N, H, T = 16384, 53248, 128, 128, 8192
+    extra = 126 * 16384 * (2 * F * D + 2 * T * N * H)
+    assert extra / 459e12 == pytest.approx(9.05, abs=0.01)
+    host = 126 * 16384 * (N * H + D) * 2
+    assert host == pytest.approx(135.3e9, rel=1e-3) and 2 * host / 16e9 == pytest.approx(16.9,
+                                                                                         abs=0.05)
+    kept = {t.policy: t for t in _kept("llama3.1-405b-v5p")}
+    offload, full = kept["remat=custom, remat_offload=context,mlpwo"], kept["remat=full"]
+    assert offload.sets["num_vocab_tiling"] == full.sets["num_vocab_tiling"] == "4"
+    assert predicted_s(full, "tpu-v5p") - predicted_s(offload, "tpu-v5p") == pytest.approx(
+        extra / 459e12, rel=1e-9)
+    order = ordered(list(kept.values()), "tpu-v5p")
+    assert order.index(offload) < order.index(full)
+    # 135.3 GB is within the 128 GiB (137.4 GB) of host memory libtpu gives a v5p chip; every
+    # projection output offloaded (minimal_offloaded, the attention alone recomputed) would be
+    # 126 x 16384 x (N·H + 2K·H + 2D + 2F) x 2 B = 651 GB, past it (libtpu refused its
+    # 219.8 GB bf16[126,2,8192,53248] of one MLP input projection alone) and pruned
+    assert host <= 128 * 2**30
+    assert 126 * 16384 * (N * H + 2 * 8 * H + 2 * D + 2 * F) * 2 == pytest.approx(651.1e9,
+                                                                                  rel=1e-3)
+    assert "remat=minimal_offloaded" not in kept
+
+
 @pytest.mark.heavy  # the search's compiles at real size, 3 to 10 min each on a 2-core host
 @pytest.mark.libtpu
 @pytest.mark.parametrize("run", sorted(MEASURED))

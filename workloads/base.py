@@ -48,14 +48,17 @@ class FitTrial:
     """One setting of a workload's memory knobs that ``predict-hlo``'s fit search may compile
     (``harness.plan.search``): the config values it sets, the search's stage that offers it
     (``REMAT_STAGE`` or ``OFFLOAD_STAGE``), the policy it tries (a retry with the loss in more
-    chunks keeps it) and the bytes per device the workload's memory model gives it: in HBM
-    and, for activations offloaded, in host memory."""
+    chunks keeps it), the bytes per device the workload's memory model gives it: in HBM
+    and, for activations offloaded, in host memory, and the FLOPs per device of its step,
+    recomputation included (the search prices ``flops`` and ``host_bytes`` on the chip to
+    compile the cheapest first)."""
 
     sets: Mapping[str, str]
     stage: str
     policy: str
     need_bytes: float
     host_bytes: float = 0.0
+    flops: float = 0.0
 
 
 REMAT_STAGE, OFFLOAD_STAGE = "remat", "offload"
@@ -82,9 +85,10 @@ class Workload:
     model, no figures of its own); ``memory_knobs`` config field -> how to turn it to need less
     memory, named in an out-of-memory message; ``remat_order`` its ``remat`` policies from the
     least recomputation to the most; ``fit_trials(cfg, mesh, budget, given) -> [FitTrial]``
-    the settings of its memory knobs that ``predict-hlo`` tries when no remat is given,
-    cheapest first, each with the fewest loss chunks its memory model puts within ``budget``
-    bytes a device (``given``: the overrides set on the command line, which it keeps).
+    the settings of its memory knobs that ``predict-hlo`` tries when no remat is given (it
+    compiles them cheapest first by predicted step time), each with the fewest loss chunks its
+    memory model puts within ``budget`` bytes a device (``given``: the overrides set on the
+    command line, which it keeps).
     """
 
     name: str

@@ -59,7 +59,11 @@ class TpuKind:
 TOPOLOGIES: dict[str, TpuKind] = {
     # v4 chips have two TensorCores; the megacore config makes one device per chip, as on a pod
     "tpu-v4p": TpuKind("v4", 3, (("chip_config_name", "megacore"),)),
-    "tpu-v5p": TpuKind("v5p", 3),
+    # libtpu 0.0.42.1 on v5p:8x8x8: "Allocation (size=219848638464) would exceed memory
+    # (size=137438953472) :: ... inlined_call_operand.host [shape: bf16[126,2,8192,53248]"
+    # (LLaMA-3.1 405B at 2 x 8192 tokens a chip, remat=minimal_offloaded: one MLP input
+    # projection's offloaded activations, 6 min into the compile)
+    "tpu-v5p": TpuKind("v5p", 3, host_bytes=128 * 2**30),
     "tpu-v5e": TpuKind("v5e", 2),
     # libtpu 0.0.42.1 on v6e:16x16: "Ran out of memory in memory space host. Used 162.50G of
     # 128.00G host" (LLaMA-3.1 70B with its layer inputs, Q, K, V and out_proj offloaded)

@@ -1,17 +1,19 @@
 """``predict-hlo`` with no ``remat`` given: the cheapest setting of the memory knobs that fits.
 
 A workload lists the settings its fit search may compile (``Workload.fit_trials``;
-``llama_train``: ``workloads.llama.fit``), cheapest first: the loss in chunks, then the remat
-policies from the least recomputation to the most, then the offload policies, each with the
-bytes a device its memory model gives it. The search prunes every setting the model puts past
-the chip's HBM before compiling (`transformers.md`, reference §5.2: remat trades FLOPs for
-activation memory, so the first that fits is the fastest that fits), then compiles the rest in
-turn for the TPU chip until libtpu places one: libtpu refuses a program whose temporaries
-exceed the HBM early in the compile (``workloads.aot.HbmExhausted``) and says by how much, and
-a refused setting is tried once more with the loss in as many more chunks as the model needs to
-save that much. The one that fits is used (its compile is cached, so ``predict-hlo`` reads it
-back) and a note names the knobs set, the settings pruned and the compiles made, with their
-time.
+``llama_train``: ``workloads.llama.fit``): its remat and offload policies, each with the loss
+in as few chunks as its memory model needs, the bytes a device it gives them in HBM and in host
+memory, and the FLOPs a device of the step, recomputation included. The search prunes every
+setting the model puts past the chip's HBM (or the host memory libtpu gives a chip) before
+compiling, then compiles the rest for the TPU chip cheapest first by predicted step time
+(``predicted_s``: `roofline.md`'s max(T_math, T_comms), the FLOPs at the chip's peak against
+the offloaded bytes to host and back over PCIe, which overlap the compute; `transformers.md`,
+reference §5.2: remat trades FLOPs for activation memory) until libtpu places one: libtpu
+refuses a program whose temporaries exceed the HBM early in the compile
+(``workloads.aot.HbmExhausted``) and says by how much, and a refused setting is tried at once
+with the loss in as many more chunks as the model needs to save that much. The one that fits is
+used (its compile is cached, so ``predict-hlo`` reads it back) and a note names the knobs set,
+their predicted step time, the settings pruned and the compiles made, with their time.
 """
 from __future__ import annotations
 
@@ -93,6 +95,23 @@ def _host_budget(tpu_chip: str) -> float | None:
     return tpu.TOPOLOGIES[tpu_chip].host_bytes
 
 
+def predicted_s(trial, tpu_chip: str) -> float:
+    """The step time the search orders ``trial`` by: T = max(T_math, T_host) (`roofline.md`'s
+    lower bound, perfect overlap: offloaded activations move over the host link while the
+    layers compute, which is why MaxText offloads), T_math = its FLOPs a device over the chip's
+    bf16 peak, T_host = its offloaded bytes to host in the forward and back in the backward,
+    2 · host bytes / W_pcie (not priced where the book gives no PCIe rate)."""
+    chip = hardware.chip_entry(tpu_chip)
+    host = 2 * trial.host_bytes / chip.pcie_bytes_per_s if chip.pcie_bytes_per_s else 0.0
+    return max(trial.flops / chip.flops_per_s("bf16"), host)
+
+
+def ordered(trials: list, tpu_chip: str) -> list:
+    """``trials`` cheapest first by ``predicted_s``; a tie goes to the fewer HBM bytes (more
+    headroom, likelier placed at the first compile), then to the workload's order."""
+    return sorted(trials, key=lambda t: (predicted_s(t, tpu_chip), t.need_bytes))
+
+
 def prune(name: str, trials: list, budget: float, host: float | None) -> tuple[list, str]:
     """``(the trials the memory model puts within the HBM budget and the host memory libtpu
     gives a chip (None: not known), what it pruned, in words)``."""
@@ -113,10 +132,11 @@ def prune(name: str, trials: list, budget: float, host: float | None) -> tuple[l
 def choose(workload, preset: str, overrides: Mapping[str, str], mesh_shape: str,
            tpu_chip: str, cache_dir: Path | None,
            progress: Callable[[str], None] = lambda line: None) -> tuple[dict, str]:
-    """``(overrides with the knobs set, one line saying which and why)``: the first of
-    ``workload.fit_trials`` the memory model keeps whose compile for ``tpu_chip`` fits; when
-    none does, the last refused (or, none compiled, the one the model gives the fewest bytes),
-    whose compile then reports the refusal."""
+    """``(overrides with the knobs set, one line saying which and why)``: of the
+    ``workload.fit_trials`` the memory model keeps, cheapest first by ``predicted_s``, the
+    first whose compile for ``tpu_chip`` fits; when none does, the last refused (or, none
+    compiled, the one the model gives the fewest bytes), whose compile then reports the
+    refusal."""
     import workloads
     from workloads.mesh import abstract_mesh
 
@@ -126,7 +146,7 @@ def choose(workload, preset: str, overrides: Mapping[str, str], mesh_shape: str,
     trials = workload.fit_trials(cfg, mesh, budget, overrides)
     kept, pruned = prune(workload.name, trials, budget, _host_budget(tpu_chip))
     log, last = Compiles(), min(trials, key=lambda t: t.need_bytes)
-    for trial in kept:
+    for trial in ordered(kept, tpu_chip):
         need = trial.need_bytes
         while trial is not None:
             sets = {**overrides, **trial.sets}
@@ -135,8 +155,9 @@ def choose(workload, preset: str, overrides: Mapping[str, str], mesh_shape: str,
             if over is None:
                 refused = f" ({'; '.join(log.refused)}: refused)" if log.refused else ""
                 return sets, (f"{knobs(trial.sets)} (no remat given): the first setting that "
-                              f"fits {tpu_chip}'s HBM, cheapest first; {pruned}; "
-                              f"{log.line()}{refused}")
+                              f"fits {tpu_chip}'s HBM, cheapest first by predicted step time "
+                              f"({predicted_s(trial, tpu_chip):.1f} s, FLOPs at peak and "
+                              f"offloads over PCIe); {pruned}; {log.line()}{refused}")
             log.refused.append(knobs(trial.sets))
             last, nxt = trial, _retry(workload, cfg, mesh, overrides, trial, need, over)
             need, trial = (nxt.need_bytes, nxt) if nxt else (need, None)

@@ -43,6 +43,34 @@ NAMES: dict[str, Callable] = {
 }
 LAYER_INPUT = "decoder_layer_input"   # the layer's input, which the scan keeps (or offloads)
 NAMES[LAYER_INPUT] = lambda d: d.D
+
+# The forward FLOPs per token of each name's producer, which a policy that neither saves nor
+# offloads the name spends again in the backward pass (`transformers.md`: a matmul of an
+# input of width a into width b is 2·a·b FLOPs a token; dot-product attention 4·S·N·H a token
+# over S keys, a causal mask halving what a proper kernel does, ``causal_keys``). Recomputing
+# every one is the whole layer's forward: block remat's 8·P·tokens for 6·P·tokens (reference
+# §5.2). The layer input is the previous layer's output, which the scan keeps (or offloads):
+# never recomputed. Keyed as ``NAMES``, the one list of names (checked below).
+FORWARD_FLOPS: dict[str, Callable] = {
+    "query_proj": lambda d, S: 2 * d.D * d.N * d.H,
+    "key_proj": lambda d, S: 2 * d.D * d.K * d.H,
+    "value_proj": lambda d, S: 2 * d.D * d.K * d.H,
+    "out_proj": lambda d, S: 2 * d.N * d.H * d.D,
+    "mlpwi_0": lambda d, S: 2 * d.D * d.F,
+    "mlpwi_1": lambda d, S: 2 * d.D * d.F,
+    "mlpwo": lambda d, S: 2 * d.F * d.D,
+    CONTEXT: lambda d, S: 4 * S * d.N * d.H,   # QK^T and ·V (splash's forward kernel)
+    LAYER_INPUT: lambda d, S: 0,
+}
+assert FORWARD_FLOPS.keys() == NAMES.keys()
+
+
+def causal_keys(keys: float, causal: bool) -> float:
+    """The keys a query sees on average for attention's FLOPs: all of them, half under a causal
+    mask (``predictions.transformer.attention_flops``)."""
+    return keys / 2 if causal else keys
+
+
 QKV = ("query_proj", "key_proj", "value_proj")
 MINIMAL = (*QKV, "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo")   # every projection output
 
@@ -83,6 +111,22 @@ class Remat:
     def host_width(self, d) -> int:
         """Elements per token per layer moved to host memory for the backward pass."""
         return sum(NAMES[n](d) for n in set(self.offloaded)) if self.checkpoint else 0
+
+    def recomputed(self) -> tuple[str, ...]:
+        """The names the backward pass recomputes: those neither saved nor offloaded, the
+        layer input aside (none without ``jax.checkpoint``)."""
+        if not self.checkpoint:
+            return ()
+        kept = {*self.saved, *self.offloaded, LAYER_INPUT}
+        return tuple(n for n in NAMES if n not in kept)
+
+    def recompute_flops(self, d, keys: float, causal: bool = True) -> float:
+        """Forward FLOPs per token per layer the backward pass spends again (``FORWARD_FLOPS``
+        of each name recomputed; ``keys`` each query attends over): 0 for ``none``, the whole
+        layer's forward for ``full`` (`transformers.md`, reference §5.2: 8·P·tokens for
+        6·P·tokens)."""
+        S = causal_keys(keys, causal)
+        return sum(FORWARD_FLOPS[n](d, S) for n in self.recomputed())
 
 
 # name -> policy, in MaxText's order: "fastest to slowest, HBM use highest to lowest" (its
