@@ -163,10 +163,12 @@ def test_a_refused_setting_is_retried_with_the_chunks_that_save_the_excess(monke
     # 4 chunks refused, 0.805 GB over: the model must save that, 4 -> 8 (24.95 -> 19.70 GB);
     # refused again: 8 -> 16 (19.70 -> 17.07 GB, 2.63 GB saved)
     assert tried == ["4", "8", "16"]
+    # the state donated, as MaxText's step and the memory model have it
     assert overrides == {**SHAPE, "num_vocab_tiling": "16", "remat": "custom",
-                         "remat_offload": OFFLOAD_QKV}
-    assert note.startswith(f"num_vocab_tiling=16, remat=custom, remat_offload={OFFLOAD_QKV} "
-                           "(no remat given): the first setting that fits tpu-v6e's HBM")
+                         "remat_offload": OFFLOAD_QKV, "donate_state": "true"}
+    assert note.startswith(f"num_vocab_tiling=16, remat=custom, remat_offload={OFFLOAD_QKV}, "
+                           "donate_state=true (no remat given): the first setting that fits "
+                           "tpu-v6e's HBM")
     assert "put 11 of 14 settings past its 32 GB of HBM and 1 past" in note
     assert "; 3 compiles in " in note and "num_vocab_tiling=8, remat=custom" in note
 
@@ -202,3 +204,12 @@ def test_libtpu_refuses_keeping_everything_and_a_policy_that_keeps_less_fits():
     assert overrides["remat"] != "none"
     assert note.startswith(f"num_vocab_tiling={overrides['num_vocab_tiling']}, "
                            f"remat={overrides['remat']}") and "(no remat given)" in note
+
+
+def test_the_search_donates_the_state_unless_told_otherwise():
+    # the memory model counts the parameters and optimizer state once: donated, as MaxText's
+    # train step does; a donate_state given is the user's and stays
+    donated = fit.trials(CFG, MESH, 32e9, SHAPE)
+    assert {t.sets["donate_state"] for t in donated} == {"true"}
+    given = {**SHAPE, "donate_state": "false"}
+    assert all("donate_state" not in t.sets for t in fit.trials(CFG, MESH, 32e9, given))

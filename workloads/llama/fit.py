@@ -29,6 +29,7 @@ from workloads.llama.book import matmul_params
 from workloads.llama.config import book_model
 
 CHUNKS = "num_vocab_tiling"
+DONATE = "donate_state"
 
 
 def policies() -> list[tuple[str, dict[str, str]]]:
@@ -75,10 +76,14 @@ def step_flops(cfg, mesh) -> float:
 
 def trials(cfg, mesh, budget: float, given: Mapping[str, str]) -> list[FitTrial]:
     """Every policy with its loss chunks, its bytes and its FLOPs (module docstring), in the
-    order of ``policies``."""
+    order of ``policies``; each donates the state to the step unless ``donate_state`` was
+    given, as MaxText's train step does and as the memory model counts it (the parameters
+    and optimizer state once, written over in place; not donated, XLA keeps them twice)."""
     out = []
+    donate = {} if DONATE in given else {DONATE: "true"}
     for stage, sets in policies():
         trial, need = chunked(cfg, mesh, sets, budget, given)
+        trial = {**trial, **donate}
         label = ", ".join(f"{k}={v}" for k, v in sets.items())
         at = replace_config(cfg, trial)
         out.append(FitTrial(trial, stage, label, need, memory.host_bytes(at, mesh),
