@@ -241,8 +241,11 @@ def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
 # that sat idle. Measured here with every device busy (mean over devices, one step):
 # 512x512 chained, share 11-13 ms and duration 11-14 ms, as a run's matmuls of that size;
 # 64x64 chained, share 0.02-0.05 ms and duration 0.007-0.026 ms, where a run's 64x64x32 ops
-# take 0.005-0.04 ms: there the duration is the op's time.
-SLICE_NS = 1_000_000
+# take 0.005-0.04 ms: there the duration is the op's time. The slice is Linux's base slice
+# before its scaling by CPU count, 0.75 ms: 256x256 chained takes shares of 0.96-1.4 ms, which
+# a 1 ms cut timed by share in one calibration and by duration in the next, and an MLP
+# step's 134 MFLOP matmuls landed 1.6-2.1x from its others (1.41-1.56x with 0.75 ms).
+SLICE_NS = 750_000
 
 
 def _per_op(ev, shared: bool, codes: dict[str, str]) -> pd.Series:
