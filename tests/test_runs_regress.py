@@ -106,6 +106,22 @@ def test_more_cpu_work_per_step_is_a_regression_even_on_a_busy_host():
     assert "CPU time per step +50%" in v.message
 
 
+def test_more_cpu_time_while_the_host_moved_under_the_candidate_is_inconclusive():
+    # the same program, its CPU time per step 1.4x, while the candidate's own probe went from
+    # 10 to 8 GFLOP/s between before and after its steps (20% > the 10% a steady host moves):
+    # its device threads spun longer as the load changed; the same 1.4x with the candidate's
+    # probe the same before and after stays a regression (the test above)
+    v = judge.compare(make(), make(14.0, cpu=1.4, host=1.0, host_after=0.8))
+    assert (v.verdict, v.cause) == (judge.INCONCLUSIVE, judge.HOST)
+    assert "while the host moved under it" in v.message
+    steady = judge.compare(make(), make(14.0, cpu=1.4, host=0.8))
+    assert (steady.verdict, steady.cause) == (judge.REGRESSION, judge.SAME_PROGRAM)
+    # a changed program's CPU time is its own: still a regression
+    other = judge.compare(make(), make(14.0, cpu=1.4, host=1.0, host_after=0.8, work=1.4,
+                                       fingerprint="f2"))
+    assert other.verdict == judge.REGRESSION
+
+
 def test_a_slower_wall_step_with_the_same_cpu_work_is_inconclusive_even_on_a_steady_probe():
     # the probe (before and after the steps) can miss a load that came and went in between:
     # with the same CPU work per step, the wall step alone cannot tell the host from the program

@@ -233,6 +233,15 @@ def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False,
                                            f"({math.expm1(-cores):+.0%}: the probe's FLOPs per "
                                            "CPU second): rerun on a steady host to tell")
     cpu_run = str(b.meta.get(schema.DEVICE_KIND, "")).lower() == "cpu"
+    moving = abs(host(b)["moved"]) > math.log1p(rule.host)  # NaN (no probe): False
+    if busier and cpu_run and moving and not changed:
+        # the host's load changed while the candidate ran (its probes before and after it
+        # disagree): device threads that wait for each other spin longer while it is busier,
+        # so the same program's CPU time per step grew with the load, not with the program
+        return verdict(INCONCLUSIVE, HOST, f"{stats}: the same program took more CPU time per "
+                                           f"step while the host moved under it ({seen}): its "
+                                           "device threads wait longer, spinning, on a busier "
+                                           "host; rerun on a steady host to tell")
     if not traced and not busier and (f.decided == CPU or (cpu_run and not steady)):
         return verdict(INCONCLUSIVE, HOST, f"{stats}: " + (
             "the same CPU work per step: other processes took more of the host, or the program "
