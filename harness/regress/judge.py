@@ -152,17 +152,19 @@ def host(run: Run) -> dict:
     return out
 
 
-def _probe(a: Run, b: Run, rule: Rule) -> tuple[float, float, bool, bool, str]:
+def _probe(a: Run, b: Run, rule: Rule) -> tuple[float, float, bool, bool, bool, str]:
     """(h, cores: the log of the baseline's probe speed and cores' speed over the candidate's,
     > 0 where the candidate's ran slower; probed; steady: the probe moved less than
-    ``rule.host``; the line that says it)."""
+    ``rule.host``; moving: the candidate's own probes, before and after its steps, moved more
+    than that; the line that says it)."""
     ha, hb = host(a), host(b)
     h, cores = (figures.log_ratio(ha[x], hb[x]) for x in ("speed", "cores"))
     probed = math.isfinite(h)
     steady = probed and max(abs(h), abs(ha["moved"]), abs(hb["moved"])) <= math.log1p(rule.host)
+    moving = abs(hb["moved"]) > math.log1p(rule.host)  # NaN (no probe): False
     seen = (f"host speed {math.expm1(-h):+.0%} (probe; {math.expm1(-hb['moved']):+.0%} "
             "during the candidate)" if probed else "no host speed probe")
-    return h, cores, probed, steady, seen
+    return h, cores, probed, steady, moving, seen
 
 
 def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False,
@@ -180,7 +182,7 @@ def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False,
                                       for x in (a, b))
     f = figures.measure(a, b, rule.noise, spread, traced, reps)
     r, se, k, se_k = f.r, f.se, f.k, f.se_k
-    h, cores, probed, steady, seen = _probe(a, b, rule)
+    h, cores, probed, steady, moving, seen = _probe(a, b, rule)
     eff = workload_efficiency(a.ops), workload_efficiency(b.ops)
     x = {"step": r, "efficiency": figures.log_ratio(*eff)}
     crossed = {m: v for m, v in fail_on.items() if worse(x[m], se, v, alpha)}
@@ -224,7 +226,7 @@ def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False,
     mesh = b.meta.get(schema.MESH) if isinstance(b.meta.get(schema.MESH), dict) else None
     there = changes.where(figs, ops, mesh) if len(ops) else ""
     there = f"; {there}" if there else ""
-    if prog["more_work"]:  # one fingerprint doing more: a loop's trip count, a branch taken
+    if prog["more_work"]:  # more work per step: a loop's trip count, a branch, another program
         cause, what = ((SAME_PROGRAM, "the same program (fingerprint) did more work per step")
                        if prog["same_program"] else (PROGRAM, "the program does more work"))
         return verdict(REGRESSION, cause, f"{what}: {prog['what']}; {stats}{there}")
@@ -233,7 +235,6 @@ def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False,
                                            f"({math.expm1(-cores):+.0%}: the probe's FLOPs per "
                                            "CPU second): rerun on a steady host to tell")
     cpu_run = str(b.meta.get(schema.DEVICE_KIND, "")).lower() == "cpu"
-    moving = abs(host(b)["moved"]) > math.log1p(rule.host)  # NaN (no probe): False
     if busier and cpu_run and moving and not changed:
         # the host's load changed while the candidate ran (its probes before and after it
         # disagree): device threads that wait for each other spin longer while it is busier,
