@@ -128,7 +128,8 @@ MATMULS: dict[str, Callable] = {
 # programs a few at a time: a 512x512 matmul took 3 ms with the host nearly to itself, against
 # 10-13 ms each when eight run at once, as in a run; chained after the all-reduce they take
 # 11-14 ms, share and duration alike. Each op's time is its host share, as a run's
-# (``harness.measure.shares``); the matmul's, the median over the chain.
+# (``harness.measure.shares``), or its duration where shorter than a scheduler slice
+# (``SLICE_NS``); the chain's, per step the median over it, then the best step.
 
 
 def _matmul(layout: str) -> Callable[..., Program]:
@@ -224,7 +225,8 @@ def outside_user_mesh() -> Iterator[None]:
 def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
     """One program under the profiler. The op's time: per step the median over devices (a
     ``shared`` program: the mean of host shares, as a run measures ops on CPU, ``_per_op``),
-    then the best step; a chain of collectives gives the median over its ops.
+    then the best step; a chain of collectives, per step the median over its ops, then the
+    best step (``best_step``).
 
     Only the matmul is timed as shares. The other programs run one short op per device per
     step, dispatched device after device, so their ops hardly overlap and a share would charge
