@@ -20,7 +20,7 @@ STYLE = ("body{font-family:system-ui,sans-serif;margin:0 auto;padding:1em 1.5em;
          ".meta{color:#555;font-size:13px;margin:.15em 0}"
          ".headline{font-size:15px;margin:.35em 0}.headline.first{font-size:17px;font-weight:600}"
          "table{border-collapse:collapse;font-size:13px;margin:.4em 0}"
-         "td,th{border:1px solid #ddd;padding:3px 6px;text-align:right;white-space:nowrap}"
+         "td,th{border:1px solid #ddd;padding:3px 4px;text-align:right;white-space:nowrap}"
          "th{background:#f4f4f4;vertical-align:bottom;white-space:normal;font-weight:600}"
          "th[title]{cursor:help}td.text,th.text{text-align:left}"
          "td.text{white-space:normal;overflow-wrap:break-word;max-width:24em}"
