@@ -133,17 +133,32 @@ def show(what: str, r: dict, apart: bool = False) -> bool:
           f"{'met' if median_ok else 'NOT met'})"
           + (f"; the matmul farthest from the others' median efficiency: "
              f"{r['matmul_apart']:.2f}x (goal <= {APART}x: {'met' if apart_ok else 'NOT met'})"
-             if apart else ""))
+             if apart else "") + r.get("speed", ""))
     return r["visible_above"] == 0 and median_ok and (apart_ok or not apart)
+
+
+def host_speed(meta: dict) -> str:
+    """The run's drift factor and its cores' speed before and after it (the host probe's best
+    FLOPs per CPU second, ``harness.chip.drift``): this host's cores run at two speeds about
+    1.7x apart, in spells of seconds, whatever else runs (docs/accuracy.md)."""
+    from harness.chip import drift
+
+    d = meta.get(drift.HOST_DRIFT) or {}
+    cpu = [max(r) / 1e9 for r in d.get(drift.CPU_RATES) or [] if r]
+    if not cpu:
+        return ""
+    return (f" [drift factor {d.get(drift.FACTOR, math.nan):.2f}; cores at "
+            f"{' / '.join(f'{c:.0f}' for c in cpu)} GFLOP per CPU second before / after]")
 
 
 def llama_log_error(out: Path, workload: str = "llama_train") -> tuple[float, int, dict]:
     harness("run", workload, "--out", str(out), "--top", "1")
     (path,) = [p for p in out.iterdir() if (p / store.META).exists()]
-    ops = Run.load(path).ops
+    run = Run.load(path)
+    ops = run.ops
     ok = (ops[schema.PREDICTED_S] > 0) & (ops[schema.MEASURED_S] > 0)
     err = np.abs(np.log(ops.loc[ok, schema.PREDICTED_S] / ops.loc[ok, schema.MEASURED_S]))
-    return float(np.median(err)), int(ok.sum()), roofs(ops)
+    return float(np.median(err)), int(ok.sum()), {**roofs(ops), "speed": host_speed(run.meta)}
 
 
 def mlp_step(sharded: bool) -> dict:
@@ -168,7 +183,8 @@ def mlp_step(sharded: bool) -> dict:
         mesh = jax.make_mesh((n,), ("X",), axis_types=(jax.sharding.AxisType.Auto,))
         x = jax.device_put(x, NamedSharding(mesh, P("X", None)))
         w = jax.device_put(w, NamedSharding(mesh, P()))
-    return roofs(h.analyze(jax.jit(jax.grad(loss)), w, x).ops)
+    run = h.analyze(jax.jit(jax.grad(loss)), w, x)
+    return {**roofs(run.ops), "speed": host_speed(run.meta)}
 
 
 def async_span(n: int = 768, calls: int = 15) -> bool:

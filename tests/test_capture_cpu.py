@@ -1,6 +1,7 @@
 """A real sharded matmul captured on 8 virtual CPU devices."""
 import re
 
+import numpy as np
 import pytest
 
 from harness import schema
@@ -102,11 +103,14 @@ def test_capture_times_each_traced_step_with_a_lean_profiler(matmul_capture):
 
 def test_cpu_ops_are_timed_as_their_share_of_the_host(matmul_capture):
     """On CPU an op's time is its share of the host (harness.measure.shares): the shares of every op
-    on every device add up to D x the time any op was running, so the per-step samples (means
-    over the 8 devices) add up to that time, the union of all op intervals, taken here from the
-    raw events by sorting and merging (a collective running from the last arrival of its
-    execution, harness.measure.arrivals: before it, it waits)."""
+    on every device add up to D x the time any op was running, the union of all op intervals,
+    taken here from the raw events by sorting and merging (a collective running from the last
+    arrival of its execution, harness.measure.arrivals: before it, it waits). An execution
+    shorter than a scheduler slice is timed by its duration where less, so the per-step samples
+    (means over the 8 devices of those times) add up to that union less what the short ones'
+    shares charged for idle cores."""
     from harness.measure.arrivals import arrivals
+    from harness.measure.shares import SLICE_NS, host_shares
     from harness.runs.pipeline import from_capture
 
     a = from_capture(matmul_capture, chip="h100")
@@ -121,8 +125,15 @@ def test_cpu_ops_are_timed_as_their_share_of_the_host(matmul_capture):
             union_ns += e - max(s, reach)
             reach = e
     assert (a.ops[schema.DEVICES] == 8).all()  # every op on all 8: mean over 8 = sum / 8
-    assert a.steps[schema.MEASURED_S].sum() == pytest.approx(union_ns * 1e-9, rel=1e-3)
-    assert a.meta[schema.OP_TIMING] == "host_share"  # so compare can tell the rules apart
+    timed = host_shares(a.events)  # the run's collectives span all 8 devices; no containers
+    share, host = timed[schema.SHARE_NS], timed[schema.HOST_NS]
+    assert share.sum() / 8 == pytest.approx(union_ns, rel=1e-3)
+    short = share < SLICE_NS
+    assert (host[~short] == share[~short]).all()
+    assert (host[short] == np.minimum(share, timed[schema.DURATION_NS])[short]).all()
+    idle = (share - host).sum() / 8
+    assert a.steps[schema.MEASURED_S].sum() == pytest.approx((union_ns - idle) * 1e-9, rel=1e-3)
+    assert a.meta[schema.OP_TIMING] == "host_time"  # so compare can tell the rules apart
 
 
 def test_each_run_says_what_tracing_cost_it(matmul_capture):

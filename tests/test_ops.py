@@ -31,7 +31,7 @@ def _events(seed: int = 0) -> pd.DataFrame:
     for col, extra in ((schema.PROGRAM, "jit_h"), (schema.PROGRAM_ID, "9"), (schema.OP, "z")):
         ev[col] = pd.Categorical(ev[col], categories=sorted({*ev[col], extra}, reverse=True))
     ev[[schema.DEVICE, schema.STEP]] = ev[[schema.DEVICE, schema.STEP]].astype(np.int32)
-    return ev.assign(**{schema.SHARE_NS: ev[schema.DURATION_NS] * 3 // 2})
+    return ev.assign(**{schema.HOST_NS: ev[schema.DURATION_NS] * 3 // 2})
 
 
 def _expected_op_times(ev: pd.DataFrame, time: str, over_devices: str) -> pd.DataFrame:
@@ -55,7 +55,7 @@ def test_op_times_are_the_median_over_steps_then_over_devices(shares, once):
     ev = _events()
     if once:  # op "a" alone: once in every step on every device
         ev = ev[ev[schema.OP] == "a"]
-    time, over = (schema.SHARE_NS, "mean") if shares else (schema.DURATION_NS, "median")
+    time, over = (schema.HOST_NS, "mean") if shares else (schema.DURATION_NS, "median")
     expected = _expected_op_times(ev, time, over)
     for sums in (None, op_sums(ev, shares)):  # made here or given by the caller: the same
         got = op_times(ev, shares, sums)
@@ -68,7 +68,7 @@ def test_op_times_are_the_median_over_steps_then_over_devices(shares, once):
 @pytest.mark.parametrize("shares", [False, True])
 def test_step_samples_are_each_steps_time_over_devices(shares):
     ev = _events(1)
-    time, over = (schema.SHARE_NS, "mean") if shares else (schema.DURATION_NS, "median")
+    time, over = (schema.HOST_NS, "mean") if shares else (schema.DURATION_NS, "median")
     per_step = ev.groupby([*OP, schema.DEVICE, schema.STEP], observed=True)[time].sum()
     expected = (per_step.groupby(level=[0, 1, 2, 4], observed=True).agg(over) * 1e-9)
     expected = expected.rename(schema.MEASURED_S).reset_index().astype({c: str for c in OP})

@@ -36,16 +36,36 @@ def test_an_op_running_alone_had_the_devices_host_to_itself():
 
 
 def test_a_staggered_op_measures_as_its_span_over_devices():
-    # the same op 2 ns on device 0 and 18 ns on device 1 (one thread got the cores later):
-    # [0, 2) n = 2, [2, 18) n = 1. Shares 2 * 2/2 = 2 and 2 * (2/2 + 16) = 34; mean 18, the
-    # span in which the host ran the op, where the median of raw durations says 10
-    rows = [("dot", 0, 0, 2), ("dot", 1, 0, 18)]
+    # the same op 2 ms on device 0 and 18 ms on device 1 (one thread got the cores later):
+    # [0, 2) n = 2, [2, 18) n = 1. Shares 2 * 2/2 = 2 and 2 * (2/2 + 16) = 34 ms, each a slice
+    # or more; mean 18, the span in which the host ran the op, where the median of raw
+    # durations says 10
+    ms = 1_000_000
+    rows = [("dot", 0, 0, 2 * ms), ("dot", 1, 0, 18 * ms)]
     raw = op_times(events(rows))
-    assert raw[schema.MEASURED_S].iloc[0] == pytest.approx(10e-9)
+    assert raw[schema.MEASURED_S].iloc[0] == pytest.approx(10e-3)
     shared = op_times(host_shares(events(rows)), shares=True)
-    assert shared[schema.MEASURED_S].iloc[0] == pytest.approx(18e-9)
-    assert shared[schema.MEASURED_MIN_S].iloc[0] == pytest.approx(2e-9)
-    assert shared[schema.MEASURED_MAX_S].iloc[0] == pytest.approx(34e-9)
+    assert shared[schema.MEASURED_S].iloc[0] == pytest.approx(18e-3)
+    assert shared[schema.MEASURED_MIN_S].iloc[0] == pytest.approx(2e-3)
+    assert shared[schema.MEASURED_MAX_S].iloc[0] == pytest.approx(34e-3)
+
+
+def test_a_short_execution_beside_idle_cores_is_timed_by_its_duration():
+    us = 1_000
+    # "a" 100 us on device 0, alone; then "b" 1 ms on device 1, alone. Shares: 2 * 100 = 200 us,
+    # below a slice (750 us): "a" ran to completion on one core and is timed by its 100 us;
+    # 2 * 1000 us = 2 ms, a slice or more: "b" keeps its share
+    out = host_shares(events([("a", 0, 0, 100 * us), ("b", 1, 200 * us, 1000 * us)]))
+    assert list(out[schema.SHARE_NS]) == [200 * us, 2000 * us]
+    assert list(out[schema.HOST_NS]) == [100 * us, 2000 * us]
+    # three ops at once on two devices (two on device 0, as an async op beside its caller):
+    # n = 3, each share 2 * 100/3 = 67 us, less than its duration: the share
+    out = host_shares(events([("x", 0, 0, 100 * us), ("y", 0, 0, 100 * us),
+                              ("z", 1, 0, 100 * us)]))
+    assert list(out[schema.HOST_NS]) == list(out[schema.SHARE_NS]) == [round(200 * us / 3)] * 3
+    # measured: the mean over devices of the host times, not of the shares
+    t = op_times(out.assign(**{schema.OP: "x"}), shares=True)[schema.MEASURED_S].iloc[0]
+    assert t == pytest.approx((2 * round(200 * us / 3) + round(200 * us / 3)) / 2 * 1e-9)
 
 
 def test_collectives_count_like_any_op_once_their_group_has_arrived():
@@ -114,7 +134,8 @@ def test_shares_are_a_column_beside_the_durations_the_trace_gave():
 
 
 def test_a_calibration_probe_times_long_ops_as_shares_and_short_ones_as_durations_where_less():
-    from harness.chip.probes import SLICE_NS, _per_op
+    from harness.chip.probes import _per_op
+    from harness.measure.shares import SLICE_NS
 
     ms = 1_000_000
     assert SLICE_NS == 0.75 * ms

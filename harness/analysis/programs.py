@@ -116,7 +116,7 @@ def measure(events: pd.DataFrame, key: ProgramKey, predicted: pd.DataFrame, mode
     counts = dict(zip(predicted[schema.OP].astype(str), predicted[schema.COUNT]))
     if not trace.stepped:
         ev = by_execution(ev, counts)
-    shares = trace.shares_cores and schema.SHARE_NS in ev.columns
+    shares = trace.shares_cores and schema.HOST_NS in ev.columns
     sums = op_sums(ev, shares)
     measured = op_times(ev, shares, sums)
     ops = join(measured.assign(**{schema.PROGRAM: key[0]}),
@@ -131,7 +131,7 @@ def measure(events: pd.DataFrame, key: ProgramKey, predicted: pd.DataFrame, mode
 def samples(measured: Measured, trace: TraceEvents) -> pd.DataFrame:
     """The per-step samples of one compilation a report shows
     (``harness.measure.ops.step_samples``)."""
-    shares = trace.shares_cores and schema.SHARE_NS in measured.events.columns
+    shares = trace.shares_cores and schema.HOST_NS in measured.events.columns
     return step_samples(measured.events, shares, measured.sums)
 
 

@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import numpy as np
 import pandas as pd
 
 from harness import schema
@@ -127,9 +126,9 @@ MATMULS: dict[str, Callable] = {
 # (its collectives keep every device's program in flight). Without it XLA:CPU ran the devices'
 # programs a few at a time: a 512x512 matmul took 3 ms with the host nearly to itself, against
 # 10-13 ms each when eight run at once, as in a run; chained after the all-reduce they take
-# 11-14 ms, share and duration alike. Each op's time is its host share, as a run's
-# (``harness.measure.shares``), or its duration where shorter than a scheduler slice
-# (``SLICE_NS``); the chain's, per step the median over it, then the best step.
+# 11-14 ms, share and duration alike. Each op's time is as a run's (``harness.measure.shares``:
+# its host share, or its duration where less and shorter than a scheduler slice); the chain's,
+# per step the median over it, then the best step.
 
 
 def _matmul(layout: str) -> Callable[..., Program]:
@@ -237,35 +236,18 @@ def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
         return measure_program(prog, kind, scope, dtype, size, role, plan)
 
 
-# A probe op whose share lasts a scheduler time slice or more is preempted and resumed among
-# the device threads as a run's long ops are, and its share is the host time it took; one
-# shorter runs to completion once started, on one core, and its share charges it with cores
-# that sat idle. Measured here with every device busy (mean over devices, one step):
-# 512x512 chained, share 11-13 ms and duration 11-14 ms, as a run's matmuls of that size;
-# 64x64 chained, share 0.02-0.05 ms and duration 0.007-0.026 ms, where a run's 64x64x32 ops
-# take 0.005-0.04 ms: there the duration is the op's time. The slice is Linux's base slice
-# before its scaling by CPU count, 0.75 ms: 256x256 chained takes shares of 0.96-1.4 ms, which
-# a 1 ms cut timed by share in one calibration and by duration in the next, and an MLP
-# step's 134 MFLOP matmuls landed 1.6-2.1x from its others (1.41-1.56x with 0.75 ms).
-SLICE_NS = 750_000
 
 
 def _per_op(ev, shared: bool, codes: dict[str, str]) -> pd.Series:
     """Each op's time in each step, indexed (op, step): the median over devices of its
-    duration; a ``shared`` program's, the mean over devices of its host shares, as a run on CPU
-    measures its ops (``harness.measure.shares``), or of its durations where less and the share
-    is shorter than ``SLICE_NS`` (above)."""
-    def per_step(column, how):
-        return (ev.groupby([schema.OP, schema.STEP, schema.DEVICE], observed=True)[column].sum()
-                .groupby(level=[0, 1]).agg(how))
-
-    if not shared:
-        return per_step(schema.DURATION_NS, "median")
-    ev = host_shares(ev, apart_by_opcode(codes))
-    share, duration = per_step(schema.SHARE_NS, "mean"), per_step(schema.DURATION_NS, "mean")
-    short = share < SLICE_NS
-    share[short] = np.minimum(share[short], duration[short])
-    return share
+    duration; a ``shared`` program's, the mean over devices of its time on the host as a run
+    on CPU measures its ops (``harness.measure.shares``: its share, or its duration where less
+    and the share is shorter than a scheduler slice)."""
+    column, how = (schema.HOST_NS, "mean") if shared else (schema.DURATION_NS, "median")
+    if shared:
+        ev = host_shares(ev, apart_by_opcode(codes))
+    return (ev.groupby([schema.OP, schema.STEP, schema.DEVICE], observed=True)[column].sum()
+            .groupby(level=[0, 1]).agg(how))
 
 
 def best_step(per: pd.Series, chain: bool) -> float:

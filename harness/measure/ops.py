@@ -2,9 +2,10 @@
 
 Time per step of an op on a device is the sum of its executions in that step. ``measured_s`` is
 the median over steps of that sum, per device, then the median over devices; the min and max
-over devices are kept so that skew between devices stays visible. Shares of a host whose
-devices share cores (``harness.measure.shares``) take the mean over devices of their ``share_ns``
-instead (``shares=True``): it is what they conserve. ``total_s`` is the op's device time over
+over devices are kept so that skew between devices stays visible. Ops of a host whose devices
+share cores (``harness.measure.shares``) take the mean over devices of their ``host_ns`` instead
+(``shares=True``): their shares of the host, which the mean conserves, but for short executions
+that ran beside idle cores. ``total_s`` is the op's device time over
 the whole trace, every device and execution summed (xprof's ``hlo_stats`` total self time).
 
 A trace without step markers has no steps: ``by_execution`` makes each execution of a program
@@ -66,9 +67,9 @@ def _per_device_step(events: pd.DataFrame, time: str = schema.DURATION_NS) -> pd
 
 
 def _timing(shares: bool) -> tuple[str, str]:
-    """(time column, aggregate over devices): a host's shares (``harness.measure.shares``) are timed
-    by ``share_ns`` and averaged, which is what they conserve; durations by their median."""
-    return (schema.SHARE_NS, "mean") if shares else (schema.DURATION_NS, "median")
+    """(time column, aggregate over devices): a host's ops (``harness.measure.shares``) are timed
+    by ``host_ns`` and averaged, which is what shares conserve; durations by their median."""
+    return (schema.HOST_NS, "mean") if shares else (schema.DURATION_NS, "median")
 
 
 def _as_str(df: pd.DataFrame, columns) -> pd.DataFrame:
@@ -80,7 +81,7 @@ def _as_str(df: pd.DataFrame, columns) -> pd.DataFrame:
 
 def op_sums(events: pd.DataFrame, shares: bool = False) -> pd.DataFrame:
     """Per (op, device, step) of EVENTS, sorted by them: the keys, ``sum`` (the op's time
-    there: ``share_ns`` where ``shares``, else ``duration_ns``) and ``size`` (its executions
+    there: ``host_ns`` where ``shares``, else ``duration_ns``) and ``size`` (its executions
     there). ``op_times``, ``step_samples`` and ``executions`` start from it: a caller that
     asks for more than one makes it once and gives it to each (``sums``)."""
     return _per_device_step(events, _timing(shares)[0])
@@ -111,7 +112,7 @@ def _per_device(sums: pd.DataFrame, op: list[str], medians: bool = True) -> pd.D
 def op_times(events: pd.DataFrame, shares: bool = False,
              sums: pd.DataFrame | None = None) -> pd.DataFrame:
     """The measured OPS table, sorted by ``measured_s`` descending. ``shares``: time each op by
-    its share of the host (``share_ns``, ``harness.measure.shares.host_shares``), mean over devices.
+    its time on the host (``host_ns``, ``harness.measure.shares.host_shares``), mean over devices.
     ``sums``: ``op_sums(events, shares)``, where the caller made it."""
     time, over_devices = _timing(shares)
     op = keys(events)

@@ -15,7 +15,7 @@ import pandas as pd
 from harness import schema
 from harness.analysis.gaps import beats_roofline_reason, hidden_transfers_reason
 from harness.errors import HarnessError
-from harness.measure.shares import HOST_SHARE
+from harness.measure.shares import ON_HOST
 from harness.report import heading, page, tables
 from harness.report.plots import CATEGORIES_PNG, ROOFLINE_PNG
 from harness.report.step import step_lines
@@ -112,10 +112,10 @@ def explained(r) -> list[str]:
         if once is not None:
             line += (f", which counts each loop body once; counted that way, {_versus(once)} it")
         out.append(line)
-    if r.meta.get(schema.OP_TIMING) == HOST_SHARE:
-        out.append("op times are each op's share of a host whose cores every device shares: an "
-                   "op's efficiency moves with what runs beside it; the step line is the "
-                   "measure to trust")
+    if r.meta.get(schema.OP_TIMING) in ON_HOST:
+        out.append("op times are each op's share of a host whose cores every device shares (a "
+                   "short execution's, its duration where less): an op's efficiency moves with "
+                   "what runs beside it; the step line is the measure to trust")
     over = [f"{_label(k)} {tables.fmt_figure(k, v)}" for k, v in figures(s)
             if tables.flagged(k, v)]
     if over:

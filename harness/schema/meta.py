@@ -32,7 +32,7 @@ TEST = "test"                      # the pytest test of a harness_run fixture's 
 #                                    path from where pytest started, ::name[params]
 VERSIONS = ("jax_version", "jaxlib_version", "libtpu_version")  # environment(): what compiled it
 TRACE_FILE = "trace"               # the xplane.pb a trace analysis read (harness trace)
-OP_TIMING = "op_timing"            # what measured_s is: measure.shares.HOST_SHARE or DEVICE_MEDIAN
+OP_TIMING = "op_timing"            # what measured_s is: measure.shares.HOST_TIME or DEVICE_MEDIAN
 HARNESS_VERSION = "harness_version"  # the scaling-harness that measured it (environment())
 MESHES = "meshes"                  # every mesh a profiled script built (harness.capture.meshes):
 #                                    [{"axes": {name: size}, "devices": [device ids, mesh order]}]

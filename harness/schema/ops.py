@@ -16,6 +16,8 @@ STEP = "step"                # measured step number, 0-based
 START_NS = "start_ns"        # event start, trace clock
 DURATION_NS = "duration_ns"  # event duration
 SHARE_NS = "share_ns"        # CPU: the execution's share of the host (harness.measure.shares)
+HOST_NS = "host_ns"          # CPU: its time: the share, or its duration where less and the
+#                              share is shorter than a scheduler slice (harness.measure.shares)
 
 # --- arrivals at collectives (harness.measure.arrivals): one row per execution and device ----
 EXECUTION = "execution"      # the op's k-th execution in the step on each device (0-based)
