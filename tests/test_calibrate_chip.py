@@ -187,6 +187,7 @@ def test_a_tiny_op_the_trace_leaves_out_gives_no_overhead_and_the_rest_stands(mo
     from harness.errors import TraceError
 
     monkeypatch.setattr(drift, "reference_rates", lambda devices: [1e9] * 3)
+    monkeypatch.setattr(drift, "core_speed", lambda devices: 4e9)
     todo = [("stream", "all", "fp32", 16, "overhead", 1), ("matmul", "all", "fp32", 64, "peak", 1)]
     monkeypatch.setattr(C, "tasks", lambda plan, n: todo)
 
@@ -312,3 +313,37 @@ def test_calibration_keeps_the_best_reference_rate_a_run_compares_with_its_own(m
     assert drift.factor(cal.reference_flops_per_s, 12e9, 11e9) == pytest.approx(1.0)
     assert drift.factor(cal.reference_flops_per_s, 11e9, 12e9) == pytest.approx(1.0)
     assert drift.factor(cal.reference_flops_per_s, 6e9, 9e9) == pytest.approx(0.75)
+
+
+def test_calibration_refuses_cores_that_changed_speed_while_it_measured(monkeypatch):
+    """The cores' speed (the reference's FLOPs per CPU second) is checked beside each fp32
+    matmul probe and once after them: 80, 80, 45, 80 G moved 80 / 45 = 1.78x, more than the
+    1.3x steady cores stay under (the host's slow spells), while the wall-clock reference read
+    a steady host."""
+    from harness.chip import drift
+
+    chip = C.to_chip(synthetic())
+    todo = [("matmul", "all", dt, size, "peak", N) for dt in ("fp32", "bf16") for size in (16, 64)]
+    monkeypatch.setattr(C, "tasks", lambda plan, n: todo)
+    monkeypatch.setattr(drift, "reference_rates", lambda devices: [10e9] * 5)
+    monkeypatch.setattr(C, "measure_kernel", lambda kind, scope, dt, size, devices, plan, seen:
+                        C.Sample(kind, scope, dt, size, "peak", 2.0 * size ** 3, 1e-3, 1e-3,
+                                 "ynn_fusion"))
+    monkeypatch.setattr(C, "figures", lambda *a: C.Figures(N, N))
+    speeds = iter([80e9, 80e9, 45e9, 80e9])
+    monkeypatch.setattr(drift, "core_speed", lambda devices: next(speeds))
+    with pytest.raises(HarnessError, match=r"cores changed speed .* 45 to 80 GFLOP per CPU "
+                                           r"second \(1.78x; .*--allow-busy"):
+        C.calibrate("quick", N, refuse_busy=True)
+    # allowed, the record keeps the slowest and fastest, and the table's notes give them
+    speeds = iter([80e9, 80e9, 45e9, 80e9])
+    cal = C.calibrate("quick", N)
+    assert cal.core_speed == (45e9, 80e9) and cal.core_spread == pytest.approx(80 / 45)
+    assert C.Calibration.from_dict(json.loads(json.dumps(cal.to_dict()))) == cal
+    from harness.chip import calibration_table
+
+    assert any("45 GFLOP to 80 GFLOP per CPU second" in line
+               for line in calibration_table.notes(cal, chip))
+    # steady cores (within 1.3x): no complaint
+    speeds = iter([80e9, 75e9, 70e9, 80e9])
+    assert C.calibrate("quick", N, refuse_busy=True).core_spread == pytest.approx(80 / 70)

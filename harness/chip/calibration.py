@@ -88,6 +88,9 @@ class Calibration:
     # measured, an older record) and best / median over its repeats (the host's steadiness)
     reference_flops_per_s: float = 0.0
     reference_spread: float = 0.0
+    # the cores' speed (``drift.core_speed``) checked before, between and after the matmul
+    # probes: [slowest, fastest] FLOPs per CPU second ([]: not checked, an older record)
+    core_speed: tuple[float, ...] = ()
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -95,7 +98,13 @@ class Calibration:
     @classmethod
     def from_dict(cls, d: dict) -> Calibration:
         return cls(**{**d, "one": Figures(**d["one"]), "all": Figures(**d["all"]),
-                      "samples": tuple(Sample(**s) for s in d.get("samples", ()))})
+                      "samples": tuple(Sample(**s) for s in d.get("samples", ())),
+                      "core_speed": tuple(d.get("core_speed", ()))})
+
+    @property
+    def core_spread(self) -> float:
+        """Fastest over slowest core speed seen while calibrating (NaN: not checked)."""
+        return self.core_speed[1] / self.core_speed[0] if self.core_speed else math.nan
 
 
 def _cpu_model() -> str:
@@ -154,12 +163,14 @@ def calibrate(mode: str = "full", device_count: int | None = None,
                            f"devices (set --devices, or XLA_FLAGS before jax is imported)")
     plan, t0 = PLANS[mode], time.perf_counter()
     todo, samples, seen = tasks(plan, n), [], set()
-    reference = drift.reference_rates(devices[:n])
+    reference, speeds = drift.reference_rates(devices[:n]), []
     for i, (kind, scope, dt, size, role, k) in enumerate(todo):
         label = f"{kind} {dt} {size} on {k} device{'s' * (k > 1)}"
         if progress:
             progress(i, len(todo), label)
         log.info("calibrate: %s", label)
+        if kind in MATMULS and dt == DTYPES[0]:  # the cores' speed beside each fp32 matmul
+            speeds.append(drift.core_speed(devices[:n]))
         try:
             if kind in MATMULS:
                 sample = measure_kernel(kind, scope, dt, size, devices[:k], plan, seen)
@@ -172,13 +183,17 @@ def calibrate(mode: str = "full", device_count: int | None = None,
             # a program this small may run inline, untraced: no overhead to measure
             log.info("calibrate: %s left no op in the trace; no per-op overhead", label)
     reference += drift.reference_rates(devices[:n])
+    speeds += [drift.core_speed(devices[:n])] if speeds else []
     busy = drift.spread(reference)
     if busy > drift.BUSY_SPREAD:
-        msg = (f"the host was busy while calibrating: a reference matmul's rate varied "
-               f"{busy:.2f}x (best / median; steady hosts stay under {drift.BUSY_SPREAD}x)")
-        if refuse_busy:
-            raise HarnessError(f"{msg}; calibrate on a quiet host (or pass --allow-busy)")
-        log.warning("%s: its figures may be low", msg)
+        _unsteady(f"the host was busy while calibrating: a reference matmul's rate varied "
+                  f"{busy:.2f}x (best / median; steady hosts stay under {drift.BUSY_SPREAD}x)",
+                  refuse_busy)
+    if speeds and max(speeds) / min(speeds) > drift.CORE_SPREAD:
+        _unsteady(f"the host's cores changed speed while calibrating: the reference matmul "
+                  f"ran at {min(speeds) / 1e9:.0f} to {max(speeds) / 1e9:.0f} GFLOP per CPU "
+                  f"second ({max(speeds) / min(speeds):.2f}x; steady cores stay under "
+                  f"{drift.CORE_SPREAD}x), so the matmul rates mix two speeds", refuse_busy)
     if progress:
         progress(len(todo), len(todo), "done")
     cores = usable_cores()
@@ -188,7 +203,16 @@ def calibrate(mode: str = "full", device_count: int | None = None,
         time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), mode=mode,
         seconds=round(time.perf_counter() - t0, 2), note=NOTE.format(n=n, cores=cores),
         one=figures(samples, "one", 1, 2), all=figures(samples, "all", n, n),
-        samples=tuple(samples), reference_flops_per_s=max(reference), reference_spread=busy)
+        samples=tuple(samples), reference_flops_per_s=max(reference), reference_spread=busy,
+        core_speed=(min(speeds), max(speeds)) if speeds else ())
+
+
+def _unsteady(msg: str, refuse: bool) -> None:
+    """A host too unsteady for its figures to describe it: an error where ``refuse``, else a
+    warning."""
+    if refuse:
+        raise HarnessError(f"{msg}; calibrate on a quiet host (or pass --allow-busy)")
+    log.warning("%s: its figures may be off", msg)
 
 
 # --- the chip and the cache --------------------------------------------------------------------

@@ -89,5 +89,8 @@ def notes(cal: cal_lib.Calibration, chip) -> list[str]:
             f"for its size (interpolated between the sizes above; "
             f"{', '.join(dict.fromkeys(k for k, _, _ in chip.kernel_flops)) or 'none'}), one "
             f"of any other kernel at the best kernel's rate.",
+            *([f"The cores ran the reference matmul at {_rate(cal.core_speed[0], 'FLOP')} to "
+               f"{_rate(cal.core_speed[1], 'FLOP')} per CPU second beside the matmul probes "
+               f"({cal.core_spread:.2f}x)."] if cal.core_speed else []),
             f"Caveat: {cal_lib.NOTE.format(n=n, cores=cal.cores)}. Treat collective predictions "
             f"on CPU as a check of the pipeline, not of an interconnect."]

@@ -33,6 +33,11 @@ FACTOR = "factor"
 RATES = "rates"  # every repeat's rate: [[before...], [after...]] (harness compare's host speed)
 CPU_RATES = "cpu_rates"  # the same repeats' FLOPs per CPU second: the cores' own speed
 BUSY_SPREAD = 1.5  # repeats slower than best / this: the host was busy while measuring
+# The cores' own speed (the reference's best FLOPs per CPU second of three steps) moving more
+# than this between checks: the calibration's figures mix two speeds. Measured on the 2-core
+# development host with nothing else running: 40-50 GFLOP per CPU second in spells of 1-2 s
+# (or whole processes), 70-90 otherwise; checks 0.2 s apart within one speed agree within 1.15.
+CORE_SPREAD = 1.3
 
 
 def _timed(devices, n: int, repeats: int) -> tuple[list[float], list[float]]:
@@ -58,6 +63,13 @@ def reference_rates(devices=None, n: int = REFERENCE_N, repeats: int = REPEATS) 
     """Per-step FLOP/s per device of the reference kernel on ``devices`` (default: all): the
     calibration's own fp32 matmul program (``programs.BUILDERS["matmul"]``), timed end to end."""
     return _timed(devices, n, repeats)[0]
+
+
+def core_speed(devices, repeats: int = 3) -> float:
+    """The cores' speed now: the reference kernel's best FLOPs per CPU second over ``repeats``
+    steps (about 0.2 s on 8 devices), which other processes taking the cores do not lower and
+    slower cores do."""
+    return max(_timed(devices, REFERENCE_N, repeats)[1])
 
 
 def probe(devices) -> tuple[list[float], list[float]] | None:

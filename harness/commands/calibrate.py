@@ -30,7 +30,8 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print the calibration record as JSON")
     p.add_argument("--allow-busy", action="store_true",
                    help="save the figures even when the host was busy while measuring (a "
-                        "reference matmul's rate varied more than 1.5x)")
+                        "reference matmul's rate varied more than 1.5x, or its FLOPs per CPU "
+                        "second, the cores' own speed, more than 1.3x)")
     p.add_argument("--out", type=Path, metavar="FILE",
                    help="save here instead of the cache (default: "
                         f"${cal_lib.CACHE_ENV} or ~/.cache/scaling-harness/cpu-<N>.json)")
