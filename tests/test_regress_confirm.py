@@ -2,11 +2,12 @@
 before its verdict; the fresh process itself stood in for with hand-made runs."""
 import math
 
+import numpy as np
 import pytest
 from test_runs_regress import make
 
 from harness import schema
-from harness.regress import confirm, judge
+from harness.regress import confirm, judge, noise
 from harness.sweep import repeat as repeat_runs
 
 SHA = "1a2b3c4d5e6f"
@@ -108,3 +109,41 @@ def test_compare_confirm_reruns_the_regressions_it_finds(reruns, tmp_path, monke
     pair = json.loads(capsys.readouterr().out)["pairs"][0]
     assert len(asked) == 4 and (code, pair[schema.VERDICT]) == (0, judge.UNSTABLE)
     assert pair["message"].startswith("not confirmed by 2 rerun(s)")
+
+
+def test_a_confirmation_weighs_its_few_runs_by_students_t():
+    """An A/A pair of one commit's sweeps on the 2-core host: a CPU all-reduce's three runs of
+    the baseline at 326, 302, 315 us (CPU time 435, 419, 441 us a step) and of the candidate,
+    the first and two reruns, at 488, 485, 346 us (678, 633, 506). The spread pools the two
+    sides' runs, 6 runs in 2 groups: 4 degrees of freedom. By the normal, the CPU time's change
+    of 3.7 standard errors is p = 0.0001 and the wall step's 2.8 p = 0.0026: a confirmed
+    regression. By Student's t with 4 degrees of freedom, p = 0.0105 and 0.0245, neither at
+    the 1% level, and the spread hides a 10% change: unstable."""
+    from scipy.stats import norm
+    from scipy.stats import t as student
+
+    base = [workload(w, cpu=c) for w, c in ((0.326, 4.35), (0.302, 4.19), (0.315, 4.41))]
+    cand = [workload(w, cpu=c) for w, c in ((0.488, 6.78), (0.485, 6.33), (0.346, 5.06))]
+    # the same arithmetic by hand: mean log change over the pooled spread's standard error
+    for b, c, p_normal, p_t in ((np.log([4.35, 4.19, 4.41]), np.log([6.78, 6.33, 5.06]),
+                                 1.1e-4, 0.0105),
+                                (np.log([0.326, 0.302, 0.315]), np.log([0.488, 0.485, 0.346]),
+                                 0.0026, 0.0245)):
+        s = math.sqrt((((b - b.mean()) ** 2).sum() + ((c - c.mean()) ** 2).sum()) / 4)
+        z = (c.mean() - b.mean()) / (s * math.sqrt(2 / 3))
+        assert (norm.sf(z), student.sf(z, 4)) == (pytest.approx(p_normal, abs=2e-5),
+                                                  pytest.approx(p_t, abs=5e-4))
+    v = judge.compare(base[0], cand[0])
+    c = confirm.with_reruns(v, cand[1:], judge.Rule(), [[base[0]]], base[1:])
+    assert c.verdict == judge.UNSTABLE and c.noise["df"] == 4
+    assert "(Student t, 4 degrees of freedom)" in c.message
+    # the same six runs judged as a pair of sides by the normal (no confirmation) would fail
+    spread = noise.spread([base, cand])
+    assert judge.compare(base[0], cand[0], spread=spread,
+                         reps=(base, cand)).verdict == judge.REGRESSION
+    # a slowdown every run shows still stands: 1.3x, each side within 1%
+    slow = [workload(13.0 * f, cpu=1.3 * f) for f in (0.99, 1.0, 1.01)]
+    same = [workload(10.0 * f, cpu=f) for f in (0.99, 1.0, 1.01)]
+    c = confirm.with_reruns(judge.compare(same[0], slow[0]), slow[1:], judge.Rule(),
+                            [[same[0]]], same[1:])
+    assert c.verdict == judge.REGRESSION and c.noise["df"] == 4

@@ -92,7 +92,8 @@ def with_reruns(v: judge.Verdict, runs: list[Run], rule: judge.Rule,
     base += list(base_runs)
     spread = noise.spread([base, cand, *noise.history_groups(sides, [*base, *cand],
                                                              pairs.key(v.candidate))])
-    j = judge.compare(v.baseline, v.candidate, rule, spread=spread, reps=(base, cand))
+    j = judge.compare(v.baseline, v.candidate, rule, spread=spread, reps=(base, cand),
+                      student=True)
     said = "confirmed" if j.verdict == judge.REGRESSION else "not confirmed"
     each = " of each side, interleaved," if base_runs else ""
     return dataclasses.replace(j, message=f"{said} by {n} rerun(s){each} in fresh processes, "

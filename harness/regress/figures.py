@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.stats import norm
+from scipy.stats import t as student
 
 from harness import schema
 from harness.regress import noise, side_by_side
@@ -82,14 +83,15 @@ class Figures:
 
 
 def measure(a: Run, b: Run, constant: float, spread: noise.Spread | None, traced: bool,
-            reps: tuple[list[Run], list[Run]] | None = None) -> Figures:
+            reps: tuple[list[Run], list[Run]] | None = None, student: bool = False) -> Figures:
     """The figures of the pair, each side ``a`` with its replicates (``reps``: the side's runs
     of one code, ``a`` and ``b`` among them; default ``a`` and ``b`` alone).
 Two layouts (``traced``) are judged by the traced step, the
     step their line breaks down (``side_by_side``); else by the CPU time per step where both
     runs have it, the wall step where not. The noise term is the point's own spread of that
     figure (``harness.regress.noise``) where runs of the same code give one, else
-    ``constant``."""
+    ``constant``; ``student``: that spread was measured from the judged runs themselves, whose
+    degrees of freedom the noise term records (``judge.tail``)."""
     ra, rb = reps or ([a], [b])
     wall = all(_walls(x) for x in (*ra, *rb))  # else both sides' op sums: one measure for both
     wa, wb = ([samples(x, schema.STEP_TIMES_S, wall) for x in side] for side in (ra, rb))
@@ -108,24 +110,27 @@ Two layouts (``traced``) are judged by the traced step, the
         _, se_t = change(*([samples(x, schema.TRACED_STEP_TIMES_S) for x in side]
                            for side in (ra, rb)), term, own)
         r, se = log_ratio(tb, ta), se_t if math.isfinite(se_t) else math.sqrt(2) * term
+    # the pooled spread's degrees of freedom, where the judged runs measured it (``student``)
+    df = spread.runs - spread.groups if own and student else None
     said = (f"this point's own spread, s={s:.3g} ({decided}) from {spread.runs} runs of the "
-            "same code" if own else f"the constant {constant:g} (fewer than "
-            f"{noise.MIN_RUNS} runs of the same code)")
+            f"same code{f' (Student t, {df} degrees of freedom)' if df else ''}" if own else
+            f"the constant {constant:g} (fewer than {noise.MIN_RUNS} runs of the same code)")
     if len(ra) > 1 or len(rb) > 1:
         said += f"; {len(ra)} run(s) of the baseline, {len(rb)} of the candidate"
     return Figures(decided, r, se, k, se_k, np.concatenate(wa), np.concatenate(wb),
                    {"source": noise.OWN if own else noise.CONSTANT, "figure": decided,
                     "s": term, "runs": spread.runs if own else 0, "said": said,
-                    "replicates": (len(ra), len(rb))})
+                    "replicates": (len(ra), len(rb)), "df": df})
 
 
-def unstable(s: float, threshold: float, alpha: float, replicates: tuple[int, int] = (1, 1)
-             ) -> bool:
+def unstable(s: float, threshold: float, alpha: float, replicates: tuple[int, int] = (1, 1),
+             df: float = math.inf) -> bool:
     """A spread that alone hides a change of ``threshold``: z(alpha) s sqrt(1/n_a + 1/n_b)
-    beyond it (one run a side: z(alpha) sqrt(2) s), with n the runs of each side."""
+    beyond it (one run a side: z(alpha) sqrt(2) s), with n the runs of each side; z from
+    Student's t with ``df`` degrees of freedom where finite (``judge.tail``)."""
     na, nb = replicates
-    return math.isfinite(s) and \
-        norm.isf(alpha) * s * math.sqrt(1 / na + 1 / nb) > math.log1p(threshold)
+    z = student.isf(alpha, df) if math.isfinite(df) else norm.isf(alpha)
+    return math.isfinite(s) and z * s * math.sqrt(1 / na + 1 / nb) > math.log1p(threshold)
 
 
 def stats(f: Figures, p: float, spun: bool) -> str:

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from scipy.stats import norm
+from scipy.stats import t as student
 
 from harness import schema
 from harness.analysis.gaps import workload_efficiency
@@ -132,9 +133,21 @@ class Verdict:
                 **({"layouts": self.layouts.to_dict()} if self.layouts else {})}
 
 
-def worse(r: float, se: float, threshold: float, alpha: float) -> bool:
-    """A log change beyond ``threshold`` and beyond its noise at one-sided level ``alpha``."""
-    return r > math.log1p(threshold) and norm.sf(r / se if se > 0 else math.inf) <= alpha
+def tail(z: float, df: float = math.inf) -> float:
+    """The one-sided p of a change ``z`` standard errors out: Student's t with ``df`` degrees of
+    freedom where the noise is a spread measured from the judged runs themselves (a
+    confirmation: ``figures.Figures.noise``, runs less groups), else the normal. Three runs a
+    side whose spread pools to s put a change of 3.7 s/sqrt(1.5) at p = 0.010 with 4 degrees
+    of freedom, where the normal says 0.0001: an A/A pair of one commit's sweeps, a CPU
+    all-reduce at 302-326 us in three runs and 346-488 us in three, read as a confirmed
+    regression."""
+    return float(student.sf(z, df)) if math.isfinite(df) else float(norm.sf(z))
+
+
+def worse(r: float, se: float, threshold: float, alpha: float, df: float = math.inf) -> bool:
+    """A log change beyond ``threshold`` and beyond its noise at one-sided level ``alpha``
+    (``tail``: ``df`` degrees of freedom)."""
+    return r > math.log1p(threshold) and tail(r / se if se > 0 else math.inf, df) <= alpha
 
 
 def host(run: Run) -> dict:
@@ -169,10 +182,12 @@ def _probe(a: Run, b: Run, rule: Rule) -> tuple[float, float, bool, bool, bool, 
 
 def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False,
             spread: noise.Spread | None = None,
-            reps: tuple[list[Run], list[Run]] | None = None) -> Verdict:
+            reps: tuple[list[Run], list[Run]] | None = None, student: bool = False) -> Verdict:
     """The verdict of candidate ``b`` against baseline ``a`` (the module docstring), with the
     point's own ``spread`` where known; ``reps``: each side's runs of one code (``a`` and ``b``
-    among them: a sweep's repeats, a candidate's confirmations), judged by their means.
+    among them: a sweep's repeats, a candidate's confirmations), judged by their means;
+    ``student``: the spread is measured from those few runs (a confirmation), so a change is
+    weighed by Student's t (``tail``).
     ``layouts_first``: two runs named as two layouts of one
     model: when their programs differ, the message opens with the slower one (else the cause
     opens it, the layouts' line after)."""
@@ -180,25 +195,26 @@ def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False,
     side = side_by_side.compare(a, b)
     traced = side is not None and all(math.isfinite(side_by_side.step_of(x, schema.STEP_S))
                                       for x in (a, b))
-    f = figures.measure(a, b, rule.noise, spread, traced, reps)
+    f = figures.measure(a, b, rule.noise, spread, traced, reps, student)
     r, se, k, se_k = f.r, f.se, f.k, f.se_k
     h, cores, probed, steady, moving, seen = _probe(a, b, rule)
     eff = workload_efficiency(a.ops), workload_efficiency(b.ops)
     x = {"step": r, "efficiency": figures.log_ratio(*eff)}
-    crossed = {m: v for m, v in fail_on.items() if worse(x[m], se, v, alpha)}
+    df = f.noise.get("df") or math.inf  # the point's own spread's; None: a constant's
+    crossed = {m: v for m, v in fail_on.items() if worse(x[m], se, v, alpha, df)}
     # more CPU time per step, which never decides when the wall step got faster (threads that
     # spin while they wait burn CPU time without lengthening the step)
-    spun = worse(k, se_k, t, alpha) and math.isfinite(r) and r < 0
-    busier = worse(k, se_k, t, alpha) and not spun
-    if "step" in fail_on and busier and worse(k, se_k, fail_on["step"], alpha):
+    spun = worse(k, se_k, t, alpha, df) and math.isfinite(r) and r < 0
+    busier = worse(k, se_k, t, alpha, df) and not spun
+    if "step" in fail_on and busier and worse(k, se_k, fail_on["step"], alpha, df):
         crossed.setdefault("step", fail_on["step"])
     prog, figs = changes.program(a, b), changes.figures(a, b)
     ops = side.ops[list(schema.OP_CHANGES)] if side else changes.ops(a, b)
-    p = float(norm.sf(r / se)) if se > 0 else float(r <= 0)
+    p = tail(r / se, df) if se > 0 else float(r <= 0)
     stats = figures.stats(f, p, spun)
     changed = changes.said(prog)
     shaky = figures.unstable(f.noise["s"] if f.noise["source"] == noise.OWN else math.nan,
-                             fail_on.get("step", t), alpha, f.noise["replicates"])
+                             fail_on.get("step", t), alpha, f.noise["replicates"], df)
 
     def verdict(v: str, cause: str, message: str) -> Verdict:
         if side and layouts_first:
@@ -211,8 +227,8 @@ def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False,
     if not math.isfinite(r):
         return verdict(INCONCLUSIVE, NOISE, stats)
     if not crossed:
-        faster = (worse(-k, se_k, t, alpha) if f.decided == CPU
-                  else worse(-r, se, t, alpha) and (steady or not probed or traced))
+        faster = (worse(-k, se_k, t, alpha, df) if f.decided == CPU
+                  else worse(-r, se, t, alpha, df) and (steady or not probed or traced))
         if shaky:
             why = figures.shaky(f, fail_on.get("step", t))
             return verdict(UNSTABLE, SPREAD, f"{changed}{why}: {stats}; {seen}")
@@ -230,7 +246,7 @@ def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False,
         cause, what = ((SAME_PROGRAM, "the same program (fingerprint) did more work per step")
                        if prog["same_program"] else (PROGRAM, "the program does more work"))
         return verdict(REGRESSION, cause, f"{what}: {prog['what']}; {stats}{there}")
-    if busier and math.isfinite(cores) and not worse(k - cores, se_k, t, alpha):
+    if busier and math.isfinite(cores) and not worse(k - cores, se_k, t, alpha, df):
         return verdict(INCONCLUSIVE, HOST, f"{stats}, but the host's cores ran as much slower "
                                            f"({math.expm1(-cores):+.0%}: the probe's FLOPs per "
                                            "CPU second): rerun on a steady host to tell")
