@@ -236,8 +236,6 @@ def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
         return measure_program(prog, kind, scope, dtype, size, role, plan)
 
 
-
-
 def _per_op(ev, shared: bool, codes: dict[str, str]) -> pd.Series:
     """Each op's time in each step, indexed (op, step): the median over devices of its
     duration; a ``shared`` program's, the mean over devices of its time on the host as a run

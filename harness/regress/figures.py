@@ -8,8 +8,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import norm
-from scipy.stats import t as student
+from scipy.stats import norm, t
 
 from harness import schema
 from harness.regress import noise, side_by_side
@@ -123,13 +122,20 @@ Two layouts (``traced``) are judged by the traced step, the
                     "replicates": (len(ra), len(rb)), "df": df})
 
 
+def distribution(df: float = math.inf):
+    """What a change in standard errors is weighed by: Student's t with ``df`` degrees of
+    freedom where the noise is a spread measured from the judged runs themselves (a
+    confirmation: ``Figures.noise``, runs less groups; ``judge.tail``), else the normal."""
+    return t(df) if math.isfinite(df) else norm
+
+
 def unstable(s: float, threshold: float, alpha: float, replicates: tuple[int, int] = (1, 1),
              df: float = math.inf) -> bool:
     """A spread that alone hides a change of ``threshold``: z(alpha) s sqrt(1/n_a + 1/n_b)
     beyond it (one run a side: z(alpha) sqrt(2) s), with n the runs of each side; z from
-    Student's t with ``df`` degrees of freedom where finite (``judge.tail``)."""
+    ``distribution(df)``."""
     na, nb = replicates
-    z = student.isf(alpha, df) if math.isfinite(df) else norm.isf(alpha)
+    z = distribution(df).isf(alpha)
     return math.isfinite(s) and z * s * math.sqrt(1 / na + 1 / nb) > math.log1p(threshold)
 
 

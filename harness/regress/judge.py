@@ -51,8 +51,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
-from scipy.stats import t as student
 
 from harness import schema
 from harness.analysis.gaps import workload_efficiency
@@ -134,14 +132,12 @@ class Verdict:
 
 
 def tail(z: float, df: float = math.inf) -> float:
-    """The one-sided p of a change ``z`` standard errors out: Student's t with ``df`` degrees of
-    freedom where the noise is a spread measured from the judged runs themselves (a
-    confirmation: ``figures.Figures.noise``, runs less groups), else the normal. Three runs a
-    side whose spread pools to s put a change of 3.7 s/sqrt(1.5) at p = 0.010 with 4 degrees
-    of freedom, where the normal says 0.0001: an A/A pair of one commit's sweeps, a CPU
-    all-reduce at 302-326 us in three runs and 346-488 us in three, read as a confirmed
-    regression."""
-    return float(student.sf(z, df)) if math.isfinite(df) else float(norm.sf(z))
+    """The one-sided p of a change ``z`` standard errors out (``figures.distribution``: Student's
+    t with ``df`` degrees of freedom, else the normal). Three runs a side whose spread pools to
+    s put a change of 3.7 s/sqrt(1.5) at p = 0.010 with 4 degrees of freedom, where the normal
+    says 0.0001: an A/A pair of one commit's sweeps, a CPU all-reduce at 302-326 us in three
+    runs and 346-488 us in three, read as a confirmed regression."""
+    return float(figures.distribution(df).sf(z))
 
 
 def worse(r: float, se: float, threshold: float, alpha: float, df: float = math.inf) -> bool:

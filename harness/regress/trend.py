@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import norm
 
 from harness import schema
 from harness.regress import changepoints, changes, figures, history, judge, noise
@@ -127,7 +126,7 @@ def judge_trend(s: Series, rule: judge.Rule = judge.Rule(),
     r = new.value - _median(seg)
     se = spread * math.sqrt(1 / len(new.runs) + figures.MEDIAN_SE ** 2 / max(len(seg), 1))
     t.change = math.expm1(r)
-    t.p_value = float(norm.sf(r / se)) if se > 0 else float(r <= 0)
+    t.p_value = judge.tail(r / se) if se > 0 else float(r <= 0)
     _verdict(t, r, se, rule)
     return t
 
