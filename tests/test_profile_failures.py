@@ -89,14 +89,21 @@ def test_an_aborting_script_exits_1_with_the_report_of_its_finished_segments(tmp
     assert finished == ["segment-000", "segment-001"]
 
 
-def _interrupted(tmp_path: Path, body: str, *argv: str) -> tuple[subprocess.CompletedProcess,
-                                                                   float]:
+def _ignore_sigint() -> None:
+    """As a shell without job control starts a background job (``cmd &``): SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _interrupted(tmp_path: Path, body: str, *argv: str, background: bool = False
+                 ) -> tuple[subprocess.CompletedProcess, float]:
     """Run ``body`` under harness profile, Ctrl-C it (SIGINT to harness) once it prints
-    "ready" on stderr; the finished process and the seconds from SIGINT to its exit."""
+    "ready" on stderr; the finished process and the seconds from SIGINT to its exit.
+    ``background``: harness starts with SIGINT ignored, as a background job of a script does."""
     (tmp_path / "mine.py").write_text(STEP + textwrap.dedent(body))
     proc = subprocess.Popen([*HARNESS, "profile", "--chip", "cpu", "--format", "json", *argv,
                              "mine.py", "unused"], cwd=tmp_path, env=env_for(tmp_path),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_ignore_sigint if background else None)
     seen = []
     for line in proc.stderr:
         seen.append(line)
@@ -125,6 +132,24 @@ def test_ctrl_c_ends_the_script_at_once_with_exit_130_and_the_report(tmp_path):
     assert report["notes"][0].startswith("the script was interrupted (Ctrl-C) and stopped ")
     assert took < 60, took  # the analysis included; the script itself stops in well under 1 s
     assert not list(tmp_path.glob("harness-profile-*"))
+
+
+def test_ctrl_c_ends_the_script_when_harness_started_as_a_background_job(tmp_path):
+    """A background job of a shell without job control starts with SIGINT ignored (CI scripts,
+    ``pytest &``): harness profile still takes the SIGINT, passes it on, and the script's process
+    (started with Python's default handling, not the ignored one) stops as it does above."""
+    done, took = _interrupted(tmp_path, """
+        import signal
+        assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+        run(3)
+        print("ready", file=sys.stderr, flush=True)
+        while True:
+            time.sleep(0.01)
+    """, background=True)
+    assert done.returncode == 130, done.stderr[-3000:]
+    assert "harness profile: mine.py was interrupted by SIGINT" in done.stderr
+    assert executions(report_of(done.stdout)) == {"jit__lambda": 3}
+    assert took < 60, took
 
 
 def test_ctrl_c_ends_a_script_blocked_outside_python_and_keeps_its_trace(tmp_path):

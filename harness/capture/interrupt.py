@@ -8,6 +8,11 @@ segment is written out) raises nothing. A script blocked in a long XLA call only
 the call returns, so a thread woken by the signal itself (``signal.set_wakeup_fd``) waits
 ``GRACE_S`` for the process to end and then ends it itself (``on_stuck``, then exit 130), unless
 the script handles SIGINT itself (its own handler installed), which it is left to do.
+
+A process started from a shell's background job (``cmd &`` where the shell has no job control,
+as in CI scripts) starts with SIGINT ignored, and Python then installs no handler: Ctrl-C, or
+the SIGINT ``harness profile`` passes on, would do nothing. ``raising_sigint`` restores
+Python's own handling, in ``harness profile`` and in the script's process.
 """
 from __future__ import annotations
 
@@ -17,7 +22,8 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +34,21 @@ FINISH_WRITING_S = 3.0
 # ... when no segment is written yet: the open one is all the report there can be, so it gets
 # longer, within the KILL_AFTER_S (15 s) the parent gives an interrupted script
 FIRST_SEGMENT_S = 12.0
+
+
+@contextmanager
+def raising_sigint() -> Iterator[None]:
+    """SIGINT raises ``KeyboardInterrupt`` inside the block (Python's default), whatever this
+    process was started with; the handler it had is put back after. Off the main thread, where
+    handlers cannot be set, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class Interrupt:

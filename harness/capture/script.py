@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.capture.child import FRAME, MESSAGE, OUTCOME, STATUS_FILE
-from harness.capture.interrupt import INTERRUPTED
+from harness.capture.interrupt import INTERRUPTED, raising_sigint
 from harness.capture.segments import OPEN, SEGMENT, SEGMENT_S, STARTED, open_segment, segment_dir
 from harness.devices import DEVICE_COUNT_ENV, forced_device_count
 
@@ -146,8 +146,12 @@ def run_script(script: Path, args: list[str], root: Path, *, devices: int | None
         env = forced_device_count(env, devices)
     cmd = [sys.executable, "-m", "harness.capture.child", str(root), repr(float(segment_s)),
            str(script), *args]
-    proc = subprocess.Popen(cmd, env=env)
-    returncode, interrupted_s, killed = _wait(proc)
+    # SIGINT handled here (not ignored, as a background job starts): passed on to the script's
+    # process, which starts with Python's default handling of it (a handled signal is reset at
+    # exec; an ignored one would stay ignored)
+    with raising_sigint():
+        proc = subprocess.Popen(cmd, env=env)
+        returncode, interrupted_s, killed = _wait(proc)
     try:
         status = json.loads((root / STATUS_FILE).read_text())
     except (OSError, ValueError):  # its process died before it could say
