@@ -108,9 +108,12 @@ def run(command: str) -> tuple:
                 shutil.copytree(entry, work / entry.name)
             elif not entry.name.startswith(".") and entry.name != "results":
                 (work / entry.name).symlink_to(entry)
-        (bin_dir / "harness").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m harness "$@"\n')
-        (bin_dir / "python").symlink_to(sys.executable)
-        (bin_dir / "harness").chmod(0o755)
+        # wrappers that run this interpreter by its path: a symlink to a venv's python would
+        # start the base interpreter without the venv's packages (Python finds its venv from the
+        # path it was started by)
+        for name, args in (("harness", "-m harness "), ("python", "")):
+            (bin_dir / name).write_text(f'#!/bin/sh\nexec "{sys.executable}" {args}"$@"\n')
+            (bin_dir / name).chmod(0o755)
         env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
                "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
         done = subprocess.run(["bash", "-c", command], cwd=work, env=env, capture_output=True,

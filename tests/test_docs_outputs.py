@@ -2,6 +2,8 @@
 its command prints now (tests/docs_outputs.py: host figures masked, ``...`` for lines left out);
 ``python tests/docs_outputs.py --update`` rewrites them. The matching and the update's cuts are
 checked on a made-up output too, so that a stale block cannot pass unseen."""
+import sys
+
 import docs_outputs as docs
 import pytest
 from docs_outputs import Block
@@ -13,6 +15,14 @@ def test_the_pages_quote_outputs_under_markers():
     quoted = {str(b.page.relative_to(docs.ROOT)) for b in BLOCKS}
     assert {"README.md", "docs/traces.md", "docs/explain.md", "docs/regression.md",
             "docs/step.md", "docs/chips.md"} <= quoted
+
+
+def test_the_commands_run_this_interpreter_with_its_packages():
+    """``python`` and ``harness`` in a block are this interpreter, in its venv: a symlink to a
+    venv's python starts the base interpreter, without the venv's packages (jax)."""
+    out, err = docs.run('python -c "import sys; print(sys.prefix)"; '
+                        'harness --help > /dev/null && echo harness-ran')
+    assert out == [sys.prefix, "harness-ran"], err[-2000:]
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=str)
