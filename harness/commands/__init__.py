@@ -6,7 +6,7 @@ compiles a program or runs a script, so that a path it cannot write ends the com
 with nothing printed before it, not after the work.
 """
 import argparse
-import os
+import tempfile
 from pathlib import Path
 
 from harness.errors import HarnessError
@@ -35,8 +35,24 @@ def parse_sets(items: list[str]) -> dict[str, str]:
 
 
 def _writable(option: str, path: Path, folder: Path) -> None:
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise HarnessError(f"--{option} {path}: cannot write in {folder} (permission denied)")
+    """A file can be made in ``folder``: tried, not asked (``os.access`` says yes to root for
+    any folder, and to folders that take no files, such as /proc), the file removed at once."""
+    try:
+        with tempfile.TemporaryFile(dir=folder, prefix=".harness-check-"):
+            pass
+    except OSError as e:
+        raise HarnessError(f"--{option} {path}: cannot write in {folder} "
+                           f"({(e.strerror or str(e)).lower()})") from None
+
+
+def _appendable(option: str, path: Path) -> None:
+    """An existing file can be written over: opened to append (nothing written, not emptied)."""
+    try:
+        with path.open("a"):
+            pass
+    except OSError as e:
+        raise HarnessError(f"--{option} {path}: cannot write it "
+                           f"({(e.strerror or str(e)).lower()})") from None
 
 
 def _existing_folder(option: str, path: Path, what: str) -> Path:
@@ -60,7 +76,10 @@ def output_file(option: str, path: Path) -> None:
         why = "does not exist" if not path.parent.exists() else "is a file"
         raise HarnessError(f"--{option} {path}: {path.parent} is not a directory (it {why}); "
                            f"give {what}")
-    _writable(option, path, path.parent)
+    if path.exists():
+        _appendable(option, path)
+    else:
+        _writable(option, path, path.parent)
 
 
 def output_dir(option: str, path: Path) -> None:
