@@ -3,9 +3,10 @@
     python benchmarks/bench_cpu_accuracy.py [--sweeps 3] [--llama-runs 3] [--mlp-runs 3]
                                             [--no-calibrate] [--allow-busy]
 
-0. ``harness calibrate`` (full; it refuses a busy host, or cores that changed speed while it
-   measured, unless ``--allow-busy``; up to three tries), into a scratch cache, unless
-   ``--no-calibrate`` (then this host's saved calibration is used).
+0. ``harness calibrate --strict`` (full; it refuses a busy host, or cores that changed speed
+   while it measured; up to three tries; ``--allow-busy``: without ``--strict``, the
+   calibration's spread kept, as ``harness calibrate`` does by default), into a scratch cache,
+   unless ``--no-calibrate`` (then this host's saved calibration is used).
 
 1. ``harness sweep sweeps/quick.toml``, ``--sweeps`` times in a row (fresh processes, as a user
    runs them). Per sweep: the median roofline efficiency of the large matmuls (matmul-category
@@ -61,8 +62,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 from harness import schema
 from harness.chip.cache import CACHE_ENV
-from harness.runs import store
-from harness.runs.run import Run
+from harness.record import Run, store
 
 LARGE_B, VISIBLE, ROOF = 1024, 0.05, 1.1
 MEDIAN, APART = (0.6, 1.0), 1.5  # the matmuls' median efficiency; one matmul from the others
@@ -259,7 +259,7 @@ def main(argv=None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-cpu-accuracy-"))
     if not args.no_calibrate:
         os.environ[CACHE_ENV] = str(tmp / "cache")
-        busy = ["--allow-busy"] if args.allow_busy else []
+        busy = [] if args.allow_busy else ["--strict"]  # the goals want a steady calibration
         for attempt in range(1, CALIBRATIONS + 1):  # a refused calibration: the host was unsteady
             done = subprocess.run([sys.executable, "-m", "harness", "calibrate", *busy],
                                   cwd=ROOT, capture_output=True, text=True, check=False)

@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd  # noqa: E402
 
 from harness import schema  # noqa: E402
+from harness.record import store  # noqa: E402
 from harness.regress import history, pairs, trend  # noqa: E402
-from harness.runs import store  # noqa: E402
 
 SLOW, AS = "6144", "4096"  # the slower variant's B, and the B it is relabelled as
 TRIM = ("calibration", schema.NOTES, schema.STEP_OBJECT, schema.CROSS_CHECK, "config")

@@ -58,8 +58,7 @@ def export(out: Path, dest: Path) -> None:
     """Each run's wall step times and probe rates, and whether a load ran beside it."""
     from harness import schema
     from harness.chip import drift
-    from harness.runs import store
-    from harness.runs.run import Run
+    from harness.record import Run, store
 
     rows = []
     for d in store.run_dirs(out):

@@ -50,8 +50,8 @@ sys.path.insert(0, str(ROOT))
 
 from harness import schema  # noqa: E402
 from harness.chip import drift  # noqa: E402
+from harness.record import Run  # noqa: E402
 from harness.regress import confirm, judge, noise  # noqa: E402
-from harness.runs.run import Run  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "regress_cpu.json"
 # the program the runs ran, the same in every synthetic run (its verdict is the step's)

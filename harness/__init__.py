@@ -23,7 +23,7 @@ EXPORTS: dict[str, str] = {
     "hlo_costs": "harness.hlo",
     "summary": "harness.analysis.gaps",
     "render": "harness.report",
-    "Run": "harness.runs.run",
+    "Run": "harness.record",
     "analyze": "harness.runs.pipeline",
     "analyze_trace": "harness.runs.pipeline",
     "run_workload": "harness.runs.workload",

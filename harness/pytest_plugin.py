@@ -6,7 +6,7 @@
 
 ``harness_run(target, *args, ...)`` captures ``steps`` profiled steps after ``warmup`` and runs
 the one pipeline of every entry point (``harness.runs.pipeline``; a registered workload as
-``harness run`` runs it) and returns the ``harness.runs.run.Run``: per-op times against each op's
+``harness run`` runs it) and returns the ``harness.record.Run``: per-op times against each op's
 roofline time
 (`roofline.md`). If the test also asks for pytest-benchmark's ``benchmark`` fixture, the compiled
 step is timed with ``benchmark.pedantic`` outside the profiler (so ``--benchmark-autosave`` and
@@ -57,7 +57,7 @@ def efficiency(run) -> float | None:
 
 
 def extra_info(run) -> dict:
-    """JSON-able figures of a ``harness.runs.run.Run`` for pytest-benchmark's ``extra_info``, under
+    """JSON-able figures of a ``harness.record.Run`` for pytest-benchmark's ``extra_info``, under
     ``harness_*`` keys (NaN becomes None)."""
     from harness import schema  # deferred
 
@@ -159,7 +159,7 @@ def test_name(request) -> str:
 @pytest.fixture
 def harness_run(request, tmp_path):
     """``harness_run(workload_or_fn, *args, preset=, overrides=, mesh=, steps=, warmup=, chip=,
-    rounds=, time=True, **kwargs) -> harness.runs.run.Run`` (``kwargs`` go to a function target);
+    rounds=, time=True, **kwargs) -> harness.record.Run`` (``kwargs`` go to a function target);
     fills ``benchmark.extra_info`` when present."""
     benchmark = request.getfixturevalue("benchmark") if "benchmark" in request.fixturenames \
         else None
@@ -169,7 +169,7 @@ def harness_run(request, tmp_path):
     def run(target, *args, preset: str = "tiny", overrides: dict | None = None,
             mesh: str | None = None, steps: int = STEPS, warmup: int = 2, chip=None,
             rounds: int | None = None, time: bool = True, **kwargs):
-        from harness import schema  # deferred
+        from harness import report, schema  # deferred
         from harness.regress import judge  # deferred
         from harness.runs import pipeline, workload
 
@@ -187,7 +187,7 @@ def harness_run(request, tmp_path):
             result.meta.update(meta)
         if save_root:
             name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name).strip("_")[:80]
-            result.save(Path(save_root) / workload.new_run_id(name))
+            result.save(Path(save_root) / workload.new_run_id(name), files=report.files)
         judged = _verdict(request, result) if compare_root else None
         if judged is not None:
             request.node.user_properties.append(

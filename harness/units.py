@@ -16,10 +16,13 @@ without pulling in jax, numpy or pandas):
   letters, as libtpu prints them: 4096 -> "4K" (``fmt_binary``);
 - ``parse_bytes`` reads "16 GiB", "512MB", "1000" and libtpu's "65.66G": a lone K, M, G or T is
   binary (libtpu 0.0.42.1 says a 16 GiB v5e offers "15.75G"), a unit ending in B without an i is
-  decimal.
+  decimal;
+- JSON is strict (RFC 8259, which has no NaN or Infinity: ``JSON.parse`` rejects them): a figure
+  that does not apply is ``null`` (``json_text``), in every JSON the tool prints or writes.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -134,3 +137,31 @@ def parse_bytes(text: str) -> float:
         raise UnitError(f"{text!r} is not a size like 16GiB, 512MB or 1000; units: "
                         f"{BYTE_UNIT_NAMES}")
     return float(m.group(1)) * BYTE_SUFFIXES[m.group(2).lower()]
+
+
+def jsonable(obj):
+    """``obj`` as plain JSON values: NaN and infinities as None (JSON's null), numpy scalars and
+    arrays as numbers and lists, tuples as lists, keys that are no JSON key as text, anything
+    else as its text (``str``)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if obj is None or isinstance(obj, (str, int)):  # bool is an int
+        return obj
+    if isinstance(obj, dict):
+        return {(k if k is None or isinstance(k, (str, int, float)) else str(k)): jsonable(v)
+                for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    for to_plain in ("tolist", "item"):  # numpy arrays and scalars, without importing numpy
+        if callable(getattr(obj, to_plain, None)):
+            try:
+                return jsonable(getattr(obj, to_plain)())
+            except (TypeError, ValueError):
+                break
+    return str(obj)
+
+
+def json_text(obj, indent: int | None = 1, **options) -> str:
+    """``obj`` as strict JSON text (``jsonable``; ``json.dumps`` with ``allow_nan=False``, so a
+    value it missed fails here, not in the reader's parser)."""
+    return json.dumps(jsonable(obj), indent=indent, allow_nan=False, **options)

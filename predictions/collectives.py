@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from predictions import hardware, topology
 from predictions.hardware import Chip
+from predictions.mesh import MeshError, parse_dims, parse_mesh
 
 KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all")
 
@@ -44,22 +45,17 @@ class CollectiveTime:
 
 
 def parse_axes(axes: int | str | Sequence[int]) -> tuple[int, ...]:
-    """4 -> (4,); "4x4" -> (4, 4); [4, 2] -> (4, 2). ValueError on anything not positive."""
-    if isinstance(axes, str):
-        try:
-            out = tuple(int(a) for a in axes.lower().replace("*", "x").split("x"))
-        except ValueError:
-            raise ValueError(f"axes must look like 4 or 4x4, got {axes!r}") from None
-    elif isinstance(axes, int) and not isinstance(axes, bool):
-        out = (axes,)
-    else:
-        try:
-            out = tuple(axes)
-        except TypeError:
-            raise ValueError(f"axes must be positive integer sizes, got {axes!r}") from None
-    if not out or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in out):
-        raise ValueError(f"axes must be positive integer sizes, got {axes!r}")
-    return out
+    """4 -> (4,); "4x4" -> (4, 4); "X=4,Y=4" -> (4, 4); [4, 2] -> (4, 2) (``predictions.mesh``
+    parses). ValueError on anything not positive."""
+    try:
+        if isinstance(axes, str) and "=" in axes:
+            return parse_mesh(axes).dims
+        if isinstance(axes, float):
+            raise MeshError(axes, "not a whole number")
+        return parse_dims(axes)
+    except MeshError as e:
+        raise ValueError(f"axes must be positive integer sizes like 4, 4x4 or X=4,Y=4, got "
+                         f"{axes!r} ({e.reason})") from None
 
 
 def _check_bytes(nbytes: float) -> float:

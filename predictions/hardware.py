@@ -51,6 +51,10 @@ class Chip:
     kernel (``harness.hlo.kernels``) is listed is priced at its own rate for its size
     (``predictions.roofline.kernel_rate``), any other at ``peak_flops``; empty for the book's
     chips, whose matmuls all run at the one peak.
+    ``spread``: CPU only, how far the host's cores moved speed while it was calibrated (fastest
+    over slowest, ``harness.chip.spells``): a figure priced on the chip that lands above its
+    roofline by less than this is within the host's spread; 0 for the book's chips, whose peaks
+    are a data sheet's.
     ``None`` marks a figure the book does not give.
     """
 
@@ -74,6 +78,7 @@ class Chip:
     op_overhead_s: float = 0.0
     memory_tiers: tuple[tuple[float, float], ...] = ()
     kernel_flops: tuple[tuple[str, str, tuple[tuple[float, float], ...]], ...] = ()
+    spread: float = 0.0
 
     def flops_per_s(self, dtype: str = "bf16") -> float:
         """Peak FLOP/s (OP/s for integers) at ``dtype``; KeyError lists the dtypes given."""

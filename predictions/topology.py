@@ -57,3 +57,23 @@ def physical_axes(chip: Chip | str, axes: Sequence[int]) -> tuple[int, ...]:
     if remaining != 1:
         check_axes(c, axes)  # raises, naming the limit
     return tuple(n for n in out if n > 1) or (1,)
+
+
+def spans(mesh: Sequence[int], topology: Sequence[int]) -> tuple[int, ...]:
+    """Physical axes each mesh axis spans when the mesh is laid onto ``topology`` in order,
+    each mesh axis taking the next physical axes (split where sizes demand, as
+    ``jax.experimental.mesh_utils`` with ``allow_split_physical_axes``): 64x1 on 4x4x4 ->
+    (3, 1), 16x4 -> (2, 1), 8x8 -> (2, 2). A mesh axis of size 1 counts 1. They scale the
+    book's conditions (sharding.md: an axis spanning M physical axes has M times the links)."""
+    left = [d for d in topology if d > 1]
+    out = []
+    for n in mesh:
+        m = 0
+        for i, d in enumerate(left):
+            if n == 1:
+                break
+            g = math.gcd(n, d)
+            if g > 1:
+                n, left[i], m = n // g, d // g, m + 1
+        out.append(max(m, 1))
+    return tuple(out)

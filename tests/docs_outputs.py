@@ -38,7 +38,9 @@ FENCE = "```"
 GAP = "..."
 # figure -> what it is masked as, in every block
 MASKS = (
-    (re.compile(r"\bcommit [0-9a-f]{7,40}\b"), "commit <commit>"),
+    # the checkout's commit, and whether it has uncommitted changes (a trace's page names the
+    # commit of the checkout that reads it)
+    (re.compile(r"\bcommit [0-9a-f]{7,40}\b(?: \(dirty\))?"), "commit <commit>"),
     (re.compile(r"\b\d{4}-\d{2}-\d{2}[ T_]\d{2}[:_]?\d{2}(?:[:_]?\d{2}(?:\.\d+)?)?"
                 r"(?: ?(?:[+-]\d{2}:?\d{2}|Z))?"), "<date>"),
     (re.compile(r"\b\d{8}-\d{6}\b"), "<date>"),  # a sweep's directory stamp

@@ -6,10 +6,9 @@ from pathlib import Path
 import pytest
 
 import harness
-import harness.runs.run as hrun
+import harness.record.run as hrun
 from harness import report, schema
-from harness.runs import store
-from harness.runs.run import Run
+from harness.record import Run, store
 
 
 @pytest.fixture(scope="module")
@@ -50,14 +49,14 @@ def test_ops_ranked_by_gap(analysis):
 
 
 def test_reports_render(analysis):
-    md = analysis.render("md")
+    md = report.render(analysis, "md")
     assert "## Ops ranked by gap" in md and "roofline.png" in md
-    html = analysis.render("html")
+    html = report.render(analysis, "html")
     assert html.startswith("<!doctype html>") and "data:image/png;base64," in html
-    data = json.loads(analysis.render("json"))
+    data = json.loads(report.render(analysis, "json"))
     assert len(data["ops"]) == len(analysis.ops)
     with pytest.raises(harness.errors.HarnessError, match="choose from"):
-        analysis.render("pdf")
+        report.render(analysis, "pdf")
 
 
 def test_the_cli_offers_every_report_format_and_only_those():
@@ -65,7 +64,7 @@ def test_the_cli_offers_every_report_format_and_only_those():
 
 
 def test_saved_run_round_trips(analysis, tmp_path):
-    path = analysis.save(tmp_path / "run-1")
+    path = analysis.save(tmp_path / "run-1", files=report.files)  # as harness run stores one
     for name in ("meta.json", "ops.parquet", "ops.csv", "steps.parquet", "report.md",
                  "report.html", "roofline.png", "trace"):
         assert (path / name).exists(), name
@@ -74,7 +73,8 @@ def test_saved_run_round_trips(analysis, tmp_path):
     assert loaded.meta["chip"] == analysis.chip.name
     assert loaded.summary == pytest.approx(analysis.summary, nan_ok=True)
     assert loaded.notes == analysis.notes and loaded.title == analysis.title
-    assert loaded.render("json") == analysis.render("json")  # the same report, read back
+    # the same report, read back
+    assert report.render(loaded, "json") == report.render(analysis, "json")
     assert json.loads((path / "meta.json").read_text())["format"] == hrun.FORMAT
     assert not list(tmp_path.glob(store.TMP_PREFIX + "*"))  # nothing half-written left
 
@@ -166,7 +166,7 @@ def test_a_run_stored_by_the_previous_version_reads_back_as_it_printed(tmp_path)
     assert "format" not in json.loads((old / "meta.json").read_text())
     printed = json.loads((old.parent / "format1-matmul.report.json").read_text())
     run = Run.load(old)
-    again = json.loads(run.render("json"))
+    again = json.loads(report.render(run, "json"))
     assert again.pop(schema.STEP_OBJECT) == {}
     then = printed[schema.SUMMARY]
     assert again[schema.SUMMARY] == {(schema.WALL_STEP_S if k == "step_s" else k): v
@@ -237,6 +237,18 @@ def test_a_run_saved_without_plots_draws_none(analysis, tmp_path, monkeypatch):
     bare = hrun.Run(title=analysis.title, meta=dict(analysis.meta), ops=analysis.ops,
                     categories=analysis.categories, summary=analysis.summary,
                     chip=analysis.chip)
-    path = bare.save(tmp_path / "bare", plots=False)
+    path = bare.save(tmp_path / "bare", files=lambda r: report.files(r, plots=False))
     assert drawn == [] and not list(path.glob("*.png"))
     assert "data:image/png" not in (path / "report.html").read_text()
+
+
+def test_the_librarys_save_stores_the_data_and_its_report_is_the_callers(analysis, tmp_path):
+    """``run.save`` writes the run's data; the report beside it is what a command passes
+    (``harness.report.files``). The commit is the capture's, in the meta as the run had it."""
+    path = analysis.save(tmp_path / "data")
+    names = {p.name for p in path.iterdir()}
+    assert {"meta.json", "ops.parquet", "ops.csv", "steps.parquet"} <= names
+    assert not names & {"report.md", "report.html", "roofline.png", "step.png"}
+    meta = json.loads((path / "meta.json").read_text())
+    assert meta.get(schema.GIT_SHA) == analysis.meta.get(schema.GIT_SHA)
+    assert report.render(Run.load(path), "json") == report.render(analysis, "json")

@@ -4,7 +4,7 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
-from test_runs_regress import save
+from test_regress_judge import save
 
 from harness import schema
 from harness.cli import main

@@ -12,7 +12,7 @@ import pytest
 
 from harness.capture.memory import MEMORY_ENV
 from harness.cli import main
-from harness.runs import store
+from harness.runs import scratch
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +48,8 @@ CASES = [
     (["report", "{root}/bad-ops"], ["bad-ops/ops.parquet", "missing program, op, measured_s"]),
     # output paths that cannot be used
     (["run", "matmul", "--out", "{root}/file"], ["--out", "is a file", "directory"]),
-    (["calibrate", "--out", "{root}"], ["--out", "is a directory", "file path"]),
-    (["calibrate", "--out", "{root}/no/such/cal.json"], ["is not a directory"]),
+    (["calibrate", "--save", "{root}"], ["--save", "is a directory", "file path"]),
+    (["calibrate", "--save", "{root}/no/such/cal.json"], ["is not a directory"]),
     # sweep files
     (["sweep", "{root}/latin1.toml"], ["latin1.toml:1", "not UTF-8"]),
     (["sweep", "{root}/bad.toml"], ["bad.toml", "line 1"]),
@@ -155,7 +155,7 @@ def test_the_next_run_removes_a_killed_runs_scratch_but_not_a_live_ones(tmp_path
         assert main(["run", "matmul", "--steps", "1", "--warmup", "0",
                      "--out", str(tmp_path)]) == 0
         assert not stale.exists() and busy.exists()
-        assert store.clean_stale_scratch(tmp_path) == []
+        assert scratch.clean_stale_scratch(tmp_path) == []
     finally:
         live.kill()
         live.wait()
@@ -184,7 +184,7 @@ OUTPUTS = [
     (["explain", H100_TRACE, "--json", "{x}"], "--json", "file"),
     (["compare", "{root}/good", "{root}/good", "--json", "{x}"], "--json", "file"),
     (["compare", "{root}/good", "{root}/good", "--junit", "{x}"], "--junit", "file"),
-    (["calibrate", "--quick", "--out", "{x}"], "--out", "file"),
+    (["calibrate", "--quick", "--save", "{x}"], "--save", "file"),
     (["profile", "--out", "{x}", "{script}"], "--out", "dir"),
     (["profile", "--keep-trace", "{x}", "{script}"], "--keep-trace", "dir"),
     (["run", "matmul", "--steps", "1", "--warmup", "0", "--out", "{x}"], "--out", "dir"),

@@ -21,14 +21,14 @@ def run(capsys, *argv):
 
 
 def run_json(capsys, *argv):
-    code, out, err = run(capsys, *argv, "--json")
+    code, out, err = run(capsys, *argv, "--format", "json")
     assert code == 0, err
     return json.loads(out)
 
 
 def test_train_example_of_the_issue(capsys):
     # applied-training.md: 6.3e24 / (8960 * 4.59e14 * 0.4) = 3.8e6 s ~ 44 days
-    argv = ("train", "--model", "llama3-70b", "--chip", "tpu-v5p", "--chips", "8960",
+    argv = ("train", "--model", "llama3-70b", "--chip", "tpu-v5p", "--num-chips", "8960",
             "--tokens", "15e12", "--mfu", "0.4")
     data = run_json(capsys, *argv)
     assert data["seconds"] == pytest.approx(3.8e6, rel=0.02)
@@ -39,9 +39,9 @@ def test_train_example_of_the_issue(capsys):
 
 
 def test_train_with_a_batch_adds_the_step_model(capsys):
-    data = run_json(capsys, "train", "--model", "llama3-70b", "--chip", "tpu-v5p", "--chips",
-                    "8960", "--tokens", "15e12", "--batch", "4194304", "--strategy", "fsdp_tp",
-                    "--axes", "2x1")
+    data = run_json(capsys, "train", "--model", "llama3-70b", "--chip", "tpu-v5p", "--num-chips",
+                    "8960", "--tokens", "15e12", "--batch", "4194304", "--layout", "fsdp_tp",
+                    "--spans", "2x1")
     # applied-training.md: 2048-way FSDP x 4-way TP
     assert (data["step"]["X"], data["step"]["Y"]) == (2048, 4)
     assert data["step"]["bound"] in ("compute", "comm")
@@ -50,7 +50,7 @@ def test_train_with_a_batch_adds_the_step_model(capsys):
 
 def test_decode_example_of_the_issue(capsys):
     # applied-inference.md: int8 LLaMA-3 70B, batch 32, 8k context on a v5e 4x2: ~17 ms
-    argv = ("decode", "--model", "llama3-70b", "--chip", "tpu-v5e", "--chips", "8",
+    argv = ("decode", "--model", "llama3-70b", "--chip", "tpu-v5e", "--num-chips", "8",
             "--batch", "32", "--context", "8192", "--int8")
     data = run_json(capsys, *argv)
     assert data["step_s"] == pytest.approx(17e-3, rel=0.03)
@@ -64,14 +64,14 @@ def test_decode_example_of_the_issue(capsys):
 
 def test_prefill(capsys):
     # applied-inference.md: 0.91 s for 8192 tokens on 16 v5e at 40% MFU
-    data = run_json(capsys, "prefill", "--model", "llama3-70b", "--chip", "tpu-v5e", "--chips",
+    data = run_json(capsys, "prefill", "--model", "llama3-70b", "--chip", "tpu-v5e", "--num-chips",
                     "16", "--tokens", "8192", "--mfu", "0.4")
     assert data["seconds"] == pytest.approx(0.91, rel=0.02) and data["bound"] == "compute"
 
 
 def test_collective_example_of_the_issue(capsys):
     # sharding.md: 34 MB over an axis of 4 on v5e (no wraparound): 3 * 8.4e6 / 4.5e10 ~ 560 us
-    argv = ("collective", "all-gather", "--bytes", "34e6", "--axes", "4", "--chip", "tpu-v5e")
+    argv = ("collective", "all-gather", "--bytes", "34e6", "--mesh", "4", "--chip", "tpu-v5e")
     data = run_json(capsys, *argv)
     assert data["seconds"] == pytest.approx(560e-6, rel=0.02)
     assert data["wraps"] == [False] and data["bound"] == "bandwidth"
@@ -79,7 +79,7 @@ def test_collective_example_of_the_issue(capsys):
     assert code == 0 and "567 us" in out and "bandwidth" in out
     # several axes: sharding.md Q2(b), 2BD/(2W) ~ 46 us on a v4p cube
     data = run_json(capsys, "collective", "all-gather", "--bytes", str(2 * 1024 * 4096),
-                    "--axes", "4x4", "--chip", "tpu-v4p")
+                    "--mesh", "4x4", "--chip", "tpu-v4p")
     assert data["seconds"] == pytest.approx(46e-6, rel=0.02) and data["axes"] == [4, 4]
     forced = run_json(capsys, *argv, "--wraparound", "yes")
     assert forced["seconds"] == pytest.approx(34e6 / 9e10)
@@ -104,22 +104,23 @@ def test_chips_lists_the_registry(capsys):
 
 
 @pytest.mark.parametrize("argv, fragment", [
-    (("train", "--model", "gpt-9", "--chip", "tpu-v5p", "--chips", "8", "--tokens", "1e9"),
+    (("train", "--model", "gpt-9", "--chip", "tpu-v5p", "--num-chips", "8", "--tokens", "1e9"),
      "unknown model 'gpt-9'; known models: llama3-8b"),
-    (("decode", "--model", "llama3-8b", "--chip", "tpu-v9", "--chips", "8", "--batch", "1",
+    (("decode", "--model", "llama3-8b", "--chip", "tpu-v9", "--num-chips", "8", "--batch", "1",
       "--context", "10"), "unknown chip 'tpu-v9'; known chips: tpu-v3"),
-    (("collective", "all-gather", "--bytes", "1e6", "--axes", "32", "--chip", "tpu-v5e"),
+    (("collective", "all-gather", "--bytes", "1e6", "--mesh", "32", "--chip", "tpu-v5e"),
      "at most 16 per axis"),
-    (("collective", "all-reduce", "--bytes", "-5", "--axes", "4", "--chip", "tpu-v5e"),
+    (("collective", "all-reduce", "--bytes", "-5", "--mesh", "4", "--chip", "tpu-v5e"),
      "nbytes must be a positive"),
-    (("collective", "all-reduce", "--bytes", "lots", "--axes", "4", "--chip", "tpu-v5e"),
+    (("collective", "all-reduce", "--bytes", "lots", "--mesh", "4", "--chip", "tpu-v5e"),
      "--bytes must be a number"),
-    (("decode", "--model", "llama3-8b", "--chip", "tpu-v5e", "--chips", "8", "--batch", "0",
+    (("decode", "--model", "llama3-8b", "--chip", "tpu-v5e", "--num-chips", "8", "--batch", "0",
       "--context", "10"), "batch must be positive"),
-    (("train", "--model", "llama3-8b", "--chip", "tpu-v5e", "--chips", "2.5", "--tokens", "1e9"),
-     "--chips must be a whole number"),
+    (("train", "--model", "llama3-8b", "--chip", "tpu-v5e", "--num-chips", "2.5", "--tokens",
+      "1e9"),
+     "--num-chips must be a whole number"),
     (("matmul", "--B", "0", "--D", "8", "--F", "8", "--chip", "h100"), "B must be positive"),
-    (("train", "--model", "llama3-8b", "--chip", "tpu-v5e", "--chips", "8", "--tokens", "1e9",
+    (("train", "--model", "llama3-8b", "--chip", "tpu-v5e", "--num-chips", "8", "--tokens", "1e9",
       "--mfu", "2"), "mfu must be in (0, 1]"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, fragment):

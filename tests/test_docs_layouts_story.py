@@ -11,7 +11,7 @@ import pytest
 
 from harness import schema
 from harness.cli import main
-from harness.runs.run import Run
+from harness.record import Run
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "docs" / "layouts_story.py"

@@ -49,6 +49,8 @@ def _block(lines, flags=()):
 
 def test_a_changed_figure_fails_and_a_masked_one_does_not():
     assert docs.matches(_block(OUT[:-1] + ["trace 2020-01-01 00:00 · commit abcdef1"]), OUT)
+    assert docs.matches(_block(OUT[:-1] + ["trace 2020-01-01 00:00 · commit abcdef1 (dirty)"]),
+                        OUT)
     assert not docs.matches(_block(["head 1.6 ms"] + OUT[1:]), OUT)
     assert not docs.matches(_block(OUT[:-1]), OUT)  # a line more printed than quoted
 

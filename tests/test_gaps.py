@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-import harness.runs.run as hrun
+import harness.record.run as hrun
 from harness import schema
 from harness.analysis.gaps import by_category, coverage, join, unexpected_collectives
 
@@ -139,7 +139,7 @@ def test_every_view_prints_the_same_efficiency(stored_collective, capsys):
 
 
 def test_unmodeled_ops_stay_out_of_every_views_efficiency(tmp_path, capsys):
-    from test_runs_regress import save
+    from test_regress_judge import save
 
     from harness.cli import main
     from harness.sweep.report import point_row
@@ -165,20 +165,60 @@ def test_reports_list_why_ops_are_unmodeled():
     assert unmodeled_reasons(ops.drop(columns=[schema.WHY_UNMODELED])) == []  # an older run
 
 
-def test_an_efficiency_that_hidden_transfers_put_above_the_roofline_is_explained():
-    from harness.analysis.gaps import hidden_transfers_reason
+def _with_async_copy(done_measured_s: float, done_predicted_s: float = 10e-3):
+    """measured() and predicted() with a host copy: copy-start.5 priced 0 (its -done carries the
+    pair, as on TPU) that took 5 ns to issue, and copy-done.6 priced its whole transfer."""
+    m, p = measured(), predicted()
+    m.loc[len(m)] = ["p", "copy-start.5", 1, 5e-9, 5e-9, 5e-9, 8]
+    m.loc[len(m)] = ["p", "copy-done.6", 1, done_measured_s, done_measured_s, done_measured_s, 8]
+    for name, opcode, t in (("copy-start.5", "copy-start", 0.0),
+                            ("copy-done.6", "copy-done", done_predicted_s)):
+        p.loc[len(p)] = {**p.iloc[2].to_dict(), schema.OP: name, schema.OPCODE: opcode,
+                         schema.CATEGORY: "copy", schema.PREDICTED_S: t, schema.BOUND: "comm"}
+    return m, p
 
-    # a copy-done predicted 10 ms (its whole transfer) that waited 1 ms, beside a fusion at
-    # 80% of its roofline: (10 + 4) / (1 + 5) = 233% in all, 80% without the -done
-    ops = pd.DataFrame({schema.OP: ["copy-done.1", "fusion.2"],
-                        schema.PREDICTED_S: [10e-3, 4e-3], schema.MEASURED_S: [1e-3, 5e-3],
-                        schema.WAIT_S: [1e-3, float("nan")]})
-    why = hidden_transfers_reason(ops)
-    assert why.startswith("1 async -done op(s) are predicted 0.01 s for their whole transfers")
-    assert why.endswith("(the other ops: 80%)")
-    # the other ops beat the roofline too: not the transfers' doing
-    fast = ops.assign(**{schema.PREDICTED_S: [10e-3, 6e-3]})
-    assert hidden_transfers_reason(fast) == ""
-    assert hidden_transfers_reason(ops.drop(columns=[schema.WAIT_S])) == ""
-    slow = ops.assign(**{schema.PREDICTED_S: [1e-3, 4e-3]})  # (1 + 4) / 6: not above 110%
-    assert hidden_transfers_reason(slow) == ""
+
+def test_a_done_measured_as_its_wait_has_no_efficiency_nor_its_start():
+    from harness.analysis.async_pairs import left_out_note
+
+    # copy-done.6 waited 3 ns for a transfer priced 10 ms: 10e-3 / 3e-9 would read 333,333,333%
+    ops = join(*_with_async_copy(3e-9)).set_index(schema.OP)
+    assert math.isnan(ops.loc["copy-done.6", schema.EFFICIENCY])
+    assert math.isnan(ops.loc["copy-start.5", schema.EFFICIENCY])  # 0 / 5 ns: bookkeeping
+    assert ops.loc["copy-done.6", schema.WAIT_S] == pytest.approx(3e-9)
+    assert ops.loc["dot.1", schema.EFFICIENCY] == pytest.approx(5e-6 / 10e-6)  # others keep it
+    note = left_out_note(ops.reset_index())
+    assert note.startswith("efficiency left out for 1 async -done op(s) (copy-done.6) and 1 "
+                           "-start op(s) priced 0 for them")
+    assert "(10 ms for the 1)" in note and "(3 ns)" in note
+    assert left_out_note(join(measured(), predicted())) == ""
+
+
+def test_aggregates_leave_the_waited_pairs_out_of_both_sums():
+    from harness.analysis.gaps import workload_efficiency
+
+    # a copy-done priced 10 ms (its whole transfer) that waited 1 ms: set against each other
+    # they would put the run at (5 + 2 + 1 + 10000 us) / (10 + 8 + 1 + 1000 + 0.005 us) = 982%
+    # and the copy category at 10 ms / 1 ms = 1000%; left out, the run is the modeled others'
+    # (5 + 2 + 1) / (10 + 8 + 1) (mystery.4 unmodeled) and the copy category has none
+    ops = join(*_with_async_copy(1e-3))
+    assert workload_efficiency(ops) == pytest.approx((5 + 2 + 1) / (10 + 8 + 1))
+    cats = by_category(ops).set_index(schema.CATEGORY)
+    assert math.isnan(cats.loc["copy", schema.EFFICIENCY])
+    assert cats.loc["copy", schema.PREDICTED_S] == pytest.approx(10e-3)  # still listed
+    assert cats.loc["copy", schema.MEASURED_S] == pytest.approx(1e-3 + 5e-9)
+    assert cats.loc["collective", schema.EFFICIENCY] == pytest.approx(2 / 8)
+
+
+def test_a_done_that_carries_no_work_keeps_its_efficiency():
+    from harness.analysis.async_pairs import left_out
+
+    # GPU and CPU time an async pair on its -start (its kernel), which carries the work; the
+    # -done is priced 0: nothing is set against a wait, so nothing is left out
+    m, p = _with_async_copy(2e-6, done_predicted_s=0.0)
+    p.loc[p[schema.OP] == "copy-start.5", schema.PREDICTED_S] = 4e-9
+    ops = join(m, p)
+    assert not left_out(ops).any()
+    row = ops.set_index(schema.OP)
+    assert row.loc["copy-start.5", schema.EFFICIENCY] == pytest.approx(4e-9 / 5e-9)
+    assert row.loc["copy-done.6", schema.EFFICIENCY] == 0

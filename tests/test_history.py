@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 
 from harness import cli, schema
+from harness.record import Run
 from harness.regress import changepoints, history, judge, trend
 from harness.regress.figures import CPU
-from harness.runs.run import Run
 
 REPO = Path(__file__).resolve().parents[1]
 NIGHTS = REPO / "tests" / "fixtures" / "history"

@@ -340,7 +340,7 @@ def test_a_second_run_reads_the_compile_from_the_cache(capsys):
     second = json.loads(capsys.readouterr().out)
     assert not first["compiles"]["tpu-v5e"]["cached"] and second["compiles"]["tpu-v5e"]["cached"]
     assert second["chips"][0]["totals"] == first["chips"][0]["totals"]
-    assert main([*argv, "--no-cache"]) == 0
+    assert main([*argv, "--no-compile-cache"]) == 0
     assert not json.loads(capsys.readouterr().out)["compiles"]["tpu-v5e"]["cached"]
 
 

@@ -18,8 +18,8 @@ import pytest
 
 from harness import schema
 from harness.cli import main
+from harness.record import Run
 from harness.regress import changes, judge, side_by_side
-from harness.runs.run import Run
 
 B, D, F, X, Y = 64, 128, 256, 4, 2
 FIRST, SECOND = "bd,df->bf/dot_general", "bf,fd->bd/dot_general"
@@ -79,7 +79,7 @@ def _row(frame, source, category):
 
 def test_matmuls_are_matched_by_source_op_not_by_name(runs):
     a, b = runs
-    lay = side_by_side.compare(a, b)
+    lay = side_by_side.two_layouts(a, b)
     assert lay is not None and lay.matched_by == side_by_side.SOURCE
     for source in (FIRST, SECOND):
         row = _row(lay.ops, source, schema.CAT_MATMUL)
@@ -99,7 +99,7 @@ def test_the_collective_of_each_layout_is_its_own(runs):
     assert len(named) == 1 and named.iloc[0][[schema.BASELINE_S, schema.CANDIDATE_S]].notna().all()
     # ... by source op, the bad layout's all-reduce (of the first matmul's partial sums over Y)
     # is only in B and the good one's (of the second's) only in A
-    c = side_by_side.compare(a, b).collectives.set_index(schema.SOURCE_OP)
+    c = side_by_side.two_layouts(a, b).collectives.set_index(schema.SOURCE_OP)
     assert set(c.index) == {FIRST, SECOND}
     only_b, only_a = c.loc[FIRST], c.loc[SECOND]
     assert only_b[schema.SIDE] == side_by_side.ONLY_B and only_a[schema.SIDE] == side_by_side.ONLY_A
@@ -122,7 +122,7 @@ def test_the_verdict_names_the_slower_layout_and_what_its_step_is_made_of(runs):
     a, b = runs
     ta, tb = a.step[schema.STEP_S], b.step[schema.STEP_S]
     slow, fast = ("B", "A") if tb >= ta else ("A", "B")
-    lay = side_by_side.compare(a, b)
+    lay = side_by_side.two_layouts(a, b)
     # on CPU the two all-reduces mostly measure the devices' rendezvous: either may be slower
     ratio = max(ta, tb) / min(ta, tb)
     assert lay.headline.startswith(f"{slow} is {ratio:.3g}x slower than {fast}" if ratio >= 1.005
@@ -170,10 +170,10 @@ def test_a_trace_is_a_side(runs, capsys):
 
 def test_the_same_program_is_joined_by_name_and_an_old_run_falls_back_to_names(runs):
     a, b = runs
-    assert side_by_side.compare(a, a) is None and judge.compare(a, a).layouts is None
+    assert side_by_side.two_layouts(a, a) is None and judge.compare(a, a).layouts is None
     old = Run(meta=b.meta, ops=b.ops.drop(columns=[schema.SOURCE_OP]), step=b.step)
     assert side_by_side.matched_by(a, old) == side_by_side.NAME
-    assert side_by_side.compare(a, old) is None
+    assert side_by_side.two_layouts(a, old) is None
 
 
 def _made(fingerprint: str, jit: str, names: tuple[str, str], matmul_s: float, gather_s: float,
@@ -205,7 +205,7 @@ def test_a_collective_in_both_layouts_and_the_baseline_the_slower():
     # other outer jit names, the same source op
     a = _made("1", "step_a", ("fusion.1", "all-gather.2"), 3e-3, 4e-3, 1e6, (5e-3, 4e-3, 1e-3))
     b = _made("2", "step_b", ("fusion.7", "all-gather.9"), 2e-3, 1e-3, 5e5, (3.5e-3, 1e-3, 5e-4))
-    lay = side_by_side.compare(a, b)
+    lay = side_by_side.two_layouts(a, b)
     c = lay.collectives.iloc[0]
     assert len(lay.collectives) == 1 and c[schema.SIDE] == side_by_side.BOTH
     assert (c[schema.SOURCE_OP], c[schema.AXES]) == ("x/dot_general", "X")
@@ -227,7 +227,7 @@ def test_llama_train_dp_against_fsdp(tmp_path):
     a, b = (Run.load(run_workload("llama_train", overrides={"parallelism": p}, mesh="4x2",
                                   steps=2, warmup=1, out=tmp_path / p, with_plots=False).path)
             for p in ("dp", "fsdp"))
-    lay = side_by_side.compare(a, b)
+    lay = side_by_side.two_layouts(a, b)
     c = lay.collectives
     gathers = c[(c[schema.COLLECTIVE] == "all-gather") & (c[schema.SIDE] == side_by_side.ONLY_B)]
     assert gathers[schema.SOURCE_OP].str.endswith("btd,df->btf/dot_general").any()

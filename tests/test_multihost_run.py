@@ -24,8 +24,7 @@ import pytest
 from harness import cli, schema
 from harness.measure.per_host import BY_DEVICE_CSV, by_device, host_columns
 from harness.multihost.xspace import MERGED_DIR, MERGED_FILE, write_merged
-from harness.runs import store
-from harness.runs.run import Run
+from harness.record import Run, store
 from harness.trace.load import load_events
 
 HARNESS = [sys.executable, "-m", "harness"]

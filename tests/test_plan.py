@@ -119,7 +119,7 @@ def test_a_layout_the_model_cannot_take_says_why_without_compiling(monkeypatch):
     (["--layout", "pp"], "valid: dp, fsdp, tp, fsdp_tp"),
     (["--topology", "2x4x8"], "as 4x4x4"),
     (["--topology", "3x3x1"], "valid slices nearby: 8 (v5p:2x2x2), 12 (v5p:2x2x3)"),
-    (["--batch", "1000", "--seq", "16"], "multiple of 16"),
+    (["--batch", "1000", "--seq-len", "16"], "multiple of 16"),
     (["--batch", "lots"], "256seq"),
     (["llama_decode"], "valid: llama_train"),
 ])
@@ -132,7 +132,7 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, says):
 def test_tiny_plan_through_the_cpu_compiler(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("SCALING_HARNESS_CACHE", str(tmp_path))
     rc = main(["plan", "--chip", "tpu-v5p", "--topology", "2x2x2", "--compiler", "cpu",
-               "--layout", "fsdp", "--layout", "tp", "--batch", "8seq", "--seq", "16",
+               "--layout", "fsdp", "--layout", "tp", "--batch", "8seq", "--seq-len", "16",
                "--format", "json"])
     assert rc == 0
     captured = capsys.readouterr()
@@ -159,7 +159,7 @@ SMALL = ["--set", "L=1", "--set", "D=512", "--set", "F=2048", "--set", "N=8", "-
 
 def _plan(capsys, batch: str, seq: str) -> dict:
     assert main(["plan", "--chip", "tpu-v5p", "--topology", "2x2x2", "--compiler", "tpu",
-                 "--layout", "fsdp", "--layout", "tp", "--batch", batch, "--seq", seq,
+                 "--layout", "fsdp", "--layout", "tp", "--batch", batch, "--seq-len", seq,
                  "--format", "json", *SMALL]) == 0
     out = json.loads(capsys.readouterr().out)
     return {r[schema.LAYOUT]: r for r in out["layouts"]}
@@ -187,7 +187,7 @@ def test_libtpu_ranks_fsdp_and_tp_in_the_books_order_on_both_sides_of_the_critic
 
 def _real(capsys, preset: str, batch: str, seq: str) -> dict:
     assert main(["plan", "--preset", preset, "--chip", "tpu-v5p", "--topology", "4x4x4",
-                 "--batch", batch, "--seq", seq, "--format", "json"]) == 0
+                 "--batch", batch, "--seq-len", seq, "--format", "json"]) == 0
     return json.loads(capsys.readouterr().out)
 
 

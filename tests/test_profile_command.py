@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 from harness import schema
-from harness.runs.run import Run
+from harness.record import Run
 
 HARNESS = [sys.executable, "-m", "harness"]
 SCRIPT = textwrap.dedent("""

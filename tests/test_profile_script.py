@@ -15,7 +15,7 @@ import pytest
 from profiling import env_for, executions, harness, report_of
 
 from harness import schema
-from harness.runs.run import Run
+from harness.record import Run
 
 # a jitted step over a 1-D mesh of every device, run STEPS times; the device count comes from
 # the flags the script sets (first line, when it sets any), the environment or --devices

@@ -9,7 +9,7 @@ import pytest
 
 from harness import schema
 from harness.chip import drift
-from harness.runs.run import list_runs
+from harness.record import list_runs
 
 pytest_plugins = ["pytester"]
 
@@ -73,7 +73,7 @@ def test_extra_info_is_json_plain():
 
     from harness import schema
     from harness.pytest_plugin import extra_info
-    from harness.runs.run import Run
+    from harness.record import Run
 
     ops = pd.DataFrame({schema.OP: ["dot.1"], schema.CATEGORY: ["matmul"],
                         schema.MEASURED_S: [2e-3], schema.PREDICTED_S: [1e-3],

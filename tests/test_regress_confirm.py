@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from test_runs_regress import make
+from test_regress_judge import make
 
 from harness import schema
 from harness.regress import confirm, judge, noise
@@ -49,7 +49,7 @@ def test_a_slowdown_the_reruns_do_not_show_is_not_a_regression(reruns, tmp_path)
     asked, _ = reruns
     v = judge.compare(workload(), workload(13.0, cpu=1.3))
     assert v.verdict == judge.REGRESSION  # one run per side, no history: it looks slower
-    c = confirm.confirm(v, 2, tmp_path, judge.Rule(), [[v.baseline]], installed=SHA)
+    c = confirm.rerun_pair(v, 2, tmp_path, judge.Rule(), [[v.baseline]], installed=SHA)
     # the baseline's commit is the one installed too: both sides rerun, interleaved
     assert [i for _, i in asked] == [0, 0, 1, 1] and asked[0][0].mesh == "4x2"
     # the candidate's code ran at 13, 10 and 10 ms, the baseline's at 10, 10 and 10: their mean
@@ -69,7 +69,7 @@ def test_a_real_13x_slowdown_is_confirmed(reruns, tmp_path):
     _, speed = reruns
     speed["step"] = 1.3  # the same program doing 1.3x the work: every rerun as slow
     v = judge.compare(workload(), workload(13.0, cpu=1.3))
-    c = confirm.confirm(v, 2, tmp_path, judge.Rule(), [[v.baseline]], installed=SHA)
+    c = confirm.rerun_pair(v, 2, tmp_path, judge.Rule(), [[v.baseline]], installed=SHA)
     assert (c.verdict, c.cause) == (judge.REGRESSION, judge.SAME_PROGRAM)
     assert c.message.startswith("confirmed by 2 rerun(s) of each side, interleaved, in fresh "
                                 "processes, the candidate's 3 runs judged by their mean: same "
@@ -81,16 +81,16 @@ def test_a_real_13x_slowdown_is_confirmed(reruns, tmp_path):
 def test_runs_that_cannot_be_rerun_here_say_so(reruns, tmp_path):
     asked, _ = reruns
     v = judge.compare(workload(), workload(13.0, cpu=1.3))
-    other = confirm.confirm(v, 2, tmp_path, judge.Rule(), [], installed="ffff00001111")
+    other = confirm.rerun_pair(v, 2, tmp_path, judge.Rule(), [], installed="ffff00001111")
     assert other.verdict == judge.REGRESSION and other.message.endswith(
         f"not confirmed: the run's commit ({SHA}) is not the one installed here (ffff00001111)")
     test = judge.compare(make(), make(13.0, cpu=1.3))
-    assert confirm.confirm(test, 2, tmp_path, judge.Rule(), [], SHA).message.endswith(
+    assert confirm.rerun_pair(test, 2, tmp_path, judge.Rule(), [], SHA).message.endswith(
         confirm.A_TEST)
     trace = workload(13.0, cpu=1.3)
     trace.meta[schema.TRACE_FILE] = "x.xplane.pb"
     v = judge.compare(workload(), trace)
-    assert confirm.confirm(v, 2, tmp_path, judge.Rule(), [], SHA).message.endswith(
+    assert confirm.rerun_pair(v, 2, tmp_path, judge.Rule(), [], SHA).message.endswith(
         confirm.NOT_RERUNNABLE)
     assert asked == []
 

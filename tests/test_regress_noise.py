@@ -6,7 +6,7 @@ import math
 
 import pytest
 from scipy.stats import norm
-from test_runs_regress import make
+from test_regress_judge import make
 
 from harness import schema
 from harness.cli import main

@@ -75,3 +75,39 @@ def test_each_collective_says_how_much_of_it_was_exposed():
     assert out.loc["all-gather", schema.COMM_S] == pytest.approx(40 * NS)
     assert out.loc["all-gather", schema.EXPOSED_COMM_S] == pytest.approx(30 * NS)
     assert out.loc["all-reduce", schema.EXPOSED_COMM_S] == 0
+
+
+def test_an_async_pair_is_exposed_for_its_own_wait_not_for_the_others_under_its_span():
+    # TPU XLA Ops, as in the v6e fixture: copy-start.a and copy-start.b issued at 0 and 1;
+    # the core waits on copy-done.a over [2,50), runs fusion [50,60), then copy-done.b waits
+    # [60,61): b's transfer landed while the core waited on a. b is in flight [1,61), 60 ns, but
+    # the step waited on it 1 ns; the 48 ns of a's wait under b's span are a's. The step's
+    # exposed communication is the 61 ns less the fusion's 10: the two waits (48 + 1) and the
+    # 2 ns the -starts took to issue, which are no -done's wait
+    from harness.step.timeline import measure
+
+    rows = [("copy-start.a", 0, 0, 0, 1), ("copy-start.b", 0, 0, 1, 1),
+            ("copy-done.a", 0, 0, 2, 48), ("fusion", 0, 0, 50, 10),
+            ("copy-done.b", 0, 0, 60, 1)]
+    comm = {"copy-start.a", "copy-start.b", "copy-done.a", "copy-done.b"}
+    step, _ = measure(events(rows), comm,
+                      pairs={"copy-start.a": "copy-done.a", "copy-start.b": "copy-done.b"})
+    listed = {r[schema.OP]: r for r in step[schema.STEP_COLLECTIVES]}
+    assert listed["copy-done.a"][schema.COMM_S] == pytest.approx(50 * NS)  # [0,50)
+    assert listed["copy-done.a"][schema.EXPOSED_COMM_S] == pytest.approx(48 * NS)
+    assert listed["copy-done.b"][schema.COMM_S] == pytest.approx(60 * NS)  # [1,61)
+    assert listed["copy-done.b"][schema.EXPOSED_COMM_S] == pytest.approx(1 * NS)
+    assert step[schema.EXPOSED_COMM_S] == pytest.approx((61 - 10) * NS)  # [0,50) and [60,61)
+    assert [r[schema.OP] for r in step[schema.STEP_COLLECTIVES]] == ["copy-done.a",
+                                                                    "copy-done.b"]
+
+
+def test_an_ops_exposed_part_is_a_median_over_steps_per_device_then_over_devices():
+    # all-gather exposed 10, 20, 90 ns in steps 0-2 on device 0 (median 20) and 30, 40, 50 on
+    # device 1 (median 40): the op's figure is the median of 20 and 40 = 30 ns, as measured_s
+    # takes it (the median of all six, 35 ns, could exceed the op's own measured time)
+    rows = [("all-gather", d, k, 100 * k, t) for d, ts in ((0, (10, 20, 90)), (1, (30, 40, 50)))
+            for k, t in enumerate(ts)]
+    out = exposed_by_op(events(rows), {"all-gather"}).set_index(schema.OP)
+    assert out.loc["all-gather", schema.EXPOSED_COMM_S] == pytest.approx(30 * NS)
+    assert out.loc["all-gather", schema.COMM_S] == pytest.approx(30 * NS)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import schema
+from harness import report, schema
 from harness.runs.pipeline import analyze_trace
 from harness.step import comm_ops
 
@@ -118,7 +118,7 @@ def test_tpu_async_copies_are_spans_from_start_to_done(runs):
 @pytest.mark.parametrize("fmt", ["json", "text"])
 def test_reports_carry_the_step(fmt, runs):
     run = runs(FIXTURES / "h100" / "llama_train-100m")
-    out = run.render(fmt)
+    out = report.render(run, fmt)
     if fmt == "json":
         step = json.loads(out)[schema.STEP_OBJECT]
         assert set(TERMS) <= set(step)

@@ -23,13 +23,13 @@ import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from harness import schema
+from harness import report, schema
 from harness.analysis.programs import STEP_EXECUTIONS, Measured, step_program
 from harness.cli import main
+from harness.record import Run
 from harness.regress import headline, side_by_side
 from harness.report.tables import fmt_seconds
 from harness.runs.pipeline import analyze_trace
-from harness.runs.run import Run
 
 B, D, F, STEPS, EVAL_EVERY = 64, 128, 256, 6, 3
 MESH = {"data": 4, "model": 2}
@@ -137,7 +137,7 @@ def test_the_report_is_of_the_step_program(runs):
     assert {"jit_init", "jit_evaluate"} <= set(run.programs[schema.PROGRAM])
     assert run.programs.set_index(schema.PROGRAM_ID).loc[step, schema.EXECUTIONS] == STEPS
     assert any("--program NAME|ID|all" in n for n in run.notes)
-    text = run.render("text", top=20)
+    text = report.render(run, "text", top=20)
     assert text.startswith(f"{STEP} on 8x cpu")
 
 
@@ -223,7 +223,7 @@ def test_explain_cli_program_id_and_name_on_the_stored_run(runs, tmp_path, capsy
 
 def test_compare_of_two_layouts_is_of_the_step_programs_and_its_parts_add_up(runs):
     a, b = runs["tp"], runs["replicated"]
-    lay = side_by_side.compare(a, b)
+    lay = side_by_side.two_layouts(a, b)
     # the collectives side by side are the step programs' alone (no evaluation's loss sum)
     steps = {k: r.collectives[schema.SOURCE_OP].map(side_by_side.source_key)
              for k, r in runs.items()}

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness import schema
+from harness import report, schema
 from harness.hlo import cross_check_skip
 from harness.runs.pipeline import analyze_trace
 from predictions import hardware
@@ -77,5 +77,5 @@ def test_report_names_the_mfu_formula_and_prints_the_books_beside_it():
     s = a.summary
     assert "P_matmul" in s[schema.MFU_FORMULA]
     assert s["hfu"] >= s[schema.MFU] and s[schema.MFU_BOOK] > s[schema.MFU]
-    text = a.render("text")
+    text = report.render(a, "text")
     assert schema.MFU_BOOK in text and schema.MFU_FORMULA in text

@@ -19,8 +19,7 @@ import pytest
 
 import workloads
 from harness import cli, schema
-from harness.runs import store
-from harness.runs.run import Run
+from harness.record import Run, store
 from harness.sweep import report as sweep_report
 from harness.sweep import run as sw
 from harness.sweep.grid import SweepFileError, load_sweep

@@ -8,7 +8,7 @@ import pytest
 
 from harness import schema
 from harness.errors import HarnessError
-from harness.runs import store
+from harness.record import store
 from harness.sweep import repeat as repeat_runs
 from harness.sweep import run as sw
 from harness.sweep.grid import load_sweep

@@ -13,7 +13,7 @@ from jax.sharding import PartitionSpec as P
 import workloads
 from harness import schema
 from harness.capture.memory import OutOfMemory
-from harness.runs.run import Run
+from harness.record import Run
 from harness.runs.workload import _knobs, build_workload, run_workload
 from harness.sweep import report as sweep_report
 from predictions import collectives, hardware

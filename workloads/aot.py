@@ -93,9 +93,9 @@ class CompileJob:
 
     def __init__(self, name: str, preset: str, overrides: Mapping[str, str] | None,
                  mesh_shape: str, tpu_chip: str | None, timeout_s: float):
-        from workloads.mesh import parse_shape
+        from workloads.mesh import mesh_dims
 
-        dims = parse_shape(mesh_shape)
+        dims = mesh_dims(mesh_shape)
         self.devices, self.tpu_chip, self.timeout_s = math.prod(dims), tpu_chip, timeout_s
         self.what = f"{name}/{preset} on {mesh_shape}"
         if tpu_chip:

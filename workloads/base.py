@@ -195,3 +195,58 @@ def replace_config(cfg: Any, overrides: Mapping[str, Any] | None) -> Any:
 def config_dict(cfg: Any) -> dict[str, Any]:
     """The config as a plain dict (for ``meta.json``)."""
     return dataclasses.asdict(cfg)
+
+
+# A workload config's field that names its layout (``predictions.layouts``); the field keeps
+# this name so that stored runs (their config and overrides) load and pair as before.
+LAYOUT_FIELD = "parallelism"
+
+
+def has_layouts(workload: Workload) -> bool:
+    """Whether the workload's config names a layout of the registry."""
+    return LAYOUT_FIELD in {f.name for f in dataclasses.fields(workload.Config)}
+
+
+def with_layout(workload: Workload, overrides: Mapping[str, str] | None,
+                layout: str | None = None, mesh: str | None = None) -> dict[str, str]:
+    """``overrides`` with the layout set: ``layout`` (``--layout``), else the one a mesh named
+    by role implies (``fsdp=4,model=2`` -> ``fsdp_tp``). WorkloadError when they disagree with
+    each other or with ``--set parallelism=``, or the workload has no layouts."""
+    from predictions import layouts
+    from predictions.mesh import MeshError, parse_mesh
+
+    out = dict(overrides or {})
+    try:
+        given = parse_mesh(mesh) if mesh else None
+    except MeshError as e:
+        raise WorkloadError(f"--mesh {mesh!r}: {e.reason}") from None
+    roles = given.names if given is not None and layouts.is_roles(given.names) else None
+    if given is not None and not roles and any(n in layouts.ROLES for n in given.names):
+        raise WorkloadError(f"--mesh {mesh}: name every axis by its role "
+                            f"({', '.join(layouts.ROLES)}) or none (X=4,Y=2, or 4x2)")
+    set_ = out.get(LAYOUT_FIELD)
+    if not has_layouts(workload):
+        if layout:
+            raise WorkloadError(f"{workload.name} has no layouts (--layout is for "
+                                f"{LAYOUT_FIELD}-configured workloads such as llama_train)")
+        if roles:
+            raise WorkloadError(f"--mesh {mesh}: {workload.name}'s mesh axes are "
+                                f"{', '.join(workload.mesh_axes)}, not roles of a layout; give "
+                                f"{','.join(f'{a}=N' for a in workload.mesh_axes)} or a shape "
+                                f"like 4x2")
+        return out
+    if layout and set_ and layout != set_:
+        raise WorkloadError(f"--layout {layout} and --set {LAYOUT_FIELD}={set_} disagree; give "
+                            f"one")
+    name = layout or set_
+    try:
+        entry = layouts.layout(name) if name else None
+        if roles:
+            implied = entry or layouts.for_roles(roles)
+            layouts.axes_by_role(implied, roles)  # the mesh's roles are the layout's
+            name = implied.name
+    except ValueError as e:
+        raise WorkloadError(f"--mesh {mesh}: {e}" if roles else str(e)) from None
+    if name:
+        out[LAYOUT_FIELD] = name
+    return out

@@ -1,4 +1,7 @@
-"""Device meshes named with the book's letters (`sharding.md`: axes X, Y, Z).
+"""Device meshes: named by the book's letters (`sharding.md`: axes X, Y, Z) or by the roles
+their axes play in a layout (``fsdp=4,model=2``, ``predictions.layouts``). Mesh text is parsed
+once, by ``predictions.mesh.parse_mesh``: named axes (``fsdp=4,model=2``, ``X=4,Y=2``) keep
+their names, a shape (``4x2``) takes the workload's axis names by position.
 
 - ``make_mesh("4x2")`` builds a concrete ``jax.sharding.Mesh`` over the live devices, checking
   that the shape uses exactly the devices there are (or a prefix, with ``allow_subset=True``).
@@ -25,9 +28,10 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
 
+from predictions import mesh as mesh_text
 from workloads.base import WorkloadError, check_choice
 
-BOOK_AXES: tuple[str, ...] = ("X", "Y", "Z")
+BOOK_AXES: tuple[str, ...] = mesh_text.BOOK_AXES
 AXIS_TYPES: dict[str, AxisType] = {
     "auto": AxisType.Auto, "explicit": AxisType.Explicit, "manual": AxisType.Manual,
 }
@@ -35,23 +39,42 @@ AnyMesh = Mesh | AbstractMesh
 
 
 def parse_shape(shape: str | int | Sequence[int]) -> tuple[int, ...]:
-    """``"4x2"`` -> ``(4, 2)``; ``8`` -> ``(8,)``; a tuple passes through (validated)."""
-    if isinstance(shape, int):
-        dims: tuple[int, ...] = (shape,)
-    elif isinstance(shape, str):
-        try:
-            dims = tuple(int(p) for p in shape.lower().replace("*", "x").split("x"))
-        except ValueError:
-            raise WorkloadError(f"mesh shape {shape!r} is not like '8', '4x2' or '2x2x2'") from None
-    else:
-        dims = tuple(int(d) for d in shape)
-    if not dims or any(d < 1 for d in dims):
-        raise WorkloadError(f"mesh shape {shape!r} needs positive sizes, like '8', '4x2', '2x2x2'")
+    """A mesh's shape: ``"4x2"`` -> ``(4, 2)``; ``8`` -> ``(8,)``; ``"X=4,Y=2"`` -> ``(4, 2)``
+    (the book's letters in order); a tuple passes through (validated). Axes named otherwise
+    (``fsdp=4,model=2``) are no shape: their names say where they go (``mesh_dims``, and
+    ``make_mesh`` keeps them). ``predictions.mesh`` parses; WorkloadError names the forms."""
+    dims = mesh_dims(shape)
+    named = _named(shape)
+    if named and named != BOOK_AXES[:len(named)]:
+        raise WorkloadError(f"mesh {shape!r} names its axes {', '.join(named)}: give a shape "
+                            f"like {shape_str(dims)} here (axes X, Y by position), or pass the "
+                            f"named mesh where it is built")
     return dims
 
 
+def mesh_dims(shape: str | int | Sequence[int]) -> tuple[int, ...]:
+    """The axis sizes of a mesh in the order given, named or not (``"fsdp=4,model=2"`` ->
+    ``(4, 2)``, ``"4x2"`` -> ``(4, 2)``). WorkloadError names the forms."""
+    try:
+        return mesh_text.parse_mesh(shape).dims if isinstance(shape, str) \
+            else mesh_text.parse_dims(shape)
+    except mesh_text.MeshError as e:
+        raise WorkloadError(f"mesh shape {shape!r}: {e.reason}") from None
+
+
+def _named(shape) -> tuple[str, ...] | None:
+    """The axis names a mesh given by name carries (``fsdp=4,model=2``); None for a shape."""
+    if not isinstance(shape, str):
+        return None
+    try:
+        parsed = mesh_text.parse_mesh(shape)
+    except mesh_text.MeshError:
+        return None
+    return None if parsed.positional else parsed.names
+
+
 def shape_str(dims: Sequence[int]) -> str:
-    return "x".join(str(d) for d in dims)
+    return mesh_text.shape_str(dims)
 
 
 def valid_shapes(n: int) -> list[str]:
@@ -79,6 +102,8 @@ def workload_mesh(axis_names: Sequence[str], shape: str | int | Sequence[int] | 
     """The mesh a workload with axes ``axis_names`` runs on: ``shape`` with missing axes of size
     1, or by default ``default_shape`` over every device there is."""
     pool = list(devices) if devices is not None else jax.devices()
+    if _named(shape):  # axes by name (a layout's roles): the mesh as given
+        return make_mesh(shape, devices=pool)
     ndim = len(axis_names)
     dims = default_shape(len(pool), ndim) if shape is None else fill_axes(parse_shape(shape), ndim)
     return make_mesh(dims, axis_names, devices=pool)
@@ -96,8 +121,8 @@ def _names_for(ndim: int, axis_names: Sequence[str] | None) -> tuple[str, ...]:
 
 
 def _axis_setup(shape, axis_names, axis_types):
-    dims = parse_shape(shape)
-    names = _names_for(len(dims), axis_names)
+    dims = mesh_dims(shape)
+    names = _named(shape) or _names_for(len(dims), axis_names)
     if len(set(names)) != len(names):
         raise WorkloadError(f"mesh axis names must differ, got {', '.join(names)}")
     check_choice("axis type", axis_types, AXIS_TYPES)

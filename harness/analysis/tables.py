@@ -6,8 +6,8 @@ the trace was decoded once (``harness.trace``), each program's HLO parsed once
 (``harness.chip.resolve``). What the trace does not say about the run (its untraced step times, the
 book's estimate, the collectives the layout calls for, XLA's cost analysis) comes in a
 ``Context`` by name. Each compilation is predicted and measured on its own
-(``harness.analysis.programs``); ``harness.runs.pipeline`` wires this between capture and the stored
-``Run``.
+(``harness.analysis.programs``); the tables are the Run's (``harness.record.Tables``), and
+``harness.runs.pipeline`` wires this between capture and the stored ``Run``.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from harness import schema
+from harness.analysis.async_pairs import left_out_note
 from harness.analysis.gaps import (
     beats_roofline_reason,
     by_category,
@@ -42,6 +43,7 @@ from harness.measure.arrivals import collective_ops, named_collectives, replica_
 from harness.measure.ops import named, step_time
 from harness.measure.programs import ProgramKey, programs_ran
 from harness.measure.shares import apart, host_shares, op_timing
+from harness.record import Tables
 from harness.step import containers, simulated, step_figures
 from harness.step.transfers import transfers
 from harness.trace.load import TraceEvents
@@ -82,32 +84,6 @@ class Context:
     notes: Sequence[str] = ()
 
 
-@dataclass
-class Tables:
-    """What ``analyze`` derives: the OPS table ranked by gap, per-category sums, per-step
-    samples, the PROGRAMS that ran, the collectives the layout did not call for, summary
-    figures (of the main program), notes, XLA's cross-check, how ops were timed
-    (``harness.measure.shares.op_timing``), the main program (the step program of those
-    reported: name and program id) and its step as a whole (``schema.STEP_OBJECT``,
-    ``harness.step``)."""
-
-    ops: pd.DataFrame
-    categories: pd.DataFrame
-    steps: pd.DataFrame
-    summary: dict
-    notes: list[str]
-    unexpected: pd.DataFrame | None
-    cross_check: dict
-    op_timing: str
-    program: str
-    program_id: str = ""
-    programs: pd.DataFrame = field(default_factory=lambda: schema.empty(schema.PROGRAMS))
-    step: dict = field(default_factory=dict)
-    step_spans: pd.DataFrame = field(default_factory=lambda: schema.empty(schema.STEP_SPANS))
-    predicted_spans: pd.DataFrame = field(
-        default_factory=lambda: schema.empty(schema.STEP_SPANS))
-
-
 def host_cores() -> int:
     """The cores this process may run on: those its devices' threads share where the trace was
     taken here (``harness run``), for the waits for a core (``harness.step.waits``)."""
@@ -130,7 +106,9 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
     """Measure, predict and join every program of a decoded trace on ``chip``: ``modules``
     holds the HLO of each (name, program id) there is one for; a program without one is
     measured only. The ops, step and summary are of the step program; ``context.program``
-    names others (a name, a program id, ``all``)."""
+    names others (a name, a program id, ``all``). The tables' ``meta`` says how ops were timed
+    (``schema.OP_TIMING``) and which program is the step program (``schema.PROGRAM``,
+    ``schema.PROGRAM_ID``), where one ran."""
     ctx, notes = context, list(context.notes)
     events, shared = trace.events, trace.shares_cores
     ran = programs_ran(events)
@@ -184,9 +162,10 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
     notes += _timing(summ, ctx)
     check = _cross_check(module, ctx.cost_analysis, summ, notes)
     notes += program_notes(ran, shown, per, modules, main, ctx.mesh)
-    beating = ops_beating_roofline(ops)
+    beating = ops_beating_roofline(ops, spread=chip.spread)
     if beating:
-        notes.append(f"{beating} run {beats_roofline_reason(chip.name, chip.kind)}")
+        notes.append(f"{beating} run {beats_roofline_reason(chip.name, chip.kind, chip.spread)}")
+    notes += filter(None, [left_out_note(ops)])
     ram = host_note(ctx.memory)
     if ram:
         notes.append(ram)
@@ -199,9 +178,16 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
             notes.append(f"{len(unexpected)} collective op(s) the layout did not call for; "
                          f"expected {dict(ctx.expected_collectives) or 'none'}")
     return Tables(ops=ops, categories=by_category(ops), steps=steps, summary=summ, notes=notes,
-                  unexpected=unexpected, cross_check=check, op_timing=op_timing(shared),
-                  program=main[0], program_id=main[1], programs=program_table(per), step=step,
-                  step_spans=spans, predicted_spans=predicted_spans)
+                  unexpected=unexpected, cross_check=check, programs=program_table(per),
+                  step=step, step_spans=spans, predicted_spans=predicted_spans,
+                  meta=_found(shared, main))
+
+
+def _found(shared: bool, main: tuple[str, str]) -> dict:
+    """What the analysis found of the run, for its meta: how its ops were timed and the step
+    program (name and program id), where one ran."""
+    return {schema.OP_TIMING: op_timing(shared),
+            **({schema.PROGRAM: main[0], schema.PROGRAM_ID: main[1]} if main[0] else {})}
 
 
 def _beside(events: pd.DataFrame, costed: Mapping) -> pd.DataFrame:

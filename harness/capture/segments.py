@@ -65,8 +65,10 @@ def open_segment(root: Path) -> dict | None:
 
 def write_json(path: Path, value) -> None:
     """``path`` written whole or not at all (a process may die at any moment)."""
+    from harness.units import json_text  # standard library only, as this module at import
+
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(value, indent=2))
+    tmp.write_text(json_text(value, indent=2))
     os.replace(tmp, path)
 
 

@@ -16,7 +16,6 @@ goes into the meta.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import logging
 import os
 import statistics
@@ -38,6 +37,7 @@ from harness.capture.profiler import (  # noqa: F401 (re-exported: where callers
 from harness.capture.program import Program
 from harness.errors import HarnessError, user_error
 from harness.hlo.cost import cost_dict
+from harness.units import json_text
 
 # jax is imported inside the functions that run it, on purpose: importing this module must
 # leave XLA_FLAGS settable (harness.devices) and stay cheap for commands that never run jax.
@@ -171,13 +171,14 @@ def _capture(program: Program, args: tuple, kwargs: dict, warmup: int, steps: in
                  schema.TRACED_STEP_TIMES_S: traced,
                  schema.TRACE_STOP_S: stop_s, **timing,
                  schema.MEMORY_NEEDED_BYTES: need, schema.MEMORY_CAPACITY_BYTES: have,
-                 schema.TIME: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
+                 schema.TIME: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                 **environment.git_state()})  # the commit that ran, asked of git once
     mesh = mesh if mesh is not None else arguments.args_mesh(run.args, kwargs)
     if mesh is not None:
         meta[schema.MESH] = {str(k): int(v) for k, v in dict(mesh.shape).items()}
     cost = _cost_dict(exe.compiled)
     (out / HLO_FILE).write_text(hlo_text)
-    (out / CAPTURE_FILE).write_text(json.dumps({"meta": meta, "cost_analysis": cost}, indent=2))
+    (out / CAPTURE_FILE).write_text(json_text({"meta": meta, "cost_analysis": cost}, indent=2))
     notes = [recompiled_note(program.name, changed)] if changed else []
     return Capture(trace_dir=out, hlo_text=hlo_text, cost_analysis=cost, meta=meta,
                    notes=notes)

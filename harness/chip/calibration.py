@@ -35,9 +35,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.chip import drift
+from harness.chip import drift, host, spells
 from harness.chip.cache import CACHE_ENV, cache_path, cache_root  # noqa: F401 (re-exported)
+from harness.chip.cpu_chip import to_chip
 from harness.chip.figures import Figures, figures, kernel_key  # noqa: F401 (re-exported)
+from harness.chip.host import usable_cores  # noqa: F401 (re-exported)
 from harness.chip.kernel_probes import measure_kernel
 from harness.chip.probes import (  # noqa: F401 (RING re-exported)
     DTYPES,
@@ -49,7 +51,6 @@ from harness.chip.probes import (  # noqa: F401 (RING re-exported)
     tasks,
 )
 from harness.errors import HarnessError, TraceError
-from predictions import hardware
 from predictions.hardware import Chip
 
 # jax is imported inside the functions that run it, on purpose: importing this module must
@@ -63,7 +64,6 @@ FORMAT = 4
 NOTE = ("{n} virtual devices share {cores} host cores: 'all' figures are per device with every "
         "device busy at once; collective figures measure thread rendezvous and skew between "
         "device threads on a shared-core host, not a network")
-_PLACEHOLDER = hardware.CHIPS["cpu"]  # as shipped, before a calibration replaces it
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,11 @@ class Calibration:
     # the cores' speed (``drift.core_speed``) checked before, between and after the matmul
     # probes: [slowest, fastest] FLOPs per CPU second ([]: not checked, an older record)
     core_speed: tuple[float, ...] = ()
+    # fastest / slowest of those checks: the spread every figure priced from this record
+    # carries (``harness.chip.spells``; 0: not checked), and how many matmul probes ran again
+    # because they were measured in a slower spell
+    spread: float = 0.0
+    repeats: int = 0
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -99,7 +104,8 @@ class Calibration:
     def from_dict(cls, d: dict) -> Calibration:
         return cls(**{**d, "one": Figures(**d["one"]), "all": Figures(**d["all"]),
                       "samples": tuple(Sample(**s) for s in d.get("samples", ())),
-                      "core_speed": tuple(d.get("core_speed", ()))})
+                      "core_speed": tuple(d.get("core_speed", ())),
+                      "spread": spells.spread_of(d) if d.get("core_speed") else 0.0})
 
     @property
     def core_spread(self) -> float:
@@ -107,50 +113,21 @@ class Calibration:
         return self.core_speed[1] / self.core_speed[0] if self.core_speed else math.nan
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _quota(path: str, period_path: str | None) -> float | None:
-    """A cgroup CPU quota in cores (v2 ``cpu.max``: "quota period"; v1: two files), None
-    when unlimited or unreadable."""
-    try:
-        words = Path(path).read_text().split()
-        if period_path:
-            words += Path(period_path).read_text().split()
-        quota, period = words[0], int(words[1])
-        return None if quota in ("max", "-1") or period <= 0 else int(quota) / period
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def usable_cores() -> int:
-    """The cores this process may run on: its CPU affinity, capped by a cgroup CPU quota
-    (cgroup v2 or v1), rounded up."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    quota = (_quota("/sys/fs/cgroup/cpu.max", None) or
-             _quota("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us"))
-    if quota:
-        cores = min(cores or 1, math.ceil(quota))
-    return int(cores or 1)
+_cpu_model, _quota = host.cpu_model, host.quota  # re-exported (moved to harness.chip.host)
 
 
 def calibrate(mode: str = "full", device_count: int | None = None,
               progress: Callable[[int, int, str], None] | None = None,
-              refuse_busy: bool = False) -> Calibration:
+              strict: bool = False) -> Calibration:
     """Measure this host on its first ``device_count`` CPU devices (default: all of them).
     ``progress(done, total, label)`` is called before each program and once at the end.
 
     The drift reference kernel runs before and after: its best rate is kept (runs divide their
-    own by it), and its spread (best / median) says whether the host was busy meanwhile; above
-    ``drift.BUSY_SPREAD`` ``refuse_busy`` raises instead of returning figures that describe
-    other people's load, not the host."""
+    own by it), and its spread (best / median) says whether the host was busy meanwhile. The
+    cores' speed is checked beside the matmul probes; those measured in a slower spell run
+    again (``harness.chip.spells``), each keeping its fastest, and the checks' spread is stored
+    for the figures priced from it to carry. A busy host or cores that changed speed are named
+    in a warning; ``strict`` raises instead."""
     import jax
     import jaxlib
 
@@ -162,38 +139,15 @@ def calibrate(mode: str = "full", device_count: int | None = None,
         raise HarnessError(f"cannot calibrate {n} devices: this process has {len(devices)} CPU "
                            f"devices (set --devices, or XLA_FLAGS before jax is imported)")
     plan, t0 = PLANS[mode], time.perf_counter()
-    todo, samples, seen = tasks(plan, n), [], set()
-    reference, speeds = drift.reference_rates(devices[:n]), []
-    for i, (kind, scope, dt, size, role, k) in enumerate(todo):
-        label = f"{kind} {dt} {size} on {k} device{'s' * (k > 1)}"
-        if progress:
-            progress(i, len(todo), label)
-        log.info("calibrate: %s", label)
-        if kind in MATMULS and dt == DTYPES[0]:  # the cores' speed beside each fp32 matmul
-            speeds.append(drift.core_speed(devices[:n]))
-        try:
-            if kind in MATMULS:
-                sample = measure_kernel(kind, scope, dt, size, devices[:k], plan, seen)
-                samples += [sample] if sample else []
-            else:
-                samples.append(measure(kind, scope, dt, size, role, devices[:k], plan))
-        except TraceError:
-            if role != "overhead":
-                raise
-            # a program this small may run inline, untraced: no overhead to measure
-            log.info("calibrate: %s left no op in the trace; no per-op overhead", label)
+    todo = tasks(plan, n)
+    reference = drift.reference_rates(devices[:n])
+    speed = spells.Spells(lambda: drift.core_speed(devices[:n]))
+    samples = _first_pass(todo, devices, plan, speed, progress)
+    if speed.checks:  # after the last matmul probe
+        speed.check()
+    again = spells.repeat(speed, lambda task: _probe(task, devices, plan, set()))
     reference += drift.reference_rates(devices[:n])
-    speeds += [drift.core_speed(devices[:n])] if speeds else []
-    busy = drift.spread(reference)
-    if busy > drift.BUSY_SPREAD:
-        _unsteady(f"the host was busy while calibrating: a reference matmul's rate varied "
-                  f"{busy:.2f}x (best / median; steady hosts stay under {drift.BUSY_SPREAD}x)",
-                  refuse_busy)
-    if speeds and max(speeds) / min(speeds) > drift.CORE_SPREAD:
-        _unsteady(f"the host's cores changed speed while calibrating: the reference matmul "
-                  f"ran at {min(speeds) / 1e9:.0f} to {max(speeds) / 1e9:.0f} GFLOP per CPU "
-                  f"second ({max(speeds) / min(speeds):.2f}x; steady cores stay under "
-                  f"{drift.CORE_SPREAD}x), so the matmul rates mix two speeds", refuse_busy)
+    _steady(drift.spread(reference), speed, len(again), strict)
     if progress:
         progress(len(todo), len(todo), "done")
     cores = usable_cores()
@@ -202,57 +156,75 @@ def calibrate(mode: str = "full", device_count: int | None = None,
         jax_version=jax.__version__, jaxlib_version=jaxlib.__version__,
         time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), mode=mode,
         seconds=round(time.perf_counter() - t0, 2), note=NOTE.format(n=n, cores=cores),
-        one=figures(samples, "one", 1, 2), all=figures(samples, "all", n, n),
-        samples=tuple(samples), reference_flops_per_s=max(reference), reference_spread=busy,
-        core_speed=(min(speeds), max(speeds)) if speeds else ())
+        one=figures(samples + again, "one", 1, 2), all=figures(samples + again, "all", n, n),
+        samples=tuple(samples + again), reference_flops_per_s=max(reference),
+        reference_spread=drift.spread(reference),
+        core_speed=(min(speed.checks), max(speed.checks)) if speed.checks else (),
+        spread=speed.spread if speed.checks else 0.0, repeats=len(again))
 
 
-def _unsteady(msg: str, refuse: bool) -> None:
-    """A host too unsteady for its figures to describe it: an error where ``refuse``, else a
-    warning."""
-    if refuse:
-        raise HarnessError(f"{msg}; calibrate on a quiet host (or pass --allow-busy)")
-    log.warning("%s: its figures may be off", msg)
+def _first_pass(todo, devices, plan, speed: spells.Spells, progress) -> list[Sample]:
+    """Every task measured once, the cores' speed checked before each fp32 matmul probe."""
+    samples, seen = [], set()
+    for i, task in enumerate(todo):
+        kind, _, dt, size, _, k = task
+        label = f"{kind} {dt} {size} on {k} device{'s' * (k > 1)}"
+        if progress:
+            progress(i, len(todo), label)
+        log.info("calibrate: %s", label)
+        if kind in MATMULS and dt == DTYPES[0]:
+            speed.check()
+        t = time.perf_counter()
+        sample = _probe(task, devices, plan, seen)
+        if sample is not None:
+            samples.append(sample)
+            if kind in MATMULS:
+                speed.add(task, sample, time.perf_counter() - t)
+    return samples
+
+
+def _probe(task, devices, plan, seen: set) -> Sample | None:
+    """One task's sample; None for a matmul whose kernel and size ``seen`` holds already
+    (``measure_kernel``), or an overhead program the trace left out."""
+    kind, scope, dt, size, role, k = task
+    try:
+        if kind in MATMULS:
+            return measure_kernel(kind, scope, dt, size, devices[:k], plan, seen)
+        return measure(kind, scope, dt, size, role, devices[:k], plan)
+    except TraceError:
+        if role != "overhead":
+            raise
+        # a program this small may run inline, untraced: no overhead to measure
+        log.info("calibrate: %s %s left no op in the trace; no per-op overhead", kind, size)
+        return None
+
+
+def _steady(busy: float, speed: spells.Spells, again: int, strict: bool) -> None:
+    """A warning naming a busy host (the reference's best / median above
+    ``drift.BUSY_SPREAD``) or cores that changed speed (checks apart by more than
+    ``drift.CORE_SPREAD``), with the spread the figures carry; ``strict``: an error."""
+    if busy > drift.BUSY_SPREAD:
+        _unsteady(f"the host was busy while calibrating: a reference matmul's rate varied "
+                  f"{busy:.2f}x (best / median; steady hosts stay under {drift.BUSY_SPREAD}x), "
+                  f"so its figures may be low", strict)
+    if speed.checks and speed.spread > drift.CORE_SPREAD:
+        lo, hi = min(speed.checks) / 1e9, max(speed.checks) / 1e9
+        _unsteady(f"the host's cores changed speed while calibrating: the reference matmul "
+                  f"ran at {lo:.0f} to {hi:.0f} GFLOP per CPU second ({speed.spread:.2f}x; "
+                  f"steady cores stay under {drift.CORE_SPREAD}x); {again} probe run(s) "
+                  f"repeated for the faster spell, and the figures priced from this "
+                  f"calibration carry its {speed.spread:.2f}x spread", strict)
+
+
+def _unsteady(msg: str, strict: bool) -> None:
+    """A host too unsteady for one speed to describe it: a warning, or an error where
+    ``strict``."""
+    if strict:
+        raise HarnessError(f"{msg}; calibrate on a quiet host (or leave out --strict)")
+    log.warning("%s", msg)
 
 
 # --- the chip and the cache --------------------------------------------------------------------
-def to_chip(cal: Calibration) -> Chip:
-    """The ``cpu`` chip from the all-devices-busy figures (``harness run`` runs all N at once).
-
-    Collectives: the faster of all-reduce and all-gather (bandwidth max, latency min), so the
-    prediction stays a lower bound on time; with one device none runs and the placeholder's ring
-    figures stay. Memory capacity: the host's RAM shared N ways.
-    """
-    f, n, base = cal.all, cal.device_count, _PLACEHOLDER
-    try:
-        ram = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, ValueError, OSError):
-        ram = base.hbm_bytes * base.chips_per_node
-    fp32 = f.flops_per_s.get("fp32")
-    kernel_flops = tuple((*key.rsplit(" ", 1), tuple(tuple(p) for p in pts))
-                         for key, pts in f.kernel_flops_per_s.items())
-    numbers = [("fp32 matmul FLOP/s", fp32), ("memory bandwidth", f.memory_bytes_per_s),
-               *((f"{k} matmul FLOP/s", v) for k, v in f.flops_per_s.items()),
-               *((f"{k} bandwidth", v) for k, v in f.collective_bytes_per_s.items()),
-               *((f"{k} latency", v) for k, v in f.collective_latency_s.items())]
-    bad = [k for k, v in numbers if not isinstance(v, (int, float)) or not v > 0]
-    if bad:
-        raise HarnessError(f"calibration of {cal.host} ({cal.time}) has no positive "
-                           f"{', '.join(map(str, bad))}; run `harness calibrate` again")
-    return Chip(
-        "cpu", kind="cpu", description=(f"{cal.cpu_model}: {n} virtual devices on {cal.cores} "
-                                        f"cores, calibrated {cal.time} ({cal.mode})"),
-        peak_flops=tuple((dt, f.flops_per_s.get(dt, fp32)) for dt in DTYPES),
-        hbm_bytes=ram / n, hbm_bytes_per_s=f.memory_bytes_per_s,
-        ici_bytes_per_s=max(f.collective_bytes_per_s.values(), default=base.ici_bytes_per_s),
-        ici_links=1, torus_dims=1, max_slice=(), wrap_rule="always",
-        hop_latency_s=min(f.collective_latency_s.values(), default=base.hop_latency_s),
-        chips_per_node=n, software_bytes_per_s=(
-            (("convert", f.convert_bytes_per_s),) if f.convert_bytes_per_s > 0 else ()),
-        op_overhead_s=f.op_overhead_s, memory_tiers=tuple(tuple(t) for t in f.memory_tiers),
-        kernel_flops=kernel_flops)
-
-
 def save(cal: Calibration, path: str | os.PathLike | None = None) -> Path:
     """Write atomically (a crash never leaves half a file); returns the path."""
     p = Path(path) if path else cache_path(cal.device_count)

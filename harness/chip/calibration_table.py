@@ -3,6 +3,7 @@ against all N busy, with units; and what the ``cpu`` chip takes from it, with th
 devices that share the host's cores."""
 from __future__ import annotations
 
+from harness.analysis.gaps import ROOFLINE_MARGIN
 from harness.chip import calibration as cal_lib
 from harness.units import fmt_bytes, fmt_seconds, fmt_si
 
@@ -89,8 +90,20 @@ def notes(cal: cal_lib.Calibration, chip) -> list[str]:
             f"for its size (interpolated between the sizes above; "
             f"{', '.join(dict.fromkeys(k for k, _, _ in chip.kernel_flops)) or 'none'}), one "
             f"of any other kernel at the best kernel's rate.",
-            *([f"The cores ran the reference matmul at {_rate(cal.core_speed[0], 'FLOP')} to "
-               f"{_rate(cal.core_speed[1], 'FLOP')} per CPU second beside the matmul probes "
-               f"({cal.core_spread:.2f}x)."] if cal.core_speed else []),
+            *([_spread(cal)] if cal.core_speed else []),
             f"Caveat: {cal_lib.NOTE.format(n=n, cores=cal.cores)}. Treat collective predictions "
             f"on CPU as a check of the pipeline, not of an interconnect."]
+
+
+def _spread(cal: cal_lib.Calibration) -> str:
+    """The line on the cores' speed beside the matmul probes: its range, the probes run again
+    for the faster spell, and the spread the figures carry (``harness.chip.spells``)."""
+    again = (f"; {cal.repeats} probe run(s) repeated for the faster spell" if cal.repeats
+             else "")
+    within = (f" Figures priced from this calibration carry that spread: an efficiency above "
+              f"{ROOFLINE_MARGIN:.0%} of the roofline and up to {cal.core_spread:.0%} is shown "
+              f"as within the host's spread (~), not as beating it."
+              if cal.core_spread > ROOFLINE_MARGIN else "")
+    return (f"The cores ran the reference matmul at {_rate(cal.core_speed[0], 'FLOP')} to "
+            f"{_rate(cal.core_speed[1], 'FLOP')} per CPU second beside the matmul probes "
+            f"({cal.core_spread:.2f}x{again}).{within}")

@@ -3,13 +3,103 @@
 A command module may name its checked options in ``CHECKED`` (option -> kind of ``CHECKS``):
 ``harness.cli`` checks each one given (``check_options``) before the command reads a trace,
 compiles a program or runs a script, so that a path it cannot write ends the command in one line
-with nothing printed before it, not after the work.
+with nothing printed before it, not after the work. Every output path (``--csv``, ``--json``,
+``--html``, ``--junit``, ``--out``, ``--keep-trace``, ``--save``) is checked so.
+
+One flag per idea across the commands (the table in docs/commands.md; tests/test_flags.py reads
+every command's ``--help`` against it): the options several commands share are added here
+(``add_format``, ``add_mesh``, ``add_layout``, ``add_warmup``, ``add_no_compile_cache``), and a
+flag renamed keeps its old spelling for one release (``deprecated``: it still works, hidden from
+``--help``, and prints one line naming the new one).
 """
 import argparse
+import sys
 import tempfile
 from pathlib import Path
 
 from harness.errors import HarnessError
+
+# the one set of --format choices; each command says which of them it writes (add_format)
+FORMATS = ("text", "md", "html", "json", "csv")
+MESH_METAVAR = "NAME=N,..."
+MESH_HELP = ("axes by name and size: by role (fsdp=4,model=2; data, fsdp, model, see "
+             "docs/layouts.md) or by the book's letters (X=4,Y=2); a shape like 4x2 is still read "
+             "(axes X, Y by position)")
+
+
+def deprecated(p, old: str, new: str, **kwargs) -> None:
+    """``old``, a spelling renamed to ``new``: it still works for one release (as ``kwargs``
+    say: ``dest`` and ``action`` of the new option, or what the old one did), hidden from
+    ``--help``, and prints ``harness X: --old is deprecated; use --new`` to stderr."""
+    kind = kwargs.pop("action", "store")
+    base = p._registry_get("action", kind, kind)
+
+    class Deprecated(base):
+        def __call__(self, parser, namespace, values, option_string=None):
+            print(f"{parser.prog}: {old} is deprecated; use {new}", file=sys.stderr)
+            super().__call__(parser, namespace, values, option_string)
+
+    p.add_argument(old, action=Deprecated, help=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                   **kwargs)
+
+
+def add_format(p, writes=FORMATS, default: str = "text") -> None:
+    """``--format``, choices ``FORMATS`` in every command; one this command does not write is a
+    one-line error naming those it does."""
+    writes = tuple(f for f in FORMATS if f in writes)
+
+    class Format(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            if values not in writes:
+                parser.error(f"argument --format: {parser.prog} writes {', '.join(writes)}, "
+                             f"not {values}")
+            setattr(namespace, self.dest, values)
+
+    p.add_argument("--format", choices=FORMATS, default=default, action=Format,
+                   help=f"output format: this command writes {', '.join(writes)} (default "
+                        f"{default})")
+
+
+def add_mesh(p, default: str | None = None, what: str = "the device mesh") -> None:
+    """``--mesh``: one syntax everywhere (``predictions.mesh.parse_mesh`` reads it)."""
+    p.add_argument("--mesh", default=default, metavar=MESH_METAVAR,
+                   help=f"{what}; {MESH_HELP}"
+                        + (f" (default {default})" if default else ""))
+
+
+def add_layout(p, repeat: bool = False, default: str | None = None, what: str = "") -> None:
+    """``--layout``: a layout of the one registry (``predictions.layouts``)."""
+    from predictions import layouts
+
+    names = ", ".join(layouts.LAYOUTS)
+    p.add_argument("--layout", dest="layouts" if repeat else "layout", metavar="LAYOUT",
+                   action="append" if repeat else "store", default=[] if repeat else default,
+                   help=(what or "how the model is split over the mesh") + f": {names}, or "
+                        f"parts joined by '+' (docs/layouts.md)"
+                        + (f"; default {default}" if default else ""))
+
+
+def add_warmup(p, default: int, what: str) -> None:
+    """``--warmup N``: steps left out of the measurement at the start."""
+    p.add_argument("--warmup", type=count, default=default, metavar="N",
+                   help=f"{what} (default {default})")
+
+
+def add_no_compile_cache(p, what: str) -> None:
+    """``--no-compile-cache``: compile again rather than reuse a cached compile."""
+    p.add_argument("--no-compile-cache", dest="compile_cache", action="store_false",
+                   help=f"compile every program afresh (default: reuse {what})")
+
+
+def level(text: str) -> float:
+    """An argparse type: a number in (0, 1), a significance level."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number in (0, 1)") from None
+    if not 0 < x < 1:
+        raise argparse.ArgumentTypeError(f"{x:g} is not in (0, 1)")
+    return x
 
 
 def count(text: str) -> int:

@@ -14,15 +14,15 @@ verdict (``harness.regress.confirm``).
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from harness import schema
-from harness.commands import count
+from harness.commands import add_format, count, deprecated, level
 from harness.errors import HarnessError
 from harness.regress import judge
 from harness.regress.comparison import compare_sides, junit, verdict_object
 from harness.regress.report import render
+from harness.units import json_text
 
 EXIT_OK, EXIT_REGRESSION = 0, 1
 # checked before the runs are read (harness.commands.check_options)
@@ -47,25 +47,31 @@ def add_arguments(p) -> None:
     p.add_argument("--baseline", metavar="WHICH",
                    help="with CANDIDATE alone, its baseline under --root: latest (default), a "
                         "commit (hex prefix) or a date (YYYY-MM-DD: that day's or before)")
-    p.add_argument("--root", type=Path, default=Path("results"),
+    p.add_argument("--root", type=Path, default=Path("results"), metavar="DIR",
                    help="where run ids and --baseline are looked up (default results/)")
     p.add_argument("--fail-on", type=fail_on, action="append", metavar="METRIC=PCT",
                    help="a regression: the metric worse by more than this, beyond noise "
                         f"(default step=10%%; {'; '.join(judge.METRICS.values())})")
-    for name, what in (("alpha", "one-sided level of each test"),
-                       ("host", "the probe's speed moving more: a host that moved"),
-                       ("noise", "run-to-run sd of a log median step, for a point with fewer "
-                                 "than 3 runs of one code (else its own spread)")):
-        p.add_argument(f"--{name}", type=float, default=getattr(judge.Rule, name),
-                       help=f"{what} (default {getattr(judge.Rule, name)})")
+    p.add_argument("--alpha", type=level, default=judge.Rule.alpha, metavar="P",
+                   help=f"one-sided level of each test (default {judge.Rule.alpha})")
+    p.add_argument("--host-change", dest="host", type=float, default=judge.Rule.host,
+                   metavar="FRACTION",
+                   help="the probe's speed moving more than this: a host that moved (default "
+                        f"{judge.Rule.host})")
+    deprecated(p, "--host", "--host-change", dest="host", type=float)
+    p.add_argument("--noise", type=float, default=judge.Rule.noise, metavar="SD",
+                   help="run-to-run sd of a log median step, for a point with fewer than 3 runs "
+                        f"of one code (else its own spread) (default {judge.Rule.noise})")
     p.add_argument("--confirm", type=count, default=0, metavar="N",
                    help="rerun each workload run that looks like a regression N times in fresh "
                         "processes (stored under --root/confirmations) before its verdict "
                         "(default 0: no reruns)")
-    p.add_argument("--format", choices=("text", "md", "json"), default="text")
-    p.add_argument("--json", type=Path, metavar="FILE", help="also write the verdict object")
+    add_format(p, ("text", "md", "json"))
+    p.add_argument("--json", type=Path, metavar="FILE",
+                   help="also write the verdict object as JSON here")
     p.add_argument("--junit", type=Path, metavar="FILE", help="also write a JUnit XML file")
-    p.add_argument("--top", type=count, default=5, help="ops shown per pair (default 5; 0 = all)")
+    p.add_argument("--top", type=count, default=5, metavar="N",
+                   help="ops shown per pair (default 5; 0 = all)")
 
 
 def main(args) -> int:
@@ -77,9 +83,9 @@ def main(args) -> int:
                                args.root, rule, args.baseline, args.confirm)
     obj = verdict_object(comparison, args.top)
     if args.json:
-        args.json.write_text(json.dumps(obj, indent=2) + "\n")
+        args.json.write_text(json_text(obj, indent=2) + "\n")
     if args.junit:
         args.junit.write_text(junit(comparison.verdicts))
-    print(json.dumps(obj, indent=2) if args.format == "json" else
+    print(json_text(obj, indent=2) if args.format == "json" else
           render(comparison, args.format, args.top), end="\n" if args.format == "json" else "")
     return EXIT_REGRESSION if obj[schema.VERDICT] == judge.REGRESSION else EXIT_OK

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.commands import count
+from harness.commands import add_mesh, count
 from harness.errors import HarnessError
 
 # checked before the run or trace is read (harness.commands.check_options)
@@ -22,17 +22,20 @@ CHECKED = {"chip": "chip", "csv": "file", "json": "file"}
 def add_arguments(p) -> None:
     p.add_argument("path", help="a stored run directory, a trace file, a directory searched "
                    "for *.xplane.pb, or a compiled program's HLO text")
-    p.add_argument("--mesh", metavar="X=4,Y=2", help="the mesh's named axes, for a trace that "
-                   "does not record them (4x2 names them X, Y); default: the run's mesh, else "
-                   "device groups are printed")
-    p.add_argument("--chip", help="predict for this chip (default: the trace's accelerator)")
+    add_mesh(p, what="the mesh's named axes, for a trace that does not record them (default: "
+                     "the run's mesh, else device groups are printed)")
+    p.add_argument("--chip", metavar="CHIP",
+                   help="predict for this chip (default: the trace's accelerator)")
     p.add_argument("--program", default="", metavar="NAME|ID|all",
                    help="explain this program: every compilation of a name, one program id, or "
                         "all (default: the step program, the most device time among programs "
                         "run 3 or more times)")
-    p.add_argument("--top", type=count, default=20, help="rows to print (default 20; 0 = all)")
-    p.add_argument("--csv", type=Path, help="also write the full table as CSV here")
-    p.add_argument("--json", type=Path, help="also write the full table as JSON here")
+    p.add_argument("--top", type=count, default=20, metavar="N",
+                   help="rows to print (default 20; 0 = all)")
+    p.add_argument("--csv", type=Path, metavar="FILE",
+                   help="also write the full table as CSV here")
+    p.add_argument("--json", type=Path, metavar="FILE",
+                   help="also write the full table as JSON here")
 
 
 def main(args) -> int:

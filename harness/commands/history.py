@@ -12,28 +12,17 @@ FILE`` writes the page (one trend plot per point), ``--json FILE`` the history o
 """
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 
 from harness import schema
-from harness.commands import count
+from harness.commands import add_format, count, level
 from harness.commands.compare import EXIT_OK, EXIT_REGRESSION, fail_on
 from harness.errors import HarnessError
 from harness.regress import changepoints, history, history_report, judge, trend
+from harness.units import json_text
 
 # checked before the runs are read (harness.commands.check_options)
 CHECKED = {"json": "file", "html": "file"}
-
-
-def _level(text: str) -> float:
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number in (0, 1)") from None
-    if not 0 < x < 1:
-        raise argparse.ArgumentTypeError(f"{x:g} is not in (0, 1)")
-    return x
 
 
 def _night_dir(root: Path, t: trend.Trend) -> Path:
@@ -50,12 +39,12 @@ def add_arguments(p) -> None:
                    help="the newest night a regression: the metric worse than the last stable "
                         f"segment by more than this, beyond noise (default step=10%%; "
                         f"{'; '.join(judge.METRICS.values())})")
-    p.add_argument("--alpha", type=_level, default=judge.Rule.alpha,
+    p.add_argument("--alpha", type=level, default=judge.Rule.alpha, metavar="P",
                    help=f"one-sided level of the newest night's test (default {judge.Rule.alpha})")
-    p.add_argument("--significance", type=_level, default=changepoints.ALPHA,
+    p.add_argument("--significance", type=level, default=changepoints.ALPHA, metavar="P",
                    help="significance level of each change point's permutation test (default "
                         f"{changepoints.ALPHA})")
-    p.add_argument("--noise", type=float, default=judge.Rule.noise,
+    p.add_argument("--noise", type=float, default=judge.Rule.noise, metavar="SD",
                    help="run-to-run sd of a log median step, for a segment of fewer than "
                         f"{history.MIN_NIGHTS} nights (default {judge.Rule.noise})")
     p.add_argument("--confirm", type=count, default=0, metavar="N",
@@ -63,8 +52,9 @@ def add_arguments(p) -> None:
                         "fresh processes (stored in that night's directory, under "
                         "confirmations/, so that they pool into it) before its verdict (default "
                         "0: no reruns)")
-    p.add_argument("--format", choices=("text", "md", "json"), default="text")
-    p.add_argument("--json", type=Path, metavar="FILE", help="also write the history object")
+    add_format(p, ("text", "md", "json"))
+    p.add_argument("--json", type=Path, metavar="FILE",
+                   help="also write the history object as JSON here")
     p.add_argument("--html", type=Path, metavar="FILE",
                    help="also write the page: one trend plot per point, change points marked")
 
@@ -84,10 +74,10 @@ def main(args) -> int:
                   if t.verdict == judge.REGRESSION else t for t in trends]
     obj = history_report.history_object(str(args.root), trends)
     if args.json:
-        args.json.write_text(json.dumps(obj, indent=2) + "\n")
+        args.json.write_text(json_text(obj, indent=2) + "\n")
     if args.html:
         args.html.write_text(history_report.html(str(args.root), trends))
-    print(json.dumps(obj, indent=2) if args.format == "json" else
+    print(json_text(obj, indent=2) if args.format == "json" else
           history_report.render(str(args.root), trends, args.format), end="\n"
           if args.format == "json" else "")
     return EXIT_REGRESSION if obj[schema.VERDICT] == judge.REGRESSION else EXIT_OK

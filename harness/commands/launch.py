@@ -23,7 +23,7 @@ from harness.multihost.launch import DISTRIBUTED_COMMANDS, INJECTED, launch
 def add_arguments(p) -> None:
     p.add_argument("--processes", type=int, default=2, metavar="N",
                    help="processes to start (default 2)")
-    p.add_argument("--devices-per-process", type=int, default=4, metavar="M",
+    p.add_argument("--devices-per-process", type=int, default=4, metavar="N",
                    help="virtual CPU devices per process (default 4)")
     p.add_argument("--grace", type=float, default=5.0, metavar="S",
                    help="seconds between SIGTERM and SIGKILL when stopping processes (default 5)")

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.commands import add_format
+from harness.record import runs_table
 from harness.report import tables
-from harness.runs.run import runs_table
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--root", type=Path, default=Path("results"), help="results directory")
-    p.add_argument("--format", choices=sorted(tables.FORMATS), default="text")
+    p.add_argument("--root", type=Path, default=Path("results"), metavar="DIR",
+                   help="results directory (default results/)")
+    add_format(p, tuple(tables.FORMATS))
 
 
 def main(args) -> int:

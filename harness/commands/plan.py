@@ -1,42 +1,57 @@
 """``harness plan [WORKLOAD]``: candidate layouts compiled ahead of time and ranked by their
 predicted step, each beside the book's verdict (``harness.plan``).
 
-    harness plan --preset 70b --chip tpu-v5p --topology 4x4x4 --batch 256seq --seq 4096
+    harness plan --preset 70b --chip tpu-v5p --topology 4x4x4 --batch 256seq --seq-len 4096
 """
 from __future__ import annotations
 
-import json
 import sys
 
-from harness.commands import parse_sets
+from harness.commands import (
+    add_format,
+    add_layout,
+    add_no_compile_cache,
+    deprecated,
+    parse_sets,
+)
 from harness.plan.compiles import COMPILERS, aot_cache_dir
+from harness.units import json_text
 from predictions import hardware
+
+# checked before anything is compiled (harness.commands.check_options)
+CHECKED = {"chip": "chip"}
 
 
 def add_arguments(p) -> None:
-    from harness.plan.layouts import LAYOUTS
     from harness.plan.rank import PLANNABLE
+    from predictions.layouts import planned
 
     p.add_argument("workload", nargs="?", default="llama_train",
                    help=f"workload to lay out (default llama_train; valid: {', '.join(PLANNABLE)})")
-    p.add_argument("--preset", default="tiny", help="config preset, e.g. 8b or 70b (default tiny)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--chip", default="tpu-v5p", help="chip to plan for (default tpu-v5p)")
-    p.add_argument("--topology", default=None,
+    p.add_argument("--preset", default="tiny", metavar="NAME",
+                   help="config preset, e.g. 8b or 70b (default tiny)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field (repeatable)")
+    p.add_argument("--chip", default="tpu-v5p", metavar="CHIP",
+                   help="chip to plan for (default tpu-v5p)")
+    p.add_argument("--topology", default=None, metavar="SHAPE",
                    help="the slice, e.g. 4x4x4 (64 v5p chips); for a GPU the chip count "
                         "(default: 64 chips laid out as libtpu slices them)")
-    p.add_argument("--batch", default=None,
+    p.add_argument("--batch", default=None, metavar="N",
                    help="global batch in tokens (1048576) or sequences (256seq); default the "
                         "preset's B x T")
-    p.add_argument("--seq", type=int, default=None, help="tokens per sequence T (default the "
-                   "preset's)")
-    p.add_argument("--layout", dest="layouts", action="append", default=[],
-                   help=f"layout to try (repeatable; default all: {', '.join(LAYOUTS)})")
+    p.add_argument("--seq-len", dest="seq", type=int, default=None, metavar="T",
+                   help="tokens per sequence (default the preset's)")
+    deprecated(p, "--seq", "--seq-len", dest="seq", type=int)
+    add_layout(p, repeat=True, what="a layout to try (repeatable; default "
+                                    f"{', '.join(planned())})")
     p.add_argument("--compiler", choices=sorted(COMPILERS), default="auto",
                    help="; ".join(f"{k}: {v}" for k, v in COMPILERS.items()))
-    p.add_argument("--no-cache", action="store_true",
-                   help="compile again even when the same compile is cached")
-    p.add_argument("--format", choices=["text", "md", "json"], default="text")
+    add_no_compile_cache(p, "the same compile when cached ($SCALING_HARNESS_CACHE/aot, "
+                            "default ~/.cache/scaling-harness/aot)")
+    deprecated(p, "--no-cache", "--no-compile-cache", dest="compile_cache",
+               action="store_false")
+    add_format(p, ("text", "md", "json"))
 
 
 def main(args) -> int:
@@ -51,10 +66,10 @@ def main(args) -> int:
     topo = slice_topology(chip, args.topology)
     result = plan_layouts(args.workload, args.preset, parse_sets(args.sets), chip, topo,
                           args.batch, args.seq, layouts, args.compiler,
-                          None if args.no_cache else aot_cache_dir(),
+                          aot_cache_dir() if args.compile_cache else None,
                           lambda line: print(line, file=sys.stderr, flush=True))
     if args.format == "json":
-        print(json.dumps(plan_json(result), indent=1))
+        print(json_text(plan_json(result), indent=1))
         return 0
     print(plan_text(result, "md" if args.format == "md" else "text"), end="")
     return 0

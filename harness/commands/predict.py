@@ -1,27 +1,36 @@
 """``harness predict``: the book's first-principles answers from the command line.
 
-    harness predict train --model llama3-70b --chip tpu-v5p --chips 8960 --tokens 15e12 --mfu 0.4
-    harness predict decode --model llama3-70b --chip tpu-v5e --chips 8 --batch 32 --context 8192 \
-        --int8
-    harness predict prefill --model llama3-70b --chip tpu-v5e --chips 16 --tokens 8192 --mfu 0.4
-    harness predict collective all-gather --bytes 34e6 --axes 4 --chip tpu-v5e
+    harness predict train --model llama3-70b --chip tpu-v5p --num-chips 8960 --tokens 15e12 \
+        --mfu 0.4
+    harness predict decode --model llama3-70b --chip tpu-v5e --num-chips 8 --batch 32 \
+        --context 8192 --int8
+    harness predict prefill --model llama3-70b --chip tpu-v5e --num-chips 16 --tokens 8192 \
+        --mfu 0.4
+    harness predict collective all-gather --bytes 34e6 --mesh X=4 --chip tpu-v5e
     harness predict matmul --B 1024 --D 8192 --F 28672 --chip tpu-v5e
     harness predict chips
 
-Each prints the answer, the bound and the formula terms (``--json`` for JSON), as
+Each prints the answer, the bound and the formula terms (``--format json``/``md``/``csv``), as
 ``harness.plan.book`` gives them. Bad input raises ValueError/KeyError, which ``harness.cli``
 turns into one line and exit code 2.
 """
 from __future__ import annotations
 
 import argparse
-import json
+import csv
+import io
 
 from rich.console import Console
 from rich.table import Table
 
+from harness.commands import MESH_METAVAR, add_format, add_layout, deprecated
 from harness.plan import book
-from predictions import collectives, hardware, training, transformer
+from harness.units import json_text
+from predictions import collectives, hardware, transformer
+
+# checked before anything is computed (harness.commands.check_options)
+CHECKED = {"chip": "chip"}
+WRITES = ("text", "md", "json", "csv")
 
 
 def _num(name: str, text: str | None, integer: bool = False) -> float | int | None:
@@ -40,8 +49,11 @@ def _num(name: str, text: str | None, integer: bool = False) -> float | int | No
 
 
 def _emit(args, answer) -> int:
-    if args.json:
-        print(json.dumps(answer.data, indent=2, default=str))
+    if args.format == "json":
+        print(json_text(answer.data, indent=2))
+        return 0
+    if args.format in ("md", "csv"):
+        print(_table(answer, args.format), end="")
         return 0
     table = Table(title=answer.title, title_justify="left")
     for col in answer.columns:
@@ -55,16 +67,31 @@ def _emit(args, answer) -> int:
     return 0
 
 
+def _table(answer, fmt: str) -> str:
+    """The answer's table as Markdown (its title a heading) or CSV."""
+    if fmt == "csv":
+        out = io.StringIO()
+        csv.writer(out, lineterminator="\n").writerows([answer.columns, *answer.rows])
+        return out.getvalue()
+    cell = lambda text: str(text).replace("|", "\\|")  # noqa: E731
+    lines = [f"**{answer.title}**", "", "| " + " | ".join(map(cell, answer.columns)) + " |",
+             "|" + "|".join("---" for _ in answer.columns) + "|"]
+    lines += ["| " + " | ".join(map(cell, row)) + " |" for row in answer.rows]
+    return "\n".join(lines) + "\n"
+
+
 def _chip_and_model(args):
+    if args.chips is None:
+        raise ValueError("--num-chips is required: the number of chips")
     return hardware.chip_entry(args.chip), transformer.model(args.model)
 
 
 def _train(args) -> int:
     chip, cfg = _chip_and_model(args)
-    chips, tokens = _num("chips", args.chips, True), _num("tokens", args.tokens)
+    chips, tokens = _num("num-chips", args.chips, True), _num("tokens", args.tokens)
     mfu, seq = _num("mfu", args.mfu), _num("seq-len", args.seq_len)
     return _emit(args, book.train(chip, cfg, args.model, chips, tokens, mfu, args.dtype, seq,
-                                  _num("batch", args.batch), args.strategy, args.axes))
+                                  _num("batch", args.batch), args.layout, args.spans))
 
 
 def _precision(args) -> tuple[float, float]:
@@ -74,7 +101,7 @@ def _precision(args) -> tuple[float, float]:
 
 def _decode(args) -> int:
     chip, cfg = _chip_and_model(args)
-    chips, batch = _num("chips", args.chips, True), _num("batch", args.batch, True)
+    chips, batch = _num("num-chips", args.chips, True), _num("batch", args.batch, True)
     context = _num("context", args.context)
     wb, kb = _precision(args)
     return _emit(args, book.decode(chip, cfg, args.model, chips, batch, context, wb, kb,
@@ -83,7 +110,7 @@ def _decode(args) -> int:
 
 def _prefill(args) -> int:
     chip, cfg = _chip_and_model(args)
-    chips, tokens = _num("chips", args.chips, True), _num("tokens", args.tokens)
+    chips, tokens = _num("num-chips", args.chips, True), _num("tokens", args.tokens)
     wb, _ = _precision(args)
     return _emit(args, book.prefill(chip, cfg, args.model, chips, tokens, _num("mfu", args.mfu),
                                     wb, args.dtype, _num("seq-len", args.seq_len)))
@@ -92,7 +119,7 @@ def _prefill(args) -> int:
 def _collective(args) -> int:
     nbytes = _num("bytes", args.bytes)
     wrap = {"auto": None, "yes": True, "no": False}[args.wraparound]
-    return _emit(args, book.collective(args.kind, nbytes, args.axes, args.chip, wrap,
+    return _emit(args, book.collective(args.kind, nbytes, args.mesh, args.chip, wrap,
                                        args.links, args.hops))
 
 
@@ -107,23 +134,43 @@ def _chips(args) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_format(common, WRITES)
+    deprecated(common, "--json", "--format json", dest="format", action="store_const",
+               const="json")
     sub = parser.add_subparsers(dest="what", metavar="QUESTION", required=True)
 
+    def chip_arg(p):
+        p.add_argument("--chip", required=True, metavar="CHIP",
+                       help=f"one of {', '.join(hardware.CHIPS)}")
+
     def model_args(p):
-        p.add_argument("--model", required=True, help=f"one of {', '.join(transformer.MODELS)}")
-        p.add_argument("--chip", required=True, help=f"one of {', '.join(hardware.CHIPS)}")
-        p.add_argument("--chips", required=True, help="number of chips")
-        p.add_argument("--dtype", default="bf16", help="compute dtype (default bf16)")
+        p.add_argument("--model", required=True, metavar="NAME",
+                       help=f"one of {', '.join(transformer.MODELS)}")
+        chip_arg(p)
+        # required, checked in _chip_and_model: argparse would refuse the old spelling
+        p.add_argument("--num-chips", dest="chips", metavar="N", help="number of chips (required)")
+        deprecated(p, "--chips", "--num-chips", dest="chips")
+        p.add_argument("--dtype", default="bf16", metavar="DTYPE",
+                       help="compute dtype (default bf16)")
+
+    def seq_len(p):
+        p.add_argument("--seq-len", metavar="T", help="tokens per sequence: adds attention FLOPs")
 
     p = sub.add_parser("train", parents=[common], help="training FLOPs, wall time, step model")
     model_args(p)
-    p.add_argument("--tokens", required=True, help="training tokens, e.g. 15e12")
-    p.add_argument("--mfu", default="0.4", help="model FLOPs utilisation (default 0.4)")
-    p.add_argument("--batch", help="global batch in tokens: adds the step model and memory")
-    p.add_argument("--strategy", default="fsdp", choices=training.STRATEGIES)
-    p.add_argument("--axes", default="1", help="physical axes M_X (or M_XxM_Y for fsdp_tp)")
-    p.add_argument("--seq-len", help="sequence length: adds attention FLOPs")
+    p.add_argument("--tokens", required=True, metavar="N",
+                   help="tokens to train on, e.g. 15e12")
+    p.add_argument("--mfu", default="0.4", metavar="FRACTION",
+                   help="model FLOPs utilisation (default 0.4)")
+    p.add_argument("--batch", metavar="N",
+                   help="global batch in tokens: adds the step model and memory")
+    add_layout(p, default="fsdp", what="the layout the step model prices (its book model)")
+    deprecated(p, "--strategy", "--layout", dest="layout")
+    p.add_argument("--spans", default="1", metavar="M_X[xM_Y]",
+                   help="physical axes each mesh axis spans (M_X, or M_XxM_Y with a model "
+                        "axis; training.md; harness plan's spans column) (default 1)")
+    deprecated(p, "--axes", "--spans", dest="spans")
+    seq_len(p)
     p.set_defaults(_run=_train)
 
     for name, run, helptext in (("decode", _decode, "one decode step"),
@@ -132,33 +179,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         model_args(p)
         p.add_argument("--int8", action="store_true", help="int8 weights and KV cache")
         p.add_argument("--int4", action="store_true", help="int4 weights, int8 KV cache")
-        p.add_argument("--weight-bytes", help="bytes per parameter (overrides --int8/--int4)")
-        p.add_argument("--kv-bytes", help="bytes per KV element")
+        p.add_argument("--weight-bytes", metavar="BYTES",
+                       help="bytes per parameter (overrides --int8/--int4)")
+        p.add_argument("--kv-bytes", metavar="BYTES", help="bytes per KV element")
         p.set_defaults(_run=run)
     decode = sub.choices["decode"]
-    decode.add_argument("--batch", required=True, help="concurrent sequences")
-    decode.add_argument("--context", required=True, help="cached tokens per sequence")
+    decode.add_argument("--batch", required=True, metavar="N",
+                        help="global batch: concurrent sequences, one token each per step")
+    decode.add_argument("--context", required=True, metavar="N",
+                        help="cached tokens per sequence")
     prefill = sub.choices["prefill"]
-    prefill.add_argument("--tokens", required=True, help="prompt tokens")
-    prefill.add_argument("--mfu", default="1.0", help="FLOPs utilisation (default 1.0)")
-    prefill.add_argument("--seq-len", help="sequence length: adds attention FLOPs")
+    prefill.add_argument("--tokens", required=True, metavar="N", help="prompt tokens")
+    prefill.add_argument("--mfu", default="1.0", metavar="FRACTION",
+                         help="FLOPs utilisation (default 1.0)")
+    seq_len(prefill)
 
     p = sub.add_parser("collective", parents=[common], help="time of one collective")
     p.add_argument("kind", choices=collectives.KINDS + ("ppermute",))
-    p.add_argument("--bytes", required=True, help="V: bytes per device (see sharding.md)")
-    p.add_argument("--axes", default="1", help="mesh axis sizes, e.g. 4 or 4x4")
-    p.add_argument("--chip", required=True)
-    p.add_argument("--wraparound", choices=("auto", "yes", "no"), default="auto")
-    p.add_argument("--links", type=int, default=1, help="ppermute: links used")
-    p.add_argument("--hops", type=int, default=1, help="ppermute: hops to the destination")
+    p.add_argument("--bytes", required=True, metavar="BYTES",
+                   help="V: bytes per device (see sharding.md)")
+    p.add_argument("--mesh", default="1", metavar=MESH_METAVAR,
+                   help="the mesh axes the collective runs over, by name and size (X=4,Y=4) or "
+                        "a shape (4x4) (default 1)")
+    deprecated(p, "--axes", "--mesh", dest="mesh")
+    chip_arg(p)
+    p.add_argument("--wraparound", choices=("auto", "yes", "no"), default="auto",
+                   help="whether the axes wrap around (default auto: the chip's topology)")
+    p.add_argument("--links", type=int, default=1, metavar="N", help="ppermute: links used")
+    p.add_argument("--hops", type=int, default=1, metavar="N",
+                   help="ppermute: hops to the destination")
     p.set_defaults(_run=_collective)
 
     p = sub.add_parser("matmul", parents=[common], help="roofline of X[B,D] . W[D,F]")
     for letter in "BDF":
-        p.add_argument(f"--{letter}", required=True)
-    p.add_argument("--chip", required=True)
-    p.add_argument("--dtype", default="bf16")
-    p.add_argument("--weight-dtype", default=None)
+        p.add_argument(f"--{letter}", required=True, metavar="N",
+                       help=f"{letter} of X[B,D] . W[D,F]")
+    chip_arg(p)
+    p.add_argument("--dtype", default="bf16", metavar="DTYPE",
+                   help="compute dtype (default bf16)")
+    p.add_argument("--weight-dtype", default=None, metavar="DTYPE",
+                   help="the weights' dtype (default --dtype)")
     p.set_defaults(_run=_matmul)
 
     p = sub.add_parser("chips", parents=[common], help="list the chip registry")

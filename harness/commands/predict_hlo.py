@@ -10,41 +10,63 @@ with its exposed communication and critical path beside the per-op sum and the b
 """
 from __future__ import annotations
 
-import json
 import sys
 
-from harness.commands import count, parse_sets
+from harness.commands import (
+    add_format,
+    add_layout,
+    add_mesh,
+    add_no_compile_cache,
+    count,
+    deprecated,
+    parse_sets,
+)
 from harness.plan.compiles import COMPILERS, aot_cache_dir
+from harness.units import json_text
 from predictions import hardware
+
+# checked before anything is compiled (harness.commands.check_options)
+CHECKED = {"chips": "chip"}
 
 
 def add_arguments(p) -> None:
     p.add_argument("workload", help="workload name, e.g. llama_train")
-    p.add_argument("--preset", default="tiny", help="config preset, e.g. 70b (default tiny)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--mesh", default="8x8", help="target mesh shape (default 8x8)")
-    p.add_argument("--chip", dest="chips", action="append", default=[],
+    p.add_argument("--preset", default="tiny", metavar="NAME",
+                   help="config preset, e.g. 70b (default tiny)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field (repeatable)")
+    add_mesh(p, default="8x8", what="the target mesh")
+    add_layout(p, what="the workload's layout (llama_*; sets its parallelism; default the "
+                       "preset's, or the one a mesh named by role implies)")
+    p.add_argument("--chip", dest="chips", action="append", default=[], metavar="CHIP",
                    help="chip to predict for (repeatable; default tpu-v5p)")
     p.add_argument("--compiler", choices=sorted(COMPILERS), default="auto",
                    help="; ".join(f"{k}: {v}" for k, v in COMPILERS.items()))
-    p.add_argument("--no-cache", action="store_true",
-                   help="compile again even when the same compile is cached "
-                        "($SCALING_HARNESS_CACHE/aot, default ~/.cache/scaling-harness/aot)")
-    p.add_argument("--top", type=count, default=15, help="op rows to print per chip")
-    p.add_argument("--format", choices=["text", "md", "json"], default="text")
+    add_no_compile_cache(p, "the same compile when cached ($SCALING_HARNESS_CACHE/aot, "
+                            "default ~/.cache/scaling-harness/aot)")
+    deprecated(p, "--no-cache", "--no-compile-cache", dest="compile_cache",
+               action="store_false")
+    p.add_argument("--top", type=count, default=15, metavar="N",
+                   help="op rows to print per chip (default 15; 0 = all)")
+    add_format(p, ("text", "md", "json"))
 
 
 def main(args) -> int:
+    import workloads
     from harness.plan.render import prediction_json, prediction_text
     from harness.plan.workload import predict_workload
+    from workloads.base import with_layout
 
     chips = [hardware.chip_entry(c) for c in (args.chips or ["tpu-v5p"])]
+    overrides = with_layout(workloads.get(args.workload), parse_sets(args.sets), args.layout,
+                            args.mesh)
     prediction = predict_workload(
-        args.workload, args.preset, parse_sets(args.sets), args.mesh, chips, args.compiler,
-        None if args.no_cache else aot_cache_dir(),
+        args.workload, args.preset, overrides, args.mesh, chips, args.compiler,
+        aot_cache_dir() if args.compile_cache else None,
         lambda line: print(line, file=sys.stderr, flush=True))
+    top = args.top or 1 << 30  # --top 0: every op, as in every command
     if args.format == "json":
-        print(json.dumps(prediction_json(prediction, args.top), indent=1, default=str))
+        print(json_text(prediction_json(prediction, top), indent=1))
         return 0
-    print(prediction_text(prediction, "md" if args.format == "md" else "text", args.top), end="")
+    print(prediction_text(prediction, "md" if args.format == "md" else "text", top), end="")
     return 0

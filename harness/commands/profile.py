@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from harness import schema
-from harness.commands import count
+from harness.commands import add_format, count
 from harness.errors import HarnessError
 
 DEFAULT_DEVICES = None  # the script's own device count; --devices only when given (harness.cli)
@@ -46,13 +46,16 @@ def add_arguments(p) -> None:
     p.add_argument("script", type=Path, help="the Python script to run under the profiler")
     p.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
                    help="arguments for the script (everything after SCRIPT)")
-    p.add_argument("--chip", help="predict for this chip (default: the one the script ran on)")
+    p.add_argument("--chip", metavar="CHIP",
+                   help="predict for this chip (default: the one the script ran on)")
     p.add_argument("--program", default="", metavar="NAME|ID|all",
                    help="report every compilation of a name, one program id, or all (default: "
                         "the step program, the most device time among programs run 3+ times)")
-    p.add_argument("--top", type=count, default=20, help="op rows to print (default 20; 0 = all)")
-    p.add_argument("--format", choices=schema.REPORT_FORMATS, default="text")
-    p.add_argument("--out", type=Path, help="store the run (and its trace) in this directory")
+    p.add_argument("--top", type=count, default=20, metavar="N",
+                   help="op rows to print (default 20; 0 = all)")
+    add_format(p, schema.REPORT_FORMATS)
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="store the run (and its trace) in this directory")
     p.add_argument("--keep-trace", type=Path, metavar="DIR",
                    help="write the trace to DIR and keep it (default: a temporary folder, "
                         "removed after the report)")
@@ -62,6 +65,7 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
+    from harness import report
     from harness.capture.script import run_script
     from harness.runs.script import analyze_script
     from harness.runs.workload import new_run_id
@@ -83,10 +87,12 @@ def main(args) -> int:
                 raise
             print(f"harness profile: error: {e}", file=sys.stderr)
             return ran.exit_code
-        stored = run.save(args.out / new_run_id(args.script.stem)) if args.out else None
+        stored = (run.save(args.out / new_run_id(args.script.stem), files=report.files)
+                  if args.out else None)
         if not stored and not args.keep_trace:  # the trace goes with the temporary folder
             run.meta.pop(schema.TRACE_FILE, None)
-        print(run.render(args.format, top=args.top if args.format == "text" else None), end="")
+        print(report.render(run, args.format, top=args.top if args.format == "text" else None),
+              end="")
         if stored:
             print(f"run: {stored}")
         if args.keep_trace:

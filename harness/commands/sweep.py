@@ -16,7 +16,7 @@ from rich import progress as rp
 from rich.console import Console
 from rich.markup import escape
 
-from harness.commands import add_distributed_arguments, in_job
+from harness.commands import add_distributed_arguments, add_no_compile_cache, in_job
 from harness.errors import HarnessError
 from harness.report import tables
 from harness.sweep import report as sweep_report
@@ -42,9 +42,8 @@ def add_arguments(p) -> None:
                         "drawn once, at the end")
     p.add_argument("--dry-run", action="store_true",
                    help="validate the file and list the expanded points; run nothing")
-    p.add_argument("--no-compile-cache", dest="compile_cache", action="store_false",
-                   help="compile every program afresh (default: reuse JAX's persistent "
-                        "compilation cache in the harness's cache directory)")
+    add_no_compile_cache(p, "JAX's persistent compilation cache in the harness's cache "
+                            "directory")
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="run each point N times, each in a fresh process, points interleaved: "
                         "the spread between them is each point's own noise for harness "
@@ -145,10 +144,12 @@ def _run(args, grid, sweep_dir: Path, run_sweep) -> int:
     # a terminal: fit its width; a log: one line per point
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
     shown = sweep_report.by_workload(result.summary)
+    spread = sweep_report.spread(result.summary)  # the host's, on CPU (harness.chip.spells)
     for name, table in shown:
-        print(tables.to_text(table, title=f"sweep {grid.name}: {name}", width=width), end="")
+        print(tables.to_text(table, title=f"sweep {grid.name}: {name}", width=width,
+                             spread=spread), end="")
     columns = dict.fromkeys(c for _, table in shown for c in table.columns)
-    print(tables.legend_text(list(columns), width=min(width or 100, 100)))
+    print(tables.legend_text(list(columns), width=min(width or 100, 100), spread=spread))
     for line in sweep_report.headline(result.summary):
         print(line)
     if sweep_report.timing(result.records):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import schema
-from harness.commands import count
+from harness.commands import add_format, add_warmup, count, deprecated
 from harness.errors import HarnessError
 
 # checked before the trace is read (harness.commands.check_options)
@@ -22,20 +22,24 @@ CHECKED = {"chip": "chip", "csv": "file", "json": "file", "html": "file"}
 
 def add_arguments(p) -> None:
     p.add_argument("path", help="trace file, or a directory searched for *.xplane.pb")
-    p.add_argument("--chip", help="predict for this chip (default: the trace's accelerator)")
-    p.add_argument("--hlo", type=Path, help="the program's optimized HLO, for a trace that holds "
-                   "none (an XLA dump, *after_optimizations.txt)")
-    p.add_argument("--top", type=count, default=20, help="rows to print (default 20; 0 = all)")
-    p.add_argument("--warmup-steps", type=int, default=0,
-                   help="annotated steps to drop from the start (default 0)")
+    p.add_argument("--chip", metavar="CHIP",
+                   help="predict for this chip (default: the trace's accelerator)")
+    p.add_argument("--hlo", type=Path, metavar="FILE", help="the program's optimized HLO, for a "
+                   "trace that holds none (an XLA dump, *after_optimizations.txt)")
+    p.add_argument("--top", type=count, default=20, metavar="N",
+                   help="rows to print (default 20; 0 = all)")
+    add_warmup(p, 0, "annotated steps to drop from the start, warm-up")
+    deprecated(p, "--warmup-steps", "--warmup", dest="warmup", type=count)
     p.add_argument("--program", default="", metavar="NAME|ID|all",
                    help="report every compilation of a name, one compilation (its program id) "
                         "or all (default: the step program, the most device time among "
                         "programs run 3 or more times)")
-    p.add_argument("--format", choices=schema.REPORT_FORMATS, default="text")
-    p.add_argument("--csv", type=Path, help="also write the full op table as CSV here")
-    p.add_argument("--json", type=Path, help="also write the full op table as JSON here")
-    p.add_argument("--html", type=Path, help="also write the HTML report here")
+    add_format(p, schema.REPORT_FORMATS)
+    p.add_argument("--csv", type=Path, metavar="FILE",
+                   help="also write the full op table as CSV here")
+    p.add_argument("--json", type=Path, metavar="FILE",
+                   help="also write the report as JSON here")
+    p.add_argument("--html", type=Path, metavar="FILE", help="also write the HTML report here")
 
 
 def main(args) -> int:
@@ -48,7 +52,7 @@ def main(args) -> int:
     # beside it (a large trace's decode takes longer than those imports)
     trace_format = start_decode(space, label)
     from harness.chip.resolve import chip_from_trace
-    from harness.report import tables
+    from harness.report import render, tables
     from harness.runs import pipeline
     from harness.trace.decode import NoHlo
 
@@ -59,15 +63,15 @@ def main(args) -> int:
         return _measured_only(space, label, args, notes)
     try:
         run = pipeline.analyze_trace(args.path, chip=args.chip, hlo=args.hlo,
-                                     warmup_steps=args.warmup_steps, space=space,
+                                     warmup_steps=args.warmup, space=space,
                                      program=args.program)
     except NoHlo as e:
         if args.chip:  # predictions were asked for: say what they need
             raise
         return _measured_only(space, label, args, [*notes, f"no predictions: {e}"])
-    print(run.render(args.format, top=args.top if args.format == "text" else None), end="")
-    _write(args, csv=lambda: tables.to_csv(run.ops), json=lambda: run.render("json"),
-           html=lambda: run.render("html"))
+    print(render(run, args.format, top=args.top if args.format == "text" else None), end="")
+    _write(args, csv=lambda: tables.to_csv(run.ops), json=lambda: render(run, "json"),
+           html=lambda: render(run, "html"))
     return 0
 
 
@@ -89,19 +93,21 @@ def _write(args, **render) -> None:
 
 
 def _measured_only(space, label: str, args, notes: list[str]) -> int:
-    from harness.report import tables
+    from harness.capture.environment import git_state
+    from harness.record import Run
+    from harness.report import render, tables
     from harness.report.heading import measured_title
     from harness.runs.pipeline import measured_only
-    from harness.runs.run import Run
 
-    read, ops = measured_only(space, warmup_steps=args.warmup_steps, label=label)
+    read, ops = measured_only(space, warmup_steps=args.warmup, label=label)
     title = measured_title(read, ops)
-    page = Run(title=title, ops=ops, notes=list(notes))
+    # the commit of the checkout reading it, on its page as on a full trace's
+    page = Run(title=title, ops=ops, notes=list(notes), meta=git_state())
     shown = ops if args.top == 0 else ops.head(args.top)
     fmt = args.format if args.format in tables.FORMATS else "text"
     print(tables.render(shown, fmt) if fmt != "text"
           else tables.to_text(shown, title=title), end="")
     print("".join(f"note: {n}\n" for n in notes if fmt == "text"), end="")
     _write(args, csv=lambda: tables.to_csv(ops), json=lambda: tables.to_json(ops),
-           html=lambda: page.render("html"))
+           html=lambda: render(page, "html"))
     return 0

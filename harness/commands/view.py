@@ -13,17 +13,18 @@ import sys
 from pathlib import Path
 
 from harness.errors import HarnessError
-from harness.runs import store
+from harness.record import store
 
 LOOPBACK = "127.0.0.1"
 
 
 def add_arguments(p) -> None:
     p.add_argument("run", help="run directory, or run id (prefix) under --root")
-    p.add_argument("--root", type=Path, default=Path("results"), help="results directory")
-    p.add_argument("--port", type=int, default=8791,
+    p.add_argument("--root", type=Path, default=Path("results"), metavar="DIR",
+                   help="results directory (default results/)")
+    p.add_argument("--port", type=int, default=8791, metavar="N",
                    help="port of the web UI (default 8791; 0 = any free port)")
-    p.add_argument("--host", default=LOOPBACK,
+    p.add_argument("--host", default=LOOPBACK, metavar="ADDRESS",
                    help="address to listen on (default 127.0.0.1, this machine only; "
                         "0.0.0.0 serves every network the machine is on)")
 

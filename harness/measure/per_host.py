@@ -85,7 +85,7 @@ def host_columns(events: pd.DataFrame) -> pd.DataFrame:
 
 
 def with_host_columns(run_tables, events: pd.DataFrame):
-    """``run_tables`` (``harness.analysis.tables.Tables``) with the host columns
+    """``run_tables`` (``harness.record.Tables``) with the host columns
     (``host_columns`` of ``events``) in its ops, and a note naming the op whose time differs
     most between hosts (``harness.runs.pipeline.from_capture`` adds them to a job's run)."""
     keys = [schema.PROGRAM, schema.OP]

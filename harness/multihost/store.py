@@ -8,6 +8,7 @@ import pandas as pd
 from harness import schema
 from harness.measure.per_host import BY_DEVICE_CSV, by_device
 from harness.multihost.xspace import write_merged
+from harness.report import files as report_files
 from harness.runs.pipeline import from_capture
 from harness.runs.workload import new_run_id
 from harness.trace.hosts import MERGED
@@ -21,7 +22,7 @@ def store_merged(built, cap, events: pd.DataFrame, processes: list[dict], *, chi
                  out, plots: bool = True):
     """Analyse every process's ``events`` as one capture (process 0's ``cap``: its HLO, cost
     analysis and trace directory; the analysis adds the host columns), store one run under
-    ``out``."""
+    ``out``, its report (``plots``: with its PNGs) and per-device table beside it."""
     import jax
 
     notes = []
@@ -45,7 +46,7 @@ def store_merged(built, cap, events: pd.DataFrame, processes: list[dict], *, chi
     ops = run.ops
     # the report's ops only: control-flow containers (while, call) are left out as in ops
     table = by_device(events[events[schema.PROGRAM] == cap.program]).merge(ops[keys], on=keys)
-    run.files[BY_DEVICE_CSV] = table.to_csv(index=False)
-    path = run.save(out / new_run_id(name), plots=plots)
+    path = run.save(out / new_run_id(name), files=lambda r: {
+        **report_files(r, plots=plots), BY_DEVICE_CSV: table.to_csv(index=False)})
     write_merged(path, events, processes)
     return run, path

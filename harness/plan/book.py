@@ -13,7 +13,8 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from harness.units import fmt_seconds, fmt_si
-from predictions import collectives, hardware, inference, roofline, training, transformer
+from predictions import collectives, hardware, inference, layouts, roofline, training, transformer
+from predictions.mesh import MeshError, parse_dims
 
 COLUMNS = ("quantity", "value", "formula (book chapter)")
 
@@ -29,11 +30,12 @@ class Answer:
 
 
 def train(chip, cfg, name: str, chips: int, tokens: float, mfu: float, dtype: str = "bf16",
-          seq: float | None = None, batch: float | None = None, strategy: str = "fsdp",
-          axes: str = "1") -> Answer:
+          seq: float | None = None, batch: float | None = None, layout: str = "fsdp",
+          spans: str = "1") -> Answer:
     """Training FLOPs and wall time of ``tokens`` on ``chips`` at ``mfu``; with a global
-    ``batch`` (tokens), the step model of ``strategy`` over the physical ``axes`` and the
-    memory per chip."""
+    ``batch`` (tokens), the step model of ``layout`` (an entry of ``predictions.layouts``,
+    priced by its book model) with its mesh axes spanning ``spans`` physical axes ("1", "2x1":
+    M_X, M_Y) and the memory per chip."""
     P = transformer.param_count(cfg)
     flops = transformer.train_flops(cfg, tokens, seq)
     t = training.train_time(cfg, tokens, chip, chips, mfu, dtype, seq)
@@ -45,12 +47,17 @@ def train(chip, cfg, name: str, chips: int, tokens: float, mfu: float, dtype: st
     data = {"model": name, "chip": chip.name, "chips": chips, "tokens": tokens, "mfu": mfu,
             "params": P, "flops": flops, "seconds": t, "bound": "compute"}
     if batch is not None:
-        axes = collectives.parse_axes(axes)
+        try:
+            axes = parse_dims(spans)
+        except MeshError as e:
+            raise ValueError(f"--spans {spans!r}: {e.reason}; give M_X or M_XxM_Y") from None
         axes = axes[0] if len(axes) == 1 else axes
+        strategy = layouts.layout(layout).strategy
         step = training.step_time(cfg, batch, chip, chips, strategy, axes=axes, mfu=mfu,
                                   dtype=dtype, seq_len=seq)
         mem = training.memory_per_chip(cfg, batch, chips, chip=chip)
-        rows += [("strategy X x Y", f"{strategy} {step.X} x {step.Y}", "training.md"),
+        rows += [("layout X x Y", f"{layout} {step.X} x {step.Y}",
+                  f"{strategy} step (training.md)"),
                  ("tokens per chip", fmt_si(step.tokens_per_chip), "B/(X*Y)"),
                  ("step T_math", fmt_seconds(step.t_math_s), "6*P*B/(N*C*MFU) (training.md)"),
                  ("step T_fsdp", fmt_seconds(step.t_fsdp_s), "L*3*2*P_layer/(Y*W_ici*M_X)"),
@@ -110,8 +117,8 @@ def prefill(chip, cfg, name: str, chips: int, tokens: float, mfu: float, wb: flo
 
 def collective(kind: str, nbytes: float, axes: str, chip: str, wraparound: bool | None = None,
                links: int = 1, hops: int = 1) -> Answer:
-    """One collective of ``nbytes`` per device over ``axes`` (sharding.md); a ppermute over
-    ``links`` links and ``hops`` hops."""
+    """One collective of ``nbytes`` per device over the mesh ``axes`` ("4x4", "X=4,Y=4";
+    sharding.md); a ppermute over ``links`` links and ``hops`` hops."""
     if kind == "ppermute":
         e = collectives.ppermute_terms(nbytes, chip, links, hops)
     else:

@@ -30,7 +30,7 @@ from harness.plan.fit import RefusalUnreadable, parse_refusal
 from harness.plan.layouts import Candidate
 from harness.plan.predict import predict_module
 from harness.units import fmt_bytes, fmt_decimal_bytes
-from predictions import training
+from predictions import layouts, training
 from predictions.hardware import Chip
 from predictions.step import book_dtype
 
@@ -84,10 +84,8 @@ def check_workload(name: str) -> None:
 
 def _book(setting: Setting, cand: Candidate, cfg, tokens: int) -> dict:
     """The book's verdict and step for one layout (training.md §6.2)."""
-    from workloads.llama.book import STRATEGY
-
     model = PLANNABLE[setting.workload](cfg)
-    strategy, dtype = STRATEGY[cand.layout], book_dtype(cfg.param_dtype)
+    strategy, dtype = layouts.layout(cand.layout).strategy, book_dtype(cfg.param_dtype)
     axes = (cand.M_X, cand.M_Y)
     v = training.verdict(strategy, tokens, setting.chip, cand.X, cand.Y, axes, model.F, dtype)
     st = training.step_time(model, tokens, setting.chip, cand.X * cand.Y, strategy, cand.X,

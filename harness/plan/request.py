@@ -2,7 +2,7 @@
 axes as libtpu names them), the global batch (tokens or sequences) and where to compile.
 
     plan_layouts("llama_train", "70b", {}, chip_entry("tpu-v5p"), (4, 4, 4), "256seq", 4096,
-                 list(LAYOUTS), "auto", aot_cache_dir())
+                 planned(), "auto", aot_cache_dir())   # predictions.layouts.planned
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from harness.plan.layouts import candidates
 from harness.plan.rank import Plan, Setting, orders_agree, plan
 from predictions import roofline
 from predictions.hardware import Chip
+from predictions.mesh import MeshError, parse_dims
 from predictions.topology import check_axes
 
 SEQ = "seq"  # --batch 256seq: sequences, not tokens
@@ -40,12 +41,14 @@ def slice_topology(chip, text: str | None) -> tuple[int, ...]:
     """The slice's physical axes: as given (a TPU slice must be the one libtpu names for its
     chip count, ``workloads.tpu.topology_dims``), by default 64 chips."""
     from workloads import tpu
-    from workloads.mesh import parse_shape
 
     kind = tpu.TOPOLOGIES.get(chip.name)
     if text is None:
         return tpu.topology_dims(64, kind.ndim) if kind else (8,)
-    dims = parse_shape(text)
+    try:
+        dims = parse_dims(text)
+    except MeshError as e:
+        raise HarnessError(f"--topology {text!r}: {e.reason}") from None
     if kind is None:
         return (math.prod(dims),)
     named = tpu.check_slice(chip.name, dims)  # WorkloadError: a slice libtpu cannot build
@@ -57,10 +60,10 @@ def slice_topology(chip, text: str | None) -> tuple[int, ...]:
 
 
 def batch_overrides(batch: str | None, seq: int | None, preset_B: int, preset_T: int) -> dict:
-    """``--batch``/``--seq`` as the config's B (sequences) and T (tokens each)."""
+    """``--batch``/``--seq-len`` as the config's B (sequences) and T (tokens each)."""
     T = seq or preset_T
     if T < 1:
-        raise HarnessError(f"--seq must be a positive number of tokens, got {T}")
+        raise HarnessError(f"--seq-len must be a positive number of tokens, got {T}")
     if batch is None:
         return {"B": str(preset_B), "T": str(T)}
     text = batch.strip().lower()

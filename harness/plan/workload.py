@@ -73,15 +73,18 @@ def predict_workload(workload: str, preset: str, overrides: dict, mesh_shape: st
     the mesh ``mesh_shape`` ("8x8"), setting the memory knobs when no remat is given (each
     trial compile's line handed to ``progress``), and price it on each chip."""
     import workloads  # deferred: importing workloads imports jax
+    from predictions.mesh import parse_mesh
     from workloads import tpu
-    from workloads.mesh import parse_shape
+    from workloads.mesh import mesh_dims
 
     wl = workloads.get(workload)
     cfg = workloads.make_config(workload, preset, overrides)
-    mesh = SimpleNamespace(shape=dict(zip(wl.mesh_axes, parse_shape(mesh_shape))))
+    given = parse_mesh(mesh_shape)  # axes by name keep theirs; a shape takes the workload's
+    mesh = SimpleNamespace(shape=dict(zip(wl.mesh_axes, given.dims)) if given.positional
+                           else given.shape)
     keys, notes = compile_keys([c.name for c in chips], compiler, tpu.libtpu_available())
     for key in set(keys.values()) - {CPU}:  # before any compile: a slice libtpu can build
-        tpu.check_slice(key, parse_shape(mesh_shape))
+        tpu.check_slice(key, mesh_dims(mesh_shape))
     tpu_key = next((k for k in keys.values() if k != CPU), None)
     chose_remat = search.wanted(wl, overrides, tpu_key)
     if chose_remat:  # no remat given: the cheapest knobs that fit

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
-from harness.runs.run import Run
+from harness.record import Run
 from harness.units import fmt_seconds
 
 SAME_WORK = 0.01  # work per device that moves less than this is the same work

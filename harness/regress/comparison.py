@@ -18,8 +18,8 @@ from pathlib import Path
 
 from harness import schema
 from harness.errors import HarnessError
+from harness.record import store
 from harness.regress import judge, noise, pairs
-from harness.runs import store
 
 CONFIRMATIONS = "confirmations"  # under the root: the reruns that confirmed a regression
 
@@ -76,8 +76,8 @@ def compare_sides(candidate: str, baseline: str | None, root: Path, rule: judge.
     if confirm > 0:
         from harness.regress import confirm as confirming  # deferred: it may run workloads
 
-        verdicts = [confirming.confirm(v, confirm, Path(root) / CONFIRMATIONS, rule,
-                                       [base, past]) if v.verdict == judge.REGRESSION else v
+        verdicts = [confirming.rerun_pair(v, confirm, Path(root) / CONFIRMATIONS, rule,
+                                          [base, past]) if v.verdict == judge.REGRESSION else v
                     for v in verdicts]
     return Comparison(rule, verdicts, only_b, only_c, (name, candidate))
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from harness import schema
 from harness.capture.environment import git_state
+from harness.record import Run
 from harness.regress import judge, noise, pairs
-from harness.runs.run import Run
 from harness.sweep import repeat as repeat_runs
 from harness.sweep.grid import Point
 
@@ -61,8 +61,8 @@ def why_not(run: Run, installed: str | None) -> str | None:
     return None
 
 
-def confirm(v: judge.Verdict, n: int, out: Path, rule: judge.Rule, sides: list[list[Run]],
-            installed: str | None = None) -> judge.Verdict:
+def rerun_pair(v: judge.Verdict, n: int, out: Path, rule: judge.Rule, sides: list[list[Run]],
+               installed: str | None = None) -> judge.Verdict:
     """``v`` (a regression) confirmed with ``n`` reruns of its candidate under ``out``, and as
     many of its baseline where the baseline's code is the one installed too (the two
     interleaved), or said unconfirmed. ``sides``: the runs its spread is measured from

@@ -1,6 +1,8 @@
 """The figures a pair of runs is judged by (``harness.regress.judge``): per-step samples, the log
 change of their medians and its standard error, which figure decides, the noise term (the
-point's own spread, ``harness.regress.noise``, else the constant) and the lines that say them.
+point's own spread, ``harness.regress.noise``, else the constant) and the tests a change is
+weighed by (``tail``, ``worse``, ``unstable``); the lines that say them are
+``harness.regress.lines``.
 """
 from __future__ import annotations
 
@@ -11,9 +13,8 @@ import numpy as np
 from scipy.stats import norm, t
 
 from harness import schema
+from harness.record import Run
 from harness.regress import noise, side_by_side
-from harness.runs.run import Run
-from harness.units import fmt_seconds
 
 MEDIAN_SE, MAD_TO_SIGMA = 1.2533, 1.4826  # a median's s.e. in sigmas x root n; sigma per MAD
 WALL, CPU, TRACED = "wall step", "CPU time per step", "traced step"  # the figure that decides
@@ -67,17 +68,18 @@ def log_ratio(x: float, y: float) -> float:
 @dataclass
 class Figures:
     """What a pair is judged by: the figure that decides (``decided``: ``WALL``, ``CPU`` or
-    ``TRACED``), the log change of the step by it (``r``, ``se``) and of the CPU time per step
-    (``k``, ``se_k``; NaN where it does not decide), the wall step's samples and the noise term
-    used (``noise``: source, figure, s, runs)."""
+    ``TRACED``), the log change of the step by it (``step``, its standard error ``step_se``)
+    and of the CPU time per step (``cpu``, ``cpu_se``; NaN where it does not decide), the wall
+    step's samples of each side (``walls_a``, ``walls_b``) and the noise term used (``noise``:
+    source, figure, s, runs)."""
 
     decided: str
-    r: float
-    se: float
-    k: float
-    se_k: float
-    wa: np.ndarray
-    wb: np.ndarray
+    step: float
+    step_se: float
+    cpu: float
+    cpu_se: float
+    walls_a: np.ndarray
+    walls_b: np.ndarray
     noise: dict
 
 
@@ -90,7 +92,7 @@ Two layouts (``traced``) are judged by the traced step, the
     runs have it, the wall step where not. The noise term is the point's own spread of that
     figure (``harness.regress.noise``) where runs of the same code give one, else
     ``constant``; ``student``: that spread was measured from the judged runs themselves, whose
-    degrees of freedom the noise term records (``judge.tail``)."""
+    degrees of freedom the noise term records (``tail``)."""
     ra, rb = reps or ([a], [b])
     wall = all(_walls(x) for x in (*ra, *rb))  # else both sides' op sums: one measure for both
     wa, wb = ([samples(x, schema.STEP_TIMES_S, wall) for x in side] for side in (ra, rb))
@@ -125,7 +127,7 @@ Two layouts (``traced``) are judged by the traced step, the
 def distribution(df: float = math.inf):
     """What a change in standard errors is weighed by: Student's t with ``df`` degrees of
     freedom where the noise is a spread measured from the judged runs themselves (a
-    confirmation: ``Figures.noise``, runs less groups; ``judge.tail``), else the normal."""
+    confirmation: ``Figures.noise``, runs less groups; ``tail``), else the normal."""
     return t(df) if math.isfinite(df) else norm
 
 
@@ -139,29 +141,16 @@ def unstable(s: float, threshold: float, alpha: float, replicates: tuple[int, in
     return math.isfinite(s) and z * s * math.sqrt(1 / na + 1 / nb) > math.log1p(threshold)
 
 
-def stats(f: Figures, p: float, spun: bool) -> str:
-    """The figures behind a verdict: the wall step (or the traced step of two layouts), the
-    CPU time per step, which figure decided and why, and the noise term used."""
-    if not math.isfinite(f.r):
-        return "no step times to compare"
-    wall = (f"wall step {fmt_seconds(float(np.median(f.wa)))} -> "
-            f"{fmt_seconds(float(np.median(f.wb)))}" if len(f.wa) and len(f.wb) else "")
-    if f.decided == TRACED:
-        return (f"{TRACED} {math.expm1(f.r):+.0%} (p={p:.2g}; decided by the {TRACED}, the "
-                f"step the layouts' line breaks down){', ' + wall if wall else ''}; "
-                f"noise: {f.noise['said']}")
-    cpu = f", CPU time per step {math.expm1(f.k):+.0%}" if math.isfinite(f.k) else ""
-    why = (f"; decided by the {WALL}: the CPU time per step grew while the wall step got "
-           "faster (threads spinning while they wait)" if spun else "")
-    return (f"{wall} ({math.expm1(f.r):+.0%}, p={p:.2g}){cpu}{why}; "
-            f"noise: {f.noise['said']}")
+def tail(z: float, df: float = math.inf) -> float:
+    """The one-sided p of a change ``z`` standard errors out (``distribution``: Student's t with
+    ``df`` degrees of freedom, else the normal). Three runs a side whose spread pools to s put a
+    change of 3.7 s/sqrt(1.5) at p = 0.010 with 4 degrees of freedom, where the normal says
+    0.0001: an A/A pair of one commit's sweeps, a CPU all-reduce at 302-326 us in three runs and
+    346-488 us in three, read as a confirmed regression."""
+    return float(distribution(df).sf(z))
 
 
-def shaky(f: Figures, threshold: float) -> str:
-    """Why a point is unstable: its own spread against the threshold, and the runs a side it
-    would take to tell that change (z(alpha) s sqrt(2/n) within it)."""
-    na, nb = f.noise["replicates"]
-    runs = f"{na} and {nb} runs" if (na, nb) != (1, 1) else "one run a side"
-    return (f"unstable: runs of the same code spread {f.noise['s']:.3g} (SD of the log "
-            f"{f.noise['figure']}), too wide to tell a change of {threshold:.0%} with {runs}; "
-            "repeat it (harness sweep --repeat) or quiet its host")
+def worse(r: float, se: float, threshold: float, alpha: float, df: float = math.inf) -> bool:
+    """A log change beyond ``threshold`` and beyond its noise at one-sided level ``alpha``
+    (``tail``: ``df`` degrees of freedom)."""
+    return r > math.log1p(threshold) and tail(r / se if se > 0 else math.inf, df) <= alpha

@@ -27,9 +27,9 @@ import numpy as np
 
 from harness import schema
 from harness.analysis.gaps import workload_efficiency
+from harness.record import Run
 from harness.regress import noise, pairs
 from harness.regress.figures import CPU, MAD_TO_SIGMA, MEDIAN_SE, WALL
-from harness.runs.run import Run
 
 MIN_NIGHTS = noise.MIN_RUNS  # nights of a segment before their spread replaces the constant
 

@@ -13,13 +13,15 @@ the robust sigma of the log steps over root n) and a run-to-run term: the point'
 (``harness.regress.noise``: the SD of the log median between runs of the same code, from the
 history under ``--root`` and each side's repeats; then the error is sqrt(2) s, never under the
 medians' own) where at least 3 runs give one, else the constant ``Rule.noise`` of each run; the
-verdict says which (``Verdict.noise``). A change is **worse** when beyond its ``--fail-on``
-threshold (default step=10%) and one-sided significant at ``alpha`` (0.01). The figure that
-decides (``Verdict.decided``): the CPU time per step on CPU (where both runs have it), else the
-wall step; two layouts of one model (two programs side by side), the traced step, the step their
-headline breaks down, so that the headline and the verdict never disagree. More CPU time per
-step never decides when the wall step got faster (threads spinning while they wait burn CPU
-time without lengthening the step). The verdicts (``VERDICTS``), in the order they are decided:
+verdict says which (``Verdict.noise``). A change is **worse** (``figures.worse``) when beyond its
+``--fail-on`` threshold (default step=10%) and one-sided significant at ``alpha`` (0.01). The
+figure that decides (``Verdict.decided``): the CPU time per step on CPU (where both runs have
+it), else the wall step; two layouts of one model (two programs side by side), the traced step,
+the step their headline breaks down, so that the headline and the verdict never disagree. More
+CPU time per step never decides when the wall step got faster (threads spinning while they wait
+burn CPU time without lengthening the step). The verdicts (``VERDICTS``), in the order they are
+decided (``CAUSES``: one rule per cause, the first that applies decides; its line is
+``harness.regress.lines``):
 
 1. nothing worse: ``improvement`` when the deciding figure (the wall step only on a steady
    host) is as much better, else ``ok``; a changed program that is not slower is ok; either,
@@ -40,25 +42,26 @@ time without lengthening the step). The verdicts (``VERDICTS``), in the order th
 
 A regression says where the time went (``changes.where``). Two different programs (two layouts
 of one model) have their ops matched by source op instead of by name, and the message opens
-with the slower layout and what its extra step time is made of (``harness.regress.side_by_side``).
+with the slower layout and what its extra step time is made of
+(``harness.regress.side_by_side.two_layouts``).
 ``benchmarks/bench_regress_sim.py`` measures the false alarms and the power of this rule
 (docs/regression.md).
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
 import pandas as pd
 
 from harness import schema
-from harness.analysis.gaps import workload_efficiency
-from harness.chip import drift
-from harness.errors import HarnessError
-from harness.regress import changes, figures, noise, side_by_side
+from harness.record import Run
+from harness.regress import changes, evidence, figures, lines, noise, side_by_side
+from harness.regress.evidence import Evidence
+from harness.regress.figures import worse
 from harness.regress.pairs import key
-from harness.runs.run import Run
+from harness.regress.rule import METRICS, Rule  # noqa: F401 (METRICS read as judge.METRICS)
 
 REGRESSION, INCONCLUSIVE, IMPROVEMENT, OK = "regression", "inconclusive", "improvement", "ok"
 UNSTABLE = "unstable"  # the point's own spread hides a change of the threshold: listed apart
@@ -66,35 +69,44 @@ VERDICTS = (REGRESSION, INCONCLUSIVE, UNSTABLE, IMPROVEMENT, OK)  # worst first:
 PROGRAM, SAME_PROGRAM, HOST, NOISE = "program", "same program", "host", "noise"  # causes
 SPREAD = "spread"  # the cause of an unstable verdict
 WALL, CPU, TRACED = figures.WALL, figures.CPU, figures.TRACED  # the figure that decides
-METRICS = {"step": "the step slower by more than this",  # --fail-on METRIC=PCT
-           "efficiency": "the roofline efficiency lower by more than this"}
 
 
-@dataclass(frozen=True)
-class Rule:
-    """When a change counts (the module docstring)."""
+def _view(group: str, name: str) -> property:
+    """``Verdict.<name>``: ``Verdict.<group>.<name>``, read as one figure of the verdict."""
+    return property(lambda self: getattr(getattr(self, group), name),
+                    doc=f"``{group}.{name}``")
 
-    fail_on: tuple[tuple[str, float], ...] = (("step", 0.10),)
-    alpha: float = 0.01  # one-sided level of each test
-    host: float = 0.10   # the probe's speed moving more than this: a host that moved
-    noise: float = 0.05  # run-to-run sd of a log median step (CPU time: 0.039 measured)
 
-    def __post_init__(self):
-        for name, value in self.fail_on:
-            if name not in METRICS:
-                raise HarnessError(f"--fail-on {name}: unknown; valid: {', '.join(METRICS)}")
-            if not 0 <= value < 10:
-                raise HarnessError(f"--fail-on {name}={value:g}: must be in [0, 10) (0.1 = 10%)")
-        for name, ok, valid in (("alpha", 0 < self.alpha < 1, "in (0, 1)"),
-                                ("host", self.host >= 0, ">= 0 (0.1 = 10%)"),
-                                ("noise", self.noise >= 0, ">= 0")):
-            if not ok:
-                raise HarnessError(f"{name} must be {valid}, got {getattr(self, name)}")
+@dataclass
+class Weighed:
+    """What a verdict weighed: the step's change and its p against its noise, the figure that
+    decided, the noise term, the host's probe and each run's efficiency."""
+
+    change: float       # the step (wall; two layouts: traced), candidate / baseline - 1
+    p_value: float      # one-sided, of the step's slowdown against its noise
+    decided: str        # the figure that decided (WALL, CPU or TRACED)
+    noise: dict         # the noise term: source, figure, s, runs
+    host_change: float  # the probe's speed, candidate / baseline - 1 (NaN: no probe)
+    efficiency: tuple[float, float]  # each run's (harness.analysis.gaps.workload_efficiency)
+
+
+@dataclass
+class Differences:
+    """What differs between the two runs: the program, the step figures, the ops, what ran
+    where, and two different programs side by side."""
+
+    program: dict          # changes.program
+    figures: pd.DataFrame  # schema.STEP_CHANGES
+    ops: pd.DataFrame      # schema.OP_CHANGES
+    met: list[str] = field(default_factory=list)  # what ran where, where the runs differ
+    layouts: side_by_side.Layouts | None = None  # two different programs side by side
 
 
 @dataclass
 class Verdict:
-    """One pair's verdict, its cause and one line saying it, with the figures behind it."""
+    """One pair's verdict, its cause and one line saying it (the decision), with what it
+    weighed (``weighed``) and what differs between the runs (``differences``); each of their
+    figures is read as ``Verdict.<name>`` too (``change``, ``noise``, ``ops``, ...)."""
 
     name: str
     baseline: Run
@@ -102,17 +114,14 @@ class Verdict:
     verdict: str
     cause: str
     message: str
-    change: float       # the wall step, candidate / baseline - 1
-    p_value: float      # one-sided, of the wall step's slowdown against its noise
-    host_change: float  # the probe's speed, candidate / baseline - 1 (NaN: no probe)
-    efficiency: tuple[float, float]  # each run's (harness.analysis.gaps.workload_efficiency)
-    program: dict       # changes.program
-    figures: pd.DataFrame  # schema.STEP_CHANGES
-    ops: pd.DataFrame      # schema.OP_CHANGES
-    met: list[str] = field(default_factory=list)  # what ran where, where the runs differ
-    layouts: side_by_side.Layouts | None = None  # two different programs side by side
-    decided: str = WALL  # the figure that decided (WALL, CPU or TRACED)
-    noise: dict = field(default_factory=dict)  # the noise term: source, figure, s, runs
+    weighed: Weighed
+    differences: Differences
+
+    change, p_value, decided, noise, host_change, efficiency = (
+        _view("weighed", n) for n in ("change", "p_value", "decided", "noise", "host_change",
+                                      "efficiency"))
+    program, figures, ops, met, layouts = (
+        _view("differences", n) for n in ("program", "figures", "ops", "met", "layouts"))
 
     def to_dict(self, top: int = 0) -> dict:
         def rows(df):
@@ -131,49 +140,104 @@ class Verdict:
                 **({"layouts": self.layouts.to_dict()} if self.layouts else {})}
 
 
-def tail(z: float, df: float = math.inf) -> float:
-    """The one-sided p of a change ``z`` standard errors out (``figures.distribution``: Student's
-    t with ``df`` degrees of freedom, else the normal). Three runs a side whose spread pools to
-    s put a change of 3.7 s/sqrt(1.5) at p = 0.010 with 4 degrees of freedom, where the normal
-    says 0.0001: an A/A pair of one commit's sweeps, a CPU all-reduce at 302-326 us in three
-    runs and 346-488 us in three, read as a confirmed regression."""
-    return float(figures.distribution(df).sf(z))
+@dataclass(frozen=True)
+class Decision:
+    """What a cause's rule decides: the verdict, its cause, and the line that says it."""
+
+    verdict: str
+    cause: str
+    line: Callable[[Evidence], str]  # harness.regress.lines
 
 
-def worse(r: float, se: float, threshold: float, alpha: float, df: float = math.inf) -> bool:
-    """A log change beyond ``threshold`` and beyond its noise at one-sided level ``alpha``
-    (``tail``: ``df`` degrees of freedom)."""
-    return r > math.log1p(threshold) and tail(r / se if se > 0 else math.inf, df) <= alpha
+# The causes, in the order they are decided (the module docstring): each rule returns its
+# decision where it applies, else None; the first that applies decides.
+
+def no_step_times(e: Evidence) -> Decision | None:
+    if not math.isfinite(e.measured.step):
+        return Decision(INCONCLUSIVE, NOISE, lines.no_step_times)
+    return None
 
 
-def host(run: Run) -> dict:
-    """The run's probe (NaN without one): ``speed``, its median FLOP/s before and after;
-    ``moved``, the log of before over after; ``cores``, its median FLOPs per CPU second."""
-    d = run.meta.get(drift.HOST_DRIFT) or {}
-    rates = d.get(drift.RATES) or [[x] for x in d.get(drift.REFERENCE) or ()]  # older: the best
-    cpu = d.get(drift.CPU_RATES) or []
-    out = dict(speed=math.nan, moved=math.nan, cores=math.nan)
-    if len(rates) == 2 and rates[0] and rates[1]:
-        out.update(speed=float(np.median(rates[0] + rates[1])),
-                   moved=math.log(float(np.median(rates[0])) / float(np.median(rates[1]))))
-    if len(cpu) == 2:
-        out.update(cores=float(np.nanmedian(cpu[0] + cpu[1])))
-    return out
+def unstable(e: Evidence) -> Decision | None:
+    """Nothing worse, but the point's own spread alone hides a change of the threshold: listed
+    apart, never ok (z(alpha) sqrt(2) s beyond it). A bimodal all-reduce judged by the constant
+    was a regression in one A/A pair of four (docs/regression.md)."""
+    if not e.crossed and e.unstable:
+        return Decision(UNSTABLE, SPREAD, lines.unstable)
+    return None
 
 
-def _probe(a: Run, b: Run, rule: Rule) -> tuple[float, float, bool, bool, bool, str]:
-    """(h, cores: the log of the baseline's probe speed and cores' speed over the candidate's,
-    > 0 where the candidate's ran slower; probed; steady: the probe moved less than
-    ``rule.host``; moving: the candidate's own probes, before and after its steps, moved more
-    than that; the line that says it)."""
-    ha, hb = host(a), host(b)
-    h, cores = (figures.log_ratio(ha[x], hb[x]) for x in ("speed", "cores"))
-    probed = math.isfinite(h)
-    steady = probed and max(abs(h), abs(ha["moved"]), abs(hb["moved"])) <= math.log1p(rule.host)
-    moving = abs(hb["moved"]) > math.log1p(rule.host)  # NaN (no probe): False
-    seen = (f"host speed {math.expm1(-h):+.0%} (probe; {math.expm1(-hb['moved']):+.0%} "
-            "during the candidate)" if probed else "no host speed probe")
-    return h, cores, probed, steady, moving, seen
+def spun_on_a_moving_host(e: Evidence) -> Decision | None:
+    """More CPU time with a faster wall step on a host that moved: a load that went away, or
+    threads spinning while they wait; neither figure can tell (a candidate doing 1.5x the work
+    on a quiet moment often has a faster wall step than a baseline beside a load). On a steady
+    host it is spinning: the wall step decides."""
+    if not e.crossed and e.spun and not e.probe.steady:
+        return Decision(INCONCLUSIVE, HOST, lines.spun_on_a_moving_host)
+    return None
+
+
+def not_worse(e: Evidence) -> Decision | None:
+    """Nothing worse: an improvement where the deciding figure is as much better; a changed
+    program that is not slower is ok (more work alone is no regression)."""
+    if not e.crossed:
+        return Decision(IMPROVEMENT if e.faster else OK,
+                        PROGRAM if e.program_changed else NOISE, lines.not_worse)
+    return None
+
+
+# from here on the step (or the efficiency) is worse
+
+def more_work(e: Evidence) -> Decision | None:
+    """More work per device (FLOPs, bytes, a new kind of collective) and a worse step: a loop's
+    trip count, a branch, another program (more work alone is no regression: a recomputation
+    that saves memory may cost nothing)."""
+    if e.program["more_work"]:
+        return Decision(REGRESSION, SAME_PROGRAM if e.program["same_program"] else PROGRAM,
+                        lines.more_work)
+    return None
+
+
+def slower_cores(e: Evidence) -> Decision | None:
+    """More CPU time per step, but the probe's cores ran as much slower (its FLOPs per CPU
+    second): the same work on slower cores."""
+    if e.busier and math.isfinite(e.probe.cores) and not worse(
+            e.measured.cpu - e.probe.cores, e.measured.cpu_se, e.threshold, e.alpha, e.df):
+        return Decision(INCONCLUSIVE, HOST, lines.slower_cores)
+    return None
+
+
+def host_moved_under_it(e: Evidence) -> Decision | None:
+    """The host's load changed while the candidate ran (its probes before and after it
+    disagree): device threads that wait for each other spin longer while it is busier, so the
+    same program's CPU time per step grew with the load, not with the program."""
+    if e.busier and e.on_cpu and e.probe.moving and not e.program_changed:
+        return Decision(INCONCLUSIVE, HOST, lines.host_moved_under_it)
+    return None
+
+
+def host_moved(e: Evidence) -> Decision | None:
+    """Only the wall step (or efficiency) is worse: with the same CPU work, other processes took
+    more of the host or the program waits longer, and a probe before and after the steps misses
+    loads that come and go between them (A/A pairs whose wall step alone moved 1.4-3.9x with
+    the probe unmoved were called regressions before); a CPU run without CPU times, by its
+    probe."""
+    if not e.traced and not e.busier and e.measured.decided == CPU:
+        return Decision(INCONCLUSIVE, HOST, lines.same_cpu_work)
+    if not e.traced and not e.busier and e.on_cpu and not e.probe.steady:
+        return Decision(INCONCLUSIVE, HOST, lines.host_moved)
+    return None
+
+
+def slower(e: Evidence) -> Decision:
+    """Worse, and nothing above explains it: a regression of the program, or of the same program
+    (off CPU, the wall step decides: no probe, and the host's CPU time is not the devices')."""
+    return Decision(REGRESSION, PROGRAM if e.program_changed else SAME_PROGRAM, lines.slower)
+
+
+CAUSES: tuple[Callable[[Evidence], Decision | None], ...] = (
+    no_step_times, unstable, spun_on_a_moving_host, not_worse, more_work, slower_cores,
+    host_moved_under_it, host_moved, slower)
 
 
 def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False,
@@ -183,90 +247,18 @@ def compare(a: Run, b: Run, rule: Rule = Rule(), layouts_first: bool = False,
     point's own ``spread`` where known; ``reps``: each side's runs of one code (``a`` and ``b``
     among them: a sweep's repeats, a candidate's confirmations), judged by their means;
     ``student``: the spread is measured from those few runs (a confirmation), so a change is
-    weighed by Student's t (``tail``).
+    weighed by Student's t (``figures.tail``).
     ``layouts_first``: two runs named as two layouts of one
     model: when their programs differ, the message opens with the slower one (else the cause
     opens it, the layouts' line after)."""
-    fail_on, alpha, t = dict(rule.fail_on), rule.alpha, min(rule.fail_on, key=lambda x: x[1])[1]
-    side = side_by_side.compare(a, b)
-    traced = side is not None and all(math.isfinite(side_by_side.step_of(x, schema.STEP_S))
-                                      for x in (a, b))
-    f = figures.measure(a, b, rule.noise, spread, traced, reps, student)
-    r, se, k, se_k = f.r, f.se, f.k, f.se_k
-    h, cores, probed, steady, moving, seen = _probe(a, b, rule)
-    eff = workload_efficiency(a.ops), workload_efficiency(b.ops)
-    x = {"step": r, "efficiency": figures.log_ratio(*eff)}
-    df = f.noise.get("df") or math.inf  # the point's own spread's; None: a constant's
-    crossed = {m: v for m, v in fail_on.items() if worse(x[m], se, v, alpha, df)}
-    # more CPU time per step, which never decides when the wall step got faster (threads that
-    # spin while they wait burn CPU time without lengthening the step)
-    spun = worse(k, se_k, t, alpha, df) and math.isfinite(r) and r < 0
-    busier = worse(k, se_k, t, alpha, df) and not spun
-    if "step" in fail_on and busier and worse(k, se_k, fail_on["step"], alpha, df):
-        crossed.setdefault("step", fail_on["step"])
-    prog, figs = changes.program(a, b), changes.figures(a, b)
-    ops = side.ops[list(schema.OP_CHANGES)] if side else changes.ops(a, b)
-    p = tail(r / se, df) if se > 0 else float(r <= 0)
-    stats = figures.stats(f, p, spun)
-    changed = changes.said(prog)
-    shaky = figures.unstable(f.noise["s"] if f.noise["source"] == noise.OWN else math.nan,
-                             fail_on.get("step", t), alpha, f.noise["replicates"], df)
-
-    def verdict(v: str, cause: str, message: str) -> Verdict:
-        if side and layouts_first:
-            message = f"{side.headline}. {message[:1].upper()}{message[1:]}"
-        elif side:
-            message = f"{message}. {side.headline}"
-        return Verdict(key(b), a, b, v, cause, message, math.expm1(r), p, math.expm1(-h),
-                       eff, prog, figs, ops, changes.met(a, b), side, f.decided, f.noise)
-
-    if not math.isfinite(r):
-        return verdict(INCONCLUSIVE, NOISE, stats)
-    if not crossed:
-        faster = (worse(-k, se_k, t, alpha, df) if f.decided == CPU
-                  else worse(-r, se, t, alpha, df) and (steady or not probed or traced))
-        if shaky:
-            why = figures.shaky(f, fail_on.get("step", t))
-            return verdict(UNSTABLE, SPREAD, f"{changed}{why}: {stats}; {seen}")
-        if spun and not steady:  # a load that went away, or threads spinning: cannot tell
-            return verdict(INCONCLUSIVE, HOST, f"{changed}{stats}: the CPU time per step grew "
-                                               "while the wall step got faster, on a host that "
-                                               f"moved ({seen}): rerun on a steady host to tell")
-        return verdict(IMPROVEMENT if faster else OK, PROGRAM if changed else NOISE,
-                       f"{changed}{'faster' if faster else 'not slower beyond noise'}: "
-                       f"{stats}; {seen}")
-    mesh = b.meta.get(schema.MESH) if isinstance(b.meta.get(schema.MESH), dict) else None
-    there = changes.where(figs, ops, mesh) if len(ops) else ""
-    there = f"; {there}" if there else ""
-    if prog["more_work"]:  # more work per step: a loop's trip count, a branch, another program
-        cause, what = ((SAME_PROGRAM, "the same program (fingerprint) did more work per step")
-                       if prog["same_program"] else (PROGRAM, "the program does more work"))
-        return verdict(REGRESSION, cause, f"{what}: {prog['what']}; {stats}{there}")
-    if busier and math.isfinite(cores) and not worse(k - cores, se_k, t, alpha, df):
-        return verdict(INCONCLUSIVE, HOST, f"{stats}, but the host's cores ran as much slower "
-                                           f"({math.expm1(-cores):+.0%}: the probe's FLOPs per "
-                                           "CPU second): rerun on a steady host to tell")
-    cpu_run = str(b.meta.get(schema.DEVICE_KIND, "")).lower() == "cpu"
-    if busier and cpu_run and moving and not changed:
-        # the host's load changed while the candidate ran (its probes before and after it
-        # disagree): device threads that wait for each other spin longer while it is busier,
-        # so the same program's CPU time per step grew with the load, not with the program
-        return verdict(INCONCLUSIVE, HOST, f"{stats}: the same program took more CPU time per "
-                                           f"step while the host moved under it ({seen}): its "
-                                           "device threads wait longer, spinning, on a busier "
-                                           "host; rerun on a steady host to tell")
-    if not traced and not busier and (f.decided == CPU or (cpu_run and not steady)):
-        return verdict(INCONCLUSIVE, HOST, f"{stats}: " + (
-            "the same CPU work per step: other processes took more of the host, or the program "
-            "waits longer (idle, exposed communication), which the wall step alone cannot tell"
-            if f.decided == CPU else "the host moved, as much as the step can tell")
-            + f" ({seen})")
-    lost = ", ".join(f"{'slower' if m == 'step' else 'less efficient'} by "
-                     f"{math.expm1(max(x[m], k) if m == 'step' and busier else x[m]):.0%}"
-                     for m in crossed) + (" (more CPU time per step)" if busier else
-                                          f" (the {TRACED})" if traced else "")
-    return verdict(REGRESSION, PROGRAM if changed else SAME_PROGRAM,
-                   f"{changed or 'same program, '}{lost}: {stats}; {seen}{there}")
+    e = evidence.gather(a, b, rule, spread, reps, student)
+    d = next(d for d in (cause(e) for cause in CAUSES) if d is not None)
+    f = e.measured
+    return Verdict(key(b), a, b, d.verdict, d.cause,
+                   lines.with_layouts(d.line(e), e.layouts, layouts_first),
+                   Weighed(math.expm1(f.step), e.p_value, f.decided, f.noise,
+                           math.expm1(-e.probe.speed), e.efficiency),
+                   Differences(e.program, e.step_figures, e.ops, changes.met(a, b), e.layouts))
 
 
 def overall(verdicts: list[Verdict]) -> str:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness import schema
+from harness.record import Run
 from harness.regress.pairs import key, step_program
-from harness.runs.run import Run
 
 MIN_RUNS = 3  # runs of the same code before their spread replaces the constant
 OWN, CONSTANT = "own", "constant"  # where a verdict's noise term came from

@@ -11,8 +11,7 @@ from pathlib import Path
 from harness import schema
 from harness.analysis.programs import of_program
 from harness.errors import HarnessError
-from harness.runs import store
-from harness.runs.run import Run
+from harness.record import Run, store
 
 LATEST = "latest"
 _COMMIT = re.compile(r"[0-9a-f]{4,40}")

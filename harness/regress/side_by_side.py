@@ -1,4 +1,4 @@
-"""Two layouts of one model side by side, for ``harness compare A B``.
+"""Two layouts of one model side by side (``two_layouts``), for ``harness compare A B``.
 
 Fusion names change with every compile (``ynn_fusion.3`` of one layout is another matmul than
 ``ynn_fusion.3`` of the next), so the ops of two different programs are matched by what they
@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
+from harness.record import Run
 from harness.regress import changes, headline, pairs
-from harness.runs.run import Run
 from harness.units import fmt_seconds
 
 SOURCE, NAME = "source op", "name"  # how the ops were matched (schema.MATCHED_BY)
@@ -250,9 +250,9 @@ class Layouts:
                               for k, v in (("A", ONLY_A), ("B", ONLY_B))}}
 
 
-def compare(a: Run, b: Run) -> Layouts | None:
+def two_layouts(a: Run, b: Run) -> Layouts | None:
     """The two layouts side by side, each of its step program; None for the same program
-    (joined by name instead)."""
+    (joined by name instead). Not a verdict: ``harness.compare`` (``judge.compare``) is."""
     a, b = pairs.step_program(a), pairs.step_program(b)
     how = matched_by(a, b)
     if how == NAME:
@@ -264,3 +264,4 @@ def compare(a: Run, b: Run) -> Layouts | None:
     said = attribute(a, b, rows, mesh, sign)
     line = headline.line(step_of(a, schema.STEP_S), step_of(b, schema.STEP_S), said, sign)
     return Layouts(how, rows, collectives(rows, mesh), said, line)
+

@@ -15,7 +15,7 @@ of the nights before it, which no change point cuts: the change is the log of th
 night's value over the segment's median, its error the segment's own spread ``s`` (the SD of
 its nights' values, the point's own noise; the constant ``Rule.noise`` under ``history.MIN_NIGHTS``
 nights) over the newest night's runs, plus the median's (``figures.MEDIAN_SE`` s / root n). The
-verdicts are ``harness compare``'s, by its rule (``judge.worse``, ``figures.unstable``):
+verdicts are ``harness compare``'s, by its rule (``figures.worse``, ``figures.unstable``):
 ``regression`` beyond the ``--fail-on`` threshold and significant at ``alpha`` (cause program or
 same program), ``inconclusive`` where the probe's cores ran as much slower (cause host),
 ``unstable`` where ``s`` alone hides a change of the threshold, ``improvement``, ``ok``.
@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from harness import schema
-from harness.regress import changepoints, changes, figures, history, judge, noise
+from harness.regress import changepoints, changes, evidence, figures, history, judge, noise
 from harness.regress.history import Night, Series
 
 HOST = judge.HOST  # a change whose two nights ran the same code
@@ -126,7 +126,7 @@ def judge_trend(s: Series, rule: judge.Rule = judge.Rule(),
     r = new.value - _median(seg)
     se = spread * math.sqrt(1 / len(new.runs) + figures.MEDIAN_SE ** 2 / max(len(seg), 1))
     t.change = math.expm1(r)
-    t.p_value = judge.tail(r / se) if se > 0 else float(r <= 0)
+    t.p_value = figures.tail(r / se) if se > 0 else float(r <= 0)
     _verdict(t, r, se, rule)
     return t
 
@@ -139,8 +139,8 @@ def _verdict(t: Trend, r: float, se: float, rule: judge.Rule) -> None:
     step = fail_on.get("step", min(fail_on.values()))
     effs = np.array([n.efficiency for n in s.nights[t.stable[0]:t.stable[1]]], float)
     x = {"step": r, "efficiency": figures.log_ratio(_median(effs), new.efficiency)}
-    crossed = [m for m, v in fail_on.items() if math.isfinite(x[m]) and judge.worse(x[m], se, v,
-                                                                                     alpha)]
+    crossed = [m for m, v in fail_on.items()
+               if math.isfinite(x[m]) and figures.worse(x[m], se, v, alpha)]
     where = (f"{s.figure} {t.change:+.1%} against nights {s.nights[t.stable[0]].name} to "
              f"{ref.name} (median of {t.stable[1] - t.stable[0]}), p={t.p_value:.2g}, noise "
              + (f"s={t.s:.3f} (their own spread)" if math.isfinite(t.s)
@@ -149,7 +149,7 @@ def _verdict(t: Trend, r: float, se: float, rule: judge.Rule) -> None:
         t.verdict, t.cause, t.message = judge.INCONCLUSIVE, judge.NOISE, "no figure to judge"
     elif not crossed:
         shaky = figures.unstable(t.s, step, alpha)
-        faster = judge.worse(-r, se, step, alpha)
+        faster = figures.worse(-r, se, step, alpha)
         t.verdict = (judge.UNSTABLE if shaky and not faster else
                      judge.IMPROVEMENT if faster else judge.OK)
         t.cause = judge.SPREAD if t.verdict == judge.UNSTABLE else judge.NOISE
@@ -158,7 +158,7 @@ def _verdict(t: Trend, r: float, se: float, rule: judge.Rule) -> None:
     else:
         cause, what = cause_of(ref, new, t.change)
         cores = _cores(ref, new)
-        if cause != judge.PROGRAM and math.isfinite(cores) and not judge.worse(
+        if cause != judge.PROGRAM and math.isfinite(cores) and not figures.worse(
                 r - cores, se, step, alpha):
             t.verdict, t.cause = judge.INCONCLUSIVE, HOST
             t.message = (f"{where}; the host's cores ran as much slower "
@@ -170,7 +170,7 @@ def _verdict(t: Trend, r: float, se: float, rule: judge.Rule) -> None:
 
 def _cores(a: Night, b: Night) -> float:
     """The log of night ``a``'s probe cores' speed over ``b``'s (> 0: ``b``'s ran slower)."""
-    return figures.log_ratio(judge.host(a.newest)["cores"], judge.host(b.newest)["cores"])
+    return figures.log_ratio(evidence.host(a.newest)["cores"], evidence.host(b.newest)["cores"])
 
 
 

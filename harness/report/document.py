@@ -1,9 +1,8 @@
 """A run's report: the op table ranked by gap, per-category summary, workload figures, plots.
 
-``render(run, fmt)`` gives text (terminal), md, html, csv or json of a Run (``harness.runs.run``;
-any object with its title, meta, ops, categories, summary, notes, unexpected and ``figures()``).
+``render(run, fmt)`` gives text (terminal), md, html, csv or json of a ``harness.record.Run``.
 Markdown references the plot files written next to it; HTML embeds them, so a report.html is
-one self-contained file. Only those two draw the plots.
+one self-contained file. Only those two draw the plots (``harness.report.drawn.figures``).
 """
 from __future__ import annotations
 
@@ -13,16 +12,16 @@ import math
 import pandas as pd
 
 from harness import schema
-from harness.analysis.gaps import beats_roofline_reason, hidden_transfers_reason
+from harness.analysis.gaps import beats_roofline_reason
+from harness.chip import spells
 from harness.errors import HarnessError
 from harness.measure.shares import ON_HOST
-from harness.report import heading, page, tables
-from harness.report.plots import CATEGORIES_PNG, ROOFLINE_PNG
+from harness.record import Run
+from harness.report import drawn, heading, page, tables
 from harness.report.step import step_lines
-from harness.report.step_plot import STEP_PNG
+from harness.units import json_text
 from predictions.hardware import CHIPS
 
-PLOTS = (STEP_PNG, ROOFLINE_PNG, CATEGORIES_PNG)  # in the order a report shows them
 LEGEND_WIDTH = 100  # the text report's legends, wrapped
 
 OP_COLUMNS = (schema.OP, schema.CATEGORY, schema.BOUND, schema.COUNT, schema.MEASURED_S,
@@ -77,8 +76,15 @@ def figures(summary: dict) -> list[tuple[str, object]]:
             and not (isinstance(v, float) and math.isnan(v))]
 
 
-def _fmt_figure(k: str, v) -> str:
-    return tables.fmt_figure(k, v) + (tables.FLAG if tables.flagged(k, v) else "")
+def _fmt_figure(k: str, v, spread: float = math.nan) -> str:
+    return tables.fmt_figure(k, v) + tables.mark(k, v, spread)
+
+
+def run_spread(r) -> float:
+    """The spread of the calibration behind the run's chip (a CPU host's; NaN for a data-sheet
+    chip or an older record): a figure above the roofline by less is within it
+    (``harness.chip.spells``)."""
+    return spells.spread_of(r.meta.get(schema.CALIBRATION))
 
 
 def _label(k: str) -> str:
@@ -89,9 +95,7 @@ def flag_reason(r) -> str:
     """Why a figure of this run above its roofline cannot be right, for its chip."""
     name = r.meta.get(schema.CHIP) or getattr(r.chip, "name", "")
     kind = getattr(r.chip, "kind", "") or getattr(CHIPS.get(name), "kind", "")
-    ops = getattr(r, "ops", None)
-    hidden = hidden_transfers_reason(ops) if ops is not None else ""
-    return hidden or beats_roofline_reason(name or "chip's", kind)
+    return beats_roofline_reason(name or "chip's", kind, run_spread(r))
 
 
 def _versus(rel: float) -> str:
@@ -117,9 +121,13 @@ def explained(r) -> list[str]:
                    "short execution's, its duration where less): an op's efficiency moves with "
                    "what runs beside it; the step line is the measure to trust")
     over = [f"{_label(k)} {tables.fmt_figure(k, v)}" for k, v in figures(s)
-            if tables.flagged(k, v)]
+            if tables.flagged(k, v, run_spread(r))]
     if over:
         out.append(f"{tables.FLAG} {', '.join(over)}: {flag_reason(r)}")
+    near = [f"{_label(k)} {tables.fmt_figure(k, v)}" for k, v in figures(s)
+            if tables.mark(k, v, run_spread(r)) == tables.WITHIN]
+    if near:
+        out.append(f"{tables.WITHIN} {', '.join(near)}: {tables.within_meaning(run_spread(r))}")
     return out
 
 
@@ -161,17 +169,19 @@ def _shown(df: pd.DataFrame, columns) -> pd.DataFrame:
     return tables.shown(df[[c for c in columns if c in df.columns]])
 
 
-def to_text(r, top: int | None = 20) -> str:
+def to_text(r: Run, top: int | None = 20) -> str:
     parts = [f"{line}\n" for line in [heading.title(r), *_step(r), *heading.meta_lines(r)]]
     shown_columns: dict = {}  # the tables' columns, for one legend under them all
     for i, (name, df, columns) in enumerate(_tables(r, top)):
         shown = _shown(df, columns)
         shown_columns.update(dict.fromkeys(shown.columns))
-        parts.append(tables.to_text(shown, title=name if i else None))
+        parts.append(tables.to_text(shown, title=name if i else None, spread=run_spread(r)))
         if i == 0:
             parts += [f"unmodeled {op}: {why}\n" for op, why in unmodeled_reasons(r.ops)]
-    parts.append(tables.legend_text(list(shown_columns), width=LEGEND_WIDTH) + "\n")
-    parts.append("  ".join(f"{_label(k)}: {_fmt_figure(k, v)}" for k, v in figures(r.summary))
+    parts.append(tables.legend_text(list(shown_columns), width=LEGEND_WIDTH, spread=run_spread(r))
+                 + "\n")
+    parts.append("  ".join(f"{_label(k)}: {_fmt_figure(k, v, run_spread(r))}"
+                           for k, v in figures(r.summary))
                  + "\n")
     parts += [f"{line}\n" for line in explained(r)]
     parts += [f"note: {n}\n" for n in r.notes]
@@ -180,23 +190,23 @@ def to_text(r, top: int | None = 20) -> str:
 
 def _md_figures(r) -> str:
     return ("| figure | value | what it is |\n|---|---|---|\n" + "".join(
-        f"| {_label(k)} | {_fmt_figure(k, v)} | {schema.GLOSSARY.get(k, '')} |\n"
+        f"| {_label(k)} | {_fmt_figure(k, v, run_spread(r))} | {schema.GLOSSARY.get(k, '')} |\n"
         for k, v in figures(r.summary)))
 
 
-def to_markdown(r, top: int | None = 30, plots: bool = True) -> str:
+def to_markdown(r: Run, top: int | None = 30, plots: bool = True) -> str:
     out = [f"# {heading.title(r)}\n\n"] + [f"_{line}_  \n" for line in heading.meta_lines(r)]
     out += [f"\n**{line}**\n" if i == 0 else f"\n{line}\n" for i, line in enumerate(_step(r))]
     out.append("\n## Summary\n\n" + _md_figures(r))
     out += [f"\n{line}\n" for line in explained(r)]
     if r.notes:
         out.append("\n" + "".join(f"> {n}\n>\n" for n in r.notes))
-    pngs = r.figures() if plots else {}
-    out += [f"\n![{name[:-4]}]({name})\n" for name in PLOTS if name in pngs]
+    pngs = drawn.figures(r) if plots else {}
+    out += [f"\n![{name[:-4]}]({name})\n" for name in drawn.PLOTS if name in pngs]
     for i, (name, df, columns) in enumerate(_tables(r, top)):
         shown = _shown(df, columns)
-        out.append(f"\n## {name}\n\n" + tables.to_markdown(shown))
-        out.append(f"\n_{tables.legend_text(shown.columns)}_\n")
+        out.append(f"\n## {name}\n\n" + tables.to_markdown(shown, run_spread(r)))
+        out.append(f"\n_{tables.legend_text(shown.columns, spread=run_spread(r))}_\n")
         reasons = unmodeled_reasons(r.ops) if i == 0 else []
         if reasons:
             out.append("\n### Unmodeled ops: why\n\n" + "".join(f"- `{op}`: {why}\n"
@@ -210,24 +220,25 @@ def _html_figures(r) -> str:
     for k, v in figures(r.summary):
         # a figure that is text (a formula) wraps like the other text cells: nowrap would push
         # the table past a 1024 px screen
-        flag = (f' class=flag title="{page.esc(reason)}"' if tables.flagged(k, v)
+        flag = (f' class=flag title="{page.esc(reason)}"' if tables.flagged(k, v, run_spread(r))
                 else " class=text" if isinstance(v, str) else "")
         rows.append(f"<tr><td class=text>{page.esc(_label(k))}</td><td{flag}>"
-                    f"{page.esc(_fmt_figure(k, v))}</td><td class=text>"
+                    f"{page.esc(_fmt_figure(k, v, run_spread(r)))}</td><td class=text>"
                     f"{page.esc(schema.GLOSSARY.get(k, ''))}</td></tr>")
     return ("<table><thead><tr><th class=text>figure</th><th>value</th><th class=text>what it "
             f"is</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 
-def to_html(r, top: int | None = 50, plots: bool = True) -> str:
+def to_html(r: Run, top: int | None = 50, plots: bool = True) -> str:
     body = [page.heading(heading.title(r), heading.meta_lines(r), _step(r)),
             "<h2>Summary</h2>", _html_figures(r), page.paragraphs(explained(r)),
             page.paragraphs(r.notes, "note")]
-    pngs = r.figures() if plots else {}
-    body += [page.image(name, pngs[name]) for name in PLOTS if name in pngs]
+    pngs = drawn.figures(r) if plots else {}
+    body += [page.image(name, pngs[name]) for name in drawn.PLOTS if name in pngs]
     reason = flag_reason(r)
     for i, (name, df, columns) in enumerate(_tables(r, top)):
-        body.append(f"<h2>{page.esc(name)}</h2>" + page.table(df, columns, flag_reason=reason))
+        body.append(f"<h2>{page.esc(name)}</h2>"
+                    + page.table(df, columns, flag_reason=reason, spread=run_spread(r)))
         reasons = unmodeled_reasons(r.ops) if i == 0 else []
         if reasons:
             body.append("<h3>Unmodeled ops: why</h3><ul>" + "".join(
@@ -236,7 +247,7 @@ def to_html(r, top: int | None = 50, plots: bool = True) -> str:
     return page.document(heading.title(r), body)
 
 
-def to_json(r, top: int | None = None) -> str:
+def to_json(r: Run, top: int | None = None) -> str:
     out = {schema.TITLE: r.title, "meta": r.meta, schema.SUMMARY: r.summary,
            schema.NOTES: r.notes, schema.STEP_OBJECT: getattr(r, "step", None) or {},
            "ops": json.loads(r.ops.to_json(orient="records")),
@@ -247,7 +258,7 @@ def to_json(r, top: int | None = None) -> str:
     explained = getattr(r, "collectives", None)
     if explained is not None and len(explained):
         out["collectives"] = json.loads(explained.to_json(orient="records"))
-    return json.dumps(out, indent=1, default=str) + "\n"
+    return json_text(out, indent=1) + "\n"  # strict: a NaN figure is null
 
 
 FORMATS = {
@@ -260,7 +271,7 @@ FORMATS = {
 PLOTTED = ("md", "html")
 
 
-def render(r, fmt: str = "text", top: int | None = None, plots: bool = True) -> str:
+def render(r: Run, fmt: str = "text", top: int | None = None, plots: bool = True) -> str:
     """``r`` in format ``fmt``; ``top``: op rows shown (None: the format's default; 0: all);
     ``plots`` False: md and html without the plots (none is drawn)."""
     if fmt not in FORMATS:

@@ -1,11 +1,13 @@
 """What a report page says first: what ran (the title), where, when and from which commit (the
-meta lines), from a run's ``meta``. A workload's run is titled by its workload, preset, the
-settings it ran with and its mesh; a trace's by its program and device (its stored title)."""
+meta lines), from a run's ``meta`` (``harness.record.Run``). A workload's run is titled by its
+workload, preset, the settings it ran with and its mesh; a trace's by its program and device
+(its stored title)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from harness import schema
+from harness.record import Run
 
 
 def mesh_str(mesh) -> str:
@@ -29,7 +31,7 @@ def when(iso: str) -> str:
     return f"{day} {clock[:5]}" + (f" {zone}" if zone else "")
 
 
-def title(r) -> str:
+def title(r: Run) -> str:
     """The page's title: "matmul (tiny) case=allgather B=256 on mesh 4x2, 8x cpu (predicted for
     cpu)" for a workload's run; the run's own title otherwise."""
     m = r.meta
@@ -45,17 +47,7 @@ def title(r) -> str:
     return what + (f" (predicted for {m[schema.CHIP]})" if m.get(schema.CHIP) else "")
 
 
-def _checkout(r) -> str:
-    """The commit of the checkout analysing a run that was never stored (a stored run keeps its
-    own, ``schema.GIT_SHA``; this one's page is rendered as it is stored)."""
-    if getattr(r, "path", None) is not None:
-        return ""
-    from harness.capture.environment import git_state
-
-    return git_state().get(schema.GIT_SHA) or ""
-
-
-def meta_lines(r) -> list[str]:
+def meta_lines(r: Run) -> list[str]:
     """Where and when it ran, from which commit (and whether its checkout had uncommitted
     changes) and with which harness; then the workload's whole config."""
     m = r.meta
@@ -67,8 +59,9 @@ def meta_lines(r) -> list[str]:
     if m.get("jax_version"):
         first.append(f"jax {m['jax_version']}" + (f" on {m['backend']}" if m.get("backend")
                                                   else ""))
-    # a profiled script outside any checkout has no commit (GIT_SHA "")
-    commit = m[schema.GIT_SHA] if schema.GIT_SHA in m else _checkout(r)
+    # taken at capture (harness.capture.environment.git_state); a profiled script outside any
+    # checkout has none (GIT_SHA "")
+    commit = m.get(schema.GIT_SHA)
     if commit:
         first.append(f"commit {str(commit)[:10]}" + (" (dirty)" if m.get(schema.GIT_DIRTY)
                                                        else ""))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 from collections.abc import Mapping, Sequence
 
 import pandas as pd
@@ -65,14 +66,15 @@ def _th(c: tables.Column, text: bool) -> str:
 
 def table(df: pd.DataFrame, columns: Sequence[str] | None = None, *,
           links: Mapping[int, str] | None = None, flag_reason: str = "",
-          legend: bool = True) -> str:
+          legend: bool = True, spread: float = math.nan) -> str:
     """``df`` (its ``columns`` present) as a table with unit headers and hover meanings, and
     its legend under it. ``links``: row position -> href for the first column's cell.
-    ``flag_reason``: hover text of a figure above what the roofline allows."""
+    ``flag_reason``: hover text of a figure above what the roofline allows; ``spread``: the
+    chip's (``tables.mark``)."""
     if columns is not None:
         df = df[[c for c in columns if c in df.columns]]
     df = tables.shown(df)
-    cols, rows = tables.cells(df)
+    cols, rows = tables.cells(df, spread)
     text = [_text_column(df, c.name) for c in cols]
     head = "".join(_th(c, t) for c, t in zip(cols, text))
     body, any_flag = [], False
@@ -83,21 +85,23 @@ def table(df: pd.DataFrame, columns: Sequence[str] | None = None, *,
             if j == 0 and links and links.get(i):
                 inner = f'<a href="{esc(links[i])}">{inner}</a>'
             attrs = " class=text" if text[j] else ""
-            if tables.flagged(c.name, value):
+            if tables.flagged(c.name, value, spread):
                 any_flag = True
                 attrs = f' class=flag title="{esc(flag_reason or "above the roofline")}"'
             tds.append(f"<td{attrs}>{inner}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
     out = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
     if legend:
-        out += legend_html(df.columns, flags=any_flag)
+        out += legend_html(df.columns, flags=any_flag, spread=spread)
     return out
 
 
-def legend_html(names: Sequence[str], flags: bool = False) -> str:
+def legend_html(names: Sequence[str], flags: bool = False, spread: float = math.nan) -> str:
     items = [f"<b>{esc(k)}</b>: {esc(v)}" for k, v in tables.legend(names)]
     if flags:
         items.append(f"<b>{tables.FLAG}</b> above what the roofline allows (see the notes)")
+    if tables.within_meaning(spread):
+        items.append(f"<b>{tables.WITHIN}</b> {esc(tables.within_meaning(spread))}")
     return f"<p class=legend>{' · '.join(items)}</p>" if items else ""
 
 

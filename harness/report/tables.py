@@ -7,8 +7,9 @@ A shown table has one unit per column, named in its header: a column's unit come
 unit (194 ms beside 6 ns: ``WIDE``) gives each cell its own (``harness.units``), its header none;
 a column with a unit and no value in any row is left out of the shown table (``shown``). A
 fraction of a roofline above what it allows (``harness.analysis.gaps.beats_roofline``) is flagged
-where it stands (``FLAG``). ``legend`` gives each shown column's meaning from
-``schema.GLOSSARY``. CSV and JSON keep the raw SI values.
+where it stands (``FLAG``); on a CPU chip, one above it by less than the host's spread
+(``spread``, ``harness.chip.spells``) is marked within it (``WITHIN``). ``legend`` gives each
+shown column's meaning from ``schema.GLOSSARY``. CSV and JSON keep the raw SI values.
 """
 from __future__ import annotations
 
@@ -24,7 +25,12 @@ from rich.console import Console
 from rich.table import Table
 
 from harness import schema
-from harness.analysis.gaps import beats_roofline
+from harness.analysis.gaps import (
+    ROOFLINE_MARGIN,
+    beats_roofline,
+    roof_limit,
+    within_spread,
+)
 from harness.errors import HarnessError
 from harness.units import (
     BINARY_BYTES,
@@ -32,11 +38,13 @@ from harness.units import (
     TIME_UNITS,
     fmt_bytes,
     fmt_seconds,
+    json_text,
     scale_of,
     unsigned_zero,
 )
 
 FLAG = "!"  # after a figure above what the roofline allows (text and Markdown)
+WITHIN = "~"  # after one above the roofline by less than the host's spread (a CPU chip's)
 # A column whose largest cell would reach this in the column's unit (194434268 ns) is too wide
 # for one unit: each of its cells names its own ("194 ms", "6 ns").
 WIDE = 1e4
@@ -121,16 +129,25 @@ class Column:
     def label(self) -> str:
         return f"{self.base} ({self.unit})" if self.unit else self.base
 
-    def cell(self, value) -> str:
+    def cell(self, value, spread: float = math.nan) -> str:
         if isinstance(value, str):
             return value
-        text = self.fmt(value)
-        return text + FLAG if flagged(self.name, value) else text
+        return self.fmt(value) + mark(self.name, value, spread)
 
 
-def flagged(column: str, value) -> bool:
-    """True for a fraction of a roofline or a peak above what it allows."""
-    return column in schema.ROOFLINE_FRACTIONS and beats_roofline(value)
+def flagged(column: str, value, spread: float = math.nan) -> bool:
+    """True for a fraction of a roofline or a peak above what it allows (``spread``: the
+    chip's, ``harness.analysis.gaps.roof_limit``)."""
+    return column in schema.ROOFLINE_FRACTIONS and beats_roofline(value, spread)
+
+
+def mark(column: str, value, spread: float = math.nan) -> str:
+    """What follows a figure: ``FLAG`` above what the roofline allows, ``WITHIN`` above it by
+    less than the chip's ``spread``, else nothing."""
+    if column not in schema.ROOFLINE_FRACTIONS:
+        return ""
+    return FLAG if beats_roofline(value, spread) else WITHIN if within_spread(value, spread) \
+        else ""
 
 
 def _scaled(units, values: pd.Series) -> tuple[str, float]:
@@ -187,10 +204,11 @@ def shown(df: pd.DataFrame) -> pd.DataFrame:
     return df.drop(columns=blank) if blank else df
 
 
-def cells(df: pd.DataFrame) -> tuple[list[Column], list[list[str]]]:
-    """The table as shown: its columns and each row's cell texts."""
+def cells(df: pd.DataFrame, spread: float = math.nan) -> tuple[list[Column], list[list[str]]]:
+    """The table as shown: its columns and each row's cell texts (``spread``: the chip's)."""
     cols = [column(c, df[c]) for c in df.columns]
-    return cols, [[c.cell(v) for c, v in zip(cols, row)] for row in df.itertuples(index=False)]
+    return cols, [[c.cell(v, spread) for c, v in zip(cols, row)]
+                  for row in df.itertuples(index=False)]
 
 
 def legend(names: Sequence[str]) -> list[tuple[str, str]]:
@@ -198,23 +216,37 @@ def legend(names: Sequence[str]) -> list[tuple[str, str]]:
     return [(Column(n, "", str).base, schema.GLOSSARY[n]) for n in names if n in schema.GLOSSARY]
 
 
-def legend_text(names: Sequence[str], flags: bool = False, width: int | None = None) -> str:
-    """The legend as one paragraph: "name: meaning; ..." (and what ``FLAG`` means); ``width``:
-    wrapped to lines that long, indented."""
+def legend_text(names: Sequence[str], flags: bool = False, width: int | None = None,
+                spread: float = math.nan) -> str:
+    """The legend as one paragraph: "name: meaning; ..." (and what ``FLAG`` means; what
+    ``WITHIN`` means where the chip's ``spread`` is above the margin); ``width``: wrapped to
+    lines that long, indented."""
     items = [f"{k}: {v}" for k, v in legend(names)]
     if flags:
         items.append(f"{FLAG} above what the roofline allows (see the notes)")
+    if within_meaning(spread):
+        items.append(f"{WITHIN} {within_meaning(spread)}")
     text = "; ".join(items)
     return textwrap.fill(text, width, initial_indent="  ", subsequent_indent="  ") if width \
         else text
 
 
-def to_text(df: pd.DataFrame, title: str | None = None, width: int | None = None) -> str:
+def within_meaning(spread: float = math.nan) -> str:
+    """What ``WITHIN`` means, with the chip's spread; "" where the spread marks nothing."""
+    if roof_limit(spread) <= ROOFLINE_MARGIN:
+        return ""
+    return (f"above the roofline by less than the host's spread, {spread:.2f}x (its cores' "
+            f"speed moved that much while it was calibrated): within it, not beating it")
+
+
+def to_text(df: pd.DataFrame, title: str | None = None, width: int | None = None,
+            spread: float = math.nan) -> str:
     """A rich table rendered to plain text (what the CLI prints): one line per row at its
-    natural width (a log); ``width``: fit that many characters (a terminal), folding cells."""
+    natural width (a log); ``width``: fit that many characters (a terminal), folding cells;
+    ``spread``: the chip's (``mark``)."""
     table = Table(title=title, show_lines=False)
     df = shown(df)
-    cols, rows = cells(df)
+    cols, rows = cells(df, spread)
     for i, c in enumerate(cols):
         text = i == 0 or not pd.api.types.is_numeric_dtype(df[c.name])
         table.add_column(c.label, justify="left" if text else "right",
@@ -227,8 +259,8 @@ def to_text(df: pd.DataFrame, title: str | None = None, width: int | None = None
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
 
 
-def to_markdown(df: pd.DataFrame) -> str:
-    cols, rows = cells(shown(df))
+def to_markdown(df: pd.DataFrame, spread: float = math.nan) -> str:
+    cols, rows = cells(shown(df), spread)
     lines = ["| " + " | ".join(c.label for c in cols) + " |",
              "|" + "|".join("---" for _ in cols) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -240,7 +272,7 @@ def to_csv(df: pd.DataFrame) -> str:
 
 
 def to_json(df: pd.DataFrame) -> str:
-    return json.dumps(json.loads(df.to_json(orient="records")), indent=1) + "\n"
+    return json_text(json.loads(df.to_json(orient="records")), indent=1) + "\n"
 
 
 FORMATS: dict[str, Callable[[pd.DataFrame], str]] = {

@@ -77,7 +77,7 @@ def explained_text(e: Explained, top: int) -> str:
 def _trace_of(run, path: Path) -> Path:
     """Where a stored run's trace is: the file it was analysed from, where it still is, else
     the run's own ``trace/`` (which may not exist)."""
-    from harness.runs.store import TRACE_DIR
+    from harness.record.store import TRACE_DIR
 
     found = run.meta.get(schema.TRACE_FILE)
     return Path(found) if found and Path(found).exists() else path / TRACE_DIR
@@ -110,9 +110,10 @@ def _load(path: Path, chip: str | None, program: str, mesh: dict | None):
     from harness.analysis.mesh import run_mesh
     from harness.analysis.programs import of_program
     from harness.explain import collectives
+    from harness.record import Run
+    from harness.record.run import OPS_PARQUET
+    from harness.record.store import META
     from harness.runs import pipeline
-    from harness.runs.run import OPS_PARQUET, Run
-    from harness.runs.store import META
 
     # a run directory, or any folder holding a trace (a profile dir, a run reduced to its
     # meta and trace)

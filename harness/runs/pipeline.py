@@ -6,10 +6,10 @@ plugin, ``harness.analyze`` (``profile``: the user's own function) and ``harness
 (``analyze_trace``: a trace captured anywhere, found by ``harness.trace.located``). The chip is
 resolved first (on a CPU host, calibrated: ``harness.chip.resolve``), the trace decoded once and
 the program's HLO parsed once (``harness.trace.decode``), then the pure
-``harness.analysis.tables.analyze`` makes the tables. ``NoHlo``, ``trace_program`` and
-``saved_beside`` are read from their stages' modules (``harness.trace.decode``,
-``harness.trace.hlo_proto``, ``harness.trace.located``), where ``harness.commands`` and
-``harness.runs.explained`` import them.
+``harness.analysis.tables.analyze`` makes the tables, which are the Run's (``Run.of``).
+``NoHlo``, ``trace_program`` and ``saved_beside`` are read from their stages' modules
+(``harness.trace.decode``, ``harness.trace.hlo_proto``, ``harness.trace.located``), where
+``harness.commands`` and ``harness.runs.explained`` import them.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ import pandas as pd
 from harness import schema
 from harness.analysis.mesh import run_mesh
 from harness.analysis.tables import Context, analyze
+from harness.capture.environment import git_state
 from harness.capture.steps import STEPS, Capture, capture
 from harness.chip import drift
 from harness.chip.resolve import chip_for_run
@@ -34,7 +35,7 @@ from harness.hlo import parse_module
 from harness.measure.ops import by_execution, op_times
 from harness.measure.per_host import with_host_columns
 from harness.measure.programs import program_name
-from harness.runs.run import Run
+from harness.record import Run
 from harness.trace.decode import Decoded, decode, select
 from harness.trace.hosts import MERGED
 from harness.trace.load import TraceEvents, read_events
@@ -83,28 +84,22 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
     t = analyze(events, modules, entry, ctx)
     if events.format == MERGED:  # a job's EVENTS: the per-host columns, and the largest skew
         t = with_host_columns(t, events.events)
-    full_meta = dict(m, **(meta or {}), **chip_meta,
-                     **{schema.CHIP: entry.name, schema.OP_TIMING: t.op_timing})
-    if t.program:  # the program the step line and summary are of: name and compilation
-        full_meta.update({schema.PROGRAM: t.program, schema.PROGRAM_ID: t.program_id})
+    # the tables' meta: how ops were timed, the program the step line and summary are of
+    full_meta = {**m, **(meta or {}), **chip_meta, schema.CHIP: entry.name, **t.meta}
     if host_drift:  # kept whatever the chip: harness compare reads the host's speed from it
         full_meta.setdefault(drift.HOST_DRIFT, host_drift)
     devices = int(m.get(schema.DEVICE_COUNT, events.events[schema.DEVICE].nunique()))
     named, mesh_notes = program_meshes(modules, full_meta, events.events)
-    explained = for_run(modules, t.ops, t.step, run_mesh(full_meta),
-                        main=(t.program, t.program_id), program_meshes=named)
+    main = (t.meta.get(schema.PROGRAM, ""), t.meta.get(schema.PROGRAM_ID, ""))
+    explained = for_run(modules, t.ops, t.step, run_mesh(full_meta), main=main,
+                        program_meshes=named)
     shown = len(t.ops.groupby([c for c in (schema.PROGRAM, schema.PROGRAM_ID)
                                if c in t.ops.columns]).size()) if len(t.ops) else 1
-    main = program_name((t.program, t.program_id))
-    what = t.program if shown <= 1 else f"{shown} programs (step program {main})"
+    what = main[0] if shown <= 1 else f"{shown} programs (step program {program_name(main)})"
     title = title or (f"{what} on {devices}x {m.get(schema.DEVICE_KIND, '?')} "
                       f"(predicted for {entry.name})")
-    return Run(title=title, meta=full_meta, ops=t.ops, categories=t.categories,
-               summary=t.summary, notes=t.notes + mesh_notes, steps=t.steps,
-               unexpected=t.unexpected, cross_check=t.cross_check, programs=t.programs, step=t.step,
-               step_spans=t.step_spans, predicted_spans=t.predicted_spans, chip=entry,
-               collectives=explained,
-               capture=cap, trace=events)
+    return Run.of(t, title=title, meta=full_meta, notes=t.notes + mesh_notes,
+                  collectives=explained, chip=entry, capture=cap, trace=events)
 
 
 def profile(fn: Callable, *args, chip=None, steps: int = STEPS, warmup: int = 2,
@@ -188,9 +183,12 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
 
 
 def _trace_meta(found: Located, decoded: Decoded, mesh: dict | None) -> dict:
-    """The meta of a trace's run: what ``harness`` saved with it, what the trace says of its
-    devices, the trace's file, the mesh given and, for a job's traces, each host's record."""
-    meta = dict(found.meta)
+    """The meta of a trace's run: what ``harness`` saved with it (else the commit of this
+    checkout), what the trace says of its devices, the trace's file, the mesh given and, for a
+    job's traces, each host's record."""
+    # the commit: the one its capture took (a harness-made trace's), else this checkout's, which
+    # analyses it
+    meta = {**git_state(), **found.meta}
     # a CPU trace has no device plane: its devices are the host's CPU
     meta.setdefault(schema.DEVICE_KIND, found.device.label if found.device else (
         "cpu" if decoded.trace.format == "cpu" else ""))

@@ -18,7 +18,7 @@ from harness.capture.profiler import CAPTURE_FILE
 from harness.capture.script import ScriptRun
 from harness.devices import DEVICE_COUNT_ENV, device_count_flag, forced_device_count
 from harness.errors import HarnessError
-from harness.runs.run import Run
+from harness.record import Run
 from harness.trace.load import read_xspace
 from harness.trace.segments import segment_traces, session_window
 

@@ -17,10 +17,11 @@ from harness.capture import memory
 from harness.capture.steps import STEPS, capture
 from harness.chip import drift
 from harness.errors import HarnessError
+from harness.record import Run
+from harness.report import files as report_files
 from harness.report.heading import mesh_str
-from harness.runs import store
 from harness.runs.pipeline import from_capture
-from harness.runs.run import Run
+from harness.runs.scratch import clean_stale_scratch, scratch_prefix
 from harness.units import fmt_bytes
 from predictions import hardware
 from predictions.step import Analytic
@@ -112,9 +113,10 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
                  mesh: str | None = None, steps: int = STEPS, warmup: int = 2,
                  out: Path = Path("results"), chip=None,
                  command_buffers: bool = False, with_plots: bool = True) -> Run:
-    """Run workload ``name`` and store it under ``out`` (``run.path``). ``command_buffers``: on
-    GPU, trace the executable with XLA's command buffers on; ``with_plots`` False: store the
-    run without its PNG plots (a sweep point: matplotlib costs more than the step)."""
+    """Run workload ``name`` and store it under ``out`` (``run.path``), its report beside it
+    (``harness.report.files``). ``command_buffers``: on GPU, trace the executable with XLA's
+    command buffers on; ``with_plots`` False: store the run without its PNG plots (a sweep
+    point: matplotlib costs more than the step)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise HarnessError(f"--out {out}: is a file; give a directory for the runs "
@@ -128,16 +130,16 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise HarnessError(f"--out {out}: cannot create it ({e.strerror or e})") from None
-    store.clean_stale_scratch(out)
+    clean_stale_scratch(out)
     # Capture into a scratch directory beside the run; Run.save moves it into place. Its
     # name holds this process's id, so a later run can tell a killed run's scratch.
-    scratch = Path(tempfile.mkdtemp(prefix=store.scratch_prefix("capture"), dir=out))
+    scratch = Path(tempfile.mkdtemp(prefix=scratch_prefix("capture"), dir=out))
     try:
         with memory.oom_as_error(what, _knobs(name)):
             run = run_built(built, preset=preset, overrides=overrides, steps=steps,
                             warmup=warmup, out_dir=scratch / "trace", chip=chip,
                             command_buffers=command_buffers)
-        run.save(out / new_run_id(name), plots=with_plots)
+        run.save(out / new_run_id(name), files=lambda r: report_files(r, plots=with_plots))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return run

@@ -55,6 +55,9 @@ MATMUL_EFFICIENCY = term("matmul_efficiency", "efficiency of the matmul ops alon
 HOST_SPEED = term("host_speed", "CPU: the host's speed around the run over its calibrated speed, "
                   "which the chip's rates are scaled by; '-': it moved over 1.5x during the run, "
                   "so no one figure holds")  # harness.chip.drift
+HOST_SPREAD = term("host_spread", "CPU: how far the host's cores moved speed while it was "
+                   "calibrated (fastest / slowest): a figure above the roofline by less is "
+                   "within it (~)")  # harness.chip.spells
 
 # --- run summary (meta.json "summary"): one figure each, defined in harness.analysis.gaps ---------
 # STEP_S, WALL_STEP_S, COVERAGE, MFU, MODEL_FLOPS and ANALYTIC_S above, and EFFICIENCY and
@@ -86,7 +89,7 @@ REPLICATED_AXES = term("replicated_axes", "the mesh axes over which the op repea
 REDUNDANT_WORK = term("redundant_work", "the program's FLOPs (per device x devices) over the "
                       "model's FLOPs: above 1.0x the layout repeats work")
 # shown as multiples ("1.05x")
-RATIOS = (TRACE_OVERHEAD, REPEAT, REDUNDANT_WORK)
+RATIOS = (TRACE_OVERHEAD, REPEAT, REDUNDANT_WORK, HOST_SPREAD)
 # fractions of a roofline or a peak: above 100% is impossible (harness.analysis.gaps.beats_roofline)
 ROOFLINE_FRACTIONS = (EFFICIENCY, MATMUL_EFFICIENCY, MFU, MFU_BOOK, HFU)
 
@@ -95,5 +98,5 @@ SWEEP_SUMMARY = (POINT, WORKLOAD, PRESET, MESH, CHIP, OVERRIDES, STATUS, STEP_S,
                  IDLE_S, WAITING_S, WAIT_BOUND, PREDICTED_STEP_S, WALL_STEP_S, COVERAGE,
                  EFFICIENCY, MFU, ANALYTIC_S,
                  COLLECTIVE, GROUP_SIZE, MESSAGE_BYTES, COLLECTIVE_S, BUS_BYTES, MEASURED_BUS_GBPS,
-                 PREDICTED_BUS_GBPS, MODEL_FLOPS, MATMUL_EFFICIENCY, HOST_SPEED, SERIES, ERROR,
-                 RUN, KEY)
+                 PREDICTED_BUS_GBPS, MODEL_FLOPS, MATMUL_EFFICIENCY, HOST_SPEED, HOST_SPREAD,
+                 SERIES, ERROR, RUN, KEY)

@@ -29,7 +29,7 @@ import pandas as pd
 
 from harness import schema
 from harness.measure import ops
-from harness.step.timeline import async_spans
+from harness.step.inflight import async_spans
 
 _NS = 1e-9
 

@@ -28,6 +28,7 @@ import pandas as pd
 from harness import schema
 from harness.measure.grouping import exact_sums, groups
 from harness.measure.ops import named
+from harness.step.inflight import async_spans, paired  # noqa: F401 (async_spans: re-exported)
 
 _NS = 1e-9
 
@@ -140,31 +141,42 @@ def _decompose(g: _Grouped) -> pd.DataFrame:
 def exposed_by_op(events: pd.DataFrame, comm_ops: Collection[str],
                   apart: Collection[str] = ()) -> pd.DataFrame:
     """Per communication op: its time per step and the part of it no compute op covered, each
-    summed per (step, device), then the median over steps and devices, in seconds."""
+    summed per (step, device), then the median over steps per device and over devices (as
+    ``measured_s``), in seconds."""
     ev = events[~named(events[schema.OP], set(apart))]
     comm = named(ev[schema.OP], set(comm_ops))
     return _exposed(_Grouped(ev, comm) if comm.any() else None, ev[schema.OP])
 
 
-def _exposed(g: _Grouped | None, op: pd.Series) -> pd.DataFrame:
+def _exposed(g: _Grouped | None, op: pd.Series, own: np.ndarray | None = None
+             ) -> pd.DataFrame:
+    """Per communication op: ``comm_s``, its intervals' time, and ``exposed_comm_s``, the part
+    of its own time (``own``: per event, the time the op itself held the device, ending with
+    its interval: an async pair's ``-done``, the core blocked on the transfer; default the
+    whole interval) that no compute covered: never more than its own. Each summed per (step,
+    device), then as ``measured_s`` is (``harness.measure.ops``): the median over steps per
+    device, then over devices; the medians keep ``exposed <= own`` per op."""
     if g is None or not g.comm.any():
         return pd.DataFrame(columns=[schema.OP, schema.COMM_S, schema.EXPOSED_COMM_S])
     comm, (cs, ce, _) = g.comm, g.compute
     s, e = g.s[comm], g.e[comm]
     code, names = _codes(op)
     t = e - s
+    mine = t if own is None else np.minimum(np.asarray(own)[comm], t)
     per = pd.DataFrame({"_op": code[comm], "_group": g.group[comm], "t": t,
-                        "exposed": t - _overlap(s, e, cs, ce)})
+                        "exposed": mine - _overlap(e - mine, e, cs, ce)})
     found = groups(per, ["_op", "_group"]) if exact_sums(t) else None
     if found is None:
-        per = per.groupby(["_op", "_group"])[["t", "exposed"]].sum()
-        by = per.index.get_level_values(0)
+        per = per.groupby(["_op", "_group"])[["t", "exposed"]].sum().reset_index()
     else:  # each (op, group)'s sums by np.bincount (exact: the sums are of integers)
         pair, first = found
-        by = per["_op"].to_numpy()[first]
-        per = pd.DataFrame({c: np.bincount(pair, weights=per[c].to_numpy(np.float64))
-                            for c in ("t", "exposed")})
-    per = per.groupby(by).median() * _NS
+        per = pd.DataFrame({"_op": per["_op"].to_numpy()[first],
+                            "_group": per["_group"].to_numpy()[first],
+                            **{c: np.bincount(pair, weights=per[c].to_numpy(np.float64))
+                               for c in ("t", "exposed")}})
+    device = np.asarray([d for _, d in g.keys], np.int64)[per["_group"].to_numpy()]
+    per = (per.assign(_device=device).groupby(["_op", "_device"])[["t", "exposed"]].median()
+           .groupby(level=0).median() * _NS)
     return pd.DataFrame({schema.OP: names[per.index.to_numpy()],
                          schema.COMM_S: per["t"].to_numpy(),
                          schema.EXPOSED_COMM_S: per["exposed"].to_numpy()})
@@ -177,37 +189,6 @@ def _codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
         return column.cat.codes.to_numpy(), column.cat.categories.astype(str).to_numpy()
     code, names = pd.factorize(column.astype(str))
     return code, np.asarray(names, dtype=object)
-
-
-def async_spans(events: pd.DataFrame, pairs: Mapping[str, str]) -> pd.DataFrame:
-    """EVENTS with each async pair's two events made one, from the ``-start``'s start to the
-    ``-done``'s end and named as the ``-done``: the transfer in flight, where a layout shows
-    only the core's side of it (TPU ``XLA Ops``: the ``-start`` issues it in a few ns, the
-    ``-done`` blocks until it lands). ``pairs``: start name -> done name, as the trace names
-    them. On each device the k-th start pairs with the k-th done; one without a partner stays
-    as it is."""
-    if not pairs or events.empty:
-        return events
-    op = events[schema.OP].astype(str)
-    keep = ~named(events[schema.OP], set(pairs) | set(pairs.values()))
-    spans = [events[keep]]
-    for start, done in pairs.items():
-        s = events[op == start].sort_values([schema.DEVICE, schema.START_NS], kind="stable")
-        d = events[op == done].sort_values([schema.DEVICE, schema.START_NS], kind="stable")
-        s = s.assign(_k=s.groupby(schema.DEVICE, observed=True).cumcount())
-        d = d.assign(_k=d.groupby(schema.DEVICE, observed=True).cumcount())
-        both = d.merge(s[[schema.DEVICE, "_k", schema.START_NS]], on=[schema.DEVICE, "_k"],
-                       how="left", suffixes=("", "_start"))
-        paired = both[f"{schema.START_NS}_start"].notna()
-        first = both[f"{schema.START_NS}_start"].where(paired, both[schema.START_NS])
-        first = np.minimum(first.astype(np.int64), both[schema.START_NS])
-        end = both[schema.START_NS] + both[schema.DURATION_NS]
-        spans.append(both.assign(**{schema.START_NS: first, schema.DURATION_NS: end - first})
-                     .drop(columns=["_k", f"{schema.START_NS}_start"]))
-        alone = s.merge(d[[schema.DEVICE, "_k"]], on=[schema.DEVICE, "_k"], how="left",
-                        indicator=True)
-        spans.append(alone[alone["_merge"] == "left_only"].drop(columns=["_k", "_merge"]))
-    return pd.concat(spans, ignore_index=True)
 
 
 def _median_step(g: pd.DataFrame) -> pd.Series:
@@ -268,15 +249,18 @@ def measure(events: pd.DataFrame, comm_ops: Collection[str], *, apart: Collectio
     and exposed part per step, the most exposed first (``top`` of them; default every one: the
     COLLECTIVES table joins them, ``harness.explain``), and the ``spans`` of
     the step it names (the slowest device's median step). ``pairs``: async start -> done
-    names, made one span each (``async_spans``) where the layout gives the transfer's time to
-    the ``-done``."""
+    names, made one span each (``harness.step.inflight``) where the layout gives the
+    transfer's time to the ``-done``."""
     if events.empty:
         return {}, pd.DataFrame(columns=list(schema.STEP_SPANS))
-    ev = async_spans(events, pairs or {})
-    ev = ev[~named(ev[schema.OP], set(apart))]
+    ev, own = paired(events, pairs or {})
+    kept = ~named(ev[schema.OP], set(apart))
+    ev = ev[kept]
     g = _Grouped(ev, named(ev[schema.OP], set(comm_ops)))
     out = measured_step(_decompose(g), devices)
-    per_op = _exposed(g, ev[schema.OP])
+    # a pair is in flight from its -start to its -done's end, but the step waits on it only
+    # while its -done blocks: other transfers' waits under its span are theirs, not its
+    per_op = _exposed(g, ev[schema.OP], own[kept])
     if len(per_op):
         per_op = per_op.sort_values([schema.EXPOSED_COMM_S, schema.COMM_S], ascending=False,
                                     kind="stable")

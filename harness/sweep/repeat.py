@@ -16,15 +16,14 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from harness import schema
-from harness.runs import store
-from harness.runs.run import Run
+from harness.record import Run, store
 from harness.sweep.grid import Point
+from harness.sweep.point import run_point
+from harness.units import json_text
 
 
 def _child(point: Point, out: str, point_plots: bool, index: int) -> str:
     """In the fresh process: run the point, store it, mark its repeat index; its path."""
-    from harness.sweep.run import run_point
-
     path = Path(run_point(point, Path(out), point_plots).path)
     mark(path, index)
     return str(path)
@@ -36,7 +35,7 @@ def mark(path: Path, index: int) -> None:
     data = json.loads(meta.read_text())
     data[schema.REPEAT] = index
     tmp = meta.with_name(f"{store.TMP_PREFIX}{meta.name}")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.write_text(json_text(data, indent=2) + "\n")
     tmp.replace(meta)
 
 

@@ -21,13 +21,13 @@ from harness.analysis.gaps import (
     beats_roofline_reason,
     bus_gbps,
     category_efficiency,
+    within_spread,
     workload_efficiency,
 )
-from harness.chip import drift
+from harness.chip import drift, spells
 from harness.errors import HarnessError
+from harness.record import Run, store
 from harness.report import heading, page, tables
-from harness.runs import store
-from harness.runs.run import Run
 from harness.step.verdict import PACED
 from harness.sweep import plots as sweep_plots
 from harness.units import fmt_seconds
@@ -106,7 +106,8 @@ def point_row(record: dict, sweep_dir: Path) -> dict:
                 schema.EFFICIENCY: workload_efficiency(run.ops),
                 schema.MFU: s.get(schema.MFU), schema.ANALYTIC_S: s.get(schema.ANALYTIC_S),
                 schema.MODEL_FLOPS: s.get(schema.MODEL_FLOPS),
-                schema.HOST_SPEED: (run.meta.get(drift.HOST_DRIFT) or {}).get(drift.FACTOR)})
+                schema.HOST_SPEED: (run.meta.get(drift.HOST_DRIFT) or {}).get(drift.FACTOR),
+                schema.HOST_SPREAD: spells.spread_of(run.meta.get(schema.CALIBRATION))})
     import workloads  # deferred: importing workloads imports jax
 
     try:
@@ -156,7 +157,14 @@ ROOFLINE_FIGURES = (schema.EFFICIENCY, schema.MATMUL_EFFICIENCY, schema.MFU)
 
 def _reason(row) -> str:
     chip = str(row.get(schema.CHIP) or "?")
-    return beats_roofline_reason(chip, getattr(CHIPS.get(chip), "kind", ""))
+    return beats_roofline_reason(chip, getattr(CHIPS.get(chip), "kind", ""), spread(row))
+
+
+def spread(rows) -> float:
+    """A point's host spread (``harness.chip.spells``), or the widest of a sweep's points (one
+    calibration): what figures are marked within (``tables.mark``); NaN: none."""
+    v = pd.Series(rows.get(schema.HOST_SPREAD), dtype=object)
+    return float(pd.to_numeric(v, errors="coerce").max())
 
 
 def impossible_notes(df: pd.DataFrame) -> list[str]:
@@ -166,7 +174,7 @@ def impossible_notes(df: pd.DataFrame) -> list[str]:
     out, chips = [], {}
     for _, row in df.iterrows():
         bad = [f"{c} {float(row[c]):.0%}" for c in ROOFLINE_FIGURES
-               if c in df.columns and beats_roofline(row[c])]
+               if c in df.columns and beats_roofline(row[c], spread(row))]
         if bad:
             chip = str(row.get(schema.CHIP) or "?")
             chips.setdefault(chip, [0, _reason(row)])[0] += 1
@@ -231,8 +239,11 @@ def headline(df: pd.DataFrame) -> list[str]:
         if len(eff):
             lo, hi = (tables.fmt_percent(v) for v in (eff.min(), eff.max()))
             line += f", efficiency {lo}% {f'to {hi}% ' if hi != lo else ''}of the roofline"
-        over = sum(beats_roofline(v) for c in ROOFLINE_FIGURES if c in g for v in g[c])
-        out.append(line + (f" ({over} figure(s) above it, flagged)" if over else ""))
+        over, near = (sum(f(v, spread(g)) for c in ROOFLINE_FIGURES if c in g for v in g[c])
+                      for f in (beats_roofline, within_spread))
+        marks = [f"{over} figure(s) above it, flagged"] * bool(over) + [
+            f"{near} within the host's {spread(g):.2f}x spread"] * bool(near)
+        out.append(line + (f" ({'; '.join(marks)})" if marks else ""))
     return out
 
 
@@ -249,7 +260,7 @@ def to_html(header: dict, df: pd.DataFrame, figures: list[str], *, meta: dict | 
                  if isinstance(run, str) and run}
         reason = "; ".join(dict.fromkeys(_reason(row) for _, row in df.loc[table.index].iterrows()))
         body.append(f"<h2>{page.esc(name)}</h2>"
-                    + page.table(table, links=links, flag_reason=reason))
+                    + page.table(table, links=links, flag_reason=reason, spread=spread(df)))
     body.append(page.paragraphs(impossible_notes(df), "fail"))
     failed = df[df[schema.STATUS].isin(["failed", "oom"])]
     if not failed.empty:
@@ -263,8 +274,8 @@ def to_html(header: dict, df: pd.DataFrame, figures: list[str], *, meta: dict | 
 def to_markdown(header: dict, df: pd.DataFrame, figures: list[str]) -> str:
     out = [f"# Sweep {header.get('name', '')}\n\n"] + [f"{line}\n\n" for line in headline(df)]
     for name, table in by_workload(df):
-        out.append(f"## {name}\n\n" + tables.to_markdown(table)
-                   + f"\n_{tables.legend_text(table.columns)}_\n\n")
+        out.append(f"## {name}\n\n" + tables.to_markdown(table, spread(df))
+                   + f"\n_{tables.legend_text(table.columns, spread=spread(df))}_\n\n")
     out += [f"> {n}\n\n" for n in impossible_notes(df)]
     out += [f"![{name[:-4]}]({name})\n\n" for name in figures]
     return "".join(out)

@@ -5,7 +5,7 @@ per point: key, status, run, error), the runs under ``runs/<workload>-<key>/<run
 once the sweep closes, the summary table, plots and ``report.html`` (``harness.sweep.report``).
 
 The manifest is rewritten atomically (temp file + ``os.replace``) after every point, and runs
-are stored atomically by ``Run.save`` (``harness.runs.run``), so an interrupted or killed sweep
+are stored atomically by ``Run.save`` (``harness.record``), so an interrupted or killed sweep
 leaves only complete runs. Running a grid in a directory that already has a manifest resumes it:
 done points are skipped (a complete run found in a point's directory but missing from the
 manifest, i.e. a kill between the two writes, is adopted, not re-run), failed and pending points
@@ -31,12 +31,13 @@ from pathlib import Path
 
 from harness.capture.memory import OutOfMemory
 from harness.errors import HarnessError
+from harness.record import store
 from harness.report.plots import drawing_time
-from harness.runs import store
-from harness.runs.workload import run_workload
 from harness.sweep import repeat as repeat_runs
 from harness.sweep import report as sweep_report
 from harness.sweep.grid import Point, SweepGrid
+from harness.sweep.point import run_point
+from harness.units import json_text
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ def write_json_atomic(path: Path, obj) -> None:
     """Write JSON to a temp file beside ``path``, fsync it, and rename it over ``path``."""
     tmp = path.with_name(f"{store.TMP_PREFIX}{path.name}-{os.getpid()}")
     with open(tmp, "w") as f:
-        f.write(json.dumps(obj, indent=1) + "\n")
+        f.write(json_text(obj, indent=1) + "\n")
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -187,13 +188,6 @@ class Manifest:
     def save(self) -> None:
         self.data["updated"] = _now()
         write_json_atomic(self.path, dict(self.data, points=self.records + self.extra))
-
-
-def run_point(point: Point, out: Path, point_plots: bool = True):
-    """Run one point on this host and store it under ``out``: the point's ``Run``."""
-    return run_workload(point.workload, preset=point.preset, overrides=dict(point.overrides),
-                        mesh=point.mesh, steps=point.steps, warmup=point.warmup, out=out,
-                        chip=point.chip, with_plots=point_plots)
 
 
 def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from predictions import hardware, inference, training, transformer
+from predictions import hardware, inference, layouts, training, transformer
 from predictions.step import (
     COLLECTIVE,
     MATMUL,
@@ -48,19 +48,19 @@ def _devices(mesh) -> tuple[int, ...]:
     return tuple(int(n) for n in dict(mesh.shape).values())
 
 
-# A dp_tp mesh moves DP's gradient bytes over X and TP's activations over Y: costed as the
-# book's FSDP+TP model on the same X and Y (training.md).
-STRATEGY = {"dp": "dp", "fsdp": "fsdp", "tp": "tp", "fsdp_tp": "fsdp_tp", "dp_tp": "fsdp_tp"}
-
-
 def train(cfg, mesh, chip) -> Analytic:
-    """A training step (forward, backward, AdamW) under ``cfg.parallelism`` (`training.md`)."""
+    """A training step (forward, backward, AdamW) under ``cfg.parallelism`` (`training.md`):
+    the registry's layout (``predictions.layouts``) names the book's model that prices it and
+    its X (data and FSDP devices) and Y (model devices) on the mesh."""
     model, sizes = book_model(cfg), _devices(mesh)
     n = math.prod(sizes)
     tokens = cfg.B * cfg.T
-    strategy = STRATEGY[cfg.parallelism]
-    X, Y = {"dp": (n, 1), "fsdp": (n, 1), "tp": (1, n)}.get(
-        strategy, (sizes[0], n // sizes[0]))
+    entry = layouts.layout(cfg.parallelism)
+    strategy = entry.strategy
+    try:
+        X, Y = layouts.degrees(entry, dict(mesh.shape))
+    except ValueError:  # a mesh the layout does not fit (a stored run's): X its first axis
+        X, Y = sizes[0], n // sizes[0]
     st = training.step_time(model, tokens, chip, n, strategy=strategy, X=X, Y=Y,
                             dtype=book_dtype(cfg.param_dtype), seq_len=cfg.T)
     attention = transformer.attention_flops(model, tokens, cfg.T, training=True)

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from predictions import transformer
 from workloads.llama.config import book_model
-from workloads.llama.sharding import PARALLELISMS, Layout
+from workloads.llama.sharding import Split, split_of
 from workloads.mesh import AnyMesh, axis_size
 
 
@@ -30,7 +30,7 @@ def _splits(cfg, mesh: AnyMesh | None) -> tuple[int, int, int]:
     """(weight shards, batch shards, model shards) of ``cfg.parallelism`` on ``mesh``."""
     if mesh is None:
         return 1, 1, 1
-    layout: Layout = PARALLELISMS[cfg.parallelism](tuple(mesh.axis_names))
+    layout: Split = split_of(cfg.parallelism, mesh)
     size = lambda axes: axis_size(mesh, axes) if axes else 1
     return size(layout.fsdp + layout.model), size(layout.batch), size(layout.model)
 

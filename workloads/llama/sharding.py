@@ -1,16 +1,21 @@
-"""Partition specs for LLaMA-3 under DP, FSDP, TP and their mixes (reference §6.1 and §7.4).
+"""Partition specs for LLaMA-3 under the registry's layouts (``predictions.layouts``: DP,
+FSDP, TP and their compositions; reference §6.1 and §7.4).
 
-A parallelism names the role of each mesh axis: ``batch`` axes split the batch, ``fsdp`` axes
-split the weights' D dim (ZeRO-3: gathered just in time, gradients reduce-scattered), ``model``
-axes split heads, F and V (Megatron TP). With the book's letters, for the MLP:
+A layout names the role of each mesh axis (``data``, ``fsdp``, ``model``) and which roles split
+the batch, the weights' D dim (ZeRO-3: gathered just in time, gradients reduce-scattered) and
+the heads, F and V (Megatron TP); ``Split`` is that entry on one mesh, as mesh axis names. With
+the book's letters, for the MLP on a mesh X x Y:
 
-| parallelism | In / residual | W_in       | W_out      | book, `training.md`            |
+| layout      | In / residual | W_in       | W_out      | book, `training.md`            |
 |-------------|---------------|------------|------------|--------------------------------|
 | dp          | [B_XY, D]     | [D, F]     | [F, D]     | DP: gradient AllReduce         |
 | fsdp        | [B_XY, D]     | [D_XY, F]  | [F, D_XY]  | FSDP / ZeRO-3                  |
 | tp          | [B, D_XY]     | [D, F_XY]  | [F_XY, D]  | TP: AG before W_in, RS after W_out |
 | fsdp_tp     | [B_X, D_Y]    | [D_X, F_Y] | [F_Y, D_X] | FSDP + TP on separate axes     |
 | dp_tp       | [B_X, D_Y]    | [D, F_Y]   | [F_Y, D]   | replicas x model parallel (§7.4 decode) |
+
+On a mesh named by role (``fsdp=4,model=2``) each axis plays its name's role; on one named X, Y
+the roles go by position (``predictions.layouts.axes_by_role``).
 
 Attention follows Megatron: W_Q[D, N_Y, H], W_K/W_V[D, K_Y, H], W_O[N_Y, H, D]. When the model
 axes outnumber the KV heads, K/V are replicated beyond K-way (`inference.md`, reference §7.4) and
@@ -19,41 +24,69 @@ is [B_batch, S, K_model, H] (reference §7.4: KV[2, B_Z, S, K_Y, H]).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import jax
 from jax.sharding import PartitionSpec as P
 
+from predictions import layouts
 from workloads.base import WorkloadError, check_choice
 from workloads.mesh import AnyMesh, axis_size, check_spec, named
 
 
 @dataclass(frozen=True)
-class Layout:
-    """Mesh axes per role. Empty tuples mean "not split" (None in a PartitionSpec)."""
+class Split:
+    """A layout on one mesh: the mesh axes that split the batch, the weights' D (``fsdp``) and
+    the model's heads/F/V. Empty tuples mean "not split" (None in a PartitionSpec)."""
 
     batch: tuple[str, ...]
     fsdp: tuple[str, ...]
     model: tuple[str, ...]
 
 
-def _mixed(axes: tuple[str, ...], name: str, fsdp: bool) -> Layout:
-    """X for data (and FSDP), the remaining axes for the model (§6.1 FSDP + TP)."""
-    if len(axes) < 2:
-        raise WorkloadError(f"{name} needs a 2-D mesh (X for data, Y for model), got axes "
-                            f"{', '.join(axes)}; give the mesh a Y axis of size 1 (Nx1)")
-    data, model = tuple(axes[:1]), tuple(axes[1:])
-    return Layout(batch=data, fsdp=data if fsdp else (), model=model)
+def split_of(parallelism: str, mesh: AnyMesh | Mapping[str, int] | None) -> Split:
+    """The registry's layout ``parallelism`` on ``mesh`` (a jax mesh, or axis name -> size in
+    order); None: unsplit. WorkloadError when the mesh does not fit the layout."""
+    if mesh is None:
+        return Split((), (), ())
+    shape = dict(mesh.shape) if hasattr(mesh, "shape") else dict(mesh)
+    try:
+        entry = layouts.layout(parallelism)
+        by = layouts.split(entry, shape)
+    except ValueError as e:
+        raise WorkloadError(str(e)) from None
+    return Split(by["batch"], by["weights"], by["model"])
 
 
-PARALLELISMS: dict[str, Callable[[tuple[str, ...]], Layout]] = {
-    "dp": lambda a: Layout(batch=a, fsdp=(), model=()),
-    "fsdp": lambda a: Layout(batch=a, fsdp=a, model=()),
-    "tp": lambda a: Layout(batch=(), fsdp=(), model=a),
-    "fsdp_tp": lambda a: _mixed(a, "fsdp_tp", fsdp=True),
-    "dp_tp": lambda a: _mixed(a, "dp_tp", fsdp=False),
-}
+def _names_only(name: str) -> Callable[[tuple[str, ...]], Split]:
+    return lambda axes: split_of(name, {a: 1 for a in axes})
+
+
+class _Parallelisms(Mapping):
+    """The registry's layouts as ``name -> (mesh axis names -> Split)``: a view of
+    ``predictions.layouts.LAYOUTS`` (composed ``a+b`` names found too), not a second list."""
+
+    def __contains__(self, name) -> bool:
+        try:
+            layouts.layout(name)
+        except (ValueError, TypeError, AttributeError):
+            return False
+        return True
+
+    def __getitem__(self, name: str) -> Callable[[tuple[str, ...]], Split]:
+        if name not in self:
+            raise KeyError(name)
+        return _names_only(name)
+
+    def __iter__(self):
+        return iter(layouts.LAYOUTS)
+
+    def __len__(self) -> int:
+        return len(layouts.LAYOUTS)
+
+
+PARALLELISMS: Mapping[str, Callable[[tuple[str, ...]], Split]] = _Parallelisms()
 
 
 def _axes(t: tuple[str, ...]):
@@ -71,8 +104,7 @@ class Sharder:
         check_choice("parallelism", parallelism, PARALLELISMS)
         self.mesh = mesh
         self.dims = dims
-        names = tuple(mesh.axis_names) if mesh is not None else ()
-        self.layout = PARALLELISMS[parallelism](names) if mesh is not None else Layout((), (), ())
+        self.layout = split_of(parallelism, mesh)
         n_model = axis_size(mesh, self.layout.model) if mesh is not None else 1
         if dims.N % n_model:
             raise WorkloadError(f"{parallelism}: N={dims.N} query heads are not divisible by "

@@ -1,35 +1,34 @@
 """The Run: one analysed program run, in memory and on disk.
 
-What ran (``meta``: workload and config or the user's function, mesh, chip, environment,
-timings), what it produced (``capture``: the trace and the program's HLO), its tables (``ops``,
-``categories``, ``steps``: per-step samples, ``unexpected`` collectives), ``summary`` figures and
-``notes``. Every entry point makes one (``harness.runs.pipeline``); ``Run.save(dir)`` stores it
-atomically as ``results/<run-id>/``, ``Run.load(dir)`` reads it back, ``run.render(fmt)`` prints
-it. Plots are drawn only when a format that shows them asks (``figures``).
+What ran (``meta``: workload and config or the user's function, mesh, chip, environment, commit,
+timings), what it produced (``capture``: the trace and the program's HLO), its tables
+(``harness.record.tables.Tables``: ``ops``, ``categories``, ``steps``, ``summary``, ``notes``,
+...). Every entry point makes one (``harness.runs.pipeline``); ``Run.save(dir)`` stores its data
+atomically as ``results/<run-id>/`` (with the files it is given: the report a command stores,
+``harness.report.files``), ``Run.load(dir)`` reads it back; ``harness.report.render(run, fmt)``
+renders it.
 
 On disk (``FORMAT`` in meta.json; a run saved before the key existed is format 1, which has the
 same files): meta.json (meta, title, summary, notes, cross-check, step), ops.parquet and ops.csv,
 steps.parquet, collectives.parquet (every collective explained, where any ran), categories.csv,
-programs.csv, unexpected_collectives.csv, report.md,
-report.html, the PNG plots and ``trace/``.
+programs.csv, unexpected_collectives.csv and ``trace/``; a run saved for a user has its report
+beside them (report.md, report.html, the PNG plots).
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import pandas as pd
 
 from harness import schema
-from harness.capture import environment
 from harness.errors import HarnessError
-from harness.report import render
-from harness.report.plots import CATEGORIES_PNG, ROOFLINE_PNG, report_plots
-from harness.report.step_plot import STEP_PNG, step_timeline
-from harness.runs import store
+from harness.record import store
+from harness.record.tables import Tables
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +42,6 @@ CATEGORIES_CSV = "categories.csv"
 UNEXPECTED_CSV = "unexpected_collectives.csv"
 PROGRAMS_CSV = "programs.csv"
 COLLECTIVES_PARQUET = "collectives.parquet"  # schema.COLLECTIVES (harness.explain)
-PLOTS = (STEP_PNG, ROOFLINE_PNG, CATEGORIES_PNG)
-REPORT_FILES = {"report.md": "md", "report.html": "html"}  # rendered beside the tables
 # meta.json keys that are the run's report rather than its metadata
 _REPORT_KEYS = (schema.TITLE, schema.SUMMARY, schema.NOTES, schema.CROSS_CHECK, FORMAT_KEY,
                 schema.STEP_OBJECT)
@@ -57,31 +54,24 @@ META_TYPES: dict[str, type | tuple[type, ...]] = {
 
 
 @dataclass
-class Run:
-    """One analysed run. ``chip`` (the ``predictions.hardware.Chip`` it was predicted for),
-    ``capture`` and ``trace`` are what a fresh run was made from; a loaded run has its PNGs
-    and trace on disk instead."""
+class Run(Tables):
+    """One analysed run: its tables and what ran. ``chip`` (the ``predictions.hardware.Chip``
+    it was predicted for), ``capture`` (``harness.capture.steps.Capture``: trace directory,
+    HLO, cost) and ``trace`` (``harness.trace.TraceEvents``: EVENTS, format, async names) are
+    what a fresh run was made from; a loaded run has its trace on disk instead. ``plots``: the
+    report's PNGs by file name, once drawn (``harness.report.figures``)."""
 
     title: str = ""
-    meta: dict = field(default_factory=dict)
-    ops: pd.DataFrame = field(default_factory=pd.DataFrame)
-    categories: pd.DataFrame = field(default_factory=pd.DataFrame)
-    summary: dict = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    steps: pd.DataFrame = field(default_factory=pd.DataFrame)
-    unexpected: pd.DataFrame | None = None  # collectives the layout did not call for
-    cross_check: dict = field(default_factory=dict)  # our FLOPs/bytes against cost_analysis()
-    programs: pd.DataFrame | None = None  # schema.PROGRAMS: every program that ran
-    step: dict = field(default_factory=dict)  # schema.STEP_OBJECT: the step as a whole
-    collectives: pd.DataFrame | None = None  # schema.COLLECTIVES: every collective explained
-    step_spans: pd.DataFrame | None = None  # schema.STEP_SPANS of that step (a fresh run's)
-    predicted_spans: pd.DataFrame | None = None  # the same of the simulated roofline step
     chip: object | None = None
-    capture: object | None = None   # harness.capture.steps.Capture: trace directory, HLO, cost
-    trace: object | None = None     # harness.trace.TraceEvents: EVENTS, format, async names
-    plots: dict[str, bytes] = field(default_factory=dict)  # file name -> PNG, once drawn
-    files: dict[str, str | bytes] = field(default_factory=dict)  # more files to save with it
+    capture: object | None = None
+    trace: object | None = None
+    plots: dict[str, bytes] = field(default_factory=dict)
     path: Path | None = None
+
+    @classmethod
+    def of(cls, tables: Tables, **more) -> Run:
+        """The Run of an analysis's ``tables`` (each as it is), with ``more`` of its fields."""
+        return cls(**{**{f.name: getattr(tables, f.name) for f in fields(Tables)}, **more})
 
     @property
     def events(self) -> pd.DataFrame | None:
@@ -92,50 +82,31 @@ class Run:
     def run_id(self) -> str:
         return self.path.name if self.path is not None else ""
 
-    def figures(self) -> dict[str, bytes]:
-        """The report's plots (the step timeline, roofline, categories), drawn once on first
-        use."""
-        if not self.plots and self.chip is not None and len(self.ops):
-            step = step_timeline(self.step_spans, self.step, self.predicted_spans)
-            self.plots = {**({STEP_PNG: step} if step else {}),
-                          **report_plots(self.ops, self.categories, self.chip)}
-        return self.plots
-
-    def render(self, fmt: str = "text", top: int | None = None) -> str:
-        """The report as text (terminal), md, html, json or csv (``harness.report``)."""
-        return render(self, fmt, top=top)
-
-    def save(self, path: str | os.PathLike, *, plots: bool = True) -> Path:
-        """Store the run atomically at ``path`` (which must not exist); its capture's trace
-        directory moves into the run's ``trace/``, and a trace path in its meta points there.
-        The commit is the meta's own (a profiled script's), else ``environment.git_state()``.
-        ``plots`` False: no PNGs (a sweep point)."""
+    def save(self, path: str | os.PathLike, *,
+             files: Callable[[Run], Mapping[str, str | bytes]] | None = None) -> Path:
+        """Store the run's data atomically at ``path`` (which must not exist); its capture's
+        trace directory moves into the run's ``trace/``, and a trace path in its meta points
+        there. ``files(run)``: more files to store beside the data (name -> text or bytes: its
+        report, ``harness.report.files``), made from the run as it is stored."""
         trace = getattr(self.capture, "trace_dir", None)
         self._trace_stored_at(trace, Path(path) / store.TRACE_DIR)
-        files: dict[str, str | bytes] = {name: render(self, fmt, plots=plots) for name, fmt in
-                                         REPORT_FILES.items()}
-        files.update(self.figures() if plots else {})
-        files.update(self.files)
-        files[OPS_CSV] = self.ops.to_csv(index=False)
-        if self.categories is not None and not self.categories.empty:
-            files[CATEGORIES_CSV] = self.categories.to_csv(index=False)
-        if self.unexpected is not None and not self.unexpected.empty:
-            files[UNEXPECTED_CSV] = self.unexpected.to_csv(index=False)
-        if self.programs is not None and not self.programs.empty:
-            files[PROGRAMS_CSV] = self.programs.to_csv(index=False)
+        out = dict(files(self)) if files is not None else {}
+        out[OPS_CSV] = self.ops.to_csv(index=False)
+        for name, table in ((CATEGORIES_CSV, self.categories), (UNEXPECTED_CSV, self.unexpected),
+                            (PROGRAMS_CSV, self.programs)):
+            if table is not None and not table.empty:
+                out[name] = table.to_csv(index=False)
         meta = dict(self.meta, **{
             schema.CROSS_CHECK: self.cross_check, schema.TITLE: self.title,
             schema.SUMMARY: self.summary, schema.NOTES: self.notes, schema.STEP_OBJECT: self.step,
-            **({} if schema.GIT_SHA in self.meta else environment.git_state()),
             FORMAT_KEY: FORMAT})
         tables = {OPS_PARQUET: self.ops}
         if self.steps is not None:
             tables[STEPS_PARQUET] = self.steps
         if self.collectives is not None and len(self.collectives):
             tables[COLLECTIVES_PARQUET] = self.collectives
-        self.path = store.write(path, meta, tables=tables, files=files, trace_dir=trace,
+        self.path = store.write(path, meta, tables=tables, files=out, trace_dir=trace,
                                 move_trace=getattr(self.capture, "owned", True))
-        self.meta.update({k: meta[k] for k in (schema.GIT_SHA, schema.GIT_DIRTY) if k in meta})
         return self.path
 
     def _trace_stored_at(self, trace, stored: Path) -> None:
@@ -181,9 +152,7 @@ class Run:
                    notes=list(meta.get(schema.NOTES, [])), steps=steps, unexpected=unexpected,
                    cross_check=meta.get(schema.CROSS_CHECK, {}), programs=programs,
                    collectives=explained,
-                   meta={k: v for k, v in meta.items() if k not in _REPORT_KEYS},
-                   plots={name: (p / name).read_bytes() for name in PLOTS if (p / name).exists()},
-                   path=p)
+                   meta={k: v for k, v in meta.items() if k not in _REPORT_KEYS}, path=p)
 
 
 def _summary(summary: dict, version: int) -> dict:

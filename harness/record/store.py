@@ -2,8 +2,9 @@
 
 A run is written into a temporary sibling directory and renamed into place, so a crash never
 leaves a half-written run; a directory without ``meta.json`` is not a run. What the files hold
-is the Run's business (``harness.runs.run``); this module knows directories, ``meta.json``, the
-``trace/`` folder, run ids and the scratch space of runs in progress.
+is the Run's business (``harness.record.run``); this module knows directories, ``meta.json``,
+the ``trace/`` folder and run ids (the scratch space of runs in progress is
+``harness.runs.scratch``'s).
 """
 from __future__ import annotations
 
@@ -17,24 +18,13 @@ from pathlib import Path
 import pandas as pd
 
 from harness.errors import HarnessError
+from harness.units import json_text
 
 log = logging.getLogger(__name__)
 
 META = "meta.json"
 TRACE_DIR = "trace"
 TMP_PREFIX = ".tmp-"
-
-
-def _jsonable(obj):
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, (str, int, float, bool)) or obj is None:
-        return obj
-    if hasattr(obj, "item"):  # numpy scalars
-        return obj.item()
-    return str(obj)
 
 
 def write(path: str | os.PathLike, meta: dict, *, tables: dict[str, pd.DataFrame],
@@ -49,7 +39,7 @@ def write(path: str | os.PathLike, meta: dict, *, tables: dict[str, pd.DataFrame
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX + final.name + "-", dir=final.parent))
     try:
-        (tmp / META).write_text(json.dumps(_jsonable(meta), indent=2) + "\n")
+        (tmp / META).write_text(json_text(meta, indent=2) + "\n")  # NaN figures: null
         for name, df in tables.items():
             df.to_parquet(tmp / name, index=False)
         for name, content in files.items():
@@ -106,31 +96,3 @@ def resolve(ref: str | os.PathLike, root: str | os.PathLike = "results") -> Path
     if not matches:
         raise HarnessError(f"{ref}: no such run (not a directory, and no run id under {root}/)")
     raise HarnessError(f"{ref}: ambiguous run id, matches {[m.name for m in matches]}")
-
-
-def scratch_prefix(kind: str) -> str:
-    """``.tmp-capture-p<pid>-``: scratch names carry the owner's process id."""
-    return f"{TMP_PREFIX}{kind}-p{os.getpid()}-"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
-
-
-def clean_stale_scratch(root: str | os.PathLike, kind: str = "capture") -> list[Path]:
-    """Remove ``root``'s scratch directories whose process is gone (a killed run's); those of
-    a live process (a concurrent run) stay. Returns what was removed."""
-    gone = []
-    for d in Path(root).glob(f"{TMP_PREFIX}{kind}-p*-*"):
-        pid = d.name[len(f"{TMP_PREFIX}{kind}-p"):].split("-", 1)[0]
-        if d.is_dir() and pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-            shutil.rmtree(d, ignore_errors=True)
-            log.info("removed %s, left by a run that was killed", d)
-            gone.append(d)
-    return gone

@@ -9,8 +9,8 @@ import pytest
 from harness import schema
 from harness.chip import drift
 from harness.errors import HarnessError
+from harness.record import Run
 from harness.regress import judge
-from harness.runs.run import Run
 
 PROGRAM = "jit_step"
 # op, category, bound, collective, group, measured ms, roofline ms, FLOPs, HBM bytes, comm bytes

@@ -1,0 +1,27 @@
+"""A run report's plots: the step timeline, the roofline and the categories, drawn once.
+
+``figures(run)`` draws them for a fresh run (one with a chip) on first use and keeps them in
+``run.plots``; a stored run's are the PNGs saved beside it (``harness.report.files``).
+"""
+from __future__ import annotations
+
+from harness.record import Run
+from harness.report.plots import CATEGORIES_PNG, ROOFLINE_PNG, report_plots
+from harness.report.step_plot import STEP_PNG, step_timeline
+
+PLOTS = (STEP_PNG, ROOFLINE_PNG, CATEGORIES_PNG)  # in the order a report shows them
+
+
+def figures(run: Run) -> dict[str, bytes]:
+    """The report's plots of ``run``, file name -> PNG: drawn once, on first use, for a run
+    with a chip (a fresh one); read from its directory for a stored one."""
+    if run.plots:
+        return run.plots
+    if run.chip is not None and len(run.ops):
+        step = step_timeline(run.step_spans, run.step, run.predicted_spans)
+        run.plots = {**({STEP_PNG: step} if step else {}),
+                     **report_plots(run.ops, run.categories, run.chip)}
+    elif run.path is not None:
+        run.plots = {name: (run.path / name).read_bytes() for name in PLOTS
+                     if (run.path / name).is_file()}
+    return run.plots
