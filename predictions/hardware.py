@@ -26,7 +26,7 @@ PEAK_COLUMN: dict[str, str] = dtypes.PEAK_COLUMN
 
 @dataclass(frozen=True)
 class Chip:
-    """One accelerator (per chip / per GPU). All rates are dense peaks, SI units.
+    """One accelerator (per chip / per GPU). Rates are dense peaks, SI units; None: not given.
 
     ``ici_bytes_per_s``: TPUs, one-way bandwidth of one ICI link; GPUs, NVLink egress per GPU
     (one direction); CPU, the effective collective bandwidth of the placeholder ring model.
@@ -40,8 +40,7 @@ class Chip:
     kind (``"convert"``: bf16 <-> f32, which a CPU without bf16 units converts element by
     element); such ops are priced at this rate, not at ``hbm_bytes_per_s``.
     ``op_overhead_s``: CPU only, the measured fixed cost of one op execution (the runtime's
-    dispatch, about a microsecond), added to every modeled op's roofline time; the book's
-    rooflines leave it out, so it is 0 for every chip the book describes.
+    dispatch, about a microsecond), added to every modeled op's roofline time; 0 for the book's.
     ``memory_tiers``: ``(capacity_bytes, bytes_per_s)`` pairs, smallest capacity first, of the
     memories nearer the cores than HBM (a GPU's L2, a CPU's caches): an op whose bytes fit in a
     tier's capacity is priced at that tier's bandwidth (``predictions.roofline.memory_bandwidth``);
@@ -49,13 +48,9 @@ class Chip:
     ``kernel_flops``: CPU only, measured matmul rates per kernel, ``(kernel, dtype column,
     ((flops_per_execution, flops_per_s), ...))`` with sizes ascending: a matmul whose compiled
     kernel (``harness.hlo.kernels``) is listed is priced at its own rate for its size
-    (``predictions.roofline.kernel_rate``), any other at ``peak_flops``; empty for the book's
-    chips, whose matmuls all run at the one peak.
-    ``spread``: CPU only, how far the host's cores moved speed while it was calibrated (fastest
-    over slowest, ``harness.chip.spells``): a figure priced on the chip that lands above its
-    roofline by less than this is within the host's spread; 0 for the book's chips, whose peaks
-    are a data sheet's.
-    ``None`` marks a figure the book does not give.
+    (``predictions.roofline.kernel_rate``), any other at ``peak_flops``; empty for the book's.
+    ``spread``: CPU only, the host cores' fastest over slowest speed while calibrated
+    (``harness.chip.spells``): a figure above its roofline by less is within that spread.
     """
 
     name: str

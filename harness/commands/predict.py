@@ -132,32 +132,29 @@ def _chips(args) -> int:
     return _emit(args, book.chip_table())
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    common = argparse.ArgumentParser(add_help=False)
-    add_format(common, WRITES)
-    deprecated(common, "--json", "--format json", dest="format", action="store_const",
-               const="json")
-    sub = parser.add_subparsers(dest="what", metavar="QUESTION", required=True)
+def _chip_arg(p) -> None:
+    p.add_argument("--chip", required=True, metavar="CHIP",
+                   help=f"one of {', '.join(hardware.CHIPS)}")
 
-    def chip_arg(p):
-        p.add_argument("--chip", required=True, metavar="CHIP",
-                       help=f"one of {', '.join(hardware.CHIPS)}")
 
-    def model_args(p):
-        p.add_argument("--model", required=True, metavar="NAME",
-                       help=f"one of {', '.join(transformer.MODELS)}")
-        chip_arg(p)
-        # required, checked in _chip_and_model: argparse would refuse the old spelling
-        p.add_argument("--num-chips", dest="chips", metavar="N", help="number of chips (required)")
-        deprecated(p, "--chips", "--num-chips", dest="chips")
-        p.add_argument("--dtype", default="bf16", metavar="DTYPE",
-                       help="compute dtype (default bf16)")
+def _model_args(p) -> None:
+    p.add_argument("--model", required=True, metavar="NAME",
+                   help=f"one of {', '.join(transformer.MODELS)}")
+    _chip_arg(p)
+    # required, checked in _chip_and_model: argparse would refuse the old spelling
+    p.add_argument("--num-chips", dest="chips", metavar="N", help="number of chips (required)")
+    deprecated(p, "--chips", "--num-chips", dest="chips")
+    p.add_argument("--dtype", default="bf16", metavar="DTYPE",
+                   help="compute dtype (default bf16)")
 
-    def seq_len(p):
-        p.add_argument("--seq-len", metavar="T", help="tokens per sequence: adds attention FLOPs")
 
+def _seq_len(p) -> None:
+    p.add_argument("--seq-len", metavar="T", help="tokens per sequence: adds attention FLOPs")
+
+
+def _add_train(sub, common) -> None:
     p = sub.add_parser("train", parents=[common], help="training FLOPs, wall time, step model")
-    model_args(p)
+    _model_args(p)
     p.add_argument("--tokens", required=True, metavar="N",
                    help="tokens to train on, e.g. 15e12")
     p.add_argument("--mfu", default="0.4", metavar="FRACTION",
@@ -170,13 +167,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="physical axes each mesh axis spans (M_X, or M_XxM_Y with a model "
                         "axis; training.md; harness plan's spans column) (default 1)")
     deprecated(p, "--axes", "--spans", dest="spans")
-    seq_len(p)
+    _seq_len(p)
     p.set_defaults(_run=_train)
 
+
+def _add_serving(sub, common) -> None:
     for name, run, helptext in (("decode", _decode, "one decode step"),
                                 ("prefill", _prefill, "prefill time")):
         p = sub.add_parser(name, parents=[common], help=helptext)
-        model_args(p)
+        _model_args(p)
         p.add_argument("--int8", action="store_true", help="int8 weights and KV cache")
         p.add_argument("--int4", action="store_true", help="int4 weights, int8 KV cache")
         p.add_argument("--weight-bytes", metavar="BYTES",
@@ -192,8 +191,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prefill.add_argument("--tokens", required=True, metavar="N", help="prompt tokens")
     prefill.add_argument("--mfu", default="1.0", metavar="FRACTION",
                          help="FLOPs utilisation (default 1.0)")
-    seq_len(prefill)
+    _seq_len(prefill)
 
+
+def _add_collective(sub, common) -> None:
     p = sub.add_parser("collective", parents=[common], help="time of one collective")
     p.add_argument("kind", choices=collectives.KINDS + ("ppermute",))
     p.add_argument("--bytes", required=True, metavar="BYTES",
@@ -202,7 +203,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="the mesh axes the collective runs over, by name and size (X=4,Y=4) or "
                         "a shape (4x4) (default 1)")
     deprecated(p, "--axes", "--mesh", dest="mesh")
-    chip_arg(p)
+    _chip_arg(p)
     p.add_argument("--wraparound", choices=("auto", "yes", "no"), default="auto",
                    help="whether the axes wrap around (default auto: the chip's topology)")
     p.add_argument("--links", type=int, default=1, metavar="N", help="ppermute: links used")
@@ -210,19 +211,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="ppermute: hops to the destination")
     p.set_defaults(_run=_collective)
 
+
+def _add_matmul(sub, common) -> None:
     p = sub.add_parser("matmul", parents=[common], help="roofline of X[B,D] . W[D,F]")
     for letter in "BDF":
         p.add_argument(f"--{letter}", required=True, metavar="N",
                        help=f"{letter} of X[B,D] . W[D,F]")
-    chip_arg(p)
+    _chip_arg(p)
     p.add_argument("--dtype", default="bf16", metavar="DTYPE",
                    help="compute dtype (default bf16)")
     p.add_argument("--weight-dtype", default=None, metavar="DTYPE",
                    help="the weights' dtype (default --dtype)")
     p.set_defaults(_run=_matmul)
 
-    p = sub.add_parser("chips", parents=[common], help="list the chip registry")
-    p.set_defaults(_run=_chips)
+
+def _add_chips(sub, common) -> None:
+    sub.add_parser("chips", parents=[common], help="list the chip registry").set_defaults(
+        _run=_chips)
+
+
+# the questions, in --help's order: each adds its parser (its options and its answer)
+QUESTIONS = (_add_train, _add_serving, _add_collective, _add_matmul, _add_chips)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    add_format(common, WRITES)
+    deprecated(common, "--json", "--format json", dest="format", action="store_const",
+               const="json")
+    sub = parser.add_subparsers(dest="what", metavar="QUESTION", required=True)
+    for add in QUESTIONS:
+        add(sub, common)
 
 
 def main(args: argparse.Namespace) -> int:
