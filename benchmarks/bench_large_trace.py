@@ -3,6 +3,7 @@ on the same large trace, made here.
 
     python benchmarks/bench_large_trace.py [--format cpu|gpu] [--copies N] [--repeats 3]
                                            [--workdir DIR] [--xprof-memory-gb GB] [--json PATH]
+                                           [--check [--min-ratio 3] [--max-memory-gb 1]]
 
 The trace (not committed; kept in ``--workdir`` and reused when it is there):
 
@@ -10,10 +11,10 @@ The trace (not committed; kept in ``--workdir`` and reused when it is there):
   of 60 small matmuls and 60 all-reduces over 8 CPU devices (about 130 MB).
 - ``gpu``: the H100 fixture ``tests/fixtures/h100/llama_train-100m`` (a real capture: 5 steps,
   kernels on five streams, the host's Python thread) repeated.
-- ``--copies N``: the trace's steps repeated N times (``repeat``): every line's events copied
-  N times, each copy shifted by the capture's span and its ``step_num`` and ``run_id`` stats
-  moved past the copies before, so each copy's steps are new steps (``--copies 8`` on the CPU
-  trace: about 1 GB; ``gpu`` defaults to 100 copies, about 110 MB).
+- ``--copies N``: the trace's steps repeated N times (``large_trace_files.repeat``): every
+  line's events copied N times, each copy shifted by the capture's span and its ``step_num``
+  and ``run_id`` stats moved past the copies before, so each copy's steps are new steps
+  (``--copies 8`` on the CPU trace: about 1 GB; ``gpu`` defaults to 100 copies, about 110 MB).
 
 Timed in one run, each command in a fresh process, alternated ``--repeats`` times after one
 untimed read of the file (page cache warm for both) and with this checkout's bytecode compiled
@@ -26,9 +27,16 @@ untimed read of the file (page cache warm for both) and with this checkout's byt
 
 Printed: wall seconds (min and median), peak memory (the largest resident set of the command's
 processes, from ``wait4``; and the peak of their proportional set sizes summed, sampled every
-50 ms: ``harness trace`` reads lines in worker processes), the ratio (b)/(a), the host's cores and
-load. xprof runs under an address-space limit (``--xprof-memory-gb``) so that a trace too large
-for it fails alone instead of taking the host's memory. A benchmark reports: exit 0 either way.
+``SAMPLE_S``: ``harness trace`` reads lines in worker processes), the ratio (b)/(a), the host's
+cores and load. A sample reads each process's ``smaps_rollup``, which walks its page tables: every
+50 ms that took 1.7 s of CPU in a 7.7 s ``harness trace`` and 8.9 s in a 19 s ``hlo_stats`` (2 GB)
+on a 2-core host, CPU taken from the commands timed; every 250 ms, 0.5 s and 2.8 s. xprof runs
+under an address-space limit (``--xprof-memory-gb``) so that a trace too large for it fails
+alone instead of taking the host's memory. A benchmark reports: exit 0 either way,
+but with ``--check``, CI's guard (``tests/test_bench_large_trace.py``, slow): exit 1 where (b)/(a)
+on wall minima is below ``--min-ratio``, the harness's peak memory (the larger of the two above)
+is above ``--max-memory-gb``, a run of it failed or its report lacks the step's waits (every
+analysis of the step path runs in the timed command).
 """
 from __future__ import annotations
 
@@ -36,6 +44,7 @@ import argparse
 import compileall
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -47,34 +56,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from large_trace_files import make_cpu_trace, repeat
 
 GPU_FIXTURE = ROOT / "tests" / "fixtures" / "h100" / "llama_train-100m"
-CPU_STEPS, CPU_LAYERS = 400, 60
-SHIFTED = ("step_num", "run_id")  # stats renumbered in each copy
 TARGETS = {"cpu": 5.0, "gpu": 5.0}  # (b)/(a) at 100 MB and more; 10x at 1 GB
-
-_MAKE_CPU = """
-import os, sys
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
-import jax, jax.numpy as jnp
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-out, steps, layers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-mesh = Mesh(jax.devices(), ("x",))
-@jax.jit
-def f(x, w):
-    for _ in range(layers):
-        x = jnp.tanh(x @ w)                                  # a small matmul per device
-        x = x - jnp.sum(x, axis=0, keepdims=True) * 1e-3     # an all-reduce over the 8 devices
-    return x
-x = jax.device_put(jnp.ones((64, 32)), NamedSharding(mesh, P("x", None)))
-w = jax.device_put(jnp.ones((32, 32)) * 0.01, NamedSharding(mesh, P()))
-f(x, w).block_until_ready()
-with jax.profiler.trace(out):
-    for step in range(steps):
-        with jax.profiler.StepTraceAnnotation("step", step_num=step):
-            y = f(x, w)
-        y.block_until_ready()
-"""
+SAMPLE_S = 0.25  # between samples of the commands' proportional set sizes (module docstring)
 
 _XPROF = """
 import json, sys
@@ -82,87 +70,6 @@ from xprof.convert.raw_to_tool_data import xspace_to_tool_data
 data = xspace_to_tool_data([sys.argv[1]], "hlo_stats", {})[0]
 print(len(json.loads(data)["rows"]))
 """
-
-
-def make_cpu_trace(folder: Path) -> Path:
-    """The CPU trace, captured by plain ``jax.profiler`` in a fresh process."""
-    subprocess.run([sys.executable, "-c", _MAKE_CPU, str(folder), str(CPU_STEPS),
-                    str(CPU_LAYERS)], check=True, stderr=subprocess.DEVNULL)
-    return next(folder.rglob("*.xplane.pb"))
-
-
-def repeat(source: Path, out: Path, copies: int) -> Path:
-    """Write ``source``'s trace with every line's events copied ``copies`` times, copy k
-    shifted by k spans of the capture and its ``step_num`` / ``run_id`` stats by k times their
-    range: k more captures of the same steps, one after another, on the same lines. One line
-    is held at a time; planes are written as profilers write them (id and name, lines, then
-    metadata)."""
-    import numpy as np
-
-    from harness.trace import wire
-    from harness.trace.load import read_xspace
-    from harness.trace.space import PLANE_LINES, SPACE_PLANES
-    from harness.trace.varint import encode
-    from harness.trace.xplane import XLine, XPlaneLazy
-
-    space, _ = read_xspace(source)
-    first, last, ranges, shifted = None, None, {}, {}
-    for plane in space.planes:  # the capture's span; each shifted stat's range and places
-        ids = {k: m.name for k, m in plane.stat_metadata.items() if m.name in SHIFTED}
-        for ref in plane.lines:
-            ev = wire.read_line(ref.raw()).events()
-            if not len(ev):
-                continue
-            start = ev.timestamp_ns * 1000 + ev.offset_ps
-            first = min(first if first is not None else start.min(), start.min())
-            last = max(last if last is not None else 0, (start + ev.duration_ps).max())
-            st = ev.stats()
-            hit = np.flatnonzero(np.isin(st.metadata_id, list(ids)) &
-                                 np.isin(st.kind, (wire.INT64, wire.UINT64)))
-            place = hit - np.searchsorted(st.row, st.row[hit])  # its place in its event
-            shifted[id(ref)] = [(int(st.row[i]), int(j), ids[int(st.metadata_id[i])])
-                                for i, j in zip(hit, place)]
-            for i in hit.tolist():
-                name, v = ids[int(st.metadata_id[i])], int(st.value[i])
-                lo, hi = ranges.get(name, (v, v))
-                ranges[name] = (min(lo, v), max(hi, v))
-    span_ps = int(last - first) + 10**9  # 1 ms between copies
-    stride = {name: hi - lo + 1 for name, (lo, hi) in ranges.items()}
-    with open(out, "wb") as f:
-        for plane in space.planes:
-            body = tempfile.TemporaryFile()
-            for ref in plane.lines:
-                raw = bytes(ref.raw())
-                head = XLine.FromString(raw)
-                head.ClearField("events")
-                parts = [head.SerializeToString()]  # the line's own fields, then its events
-                for k in range(copies):
-                    line = XLine.FromString(raw)
-                    for ev in line.events if k else ():
-                        ev.offset_ps += k * span_ps
-                    for row, place, name in shifted.get(id(ref), []) if k else ():
-                        st = line.events[row].stats[place]
-                        kind = st.WhichOneof("value")
-                        setattr(st, kind, getattr(st, kind) + k * stride[name])
-                    only = XLine()
-                    only.events.extend(line.events)
-                    parts.append(only.SerializeToString())
-                body.write(encode(PLANE_LINES << 3 | 2) + encode(sum(map(len, parts))))
-                for part in parts:  # serialized messages one after another: one message
-                    body.write(part)
-            head, tail = XPlaneLazy(), XPlaneLazy()
-            head.CopyFrom(plane._meta)
-            tail.CopyFrom(plane._meta)
-            head.ClearField("event_metadata"), head.ClearField("stat_metadata")
-            head.ClearField("stats"), tail.ClearField("id"), tail.ClearField("name")
-            head, tail = head.SerializeToString(), tail.SerializeToString()
-            f.write(encode(SPACE_PLANES << 3 | 2) + encode(len(head) + body.tell() + len(tail)))
-            f.write(head)
-            body.seek(0)
-            while chunk := body.read(1 << 24):
-                f.write(chunk)
-            f.write(tail)
-    return out
 
 
 def _tree(pid: int) -> list[int]:
@@ -191,18 +98,20 @@ def _pss_kb(pid: int) -> int:
 def timed(argv: list[str], env: dict | None = None, limit_bytes: int | None = None) -> dict:
     """Run ``argv`` in a fresh process: wall seconds, CPU seconds (user and system, of it and
     its worker processes), the largest resident set among its processes (``wait4``), the peak
-    of their summed proportional set sizes, exit status and the last line it printed."""
+    of their summed proportional set sizes, exit status, the last line it printed (on stderr,
+    where it failed) and whether its report holds the step's waits."""
     def limit():
         if limit_bytes:
             resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
 
     t0 = time.perf_counter()
+    err = tempfile.TemporaryFile()
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, preexec_fn=limit)
+                            stderr=err, preexec_fn=limit)
     peak, done = [0], threading.Event()
 
     def sample():
-        while not done.wait(0.05):
+        while not done.wait(SAMPLE_S):
             peak[0] = max(peak[0], sum(_pss_kb(p) for p in _tree(proc.pid)))
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -213,10 +122,16 @@ def timed(argv: list[str], env: dict | None = None, limit_bytes: int | None = No
     done.set()
     sampler.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
-    last = out.decode(errors="replace").strip().splitlines()[-1:] or [""]
+    text = out.decode(errors="replace")
+    err.seek(0)
+    if proc.returncode:  # what it said on stderr last, where it failed
+        text = err.read()[-2000:].decode(errors="replace")
+    err.close()
+    last = text.strip().splitlines()[-1:] or [""]
     return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
             "max_rss_mb": usage.ru_maxrss / 1024, "pss_mb": peak[0] / 1024,
-            "rc": proc.returncode, "said": last[0][:80]}
+            "rc": proc.returncode, "said": last[0][:80],
+            "waits": bool(re.search(r"^waiting .* of the .* period", text, re.M))}
 
 
 def summary(runs: list[dict]) -> dict:
@@ -229,7 +144,7 @@ def summary(runs: list[dict]) -> dict:
             "pss_mb": max((r["pss_mb"] for r in ok), default=None)}
 
 
-def main(argv=None) -> int:
+def _args(argv) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--format", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--copies", type=int, help="repeat the trace's steps this many times "
@@ -241,7 +156,20 @@ def main(argv=None) -> int:
                    help="address-space limit of the xprof process (default 80%% of this "
                         "host's memory; xprof holds about 15 GB at 1 GB)")
     p.add_argument("--json", type=Path, help="also write the figures here")
-    args = p.parse_args(argv)
+    p.add_argument("--check", action="store_true",
+                   help="a guard: exit 1 where (b)/(a) on wall minima is below --min-ratio, "
+                        "the harness's peak memory is above --max-memory-gb, a run failed or "
+                        "its report lacks the step's waits")
+    p.add_argument("--min-ratio", type=float, default=3.0, help="with --check (default 3)")
+    p.add_argument("--max-memory-gb", type=float, default=1.0,
+                   help="with --check: the largest resident set of the harness's processes "
+                        "and the peak of their summed proportional sets, GiB (default 1)")
+    return p.parse_args(argv)
+
+
+def large_trace(args) -> tuple[Path, int]:
+    """The trace to read (made in ``args.workdir`` where it is not there yet), and its
+    copies."""
     copies = args.copies or (100 if args.format == "gpu" else 1)
     args.workdir.mkdir(parents=True, exist_ok=True)
     if args.format == "cpu":
@@ -257,16 +185,16 @@ def main(argv=None) -> int:
             t = time.perf_counter()
             repeat(base, trace.with_suffix(".tmp"), copies).rename(trace)
             print(f"made {trace} in {time.perf_counter() - t:.0f} s")
-    size_mb = trace.stat().st_size / 1e6
-    chip = "cpu" if args.format == "cpu" else "h100"
+    return trace, copies
+
+
+def alternated(args, trace: Path) -> tuple[list[dict], list[dict]]:
+    """(a) and (b), each in a fresh process, alternated ``args.repeats`` times."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         x for x in (str(ROOT), os.environ.get("PYTHONPATH")) if x))
+    chip = "cpu" if args.format == "cpu" else "h100"
     ours = [sys.executable, "-m", "harness", "trace", str(trace), "--chip", chip,
             "--csv", str(args.workdir / "ops.csv")]
-    cores = len(os.sched_getaffinity(0))
-    print(f"trace: {trace} ({size_mb:.0f} MB, {args.format}, steps x{copies})")
-    load_before = os.getloadavg()[0]
-    print(f"host: {cores} cores, load average {load_before:.1f} before")
     # this checkout's bytecode, as pip writes an installed package's: where bytecode is not
     # written (PYTHONDONTWRITEBYTECODE), a checkout's run compiles every module (0.15 s)
     for package in ("harness", "predictions"):
@@ -282,6 +210,40 @@ def main(argv=None) -> int:
             os.link(trace, link)
             b.append(timed([sys.executable, "-c", _XPROF, str(link)], env,
                            int(args.xprof_memory_gb * 2**30)))
+    return a, b
+
+
+def peak_mb(fig: dict) -> float:
+    """The harness's peak memory, MB: the larger of its largest resident set and the peak
+    of its processes' proportional sets summed (its decode workers included)."""
+    return max(fig["max_rss_mb"] or 0, fig["pss_mb"] or 0)
+
+
+def check(args, fa: dict, fb: dict, ratio: float | None) -> list[str]:
+    """The guard's failures (``--check``): none where it passes."""
+    out = []
+    if fa["ok"] < len(fa["runs"]) or not all(r["waits"] for r in fa["runs"]):
+        out.append(f"harness trace failed or printed no waits in {len(fa['runs'])} run(s): "
+                   f"{[(r['rc'], r['said']) for r in fa['runs']]}")
+    if ratio is None:
+        out.append("no ratio: xprof's hlo_stats failed every time")
+    elif ratio < args.min_ratio:
+        out.append(f"(b)/(a) {ratio:.2f}x is below {args.min_ratio:g}x")
+    if fa["ok"] and peak_mb(fa) > args.max_memory_gb * 1024:
+        out.append(f"harness peak memory {peak_mb(fa):.0f} MB is above "
+                   f"{args.max_memory_gb:g} GiB")
+    return out
+
+
+def main(argv=None) -> int:
+    args = _args(argv)
+    trace, copies = large_trace(args)
+    size_mb = trace.stat().st_size / 1e6
+    cores = len(os.sched_getaffinity(0))
+    print(f"trace: {trace} ({size_mb:.0f} MB, {args.format}, steps x{copies})")
+    load_before = os.getloadavg()[0]
+    print(f"host: {cores} cores, load average {load_before:.1f} before")
+    a, b = alternated(args, trace)
     load_after = os.getloadavg()[0]
     fa, fb = summary(a), summary(b)
     for name, fig in (("(a) harness trace", fa), ("(b) xprof hlo_stats", fb)):
@@ -308,7 +270,13 @@ def main(argv=None) -> int:
             "harness": fa, "xprof": fb, "ratio_min": ratio, "ratio_median": ratio_med,
             "ratio_cpu": fb["cpu_min_s"] / fa["cpu_min_s"] if ratio else None},
             indent=2) + "\n")
-    return 0
+    if not args.check:
+        return 0
+    failed = check(args, fa, fb, ratio)
+    print(f"check (at least {args.min_ratio:g}x on wall minima, at most "
+          f"{args.max_memory_gb:g} GiB, {cores} cores): "
+          + ("PASS" if not failed else "FAIL: " + "; ".join(failed)))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -127,8 +127,8 @@ def last_arrivals(ev: pd.DataFrame, groups: Groups | None = None,
     if not n:
         return start.copy(), np.zeros(0, np.int64), host
     device = ev[schema.DEVICE].to_numpy(np.int64)
-    op = pd.factorize(as_text(ev[schema.OP]))[0]
-    program = [pd.factorize(as_text(ev[c]))[0] for c in (schema.PROGRAM, schema.PROGRAM_ID)
+    op, names = text_codes(ev[schema.OP])
+    program = [text_codes(ev[c])[0] for c in (schema.PROGRAM, schema.PROGRAM_ID)
                if c in ev.columns]
     step = ev[schema.STEP].to_numpy(np.int64)
     # the k-th execution of an op in a step on a device: its rank there in time order
@@ -139,11 +139,11 @@ def last_arrivals(ev: pd.DataFrame, groups: Groups | None = None,
     first = np.maximum.accumulate(np.where(new, np.arange(n), 0))
     execution = np.empty(n, np.int64)
     execution[order] = np.arange(n) - first
-    group = _group_of(as_text(ev[schema.OP]).to_numpy(), device, groups)
+    group = _group_of(op, names, device, groups)
     offset = np.zeros(n, np.int64)
     scope = host  # arrivals compare within a host unless the hosts' clocks are aligned
     if clock_offsets_ns is not None:
-        offset = np.asarray([int(clock_offsets_ns.get(int(h), 0)) for h in host], np.int64)
+        offset = host_offsets(host, clock_offsets_ns)
         scope = np.zeros(n, np.int64)
     aligned = pd.Series(start + offset)
     by = [*program, op, step, execution, group, scope]
@@ -151,14 +151,60 @@ def last_arrivals(ev: pd.DataFrame, groups: Groups | None = None,
     return np.maximum(last, start), execution, host
 
 
-def _group_of(op: np.ndarray, device: np.ndarray, groups: Groups | None) -> np.ndarray:
+def host_offsets(hosts, offsets: Mapping[int, int] | None) -> np.ndarray:
+    """Per row of ``hosts`` (host ids): its clock's offset in ``offsets`` (host -> ns; 0 where
+    it names none), looked up once per host, not once per row."""
+    hosts = np.asarray(hosts, np.int64)
+    if not offsets or not len(hosts):
+        return np.zeros(len(hosts), np.int64)
+    known, at = np.unique(hosts, return_inverse=True)
+    return np.asarray([int(offsets.get(int(h), 0)) for h in known], np.int64)[at]
+
+
+def text_codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, a code that is equal where the rows' texts (``as_text``) are, and each code's
+    text: a categorical's codes taken as they are, not its rows converted."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes = column.cat.codes.to_numpy()
+        names = column.cat.categories.astype(str)
+        if (not len(codes) or codes.min() >= 0) and names.is_unique:
+            return codes.astype(np.int64), names.to_numpy(object)
+    codes, names = pd.factorize(as_text(column))
+    return codes.astype(np.int64), np.asarray(names, object)
+
+
+def sorted_codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """``column`` as integers in its sort order (as ``groupby`` and ``sort_values`` order it),
+    and where a value is missing: integers as they are, other values by their place among the
+    column's distinct values sorted."""
+    if pd.api.types.is_integer_dtype(column.dtype):
+        return column.to_numpy(np.int64), np.zeros(len(column), bool)
+    codes = pd.factorize(column, sort=True)[0].astype(np.int64)
+    return codes, codes < 0
+
+
+def _group_of(op: np.ndarray, names: np.ndarray, device: np.ndarray,
+              groups: Groups | None) -> np.ndarray:
     """Each row's replica group among its op's ``groups`` (its index there); -1 where the op
-    has none named, or names none holding the device: then every device of the execution."""
+    has none named, or names none holding the device: then every device of the execution.
+    ``op``: each row's code, ``names`` each code's op name (``text_codes``)."""
     out = np.full(len(op), -1, np.int64)
-    for name, named_groups in (groups or {}).items():
-        rows = np.flatnonzero(op == name)
-        if not len(rows):
+    if not groups or not len(op):
+        return out
+    by_op = np.argsort(op, kind="stable")  # the rows of each code together
+    bounds = np.searchsorted(op[by_op], np.arange(len(names) + 1))
+    for code, name in enumerate(names):
+        named_groups = groups.get(name)
+        if named_groups is None or bounds[code] == bounds[code + 1]:
             continue
-        index = {int(d): i for i, g in enumerate(named_groups) for d in g}
-        out[rows] = [index.get(int(d), -1) for d in device[rows]]
+        rows = by_op[bounds[code]:bounds[code + 1]]
+        out[rows] = _index_of(named_groups, device[rows])
     return out
+
+
+def _index_of(named_groups: Sequence[Collection[int]], device: np.ndarray) -> np.ndarray:
+    """Per device id: the index of the group of ``named_groups`` holding it (the last, where
+    several do), or -1; looked up once per distinct device."""
+    index = {int(d): i for i, g in enumerate(named_groups) for d in g}
+    known, at = np.unique(device, return_inverse=True)
+    return np.asarray([index.get(int(d), -1) for d in known], np.int64)[at]

@@ -85,24 +85,59 @@ def step_figures(events: pd.DataFrame, ops: pd.DataFrame, *, pairs: Mapping[str,
     if out and not ops.empty and schema.PREDICTED_S in ops.columns:
         out.update(step_bounds(book, ops, comm))
     if out:
-        _last_arrivals(out, events if beside is None else beside, ops, groups)
-        out.update(step_waits(events if beside is None else beside, ops, pairs=pairs,
-                              apart=apart, host=host, groups=groups, cores=cores,
-                              paced=paced))
+        seen = _Arrived(events if beside is None else beside, ops, pairs, apart, groups)
+        _last_arrivals(out, seen.given, ops, groups, seen)
+        out.update(_waits(seen, host=host, cores=cores, paced=paced))
     return out, spans
 
 
-def _last_arrivals(step: dict, events: pd.DataFrame, ops: pd.DataFrame, groups) -> None:
+class _Arrived:
+    """What the waits read of a program's EVENTS (``given``): them with each async pair made
+    one span and the control-flow ops left out (``events``), the collectives among them
+    (``coll``), the hosts' clock offsets where there are several and the ARRIVALS (``arr``;
+    None without collectives): made once for the waits, the stragglers and each collective's
+    last arrivals."""
+
+    def __init__(self, given: pd.DataFrame, ops: pd.DataFrame, pairs, apart, groups):
+        ev = async_spans(given, pairs or {})
+        keep = ~named(ev[schema.OP], set(apart))
+        self.given, self.pairs, self.apart, self.groups = given, pairs, set(apart), groups
+        self.events = ev = ev if keep.all() else ev[keep]
+        self.coll = coll = collective_ops(_names(ev[schema.OP]), _opcodes(ops))
+        hosts = ev[schema.HOST].nunique() if schema.HOST in ev.columns else 1
+        self.offsets = None
+        if coll and hosts > 1:
+            self.offsets = clock_offsets(arrivals(ev, coll, groups))
+        self.arr = arrivals(ev, coll, groups, self.offsets) if coll else None
+
+    def of(self, coll: set[str]) -> pd.DataFrame | None:
+        """The ARRIVALS of ``coll`` (collectives) on each host's own clock, as ``arrivals``
+        of the given EVENTS makes them, where those made already hold them: one host, no
+        async pair made one, none of them left out; else None."""
+        if self.arr is None or self.offsets is not None or self.pairs or coll & self.apart:
+            return None
+        if coll >= self.coll:
+            return self.arr
+        return self.arr[named(self.arr[schema.OP], coll)]
+
+
+def _last_arrivals(step: dict, events: pd.DataFrame, ops: pd.DataFrame, groups,
+                   seen: _Arrived | None = None) -> None:
     """Each collective of the step object's list with the unit last to arrive at it most
-    often and by how much (``harness.step.stragglers.last_by_op``)."""
+    often and by how much (``harness.step.stragglers.last_by_op``); ``seen``: the ARRIVALS
+    made already, where they hold them."""
     listed = step.get(schema.STEP_COLLECTIVES) or []
     coll = collective_ops([r[schema.OP] for r in listed], _opcodes(ops))
     if not coll:
         return
-    ev = events[named(events[schema.OP], coll)]
-    hosts = ev[schema.HOST].nunique() if schema.HOST in ev.columns else 1
-    arr = arrivals(ev, coll, groups)
-    last = last_by_op(arrivals(ev, coll, groups, clock_offsets(arr)) if hosts > 1 else arr)
+    arr = seen.of(coll) if seen is not None else None
+    if arr is None:
+        ev = events[named(events[schema.OP], coll)]
+        hosts = ev[schema.HOST].nunique() if schema.HOST in ev.columns else 1
+        arr = arrivals(ev, coll, groups)
+        if hosts > 1:
+            arr = arrivals(ev, coll, groups, clock_offsets(arr))
+    last = last_by_op(arr)
     for r in listed:
         if r[schema.OP] in last:
             r[schema.LAST_ARRIVAL] = last[r[schema.OP]]
@@ -116,23 +151,28 @@ def _opcodes(ops: pd.DataFrame) -> dict[str, str]:
                                  ops[schema.OPCODE].fillna("").astype(str)) if v}
 
 
+def _names(op: pd.Series):
+    """The distinct texts of an op column (``astype(str).unique()``), each value converted
+    once, not each row (a categorical's distinct values read from its codes)."""
+    return pd.Series(pd.unique(op)).astype(str).unique()
+
+
 def step_waits(events: pd.DataFrame, ops: pd.DataFrame, *, pairs: Mapping[str, str] | None,
                apart: Collection[str] = (), host: pd.DataFrame | None = None, groups=None,
                cores: int | None = None, paced: bool = False) -> dict:
     """The step object's waits (``harness.step.verdict.wait_figures``) of one program's
     ``events``, as ``step_figures`` reads them; ``paced``: the harness's own capture loop ran
     the steps, each waited on before the next was dispatched."""
-    ev = async_spans(events, pairs or {})
-    ev = ev[~named(ev[schema.OP], set(apart))]
-    names = ev[schema.OP].astype(str).unique()
-    coll = collective_ops(names, _opcodes(ops))
-    hosts = ev[schema.HOST].nunique() if schema.HOST in ev.columns else 1
-    offsets = None
-    if coll and hosts > 1:
-        offsets = clock_offsets(arrivals(ev, coll, groups))
-    arr = arrivals(ev, coll, groups, offsets) if coll else None  # the waits' and stragglers'
-    table, untold = waits(ev, host, collectives=coll, groups=groups, clock_offsets_ns=offsets,
-                          cores=cores, arrived=arr)
+    return _waits(_Arrived(events, ops, pairs, apart, groups), host=host, cores=cores,
+                  paced=paced)
+
+
+def _waits(seen: _Arrived, *, host: pd.DataFrame | None, cores: int | None,
+           paced: bool) -> dict:
+    """``step_waits`` of the EVENTS and ARRIVALS ``seen``."""
+    ev, coll, offsets, arr = seen.events, seen.coll, seen.offsets, seen.arr
+    table, untold = waits(ev, host, collectives=coll, groups=seen.groups,
+                          clock_offsets_ns=offsets, cores=cores, arrived=arr)
     if table.empty:
         return {}
     late = []

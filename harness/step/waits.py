@@ -32,46 +32,40 @@ import pandas as pd
 
 from harness import schema
 from harness.measure.arrivals import Groups, arrivals
+from harness.step import runs
+from harness.step.gaps import Gaps, host_ids
+from harness.step.runs import covered
 from harness.step.timeline import merged
 from harness.trace.host_events import DISPATCH, HOST, INPUT
 
 _NS = 1e-9
 
 
-def covered(a: np.ndarray, b: np.ndarray, us: np.ndarray, ue: np.ndarray) -> np.ndarray:
-    """Per interval [a, b), how much of it the union (disjoint, sorted ``us``/``ue``)
-    covers."""
-    if not len(us) or not len(a):
-        return np.zeros(len(a), np.int64)
-    before = np.concatenate([[0], np.cumsum(ue - us)])
-
-    def upto(t):  # union length before t
-        i = np.searchsorted(us, t, side="right")
-        j = np.maximum(i - 1, 0)
-        return np.where(i > 0, before[j] + np.minimum(t, ue[j]) - us[j], 0)
-
-    return upto(np.asarray(b)) - upto(np.asarray(a))
-
-
 def saturated(events: pd.DataFrame, cores: int) -> tuple[np.ndarray, np.ndarray]:
     """The intervals in which at least ``cores`` devices of ``events`` (one host's) ran an op:
     each device's ops merged first, so a device counts once."""
-    edges, steps = [], []
-    for _, g in events.groupby(schema.DEVICE, observed=True, sort=False):
-        s = g[schema.START_NS].to_numpy(np.int64)
-        us, ue = merged(s, s + g[schema.DURATION_NS].to_numpy(np.int64))
-        edges += [us, ue]
-        steps += [np.ones(len(us), np.int64), -np.ones(len(ue), np.int64)]
-    if not edges:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    t, d = np.concatenate(edges), np.concatenate(steps)
-    order = np.lexsort((d, t))  # at one time, ends before starts
-    t, n = t[order], np.cumsum(d[order])
-    full = n >= cores
-    start = t[:-1][full[:-1]]
-    end = t[1:][full[:-1]]
-    keep = end > start
-    return merged(start[keep], end[keep])
+    s = events[schema.START_NS].to_numpy(np.int64)
+    return _saturated(events[schema.DEVICE].to_numpy(np.int64), s,
+                      s + events[schema.DURATION_NS].to_numpy(np.int64), cores)
+
+
+def _saturated(device: np.ndarray, s: np.ndarray, e: np.ndarray, cores: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """``saturated`` of the intervals [s, e) run on ``device``s."""
+    if not runs.in_order(device, s):
+        by = runs.order(device, s)
+        device, s, e = device[by], s[by], e[by]
+    us, ue = runs.unions(runs.starts(device), s, e)  # each device's, merged
+    # +1 where a device's piece starts, -1 where one ends: the running sum counts devices busy
+    t = np.stack([us, ue], axis=1).ravel()  # start, end, start, ...: one sorted run a device
+    rise = np.tile(np.array([1, 0], np.int8), len(us))
+    by = runs.order(t, rise)  # at one time, ends before starts
+    t, n = t[by], np.cumsum(2 * rise[by] - 1, dtype=np.int32)
+    del by, rise
+    # the pieces between edges in which ``cores`` or more ran, of some length: sorted and
+    # disjoint, those that touch made one (``merged`` of them)
+    keep = (n[:-1] >= cores) & (t[1:] > t[:-1])
+    return runs.joined(t[:-1][keep], t[1:][keep])
 
 
 def _union(host: pd.DataFrame, kind: str, device: int) -> tuple[np.ndarray, np.ndarray]:
@@ -90,40 +84,66 @@ def _launching(a: np.ndarray, b: np.ndarray, host: pd.DataFrame) -> np.ndarray:
     return np.searchsorted(s, b, side="right") - np.searchsorted(e, a, side="left") > 0
 
 
-def _device_waits(ev: pd.DataFrame, host: pd.DataFrame, sat) -> pd.DataFrame:
-    """Per step of one device's EVENTS (``ev``): its period and its idle by cause."""
-    ev = ev.sort_values(schema.START_NS, kind="stable")
-    s = ev[schema.START_NS].to_numpy(np.int64)
-    e = s + ev[schema.DURATION_NS].to_numpy(np.int64)
-    step = ev[schema.STEP].to_numpy(np.int64)
-    prog = ev.groupby([c for c in (schema.PROGRAM, schema.PROGRAM_ID) if c in ev.columns],
-                      observed=True, sort=False).ngroup().to_numpy()
-    device = int(ev[schema.DEVICE].iloc[0])
-    first = pd.Series(s).groupby(step).min()
-    last = pd.Series(e).groupby(step).max()
-    steps = first.index.to_numpy()
-    period = np.append(first.to_numpy()[1:], last.to_numpy()[-1]) - first.to_numpy()
-    reach = np.maximum.accumulate(e)  # s is sorted: the union's pieces end where reach < next s
-    gap = np.flatnonzero(s[1:] > reach[:-1])
-    a, b = reach[gap], s[gap + 1]
-    # the op before each gap: the last to end among those before it (its end is the reach)
-    ended = np.where(e == reach, np.arange(len(e)), -1)
-    prev = np.maximum.accumulate(ended)[gap]
-    nxt = gap + 1
-    length = b - a
-    inp = covered(a, b, *_union(host, INPUT, device))
-    on_host = np.minimum(covered(a, b, *_union(host, HOST, device)), length - inp)
-    rest = length - inp - on_host
-    between = (step[prev] != step[nxt]) | (prog[prev] != prog[nxt])
-    dispatch = np.where(between & _launching(a, b, host), rest, 0)
-    core = np.where(between, 0, np.minimum(rest, covered(a, b, *sat)))
-    parts = {schema.WAIT_DISPATCH_S: dispatch, schema.WAIT_INPUT_S: inp,
-             schema.WAIT_HOST_S: on_host, schema.WAIT_CORE_S: core,
-             schema.WAIT_UNEXPLAINED_S: rest - dispatch - core}
-    owner = np.searchsorted(steps, step[prev])  # a gap is its earlier op's step's
-    out = pd.DataFrame({schema.STEP: steps, schema.DEVICE: device, schema.PERIOD_S: period * _NS})
-    for name, v in parts.items():
-        out[name] = np.bincount(owner, weights=v, minlength=len(steps)) * _NS
+def _device_waits(g: Gaps, host: pd.DataFrame, sat: dict) -> pd.DataFrame:
+    """Per (host, device, step) of the gaps ``g``, sorted by them: its period and its idle
+    by cause (module docstring); ``host``: the HOST_EVENTS, ``sat``: per host, the intervals
+    its cores all ran ops (``saturated``)."""
+    a, b = g.a, g.b
+    on = g.host[g.prev]  # each gap's host: the gaps are sorted by it
+    inp = _covered_by(host, INPUT, g, on)  # (None: no such events, none covered)
+    rest = b - a if inp is None else b - a - inp
+    on_host = _covered_by(host, HOST, g, on)
+    if on_host is not None:
+        on_host = np.minimum(on_host, rest)
+        rest = rest - on_host
+    # between two executions: the ops either side are of two steps or two programs (few)
+    between = np.flatnonzero((g.step[g.prev] != g.step[g.next]) |
+                             (g.prog[g.prev] != g.prog[g.next]))
+    dispatch = np.zeros(len(between), np.int64)  # of those between
+    busy = np.zeros(len(a), np.int64)
+    each = np.unique(g.host[g.new])
+    for h, lo, hi in zip(each, np.searchsorted(on, each), np.searchsorted(on, each, "right")):
+        # the host's gaps between executions while it launched one; while its cores all ran
+        at = slice(*np.searchsorted(between, [lo, hi]))
+        i = between[at]
+        dispatch[at] = np.where(_launching(a[i], b[i], host[host[schema.HOST] == h]), rest[i], 0)
+        busy[lo:hi] = covered(a[lo:hi], b[lo:hi], *sat[int(h)])
+    core = np.minimum(rest, busy)
+    core[between] = 0
+    unexplained = rest - core
+    unexplained[between] -= dispatch
+    out, owner = g.steps()  # a gap is its earlier op's step's
+    n = len(out)
+    out[schema.WAIT_DISPATCH_S] = _summed(owner, n, dispatch, between)
+    out[schema.WAIT_INPUT_S] = _summed(owner, n, inp)
+    out[schema.WAIT_HOST_S] = _summed(owner, n, on_host)
+    out[schema.WAIT_CORE_S] = _summed(owner, n, core)
+    out[schema.WAIT_UNEXPLAINED_S] = _summed(owner, n, unexplained)
+    return out
+
+
+def _summed(owner: np.ndarray, n: int, v: np.ndarray | None, at: np.ndarray | None = None
+            ) -> np.ndarray:
+    """Per step (``owner``: each gap's, of ``n``) the gaps' ``v`` summed, seconds; ``at``:
+    the gaps ``v`` is of (default: every one); zeros where ``v`` is None."""
+    if v is None:
+        return np.zeros(n)
+    return np.bincount(owner if at is None else owner[at], weights=v, minlength=n) * _NS
+
+
+def _covered_by(host: pd.DataFrame, kind: str, g: Gaps, on: np.ndarray) -> np.ndarray | None:
+    """Per gap of ``g`` (``on``: its host): how much of it its host's events of ``kind`` for
+    its device (or for every device: -1) cover (None where there are none); a union per
+    device, of the hosts that have such events only."""
+    mine = host[host[schema.KIND] == kind]
+    if mine.empty:
+        return None
+    out = np.zeros(len(g.a), np.int64)
+    device = g.device[g.prev]
+    for h in np.intersect1d(g.host[g.new], mine[schema.HOST].to_numpy(np.int64)).tolist():
+        for d in np.unique(g.device[g.new & (g.host == h)]).tolist():
+            m = (on == h) & (device == d)
+            out[m] = covered(g.a[m], g.b[m], *_union(mine[mine[schema.HOST] == h], kind, d))
     return out
 
 
@@ -142,35 +162,43 @@ def waits(events: pd.DataFrame, host: pd.DataFrame | None = None, *,
     if events.empty:
         return schema.empty(schema.WAITS), ""
     host = host if host is not None else schema.empty(schema.HOST_EVENTS)
-    ev = events if schema.HOST in events.columns else events.assign(**{schema.HOST: 0})
     arr = (arrived if arrived is not None
-           else arrivals(ev, collectives, groups, clock_offsets_ns) if collectives
+           else arrivals(events, collectives, groups, clock_offsets_ns) if collectives
            else schema.empty(schema.ARRIVALS))
-    parts, sat = [], {}
-    for h, on in ev.groupby(schema.HOST, observed=True, sort=True):
-        mine = host[host[schema.HOST] == h]
-        sat[h] = (saturated(_running(on, arr), cores) if cores
-                  else (np.zeros(0, np.int64),) * 2)
-        for _, one in on.groupby(schema.DEVICE, observed=True, sort=True):
-            parts.append(_device_waits(one, mine, sat[h]).assign(**{schema.HOST: h}))
-    out = pd.concat(parts, ignore_index=True)
+    g = Gaps(events)
+    sat = _saturated_hosts(g, events.index, arr, cores)
+    out = _device_waits(g, host, sat)
     peers, core = _peer_waits(arr, out, sat)
     out[schema.WAIT_PEERS_S] = peers
     out[schema.WAIT_CORE_S] += core
     out[schema.WAITING_S] = out[list(schema.WAIT_CAUSES)].sum(axis=1)
-    return out[list(schema.WAITS)], untold(host, ev[schema.HOST].unique(), cores)
+    each = events[schema.HOST].unique() if schema.HOST in events.columns else [0]
+    return out[list(schema.WAITS)], untold(host, each, cores)
 
 
-def _running(ev: pd.DataFrame, arr: pd.DataFrame) -> pd.DataFrame:
-    """``ev`` with each collective from its group's last arrival: a thread waiting in one is
-    blocked, not running (``harness.measure.shares`` counts it the same)."""
-    mine = arr[arr.index.isin(ev.index)]
-    if mine.empty:
-        return ev
-    out = ev.copy()
-    out.loc[mine.index, schema.START_NS] = mine[schema.LAST_ARRIVE_NS]
-    out.loc[mine.index, schema.DURATION_NS] = np.maximum(
-        mine[schema.END_NS] - mine[schema.LAST_ARRIVE_NS], 0)
+def _saturated_hosts(g: Gaps, index: pd.Index, arr: pd.DataFrame, cores: int | None
+                     ) -> dict:
+    """Per host of the gaps' ops ``g`` (``index``: their EVENTS' index): the intervals in
+    which its cores all ran ops (``saturated``; none where ``cores`` is not known), each
+    collective from its group's last arrival: a thread waiting in one is blocked, not running
+    (``harness.measure.shares`` counts it the same)."""
+    each = np.unique(g.host[g.new]).tolist()
+    if not cores:
+        return {h: (np.zeros(0, np.int64),) * 2 for h in each}
+    s, e = g.s, g.e
+    at = index.get_indexer(arr.index)  # the collectives' rows (ARRIVALS: EVENTS' index)
+    mine = arr[at >= 0]
+    if len(mine):
+        place = np.empty(len(g.by), np.int64)
+        place[g.by] = np.arange(len(g.by))
+        at = place[at[at >= 0]]  # their places among the gaps' ops
+        s, e = s.copy(), e.copy()
+        s[at] = mine[schema.LAST_ARRIVE_NS].to_numpy(np.int64)
+        e[at] = s[at] + np.maximum(mine[schema.END_NS].to_numpy(np.int64) - s[at], 0)
+    out = {}
+    for h in each:  # per host (its ops together): its devices share its cores
+        lo, hi = np.searchsorted(g.host, h), np.searchsorted(g.host, h, "right")
+        out[h] = _saturated(g.device[lo:hi], s[lo:hi], e[lo:hi], cores)
     return out
 
 
@@ -187,11 +215,15 @@ def _peer_waits(arr: pd.DataFrame, out: pd.DataFrame, sat: dict) -> tuple[np.nda
     for h, (us, ue) in sat.items():
         on = arr[schema.HOST].to_numpy() == h
         core[on] = covered(a[on], b[on], us, ue)
-    keys = [arr[schema.STEP], arr[schema.HOST], arr[schema.DEVICE]]
+    # each arrival's row of ``out`` (its step on its device), its waits summed there
     rows = pd.MultiIndex.from_frame(out[[schema.STEP, schema.HOST, schema.DEVICE]])
-    split = pd.DataFrame({"peers": b - a - core, "core": core}, index=arr.index)
-    per = split.groupby(keys).sum().reindex(rows).fillna(0) * _NS
-    return per["peers"].to_numpy(), per["core"].to_numpy()
+    at = rows.get_indexer(pd.MultiIndex.from_arrays(
+        [arr[schema.STEP], arr[schema.HOST], arr[schema.DEVICE]]))
+    found = at >= 0
+    peers, mine = np.zeros(len(out), np.int64), np.zeros(len(out), np.int64)
+    np.add.at(peers, at[found], (b - a - core)[found])
+    np.add.at(mine, at[found], core[found])
+    return peers * _NS, mine * _NS
 
 
 def untold(host: pd.DataFrame, hosts, cores: int | None) -> str:
@@ -212,10 +244,9 @@ def cited(events: pd.DataFrame, host: pd.DataFrame | None) -> dict[str, int]:
     within the span of ``events``' steps on their host."""
     if host is None or host.empty or events.empty:
         return {}
-    ev = events if schema.HOST in events.columns else events.assign(**{schema.HOST: 0})
-    s = ev[schema.START_NS]
-    span = pd.DataFrame({"lo": s.groupby(ev[schema.HOST]).min(),
-                         "hi": (s + ev[schema.DURATION_NS]).groupby(ev[schema.HOST]).max()})
+    on, s = host_ids(events), events[schema.START_NS]
+    span = pd.DataFrame({"lo": s.groupby(on).min(),
+                         "hi": (s + events[schema.DURATION_NS]).groupby(on).max()})
     h = host.join(span, on=schema.HOST, how="inner")
     end = h[schema.START_NS] + h[schema.DURATION_NS]
     inside = (end >= h["lo"]) & (h[schema.START_NS] <= h["hi"])

@@ -1,0 +1,73 @@
+"""The step path's analyses without Python per group (issue 50): ``harness.step.runs`` sorts and
+cuts many devices' rows at once as ``np.lexsort`` and a loop per run would, and the stragglers'
+``leads`` name the same unit, lead and order as the per-execution rule they replace (a
+``groupby`` with the next-latest arrival taken per group), on random tables with ties."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness import schema
+from harness.step import runs
+from harness.step.stragglers import leads
+from harness.step.timeline import merged
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_order_and_runs_are_lexsort_and_a_loop_per_run(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    keys = [rng.integers(-3, 3, n).astype(np.int8), rng.integers(0, 4, n),
+            rng.integers(-2**40, 2**40, n), rng.integers(-2**62, 2**62, n)]
+    keys = keys[:int(rng.integers(1, 5))]
+    assert np.array_equal(runs.order(*keys), np.lexsort(keys[::-1]))
+    device = np.sort(rng.integers(0, 3, n))
+    s = rng.integers(0, 50, n)
+    by = np.lexsort((s, device))
+    device, s = device[by], s[by]
+    e = s + rng.integers(0, 8, n)
+    new = runs.starts(device)
+    first = np.append(np.flatnonzero(new), n)
+    each = list(zip(first[:-1], first[1:]))
+    assert np.array_equal(runs.reach(new, e),
+                          np.concatenate([np.maximum.accumulate(e[a:b]) for a, b in each]))
+    us, ue = runs.unions(new, s, e)
+    pieces = [merged(s[a:b], e[a:b]) for a, b in each]
+    assert np.array_equal(us, np.concatenate([p[0] for p in pieces]))
+    assert np.array_equal(ue, np.concatenate([p[1] for p in pieces]))
+    js, je = runs.joined(*merged(s, e))
+    assert np.array_equal(js, merged(s, e)[0]) and np.array_equal(je, merged(s, e)[1])
+
+
+def _leads_per_group(arr: pd.DataFrame, unit: str) -> pd.DataFrame:
+    """``leads`` as a rule per group: each unit's latest arrival at each execution, the units
+    in arrival order, the last one's lead over the one before it."""
+    key = [schema.PROGRAM, schema.OP, schema.STEP, schema.EXECUTION]
+    a = arr.assign(_t=arr[schema.ARRIVE_NS], _g=arr[schema.LAST_ARRIVE_NS])
+    per = a.groupby([*key, "_g", unit], observed=True)["_t"].max().reset_index()
+    per = per.sort_values([*key, "_g", "_t"], kind="stable")
+    g = per.groupby([*key, "_g"], observed=True, sort=False)
+    n = g["_t"].transform("size")
+    second = g["_t"].transform(lambda t: t.iloc[-2] if len(t) > 1 else t.iloc[-1])
+    last = per[(g.cumcount(ascending=False) == 0) & (n > 1)]
+    return pd.DataFrame({schema.STEP: last[schema.STEP], schema.OP: last[schema.OP],
+                         "unit": last[unit], "lead_ns": (last["_t"] - second[last.index])})
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_leads_are_the_rule_per_execution(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 200))
+    coarse = int(rng.choice([1, 10]))  # coarse times: ties between units
+    arrive = rng.integers(0, 20, n) * coarse
+    arr = pd.DataFrame({
+        schema.PROGRAM: rng.choice(["p", "q"], n), schema.PROGRAM_ID: "1",
+        schema.OP: rng.choice(["all-reduce.1", "all-gather.2", "reduce-scatter"], n),
+        schema.STEP: rng.integers(0, 3, n).astype(np.int32),
+        schema.EXECUTION: rng.integers(0, 2, n), schema.HOST: rng.integers(0, 2, n),
+        schema.DEVICE: rng.integers(0, 6, n).astype(np.int32), schema.ARRIVE_NS: arrive,
+        schema.LAST_ARRIVE_NS: rng.choice([20, 40], n) * coarse})
+    for unit in (schema.DEVICE, schema.HOST):
+        pd.testing.assert_frame_equal(leads(arr, {}, unit), _leads_per_group(arr, unit),
+                                      check_exact=True)
