@@ -90,7 +90,7 @@ class _Meta:
     """What ``pairs.key`` reads of a run: its meta."""
 
     def __init__(self, meta: dict):
-        self.meta, self.run_id = meta, ""
+        self.meta, self.name = meta, ""
 
 
 def main(argv=None) -> int:

@@ -187,7 +187,7 @@ def harness_run(request, tmp_path):
             result.meta.update(meta)
         if save_root:
             name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name).strip("_")[:80]
-            result.save(Path(save_root) / workload.new_run_id(name), files=report.files)
+            result.save(Path(save_root) / workload.new_run_name(name), files=report.files)
         judged = _verdict(request, result) if compare_root else None
         if judged is not None:
             request.node.user_properties.append(

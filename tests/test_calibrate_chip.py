@@ -252,14 +252,15 @@ def test_calibrated_rate_is_the_samples_work_over_time_and_predicts_matmuls(cali
 def test_calibration_flops_match_xla_cost_analysis():
     import jax
 
-    from harness.chip.probes import PLANS, _matmul
+    from harness.chip.modes import MODES
+    from harness.chip.probes import _matmul
 
-    prog = _matmul("matmul")(jax.devices()[:N], "fp32", 256, PLANS["quick"].chain)
+    prog = _matmul("matmul")(jax.devices()[:N], "fp32", 256, MODES["quick"].chain)
     cost = prog.fn.lower(*prog.args).compile().cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     # per device: a chain of [256,256] @ [256,256], 2 * 256^3 FLOPs each, after x is scaled
     # by the one-element all-reduce that starts every device's chain at once (256^2 multiplies)
-    assert prog.chain == PLANS["quick"].chain and prog.work == 2 * 256 ** 3
+    assert prog.chain == MODES["quick"].chain and prog.work == 2 * 256 ** 3
     assert cost["flops"] == prog.work * prog.chain + 256 ** 2
 
 
@@ -379,3 +380,19 @@ def test_cores_that_changed_speed_are_measured_again_and_the_spread_kept(monkeyp
     speeds, now[:] = iter([80e9, 75e9, 70e9, 80e9]), []
     cal = C.calibrate("quick", N, strict=True)
     assert cal.repeats == 0 and cal.spread == pytest.approx(80 / 70)
+
+
+def test_a_quick_calibration_runs_each_size_of_its_mode():
+    from harness.chip.modes import MODES, tasks
+
+    quick = MODES["quick"]
+    todo = tasks(quick, 8)
+    # all 8 busy: 2 collectives x (1 latency + 1 bandwidth size), 3 streams, 1 convert,
+    # 5 overhead streams, 2 dtypes x 2 layouts x 3 matmul sizes; one device alone: the same
+    # collectives on a group of 2, the largest stream, 1 convert, 2 dtypes x the largest matmul
+    assert len([t for t in todo if t[1] == "all"]) == 4 + 3 + 1 + 5 + 12
+    assert len([t for t in todo if t[1] == "one"]) == 4 + 1 + 1 + 2
+    assert {t[3] for t in todo if t[0] == "all-gather"} == {256, 4 << 20}
+    assert [t[3] for t in todo if t[1] == "one" and t[0] == "matmul"] == [512, 512]
+    assert [t[0] for t in todo if t[1] == "one"][-2:] == ["matmul", "matmul"]  # matmuls last
+    assert len([t for t in tasks(quick, 1) if t[0] in ("all-gather", "all-reduce")]) == 0

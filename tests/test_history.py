@@ -173,13 +173,13 @@ def test_reruns_pool_into_the_newest_night():
     t = trend.judge_trend(_series(base + [1.3e-3]))
     assert t.verdict == judge.REGRESSION
     # two reruns at the segment's level: the night's mean log is log(1.3) / 3, +9%: under 10%
-    back = trend.with_reruns(t, [_run(float(np.median(base)), 12)] * 2)
+    back = trend.with_newest_reruns(t, [_run(float(np.median(base)), 12)] * 2)
     assert back.verdict != judge.REGRESSION and back.message.startswith("not confirmed")
     assert len(back.series.nights[-1].runs) == 3
     assert back.change == pytest.approx(1.3e-3 ** (1 / 3) * np.median(base) ** (2 / 3)
                                         / np.median(base) - 1)
-    held = trend.with_reruns(t, [_run(1.3e-3, 12)] * 2)
+    held = trend.with_newest_reruns(t, [_run(1.3e-3, 12)] * 2)
     assert held.verdict == judge.REGRESSION and held.message.startswith("confirmed")
     # a pytest test's run is not rerun by history: said so, the verdict kept
-    said = trend.confirm(t, 2, Path("unused"), installed="c12")
+    said = trend.confirm_newest(t, 2, Path("unused"), installed="c12")
     assert said.verdict == judge.REGRESSION and "not confirmed" in said.message

@@ -101,7 +101,7 @@ def test_a_workload_run_is_titled_by_what_ran():
                               schema.TIME: "2026-11-25T08:37:07+00:00",
                               schema.GIT_SHA: "0e39f3f48d92", "jax_version": "0.10.2",
                               "backend": "cpu", schema.CONFIG: {"kind": "all_gather"}},
-                        run_id="20261125-083707-collective-ab12")
+                        name="20261125-083707-collective-ab12")
     assert heading.title(r) == ("collective (tiny) kind=all_gather nbytes=65536 on mesh 4x2, "
                                 "8x cpu (predicted for cpu)")
     assert heading.meta_lines(r) == [

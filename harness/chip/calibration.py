@@ -41,14 +41,13 @@ from harness.chip.cpu_chip import to_chip
 from harness.chip.figures import Figures, figures, kernel_key  # noqa: F401 (re-exported)
 from harness.chip.host import usable_cores  # noqa: F401 (re-exported)
 from harness.chip.kernel_probes import measure_kernel
+from harness.chip.modes import MODES, tasks
 from harness.chip.probes import (  # noqa: F401 (RING re-exported)
     DTYPES,
     MATMULS,
-    PLANS,
     RING,
     Sample,
     measure,
-    tasks,
 )
 from harness.errors import HarnessError, TraceError
 from predictions.hardware import Chip
@@ -77,7 +76,7 @@ class Calibration:
     jax_version: str
     jaxlib_version: str
     time: str
-    mode: str  # a PLANS key
+    mode: str  # a MODES key (harness.chip.modes)
     seconds: float
     note: str
     one: Figures
@@ -131,21 +130,21 @@ def calibrate(mode: str = "full", device_count: int | None = None,
     import jax
     import jaxlib
 
-    if mode not in PLANS:
-        raise HarnessError(f"unknown calibration mode {mode!r}; choose from {sorted(PLANS)}")
+    if mode not in MODES:
+        raise HarnessError(f"unknown calibration mode {mode!r}; choose from {sorted(MODES)}")
     devices = jax.devices("cpu")
     n = device_count or len(devices)
     if not 1 <= n <= len(devices):
         raise HarnessError(f"cannot calibrate {n} devices: this process has {len(devices)} CPU "
                            f"devices (set --devices, or XLA_FLAGS before jax is imported)")
-    plan, t0 = PLANS[mode], time.perf_counter()
-    todo = tasks(plan, n)
+    sizes, t0 = MODES[mode], time.perf_counter()
+    todo = tasks(sizes, n)
     reference = drift.reference_rates(devices[:n])
     speed = spells.Spells(lambda: drift.core_speed(devices[:n]))
-    samples = _first_pass(todo, devices, plan, speed, progress)
+    samples = _first_pass(todo, devices, sizes, speed, progress)
     if speed.checks:  # after the last matmul probe
         speed.check()
-    again = spells.repeat(speed, lambda task: _probe(task, devices, plan, set()))
+    again = spells.repeat(speed, lambda task: _probe(task, devices, sizes, set()))
     reference += drift.reference_rates(devices[:n])
     _steady(drift.spread(reference), speed, len(again), strict)
     if progress:
@@ -163,7 +162,7 @@ def calibrate(mode: str = "full", device_count: int | None = None,
         spread=speed.spread if speed.checks else 0.0, repeats=len(again))
 
 
-def _first_pass(todo, devices, plan, speed: spells.Spells, progress) -> list[Sample]:
+def _first_pass(todo, devices, sizes, speed: spells.Spells, progress) -> list[Sample]:
     """Every task measured once, the cores' speed checked before each fp32 matmul probe."""
     samples, seen = [], set()
     for i, task in enumerate(todo):
@@ -175,7 +174,7 @@ def _first_pass(todo, devices, plan, speed: spells.Spells, progress) -> list[Sam
         if kind in MATMULS and dt == DTYPES[0]:
             speed.check()
         t = time.perf_counter()
-        sample = _probe(task, devices, plan, seen)
+        sample = _probe(task, devices, sizes, seen)
         if sample is not None:
             samples.append(sample)
             if kind in MATMULS:
@@ -183,14 +182,14 @@ def _first_pass(todo, devices, plan, speed: spells.Spells, progress) -> list[Sam
     return samples
 
 
-def _probe(task, devices, plan, seen: set) -> Sample | None:
+def _probe(task, devices, sizes, seen: set) -> Sample | None:
     """One task's sample; None for a matmul whose kernel and size ``seen`` holds already
     (``measure_kernel``), or an overhead program the trace left out."""
     kind, scope, dt, size, role, k = task
     try:
         if kind in MATMULS:
-            return measure_kernel(kind, scope, dt, size, devices[:k], plan, seen)
-        return measure(kind, scope, dt, size, role, devices[:k], plan)
+            return measure_kernel(kind, scope, dt, size, devices[:k], sizes, seen)
+        return measure(kind, scope, dt, size, role, devices[:k], sizes)
     except TraceError:
         if role != "overhead":
             raise

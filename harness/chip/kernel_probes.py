@@ -32,15 +32,15 @@ def kernel_of(prog: Program) -> Kernel:
     return Kernel(ops, name, dtype)
 
 
-def measure_kernel(kind, scope, dtype, size, devices, plan, seen: set) -> Sample | None:
+def measure_kernel(kind, scope, dtype, size, devices, sizes, seen: set) -> Sample | None:
     """A matmul program's sample, timed on the op its kernel runs (``kernel_of``); None when a
     sample of that kernel, compute dtype, size and scope is in ``seen`` already (XLA:CPU runs
     a bf16 matmul as converts and an f32 kernel where the host has no bf16 one)."""
     with outside_user_mesh():
-        prog = BUILDERS[kind](devices, dtype, size, plan.chain)
+        prog = BUILDERS[kind](devices, dtype, size, sizes.chain)
         k = kernel_of(prog)
         if (k.kernel, k.dtype, size, scope) in seen:
             return None
         seen.add((k.kernel, k.dtype, size, scope))
-        sample = measure_program(prog, kind, scope, dtype, size, "peak", plan, k.ops)
+        sample = measure_program(prog, kind, scope, dtype, size, "peak", sizes, k.ops)
         return dataclasses.replace(sample, dtype=k.dtype, kernel=k.kernel)

@@ -45,29 +45,6 @@ RING = {"all-gather": 1, "all-reduce": 2}
 
 
 @dataclass(frozen=True)
-class Plan:
-    """Per-device sizes: matmul n ([n,n] @ [n,n], every layout in ``MATMULS`` with all devices
-    busy; one device alone, the largest), stream f32 elements (working sets from the caches to
-    main memory), collective bytes V (``predictions.collectives`` convention); ``chain``:
-    dependent collectives per program."""
-
-    matmul_n: tuple[int, ...]
-    stream_elements: tuple[int, ...]
-    latency_bytes: tuple[int, ...]
-    bandwidth_bytes: tuple[int, ...]
-    steps: int
-    chain: int
-
-
-PLANS: dict[str, Plan] = {
-    "quick": Plan((16, 128, 512), (1 << 14, 1 << 17, 1 << 22), (256,), (4 << 20,), steps=3,
-                  chain=4),
-    "full": Plan((16, 32, 64, 128, 256, 512, 1024), (1 << 11, 1 << 14, 1 << 17, 1 << 20, 1 << 23),
-                 (8, 256, 4096), (1 << 20, 4 << 20, 16 << 20), steps=5, chain=8),
-}
-
-
-@dataclass(frozen=True)
 class Sample:
     """One measured program: ``work`` (FLOPs or bytes) per device per op, ``op_s`` the op's time,
     ``span_s`` the step's span (first op start to last op end) per op."""
@@ -221,7 +198,7 @@ def outside_user_mesh() -> Iterator[None]:
         yield
 
 
-def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
+def measure(kind, scope, dtype, size, role, devices, sizes) -> Sample:
     """One program under the profiler. The op's time: per step the median over devices (a
     ``shared`` program: the mean of host shares, as a run measures ops on CPU, ``_per_op``),
     then the best step; a chain of collectives, per step the median over its ops, then the
@@ -232,8 +209,8 @@ def measure(kind, scope, dtype, size, role, devices, plan) -> Sample:
     each with a host that sat idle; in a run, such ops run beside the other devices' ops, where
     a share is the op's own duration (``harness.measure.shares``)."""
     with outside_user_mesh():
-        prog = BUILDERS[kind](devices, dtype, size, plan.chain)
-        return measure_program(prog, kind, scope, dtype, size, role, plan)
+        prog = BUILDERS[kind](devices, dtype, size, sizes.chain)
+        return measure_program(prog, kind, scope, dtype, size, role, sizes)
 
 
 def _per_op(ev, shared: bool, codes: dict[str, str]) -> pd.Series:
@@ -256,14 +233,14 @@ def best_step(per: pd.Series, chain: bool) -> float:
     return float(per.groupby(level=0).min().max())
 
 
-def measure_program(prog, kind, scope, dtype, size, role, plan,
+def measure_program(prog, kind, scope, dtype, size, role, sizes,
                     ops: tuple[str, ...] = ()) -> Sample:
     """``prog`` under the profiler, as ``measure``; ``ops``: the ops to time (a matmul chain's).
     A chain's time is, per step, the median over its ops, then the best step: the ops of one
     step share the host between them, so the best step bounds them all, where each op's own
     best step would pick for each the step it happened to run beside the fewest others."""
     with tempfile.TemporaryDirectory(prefix="calibrate-") as tmp:
-        cap = capture(prog.fn, prog.args, warmup=1, steps=plan.steps, out_dir=tmp,
+        cap = capture(prog.fn, prog.args, warmup=1, steps=sizes.steps, out_dir=tmp,
                       carry=prog.carry)
         ev = load_events(cap.trace_dir)
     by_step = ev.assign(end=ev[schema.START_NS] + ev[schema.DURATION_NS]).groupby(schema.STEP)
@@ -282,26 +259,3 @@ def measure_program(prog, kind, scope, dtype, size, role, plan,
     op_ns = best_step(per, chain=bool(prog.opcodes or ops))
     return Sample(kind, scope, dtype, int(size), role, prog.work, float(op_ns) * 1e-9,
                   float(span_ns) * 1e-9 / prog.chain)
-
-
-def tasks(plan: Plan, n: int) -> list[tuple[str, str, str, int, str, int]]:
-    """(kind, scope, dtype, size, role, devices) of every program the plan runs. One device
-    alone: the largest stream and matmul (a figure to set beside the all-busy one); all N busy:
-    every size and matmul layout, since the ``cpu`` chip prices a run's ops from these."""
-    out = []
-    for scope, k, g in (("one", 1, 2), ("all", n, n)):
-        every = scope == "all"
-        if n >= 2:
-            out += [(kind, scope, "fp32", s, role, g) for kind in RING
-                    for role, sizes in (("latency", plan.latency_bytes),
-                                        ("bandwidth", plan.bandwidth_bytes)) for s in sizes]
-        out += [("stream", scope, "fp32", s, "peak", k)
-                for s in (plan.stream_elements if every else plan.stream_elements[-1:])]
-        out += [("convert", scope, "bf16", CONVERT_ELEMENTS, "peak", k)]
-        out += [("stream", scope, "fp32", s, "overhead", k) for s in OVERHEAD_ELEMENTS if k > 1]
-        # matmuls last, fp32 first: a bf16 program that XLA runs on f32 copies through a
-        # kernel measured already is skipped (``measure_kernel``)
-        out += [(kind, scope, dt, s, "peak", k) for dt in DTYPES
-                for kind in (MATMULS if every else ("matmul",))
-                for s in (plan.matmul_n if every else plan.matmul_n[-1:])]
-    return out

@@ -39,8 +39,8 @@ ROUNDS = 2  # a probe still in a slow spell after this many repeats keeps what i
 
 @dataclass
 class Ran:
-    """One matmul probe measured: its task (``probes.tasks``), sample and wall seconds, and
-    where it stands among the checks of the cores' speed (``Spells.checks``)."""
+    """One matmul probe measured: its task (``harness.chip.modes.tasks``), sample and wall
+    seconds, and where it stands among the checks of the cores' speed (``Spells.checks``)."""
 
     task: tuple
     sample: object  # probes.Sample

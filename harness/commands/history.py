@@ -6,9 +6,9 @@ last stable segment (``harness.regress.trend``); the outputs: ``harness.regress.
 ROOT holds one directory per night (a sweep's directory, a pytest ``--harness-save``
 directory). ``--confirm N`` reruns each point whose newest night looks like a regression, N
 times in fresh processes, stored in that night's directory, and judges the night with them
-(``trend.confirm``). Exit codes: 0 no regression (inconclusive and unstable included), 1 the newest
-night is a regression against the last stable segment of some point, 2 bad input. ``--html
-FILE`` writes the page (one trend plot per point), ``--json FILE`` the history object.
+(``trend.confirm_newest``). Exit codes: 0 no regression (inconclusive and unstable included),
+1 the newest night is a regression against the last stable segment of some point, 2 bad input.
+``--html FILE`` writes the page (one trend plot per point), ``--json FILE`` the history object.
 """
 from __future__ import annotations
 
@@ -69,8 +69,9 @@ def main(args) -> int:
         raise HarnessError(f"{args.root}: holds no runs (no meta.json under it)")
     trends = [trend.judge_trend(s, rule, args.significance) for s in points.values()]
     if args.confirm:
-        trends = [trend.confirm(t, args.confirm, _night_dir(args.root, t) / "confirmations",
-                                rule, args.significance)
+        trends = [trend.confirm_newest(t, args.confirm,
+                                       _night_dir(args.root, t) / "confirmations", rule,
+                                       args.significance)
                   if t.verdict == judge.REGRESSION else t for t in trends]
     obj = history_report.history_object(str(args.root), trends)
     if args.json:

@@ -68,7 +68,7 @@ def main(args) -> int:
     from harness import report
     from harness.capture.script import run_script
     from harness.runs.script import analyze_script
-    from harness.runs.workload import new_run_id
+    from harness.runs.workload import new_run_name
 
     if not args.script.is_file():
         raise HarnessError(f"{args.script}: no such script")
@@ -87,7 +87,7 @@ def main(args) -> int:
                 raise
             print(f"harness profile: error: {e}", file=sys.stderr)
             return ran.exit_code
-        stored = (run.save(args.out / new_run_id(args.script.stem), files=report.files)
+        stored = (run.save(args.out / new_run_name(args.script.stem), files=report.files)
                   if args.out else None)
         if not stored and not args.keep_trace:  # the trace goes with the temporary folder
             run.meta.pop(schema.TRACE_FILE, None)

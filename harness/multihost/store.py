@@ -10,7 +10,7 @@ from harness.measure.per_host import BY_DEVICE_CSV, by_device
 from harness.multihost.xspace import write_merged
 from harness.report import files as report_files
 from harness.runs.pipeline import from_capture
-from harness.runs.workload import new_run_id
+from harness.runs.workload import new_run_name
 from harness.trace.hosts import MERGED
 from harness.trace.load import TraceEvents
 
@@ -46,7 +46,7 @@ def store_merged(built, cap, events: pd.DataFrame, processes: list[dict], *, chi
     ops = run.ops
     # the report's ops only: control-flow containers (while, call) are left out as in ops
     table = by_device(events[events[schema.PROGRAM] == cap.program]).merge(ops[keys], on=keys)
-    path = run.save(out / new_run_id(name), files=lambda r: {
+    path = run.save(out / new_run_name(name), files=lambda r: {
         **report_files(r, plots=plots), BY_DEVICE_CSV: table.to_csv(index=False)})
     write_merged(path, events, processes)
     return run, path

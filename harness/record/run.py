@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -79,8 +80,16 @@ class Run(Tables):
         return self.trace.events if self.trace is not None else None
 
     @property
-    def run_id(self) -> str:
+    def name(self) -> str:
+        """The name the run is stored under (its folder's; "" before it is stored)."""
         return self.path.name if self.path is not None else ""
+
+    @property
+    def run_id(self) -> str:
+        """Deprecated (one release): ``name``. ``run_id`` is XLA's execution id (the trace's
+        stat); a stored run's folder is its ``name``."""
+        warnings.warn("Run.run_id is deprecated: use Run.name", DeprecationWarning, stacklevel=2)
+        return self.name
 
     def save(self, path: str | os.PathLike, *,
              files: Callable[[Run], Mapping[str, str | bytes]] | None = None) -> Path:
@@ -192,7 +201,7 @@ def runs_table(root: Path) -> pd.DataFrame:
         m, s = run.meta, run.summary
         dirty = {True: "yes", False: "no"}.get(m.get(schema.GIT_DIRTY), "")
         rows.append({schema.RUN: str(run.path.relative_to(root)) if run.path != Path(root)
-                     else run.run_id,
+                     else run.name,
                      schema.WORKLOAD: m.get(schema.WORKLOAD) or m.get(schema.TEST) or "",
                      schema.PRESET: m.get(schema.PRESET, ""), schema.MESH: "x".join(
                          str(v) for v in (m.get(schema.MESH) or {}).values()),

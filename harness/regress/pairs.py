@@ -29,7 +29,7 @@ def key(run: Run) -> str:
         mesh = "x".join(str(v) for v in (m.get(schema.MESH) or {}).values())
         return " ".join(x for x in (m[schema.WORKLOAD], m.get(schema.PRESET, ""), sets,
                                     f"mesh {mesh}" if mesh else "") if x)
-    return str(m.get(schema.PROGRAM) or run.run_id)
+    return str(m.get(schema.PROGRAM) or run.name)
 
 
 def _of_step(table, meta: dict):
@@ -52,7 +52,7 @@ def step_program(run: Run) -> Run:
 
 
 def _age(run: Run) -> tuple:
-    return str(run.meta.get(schema.TIME, "")), run.run_id
+    return str(run.meta.get(schema.TIME, "")), run.name
 
 
 def load_all(path: str | Path) -> list[Run]:

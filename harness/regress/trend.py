@@ -174,7 +174,7 @@ def _cores(a: Night, b: Night) -> float:
 
 
 
-def with_reruns(t: Trend, runs: list, rule: judge.Rule = judge.Rule(),
+def with_newest_reruns(t: Trend, runs: list, rule: judge.Rule = judge.Rule(),
                 significance: float = changepoints.ALPHA) -> Trend:
     """``t`` judged again with ``runs`` (reruns of its newest night) pooled into that night."""
     s, new = t.series, t.series.nights[-1]
@@ -188,11 +188,11 @@ def with_reruns(t: Trend, runs: list, rule: judge.Rule = judge.Rule(),
     return again
 
 
-def confirm(t: Trend, n: int, out: Path, rule: judge.Rule = judge.Rule(),
+def confirm_newest(t: Trend, n: int, out: Path, rule: judge.Rule = judge.Rule(),
             significance: float = changepoints.ALPHA, installed: str | None = None) -> Trend:
     """``t`` (a regression) with its newest run rerun ``n`` times in fresh processes, stored
     under ``out`` (``harness.regress.confirm``: a workload run of the commit installed here),
-    then judged again (``with_reruns``); else said unconfirmed."""
+    then judged again (``with_newest_reruns``); else said unconfirmed."""
     from harness.capture.environment import git_state
     from harness.regress import confirm as reruns
     from harness.sweep import repeat
@@ -204,5 +204,5 @@ def confirm(t: Trend, n: int, out: Path, rule: judge.Rule = judge.Rule(),
         t.message = f"{t.message}; {reason}"
         return t
     p = reruns.point(run)
-    return with_reruns(t, [repeat.fresh(p, out / p.key, False, i) for i in range(n)], rule,
-                       significance)
+    return with_newest_reruns(t, [repeat.fresh(p, out / p.key, False, i) for i in range(n)],
+                              rule, significance)

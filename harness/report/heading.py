@@ -67,8 +67,8 @@ def meta_lines(r: Run) -> list[str]:
                                                        else ""))
     if m.get(schema.HARNESS_VERSION):
         first.append(f"harness {m[schema.HARNESS_VERSION]}")
-    if getattr(r, "run_id", ""):
-        first.append(f"run {r.run_id}")
+    if getattr(r, "name", ""):
+        first.append(f"run {r.name}")
     lines = [" · ".join(first)]
     if m.get(schema.CONFIG):
         lines.append(f"config: {settings(m[schema.CONFIG])}")

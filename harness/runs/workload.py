@@ -29,7 +29,7 @@ from predictions.step import Analytic
 log = logging.getLogger(__name__)
 
 
-def new_run_id(workload: str) -> str:
+def new_run_name(workload: str) -> str:
     now = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return f"{now}-{workload}-{secrets.token_hex(2)}"
 
@@ -139,7 +139,7 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
             run = run_built(built, preset=preset, overrides=overrides, steps=steps,
                             warmup=warmup, out_dir=scratch / "trace", chip=chip,
                             command_buffers=command_buffers)
-        run.save(out / new_run_id(name), files=lambda r: report_files(r, plots=with_plots))
+        run.save(out / new_run_name(name), files=lambda r: report_files(r, plots=with_plots))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return run

@@ -11,7 +11,7 @@ one line of verdict and fix.
 ``replay``: measured durations for the replay.
 ``simulate``: the predicted step, the compiled program's schedule played out in XLA's order
 with every op at its roofline time (``roofline``) or at its measured duration (``replay``);
-``play``: the plan it plays and the player's state.
+``play``: the timed schedule it plays and the player's state.
 """
 from harness.step.figures import comm_ops, containers, simulated, step_figures
 from harness.step.simulate import Simulated, critical_ops, simulate

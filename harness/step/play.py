@@ -1,6 +1,6 @@
-"""Playing a schedule (``harness.step.simulate``): each computation as a plan of steps, its
-durations looked up once (``Plan``), and the state of the step being played (``Player``): the
-core, each link, the transfers in flight, and every event so far.
+"""Playing a schedule (``harness.step.simulate``): each computation as a list of steps, its
+durations looked up once (``TimedSchedule``), and the state of the step being played
+(``Player``): the core, each link, the transfers in flight, and every event so far.
 """
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from predictions.rules import CONTAINERS, STRUCTURAL
 CORE = "core"
 COMPUTE, COMM = "compute", "comm"
 KINDS = (COMPUTE, COMM)
-_OP, _START, _DONE, _PLAY, _LOOP = range(5)  # the steps of a computation's plan
+_OP, _START, _DONE, _PLAY, _LOOP = range(5)  # the steps of a computation's list
 
 
-class Plan:
+class TimedSchedule:
     """Each computation as a list of steps with their durations looked up once."""
 
     def __init__(self, module: Module, core_s: Mapping[str, float],
@@ -99,11 +99,11 @@ class Player:
     """The state of the step being played: the core, each link, the transfers in flight, and
     every event so far (op, lane, kind, start, end, the event that set its start)."""
 
-    def __init__(self, plan: Plan):
-        self.plan = plan
+    def __init__(self, timed: TimedSchedule):
+        self.timed = timed
         self.core_t, self.core_last = 0.0, -1
-        self.free = [0.0] * (len(plan.lane_names) + 1)
-        self.last = [-1] * (len(plan.lane_names) + 1)
+        self.free = [0.0] * (len(timed.lane_names) + 1)
+        self.last = [-1] * (len(timed.lane_names) + 1)
         self.flight: dict[str, int] = {}
         self.op, self.lane, self.kind, self.start, self.end, self.pred = [], [], [], [], [], []
         self.serial = self.sync = 0.0
@@ -120,7 +120,7 @@ class Player:
     def play(self, computation: str, depth: int = 0) -> None:
         if depth > 64:
             raise HarnessError(f"computation {computation} nests control flow over 64 deep")
-        for step in self.plan.of(computation):
+        for step in self.timed.of(computation):
             code = step[0]
             if code == _OP:
                 _, name, kind, dur, lane = step

@@ -51,7 +51,7 @@ from harness import schema
 from harness.errors import HarnessError
 from harness.hlo.ir import Module
 from harness.hlo.walk import executed
-from harness.step.play import COMM, COMPUTE, KINDS, Plan, Player
+from harness.step.play import COMM, COMPUTE, KINDS, Player, TimedSchedule
 from harness.step.timeline import merged
 from harness.step.transfers import LINK_RULES
 from predictions.rules import STRUCTURAL
@@ -111,9 +111,9 @@ def simulate(module: Module, core_s: Mapping[str, float], transfer_s: Mapping[st
         raise HarnessError(f"the schedule of {module.name} runs {played:,} op executions per "
                            f"step, over the {MAX_PLAYED:,} a simulation plays; are its loops' "
                            "trip counts right?")
-    plan = Plan(module, core_s, transfer_s, links, comm)
-    plan.of(module.entry.name)  # every lane known before the play starts
-    player = Player(plan)
+    timed = TimedSchedule(module, core_s, transfer_s, links, comm)
+    timed.of(module.entry.name)  # every lane known before the play starts
+    player = Player(timed)
     player.play(module.entry.name)
     start, end = np.asarray(player.start, float), np.asarray(player.end, float)
     kind = np.asarray(player.kind)
@@ -123,19 +123,19 @@ def simulate(module: Module, core_s: Mapping[str, float], transfer_s: Mapping[st
     overlapped = compute_s + comm_s - _union(start, end)
     path = _critical_path(player)
     spans = pd.DataFrame({schema.OP: player.op,
-                          schema.LANE: pd.Categorical.from_codes(player.lane, plan.lane_names),
+                          schema.LANE: pd.Categorical.from_codes(player.lane, timed.lane_names),
                           schema.KIND: pd.Categorical(kind, categories=KINDS),
                           schema.START_S: start, schema.END_S: end}, columns=list(SPANS))
-    if plan.missing:
+    if timed.missing:
         log.info("%s: %d executed ops have no duration (taken as 0 s), e.g. %s", module.name,
-                 len(plan.missing), ", ".join(list(plan.missing)[:3]))
+                 len(timed.missing), ", ".join(list(timed.missing)[:3]))
     return Simulated(
         step_s=float(end.max()) if len(end) else 0.0, compute_s=compute_s, comm_s=comm_s,
         overlapped_comm_s=overlapped, exposed_comm_s=comm_s - overlapped,
         serial_s=player.serial, sync_comm_s=player.sync, critical_path=path,
         critical_compute_s=sum(s for _, k, s in path if k == COMPUTE),
         critical_comm_s=sum(s for _, k, s in path if k == COMM), spans=spans,
-        lanes=dict(plan.lane_about), missing=tuple(plan.missing), scheduled=module.scheduled,
+        lanes=dict(timed.lane_about), missing=tuple(timed.missing), scheduled=module.scheduled,
         links=links)
 
 
