@@ -82,6 +82,15 @@ def _size(text: object, value: str) -> int:
     return n
 
 
+def mesh_label(shape: Mapping[str, int]) -> str:
+    """A mesh as runs and reports name it (``Mesh.shape``, a stored run's meta): axes named by
+    the book's letters in order as the shape (``{"X": 4, "Y": 2}`` -> ``4x2``), axes named
+    otherwise by name (``fsdp=4,model=2``: their roles say what they hold); "" for none."""
+    if tuple(shape) == BOOK_AXES[:len(shape)]:
+        return shape_str(list(shape.values()))
+    return ",".join(f"{n}={s}" for n, s in shape.items())
+
+
 def parse_dims(text: str | int | Sequence[int]) -> tuple[int, ...]:
     """A shape: ``"4x2"`` -> (4, 2), ``8`` -> (8,), a sequence passes (checked). MeshError
     for anything else (named axes included: a shape has none)."""

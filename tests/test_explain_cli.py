@@ -125,3 +125,22 @@ def test_hlo_text_is_explained_without_a_run(tmp_path, capsys):
 def test_a_mesh_that_does_not_hold_the_programs_devices_is_refused(capsys):
     assert main(["explain", str(TPU_HLO), "--mesh", "X=4,Y=2"]) == 2
     assert "has 8 devices; the program runs on 4" in capsys.readouterr().err
+
+
+def test_format_prints_the_report_as_markdown_json_or_csv(tmp_path, capsys):
+    argv = ["explain", str(TPU_HLO), "--mesh", "2x2", "--chip", "tpu-v5e"]
+    table = tmp_path / "c.json"
+    assert main([*argv, "--json", str(table)]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--format", "json"]) == 0
+    printed = json.loads(capsys.readouterr().out,  # strict: NaN would not parse
+                         parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
+    assert printed["collectives"] == json.loads(table.read_text())  # the --json file's rows
+    assert "HLO text, not run" in printed["title"] and printed["repeated_work"] == []
+    assert main([*argv, "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 + len(printed["collectives"]) and schema.REASON in lines[0]
+    assert main([*argv, "--format", "md"]) == 0
+    md = capsys.readouterr().out
+    op = printed["collectives"][0][schema.OP]
+    assert md.startswith("## ") and f"| {op} |" in md and f"- `{op}`: " in md

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from predictions import collectives, layouts
-from predictions.mesh import MeshError, parse_dims, parse_mesh
+from predictions.mesh import MeshError, mesh_label, parse_dims, parse_mesh
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -26,6 +26,19 @@ def test_a_mesh_is_axes_by_name_and_size_or_the_books_shape():
     assert parse_mesh(" X = 4 , Y = 2 ").shape == {"X": 4, "Y": 2}
     assert parse_mesh({"X": 1, "Y": 1}).shape == {"X": 1, "Y": 1}  # a stored run's meta
     assert parse_dims("4x4x4") == (4, 4, 4) and parse_dims(8) == (8,)
+
+
+def test_a_mesh_is_labelled_by_its_shape_or_by_its_roles():
+    from harness.report.heading import mesh_str
+
+    assert mesh_label({"X": 4, "Y": 2}) == "4x2" and mesh_label({"X": 8}) == "8"
+    assert mesh_label({"fsdp": 4, "model": 2}) == "fsdp=4,model=2"
+    assert mesh_label({"Y": 2, "X": 4}) == "Y=2,X=4"  # out of the book's order: by name
+    assert mesh_label({}) == ""
+    # a stored run's heading says the roles; the label reads back as the same mesh
+    assert mesh_str({"fsdp": 4, "model": 2}) == "fsdp=4,model=2" and mesh_str({}) == "1"
+    for shape in ({"X": 4, "Y": 2}, {"data": 2, "model": 4}):
+        assert parse_mesh(mesh_label(shape)).shape == shape
 
 
 @pytest.mark.parametrize("text, says", [

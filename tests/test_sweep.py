@@ -105,6 +105,16 @@ MALFORMED = {
         workload = "matmul"
         mesh = ["4x2", "4by2"]
         """, 3, "grid[1].mesh", ["4by2", "4x2"]),
+    "a mesh by role for a workload without layouts": ("""
+        [[grid]]
+        workload = "collective"
+        mesh = "fsdp=4,model=2"
+        """, 3, "grid[1].mesh", ["fsdp=4,model=2", "collective", "roles", "4x2"]),
+    "a mesh by role that no layout has": ("""
+        [[grid]]
+        workload = "llama_train"
+        mesh = "model=4,fsdp=2,data=1"
+        """, 3, "grid[1].mesh", ["model=4,fsdp=2,data=1"]),
     "unknown chip": ("""
         chip = "tpu-v9"
         [[grid]]
@@ -146,6 +156,19 @@ def test_malformed_file_names_line_and_key(tmp_path, case):
     assert rc == 2
     assert f"{path}:{line}: {key}" in stderr
     assert not out.exists()
+
+
+def test_a_mesh_named_by_role_sets_the_layout_as_run_does(tmp_path):
+    grid = load_sweep(_write(tmp_path, """
+        [[grid]]
+        workload = "llama_train"
+        mesh = ["fsdp=4,model=2", "X=8", "4x2"]
+        """))
+    # by role: kept as written, the layout it implies set (harness run --mesh does the same);
+    # by letter or shape: the shape, no layout set (the workload's default)
+    assert [(p.mesh, p.overrides.get("parallelism")) for p in grid.points] == [
+        ("fsdp=4,model=2", "fsdp_tp"), ("8", None), ("4x2", None)]
+    assert len({p.key for p in grid.points}) == 3
 
 
 def test_expansion_keys_and_duplicates(tmp_path):

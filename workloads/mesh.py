@@ -52,6 +52,17 @@ def parse_shape(shape: str | int | Sequence[int]) -> tuple[int, ...]:
     return dims
 
 
+def mesh_name(shape: str | int | Sequence[int]) -> str:
+    """A mesh as a run names it: a shape as its shape (``4x2``; ``X=4,Y=2`` read as one), a
+    mesh named by role (``fsdp=4,model=2``) as written. WorkloadError names the forms."""
+    from predictions import layouts
+
+    named = _named(shape)
+    if named and layouts.is_roles(named):
+        return str(mesh_text.parse_mesh(shape))
+    return shape_str(parse_shape(shape))
+
+
 def mesh_dims(shape: str | int | Sequence[int]) -> tuple[int, ...]:
     """The axis sizes of a mesh in the order given, named or not (``"fsdp=4,model=2"`` ->
     ``(4, 2)``, ``"4x2"`` -> ``(4, 2)``). WorkloadError names the forms."""

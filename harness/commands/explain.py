@@ -4,7 +4,8 @@ A stored run directory (its COLLECTIVES table, or for a run saved before there w
 from the HLO its trace carries), or any profiler trace (``*.xplane.pb`` or a directory holding
 one), analysed through the same path as ``harness trace`` (``pipeline.analyze_trace``). Prints
 the table ranked by exposed time, then each collective's reason in a sentence and the book's
-fix; ``--json``/``--csv`` write the full table. A program with no collectives says so (exit 0).
+fix; ``--format md|json|csv`` prints it so instead (json and csv: every row, each whole);
+``--json``/``--csv`` write the full table. A program with no collectives says so (exit 0).
 A file of compiled HLO text is explained as it is, not run (``--chip`` for roofline times).
 The report: ``harness.runs.explained``.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.commands import add_mesh, count
+from harness.commands import add_format, add_mesh, count
 from harness.errors import HarnessError
 
 # checked before the run or trace is read (harness.commands.check_options)
@@ -30,6 +31,7 @@ def add_arguments(p) -> None:
                    help="explain this program: every compilation of a name, one program id, or "
                         "all (default: the step program, the most device time among programs "
                         "run 3 or more times)")
+    add_format(p, ("text", "md", "json", "csv"))
     p.add_argument("--top", type=count, default=20, metavar="N",
                    help="rows to print (default 20; 0 = all)")
     p.add_argument("--csv", type=Path, metavar="FILE",
@@ -41,11 +43,11 @@ def add_arguments(p) -> None:
 def main(args) -> int:
     from harness.analysis.mesh import parse_mesh
     from harness.report import tables
-    from harness.runs.explained import explain_path, explained_text
+    from harness.runs.explained import explain_path, rendered
 
     mesh = parse_mesh(args.mesh) if args.mesh else None
     explained = explain_path(Path(args.path), args.chip, args.program, mesh)
-    print(explained_text(explained, args.top), end="")
+    print(rendered(explained, args.format, args.top), end="")
     if explained.table is not None and len(explained.table):
         _write(args, explained.table, tables)
     return 0

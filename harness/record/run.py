@@ -30,6 +30,7 @@ from harness import schema
 from harness.errors import HarnessError
 from harness.record import store
 from harness.record.tables import Tables
+from predictions.mesh import mesh_label
 
 log = logging.getLogger(__name__)
 
@@ -203,8 +204,8 @@ def runs_table(root: Path) -> pd.DataFrame:
         rows.append({schema.RUN: str(run.path.relative_to(root)) if run.path != Path(root)
                      else run.name,
                      schema.WORKLOAD: m.get(schema.WORKLOAD) or m.get(schema.TEST) or "",
-                     schema.PRESET: m.get(schema.PRESET, ""), schema.MESH: "x".join(
-                         str(v) for v in (m.get(schema.MESH) or {}).values()),
+                     schema.PRESET: m.get(schema.PRESET, ""), schema.MESH: mesh_label(
+                         m.get(schema.MESH) or {}),
                      schema.OVERRIDES: " ".join(f"{k}={v}" for k, v in
                                                 (m.get(schema.OVERRIDES) or {}).items()),
                      schema.CHIP: m.get(schema.CHIP, ""),

@@ -28,6 +28,7 @@ from harness.record import Run
 from harness.regress import judge, noise, pairs
 from harness.sweep import repeat as repeat_runs
 from harness.sweep.grid import Point
+from predictions.mesh import mesh_label
 
 BASELINE = "baseline"  # under the confirmations: the baseline's reruns, apart from the candidate's
 NOT_RERUNNABLE = "not confirmed: a profile or trace run cannot be re-run; judged from history"
@@ -45,7 +46,7 @@ def point(run: Run) -> Point | None:
     mesh = m.get(schema.MESH) or {}
     chip = m.get(schema.CHIP) if m.get(schema.CHIP_SOURCE) not in (None, "device") else None
     return Point(str(m[schema.WORKLOAD]), str(m.get(schema.PRESET) or "tiny"),
-                 "x".join(str(v) for v in mesh.values()), dict(m.get(schema.OVERRIDES) or {}),
+                 mesh_label(mesh), dict(m.get(schema.OVERRIDES) or {}),
                  chip, int(m.get(schema.STEPS) or 10), int(m.get(schema.WARMUP) or 2))
 
 

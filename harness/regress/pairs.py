@@ -12,6 +12,7 @@ from harness import schema
 from harness.analysis.programs import of_program
 from harness.errors import HarnessError
 from harness.record import Run, store
+from predictions.mesh import mesh_label
 
 LATEST = "latest"
 _COMMIT = re.compile(r"[0-9a-f]{4,40}")
@@ -26,7 +27,7 @@ def key(run: Run) -> str:
         return str(m[schema.TEST])
     if m.get(schema.WORKLOAD):
         sets = " ".join(f"{k}={v}" for k, v in sorted((m.get(schema.OVERRIDES) or {}).items()))
-        mesh = "x".join(str(v) for v in (m.get(schema.MESH) or {}).values())
+        mesh = mesh_label(m.get(schema.MESH) or {})
         return " ".join(x for x in (m[schema.WORKLOAD], m.get(schema.PRESET, ""), sets,
                                     f"mesh {mesh}" if mesh else "") if x)
     return str(m.get(schema.PROGRAM) or run.name)

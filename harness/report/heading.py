@@ -8,12 +8,14 @@ from collections.abc import Mapping
 
 from harness import schema
 from harness.record import Run
+from predictions.mesh import mesh_label
 
 
 def mesh_str(mesh) -> str:
-    """{'X': 4, 'Y': 2} -> "4x2"; a string stays as it is."""
+    """{'X': 4, 'Y': 2} -> "4x2", {'fsdp': 4, 'model': 2} -> "fsdp=4,model=2"
+    (``predictions.mesh.mesh_label``); a string stays as it is."""
     if isinstance(mesh, Mapping):
-        return "x".join(str(v) for v in mesh.values()) or "1"
+        return mesh_label(mesh) or "1"
     return str(mesh or "")
 
 

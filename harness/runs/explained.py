@@ -5,10 +5,11 @@ file of compiled HLO text, explained as it is, not run (``chip`` for roofline ti
 
 ``explain_path`` gives the title, the table and the lines on repeated work; ``explained_text``
 the table ranked by exposed time, then each collective's reason in a sentence and the book's
-fix.
+fix; ``rendered`` that in any of ``FORMATS`` (``harness explain --format``).
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,42 @@ def explained_text(e: Explained, top: int) -> str:
         if row[schema.FIX]:
             out.append(f"  fix: {row[schema.FIX]}\n")
     return "".join(out) + extra + tables.legend_text(columns) + "\n"
+
+
+def _markdown(e: Explained, top: int) -> str:
+    """The table (its ``top`` rows) as a Markdown table, each row's reason and fix a bullet."""
+    from harness.report import tables
+
+    extra = "".join(f"\n{line}\n" for line in e.extra)
+    if e.table is None or not len(e.table):
+        return f"**{e.title}**: no collectives\n{extra}"
+    shown = e.table if top == 0 else e.table.head(top)
+    table = tables.to_markdown(shown[[c for c in SHOWN if c in shown.columns]])
+    bullets = []
+    for _, row in shown.iterrows():
+        fix = f"; fix: {row[schema.FIX]}" if row[schema.FIX] else ""
+        bullets.append(f"- `{row[schema.OP]}`: {row[schema.WHY]}{fix}\n")
+    return f"## {e.title}\n\n{table}\n{''.join(bullets)}{extra}"
+
+
+def _json(e: Explained, top: int) -> str:
+    """Every collective (``top`` is for reading; a file keeps them all), each row whole."""
+    from harness.units import json_text
+
+    rows = [] if e.table is None else json.loads(e.table.to_json(orient="records"))
+    return json_text({"title": e.title, "collectives": rows, "repeated_work": e.extra}) + "\n"
+
+
+def _csv(e: Explained, top: int) -> str:
+    return "" if e.table is None else e.table.to_csv(index=False)
+
+
+# harness explain --format: each writes the report of ``Explained`` (``top`` rows for reading)
+FORMATS = {"text": explained_text, "md": _markdown, "json": _json, "csv": _csv}
+
+
+def rendered(e: Explained, fmt: str, top: int) -> str:
+    return FORMATS[fmt](e, top)
 
 
 def _trace_of(run, path: Path) -> Path:

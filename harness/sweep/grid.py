@@ -6,14 +6,15 @@ steps = 3                 # defaults for every block: steps, warmup, preset, chi
 warmup = 1
 [[grid]]                  # one block per workload; blocks concatenate
 workload = "collective"
-mesh = ["8", "4x2"]       # a list sweeps; a scalar is fixed (preset, mesh and chip too)
+mesh = ["8", "4x2"]       # a list sweeps; a scalar is fixed (preset, mesh and chip too);
+                          # a mesh named by role ("fsdp=4,model=2") sets the layout too
 [grid.set]                # config fields of the workload (`harness run --list`)
 kind = ["all_gather", "all_reduce"]
 nbytes = [4096, 65536]
 ```
 
 Lists expand as a cartesian product (presets x meshes x chips x set fields, in file order).
-Every key, type, workload, preset, chip, mesh shape and config value is checked first; the first
+Every key, type, workload, preset, chip, mesh and config value is checked first; the first
 problem raises ``SweepFileError`` naming the file, the line, the key and the valid choices. A mesh
 that needs more devices than the host has is not a file error: that point fails when it runs.
 """
@@ -205,7 +206,8 @@ def _block(c: _Checker, block: dict, i: int, defaults: dict) -> list[Point]:
     import jax  # deferred: importing workloads imports jax
 
     import workloads
-    from workloads.mesh import default_shape, parse_shape, shape_str
+    from workloads.base import with_layout
+    from workloads.mesh import default_shape, mesh_name, shape_str
 
     at = ("grid", i)
     for key in block:
@@ -226,10 +228,10 @@ def _block(c: _Checker, block: dict, i: int, defaults: dict) -> list[Point]:
                    f"{', '.join(wl.presets)}")
     meshes = [shape_str(default_shape(jax.device_count(), len(wl.mesh_axes)))]
     if "mesh" in block:
-        meshes = c.each(at + ("mesh",), block["mesh"], (str, int), "a mesh shape like '4x2'")
+        meshes = c.each(at + ("mesh",), block["mesh"], (str, int),
+                        "a mesh like '4x2' or 'fsdp=4,model=2'")
         try:
-            meshes = [shape_str(parse_shape(m if isinstance(m, int) else str(m)))
-                      for m in meshes]
+            meshes = [mesh_name(m) for m in meshes]
         except ValueError as e:
             c.fail(at + ("mesh",), str(e))
     chips = s["chip"] if isinstance(s["chip"], list) else [s["chip"]]
@@ -239,6 +241,10 @@ def _block(c: _Checker, block: dict, i: int, defaults: dict) -> list[Point]:
     for preset, mesh, chip, combo in itertools.product(presets, meshes, chips,
                                                         itertools.product(*fields.values())):
         overrides = dict(zip(names, combo))
+        try:  # a mesh named by role sets the layout (as ``harness run --mesh`` does)
+            overrides = with_layout(wl, overrides, None, mesh) if "=" in mesh else overrides
+        except ValueError as e:
+            c.fail(at + ("mesh",), str(e).removeprefix("--mesh "))
         try:  # fields that are valid alone may clash together (e.g. matmul's x_spec/y_spec)
             workloads.make_config(name, preset, overrides)
         except ValueError as e:
