@@ -49,7 +49,7 @@ def synthetic(device_count: int = N, host: str | None = None) -> C.Calibration:
         host=host or platform.node(), cpu_model=C._cpu_model(), cores=2,
         device_count=device_count, jax_version="0", jaxlib_version="0",
         time="2026-01-01T00:00:00+00:00", mode="quick", seconds=1.0, note="n/a",
-        one=C.figures(samples, "one", 1, 2), all=C.figures(samples, "all", device_count,
+        one=C.rates(samples, "one", 1, 2), all=C.rates(samples, "all", device_count,
                                                           device_count),
         samples=tuple(samples))
 
@@ -300,7 +300,7 @@ def test_a_busy_host_is_calibrated_with_a_warning_and_strict_refuses(monkeypatch
     rates = busy()
     monkeypatch.setattr(drift, "reference_rates", lambda devices: next(rates))
     monkeypatch.setattr(C, "tasks", lambda plan, n: [])  # no programs: only the reference
-    monkeypatch.setattr(C, "figures", lambda *a: C.Figures(N, N))
+    monkeypatch.setattr(C, "rates", lambda *a: C.Rates(N, N))
     with caplog.at_level(logging.WARNING, logger=C.log.name):
         cal = C.calibrate("quick", N)
     assert cal.reference_spread == pytest.approx(2.5) and "varied 2.50x" in caplog.text
@@ -320,7 +320,7 @@ def test_calibration_keeps_the_best_reference_rate_a_run_compares_with_its_own(m
     rates = iter([before, after])
     monkeypatch.setattr(drift, "reference_rates", lambda devices: next(rates))
     monkeypatch.setattr(C, "tasks", lambda plan, n: [])
-    monkeypatch.setattr(C, "figures", lambda *a: C.Figures(N, N))
+    monkeypatch.setattr(C, "rates", lambda *a: C.Rates(N, N))
     cal = C.calibrate("quick", N)
     assert cal.reference_flops_per_s == 12e9
     assert drift.factor(cal.reference_flops_per_s, 12e9, 11e9) == pytest.approx(1.0)

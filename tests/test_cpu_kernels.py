@@ -148,7 +148,7 @@ def test_figures_take_the_best_rate_after_the_smallest_overhead():
     samples += [S("stream", "all", "fp32", n, "peak", b, b / w + 1e-6, 1)
                 for n, b, w in ((128, 1024, 1e12), (8192, 1 << 16, 64e9),
                                 (1 << 17, 1 << 20, 32e9), (1 << 23, 1 << 26, 40e9))]
-    f = C.figures(samples, "all", 8, 8)
+    f = C.rates(samples, "all", 8, 8)
     assert f.op_overhead_s == 1e-6
     assert f.kernel_flops_per_s == {"ynn_fusion fp32": [[1e6, pytest.approx(1e9)],
                                                         [8e6, pytest.approx(2e9)]],

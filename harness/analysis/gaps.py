@@ -196,7 +196,7 @@ def within_spread(efficiency, spread: float = math.nan) -> bool:
 # Why a CPU op can beat the calibrated cpu chip (docs/accuracy.md): its virtual devices
 # are threads on shared cores, timed as host shares (harness.measure.shares), a thread waiting in
 # a collective counts as running, and each matmul kernel's rate is calibrated on square matmuls
-# of a few sizes with every device busy (harness.chip.figures), which other shapes, and a
+# of a few sizes with every device busy (harness.chip.rates), which other shapes, and a
 # program on fewer devices, can outrun.
 CPU_REASON = ("on CPU the virtual devices share the host's cores (a thread waiting in a "
               "collective counts as running) and each matmul kernel is calibrated on square "

@@ -7,7 +7,7 @@ one device alone (collectives: a pair) and for all N devices busy at once; plus 
 book's chips do without: the rate of bf16 <-> f32 converts (done in software by most CPUs) and
 the fixed cost of one op execution (a tiny in-place op's time: the runtime's dispatch). Matmuls
 are measured per kernel XLA:CPU compiles them to (read from each probe's HLO) and size, memory
-by working set (``harness.chip.figures``).
+by working set (``harness.chip.rates``).
 
 Every figure is a per-op time from the XLA profiler, through the ``capture -> load_events``
 pipeline ``harness run`` uses, since that is what predictions are compared with. Concurrent
@@ -38,7 +38,6 @@ from pathlib import Path
 from harness.chip import drift, host, spells
 from harness.chip.cache import CACHE_ENV, cache_path, cache_root  # noqa: F401 (re-exported)
 from harness.chip.cpu_chip import to_chip
-from harness.chip.figures import Figures, figures, kernel_key  # noqa: F401 (re-exported)
 from harness.chip.host import usable_cores  # noqa: F401 (re-exported)
 from harness.chip.kernel_probes import measure_kernel
 from harness.chip.modes import MODES, tasks
@@ -49,6 +48,7 @@ from harness.chip.probes import (  # noqa: F401 (RING re-exported)
     Sample,
     measure,
 )
+from harness.chip.rates import Rates, kernel_key, rates  # noqa: F401 (re-exported)
 from harness.errors import HarnessError, TraceError
 from predictions.hardware import Chip
 
@@ -79,8 +79,8 @@ class Calibration:
     mode: str  # a MODES key (harness.chip.modes)
     seconds: float
     note: str
-    one: Figures
-    all: Figures
+    one: Rates
+    all: Rates
     samples: tuple[Sample, ...] = ()
     format: int = FORMAT
     # harness.chip.drift's reference kernel, best rate around the calibration (0: not
@@ -101,7 +101,7 @@ class Calibration:
 
     @classmethod
     def from_dict(cls, d: dict) -> Calibration:
-        return cls(**{**d, "one": Figures(**d["one"]), "all": Figures(**d["all"]),
+        return cls(**{**d, "one": Rates(**d["one"]), "all": Rates(**d["all"]),
                       "samples": tuple(Sample(**s) for s in d.get("samples", ())),
                       "core_speed": tuple(d.get("core_speed", ())),
                       "spread": spells.spread_of(d) if d.get("core_speed") else 0.0})
@@ -155,7 +155,7 @@ def calibrate(mode: str = "full", device_count: int | None = None,
         jax_version=jax.__version__, jaxlib_version=jaxlib.__version__,
         time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), mode=mode,
         seconds=round(time.perf_counter() - t0, 2), note=NOTE.format(n=n, cores=cores),
-        one=figures(samples + again, "one", 1, 2), all=figures(samples + again, "all", n, n),
+        one=rates(samples + again, "one", 1, 2), all=rates(samples + again, "all", n, n),
         samples=tuple(samples + again), reference_flops_per_s=max(reference),
         reference_spread=drift.spread(reference),
         core_speed=(min(speed.checks), max(speed.checks)) if speed.checks else (),

@@ -9,7 +9,7 @@ calibrations, the 512x512 one 5.6-13.1 ms). The cores' speed (``drift.core_speed
 before each fp32 matmul probe and once after them; a probe beside a check slower than the
 fastest by more than ``drift.CORE_SPREAD`` ran in a slow spell and is measured again, within
 ``REPEAT_S``. A roof is a lower bound on time (roofline.md), so each probe keeps its fastest
-repeat (``harness.chip.figures`` takes the best rate of a kernel and size): the cores' fast mode
+repeat (``harness.chip.rates`` takes the best rate of a kernel and size): the cores' fast mode
 is what the host can do. What the repeats cannot take out, the fastest check over the slowest,
 is stored as the calibration's ``spread``: a figure priced from it that lands above the roofline
 by less than that is within the host's spread, not beyond the roof

@@ -1,4 +1,4 @@
-"""A calibration's figures from its samples: per scope (one device alone, all N busy), the rates
+"""A calibration's rates from its samples: per scope (one device alone, all N busy), the rates
 the ``cpu`` chip is made of.
 
 A roof is a lower bound on time, so every rate is the best seen (each sample is already its
@@ -26,8 +26,8 @@ MIN_WORK_SHARE = 0.2
 
 
 @dataclass(frozen=True)
-class Figures:
-    """Per-device figures of one scope: ``devices`` busy for compute, ``group`` for collectives.
+class Rates:
+    """Per-device rates of one scope: ``devices`` busy for compute, ``group`` for collectives.
 
     ``kernel_flops_per_s``: "kernel dtype" -> [[FLOPs per execution, FLOP/s], ...] by size;
     ``memory_tiers``: [[bytes up to, bytes/s], ...] smallest first (``Chip.memory_tiers``)."""
@@ -78,8 +78,8 @@ def _tiers(points: list[list[float]]) -> list[list[float]]:
     return out[::-1]
 
 
-def figures(samples, scope: str, devices: int, group: int) -> Figures:
-    """Per-device figures of ``scope``; collectives by inverting the ring model
+def rates(samples, scope: str, devices: int, group: int) -> Rates:
+    """Per-device rates of ``scope``; collectives by inverting the ring model
     (t_bw = RING*V*(g-1)/(g*W) on large messages, t_lat = RING*(g-1)*h on small ones), the
     median over sizes (they measure rendezvous more than bandwidth: no roof to take)."""
     mine = [s for s in samples if s.scope == scope]
@@ -106,7 +106,7 @@ def figures(samples, scope: str, devices: int, group: int) -> Figures:
             for dt in DTYPES if any(s.dtype == dt for s in matmuls)}
     stream = _by_size(of("peak", "stream"), overhead)
     g = group
-    return Figures(
+    return Rates(
         devices, group, generic, wall, stream[-1][1] if stream else 0.0,
         max((s.work / s.span_s for s in of("peak", "stream")), default=0.0),
         {k: v for k in RING if (v := med("bandwidth", k, lambda s, r=RING[k]:
