@@ -185,6 +185,16 @@ def test_an_events_bytes_holding_a_step_num_are_found_in_any_encoding():
     assert 0 not in held and 1 not in held
 
 
+def test_a_line_with_no_events_holds_no_step_whatever_its_header_looks_like():
+    """A line whose header bytes look like a step stat (its id field: tag 0x08, then the step's
+    id) and that holds no event: none found (a Flax NNX program's trace had such a line)."""
+    for events in ([], [_event(3, 4, [(STEP, {"int64_value": 7})])]):
+        head = XLine(id=STEP, name="python", timestamp_ns=1000).SerializeToString()
+        raw = head + b"".join(b"\x22" + encode(len(e)) + e for e in events)
+        assert head[:2] == bytes([0x08, STEP])  # the header itself reads as a hit
+        assert wire.read_line(raw).holding(STEP).tolist() == list(range(len(events)))
+
+
 def test_a_step_annotation_is_found_where_its_kinds_first_event_had_no_step(tmp_path):
     """The host's annotations and Execute events, as the per-event decoder reads them: a
     ``train`` event with a ``step_num`` after two without, a step id that an event kind's id

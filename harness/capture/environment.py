@@ -6,6 +6,7 @@ Standard library only at import (jax is imported inside ``environment``).
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import platform
 import re
@@ -68,6 +69,20 @@ def _git(*args: str, cwd: Path) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
+
+
+# the folder holding the harness's packages (a checkout, or site-packages where installed)
+HARNESS_ROOT = Path(harness.__file__).resolve().parent.parent
+
+
+def source_dir(fn) -> Path | None:
+    """The directory of the file that defines ``fn`` (through ``jax.jit``'s and ``nnx.jit``'s
+    wrappers); None where Python cannot say (a builtin, a lambda typed at a prompt)."""
+    try:
+        found = inspect.getsourcefile(inspect.unwrap(fn))
+    except (TypeError, ValueError):
+        return None
+    return Path(found).resolve().parent if found and Path(found).exists() else None
 
 
 def git_state(where: str | os.PathLike | None = None) -> dict:

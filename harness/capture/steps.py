@@ -94,6 +94,17 @@ def trace_compile_options(backend: str, command_buffers: bool = False) -> dict[s
     return options
 
 
+def _commit(fn: Callable) -> dict:
+    """The commit of the code that ran, asked of git once: for the harness's own programs
+    (workloads, probes) and where ``fn``'s file is unknown, ``environment.git_state``'s (the
+    working directory's checkout, else the harness's); for a user's function, the checkout
+    holding its file ({} outside any: not the harness's, which did not write it)."""
+    where = environment.source_dir(fn)
+    if where is None or where.is_relative_to(environment.HARNESS_ROOT):
+        return environment.git_state()
+    return environment.git_state(where)
+
+
 def capture(fn: Callable, args: Sequence, *, warmup: int = 2, steps: int = STEPS,
             out_dir: str | os.PathLike, mesh=None, kwargs: dict | None = None,
             carry: Callable | None = None, command_buffers: bool = False,
@@ -172,7 +183,7 @@ def _capture(program: Program, args: tuple, kwargs: dict, warmup: int, steps: in
                  schema.TRACE_STOP_S: stop_s, **timing,
                  schema.MEMORY_NEEDED_BYTES: need, schema.MEMORY_CAPACITY_BYTES: have,
                  schema.TIME: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                 **environment.git_state()})  # the commit that ran, asked of git once
+                 **_commit(program.jitted)})
     mesh = mesh if mesh is not None else arguments.args_mesh(run.args, kwargs)
     if mesh is not None:
         meta[schema.MESH] = {str(k): int(v) for k, v in dict(mesh.shape).items()}

@@ -138,7 +138,7 @@ class Line:
         writes), then a byte with those bits, as any encoding of the id begins. Every event
         with a stat ``stat_id`` is one of them (a few others too, whose bytes look alike); no
         stat is read. An id of 0 is written as no field at all: every event."""
-        if stat_id == 0:
+        if stat_id == 0 or not len(self):  # (the line's own header may look like a hit)
             return np.arange(len(self))
         buf, low, hits = self.buf, stat_id & 0x7F, []
         for at in range(0, len(buf) - 1, SCAN):  # a piece at a time: small temporaries
