@@ -277,11 +277,17 @@ VERDICTS: dict[str, Callable[..., Verdict]] = {
 
 
 def verdict(strategy: str, tokens: float, chip: Chip | str, X: int, Y: int,
-            axes: Sequence[int] = (1, 1), F: float | None = None, dtype: str = "bf16"
-            ) -> Verdict:
+            axes: Sequence[int] = (1, 1), F: float | None = None, dtype: str = "bf16",
+            system=None, inner: int = 1) -> Verdict:
     """Whether ``strategy`` on X (data/FSDP) x Y (model) chips stays compute-bound at
-    ``tokens`` per batch, by training.md's condition; ``axes`` = (M_X, M_Y)."""
+    ``tokens`` per batch, by training.md's condition; ``axes`` = (M_X, M_Y). GPUs past one
+    node: gpus.md's condition at the network level crossed (``predictions.thresholds``)."""
     if strategy not in VERDICTS:
         raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(VERDICTS)}")
+    from predictions import thresholds  # it builds this module's Verdict
+    net = thresholds.network_verdict(strategy, positive("tokens", tokens), chip, X, Y, F,
+                                     dtype, system, inner)
+    if net is not None:
+        return net
     m_x, m_y = _mxy(tuple(axes))
     return VERDICTS[strategy](positive("tokens", tokens), chip, X * Y, X, Y, m_x, m_y, F, dtype)

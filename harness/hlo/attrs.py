@@ -12,6 +12,10 @@ axis a collective runs over):
   device iota reshaped to the second list and transposed by ``T(...)``;
 - mesh ``mesh['axis_0'=1,'axis_1'=4,'axis_2'=2] {'axis_1'}``: a group spans the named axes
   (a sub-axis ``'x':(2)4`` spans 4 devices of axis x); group size = product of their sizes.
+
+A trace's embedded ``HloProto`` keeps the groups in ``collective_device_list`` (explicit or
+iota), which an older jaxlib prints as ``{}``; ``harness.trace.hlo_proto`` writes them back in
+these syntaxes (``iota_text``, ``explicit_text``) before the text is parsed.
 """
 from __future__ import annotations
 
@@ -180,6 +184,24 @@ def replica_groups(text: str) -> ReplicaGroups:
     if len(sizes) != 1:
         raise HloParseError(f"replica groups of unequal sizes {sorted(sizes)}: {text[:80]!r}")
     return ReplicaGroups("explicit", sizes.pop(), len(groups), groups=groups)
+
+
+def iota_text(num_groups: int, group_size: int, reshape: tuple[int, ...] = (),
+              perm: tuple[int, ...] = ()) -> str:
+    """The iota form XLA prints for a proto's ``IotaReplicaGroupListProto``:
+    (4, 2, (2, 4), (1, 0)) -> ``[4,2]<=[2,4]T(1,0)``; the transpose is left out when it is the
+    identity, the reshape defaults to all devices in one dimension. ``replica_groups`` reads it
+    back."""
+    dims = tuple(reshape) or (num_groups * group_size,)
+    text = f"[{num_groups},{group_size}]<=[{','.join(map(str, dims))}]"
+    if perm and tuple(perm) != tuple(range(len(dims))):
+        text += f"T({','.join(map(str, perm))})"
+    return text
+
+
+def explicit_text(groups: tuple[tuple[int, ...], ...]) -> str:
+    """((0, 1), (2, 3)) -> ``{{0,1},{2,3}}``, the explicit form (a proto's ``ReplicaGroup``s)."""
+    return "{" + ",".join("{" + ",".join(map(str, g)) + "}" for g in groups) + "}"
 
 
 def pairs(text: str) -> tuple[tuple[int, int], ...]:

@@ -16,6 +16,7 @@ from google.protobuf import descriptor_pb2
 from google.protobuf.message import DecodeError
 
 from harness.errors import TraceError
+from harness.hlo.attrs import explicit_text, iota_text
 from harness.trace.planes import PlaneIndex, plane
 from harness.trace.space import Space
 from harness.trace.xplane import message_classes
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 METADATA_PLANE = "/host:metadata"
 HLO_PROTO_STAT = "Hlo Proto"
 _PROGRAM_ID = re.compile(r"^(.*)\((\d+)\)$")  # "jit_step(12)" -> ("jit_step", "12")
+_INSTR_NAME = re.compile(r"\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=")
 
 _F = descriptor_pb2.FieldDescriptorProto
 # The fields of xla/service/hlo.proto read here: (message, field, number, type, message type)
@@ -40,8 +42,28 @@ _FIELDS = [
     ("HloInstructionProto", "opcode", 2, _F.TYPE_STRING, None),
     ("HloInstructionProto", "id", 35, _F.TYPE_INT64, None),
     ("HloInstructionProto", "called_computation_ids", 38, _F.TYPE_INT64, None),
+    # replica groups: the old list (49), the device list of current XLA (87: explicit or iota)
+    # and its iota-only form (92); xla_data.proto's messages they hold
+    ("HloInstructionProto", "replica_groups", 49, _F.TYPE_MESSAGE, "ReplicaGroup"),
+    ("HloInstructionProto", "collective_device_list", 87, _F.TYPE_MESSAGE,
+     "CollectiveDeviceListProto"),
+    ("HloInstructionProto", "iota_collective_device_list", 92, _F.TYPE_MESSAGE,
+     "IotaReplicaGroupListProto"),
+    ("ReplicaGroup", "replica_ids", 1, _F.TYPE_INT64, None),
+    ("CollectiveDeviceListProto", "replica_groups", 1, _F.TYPE_MESSAGE, "ReplicaGroup"),
+    ("CollectiveDeviceListProto", "iota_replica_group_list", 2, _F.TYPE_MESSAGE,
+     "IotaReplicaGroupListProto"),
+    ("IotaReplicaGroupListProto", "num_replica_groups", 1, _F.TYPE_INT64, None),
+    ("IotaReplicaGroupListProto", "num_devices_per_group", 2, _F.TYPE_INT64, None),
+    ("IotaReplicaGroupListProto", "iota_reshape_dims", 3, _F.TYPE_INT64, None),
+    ("IotaReplicaGroupListProto", "iota_transpose_perm", 4, _F.TYPE_INT32, None),
+    # the partition count the printed text drops: the module's device assignment
+    ("HloModuleProto", "device_assignment", 15, _F.TYPE_MESSAGE, "DeviceAssignmentProto"),
+    ("DeviceAssignmentProto", "replica_count", 1, _F.TYPE_INT32, None),
+    ("DeviceAssignmentProto", "computation_count", 2, _F.TYPE_INT32, None),
 ]
-_REPEATED = {"computations", "instructions", "called_computation_ids"}
+_REPEATED = {"computations", "instructions", "called_computation_ids", "replica_groups",
+             "replica_ids", "iota_reshape_dims", "iota_transpose_perm"}
 
 
 def _classes() -> dict[str, type]:
@@ -124,15 +146,64 @@ def _print_options():
 
 def module_text(module_bytes: bytes) -> str:
     """The HLO text of a serialized ``HloModuleProto`` (what ``compiled.as_text()`` prints),
-    with each instruction's metadata where jaxlib can print it."""
+    with each instruction's metadata where jaxlib can print it, and the replica groups and
+    partition count that an older jaxlib's printer leaves out (``restore_groups``)."""
     try:
         computation = _xla_computation()(module_bytes)
         options = _print_options()
         if options is not None and hasattr(computation, "get_hlo_module"):
-            return computation.get_hlo_module().to_string(options)
-        return computation.as_hlo_text()
+            text = computation.get_hlo_module().to_string(options)
+        else:
+            text = computation.as_hlo_text()
     except Exception as e:  # noqa: BLE001 - jaxlib raises its own error types
         raise TraceError(f"cannot print the HLO embedded in the trace: {e}") from None
+    return restore_groups(text, module_bytes)
+
+
+def _groups_text(instr) -> str | None:
+    """An instruction's replica groups from the proto, in the syntax XLA prints: the iota form
+    ``[4,2]<=[2,4]T(1,0)`` or explicit ``{{0,1},{2,3}}``; None when it holds none."""
+    iota = None
+    if instr.HasField("iota_collective_device_list"):
+        iota = instr.iota_collective_device_list
+    elif instr.HasField("collective_device_list"):
+        cdl = instr.collective_device_list
+        if cdl.HasField("iota_replica_group_list"):
+            iota = cdl.iota_replica_group_list
+        elif cdl.replica_groups:
+            return explicit_text(tuple(tuple(g.replica_ids) for g in cdl.replica_groups))
+    if iota is not None and iota.num_devices_per_group:
+        return iota_text(iota.num_replica_groups, iota.num_devices_per_group,
+                         tuple(iota.iota_reshape_dims), tuple(iota.iota_transpose_perm))
+    if instr.replica_groups:
+        return explicit_text(tuple(tuple(g.replica_ids) for g in instr.replica_groups))
+    return None
+
+
+_EMPTY_GROUPS = "replica_groups={}"
+
+
+def restore_groups(text: str, module_bytes: bytes) -> str:
+    """``text`` with ``replica_groups={}`` replaced by the groups the proto holds in
+    ``collective_device_list`` (jaxlib 0.10's printer reads only the old field and prints
+    ``{}``, "every device"), and the header given ``num_partitions`` from the device assignment
+    where the text has none (the module's config, which the proto does not carry, is lost)."""
+    module = _PROTO["HloModuleProto"].FromString(module_bytes)
+    groups = {i.name: g for c in module.computations for i in c.instructions
+              if (g := _groups_text(i)) is not None}
+    lines = text.split("\n")
+    for k, line in enumerate(lines):
+        if _EMPTY_GROUPS not in line:
+            continue
+        m = _INSTR_NAME.match(line)
+        if m and m.group(1) in groups:
+            lines[k] = line.replace(_EMPTY_GROUPS, f"replica_groups={groups[m.group(1)]}", 1)
+    da = module.device_assignment
+    if da.computation_count > 1 and lines and lines[0].startswith("HloModule") and \
+            "num_partitions=" not in lines[0]:
+        lines[0] += f", replica_count={max(da.replica_count, 1)}, " \
+                    f"num_partitions={da.computation_count}"
+    return "\n".join(lines)
 
 
 def async_names(module_bytes: bytes) -> dict[str, str]:
