@@ -57,6 +57,19 @@ def test_the_script_keeps_its_own_device_count(tmp_path, own, flags, devices, co
     assert not list(tmp_path.glob("harness-profile-*"))  # no trace left behind
 
 
+def test_a_device_count_the_script_asks_jax_for_is_named(tmp_path):
+    # jax's own setting (its default is 1 CPU device): the count and the note say the script's
+    (tmp_path / "mine.py").write_text('import jax\njax.config.update("jax_num_cpu_devices", 4)\n'
+                                      + SHARDED)
+    done = harness(tmp_path, "profile", "--chip", "cpu", "--format", "json", "mine.py",
+                   env=env_for(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = report_of(done.stdout)
+    assert report["meta"][schema.DEVICE_COUNT] == 4
+    assert "the script ran on 4 cpu devices (jax_num_cpu_devices set by the script)" in \
+        report["notes"]
+
+
 def test_the_cpu_chip_is_calibrated_on_the_scripts_devices(tmp_path):
     (tmp_path / "mine.py").write_text(OWN_FLAGS + SHARDED)
     done = harness(tmp_path, "profile", "--format", "json", "mine.py")

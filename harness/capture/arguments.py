@@ -126,14 +126,49 @@ def changes(before: dict[str, tuple], after: dict[str, tuple]) -> str:
 
 
 def own_copies(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """The arguments with every Flax NNX object (module, optimizer, variable) cloned
-    (``nnx.clone``: the same arrays in new objects, references shared between arguments kept
-    shared), so that steps updating them in place leave the caller's as they were. JAX arrays
-    are immutable: everything else is given as it is."""
+    """The arguments with every piece of state a step updates in place copied, so that steps
+    leave the caller's as they were: each ``jax.Ref`` a new ref of its value (one copy for a
+    ref given twice), every Flax NNX object (module, optimizer, variable) cloned (``nnx.clone``:
+    the same arrays in new objects, references shared between arguments kept shared). JAX
+    arrays are immutable: everything else is given as it is."""
+    import jax
+
+    if _refs(args, kwargs):
+        copies: dict[int, object] = {}
+
+        def copy(x):
+            if _is_ref(x):
+                return copies.setdefault(id(x), jax.new_ref(x[...]))
+            return x
+
+        args, kwargs = jax.tree.map(copy, (tuple(args), dict(kwargs)), is_leaf=_is_ref)
     nnx = sys.modules.get("flax.nnx")
     if nnx is None or not has_graph_nodes(args, kwargs):
         return args, kwargs
     return nnx.clone((tuple(args), dict(kwargs)))
+
+
+def mutable_state(args: tuple, kwargs: dict) -> list[str]:
+    """What among the arguments a step may update in place, in words ("2 jax.Refs", "Flax NNX
+    objects"); [] for none (JAX arrays are immutable)."""
+    n = _refs(args, kwargs)
+    return ([f"{n} jax.Ref{'s' * (n != 1)}"] if n else []) + (
+        ["Flax NNX objects"] if has_graph_nodes(args, kwargs) else [])
+
+
+def _is_ref(x) -> bool:
+    import jax
+
+    ref = getattr(jax, "Ref", None)  # jax 0.7+: mutable arrays (jax.new_ref)
+    return ref is not None and isinstance(x, ref)
+
+
+def _refs(args: tuple, kwargs: dict) -> int:
+    """The distinct ``jax.Ref``s among the arguments' leaves."""
+    import jax
+
+    leaves = jax.tree.leaves((tuple(args), dict(kwargs)), is_leaf=_is_ref)
+    return len({id(x) for x in leaves if _is_ref(x)})
 
 
 def has_graph_nodes(args: Sequence, kwargs: dict) -> bool:

@@ -32,12 +32,13 @@ class Steps:
     ``call(args, kwargs)`` is one step (``program.Executable.call``)."""
 
     def __init__(self, call: Callable, args: tuple, kwargs: dict, carry: Callable | None,
-                 fresh):
+                 fresh, ran: list[int] | None = None):
         self.step, self.args, self.kwargs = call, args, kwargs
         self.carry, self.fresh = carry, fresh
+        self.ran = ran if ran is not None else [0]  # steps run, shared with ``with_call``'s
 
     def with_call(self, call: Callable) -> Steps:
-        return Steps(call, self.args, self.kwargs, self.carry, self.fresh)
+        return Steps(call, self.args, self.kwargs, self.carry, self.fresh, self.ran)
 
     def next_args(self) -> tuple:
         return self.fresh(self.args) if self.fresh else self.args
@@ -46,6 +47,7 @@ class Steps:
         import jax
 
         res = self.step(a, self.kwargs)
+        self.ran[0] += 1
         jax.block_until_ready(res)
         return res
 

@@ -36,6 +36,8 @@ def environment(devices: Sequence | None = None) -> dict:
         schema.DEVICE_KIND: devices[0].device_kind if devices else "",
         "platform": devices[0].platform if devices else "",
         schema.DEVICE_COUNT: len(devices),
+        # the CPU device count the process asked jax for (-1: none; jax_num_cpu_devices)
+        "jax_num_cpu_devices": getattr(jax.config, "jax_num_cpu_devices", -1),
         "process_count": jax.process_count(),
         "process_index": jax.process_index(),
         "jax_version": jax.__version__,

@@ -4,7 +4,9 @@ A ``jax.jit`` or ``nnx.jit`` function is taken as it is: both lower with
 ``.lower(*args, **kwargs)``, static arguments included, and an NNX one lowers, compiles and
 calls with its modules and optimizers, applying their updates to them. A plain function is
 jitted here: with ``nnx.jit`` when Flax NNX objects are among its arguments (so that their
-updates reach them, as in eager code), else ``jax.jit``.
+updates reach them, as in eager code), else ``jax.jit``. A compiled one
+(``jax.jit(f).lower(...).compile()``, as the book calls its programs) is its own executable:
+called with the arguments it was compiled for, never compiled again.
 
 Steps call the program as the user's code does (``own``: the jitted function itself, which
 runs the executable ``lowered.compile()`` made: jax keeps one cache for both), unless the
@@ -70,6 +72,10 @@ class Program:
     def __init__(self, fn: Callable, args: tuple, kwargs: dict):
         import jax
 
+        self.compiled = fn if isinstance(fn, jax.stages.Compiled) else None
+        if self.compiled is not None:
+            self.jitted, self.name, self.names = fn, _compiled_name(fn), []
+            return
         self.jitted = fn if hasattr(fn, "lower") else (
             sys.modules["flax.nnx"].jit(fn) if has_graph_nodes(args, kwargs) else jax.jit(fn))
         self.name = getattr(fn, "__name__", None) or type(fn).__name__
@@ -82,6 +88,8 @@ class Program:
     def executable(self, args: tuple, kwargs: dict, options: dict) -> Executable:
         """Lower for ``args``/``kwargs`` and compile with ``options`` (see the module's
         docstring for which executable the steps call)."""
+        if self.compiled is not None:  # compiled already: as it is, XLA's options its own
+            return Executable(self.compiled, self.compiled, {}, self.own)
         lowered = self.jitted.lower(*args, **kwargs)
         keep = _dynamic_kwargs(lowered, tuple(args))
         if options and keep is None:
@@ -96,3 +104,9 @@ class Program:
             return compiled(*a, **{k: v for k, v in kw.items() if k in keep})
 
         return Executable(lowered, compiled, options, call)
+
+
+def _compiled_name(compiled) -> str:
+    """A compiled program's name: its HLO module's (``jit_step``)."""
+    first = compiled.as_text().split("\n", 1)[0]  # HloModule jit_step, is_scheduled=true, ...
+    return first.split()[1].rstrip(",") if first.startswith("HloModule ") else "compiled"

@@ -133,17 +133,26 @@ def capture(fn: Callable, args: Sequence, *, warmup: int = 2, steps: int = STEPS
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     args, kwargs = tuple(args), dict(kwargs or {})
+    state = arguments.mutable_state(args, kwargs)
     if keep_state:
         args, kwargs = arguments.own_copies(args, kwargs)
     program = Program(fn, args, kwargs)
     try:
-        return _capture(program, args, kwargs, warmup, steps, out, mesh, carry,
-                        trace_compile_options(jax.default_backend(), command_buffers))
+        cap = _capture(program, args, kwargs, warmup, steps, out, mesh, carry,
+                       trace_compile_options(jax.default_backend(), command_buffers))
     except Exception as e:
         err = user_error(e, program.name)
         if err is None:
             raise
         raise err from None
+    if schema.HOST_DEVICE_COUNT in cap.meta:
+        cap.notes.append(f"the program ran on {cap.meta[schema.DEVICE_COUNT]} of this process's "
+                         f"{cap.meta[schema.HOST_DEVICE_COUNT]} devices")
+    if state and not keep_state:
+        cap.notes.append(f"the step updates its arguments in place ({', '.join(state)}): the "
+                         f"harness ran it {cap.meta[schema.STEPS_RUN]} times, which advanced "
+                         f"them as many steps (keep_state=True steps copies instead)")
+    return cap
 
 
 def _capture(program: Program, args: tuple, kwargs: dict, warmup: int, steps: int, out: Path,
@@ -183,7 +192,10 @@ def _capture(program: Program, args: tuple, kwargs: dict, warmup: int, steps: in
                  schema.TRACE_STOP_S: stop_s, **timing,
                  schema.MEMORY_NEEDED_BYTES: need, schema.MEMORY_CAPACITY_BYTES: have,
                  schema.TIME: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                 **_commit(program.jitted)})
+                 schema.STEPS_RUN: run.ran[0], **_commit(program.jitted)})
+    used = _devices(exe.compiled)
+    if used and used != meta[schema.DEVICE_COUNT]:  # the program's devices, not the process's
+        meta[schema.HOST_DEVICE_COUNT], meta[schema.DEVICE_COUNT] = meta[schema.DEVICE_COUNT], used
     mesh = mesh if mesh is not None else arguments.args_mesh(run.args, kwargs)
     if mesh is not None:
         meta[schema.MESH] = {str(k): int(v) for k, v in dict(mesh.shape).items()}
@@ -193,6 +205,22 @@ def _capture(program: Program, args: tuple, kwargs: dict, warmup: int, steps: in
     notes = [recompiled_note(program.name, changed)] if changed else []
     return Capture(trace_dir=out, hlo_text=hlo_text, cost_analysis=cost, meta=meta,
                    notes=notes)
+
+
+def _devices(compiled) -> int | None:
+    """The devices the compiled program runs on: those its inputs' and outputs' shardings
+    name (None where the executable says none)."""
+    import jax
+
+    found = set()
+    for side in ("input_shardings", "output_shardings"):
+        try:  # jax 0.10 fails to unflatten a program's outputs where it takes jax.Refs
+            shardings = getattr(compiled, side, None)
+        except ValueError:
+            continue
+        for s in jax.tree.leaves(shardings):
+            found |= set(getattr(s, "device_set", ()))
+    return len(found) or None
 
 
 def _traced(run: Steps, steps: int, out: Path) -> tuple[list[float], float]:

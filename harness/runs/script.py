@@ -61,12 +61,14 @@ def device_note(ran: ScriptRun, meta: dict) -> str:
             why = f"--devices {ran.devices}"
         elif DEVICE_COUNT_ENV in ran.given:
             why = f"{DEVICE_COUNT_ENV}={ran.given[DEVICE_COUNT_ENV]} in the environment"
+        elif (meta.get("jax_num_cpu_devices") or -1) > 0:
+            why = "jax_num_cpu_devices set by the script"
         elif device_count_flag(own) is not None and own != given:
             why = "XLA_FLAGS set by the script"
         elif device_count_flag(given) is not None:
             why = "XLA_FLAGS in the environment"
-        else:
-            why = "jax's default"
+        else:  # jax's default is one CPU device; more came from where the harness cannot see
+            why = "jax's default" if n == 1 else "set where the harness cannot see"
     return f"the script ran on {n} {backend} device{'s' * (n != 1)}" + (f" ({why})" if why else "")
 
 

@@ -26,6 +26,8 @@ STATUS = term("status", "done, failed, oom (out of memory) or pending")
 ERROR = "error"                    # one line, for failed points
 STEPS = "steps"                    # measured steps per point
 WARMUP = "warmup"                  # untraced warm-up steps per point
+STEPS_RUN = "steps_run"            # steps a capture ran in all: warm-up, traced and timed
+HOST_DEVICE_COUNT = "host_device_count"  # the process's devices, where the program ran on fewer
 RUN = "run"                        # run directory, relative to the sweep directory
 STEP_S = term("step_s", "the measured step: first op's start to last op's end on the slowest "
               "device, its median step")  # harness.step.timeline.measured_step
