@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                     "compile a (real-size) workload on a virtual mesh and cost its HLO on a chip"),
     "explain": ("harness.commands.explain",
                 "every collective of a run or trace: source line, mesh axes, why, the book's fix"),
+    "memory": ("harness.commands.memory",
+               "the peak per device, compiled and the book's, what holds it, the buffers at it"),
     "plan": ("harness.commands.plan",
              "rank a workload's layouts on a chip and slice before running (compiled ahead of "
              "time)"),

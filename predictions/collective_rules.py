@@ -24,7 +24,7 @@ def _collective(kind: str, comm: Callable[[OpDesc, float], float], reduces: bool
         # sharding.md: ReduceScatter/AllReduce also do the additions, (n-1)/n of the elements
         flops = sum(s.elements for s in op.operands) * (n - 1) / n if reduces else 0.0
         return Cost(flops=flops, hbm_bytes=op.operand_bytes + out, comm_bytes=comm(op, out),
-                    collective=kind, group_axes=op.group_axes)
+                    collective=kind, group_axes=op.group_axes, groups=op.groups)
     return rule
 
 

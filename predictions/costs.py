@@ -53,7 +53,8 @@ class OpDesc:
     with ``window_positions`` giving the spatial part.
     ``attention``: a fused attention call that names its sizes instead of laying out Q and K,
     as (B, T, S, N, H). ``estimate``: (FLOPs, HBM bytes) a kernel declares for itself (a Pallas
-    ``CostEstimate``), for calls whose work no shape shows.
+    ``CostEstimate``), for calls whose work no shape shows. ``groups``: a collective's device
+    ids per replica group (``predictions.levels`` prices them by network level); None: unknown.
     """
 
     opcode: str
@@ -70,6 +71,7 @@ class OpDesc:
     window_positions: float | None = None
     attention: tuple[int, int, int, int, int] | None = None
     estimate: tuple[float, float] | None = None
+    groups: tuple[tuple[int, ...], ...] | None = field(default=None, compare=False)
 
     @property
     def group_size(self) -> int:
@@ -92,6 +94,7 @@ class Cost:
     "all-to-all", "collective-permute") when ``comm_bytes`` moves over the interconnect;
     ``comm_bytes`` follows ``predictions.collectives``' convention for that kind.
     ``host_bytes``: bytes that cross the host link (PCIe), to or from host memory.
+    ``groups``: the collective's device groups (``OpDesc.groups``), None where not known.
     """
 
     flops: float = 0.0
@@ -102,6 +105,7 @@ class Cost:
     group_axes: tuple[int, ...] = ()
     modeled: bool = True
     notes: tuple[str, ...] = field(default=(), compare=False)
+    groups: tuple[tuple[int, ...], ...] | None = field(default=None, compare=False)
 
     def __add__(self, other: "Cost") -> "Cost":
         if not isinstance(other, Cost):
@@ -115,6 +119,7 @@ class Cost:
             group_axes=self.group_axes or other.group_axes,
             modeled=self.modeled and other.modeled,
             notes=self.notes + other.notes,
+            groups=self.groups or other.groups,
         )
 
     def __mul__(self, k: float) -> "Cost":

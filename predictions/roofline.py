@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from predictions import collectives, dtypes, hardware, topology
+from predictions import collectives, dtypes, hardware, levels, topology
 from predictions.costs import positive
 from predictions.hardware import Chip
 from predictions.rules import Cost
@@ -106,12 +106,17 @@ class OpTime:
 UNMODELED_TIME = OpTime(0.0, 0.0, 0.0, 0.0, "unmodeled")
 
 
-def comm_time(cost: Cost, chip: Chip | str) -> float:
-    """Seconds of a cost's collective on ``chip`` over ``cost.group_axes``."""
+def comm_time(cost: Cost, chip: Chip | str, system=None) -> float:
+    """Seconds of a cost's collective on ``chip`` over ``cost.group_axes``; with ``system`` (a
+    ``predictions.network`` System or name), at the network levels its ``cost.groups`` cross
+    (gpus.md, training.md; ``predictions.levels``: a permute keeps the torus/ring model)."""
     if not cost.comm_bytes or not cost.collective:
         return 0.0
     if cost.collective != "collective-permute" and math.prod(cost.group_axes) == 1:
         return 0.0  # a group of one device moves nothing
+    if system is not None and cost.collective in levels.PRICED:
+        return collectives.estimate(cost.collective, cost.comm_bytes, cost.group_axes, chip,
+                                    system=system, groups=cost.groups).seconds
     if cost.collective not in collectives.TIME_BY_COLLECTIVE:
         raise ValueError(f"unknown collective {cost.collective!r}; "
                          f"known: {', '.join(collectives.TIME_BY_COLLECTIVE)}")
@@ -190,11 +195,12 @@ def kernel_rate(chip: Chip | str, kernel: str, dtype: str, flops: float) -> floa
 
 
 def op_time(cost: Cost, chip: Chip | str, dtype: str = "bf16",
-            flops_per_s: float | None = None) -> OpTime:
+            flops_per_s: float | None = None, system=None) -> OpTime:
     """roofline.md: T_math = FLOPs/C, T_hbm = bytes/W_hbm, T_comm by sharding.md (plus bytes
     over the host link / W_pcie); max of them. Unmodeled when the chip lacks the link's figure.
     ``flops_per_s``: C when the op's own kernel has a rate (``kernel_rate``), else the chip's
-    peak at ``dtype``."""
+    peak at ``dtype``. ``system``: price collectives at the network levels they cross
+    (``comm_time``)."""
     c = hardware.chip_entry(chip)
     t_host = host_time(cost, c)
     if not cost.modeled or t_host is None:
@@ -203,7 +209,7 @@ def op_time(cost: Cost, chip: Chip | str, dtype: str = "bf16",
     terms = {
         "compute": cost.flops / C if cost.flops else 0.0,  # roofline.md: T_math = FLOPs / C
         "memory": cost.hbm_bytes / memory_bandwidth(c, cost.hbm_bytes),
-        "comm": comm_time(cost, c) + t_host,
+        "comm": comm_time(cost, c, system) + t_host,
     }
     return combine(terms["compute"], terms["memory"], terms["comm"], c.op_overhead_s)
 

@@ -36,6 +36,9 @@ FLAGS = {
     "--strict": "switch", "--tokens": "N", "--top": "N", "--topology": "SHAPE",
     "--verbose": "switch", "--warmup": "N", "--weight-bytes": "BYTES", "--weight-dtype": "DTYPE",
     "--wraparound": "{auto,yes,no}",
+    # the network past one node or slice (docs/networks.md)
+    "--system": "NAME", "--sharp": "{theory,measured}", "--nodes": "N",
+    "--gpus-per-node": "N", "--slices": "N", "--over": "NAME[,NAME]",
 }
 # the output paths: each is checked before any work (harness.commands.check_options)
 OUTPUTS = {"--csv", "--json", "--html", "--junit", "--out", "--keep-trace", "--save"}

@@ -8,9 +8,9 @@ with nothing printed before it, not after the work. Every output path (``--csv``
 
 One flag per idea across the commands (the table in docs/commands.md; tests/test_flags.py reads
 every command's ``--help`` against it): the options several commands share are added here
-(``add_format``, ``add_mesh``, ``add_layout``, ``add_warmup``, ``add_no_compile_cache``), and a
-flag renamed keeps its old spelling for one release (``deprecated``: it still works, hidden from
-``--help``, and prints one line naming the new one).
+(``add_format``, ``add_mesh``, ``add_layout``, ``add_warmup``, ``add_no_compile_cache``,
+``add_network``), and a flag renamed keeps its old spelling for one release (``deprecated``: it
+still works, hidden from ``--help``, and prints one line naming the new one).
 """
 import argparse
 import sys
@@ -89,6 +89,34 @@ def add_no_compile_cache(p, what: str) -> None:
     """``--no-compile-cache``: compile again rather than reuse a cached compile."""
     p.add_argument("--no-compile-cache", dest="compile_cache", action="store_false",
                    help=f"compile every program afresh (default: reuse {what})")
+
+
+def add_network(p) -> None:
+    """``--system``, ``--sharp``, ``--nodes``, ``--gpus-per-node``, ``--slices``: the network
+    past one GPU node or TPU slice, which a trace cannot show (``harness.chip.network`` makes
+    them a ``predictions.network.System``; docs/networks.md)."""
+    from predictions import network
+
+    g = p.add_argument_group("the network past one node or slice (docs/networks.md)")
+    g.add_argument("--system", metavar="NAME", help=f"the GPU cluster's network: "
+                   f"{', '.join(network.SYSTEMS)} (default the chip's, with --nodes)")
+    g.add_argument("--sharp", choices=tuple(network.SHARP),
+                   help="SHARP in-network AllReduce: theory (2x) or measured (1.3x) (gpus.md)")
+    g.add_argument("--nodes", type=positive, metavar="N", help="GPU nodes the job spans")
+    g.add_argument("--gpus-per-node", type=positive, metavar="N",
+                   help="GPUs in each node's NVLink domain (default the system's)")
+    g.add_argument("--slices", type=positive, metavar="N", help="TPU slices joined by DCN")
+
+
+def positive(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} is not a whole number >= 1")
+    return n
 
 
 def level(text: str) -> float:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.commands import add_format, add_mesh, count
+from harness.commands import add_format, add_mesh, add_network, count
 from harness.errors import HarnessError
 
 # checked before the run or trace is read (harness.commands.check_options)
@@ -38,15 +38,17 @@ def add_arguments(p) -> None:
                    help="also write the full table as CSV here")
     p.add_argument("--json", type=Path, metavar="FILE",
                    help="also write the full table as JSON here")
+    add_network(p)
 
 
 def main(args) -> int:
     from harness.analysis.mesh import parse_mesh
+    from harness.chip.network import declared
     from harness.report import tables
     from harness.runs.explained import explain_path, rendered
 
     mesh = parse_mesh(args.mesh) if args.mesh else None
-    explained = explain_path(Path(args.path), args.chip, args.program, mesh)
+    explained = explain_path(Path(args.path), args.chip, args.program, mesh, declared(args))
     print(rendered(explained, args.format, args.top), end="")
     if explained.table is not None and len(explained.table):
         _write(args, explained.table, tables)

@@ -2,6 +2,8 @@
 predicted step, each beside the book's verdict (``harness.plan``).
 
     harness plan --preset 70b --chip tpu-v5p --topology 4x4x4 --batch 256seq --seq-len 4096
+    harness plan --chip tpu-v5p --topology 2x2x1 --slices 2 --batch 64seq   # two slices, DCN
+    harness plan --chip h100 --nodes 32 --batch 512seq                      # 256 GPUs
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import sys
 from harness.commands import (
     add_format,
     add_layout,
+    add_network,
     add_no_compile_cache,
     deprecated,
     parse_sets,
@@ -52,22 +55,25 @@ def add_arguments(p) -> None:
     deprecated(p, "--no-cache", "--no-compile-cache", dest="compile_cache",
                action="store_false")
     add_format(p, ("text", "md", "json"))
+    add_network(p)
 
 
 def main(args) -> int:
+    from harness.chip.network import declared
     from harness.plan.layouts import check_layouts
     from harness.plan.rank import check_workload
     from harness.plan.render import plan_json, plan_text
-    from harness.plan.request import plan_layouts, slice_topology
+    from harness.plan.request import job_topology, plan_layouts, slice_topology
 
     check_workload(args.workload)
     layouts = check_layouts(args.layouts)
     chip = hardware.chip_entry(args.chip)
-    topo = slice_topology(chip, args.topology)
+    topo, system = job_topology(chip, slice_topology(chip, args.topology),
+                                args.topology is not None, declared(args))
     result = plan_layouts(args.workload, args.preset, parse_sets(args.sets), chip, topo,
                           args.batch, args.seq, layouts, args.compiler,
                           aot_cache_dir() if args.compile_cache else None,
-                          lambda line: print(line, file=sys.stderr, flush=True))
+                          lambda line: print(line, file=sys.stderr, flush=True), system)
     if args.format == "json":
         print(json_text(plan_json(result), indent=1))
         return 0

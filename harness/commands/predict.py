@@ -7,6 +7,8 @@
     harness predict prefill --model llama3-70b --chip tpu-v5e --num-chips 16 --tokens 8192 \
         --mfu 0.4
     harness predict collective all-gather --bytes 34e6 --mesh X=4 --chip tpu-v5e
+    harness predict collective all-gather --bytes 67.1e6 --mesh X=32,Y=8 --over X --chip h100 \
+        --system dgx-h100-superpod
     harness predict matmul --B 1024 --D 8192 --F 28672 --chip tpu-v5e
     harness predict chips
 
@@ -23,10 +25,11 @@ import io
 from rich.console import Console
 from rich.table import Table
 
-from harness.commands import MESH_METAVAR, add_format, add_layout, deprecated
+from harness.commands import MESH_METAVAR, add_format, add_layout, add_network, deprecated
 from harness.plan import book
 from harness.units import json_text
 from predictions import collectives, hardware, transformer
+from predictions.mesh import parse_mesh
 
 # checked before anything is computed (harness.commands.check_options)
 CHECKED = {"chip": "chip"}
@@ -117,10 +120,14 @@ def _prefill(args) -> int:
 
 
 def _collective(args) -> int:
+    from harness.chip import network
+
     nbytes = _num("bytes", args.bytes)
     wrap = {"auto": None, "yes": True, "no": False}[args.wraparound]
+    decl = network.declared(args)
+    system = network.resolve(decl, args.chip, parse_mesh(args.mesh).size) if decl.given else None
     return _emit(args, book.collective(args.kind, nbytes, args.mesh, args.chip, wrap,
-                                       args.links, args.hops))
+                                       args.links, args.hops, system, args.over))
 
 
 def _matmul(args) -> int:
@@ -203,7 +210,11 @@ def _add_collective(sub, common) -> None:
                    help="the mesh axes the collective runs over, by name and size (X=4,Y=4) or "
                         "a shape (4x4) (default 1)")
     deprecated(p, "--axes", "--mesh", dest="mesh")
+    p.add_argument("--over", metavar="NAME[,NAME]",
+                   help="the axes of --mesh the collective runs over (default all): with "
+                        "--system the mesh is the whole job's, device ids row-major")
     _chip_arg(p)
+    add_network(p)
     p.add_argument("--wraparound", choices=("auto", "yes", "no"), default="auto",
                    help="whether the axes wrap around (default auto: the chip's topology)")
     p.add_argument("--links", type=int, default=1, metavar="N", help="ppermute: links used")

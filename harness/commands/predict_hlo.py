@@ -16,6 +16,7 @@ from harness.commands import (
     add_format,
     add_layout,
     add_mesh,
+    add_network,
     add_no_compile_cache,
     count,
     deprecated,
@@ -49,10 +50,12 @@ def add_arguments(p) -> None:
     p.add_argument("--top", type=count, default=15, metavar="N",
                    help="op rows to print per chip (default 15; 0 = all)")
     add_format(p, ("text", "md", "json"))
+    add_network(p)
 
 
 def main(args) -> int:
     import workloads
+    from harness.chip.network import declared
     from harness.plan.render import prediction_json, prediction_text
     from harness.plan.workload import predict_workload
     from workloads.base import with_layout
@@ -63,7 +66,7 @@ def main(args) -> int:
     prediction = predict_workload(
         args.workload, args.preset, overrides, args.mesh, chips, args.compiler,
         aot_cache_dir() if args.compile_cache else None,
-        lambda line: print(line, file=sys.stderr, flush=True))
+        lambda line: print(line, file=sys.stderr, flush=True), declared(args))
     top = args.top or 1 << 30  # --top 0: every op, as in every command
     if args.format == "json":
         print(json_text(prediction_json(prediction, top), indent=1))

@@ -20,12 +20,14 @@ __all__ = ["collectives", "for_run"]
 
 def for_run(modules: Mapping, ops: pd.DataFrame, step: dict | None,
             mesh: dict[str, int] | None, main: tuple[str, str] = ("", ""),
-            program_meshes: Mapping[str, dict[str, int]] | None = None) -> pd.DataFrame:
+            program_meshes: Mapping[str, dict[str, int]] | None = None,
+            system=None) -> pd.DataFrame:
     """The COLLECTIVES table of every compilation a run reports (``ops``' programs and program
     ids), each from its own parsed module (``modules``: (name, program id) -> Module) and its
     own ops' times, its axes named after ``program_meshes[name]`` (``harness.explain.meshes``),
-    else ``mesh``; the step object (``step``) is of the step program ``main`` alone. An
-    explanation that fails is logged and that program left out, never the run."""
+    else ``mesh``; the step object (``step``) is of the step program ``main`` alone; on
+    ``system`` (a ``predictions.network`` System) each reason names the network level that
+    binds it. An explanation that fails is logged and that program left out, never the run."""
     tables = []
     for key in compilations(ops):
         module = module_for(modules, key)
@@ -34,7 +36,8 @@ def for_run(modules: Mapping, ops: pd.DataFrame, step: dict | None,
         try:
             tables.append(collectives(module, mesh=(program_meshes or {}).get(key[0], mesh),
                                       ops=ops, program_id=key[1],
-                                      step=step if key == tuple(main) else None))
+                                      step=step if key == tuple(main) else None,
+                                      system=system))
         except HarnessError as e:
             log.warning("cannot explain the collectives of %s(%s): %s", *key, e)
     tables = [t for t in tables if len(t)]

@@ -5,7 +5,7 @@ is the ``i``-th device of the mesh in row-major order (``jax.sharding.Mesh.devic
 ``workloads.mesh.make_mesh`` builds meshes so). So on a mesh {X: 4, Y: 2} device ``i`` sits at
 (X, Y) = (i // 2, i % 2): the group {0, 2, 4, 6} varies X alone and runs over axis X, the
 group {0, 1} over Y (`sharding.md`: AllGather_X combines the devices along X).
-The groups come in XLA's three forms (``harness.hlo.attrs.replica_groups``); a permute's
+The groups come in XLA's three forms (``harness.hlo.groups.device_groups``); a permute's
 (source, target) pairs run over the axes along which a source and its target differ.
 """
 from __future__ import annotations
@@ -14,34 +14,8 @@ import math
 
 import numpy as np
 
+from harness.hlo.groups import device_groups  # noqa: F401 (re-exported)
 from harness.hlo.ir import Instruction, Module
-
-
-def _mesh_form(groups) -> tuple[tuple[int, ...], ...] | None:
-    """Device ids of each group of a ``mesh[...] {axes}`` form: the HLO's own mesh laid out
-    row-major, every axis it names varying in one group (None where it names sub-axes)."""
-    names = [n for n, _ in groups.mesh]
-    if any(a not in names for a in groups.axes):
-        return None
-    ids = np.arange(math.prod(s for _, s in groups.mesh)).reshape([s for _, s in groups.mesh])
-    inner = [names.index(a) for a in groups.axes]
-    outer = [k for k in range(len(names)) if k not in inner]
-    flat = ids.transpose(outer + inner).reshape(-1, groups.group_size)
-    return tuple(tuple(int(d) for d in g) for g in flat)
-
-
-def device_groups(instr: Instruction, module: Module) -> tuple[tuple[int, ...], ...] | None:
-    """The device ids of each group the collective combines; ((0..n-1),) for "every device";
-    a permute's (source, target) pairs; None where they cannot be told."""
-    groups = instr.attrs.get("replica_groups")
-    if groups is None:
-        pairs = instr.attrs.get("source_target_pairs")
-        return tuple(tuple(p) for p in pairs) if pairs else None
-    if groups.kind == "all":
-        return (tuple(range(module.num_devices)),)
-    if groups.kind == "mesh":
-        return _mesh_form(groups)
-    return groups.groups
 
 
 def _coords(ids, shape: tuple[int, ...]) -> np.ndarray:

@@ -21,9 +21,10 @@ class Facts:
     as text, its ``site``, whether it sits in a while loop's body (``in_loop``) beside a dot
     (``loop_has_dot``), the JAX operation it came from (``source_op``), the devices in each of
     its groups (``group``, 0: unknown), the entry parameters whose gradients it sums
-    (``gradients``, ``site.gradients``), its result's dimensions (``dims``, its largest leaf)
-    and the non-contracting dimensions of the weight of the dot it reads (``weight_free``,
-    ``site.free_dims``; None where unknown)."""
+    (``gradients``, ``site.gradients``), its result's dimensions (``dims``, its largest leaf),
+    the non-contracting dimensions of the weight of the dot it reads (``weight_free``,
+    ``site.free_dims``; None where unknown) and, priced on a network, the level that binds it
+    (``level``, "crosses 32 nodes: leaf, 400 GB/s per node"; "" inside one node or slice)."""
 
     kind: str
     axes: str
@@ -35,6 +36,7 @@ class Facts:
     gradients: tuple[str, ...] = ()
     dims: tuple[int, ...] | None = None
     weight_free: tuple[int, ...] | None = None
+    level: str = ""
 
     @property
     def gradient(self) -> bool:
@@ -201,4 +203,6 @@ def explain(facts: Facts) -> tuple[str, str, str]:
     """(reason name, why, fix) of the first reason in ``REASONS`` that applies; the fix is the
     book's fixes that the collective's shapes can take ("" for none)."""
     reason = next(r for r in REASONS if r.applies(facts))
-    return reason.name, reason.why(facts), reason.fix(facts)
+    # past one node or slice: the level its groups cross and the one that binds
+    level = f"; {facts.level} (docs/networks.md)" if facts.level else ""
+    return reason.name, reason.why(facts) + level, reason.fix(facts)

@@ -18,6 +18,7 @@ import pandas as pd
 from harness import schema
 from harness.explain import axes, reasons, site
 from harness.hlo.desc import to_desc
+from harness.hlo.groups import replica_groups
 from harness.hlo.ir import Instruction, Module
 from harness.hlo.source import source_line
 from harness.hlo.walk import async_done, executed
@@ -47,8 +48,21 @@ def _loops(module: Module) -> dict[str, bool]:
     return out
 
 
+def _level(instr: Instruction, module: Module, kind: str, system) -> str:
+    """The network level that binds the collective on ``system`` ("" without one, or for a
+    kind or groups the levels do not price: a permute's pairs)."""
+    from harness.chip.network import binding_text
+    from predictions import levels
+
+    groups = replica_groups(instr, module) if system is not None else None
+    if not groups or kind not in levels.PRICED:
+        return ""
+    nbytes = _bytes(instr, module) or 1.0  # the level that binds does not depend on V
+    return binding_text(levels.price(kind, nbytes, groups, system), system)
+
+
 def _facts(instr: Instruction, module: Module, kind: str, mesh_axes: str,
-           loops: dict[str, bool]) -> reasons.Facts:
+           loops: dict[str, bool], system=None) -> reasons.Facts:
     where = site.locate(instr, module, kind)
     reduces = kind in ("all-reduce", "reduce-scatter")
     largest = max(instr.shapes, key=lambda s: s.elements, default=None)
@@ -59,7 +73,7 @@ def _facts(instr: Instruction, module: Module, kind: str, mesh_axes: str,
                          gradients=site.gradients(instr, module) if reduces else (),
                          dims=tuple(largest.dims) if largest is not None else None,
                          weight_free=site.free_dims(where.dot) if where.dot is not None
-                         else None)
+                         else None, level=_level(instr, module, kind, system))
 
 
 def _group(instr: Instruction, module: Module) -> int:
@@ -93,14 +107,19 @@ def _sum(values: dict[str, float], names: list[str]) -> float:
 
 def collectives(module: Module, *, mesh: dict[str, int] | None = None,
                 ops: pd.DataFrame | None = None, step: dict | None = None,
-                program_id: str = "") -> pd.DataFrame:
+                program_id: str = "", system=None,
+                priced: pd.DataFrame | None = None) -> pd.DataFrame:
     """``schema.COLLECTIVES`` of one compilation (``program_id``, "" where none is known).
     ``mesh``: the run's named axes ({"X": 4, "Y": 2}); ``ops``: an OPS table (a run's, or
     ``hlo_costs``' predicted one) for ``predicted_s`` and ``measured_s``, its rows of this
     compilation; ``step``: the step object of this compilation, whose per-op
-    ``exposed_comm_s`` it takes. Columns whose source is not given are NaN."""
+    ``exposed_comm_s`` it takes. Columns whose source is not given are NaN. ``system`` (a
+    ``predictions.network`` System): each reason names the network level that binds it;
+    ``priced``: an OPS table whose ``predicted_s`` is taken instead of ``ops``' (``hlo_costs``
+    on that system)."""
     loops = _loops(module)
-    predicted = _per_op(ops, schema.PREDICTED_S, module.name, program_id)
+    predicted = _per_op(ops if priced is None else priced, schema.PREDICTED_S, module.name,
+                        program_id)
     listed = (step or {}).get(schema.STEP_COLLECTIVES) or []
     exposed = {r[schema.OP]: r[schema.EXPOSED_COMM_S] for r in listed}
     # the time the exposed part is of: the step's own (durations on the timeline), else the
@@ -114,7 +133,7 @@ def collectives(module: Module, *, mesh: dict[str, int] | None = None,
         if not kind:
             continue
         mesh_axes = axes.describe(instr, module, mesh)
-        name, why, fix = reasons.explain(_facts(instr, module, kind, mesh_axes, loops))
+        name, why, fix = reasons.explain(_facts(instr, module, kind, mesh_axes, loops, system))
         names = _names(instr, module)
         rows.append({
             schema.PROGRAM: module.name, schema.PROGRAM_ID: program_id, schema.OP: instr.name,

@@ -133,15 +133,15 @@ def _with_software(t: OpTime, seconds: float, chip) -> OpTime:
     return roofline.combine(seconds, t.t_memory_s, t.t_comm_s, chip.op_overhead_s)
 
 
-def _priced(worker: Instruction, module: Module, cost: Cost, chip, dtype: str | None
-            ) -> tuple[OpTime, str]:
+def _priced(worker: Instruction, module: Module, cost: Cost, chip, dtype: str | None,
+            system=None) -> tuple[OpTime, str]:
     """One execution's roofline terms on ``chip`` and the rate that set them (``schema.RATE``):
     a matmul at its own kernel's rate for its size where the chip has one
     (``harness.hlo.kernels``), software work at its software rate, bytes at the bandwidth of
     the memory they fit in."""
     dt = dtype or compute_dtype(worker, module)
     C, compute = kernels.price(chip, kernels.kernel(worker, module), dt, cost.flops)
-    t = roofline.op_time(cost, chip, dt, flops_per_s=C)
+    t = roofline.op_time(cost, chip, dt, flops_per_s=C, system=system)
     if not cost.modeled or t.bound == schema.UNMODELED:
         return t, ""
     software = software_seconds(worker, module, cost, chip)
@@ -166,12 +166,14 @@ def _host_link_unknown(cost: Cost, chip, name: str) -> Cost:
 
 
 def hlo_costs(hlo_text: str | Module, chip, dtype: str | None = None,
-              async_on: str = "start") -> pd.DataFrame:
+              async_on: str = "start", system=None) -> pd.DataFrame:
     """The predicted OPS table (``schema.OPS_PREDICTED``) of a compiled module on ``chip`` (a
     name or a ``predictions.hardware`` chip). ``dtype`` fixes the peak FLOP/s for every op;
     by default each op's own compute dtype is used. Unmodeled ops keep their row with zero
     times and ``bound == "unmodeled"`` (the coverage figure counts them). ``async_on``: the
-    half of an async pair that carries its work ("start" or "done", ``pair_cost``)."""
+    half of an async pair that carries its work ("start" or "done", ``pair_cost``).
+    ``system`` (a ``predictions.network`` System): each collective priced at the network levels
+    its replica groups cross (docs/networks.md); None: inside one node or slice, as before."""
     module, chip = _as_module(hlo_text), hardware.chip_entry(chip)
     rows = []
     for instr, count in executed(module):
@@ -179,7 +181,7 @@ def hlo_costs(hlo_text: str | Module, chip, dtype: str | None = None,
             continue
         cost, worker = pair_cost(instr, module, async_on)
         cost = _host_link_unknown(cost, chip, instr.name)
-        t, rate = _priced(worker, module, cost, chip, dtype)
+        t, rate = _priced(worker, module, cost, chip, dtype, system)
         rows.append({
             schema.PROGRAM: module.name, schema.OP: instr.name, schema.OPCODE: instr.opcode,
             schema.CATEGORY: category(module, instr), schema.COUNT: count,

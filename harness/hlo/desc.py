@@ -3,7 +3,8 @@
 ``to_desc`` dispatches on the opcode through ``DESC_BUILDERS`` (plain instructions take their
 shapes and dimension numbers as printed). Shapes in compiled HLO are already per device
 (`profiling.md`). Collectives get ``group_axes`` from their replica groups: the sizes of the
-named mesh axes when XLA printed the mesh form, otherwise ``(group size,)``.
+named mesh axes when XLA printed the mesh form, otherwise ``(group size,)``; and ``groups``,
+the device ids of each group (``harness.hlo.groups``), which a network prices by level.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Callable
 
 from harness.hlo import calls, conv, spaces
 from harness.hlo.attrs import HloParseError
+from harness.hlo.groups import replica_groups
 from harness.hlo.ir import Computation, Instruction, Module
 from harness.hlo.walk import async_done
 from predictions.rules import ASYNC_SLICES, COLLECTIVE_OPCODES, ELEMENTWISE, OpDesc, Shape
@@ -75,7 +77,8 @@ def _plain(instr: Instruction, module: Module) -> OpDesc:
     return OpDesc(instr.opcode, instr.shapes, instr.operand_leaves,
                   a.get("lhs_contracting_dims", ()), a.get("rhs_contracting_dims", ()),
                   a.get("lhs_batch_dims", ()), a.get("rhs_batch_dims", ()),
-                  _group_axes(instr, module), a.get("dimensions", ()))
+                  _group_axes(instr, module), a.get("dimensions", ()),
+                  groups=replica_groups(instr, module))
 
 
 def _async_collective(instr: Instruction, module: Module) -> OpDesc:
@@ -84,7 +87,7 @@ def _async_collective(instr: Instruction, module: Module) -> OpDesc:
     done = async_done(module, instr)
     results = done.shapes if done is not None else instr.shapes[-1:]
     return OpDesc(instr.opcode.removesuffix("-start"), results, instr.operand_leaves,
-                  group_axes=_group_axes(instr, module))
+                  group_axes=_group_axes(instr, module), groups=replica_groups(instr, module))
 
 
 def _async_slice(instr: Instruction, module: Module) -> OpDesc:

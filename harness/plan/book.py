@@ -13,8 +13,17 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from harness.units import fmt_seconds, fmt_si
-from predictions import collectives, hardware, inference, layouts, roofline, training, transformer
-from predictions.mesh import MeshError, parse_dims
+from predictions import (
+    collectives,
+    hardware,
+    inference,
+    layouts,
+    levels,
+    roofline,
+    training,
+    transformer,
+)
+from predictions.mesh import Mesh, MeshError, parse_dims, parse_mesh
 
 COLUMNS = ("quantity", "value", "formula (book chapter)")
 
@@ -115,10 +124,31 @@ def prefill(chip, cfg, name: str, chips: int, tokens: float, mfu: float, wb: flo
     return Answer(f"prefill {name} on {chips} x {chip.name}", rows, data)
 
 
+def _over(mesh: str, over: str | None) -> tuple[Mesh, tuple[int, ...]]:
+    """The mesh and the indices of the axes ``over`` names (comma-separated; None: all)."""
+    try:
+        m = parse_mesh(mesh)
+    except MeshError as e:
+        raise ValueError(f"--mesh {mesh!r}: {e.reason}") from None
+    names = [n.strip() for n in over.split(",")] if over else list(m.names)
+    wrong = [n for n in names if n not in m.names]
+    if wrong or not names:
+        raise ValueError(f"--over {over!r}: no axis {', '.join(wrong)} in --mesh {m}; valid: "
+                         f"{', '.join(m.names)}")
+    return m, tuple(sorted(m.names.index(n) for n in names))
+
+
 def collective(kind: str, nbytes: float, axes: str, chip: str, wraparound: bool | None = None,
-               links: int = 1, hops: int = 1) -> Answer:
+               links: int = 1, hops: int = 1, system=None, over: str | None = None) -> Answer:
     """One collective of ``nbytes`` per device over the mesh ``axes`` ("4x4", "X=4,Y=4";
-    sharding.md); a ppermute over ``links`` links and ``hops`` hops."""
+    sharding.md), or over the axes ``over`` names of it; a ppermute over ``links`` links and
+    ``hops`` hops. With ``system`` (a ``predictions.network`` System), at the network levels
+    its groups cross (``by_levels``)."""
+    if system is not None:
+        return by_levels(kind, nbytes, axes, system, over)
+    if over:
+        m, idx = _over(axes, over)
+        axes = "x".join(str(m.dims[i]) for i in idx)
     if kind == "ppermute":
         e = collectives.ppermute_terms(nbytes, chip, links, hops)
     else:
@@ -131,6 +161,41 @@ def collective(kind: str, nbytes: float, axes: str, chip: str, wraparound: bool 
             ("bound", e.bound, "")]
     data = {**dataclasses.asdict(e), "seconds": e.seconds, "bound": e.bound}
     return Answer(f"{kind} on {e.chip}", rows, data)
+
+
+def _group_text(g) -> str:
+    """{0,8,16} or, past six ids, {0,8,16,...,248}."""
+    ids = list(map(str, g))
+    return "{" + ",".join(ids if len(ids) <= 6 else [*ids[:3], "...", ids[-1]]) + "}"
+
+
+def by_levels(kind: str, nbytes: float, mesh: str, system, over: str | None = None) -> Answer:
+    """One collective over the axes ``over`` names of ``mesh`` (default all of it), the device
+    ids row-major (the mesh's last axis inside a node), priced at the levels its groups cross
+    on ``system`` (``predictions.levels``; docs/networks.md)."""
+    from harness.chip.network import binding_text
+
+    if kind not in levels.PRICED:
+        raise ValueError(f"--system prices {', '.join(levels.PRICED)}, not {kind}")
+    m, idx = _over(mesh, over)
+    groups = levels.mesh_groups(m.dims, idx)
+    t = levels.price(kind, nbytes, groups, system)
+    shown = " ".join(_group_text(g) for g in groups[:2])
+    over_text = ",".join(m.names[i] for i in idx)
+    rows = [("V (bytes)", fmt_si(t.nbytes, "B"), "per-device convention of sharding.md"),
+            ("groups", f"{len(groups)} x {t.group_size} over {over_text} of {m}",
+             shown + (" ..." if len(groups) > 2 else "")),
+            *((f"level {c.level}", fmt_seconds(c.t_s),
+               f"D={c.D} G={c.G} W={fmt_si(c.bytes_per_s, 'B/s')} (gpus.md / training.md)")
+              for c in t.crossings),
+            ("bandwidth term", fmt_seconds(t.t_bandwidth_s), t.formula),
+            ("latency term", fmt_seconds(t.t_latency_s), "hop latency per ring step"),
+            ("time", fmt_seconds(t.seconds), "max of the two"),
+            ("binding level", t.binding or "-", binding_text(t, system)),
+            ("bound", t.bound, "")]
+    data = {**dataclasses.asdict(t), "seconds": t.seconds, "bound": t.bound,
+            "mesh": str(m), "over": over_text, "level": binding_text(t, system)}
+    return Answer(f"{kind} on {system.name} ({system.chip.name})", rows, data)
 
 
 def matmul(B: float, D: float, F: float, chip: str, dtype: str = "bf16",

@@ -48,10 +48,11 @@ def by_category(pred: pd.DataFrame) -> pd.DataFrame:
 
 
 def predict_module(module: Module, chip, *, model_flops: float | None = None,
-                   devices: int = 1, analytic_s: float | None = None) -> ChipPrediction:
+                   devices: int = 1, analytic_s: float | None = None,
+                   system=None) -> ChipPrediction:
     """Per-op predictions of ``module`` on ``chip``, its simulated step and totals (seconds
-    per step)."""
-    pred = hlo_costs(module, chip).sort_values(schema.PREDICTED_S, ascending=False,
+    per step); ``system``: collectives priced at the network levels they cross."""
+    pred = hlo_costs(module, chip, system=system).sort_values(schema.PREDICTED_S, ascending=False,
                                                kind="stable").reset_index(drop=True)
     durations = roofline_durations(module, pred)
     sim = simulate(module, durations.core_s, durations.transfer_s)

@@ -32,6 +32,7 @@ from harness.plan.predict import predict_module
 from harness.units import fmt_bytes, fmt_decimal_bytes
 from predictions import layouts, training
 from predictions.hardware import Chip
+from predictions.network import System
 from predictions.step import book_dtype
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class Setting:
     topology: tuple[int, ...]
     tpu_chip: str | None = None
     cache_dir: Path | None = None
+    system: System | None = None  # several nodes or slices: the network (docs/networks.md)
 
 
 @dataclass
@@ -87,11 +89,30 @@ def _book(setting: Setting, cand: Candidate, cfg, tokens: int) -> dict:
     model = PLANNABLE[setting.workload](cfg)
     strategy, dtype = layouts.layout(cand.layout).strategy, book_dtype(cfg.param_dtype)
     axes = (cand.M_X, cand.M_Y)
-    v = training.verdict(strategy, tokens, setting.chip, cand.X, cand.Y, axes, model.F, dtype)
+    v = training.verdict(strategy, tokens, setting.chip, cand.X, cand.Y, axes, model.F, dtype,
+                         system=setting.system)  # past one node: gpus.md at the level crossed
     st = training.step_time(model, tokens, setting.chip, cand.X * cand.Y, strategy, cand.X,
                             cand.Y, axes, dtype=dtype, seq_len=cfg.T)
     return {schema.BOOK_CONDITION: v.condition, schema.BOOK_BOUND: v.bound,
-            schema.ANALYTIC_S: st.t_step_s}
+            schema.ANALYTIC_S: st.t_step_s, schema.LEVELS: axis_levels(setting.system, cand)}
+
+
+def axis_levels(system: System | None, cand: Candidate) -> str | None:
+    """The network level that binds a collective over each mesh axis of the layout, the mesh
+    row-major (its model axis Y inside a node or slice): "X: crosses 32 nodes: leaf, ...;
+    Y: within one node: 8 GPUs over NVLink, ..." (None without a network)."""
+    from harness.chip.network import binding_text
+    from predictions import levels
+
+    if system is None:
+        return None
+    said = []
+    for k, (name, n) in enumerate((("X", cand.X), ("Y", cand.Y))):
+        if n > 1:  # 1 GB a device: bandwidth, not the hops' latency, sets which level binds
+            t = levels.price("all-gather", 1e9, levels.mesh_groups((cand.X, cand.Y), (k,)),
+                             system)
+            said.append(f"{name}: {binding_text(t, system)}")
+    return "; ".join(said) or "one device"
 
 
 def _check_builds(wl, cfg, mesh: str) -> None:
@@ -146,7 +167,7 @@ def evaluate(setting: Setting, cand: Candidate, progress: Callable[[str], None])
     mesh = SimpleNamespace(shape=dict(zip(wl.mesh_axes, (cand.X, cand.Y))))
     model_flops = wl.book(cfg, mesh, setting.chip).model_flops if wl.book else None
     pred = predict_module(parse_module(aot.hlo_text), setting.chip, devices=aot.devices,
-                          model_flops=model_flops)
+                          model_flops=model_flops, system=setting.system)
     sim = pred.step
     # training.md's bound: T_comms against T_math; here the program's communication at the
     # roofline against the core's compute in the simulated step

@@ -142,7 +142,9 @@ def plan_text(p: LayoutPlan, fmt: str) -> str:
     ``md``) and the book's order beside the prediction's."""
     r = p.plan
     book = " < ".join(" = ".join(group) for group in r.book_order)
+    # the levels column says something only on several nodes or slices
+    columns = [c for c in schema.PLAN if c != schema.LEVELS or r.table[c].notna().any()]
     return "".join(f"{line}\n" for line in [p.header, *p.notes]) \
-        + tables.render(r.table, fmt, schema.PLAN) \
+        + tables.render(r.table, fmt, columns) \
         + (f"the book's order: {book or '-'}; the prediction's: "
            f"{' < '.join(r.predicted_order) or '-'} ({'agree' if p.agree else 'differ'})\n")

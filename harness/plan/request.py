@@ -18,6 +18,7 @@ from harness.plan.rank import Plan, Setting, orders_agree, plan
 from predictions import roofline
 from predictions.hardware import Chip
 from predictions.mesh import MeshError, parse_dims
+from predictions.network import System
 from predictions.topology import check_axes
 
 SEQ = "seq"  # --batch 256seq: sequences, not tokens
@@ -59,6 +60,28 @@ def slice_topology(chip, text: str | None) -> tuple[int, ...]:
     return named
 
 
+def job_topology(chip: Chip, topology: tuple[int, ...], given: bool, decl
+                 ) -> tuple[tuple[int, ...], System | None]:
+    """(the job's physical axes, its network) for the declared network ``decl``
+    (``harness.chip.network.Declared``): a GPU job of ``--nodes`` x GPUs per node (as many
+    chips as ``--topology``, when given), a TPU job of ``--slices`` slices of ``topology``
+    (the slices its outermost axis, DCN); the topology as it is and None when none."""
+    from harness.chip.network import named, resolve
+
+    if decl is None or not decl.given:
+        return topology, None
+    if chip.kind == "tpu":
+        full = ((decl.slices,) if (decl.slices or 1) > 1 else ()) + tuple(topology)
+        return full, resolve(decl, chip, math.prod(full))
+    if decl.nodes is not None:
+        per = decl.gpus_per_node or named(decl, chip).domain
+        if given and math.prod(topology) != decl.nodes * per:
+            raise HarnessError(f"--topology {math.prod(topology)} chips, but --nodes "
+                               f"{decl.nodes} x {per} GPUs per node = {decl.nodes * per}")
+        topology = (decl.nodes * per,)
+    return topology, resolve(decl, chip, math.prod(topology))
+
+
 def batch_overrides(batch: str | None, seq: int | None, preset_B: int, preset_T: int) -> dict:
     """``--batch``/``--seq-len`` as the config's B (sequences) and T (tokens each)."""
     T = seq or preset_T
@@ -85,10 +108,13 @@ def batch_overrides(batch: str | None, seq: int | None, preset_B: int, preset_T:
 def plan_layouts(workload: str, preset: str, overrides: dict, chip: Chip,
                  topology: tuple[int, ...], batch: str | None, seq: int | None,
                  layouts: Sequence[str], compiler: str, cache_dir: Path | None,
-                 progress: Callable[[str], None] = lambda line: None) -> LayoutPlan:
+                 progress: Callable[[str], None] = lambda line: None,
+                 system: System | None = None) -> LayoutPlan:
     """``layouts`` of ``workload`` on ``chip``'s slice ``topology`` at the global batch
     ``batch`` (tokens, or sequences ``"256seq"``; None: the preset's) of ``seq`` tokens each,
-    compiled by ``compiler`` (``harness.plan.compiles``) and ranked (``harness.plan.rank``)."""
+    compiled by ``compiler`` (``harness.plan.compiles``) and ranked (``harness.plan.rank``);
+    on ``system`` (several nodes or slices, ``job_topology``) collectives are priced at the
+    network levels they cross. Several TPU slices compile on XLA:CPU over all their chips."""
     import workloads  # deferred: importing workloads imports jax
     from workloads import tpu
 
@@ -97,10 +123,18 @@ def plan_layouts(workload: str, preset: str, overrides: dict, chip: Chip,
     cfg = workloads.make_config(workload, preset, overrides)
     keys, notes = compile_keys([chip.name], compiler, tpu.libtpu_available())
     tpu_chip = None if keys[chip.name] == CPU else chip.name
+    if tpu_chip and system is not None and system.levels[-1].kind == "dcn" and \
+            math.prod(topology) > system.domain:
+        tpu_chip = None  # libtpu compiles one slice per program (DCN as megascale transfers)
+        notes.append(f"{math.prod(topology) // system.domain} slices: compiled on XLA:CPU over "
+                     f"all {math.prod(topology)} chips, collectives priced at ICI and DCN")
+    if system is not None:
+        from harness.chip.network import describe
+        notes.append(describe(system))
     tokens = cfg.B * cfg.T
     if cfg.T >= LONG_CONTEXT:
         notes.append(f"T={cfg.T}: {workload} has no sequence-sharded layout, so none is tried")
-    setting = Setting(workload, preset, overrides, chip, topology, tpu_chip, cache_dir)
+    setting = Setting(workload, preset, overrides, chip, topology, tpu_chip, cache_dir, system)
     result = plan(setting, candidates(layouts, cfg.F, tokens, topology), progress)
     alpha = roofline.critical_intensity(chip, "bf16", "ici")
     header = (f"{workload} ({preset}) on {chip.name} {'x'.join(map(str, topology))} "

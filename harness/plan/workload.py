@@ -68,11 +68,17 @@ class WorkloadPrediction:
 
 def predict_workload(workload: str, preset: str, overrides: dict, mesh_shape: str,
                      chips: list[Chip], compiler: str, cache_dir: Path | None,
-                     progress: Callable[[str], None] = lambda line: None) -> WorkloadPrediction:
+                     progress: Callable[[str], None] = lambda line: None,
+                     network=None) -> WorkloadPrediction:
     """Compile ``workload`` for ``chips`` (``compiler``: a key of ``compiles.COMPILERS``) on
     the mesh ``mesh_shape`` ("8x8"), setting the memory knobs when no remat is given (each
-    trial compile's line handed to ``progress``), and price it on each chip."""
+    trial compile's line handed to ``progress``), and price it on each chip; ``network`` (a
+    ``harness.chip.network.Declared``): collectives at the network levels they cross, the
+    mesh's devices row-major over the declared nodes or slices (a TPU program is compiled as
+    one slice of all of them: libtpu's multi-slice program moves DCN bytes as megascale
+    transfers, which are not priced as collectives)."""
     import workloads  # deferred: importing workloads imports jax
+    from harness.chip.network import describe, resolve
     from predictions.mesh import parse_mesh
     from workloads import tpu
     from workloads.mesh import mesh_dims
@@ -83,6 +89,9 @@ def predict_workload(workload: str, preset: str, overrides: dict, mesh_shape: st
     mesh = SimpleNamespace(shape=dict(zip(wl.mesh_axes, given.dims)) if given.positional
                            else given.shape)
     keys, notes = compile_keys([c.name for c in chips], compiler, tpu.libtpu_available())
+    # before any compile: the declared network on each chip (one line when it cannot be)
+    systems = {c.name: resolve(network, c, given.size) for c in chips} if network else {}
+    notes += [describe(s) for s in systems.values() if s is not None]
     for key in set(keys.values()) - {CPU}:  # before any compile: a slice libtpu can build
         tpu.check_slice(key, mesh_dims(mesh_shape))
     tpu_key = next((k for k in keys.values() if k != CPU), None)
@@ -103,7 +112,7 @@ def predict_workload(workload: str, preset: str, overrides: dict, mesh_shape: st
                 compiles[CPU][1] if CPU in compiles else None, chose_remat)
             key = keys[chip.name] = CPU
         book = wl.book(cfg, mesh, chip) if wl.book is not None else None
-        result = _price(chip, key, compiles, book)
+        result = _price(chip, key, compiles, book, systems.get(chip.name))
         if refused is not None:  # XLA:CPU's program: no utilisation to claim for the TPU
             result.fit = {"fits": False, "refused": refusals[chip.name][1]}
             result.totals = {k: v for k, v in result.totals.items() if k not in NOT_FOR_REFUSED}
@@ -112,17 +121,18 @@ def predict_workload(workload: str, preset: str, overrides: dict, mesh_shape: st
     return WorkloadPrediction(header, mesh_shape, notes, compiles, refusals, results)
 
 
-def _price(chip: Chip, key: str, compiles: dict, book) -> ChipResult:
+def _price(chip: Chip, key: str, compiles: dict, book, system=None) -> ChipResult:
     """``chip`` priced on the compile ``key``, beside the book's step (``book``: the workload's
-    ``predictions.step.Analytic``, or None) for each compile that ran."""
+    ``predictions.step.Analytic``, or None) for each compile that ran; ``system``: its
+    collectives at the network levels they cross."""
     aot, module, _ = compiles[key]
     pred = predict_module(module, chip, devices=aot.devices,
                           model_flops=book.model_flops if book else None,
-                          analytic_s=book.analytic_s if book else None)
+                          analytic_s=book.analytic_s if book else None, system=system)
     label = "tpu" if key != CPU else CPU
     by_compile, steps = {label: pred.ops}, {label: pred.step.step_s}
     if key != CPU and CPU in compiles:
-        on_cpu = predict_module(compiles[CPU][1], chip)
+        on_cpu = predict_module(compiles[CPU][1], chip, system=system)
         by_compile[CPU], steps[CPU] = on_cpu.ops, on_cpu.step.step_s
     gap = book_gap(book.parts, by_compile, steps) if book and book.parts else None
     fit = (memory_fit(aot.memory, chip, placed=True)  # libtpu returned it: placed

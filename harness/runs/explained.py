@@ -35,19 +35,41 @@ class Explained:
 
 
 def explain_path(path: Path, chip: str | None = None, program: str = "",
-                 mesh: dict | None = None) -> Explained:
+                 mesh: dict | None = None, network=None) -> Explained:
     """The collectives of ``path`` (a run directory, a trace or HLO text), of ``program``
     (default: the run's, else the longest that ran), on the named ``mesh`` axes (default: the
-    run's), predicted for ``chip`` (default: the trace's accelerator)."""
+    run's), predicted for ``chip`` (default: the trace's accelerator); ``network`` (a
+    ``harness.chip.network.Declared``): priced at the network levels each crosses, and each
+    reason naming the level that binds."""
     from harness.report import heading
 
     if not path.exists():
         raise HarnessError(f"{path}: no such run directory or trace file")
     if is_hlo_text(path):
-        return _static(path, chip, mesh)
+        return _static(path, chip, mesh, network)
     run, table = _load(path, chip, program, mesh)
     check_mesh(mesh, run.meta.get(schema.DEVICE_COUNT))
+    if network is not None and network.given:
+        table = _on_network(run, path, chip, program, mesh, network)
     return Explained(heading.title(run), table, _redundant(run, path, mesh))
+
+
+def _on_network(run, path: Path, chip: str | None, program: str, mesh: dict | None, network):
+    """The run's COLLECTIVES table again with each collective priced at the levels it crosses
+    on the declared network (its measured and exposed times the run's)."""
+    from harness.analysis.mesh import run_mesh
+    from harness.analysis.programs import of_program
+    from harness.chip.network import resolve
+    from harness.explain import collectives
+    from harness.hlo import hlo_costs
+
+    module = run_module(run, path)
+    chip = chip or run.meta.get(schema.CHIP)
+    system = resolve(network, chip, run.meta.get(schema.DEVICE_COUNT) or module.num_devices)
+    table = collectives(module, mesh=mesh or run_mesh(run.meta), ops=run.ops, step=run.step,
+                        program_id=str(run.meta.get(schema.PROGRAM_ID) or ""), system=system,
+                        priced=hlo_costs(module, system.chip, system=system))
+    return of_program(table, program or _step_program(run))
 
 
 def explained_text(e: Explained, top: int) -> str:
@@ -254,16 +276,20 @@ def is_hlo_text(path: Path) -> bool:
         return f.read(64).lstrip().startswith(b"HloModule")
 
 
-def _static(path: Path, chip: str | None, mesh: dict | None) -> Explained:
+def _static(path: Path, chip: str | None, mesh: dict | None, network=None) -> Explained:
     """A compiled program's HLO text, not run: each collective's roofline time on ``chip``
-    where one is given, nothing measured."""
+    where one is given (at the levels it crosses on a declared ``network``), nothing
+    measured."""
+    from harness.chip.network import resolve
     from harness.explain import collectives
     from harness.hlo import hlo_costs, parse_module
 
     module = parse_module(path.read_text())
     check_mesh(mesh, module.num_devices)
-    ops = hlo_costs(module, chip) if chip else None
+    system = resolve(network, chip, module.num_devices) if network is not None else None
+    ops = hlo_costs(module, chip, system=system) if chip else None
     said = f", predicted for {chip}" if chip else " (--chip for roofline times)"
+    said += f" on {system.name}" if system is not None else ""
     title = f"{module.name} ({path.name}: HLO text, not run{said})"
     extra = repeated_lines(module, mesh) if mesh is not None else []
-    return Explained(title, collectives(module, mesh=mesh, ops=ops), extra)
+    return Explained(title, collectives(module, mesh=mesh, ops=ops, system=system), extra)

@@ -11,7 +11,8 @@ One module per family of tables, each name defined once there and re-exported he
 measured, predicted and compared columns, categories), ``step`` (the step as a whole: timeline,
 step object, simulated step), ``summary`` (a run's and a sweep's summary figures), ``compare``
 (baseline vs candidate, two layouts side by side), ``collectives`` (every collective explained),
-``plan`` (candidate layouts, the book's gap), ``meta`` (a run's meta.json keys) and ``glossary``
+``plan`` (candidate layouts, the book's gap), ``memory`` (the three peaks, the buffers at
+the peak), ``meta`` (a run's meta.json keys) and ``glossary``
 (``term`` and ``GLOSSARY``).
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from harness.errors import HarnessError
 from harness.schema.collectives import *  # noqa: F403
 from harness.schema.compare import *  # noqa: F403
 from harness.schema.glossary import *  # noqa: F403
+from harness.schema.memory import *  # noqa: F403
 from harness.schema.meta import *  # noqa: F403
 from harness.schema.ops import *  # noqa: F403
 from harness.schema.plan import *  # noqa: F403

@@ -30,6 +30,8 @@ PREDICTED_BOUND = term("predicted_bound", "compute or comm: whether the predicte
                        "communication exceeds its compute")
 AGREE = term("agree", "yes when the prediction and the book name the same bound")
 PLAN_NOTE = term("note", "why a layout has no prediction, or how its split was chosen")
+LEVELS = term("levels", "on several nodes or slices: the network level that binds a "
+              "collective over each mesh axis, and what it crosses (docs/networks.md)")
 PLAN = (LAYOUT, MESH, SPANS, PREDICTED_STEP_S, MFU_AT_ROOFLINE, PREDICTED_EXPOSED_COMM_S,
         PEAK_BYTES, REQUIRED_BYTES, FITS, BOOK_CONDITION, BOOK_BOUND, PREDICTED_BOUND, AGREE,
-        ANALYTIC_S, PLAN_NOTE)
+        ANALYTIC_S, LEVELS, PLAN_NOTE)
