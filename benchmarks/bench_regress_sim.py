@@ -30,6 +30,12 @@ same code beside the baseline (``harness.regress.noise``), and then with each re
 confirmed by two reruns of the candidate (``harness.regress.confirm``): A/A false alarms,
 unstable points, and the power against a 1.3x slowdown (wall and CPU time).
 
+Short histories (``--short N``): per point kind and per length of 5 to 10 nights, N histories
+of one run a night as ``harness history`` reads them (``harness.regress.trend``): flat ones with
+a new commit every night (each change of code tested: the false change points per history, and
+the newest nights called a regression), and ones whose last 3 nights are a new commit 1.3x or
+2x slower, wall and CPU time (found: a change point at its first night).
+
 Pass another export to measure another host: the figures are only as quiet as its runs.
 """
 from __future__ import annotations
@@ -51,7 +57,8 @@ sys.path.insert(0, str(ROOT))
 from harness import schema  # noqa: E402
 from harness.chip import drift  # noqa: E402
 from harness.record import Run  # noqa: E402
-from harness.regress import confirm, judge, noise  # noqa: E402
+from harness.regress import confirm, history, judge, noise, trend  # noqa: E402
+from harness.regress.figures import CPU  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "regress_cpu.json"
 # the program the runs ran, the same in every synthetic run (its verdict is the step's)
@@ -156,6 +163,55 @@ def simulate_points(runs: list[dict], n: int, history: int, slowdown: float, rng
     return seen
 
 
+def short_history(runs: list[dict], kind: str, nights: int, rng, factor: float = 1.0,
+                  after: int = 3) -> history.Series:
+    """``nights`` nights of a point of ``kind`` (``MODES``), one run each, a new commit every
+    night; the last ``after`` nights ``factor`` times slower (1: flat)."""
+    modes, out = MODES[kind], []
+    for i in range(1, nights + 1):
+        mode = None if modes is None else modes[rng.integers(len(modes))]
+        run = at_mode(draw(runs[rng.integers(len(runs))], rng), mode)
+        if i > nights - after:
+            run = scaled(run, factor)
+        run.meta.update({schema.GIT_SHA: f"{i:040x}", schema.TIME: f"2026-11-{i:02d}T03:00"})
+        out.append(history.night(f"night-{i:02d}", [run], CPU))
+    return history.series_of(kind, out, CPU)
+
+
+def simulate_short(runs: list[dict], n: int, rng, rule: judge.Rule) -> dict:
+    """Per (kind, nights): of ``n`` flat histories, those with a change point and those whose
+    newest night is a regression; of ``n`` with a 1.3x and a 2x step 3 nights before the end,
+    those whose change point is found at its first night, and those whose newest night is
+    called a regression (the step's third night, judged against the nights before it)."""
+    seen: dict[tuple, Counter] = {}
+    for kind in MODES:
+        for nights in range(5, 11):
+            c = seen.setdefault((kind, nights), Counter())
+            for _ in range(n):
+                t = trend.judge_trend(short_history(runs, kind, nights, rng), rule)
+                c["false change"] += bool(t.changes)
+                c["false regression"] += t.verdict == judge.REGRESSION
+                for f in (1.3, 2.0):
+                    t = trend.judge_trend(short_history(runs, kind, nights, rng, f), rule)
+                    c[f"{f:g}x found"] += any(x.index == nights - 3 for x in t.changes)
+                    c[f"{f:g}x newest"] += t.verdict == judge.REGRESSION
+    return seen
+
+
+def _short(runs: list[dict], args, rule: judge.Rule) -> None:
+    """Print the short histories' rates (``simulate_short``)."""
+    print(f"short histories, {args.short} per kind and length (a commit every night):")
+    t0 = time.perf_counter()
+    for (kind, nights), c in simulate_short(runs, args.short, np.random.default_rng(args.seed),
+                                            rule).items():
+        print(f"  {kind:8s} {nights:2d} nights: flat: change point "
+              f"{c['false change'] / args.short:5.1%}, newest a regression "
+              f"{c['false regression'] / args.short:5.1%}; " + "; ".join(
+                  f"{f} step: found at its night {c[f + ' found'] / args.short:5.1%}, newest a "
+                  f"regression {c[f + ' newest'] / args.short:5.1%}" for f in ("1.3x", "2x")))
+    print(f"  ({time.perf_counter() - t0:.0f} s)")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="?", type=Path, default=DATA,
@@ -167,6 +223,8 @@ def main(argv=None) -> int:
                    help="also N comparisons per point kind (steady, bimodal, spin) and noise term")
     p.add_argument("--history", type=int, default=4,
                    help="earlier runs of the same code beside the baseline (default 4)")
+    p.add_argument("--short", type=int, default=0, metavar="N",
+                   help="also N short histories (5-10 nights) per point kind and length")
     args = p.parse_args(argv)
     runs = [r for r in json.loads(args.runs.read_text())
             if r.get(schema.STEP_CPU_TIMES_S) and r.get(drift.CPU_RATES)]
@@ -192,6 +250,8 @@ def main(argv=None) -> int:
     print(f"  ({time.perf_counter() - t0:.0f} s)")
     if args.points:
         _points(runs, args, rule)
+    if args.short:
+        _short(runs, args, rule)
     return 0
 
 

@@ -52,9 +52,19 @@ def test_explain_names_each_layers_all_reduce_its_line_axis_and_fix(story, tmp_p
 def test_compare_puts_the_slower_layout_first_and_names_the_all_reduces(story, capsys):
     bad, good = story
     main(["compare", str(good.path), str(bad.path), "--format", "json"])
-    pair = json.loads(capsys.readouterr().out)["pairs"][0]["layouts"]
+    verdict = json.loads(capsys.readouterr().out)["pairs"][0]
+    pair = verdict["layouts"]
     slower = "B" if bad.step[schema.STEP_S] >= good.step[schema.STEP_S] else "A"
-    assert pair["headline"].startswith(f"{slower} is ") or "the same step" in pair["headline"]
+    # "B is 1.2x slower" beside a regression (or an improvement: A slower); "B measured 1.2x
+    # slower than A, within the noise of one run a side" beside anything else
+    said = "is" if pair["headline"].split()[1] == "is" else "measured"
+    assert pair["headline"].startswith(f"{slower} {said} ") or "the same step" in \
+        pair["headline"]
+    if verdict["verdict"] in ("regression", "improvement"):  # the step told: plain
+        assert said == "is" and slower == {"regression": "B", "improvement": "A"}[
+            verdict["verdict"]], (verdict["verdict"], pair["headline"])
+    elif said == "is":  # slower beyond the noise, and the host explains it
+        assert verdict["verdict"] == "inconclusive", pair["headline"]
     only_b = [c for c in pair["collectives"] if c[schema.SIDE] == "only in B"]
     assert [c[schema.COLLECTIVE] for c in only_b] == ["all-reduce"]
     assert only_b[0][schema.AXES] == "X"

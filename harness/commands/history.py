@@ -1,7 +1,9 @@
 """``harness history ROOT``: each point's series over the nights kept under ROOT
 (``harness.regress.history``), its change points, each with its commit range and cause
-(``harness.regress.changepoints``: E-divisive means), and the newest night judged against the
-last stable segment (``harness.regress.trend``); the outputs: ``harness.regress.history_report``.
+(``harness.regress.code_changes``: the verdict's own test where the code changed, then
+``harness.regress.changepoints``: E-divisive means), and the newest night judged against the
+last stable segment up to the last night of another code (``harness.regress.trend``); the
+outputs: ``harness.regress.history_report``.
 
 ROOT holds one directory per night (a sweep's directory, a pytest ``--harness-save``
 directory). ``--confirm N`` reruns each point whose newest night looks like a regression, N

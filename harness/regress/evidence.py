@@ -102,6 +102,11 @@ class Evidence:
         return bool(self.program["changed"])
 
     @property
+    def measured_slower(self) -> bool:
+        """The step measured slower than the step threshold, significant or not."""
+        return self.measured.step > math.log1p(self.step_threshold)
+
+    @property
     def on_cpu(self) -> bool:
         """The candidate ran on the host's CPU, whose probe measures its devices."""
         return str(self.candidate.meta.get(schema.DEVICE_KIND, "")).lower() == "cpu"

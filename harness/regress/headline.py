@@ -10,16 +10,19 @@ SHOWN = 4  # parts the line names; the others are summed
 ROUNDING = 1e-12  # seconds: a part this small is the float sums' rounding, not a part
 
 
-def line(ta: float, tb: float, attribution: list, sign: float) -> str:
+def line(ta: float, tb: float, attribution: list, sign: float, within: str = "") -> str:
     """``B is 1.8x slower than A (step 3.0 ms -> 5.4 ms): +2.1 ms exposed all-gather from
     ...; -300 us compute``: the slower layout first (``sign`` +1: B, -1: A), then the parts of
-    the difference (``parts``). ``ta``, ``tb``: each layout's measured step."""
+    the difference (``parts``). ``ta``, ``tb``: each layout's measured step. ``within``: why the
+    verdict did not call it slower ("within the noise of one run a side"): then ``B measured
+    1.2x slower than A, within ...``, so that the line never says slower beside an ok."""
     if not (ta > 0 and tb > 0):
         return "no measured step in both runs (the step object) to tell which layout is slower"
     slow, fast = ("B", "A") if sign > 0 else ("A", "B")
     ratio = max(ta, tb) / min(ta, tb)
-    head = (f"{slow} is {ratio:.3g}x slower than {fast}" if ratio >= 1.005 else
-            "A and B take the same step (within 0.5%)") + (
+    head = ("A and B take the same step (within 0.5%)" if ratio < 1.005 else
+            f"{slow} measured {ratio:.3g}x slower than {fast}, {within}" if within else
+            f"{slow} is {ratio:.3g}x slower than {fast}") + (
         f" (step {fmt_seconds(ta)} -> {fmt_seconds(tb)})")
     return head + (": " + said(parts(attribution, abs(tb - ta))) if attribution else "")
 

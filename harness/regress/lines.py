@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from harness import schema
-from harness.regress import changes
+from harness.regress import changes, figures
 from harness.regress.figures import TRACED, WALL
 from harness.units import fmt_seconds
 
@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from harness.regress.side_by_side import Layouts
 
 RERUN = "rerun on a steady host to tell"
+DECIDE = ("to decide, give each side more runs of its code (harness sweep --repeat 3) or "
+          "confirm the candidate (harness compare --confirm 2)")
 
 
 def stats(e: Evidence) -> str:
@@ -59,6 +61,45 @@ def _where(e: Evidence) -> str:
     return f"; {there}" if there else ""
 
 
+def runs_a_side(e: Evidence) -> str:
+    """``one run a side``, or ``3 and 3 runs``: what each side's figure is the mean of."""
+    na, nb = e.measured.noise["replicates"]
+    return f"{na} and {nb} runs" if (na, nb) != (1, 1) else "one run a side"
+
+
+def within(e: Evidence) -> str:
+    """Why the step's change did not decide: ``within the noise of one run a side`` (not
+    significant at alpha), ``under the 10% threshold``, or "" (it did: the host explains it)."""
+    f = e.measured
+    r = abs(f.step)
+    if not math.isfinite(r) or f.step_se > 0 and figures.tail(r / f.step_se, e.df) > e.alpha:
+        return f"within the noise of {runs_a_side(e)}"
+    return f"under the {e.step_threshold:.0%} threshold" if r <= math.log1p(
+        e.step_threshold) else ""
+
+
+def added(e: Evidence) -> str:
+    """``+4 all-reduces, +8.8 ms exposed``: the collectives the candidate's program runs more
+    of per step than the baseline's, and the step's exposed communication that grew with them;
+    "" where it adds none."""
+    ca, cb = e.program["collectives"]
+    grown = {k: cb[k] - ca.get(k, 0) for k in sorted(cb) if cb[k] > ca.get(k, 0)}
+    more = [f"+{n} {k}{'s' if n > 1 else ''}" for k, n in grown.items()]
+    d = e.step_figures.set_index(schema.FIGURE)[schema.DELTA_S] if len(e.step_figures) else {}
+    grew = d.get(schema.EXPOSED_COMM_S, math.nan) if len(d) else math.nan
+    if more and changes.finite(grew) and grew > 0:
+        more.append(f"+{fmt_seconds(grew)} exposed")
+    return ", ".join(more)
+
+
+def _changed(e: Evidence) -> str:
+    """``the program changed: +4 all-reduces, +8.8 ms exposed (collectives all-reduce 0 -> 4;
+    0.86x the HBM bytes per device)``: what it adds first, then all that changed."""
+    more = added(e)
+    return (f"the program changed: {more} ({e.program['what']})" if more else
+            f"the program changed: {e.program['what']}")
+
+
 def no_step_times(e: Evidence) -> str:
     return stats(e)
 
@@ -66,9 +107,7 @@ def no_step_times(e: Evidence) -> str:
 def unstable(e: Evidence) -> str:
     """Its own spread against the threshold, and the runs a side it would take to tell that
     change (z(alpha) s sqrt(2/n) within it)."""
-    noise = e.measured.noise
-    na, nb = noise["replicates"]
-    runs = f"{na} and {nb} runs" if (na, nb) != (1, 1) else "one run a side"
+    noise, runs = e.measured.noise, runs_a_side(e)
     return (f"{changes.said(e.program)}unstable: runs of the same code spread {noise['s']:.3g} "
             f"(SD of the log {noise['figure']}), too wide to tell a change of "
             f"{e.step_threshold:.0%} with {runs}; repeat it (harness sweep --repeat) or quiet its "
@@ -80,12 +119,25 @@ def spun_on_a_moving_host(e: Evidence) -> str:
             f"step got faster, on a host that moved ({probe(e.probe)}): {RERUN}")
 
 
+def changed_within_noise(e: Evidence) -> str:
+    return (f"{_changed(e)}; measured {math.exp(e.measured.step):.3g}x slower, {within(e)}: "
+            f"{stats(e)}; {probe(e.probe)}; {DECIDE}")
+
+
 def not_worse(e: Evidence) -> str:
+    """``not slower beyond noise: ...``; measured slower than the threshold, how to decide."""
+    told = (f"; measured {math.exp(e.measured.step):.3g}x slower, {within(e)}: {DECIDE}"
+            if e.measured_slower and within(e) else "")
     return (f"{changes.said(e.program)}{'faster' if e.faster else 'not slower beyond noise'}: "
-            f"{stats(e)}; {probe(e.probe)}")
+            f"{stats(e)}; {probe(e.probe)}{told}")
 
 
 def more_work(e: Evidence) -> str:
+    """``the program does more work: 1.5x the FLOPs per device; ...``; a program that adds
+    collectives opens with them: ``slower: the program changed: +4 all-reduces, +8.8 ms
+    exposed (...)``."""
+    if added(e) and not e.program["same_program"]:
+        return f"slower: {_changed(e)}; {stats(e)}{_where(e)}"
     what = ("the same program (fingerprint) did more work per step"
             if e.program["same_program"] else "the program does more work")
     return f"{what}: {e.program['what']}; {stats(e)}{_where(e)}"

@@ -230,7 +230,14 @@ class Layouts:
     ops: pd.DataFrame          # ``ops``
     collectives: pd.DataFrame  # ``collectives``
     attribution: list          # ``attribute``: (what, seconds), largest first
-    headline: str              # ``harness.regress.headline.line``
+    headline: str              # ``harness.regress.headline.line``, as the verdict qualifies it
+    steps: tuple[float, float] = (math.nan, math.nan)  # each layout's measured step (A, B)
+    sign: float = 1.0          # +1: B the slower, -1: A
+
+    def line(self, within: str = "") -> str:
+        """The headline, ``within`` saying why the slower layout is only measured so ("within
+        the noise of one run a side": the verdict could not tell; "": it could)."""
+        return headline.line(*self.steps, self.attribution, self.sign, within)
 
     def unmatched(self, side: str) -> pd.DataFrame:
         """The op groups that ran only in one layout (``ONLY_A`` or ``ONLY_B``)."""
@@ -262,6 +269,7 @@ def two_layouts(a: Run, b: Run) -> Layouts | None:
     rows = ops(a, b)
     sign = 1.0 if step_of(b, schema.STEP_S) >= step_of(a, schema.STEP_S) else -1.0
     said = attribute(a, b, rows, mesh, sign)
-    line = headline.line(step_of(a, schema.STEP_S), step_of(b, schema.STEP_S), said, sign)
-    return Layouts(how, rows, collectives(rows, mesh), said, line)
+    steps = step_of(a, schema.STEP_S), step_of(b, schema.STEP_S)
+    return Layouts(how, rows, collectives(rows, mesh), said,
+                   headline.line(*steps, said, sign), steps, sign)
 
