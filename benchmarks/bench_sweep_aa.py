@@ -5,13 +5,13 @@ and does it catch a same-program slowdown with one run a side?
     python benchmarks/bench_sweep_aa.py --slowdown [--out DIR]
 
 A/A: four sweeps of one commit into ``DIR/nights/`` (the fourth beside a CPU-bound process,
-``python -c "while True: pass"``), then ``harness compare`` of sweeps 1-2, 2-3, 1-3 and 3-4 with
-``--root DIR/nights`` (the history each point's own noise comes from) and ``--confirm N``; each
-comparison's exit code and verdicts are printed (goal: exit 0 every time; unstable points, listed
-apart, counted). ``--slowdown``: one ``matmul`` run with ``trips=10`` and one with ``trips=13``
-(one program, 1.3x the work: ``workloads.matmul``), compared with ``--confirm N`` and no
-history (goal: a regression, confirmed). Given sweeps already under ``DIR/nights``, only the
-comparisons run.
+``python -c "while True: pass"``), then ``harness compare`` of every pair of them (1-2, 2-3,
+1-3, 3-4, 1-4, 2-4) with ``--root DIR/nights`` (the history each point's own noise comes from)
+and ``--confirm N``; each comparison's exit code and verdicts are printed (goal: exit 0 every
+time; unstable points, listed apart, counted). ``--slowdown``: one ``matmul`` run with
+``trips=10`` and one with ``trips=13`` (one program, 1.3x the work: ``workloads.matmul``),
+compared with ``--confirm N`` and no history (goal: a regression, confirmed). Given sweeps
+already under ``DIR/nights``, only the comparisons run.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PAIRS = ((0, 1), (1, 2), (0, 2), (2, 3))  # 1-2, 2-3, 1-3, 3-4: the last beside a CPU load
+PAIRS = ((0, 1), (1, 2), (0, 2), (2, 3), (0, 3), (1, 3))  # every pair; sweep 4 beside a CPU load
 SLOW_POINT = ("--set", "case=no_comm", "--set", "B=512", "--set", "D=1024", "--set", "F=1024",
               "--steps", "10")
 
