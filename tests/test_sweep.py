@@ -212,6 +212,7 @@ def test_expansion_keys_and_duplicates(tmp_path):
     ("tpu-vm", 2 * 5 * 6 + 2 * 3 + 4 * 3 + 2 + 2),
     ("gpu-8", 2 * 5 * 5 + 4 * 3 + 2 + 2),
     ("gpu-1", 4 + 2 + 2 + 2),
+    ("nightly", 2 * 2 * 2 + 2 * 2 + 1),
 ])
 def test_shipped_sweeps_validate(tmp_path, name, points):
     path = REPO / "sweeps" / f"{name}.toml"
