@@ -140,14 +140,14 @@ def test_each_program_is_named_after_the_recorded_mesh_its_groups_fit():
     meshes = [_mesh({"data": 4}, range(4)), _mesh({"X": 4, "Y": 2}), _mesh({"data": 8}),
               _mesh({"a": 2, "b": 2, "c": 2})]
     chosen, notes = program_meshes(modules, {schema.MESHES: meshes})
-    assert chosen == {module.name: {"X": 4, "Y": 2}}  # the first built that fits
+    assert chosen == {(module.name, "1"): {"X": 4, "Y": 2}}  # the first built that fits
     assert notes == [f"{module.name}: its collectives fit 2 of the meshes the script built; "
                      f"their axes are named after X=4,Y=2, not a=2,b=2,c=2"]
     # the program ran on devices 8..15: the mesh over those devices is the one
     meshes[3] = _mesh({"a": 2, "b": 2, "c": 2}, range(8, 16))
     ran = pd.DataFrame({schema.PROGRAM: [module.name] * 8, schema.DEVICE: range(8, 16)})
     chosen, _ = program_meshes(modules, {schema.MESHES: meshes}, ran)
-    assert chosen == {module.name: {"a": 2, "b": 2, "c": 2}}
+    assert chosen == {(module.name, "1"): {"a": 2, "b": 2, "c": 2}}
     assert program_meshes(modules, {}) == ({}, [])
 
 

@@ -216,3 +216,26 @@ def args_mesh(args: Sequence, kwargs: dict):
         if isinstance(sharding, NamedSharding) and sharding.mesh.size > 1:
             return sharding.mesh
     return None
+
+
+def argument_paths(lowered, names: Sequence[str] = ()) -> list[str]:
+    """The path in the user's code of each entry parameter of a lowered program, by its
+    number (``state['params'][0]``; ``names``: the function's positional parameters): JAX names
+    a parameter by its argument, except where it cannot (a program whose arguments hold
+    ``jax.Ref``s records ``Arg_<k>.<n>`` for every one), and ``harness.explain`` maps those back
+    through this list. Static arguments are none of them; arguments jit prunes as unused are
+    left out where the lowering says which it kept; [] where the lowering has no ``args_info``."""
+    import jax
+
+    info = getattr(lowered, "args_info", None)
+    if not (isinstance(info, tuple) and len(info) == 2):
+        return []
+    leaves = jax.tree_util.tree_flatten_with_path(
+        {"args": tuple(info[0]), "kwargs": dict(info[1])},
+        is_leaf=lambda x: type(x).__name__ == "ArgInfo")[0]
+    paths = [_path(path[0].key, path[1:], names) for path, _ in leaves]
+    try:  # jit's record of the arguments it kept (private; absent on other versions)
+        kept = lowered._lowering.compile_args["kept_var_idx"]
+    except (AttributeError, KeyError, TypeError):
+        return paths
+    return [p for i, p in enumerate(paths) if i in kept]

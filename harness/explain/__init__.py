@@ -18,26 +18,36 @@ log = logging.getLogger(__name__)
 __all__ = ["collectives", "for_run"]
 
 
+def _mesh_of(meshes: Mapping | None, key: tuple[str, str], mesh: dict | None) -> dict | None:
+    """The mesh matched to compilation ``key``; a mapping keyed by program name alone is
+    read so too (older callers)."""
+    meshes = meshes or {}
+    return meshes.get(tuple(key)) or meshes.get(key[0]) or mesh
+
+
 def for_run(modules: Mapping, ops: pd.DataFrame, step: dict | None,
             mesh: dict[str, int] | None, main: tuple[str, str] = ("", ""),
-            program_meshes: Mapping[str, dict[str, int]] | None = None,
-            system=None) -> pd.DataFrame:
+            program_meshes: Mapping[tuple[str, str], dict[str, int]] | None = None,
+            system=None, arguments: Mapping[str, list[str]] | None = None) -> pd.DataFrame:
     """The COLLECTIVES table of every compilation a run reports (``ops``' programs and program
     ids), each from its own parsed module (``modules``: (name, program id) -> Module) and its
-    own ops' times, its axes named after ``program_meshes[name]`` (``harness.explain.meshes``),
-    else ``mesh``; the step object (``step``) is of the step program ``main`` alone; on
-    ``system`` (a ``predictions.network`` System) each reason names the network level that
-    binds it. An explanation that fails is logged and that program left out, never the run."""
+    own ops' times, its axes named after the mesh matched to that compilation
+    (``program_meshes[(name, program id)]``, ``harness.explain.meshes``), else ``mesh``; its
+    parameters named after ``arguments[name]`` where JAX left them unnamed (the capture's
+    ``harness.capture.arguments.argument_paths``); the step object (``step``) is of the step
+    program ``main`` alone; on ``system`` (a ``predictions.network`` System) each reason
+    names the network level that binds it. An explanation that fails is logged and that
+    program left out, never the run."""
     tables = []
     for key in compilations(ops):
         module = module_for(modules, key)
         if module is None:
             continue
         try:
-            tables.append(collectives(module, mesh=(program_meshes or {}).get(key[0], mesh),
+            tables.append(collectives(module, mesh=_mesh_of(program_meshes, key, mesh),
                                       ops=ops, program_id=key[1],
                                       step=step if key == tuple(main) else None,
-                                      system=system))
+                                      system=system, names=(arguments or {}).get(key[0])))
         except HarnessError as e:
             log.warning("cannot explain the collectives of %s(%s): %s", *key, e)
     tables = [t for t in tables if len(t)]

@@ -24,7 +24,11 @@ class Facts:
     (``gradients``, ``site.gradients``), its result's dimensions (``dims``, its largest leaf),
     the non-contracting dimensions of the weight of the dot it reads (``weight_free``,
     ``site.free_dims``; None where unknown) and, priced on a network, the level that binds it
-    (``level``, "crosses 32 nodes: leaf, 400 GB/s per node"; "" inside one node or slice)."""
+    (``level``, "crosses 32 nodes: leaf, 400 GB/s per node"; "" inside one node or slice);
+    read from the dataflow (``harness.explain.dataflow``): the permute's place in a collective
+    matmul's ring (``ring``) and an all-reduce each device slices (``sliced``: the program
+    asked for a reduce-scatter); an all-gather of a weight whose gradient the same program
+    reduces over the same axes (``fsdp``)."""
 
     kind: str
     axes: str
@@ -37,6 +41,9 @@ class Facts:
     dims: tuple[int, ...] | None = None
     weight_free: tuple[int, ...] | None = None
     level: str = ""
+    ring: str = ""  # "gather"/"scatter": a step of a collective matmul's ring (dataflow.ring)
+    sliced: bool = False  # an all-reduce cut to each device's slice (dataflow.sliced)
+    fsdp: bool = False  # a gathered weight whose gradient the program reduces over its axes
 
     @property
     def gradient(self) -> bool:
@@ -49,8 +56,13 @@ class Facts:
 
     @property
     def operand(self) -> str:
-        what = f", parameter {self.site.parameter!r}" if self.site.parameter else ""
+        what = f", {self.site.parameter}," if self.site.parameter else ""
         return f"the {self.site.side} operand of {self.dot}{what}"
+
+    @property
+    def value(self) -> str:
+        """What was gathered: the parameter's name, else "the value"."""
+        return self.site.parameter or "the value"
 
     @property
     def dot(self) -> str:
@@ -65,8 +77,9 @@ class Facts:
 
 
 def _scatters(f: Facts) -> bool:
-    """The result can be reduce-scattered over the group."""
-    return f.splits(f.dims)
+    """The result can be reduce-scattered over the group, and the program does not already
+    ask for that (an all-reduce each device slices is a reduce-scatter lowered so)."""
+    return not f.sliced and f.splits(f.dims)
 
 
 def _weight_splits(f: Facts) -> bool:
@@ -118,6 +131,17 @@ def _of(f: Facts) -> str:
     return f"of {shown}" + (f" and {len(f.gradients) - 3} more" if len(f.gradients) > 3 else "")
 
 
+_RING = {"gather": "of a chunk each device multiplies before passing it on (the AllGather "
+                   "form)",
+         "scatter": "of a sum of partial matmuls, added to the next one (the ReduceScatter "
+                    "form)",
+         "": "inside a loop of partial matmuls"}
+
+# the backend lowered a reduce-scatter the program asked for as an all-reduce and a slice
+_SLICED = ("; the program asks for the result sharded {over} (a reduce-scatter): XLA:CPU "
+           "lowers that as this all-reduce and a slice, XLA:GPU and XLA:TPU as one "
+           "reduce-scatter (half the bytes, book §4.2)")
+
 REASONS: tuple[Reason, ...] = (
     # §4.2: a collective over one device moves nothing over a link
     Reason("one device",
@@ -151,6 +175,15 @@ REASONS: tuple[Reason, ...] = (
            lambda f: f"{f.dot} contracts over a dimension sharded {f.over} in both operands: "
                      f"partial sums reduce-scattered {f.over} (book §4.1 case 3)",
            (Fix("overlap it with the next matmul (collective matmul, §4.1)"),)),
+    # §6.1 FSDP / ZeRO-3: weights stored sharded, gathered just in time, gradients scattered
+    Reason("FSDP weight gather",
+           lambda f: f.fsdp and _feeds_dot(f),
+           lambda f: f"the weight {f.value} is stored sharded {f.over} and gathered whole for "
+                     f"{f.dot}; its gradient is reduced back {f.over} in the same program "
+                     f"(FSDP / ZeRO-3, book §6.1)",
+           (Fix("it pays while the batch per chip stays above the critical batch (book §6.2: "
+                "B/X > alpha/M_X tokens); below it keep the weight replicated (data "
+                "parallel) or shard it over a tensor-parallel axis"),)),
     # §4.1 case 2
     Reason("case 2: operand gathered",
            lambda f: _feeds_dot(f, "contracting"),
@@ -173,11 +206,14 @@ REASONS: tuple[Reason, ...] = (
            lambda f: f"{f.operand} of a matmul is gathered {f.over} (book §4.1 cases 2/4)",
            (Fix("shard the operands so the matmul's contracting dimension is local (case "
                 "1)"),)),
-    # §4.1: a collective matmul shifts chunks around a ring inside a loop of partial matmuls
+    # §4.1 (`jax-stuff.md`): a collective matmul shifts chunks around a ring between partial
+    # matmuls, unrolled or in a loop
     Reason("collective matmul ring",
-           lambda f: f.kind == "collective-permute" and f.in_loop and f.loop_has_dot,
-           lambda f: f"a ring shift {f.over} inside a loop of partial matmuls: a collective "
-                     f"matmul overlapping communication with compute (book §4.1)"),
+           lambda f: f.kind == "collective-permute" and bool(f.ring or f.in_loop
+                                                             and f.loop_has_dot),
+           lambda f: f"a ring shift {f.over} {_RING.get(f.ring, _RING[''])}: a collective "
+                     f"matmul overlapping the communication with the partial matmuls (book "
+                     f"§4.1, the `jax-stuff.md` collective matmul)"),
     # §4.2: AllToAll moves a sharding from one dimension to another
     Reason("resharding (all-to-all)",
            lambda f: f.kind == "all-to-all",
@@ -185,6 +221,14 @@ REASONS: tuple[Reason, ...] = (
                      f"AllToAll, a quarter of an AllGather's time)",
            (Fix("give producer and consumer the same layout (with_sharding_constraint), or "
                 "keep it: it is the cheapest collective"),)),
+    # §4.2: an AllGather that makes a value whole for an elementwise op (a sharded bias)
+    Reason("gathered for an elementwise op",
+           lambda f: f.kind == "all-gather" and f.site.dot is None and bool(f.site.consumer),
+           lambda f: f"{f.value} is gathered {f.over} for {f.site.consumer}, which combines it "
+                     f"with data laid out otherwise (book §4.2 AllGather)",
+           (Fix("lay it out as the value it is combined with (its argument's sharding, or "
+                "with_sharding_constraint): a vector as small as a bias can stay "
+                "replicated"),)),
     Reason("reduction of sharded data",
            lambda f: f.kind in ("all-reduce", "reduce-scatter"),
            lambda f: f"a sum (or max) over data sharded {f.over}: {f.kind} of each device's "
@@ -205,4 +249,5 @@ def explain(facts: Facts) -> tuple[str, str, str]:
     reason = next(r for r in REASONS if r.applies(facts))
     # past one node or slice: the level its groups cross and the one that binds
     level = f"; {facts.level} (docs/networks.md)" if facts.level else ""
-    return reason.name, reason.why(facts) + level, reason.fix(facts)
+    lowered = _SLICED.format(over=facts.over) if facts.sliced else ""
+    return reason.name, reason.why(facts) + lowered + level, reason.fix(facts)

@@ -9,17 +9,17 @@ collective's data through ops that only move or relabel it (copies, converts, tr
 bitcasts, async halves, fusions of those) to the first dot, convolution or fusion holding one,
 and says which side of it the collective is on and which dimension it gathered.
 
-A reduction is a weight gradient's (book §6.1: data parallelism sums each weight's gradient
-over the batch shards) where it sums a backward-pass value (JAX names those ops
-``transpose(jvp(...))``) shaped like an entry parameter on this device: ``gradients`` names the
-parameters. XLA combines the gradient all-reduces of a step into one, so every operand counts.
+An op that combines the gathered value with other data (a bias added to a matmul's result)
+is its consumer, not a door to the next dot: the walk passes an add, multiply or select only
+where its other operands are constants or broadcasts of them (a scale), and otherwise stops
+there and names it (``Site.consumer``). Which weights a reduction's gradients are:
+``harness.explain.gradients``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from harness.hlo.ir import Computation, Instruction, Module
-from harness.hlo.signature import parameters
 from harness.hlo.walk import async_done
 
 DOTS = frozenset({"dot", "convolution"})
@@ -28,6 +28,9 @@ PASS = frozenset({"bitcast", "reshape", "copy", "convert", "transpose", "get-tup
                   "copy-start", "copy-done", "optimization-barrier", "fusion", "negate",
                   "multiply", "add", "select", "broadcast", "dynamic-slice", "slice",
                   "all-gather-done", "collective-permute-done", "all-reduce-done"})
+# of those, the ops that combine their operands: passed only when the others are scales
+COMBINE = frozenset({"add", "multiply", "select", "subtract", "divide", "maximum", "minimum"})
+SCALE_FROM = frozenset({"broadcast", "convert", "reshape", "bitcast", "copy"})
 MAX_HOPS = 6  # ops followed from the collective before giving up
 BACKWARD = "transpose("  # in the op_name of every op JAX's autodiff made for the backward pass
 
@@ -38,17 +41,22 @@ class Site:
     fusion where fused), None when none is near; ``side``: "output" (the collective reads the
     dot's result), "lhs" or "rhs" (it feeds that operand); ``dim``: for a gathered operand,
     "contracting", "batch" or "non-contracting" ("" when the gathered dim was lost on the way);
-    ``parameter``: the entry parameter the gathered data comes from (its metadata name, e.g.
-    "w"), "" when it is computed; ``dot_op_name``: the dot's metadata op_name."""
+    ``consumer``: where no dot is reached, the op that combines the value with other data
+    ("%fusion.2 (add)"), "" where none;
+    ``parameter``: the entry parameter the gathered data comes from (its name in the user's
+    code, e.g. "w", ``gradients.parameter_of``), "" when it is computed; ``dot_op_name``: the
+    dot's metadata op_name."""
 
     dot: Instruction | None = None
     side: str = ""
     dim: str = ""
     parameter: str = ""
     dot_op_name: str = ""
+    consumer: str = ""  # where no dot: the op that combines the value with other data
 
 
 def _users(module: Module, comp: Computation) -> dict[str, list[Instruction]]:
+    """Value name -> the instructions of ``comp`` that read it (cached per computation)."""
     users = module.derived.users.get(comp.name)
     if users is None:
         users = {}
@@ -57,6 +65,11 @@ def _users(module: Module, comp: Computation) -> dict[str, list[Instruction]]:
                 users.setdefault(name, []).append(i)
         module.derived.users[comp.name] = users
     return users
+
+
+def forward_users(module: Module, comp: Computation, name: str) -> list[Instruction]:
+    """The instructions of ``comp`` that read the value ``name``."""
+    return _users(module, comp).get(name, [])
 
 
 def dot_in(instr: Instruction, module: Module) -> Instruction | None:
@@ -105,6 +118,40 @@ def _dim_role(dot: Instruction, side: str, dim: int | None) -> str:
     return "non-contracting"
 
 
+def _scale(name: str, comp: Computation, hops: int = 4) -> bool:
+    """``name``'s value is a scale, not data: a constant, an iota or a scalar, through
+    broadcasts and converts."""
+    instr = comp.by_name.get(name)
+    if instr is None or hops <= 0:
+        return False
+    if instr.opcode in ("constant", "iota") or (len(instr.shapes) == 1
+                                                and not instr.shapes[0].dims):
+        return True
+    return instr.opcode in SCALE_FROM and bool(instr.operand_names) and \
+        _scale(instr.operand_names[0], comp, hops - 1)
+
+
+def _combined(user: Instruction, name: str, comp: Computation) -> bool:
+    """``user`` combines the value ``name`` with other data (an add of a matmul's result)."""
+    return user.opcode in COMBINE and any(
+        n != name and not _scale(n, comp) for n in user.operand_names)
+
+
+def _inside(fusion: Instruction, k: int, module: Module) -> str:
+    """The op inside a fusion (no dot in it) that combines its operand ``k`` with other data
+    ("" where the fusion only passes it on)."""
+    body = module.computation(fusion.called("calls")[0])
+    seen = [i for i in body.instructions if i.opcode == "parameter"
+            and i.literal.strip() == str(k)]
+    for instr in seen:  # grows as the walk goes
+        for user in _users(module, body).get(instr.name, []):
+            if _combined(user, instr.name, body):
+                return user.opcode
+            if user not in seen:
+                seen.append(user)
+    return ""
+
+
 def _into_fusion(fusion: Instruction, k: int, dim: int | None, module: Module) -> Site | None:
     """Follow operand ``k`` of a fusion inside it to the dot it feeds."""
     body = module.computation(fusion.called("calls")[0])
@@ -115,9 +162,11 @@ def _into_fusion(fusion: Instruction, k: int, dim: int | None, module: Module) -
 
 def _forward(instr: Instruction, dim: int | None, comp: Computation, module: Module,
              hops: int) -> Site | None:
-    """The first dot ``instr``'s data reaches, through ops that pass it on."""
+    """The first dot ``instr``'s data reaches, through ops that pass it on; where it reaches
+    none, the first op that combines it with other data (``Site.consumer``)."""
     if hops <= 0:
         return None
+    consumer = None
     for user in _users(module, comp).get(instr.name, []):
         dot = dot_in(user, module)
         if dot is not None and user.opcode in DOTS:
@@ -125,17 +174,25 @@ def _forward(instr: Instruction, dim: int | None, comp: Computation, module: Mod
             return Site(dot, side, _dim_role(dot, side, dim), dot_op_name=dot.op_name)
         if dot is not None:  # a fusion holding a dot: follow the operand inside it
             found = _into_fusion(user, user.operand_names.index(instr.name), dim, module)
-            if found is not None:
+            if found is not None and found.dot is not None:
                 return found
+            consumer = consumer or found
+            continue
+        combines = _combined(user, instr.name, comp) and user.opcode or (
+            user.opcode == "fusion" and _inside(user, user.operand_names.index(instr.name),
+                                                module))
+        if combines:
+            consumer = consumer or Site(consumer=f"%{user.name} ({combines})")
             continue
         if user.opcode in PASS:
             nxt = user
             if user.opcode.endswith("-start"):
                 nxt = async_done(module, user) or user
             found = _forward(nxt, _carry(dim, instr, user), comp, module, hops - 1)
-            if found is not None:
+            if found is not None and found.dot is not None:
                 return found
-    return None
+            consumer = consumer or found
+    return consumer
 
 
 def _backward(instr: Instruction, comp: Computation, module: Module, hops: int
@@ -152,18 +209,6 @@ def _backward(instr: Instruction, comp: Computation, module: Module, hops: int
     return _backward(src, comp, module, hops - 1) if src.opcode in PASS else None
 
 
-def _parameter(instr: Instruction, comp: Computation, hops: int = MAX_HOPS) -> str:
-    """The metadata name of the entry parameter ``instr``'s data comes from ("" if none)."""
-    while hops > 0 and instr.opcode != "parameter" and instr.operand_names:
-        src = comp.by_name.get(instr.operand_names[0])
-        if src is None or src.opcode not in PASS | {"parameter"}:
-            return ""
-        instr, hops = src, hops - 1
-    if instr.opcode != "parameter":
-        return ""
-    return instr.op_name or f"parameter {instr.literal.strip()}"
-
-
 def locate(instr: Instruction, module: Module, kind: str) -> Site:
     """The collective's site: for a reduction (all-reduce, reduce-scatter) the dot it reads;
     for anything else the dot its result feeds, and which operand and dimension."""
@@ -174,46 +219,7 @@ def locate(instr: Instruction, module: Module, kind: str) -> Site:
     dims = instr.attrs.get("dimensions", ())
     dim = dims[0] if kind == "all-gather" and len(dims) == 1 else None
     start = async_done(module, instr) if instr.opcode.endswith("-start") else instr
-    site = _forward(start or instr, dim, comp, module, MAX_HOPS)
-    if site is None:
-        return Site()
-    on_weight = comp.is_entry and _parameter(instr, comp)
-    return Site(site.dot, site.side, site.dim, on_weight or "", site.dot_op_name)
-
-
-def _backward_value(instr: Instruction, comp: Computation, hops: int = MAX_HOPS) -> bool:
-    """Whether ``instr``'s value comes from the backward pass: it, or an op it only passes on,
-    is named ``transpose(...)`` (an op XLA made without metadata is looked through)."""
-    while hops > 0:
-        if BACKWARD in instr.op_name:
-            return True
-        src = comp.by_name.get(instr.operand_names[0]) if instr.operand_names else None
-        if src is None or instr.opcode not in PASS:
-            return False
-        instr, hops = src, hops - 1
-    return False
-
-
-def gradients(instr: Instruction, module: Module) -> tuple[str, ...]:
-    """The entry parameters whose gradients a reduction sums (their metadata names, else
-    ``parameter k``): for each operand from the backward pass, a parameter of its shape, or its
-    result's, on this device (one of the very shape first, then one transposed; each parameter
-    once); () for none. Scalars are left out (a loss is one too)."""
-    free = [(p.dims, p.name or f"parameter {p.index}") for p in parameters(module) if p.dims]
-    comp = module.computation(instr.computation)
-    found = []
-    for k, name in enumerate(instr.operand_names):
-        src = comp.by_name.get(name)
-        if src is None or len(src.shapes) != 1 or not _backward_value(src, comp):
-            continue
-        dims = {tuple(src.shapes[0].dims)} | ({tuple(instr.shapes[k].dims)}
-                                              if k < len(instr.shapes) else set())
-        hit = (next((p for p in free if p[0] in dims), None)
-               or next((p for p in free if sorted(p[0]) in map(sorted, dims)), None))
-        if hit is not None:
-            free.remove(hit)
-            found.append(hit[1])
-    return tuple(found)
+    return _forward(start or instr, dim, comp, module, MAX_HOPS) or Site()
 
 
 def free_dims(dot: Instruction, side: str = "rhs") -> tuple[int, ...] | None:

@@ -12,11 +12,13 @@ Ranked by exposed time, then measured, then predicted.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import replace
 
 import pandas as pd
 
 from harness import schema
-from harness.explain import axes, reasons, site
+from harness.explain import axes, dataflow, gradients, reasons, site
 from harness.hlo.desc import to_desc
 from harness.hlo.groups import replica_groups
 from harness.hlo.ir import Instruction, Module
@@ -62,18 +64,38 @@ def _level(instr: Instruction, module: Module, kind: str, system) -> str:
 
 
 def _facts(instr: Instruction, module: Module, kind: str, mesh_axes: str,
-           loops: dict[str, bool], system=None) -> reasons.Facts:
+           loops: dict[str, bool], system=None, names=None,
+           reduced: frozenset = frozenset()) -> reasons.Facts:
+    """What the reasons read of one collective (``reduced``: (parameter, axes) of every
+    gradient the program reduces)."""
+    comp = module.computation(instr.computation)
     where = site.locate(instr, module, kind)
+    if kind == "all-gather":
+        where = replace(where, parameter=gradients.parameter_of(instr, comp, names))
     reduces = kind in ("all-reduce", "reduce-scatter")
     largest = max(instr.shapes, key=lambda s: s.elements, default=None)
-    return reasons.Facts(kind, mesh_axes if "{" not in mesh_axes else "", where,
+    axes_text = mesh_axes if "{" not in mesh_axes else ""
+    return reasons.Facts(kind, axes_text, where,
                          in_loop=instr.computation in loops,
                          loop_has_dot=loops.get(instr.computation, False),
                          source_op=instr.op_name, group=_group(instr, module),
-                         gradients=site.gradients(instr, module) if reduces else (),
+                         gradients=gradients.gradients(instr, module, names) if reduces else (),
                          dims=tuple(largest.dims) if largest is not None else None,
                          weight_free=site.free_dims(where.dot) if where.dot is not None
-                         else None, level=_level(instr, module, kind, system))
+                         else None, level=_level(instr, module, kind, system),
+                         ring=dataflow.ring(instr, module), sliced=dataflow.sliced(instr, module),
+                         fsdp=(where.parameter, mesh_axes) in reduced)
+
+
+def _reduced(module: Module, mesh: dict[str, int] | None, names) -> frozenset:
+    """(parameter, mesh axes as ``axes.describe`` gives them) of each weight gradient the
+    program reduces."""
+    out = set()
+    for instr, _ in executed(module):
+        if collective_kind(instr) in ("all-reduce", "reduce-scatter"):
+            out |= {(p, axes.describe(instr, module, mesh)) for p in
+                    gradients.gradients(instr, module, names)}
+    return frozenset(out)
 
 
 def _group(instr: Instruction, module: Module) -> int:
@@ -108,7 +130,8 @@ def _sum(values: dict[str, float], names: list[str]) -> float:
 def collectives(module: Module, *, mesh: dict[str, int] | None = None,
                 ops: pd.DataFrame | None = None, step: dict | None = None,
                 program_id: str = "", system=None,
-                priced: pd.DataFrame | None = None) -> pd.DataFrame:
+                priced: pd.DataFrame | None = None,
+                names: Sequence[str] | None = None) -> pd.DataFrame:
     """``schema.COLLECTIVES`` of one compilation (``program_id``, "" where none is known).
     ``mesh``: the run's named axes ({"X": 4, "Y": 2}); ``ops``: an OPS table (a run's, or
     ``hlo_costs``' predicted one) for ``predicted_s`` and ``measured_s``, its rows of this
@@ -116,8 +139,9 @@ def collectives(module: Module, *, mesh: dict[str, int] | None = None,
     ``exposed_comm_s`` it takes. Columns whose source is not given are NaN. ``system`` (a
     ``predictions.network`` System): each reason names the network level that binds it;
     ``priced``: an OPS table whose ``predicted_s`` is taken instead of ``ops``' (``hlo_costs``
-    on that system)."""
-    loops = _loops(module)
+    on that system); ``names``: the user's pytree path of each entry parameter, by its
+    number (the capture's; for JAX's placeholder names ``Arg_k.n``)."""
+    loops, reduced = _loops(module), _reduced(module, mesh, names)
     predicted = _per_op(ops if priced is None else priced, schema.PREDICTED_S, module.name,
                         program_id)
     listed = (step or {}).get(schema.STEP_COLLECTIVES) or []
@@ -133,16 +157,18 @@ def collectives(module: Module, *, mesh: dict[str, int] | None = None,
         if not kind:
             continue
         mesh_axes = axes.describe(instr, module, mesh)
-        name, why, fix = reasons.explain(_facts(instr, module, kind, mesh_axes, loops, system))
-        names = _names(instr, module)
+        name, why, fix = reasons.explain(_facts(instr, module, kind, mesh_axes, loops, system,
+                                                names, reduced))
+        op_names = _names(instr, module)
         rows.append({
             schema.PROGRAM: module.name, schema.PROGRAM_ID: program_id, schema.OP: instr.name,
             schema.COLLECTIVE: kind,
             schema.SOURCE_LINE: source_line(instr, module), schema.SOURCE_OP: instr.op_name,
             schema.MESH_AXES: mesh_axes, schema.DEVICE_BYTES: _bytes(instr, module),
             schema.COUNT: count, schema.REASON: name,
-            schema.PREDICTED_S: _sum(predicted, names), schema.MEASURED_S: _sum(measured, names),
-            schema.EXPOSED_COMM_S: _sum(exposed, names), schema.WHY: why, schema.FIX: fix,
+            schema.PREDICTED_S: _sum(predicted, op_names),
+            schema.MEASURED_S: _sum(measured, op_names),
+            schema.EXPOSED_COMM_S: _sum(exposed, op_names), schema.WHY: why, schema.FIX: fix,
         })
     df = pd.DataFrame(rows, columns=list(schema.COLLECTIVES))
     if not len(df):
