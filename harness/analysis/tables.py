@@ -41,7 +41,7 @@ from harness.capture.memory import host_note
 from harness.hlo import Module, cross_check, cross_check_skip
 from harness.measure.arrivals import collective_ops, named_collectives, replica_groups
 from harness.measure.ops import named, step_time
-from harness.measure.programs import ProgramKey, programs_ran
+from harness.measure.programs import ProgramKey
 from harness.measure.shares import apart, host_shares, op_timing
 from harness.record import Tables
 from harness.step import containers, simulated, step_figures
@@ -111,7 +111,7 @@ def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
     ``schema.PROGRAM_ID``), where one ran."""
     ctx, notes = context, list(context.notes)
     events, shared = trace.events, trace.shares_cores
-    ran = programs_ran(events)
+    ran = list(trace.ran)  # (found once per trace: the decode read them first)
     costed = {key: predicted(module_for(modules, key), chip, trace) for key in ran}
     if shared:  # an op's share of the host counts every program running beside it
         opcodes = {op: code for p in costed.values()

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schema
+from harness.measure import grouping
 from harness.measure.ops import as_text, named
 from predictions.rules import ASYNC_PAIRS, COLLECTIVE_OPCODES
 
@@ -131,11 +132,13 @@ def last_arrivals(ev: pd.DataFrame, groups: Groups | None = None,
     program = [text_codes(ev[c])[0] for c in (schema.PROGRAM, schema.PROGRAM_ID)
                if c in ev.columns]
     step = ev[schema.STEP].to_numpy(np.int64)
-    # the k-th execution of an op in a step on a device: its rank there in time order
-    order = np.lexsort((start, device, host, step, op, *program))
-    keys = np.stack([*program, op, step, host, device])[:, order]
+    # the k-th execution of an op in a step on a device: its rank there in time order (each
+    # row's (program, op, step, host, device) numbered once, then sorted by it and time)
+    run = _numbered([*program, op, step, host, device])
+    order = np.lexsort((start, run))
+    run = run[order]
     new = np.ones(n, bool)
-    new[1:] = (keys[:, 1:] != keys[:, :-1]).any(axis=0)
+    new[1:] = run[1:] != run[:-1]
     first = np.maximum.accumulate(np.where(new, np.arange(n), 0))
     execution = np.empty(n, np.int64)
     execution[order] = np.arange(n) - first
@@ -145,10 +148,25 @@ def last_arrivals(ev: pd.DataFrame, groups: Groups | None = None,
     if clock_offsets_ns is not None:
         offset = host_offsets(host, clock_offsets_ns)
         scope = np.zeros(n, np.int64)
-    aligned = pd.Series(start + offset)
     by = [*program, op, step, execution, group, scope]
-    last = aligned.groupby(by, sort=False).transform("max").to_numpy(np.int64) - offset
+    last = _latest(by, start + offset) - offset
     return np.maximum(last, start), execution, host
+
+
+def _numbered(keys: Sequence[np.ndarray]) -> np.ndarray:
+    """Per row, a number equal where its ``keys`` (integer arrays, none missing) all are
+    (``harness.measure.grouping.groups``: one key made of them, not a sort by each)."""
+    frame = pd.DataFrame(dict(enumerate(keys)), copy=False)
+    return grouping.groups(frame, list(frame.columns))[0]
+
+
+def _latest(keys: Sequence[np.ndarray], t: np.ndarray) -> np.ndarray:
+    """Per row, the latest ``t`` of the rows whose ``keys`` (integer arrays) equal its own:
+    ``groupby(keys).transform("max")``, each row's group numbered once (``_numbered``)."""
+    group = _numbered(keys)
+    latest = np.full(int(group.max()) + 1 if len(group) else 0, np.iinfo(np.int64).min)
+    np.maximum.at(latest, group, t)
+    return latest[group]
 
 
 def host_offsets(hosts, offsets: Mapping[int, int] | None) -> np.ndarray:

@@ -7,6 +7,10 @@ Which ops communicate is read from the program's OPS table: the collectives (cat
 ``collective``, async halves included) and the async transfers (``copy-start``/``copy-done``,
 ``send``/``recv`` and their ``-done``s, copies over the host link). A program without HLO has
 no opcodes: its ops are judged by the opcode their name starts with (``all-reduce.3``).
+
+The waits, the longest part of a large trace's step, are read in a worker process while this
+one measures the timeline, where the host has a core to spare (``harness.trace.parallel.aside``):
+the same figures, the collectives' last arrivals then found from the ones the step lists alone.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from harness.step.timeline import async_spans, measure
 from harness.step.transfers import roofline_durations, transfers
 from harness.step.verdict import wait_figures
 from harness.step.waits import cited, waits
+from harness.trace import parallel
 from predictions.rules import ASYNC_PAIRS, COLLECTIVE_OPCODES, CONTAINERS
 
 # async transfers that are no collective: a DMA between memory spaces or a point-to-point copy
@@ -81,14 +86,29 @@ def step_figures(events: pd.DataFrame, ops: pd.DataFrame, *, pairs: Mapping[str,
     program's EVENTS of the same steps (a device running another program is not waiting;
     default: ``events``)."""
     comm = comm_ops(ops)
+    given = events if beside is None else beside
+    # the waits, the longest part, in a worker process while this one measures the timeline,
+    # where the host has a core to spare (dropped unread where there is no step)
+    waited = parallel.aside(_waits_aside, (given, ops, pairs, apart, groups, host, cores,
+                                           paced), int(given.memory_usage(index=False).sum()))
     out, spans = measure(events, comm, apart=apart, pairs=pairs, devices=devices)
     if out and not ops.empty and schema.PREDICTED_S in ops.columns:
         out.update(step_bounds(book, ops, comm))
-    if out:
-        seen = _Arrived(events if beside is None else beside, ops, pairs, apart, groups)
+    if out and waited is not None:  # (the ARRIVALS stay in the worker: the listed ones made)
+        _last_arrivals(out, given, ops, groups)
+        out.update(waited())
+    elif out:
+        seen = _Arrived(given, ops, pairs, apart, groups)
         _last_arrivals(out, seen.given, ops, groups, seen)
         out.update(_waits(seen, host=host, cores=cores, paced=paced))
     return out, spans
+
+
+def _waits_aside(context: tuple, _) -> dict:
+    """``step_figures``'s waits, in a worker process (``harness.trace.parallel.aside``)."""
+    given, ops, pairs, apart, groups, host, cores, paced = context
+    return _waits(_Arrived(given, ops, pairs, apart, groups), host=host, cores=cores,
+                  paced=paced)
 
 
 class _Arrived:

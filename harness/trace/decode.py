@@ -28,7 +28,7 @@ from google.protobuf.message import DecodeError
 
 from harness.errors import HarnessError, TraceError
 from harness.hlo import Module, parse_module, schedule
-from harness.measure.programs import ProgramKey, chosen, program_name, programs_ran
+from harness.measure.programs import ProgramKey, chosen, program_name
 from harness.trace import parallel
 from harness.trace.hlo_proto import async_names, embedded_modules, module_text
 from harness.trace.hosts import read_job
@@ -171,7 +171,7 @@ def decode(found: Located, *, hlo_text: str | None = None, warmup_steps: int = 0
         decoded.job, decoded.processes = read_job(list(found.hosts), found.file, decoded.trace,
                                                   warmup_steps)
     for part in parts:  # the programs that ran where the HLO is read (each segment), then it
-        decoded.modules.update(part.hlo.modules(programs_ran(part.trace.events)))
+        decoded.modules.update(part.hlo.modules(list(part.trace.ran)))
         decoded.damaged += [d for d in part.hlo.embedded.damaged if d not in decoded.damaged]
     return decoded
 
@@ -216,7 +216,7 @@ def _names(keys) -> str:
 def select(decoded: Decoded, program: str) -> str:
     """``program`` (a name or a program id) checked against the programs that ran; a one-line
     error naming them when it is none of them."""
-    ran = programs_ran(decoded.trace.events)
+    ran = list(decoded.trace.ran)
     if not any(chosen(key, program) for key in ran):
         raise HarnessError(f"{decoded.label}: no program {program!r} ran; programs that ran "
                            f"(name(program id)): {_names(ran)}")

@@ -19,7 +19,6 @@ import numpy as np
 from harness.trace import parallel
 from harness.trace.codes import Texts, firsts, tuple_codes
 from harness.trace.graphs import MEMSET, Kernel, attribute, schedule
-from harness.trace.hlo_proto import async_names, embedded_modules
 from harness.trace.planes import (
     Columns,
     PlaneIndex,
@@ -283,6 +282,10 @@ def _runs_in_turn(key: np.ndarray, name: np.ndarray, in_graph: np.ndarray, memse
 
 
 def _async_names(space: Space) -> dict[str, str]:
+    # imported here: hlo_proto imports harness.hlo, and with it pandas, which the decode path
+    # must not import before its workers fork (harness.trace.parallel)
+    from harness.trace.hlo_proto import async_names, embedded_modules
+
     names = {}
     for module_bytes in embedded_modules(space).values():
         names.update(async_names(module_bytes))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -46,7 +47,9 @@ def _plain(values) -> np.ndarray:
 def _steps(step: np.ndarray, warmup_steps: int) -> tuple[np.ndarray, np.ndarray | None]:
     """(each row's step numbered from 0, -1 where dropped; the rows kept, None for all).
     Dropped: rows outside every step (-1) and those of the first ``warmup_steps`` steps."""
-    steps = np.unique(step[step >= 0])[warmup_steps:]
+    counted = step[step >= 0]
+    steps = (np.flatnonzero(np.bincount(counted)) if len(counted) and counted.max() < 1 << 24
+             else np.unique(counted))[warmup_steps:]  # (step numbers: a count, not a sort)
     if not len(steps):
         return np.full(len(step), -1, np.int64), np.zeros(0, np.int64)
     low, high = int(steps[0]), int(steps[-1])
@@ -77,6 +80,15 @@ class TraceEvents:
     # what the host did that a device can wait on (schema.HOST_EVENTS, harness.trace.host_events;
     # None: not read)
     host: pd.DataFrame | None = None
+
+    @cached_property
+    def ran(self) -> tuple:
+        """The compilations that ran, most device time first
+        (``harness.measure.programs.programs_ran`` of ``events``), found once: the decode, the
+        check of the program asked for and the analysis each read them."""
+        from harness.measure.programs import programs_ran
+
+        return tuple(programs_ran(self.events))
 
     @property
     def shares_cores(self) -> bool:

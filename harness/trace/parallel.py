@@ -15,7 +15,9 @@ Work can also be started ahead of the code that uses it (``start``): ``harness t
 format's decode as soon as the trace is opened, then imports pandas and the analysis while the
 workers read; ``in_parallel`` with the same owner (the trace's ``Space``) and function takes
 their results. The workers are forked before those imports, so the decode path imports neither
-pandas nor jax.
+pandas nor jax. ``aside`` runs one piece of an analysis in one worker while the caller does
+the rest (``harness.step.figures``: the step's waits beside its timeline), where a core is
+spare: after the decode the caller alone would leave the others idle.
 """
 from __future__ import annotations
 
@@ -186,6 +188,18 @@ def start(owner, fn: Callable, context, parts: Sequence, size_bytes: int) -> boo
         return False
     _started.setdefault(owner, {})[fn] = Started(fn, context, parts, n)
     return True
+
+
+def aside(fn: Callable, context, size_bytes: int) -> Callable[[], object] | None:
+    """Start ``fn(context, None)`` in one worker process, beside the caller's own work (an
+    analysis whose parts need not wait on each other), where ``workers`` gives two or more
+    processes for ``size_bytes`` of work; return a function that waits for its result (its
+    error raised as the worker raised it). None, starting nothing, where it would not pay:
+    the caller runs it itself."""
+    if workers(size_bytes, 2) <= 1:
+        return None
+    begun = Started(fn, context, [None], 1)
+    return lambda: begun.results()[0]
 
 
 def started(owner) -> bool:
