@@ -3,7 +3,7 @@
     python docs/make_figures.py           # rewrites docs/roofline.png and docs/step.png
     python docs/make_figures.py DIR       # writes them under DIR instead
 
-Each is the plot a report of that trace carries (``harness.report.figures``, as
+Each is the plot a report of that trace carries (``harness.report.drawn.plots``, as
 ``harness trace --html`` embeds it): the README's roofline of the H100 llama_train step (preset
 100m), and step.md's timeline of the TPU v6e inference step.
 """
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import harness
-from harness import report
+from harness.report import drawn
 from harness.report.plots import ROOFLINE_PNG
 from harness.report.step_plot import STEP_PNG
 
@@ -27,7 +27,7 @@ def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name, (trace, chip) in FIGURES.items():
         run = harness.analyze_trace(ROOT / trace, chip=chip)
-        (out / name).write_bytes(report.figures(run)[name])
+        (out / name).write_bytes(drawn.plots(run)[name])
         print(out / name)
 
 

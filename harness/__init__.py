@@ -24,13 +24,11 @@ EXPORTS: dict[str, str] = {
     "summary": "harness.analysis.gaps",
     "render": "harness.report",
     "Run": "harness.record",
-    "analyze": "harness.runs.pipeline",
+    "analyze": "harness.runs.pipeline",  # capture fn(*args, **kwargs) and analyse it
     "analyze_trace": "harness.runs.pipeline",
     "run_workload": "harness.runs.workload",
     "compare": "harness.regress.judge",
 }
-# ``harness.analyze`` is the user's entry: capture ``fn(*args, **kwargs)`` and analyse it.
-ALIASES: dict[str, str] = {"analyze": "profile"}
 
 __all__ = sorted(EXPORTS)
 
@@ -42,7 +40,7 @@ quiet_absent_libtpu()
 def __getattr__(name: str):
     if name not in EXPORTS:
         raise AttributeError(f"module 'harness' has no attribute {name!r}")
-    value = getattr(importlib.import_module(EXPORTS[name]), ALIASES.get(name, name))
+    value = getattr(importlib.import_module(EXPORTS[name]), name)
     globals()[name] = value
     return value
 

@@ -182,7 +182,7 @@ def harness_run(request, tmp_path):
                                         warmup=warmup, out_dir=trace, chip=chip, meta=meta)
         else:
             fn = target
-            result = pipeline.profile(fn, *args, chip=chip, steps=steps, warmup=warmup,
+            result = pipeline.analyze(fn, *args, chip=chip, steps=steps, warmup=warmup,
                                       out_dir=trace, **kwargs)
             result.meta.update(meta)
         if save_root:

@@ -21,8 +21,24 @@ def test_compare_is_the_baseline_candidate_verdict():
 
 def test_every_export_is_its_modules_name():
     for name, module in harness.EXPORTS.items():
-        defined = getattr(importlib.import_module(module), harness.ALIASES.get(name, name))
+        defined = getattr(importlib.import_module(module), name)
         assert getattr(harness, name) is defined, name
+
+
+def test_analyze_is_the_function_of_that_name_and_its_old_name_warns():
+    import warnings
+
+    from harness.runs import pipeline
+
+    assert harness.analyze is pipeline.analyze
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        try:
+            pipeline.profile(None)  # warns first, then fails on no function
+        except Exception:  # noqa: BLE001 - what a None function raises is not the point
+            pass
+    assert any(issubclass(w.category, DeprecationWarning) and "harness.analyze" in
+               str(w.message) for w in said)
 
 
 def test_no_export_is_the_name_of_a_subpackage_or_module():

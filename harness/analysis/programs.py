@@ -3,7 +3,7 @@ how a name, a program id or ``all`` picks them (``reported``; a table's rows of 
 ``of_program``), each one's module, predicted OPS table (``predicted``) and measured tables
 (``measure``), and the PROGRAMS table of them all. Which ran, and how one is named and chosen,
 is read from the EVENTS (``harness.measure.programs``).
-``harness.analysis.tables.analyze`` puts them together.
+``harness.analysis.tables.derive`` puts them together.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The pure pipeline: a trace's EVENTS, the program's parsed HLO and a chip -> the run's tables.
 
-``analyze(trace, modules, chip, context)`` reads nothing, writes nothing and measures nothing:
+``derive(trace, modules, chip, context)`` reads nothing, writes nothing and measures nothing:
 the trace was decoded once (``harness.trace``), each program's HLO parsed once
 (``harness.hlo``), the chip resolved (and, for a CPU host, calibrated) before
 (``harness.chip.resolve``). What the trace does not say about the run (its untraced step times, the
@@ -101,7 +101,7 @@ def groups_of(modules: Mapping[ProgramKey, Module]) -> dict:
     return {op: g for op, g in out.items() if op not in clash}
 
 
-def analyze(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
+def derive(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
             context: Context = Context()) -> Tables:
     """Measure, predict and join every program of a decoded trace on ``chip``: ``modules``
     holds the HLO of each (name, program id) there is one for; a program without one is

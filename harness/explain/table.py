@@ -53,7 +53,7 @@ def _loops(module: Module) -> dict[str, bool]:
 def _level(instr: Instruction, module: Module, kind: str, system) -> str:
     """The network level that binds the collective on ``system`` ("" without one, or for a
     kind or groups the levels do not price: a permute's pairs)."""
-    from harness.chip.network import binding_text
+    from harness.explain.levels import binding_text
     from predictions import levels
 
     groups = replica_groups(instr, module) if system is not None else None

@@ -173,7 +173,7 @@ def by_levels(kind: str, nbytes: float, mesh: str, system, over: str | None = No
     """One collective over the axes ``over`` names of ``mesh`` (default all of it), the device
     ids row-major (the mesh's last axis inside a node), priced at the levels its groups cross
     on ``system`` (``predictions.levels``; docs/networks.md)."""
-    from harness.chip.network import binding_text
+    from harness.explain.levels import binding_text
 
     if kind not in levels.PRICED:
         raise ValueError(f"--system prices {', '.join(levels.PRICED)}, not {kind}")

@@ -101,7 +101,7 @@ def axis_levels(system: System | None, cand: Candidate) -> str | None:
     """The network level that binds a collective over each mesh axis of the layout, the mesh
     row-major (its model axis Y inside a node or slice): "X: crosses 32 nodes: leaf, ...;
     Y: within one node: 8 GPUs over NVLink, ..." (None without a network)."""
-    from harness.chip.network import binding_text
+    from harness.explain.levels import binding_text
     from predictions import levels
 
     if system is None:

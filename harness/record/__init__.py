@@ -1,6 +1,6 @@
 """The record: one analysed run, in memory and on disk, under every stage.
 
-``Tables`` holds what the analysis derives (``harness.analysis.tables.analyze`` returns them);
+``Tables`` holds what the analysis derives (``harness.analysis.tables.derive`` returns them);
 a ``Run`` is those tables with what ran and where it is stored; ``store`` writes and finds run
 directories; ``FORMAT`` is the version of the files a run is stored as. This package imports
 nothing of the harness but ``schema``, ``errors`` and ``units``: every stage can name the type it

@@ -61,7 +61,7 @@ class Run(Tables):
     it was predicted for), ``capture`` (``harness.capture.steps.Capture``: trace directory,
     HLO, cost) and ``trace`` (``harness.trace.TraceEvents``: EVENTS, format, async names) are
     what a fresh run was made from; a loaded run has its trace on disk instead. ``plots``: the
-    report's PNGs by file name, once drawn (``harness.report.figures``)."""
+    report's PNGs by file name, once drawn (``harness.report.drawn.plots``)."""
 
     title: str = ""
     chip: object | None = None

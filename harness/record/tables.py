@@ -1,4 +1,4 @@
-"""A run's tables: what ``harness.analysis.tables.analyze`` derives and a stored run keeps.
+"""A run's tables: what ``harness.analysis.tables.derive`` derives and a stored run keeps.
 
 The OPS table ranked by gap, per-category sums, per-step samples, summary figures, notes, the
 collectives the layout did not call for, XLA's cross-check, the PROGRAMS that ran, the step as

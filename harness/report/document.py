@@ -2,7 +2,7 @@
 
 ``render(run, fmt)`` gives text (terminal), md, html, csv or json of a ``harness.record.Run``.
 Markdown references the plot files written next to it; HTML embeds them, so a report.html is
-one self-contained file. Only those two draw the plots (``harness.report.drawn.figures``).
+one self-contained file. Only those two draw the plots (``harness.report.drawn.plots``).
 """
 from __future__ import annotations
 
@@ -201,7 +201,7 @@ def to_markdown(r: Run, top: int | None = 30, plots: bool = True) -> str:
     out += [f"\n{line}\n" for line in explained(r)]
     if r.notes:
         out.append("\n" + "".join(f"> {n}\n>\n" for n in r.notes))
-    pngs = drawn.figures(r) if plots else {}
+    pngs = drawn.plots(r) if plots else {}
     out += [f"\n![{name[:-4]}]({name})\n" for name in drawn.PLOTS if name in pngs]
     for i, (name, df, columns) in enumerate(_tables(r, top)):
         shown = _shown(df, columns)
@@ -233,7 +233,7 @@ def to_html(r: Run, top: int | None = 50, plots: bool = True) -> str:
     body = [page.heading(heading.title(r), heading.meta_lines(r), _step(r)),
             "<h2>Summary</h2>", _html_figures(r), page.paragraphs(explained(r)),
             page.paragraphs(r.notes, "note")]
-    pngs = drawn.figures(r) if plots else {}
+    pngs = drawn.plots(r) if plots else {}
     body += [page.image(name, pngs[name]) for name in drawn.PLOTS if name in pngs]
     reason = flag_reason(r)
     for i, (name, df, columns) in enumerate(_tables(r, top)):

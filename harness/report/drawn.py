@@ -1,6 +1,6 @@
 """A run report's plots: the step timeline, the roofline and the categories, drawn once.
 
-``figures(run)`` draws them for a fresh run (one with a chip) on first use and keeps them in
+``plots(run)`` draws them for a fresh run (one with a chip) on first use and keeps them in
 ``run.plots``; a stored run's are the PNGs saved beside it (``harness.report.files``).
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from harness.report.step_plot import STEP_PNG, step_timeline
 PLOTS = (STEP_PNG, ROOFLINE_PNG, CATEGORIES_PNG)  # in the order a report shows them
 
 
-def figures(run: Run) -> dict[str, bytes]:
+def plots(run: Run) -> dict[str, bytes]:
     """The report's plots of ``run``, file name -> PNG: drawn once, on first use, for a run
     with a chip (a fresh one); read from its directory for a stored one."""
     if run.plots:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from harness.record import Run
 from harness.report.document import render
-from harness.report.drawn import figures
+from harness.report.drawn import plots as drawn_plots
 
 REPORT_FILES = {"report.md": "md", "report.html": "html"}  # rendered beside the tables
 
@@ -19,5 +19,5 @@ def files(run: Run, plots: bool = True) -> dict[str, str | bytes]:
     ``plots`` (False: a sweep point's, none drawn), the plots they show."""
     out: dict[str, str | bytes] = {name: render(run, fmt, plots=plots)
                                    for name, fmt in REPORT_FILES.items()}
-    out.update(figures(run) if plots else {})
+    out.update(drawn_plots(run) if plots else {})
     return out

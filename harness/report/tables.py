@@ -62,15 +62,15 @@ def fmt_number(x: float) -> str:
     return f"{x:.3g}"
 
 
-def plain(x: float, figures: int = 3) -> str:
-    """``x`` to ``figures`` significant figures without an exponent: 1.934 -> "1.93", 0.01234
-    -> "0.0123", 1234.5 -> "1234"; a value below 1e-4 that is not 0 -> "<0.0001"."""
+def plain(x: float, significant: int = 3) -> str:
+    """``x`` to ``significant`` digits without an exponent: 1.934 -> "1.93", 0.01234 ->
+    "0.0123", 1234.5 -> "1234"; a value below 1e-4 that is not 0 -> "<0.0001"."""
     if x == 0:
         return "0"
     if abs(x) < 1e-4:
         return "<0.0001" if x > 0 else ">-0.0001"
-    digits = max(0, figures - 1 - math.floor(math.log10(abs(x))))
-    return f"{x:.{min(digits, 4)}f}"
+    decimals = max(0, significant - 1 - math.floor(math.log10(abs(x))))
+    return f"{x:.{min(decimals, 4)}f}"
 
 
 def fmt_percent(x: float) -> str:

@@ -1,12 +1,12 @@
-"""One path from a program to a Run: capture -> chip -> decode -> analyze -> Run.
+"""One path from a program to a Run: capture -> chip -> decode -> derive -> Run.
 
 Every entry point goes through ``from_capture``: ``harness run`` and ``sweep`` (a registered
 workload, ``harness.runs.workload``), ``run --distributed`` (``harness.multihost``), the pytest
-plugin, ``harness.analyze`` (``profile``: the user's own function) and ``harness trace``
+plugin, ``harness.analyze`` (``analyze``: the user's own function) and ``harness trace``
 (``analyze_trace``: a trace captured anywhere, found by ``harness.trace.located``). The chip is
 resolved first (on a CPU host, calibrated: ``harness.chip.resolve``), the trace decoded once and
 the program's HLO parsed once (``harness.trace.decode``), then the pure
-``harness.analysis.tables.analyze`` makes the tables, which are the Run's (``Run.of``).
+``harness.analysis.tables.derive`` makes the tables, which are the Run's (``Run.of``).
 ``NoHlo``, ``trace_program`` and ``saved_beside`` are read from their stages' modules
 (``harness.trace.decode``, ``harness.trace.hlo_proto``, ``harness.trace.located``), where
 ``harness.commands`` and ``harness.runs.explained`` import them.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import warnings
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +24,7 @@ import pandas as pd
 
 from harness import schema
 from harness.analysis.mesh import run_mesh
-from harness.analysis.tables import Context, analyze
+from harness.analysis.tables import Context, derive
 from harness.capture.environment import git_state
 from harness.capture.steps import STEPS, Capture, capture
 from harness.chip import drift
@@ -81,7 +82,7 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
                   cost_analysis=cap.cost_analysis, book=estimate,
                   expected_collectives=workload.expected_collectives() if workload else None,
                   memory={**m, **(meta or {})}, notes=notes)
-    t = analyze(events, modules, entry, ctx)
+    t = derive(events, modules, entry, ctx)
     if events.format == MERGED:  # a job's EVENTS: the per-host columns, and the largest skew
         t = with_host_columns(t, events.events)
     # the tables' meta: how ops were timed, the program the step line and summary are of
@@ -102,7 +103,7 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
                   collectives=explained, chip=entry, capture=cap, trace=events)
 
 
-def profile(fn: Callable, *args, chip=None, steps: int = STEPS, warmup: int = 2,
+def analyze(fn: Callable, *args, chip=None, steps: int = STEPS, warmup: int = 2,
             out_dir: str | Path | None = None, carry: Callable | None = None,
             command_buffers: bool = False, keep_state: bool = False, **kwargs) -> Run:
     """Capture ``fn(*args, **kwargs)`` (jitted, any shardings) and analyse it per op: the
@@ -145,6 +146,14 @@ def profile(fn: Callable, *args, chip=None, steps: int = STEPS, warmup: int = 2,
     if temporary:  # the run's own (run.save moves it into the stored run)
         weakref.finalize(run, shutil.rmtree, str(out), ignore_errors=True)
     return run
+
+
+def profile(fn: Callable, *args, **kwargs) -> Run:
+    """Deprecated (one release): ``analyze``, this function's name since 0.1 (``profile``
+    names ``harness profile``, which runs a script)."""
+    warnings.warn("harness.runs.pipeline.profile is deprecated: use harness.analyze",
+                  DeprecationWarning, stacklevel=2)
+    return analyze(fn, *args, **kwargs)
 
 
 def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,

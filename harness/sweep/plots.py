@@ -1,4 +1,4 @@
-"""Sweep figures as PNG bytes: collective bus bandwidth vs message size against the book's
+"""A sweep's plots as PNG bytes: collective bus bandwidth vs message size against the book's
 curve, and matmul roofline efficiency vs size. Input: the sweep summary (``harness.sweep.report``).
 
 Each series has its own colour and marker; where two series' book curves coincide they are

@@ -247,13 +247,13 @@ def headline(df: pd.DataFrame) -> list[str]:
     return out
 
 
-def to_html(header: dict, df: pd.DataFrame, figures: list[str], *, meta: dict | None = None,
+def to_html(header: dict, df: pd.DataFrame, plots: list[str], *, meta: dict | None = None,
             records=()) -> str:
     title = f"Sweep {header.get('name', '')}"
     body = [page.heading(title, heading_lines(header, df, meta or {}, records), headline(df))]
     if header.get("description"):
         body.append(f"<p>{page.esc(header['description'])}</p>")
-    body += [page.image(name) for name in figures]
+    body += [page.image(name) for name in plots]
     for name, table in by_workload(df):
         runs = [df.at[j, schema.RUN] for j in table.index]
         links = {i: f"{run}/report.html" for i, run in enumerate(runs)
@@ -271,13 +271,13 @@ def to_html(header: dict, df: pd.DataFrame, figures: list[str], *, meta: dict | 
     return page.document(title, body)
 
 
-def to_markdown(header: dict, df: pd.DataFrame, figures: list[str]) -> str:
+def to_markdown(header: dict, df: pd.DataFrame, plots: list[str]) -> str:
     out = [f"# Sweep {header.get('name', '')}\n\n"] + [f"{line}\n\n" for line in headline(df)]
     for name, table in by_workload(df):
         out.append(f"## {name}\n\n" + tables.to_markdown(table, spread(df))
                    + f"\n_{tables.legend_text(table.columns, spread=spread(df))}_\n\n")
     out += [f"> {n}\n\n" for n in impossible_notes(df)]
-    out += [f"![{name[:-4]}]({name})\n\n" for name in figures]
+    out += [f"![{name[:-4]}]({name})\n\n" for name in plots]
     return "".join(out)
 
 
@@ -285,15 +285,15 @@ def write(sweep_dir: Path, header: dict, records: list[dict]) -> tuple[pd.DataFr
     """Write summary.csv, summary.md, the plots and report.html; returns (table, report path)."""
     df = summary_table(sweep_dir, records)
     (sweep_dir / SUMMARY_CSV).write_text(tables.to_csv(df))
-    figures = []
+    plots = []
     for name, plot in ((COLLECTIVE_PNG, sweep_plots.collective_bandwidth),
                        (MATMUL_PNG, sweep_plots.matmul_efficiency)):
         png = plot(df)
         if png:
             (sweep_dir / name).write_bytes(png)
-            figures.append(name)
-    (sweep_dir / SUMMARY_MD).write_text(to_markdown(header, df, figures))
+            plots.append(name)
+    (sweep_dir / SUMMARY_MD).write_text(to_markdown(header, df, plots))
     report = sweep_dir / REPORT_HTML
-    report.write_text(to_html(header, df, figures, meta=_meta(sweep_dir, df), records=records))
+    report.write_text(to_html(header, df, plots, meta=_meta(sweep_dir, df), records=records))
     log.info("sweep report %s", report)
     return df, report
