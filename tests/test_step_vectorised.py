@@ -71,3 +71,19 @@ def test_leads_are_the_rule_per_execution(seed):
     for unit in (schema.DEVICE, schema.HOST):
         pd.testing.assert_frame_equal(leads(arr, {}, unit), _leads_per_group(arr, unit),
                                       check_exact=True)
+
+
+def test_a_devices_own_late_start_times_its_arrival_not_its_group():
+    """Four devices of one host in one group (one last arrival, 1900 ns), started 0, 100, 200
+    and 300 ns into the step: timed from their own starts they arrive at 1000, 1000, 1000 and
+    1600 ns, so device 3 is the last by 600 ns. The launch shift must not move the group's
+    key: each device would be a group of its own, and no device named."""
+    arr = pd.DataFrame({
+        schema.PROGRAM: "p", schema.PROGRAM_ID: "1", schema.OP: "all-reduce.1",
+        schema.STEP: np.zeros(4, np.int32), schema.EXECUTION: 0, schema.HOST: 0,
+        schema.DEVICE: np.arange(4, dtype=np.int32),
+        schema.ARRIVE_NS: [1000, 1100, 1200, 1900], schema.LAST_ARRIVE_NS: 1900})
+    starts = pd.Series([0, 100, 200, 300], index=pd.MultiIndex.from_arrays(
+        [[0] * 4, [0, 1, 2, 3]], names=[schema.STEP, schema.DEVICE]))
+    found = leads(arr, {}, schema.DEVICE, starts)
+    assert found["unit"].tolist() == [3] and found["lead_ns"].tolist() == [1600 - 1000]

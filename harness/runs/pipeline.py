@@ -93,7 +93,7 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
     named, mesh_notes = program_meshes(modules, full_meta, events.events)
     main = (t.meta.get(schema.PROGRAM, ""), t.meta.get(schema.PROGRAM_ID, ""))
     explained = for_run(modules, t.ops, t.step, run_mesh(full_meta), main=main,
-                        program_meshes=named)
+                        program_meshes=named, arguments=full_meta.get(schema.ARGUMENT_PATHS))
     shown = len(t.ops.groupby([c for c in (schema.PROGRAM, schema.PROGRAM_ID)
                                if c in t.ops.columns]).size()) if len(t.ops) else 1
     what = main[0] if shown <= 1 else f"{shown} programs (step program {program_name(main)})"
@@ -188,7 +188,7 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     # the chip its device planes describe (harness.chip.resolve), else the kind it names
     return from_capture(cap, chip=chip, decoded=decoded, workload=workload,
                         device=found.device or meta.get(schema.DEVICE_KIND) or None,
-                        program=program)
+                        program=program, notes=found.notes)
 
 
 def _trace_meta(found: Located, decoded: Decoded, mesh: dict | None) -> dict:

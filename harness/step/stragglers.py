@@ -57,12 +57,12 @@ def leads(arr: pd.DataFrame, offsets: dict[int, int], unit: str,
     executions' keys (program, op, step, execution, group), indexed by the place of the unit's
     row in the table of every unit's arrival at every execution, sorted by those keys and
     unit."""
-    off = host_offsets(arr[schema.HOST], offsets)
-    if unit == schema.DEVICE:
-        off = off - _launched(arr, starts)
+    clock = host_offsets(arr[schema.HOST], offsets)  # the hosts' clocks aligned
+    off = clock - _launched(arr, starts) if unit == schema.DEVICE else clock
     t = arr[schema.ARRIVE_NS].to_numpy(np.int64) + off
-    # a group's devices share their aligned last arrival: it tells groups of one execution apart
-    g = arr[schema.LAST_ARRIVE_NS].to_numpy(np.int64) + off
+    # a group's devices share their last arrival on aligned clocks: it tells groups of one
+    # execution apart (each device's own launch shift times its arrival, not its group's)
+    g = arr[schema.LAST_ARRIVE_NS].to_numpy(np.int64) + clock
     key, missing = zip(*(sorted_codes(arr[c]) for c in _KEY))
     keep = ~np.any(missing, axis=0)  # a missing key: no execution (as groupby drops it)
     rows = np.flatnonzero(keep)
