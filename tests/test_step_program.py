@@ -255,3 +255,25 @@ def test_a_sharding_change_is_named_by_the_mesh_axes():
     assert differences(a, b, MESH) == ["parameter 0 'x': P('data', None) -> P(None, 'model')"]
     assert differences(b, c, MESH) == ["parameter 0 'x': P(None, 'model') -> replicated"]
     assert differences(a, a, MESH) == []
+
+
+def _triple(x):
+    return x * 3 + 1
+
+
+def test_a_different_function_of_the_same_name_is_said_so():
+    from harness.analysis.recompiles import note
+    from harness.hlo import parse_module
+
+    def module(fn, x):
+        fn.__name__ = "step"  # two functions of one name, as two scripts' `step`s
+        return parse_module(jax.jit(fn).lower(x).compile().as_text())
+
+    x = jnp.ones((B, D))
+    a, b = module(_double, x), module(_triple, x)  # same parameter: no shape or sharding moved
+    keys = (("jit_step", "1"), ("jit_step", "2"))
+    runs = dict(zip(keys, (3, 2)))
+    said = note("jit_step", keys[0], keys[1], runs, dict(zip(keys, (a, b))))
+    assert "a different function of the same name: its ops come from other lines" in said
+    same = note("jit_step", keys[0], keys[1], runs, dict(zip(keys, (a, module(_double, x)))))
+    assert "a static argument or a compile option differs" in same

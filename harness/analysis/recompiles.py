@@ -78,9 +78,20 @@ def note(name: str, main: tuple[str, str], other: tuple[str, str], runs: Mapping
     if ma is None or mb is None or ma is mb:
         return head + "; no HLO of each to tell what differs"
     found = differences(ma, mb, mesh)
+    la, lb = _lines(ma), _lines(mb)
+    if not found and la and lb and not la & lb:
+        return head + "; a different function of the same name: its ops come from other lines"
     if not found:
         return (head + "; their entry parameters have the same shapes, dtypes and shardings "
                 "(a static argument or a compile option differs)")
     more = f"; and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
     return (head + f"; from program {first[1]} to {second[1]}: " + "; ".join(found[:SHOWN])
             + more)
+
+
+def _lines(module: Module) -> set[str]:
+    """The source lines (``file:line``) the entry computation's ops were made by (none where
+    the HLO keeps no metadata: then two modules are not told apart by them)."""
+    from harness.hlo.source import source_line
+
+    return {line for i in module.entry.instructions if (line := source_line(i, module))}

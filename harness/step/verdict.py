@@ -50,7 +50,8 @@ def _peers(t, share, period):
 
 def _core(t, share, period):
     return (f"core-bound: device threads wait {fmt_seconds(t)} per step for a CPU core "
-            f"({share:.0%} of the period): fewer devices than cores on the host")
+            f"({share:.0%} of the period), more device threads than the host has cores; fix: "
+            f"run on no more devices than cores (harness --devices N)")
 
 
 def _host(t, share, period):

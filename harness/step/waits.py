@@ -235,8 +235,10 @@ def untold(host: pd.DataFrame, hosts, cores: int | None) -> str:
         return ""
     who = "" if len(missing) == len(list(hosts)) else \
         f" of process(es) {', '.join(map(str, missing))}"
-    return (f"the trace{who} holds no host launch events (host_tracer_level 1 records them): "
-            f"waiting between executions (dispatch, input, host callbacks) is unexplained")
+    return (f"the trace{who} holds no host launch events: waiting between executions "
+            f"(dispatch, input, host callbacks) is unexplained; a trace taken with "
+            f"jax.profiler.ProfileOptions().host_tracer_level = 1 records them, as harness run "
+            f"and harness profile do")
 
 
 def cited(events: pd.DataFrame, host: pd.DataFrame | None) -> dict[str, int]:
