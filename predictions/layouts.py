@@ -2,15 +2,16 @@
 mesh axis (`sharding.md`, `training.md` §6).
 
 A mesh axis plays a role (``ROLES``): ``data`` splits the batch, ``fsdp`` the batch and the
-weights (ZeRO-3), ``model`` the heads, F and V (Megatron tensor parallelism). A layout
+weights (ZeRO-3), ``model`` the heads, F and V (Megatron tensor parallelism), ``stage`` the
+layers (pipeline parallelism: ``stage_axes``; ``workloads.llama.pipeline``). A layout
 (``Layout``) names the roles of its mesh axes, in mesh order, and which roles split what: the
 batch (activations' B), the weights' D dim, the model's heads/F/V. The workloads turn an entry
 into PartitionSpecs (``workloads.llama.sharding``); ``harness plan`` and ``harness predict
 train`` price the same entry with the book's model (``strategy``) at the split it gives
 (``sizes``). A composed layout runs its parts on separate axes: ``fsdp_tp`` is ``fsdp`` over
-one axis and ``tp`` over the next; ``a+b`` composes any registered parts (the pipeline stage
-of a later issue: ``pp+fsdp_tp``). A new layout registers an entry (``register``); nothing else
-changes.
+one axis and ``tp`` over the next; ``a+b`` composes any registered parts (``pp+fsdp_tp``: the
+pipeline's stages over the first axis, FSDP and TP over the next two). A new layout registers
+an entry (``register``); nothing else changes.
 
 Which mesh axis plays which role (``axes_by_role``): on a mesh whose axes are named by role
 (``--mesh fsdp=4,model=2``) by name; on one named otherwise (``4x2``, axes X, Y) by position,
@@ -28,13 +29,15 @@ from dataclasses import dataclass, field
 from predictions import training
 from predictions.topology import spans
 
-# role of a mesh axis -> what it splits (the next issues add "stage" and "expert")
+# role of a mesh axis -> what it splits (a later issue adds "expert")
 ROLES: dict[str, str] = {
     "data": "splits the batch; weights replicated, gradients all-reduced (data parallelism)",
     "fsdp": "splits the batch and the weights' D, gathered just in time; gradients "
             "reduce-scattered (FSDP, ZeRO-3)",
     "model": "splits attention heads, the MLP width F and the vocabulary V (Megatron tensor "
              "parallelism)",
+    "stage": "splits the layers: each stage holds L/S consecutive layers, activations pass "
+             "stage to stage (pipeline parallelism, training.md and gpus.md, reference §6.2)",
 }
 # Sizing: (F, batch tokens, chips, the slice's topology) -> (size of each of the layout's mesh
 # axes, a note); how plan and predict train split the chips among the layout's axes.
@@ -88,6 +91,11 @@ class Layout:
     sizes: Sizes = field(default=_all_on_one, compare=False, repr=False)
     planned: bool = True
 
+    @property
+    def sized(self) -> bool:
+        """Whether ``harness plan`` can split the chips among its axes (its ``sizes``)."""
+        return self.sizes is not _unsized
+
 
 LAYOUTS: dict[str, Layout] = {}
 
@@ -127,6 +135,22 @@ register(compose("dp_tp", DP, TP, strategy="fsdp_tp", sizes=_book_split, planned
                  about="replicas over the first axis, tensor parallel over the rest (§7.4)"))
 
 
+# Pipeline parallelism (training.md, gpus.md; reference §6.2): the layers over a `stage` axis.
+# `pp` alone pipelines over the first axis and keeps data-parallel replicas of the pipeline on
+# the rest (how every published pipeline runs: 4 stages x 2 replicas on 8 devices); in a
+# composition `pp+b` it contributes the stage axis only (PARTS), `b` the rest. Priced by the
+# book's model of what splits the batch (plan ranks pipelines in a later issue: not planned).
+STAGE = Layout("stage", ("stage",), (), (), (), "dp", "the layers over the stage axis",
+               planned=False)
+# a name's part in a composition `a+b`, where it is not the registered entry itself
+PARTS: dict[str, Layout] = {"pp": STAGE}
+register(compose("pp", STAGE, DP, planned=False,
+                 about="pipeline: the layers over the first axis (stage), the batch over the "
+                       "rest (data-parallel replicas of the pipeline)"))
+for _part in ("dp", "fsdp", "tp", "fsdp_tp", "dp_tp"):
+    register(compose(f"pp+{_part}", STAGE, LAYOUTS[_part], planned=False))
+
+
 def layout(name: str) -> Layout:
     """The registered layout ``name``, or ``a+b`` composed of registered parts. ValueError
     naming the valid ones."""
@@ -134,7 +158,7 @@ def layout(name: str) -> Layout:
         return LAYOUTS[name]
     parts = name.split("+")
     if len(parts) > 1 and all(p in LAYOUTS for p in parts):
-        entry = compose(name, *(LAYOUTS[p] for p in parts), planned=False)
+        entry = compose(name, *(PARTS.get(p, LAYOUTS[p]) for p in parts), planned=False)
         if len(set(entry.axes)) == len(entry.axes):
             return entry
         raise ValueError(f"layout {name!r}: its parts share a mesh axis role "
@@ -205,6 +229,12 @@ def degrees(entry: Layout, shape: Mapping[str, int]) -> tuple[int, int]:
     by_role = axes_by_role(entry, tuple(shape))
     size = lambda roles: math.prod(shape[a] for r in roles for a in by_role.get(r, ()))  # noqa
     return size(("data", "fsdp")), size(("model",))
+
+
+def stage_axes(entry: Layout, shape: Mapping[str, int]) -> tuple[str, ...]:
+    """The mesh axes (of a mesh of ``shape``) that split the layers into pipeline stages; ()
+    for a layout without a ``stage`` role."""
+    return axes_by_role(entry, tuple(shape)).get("stage", ())
 
 
 def role_sizes(entry: Layout, F: float, tokens: float, topology: Sequence[int]

@@ -26,6 +26,11 @@ FLAGS = {
     "--host-change": "FRACTION", "--html": "FILE", "--init-timeout": "S", "--int4": "switch",
     "--int8": "switch", "--json": "FILE", "--junit": "FILE", "--keep-trace": "DIR",
     "--kv-bytes": "BYTES", "--layout": "LAYOUT", "--links": "N", "--list": "switch",
+    "--microbatches": "N", "--repeats": "N",   # predict pipeline (issue 53)
+    # predict serve, predict speculative, plan llama_decode (issue 55)
+    "--prompt": "N", "--generate": "N", "--latency": "S", "--price": "USD",
+    "--acceptance": "FRACTION", "--draft-tokens": "N", "--draft-cost": "FRACTION",
+    "--compile": "N",
     "--mesh": "NAME=N,...", "--mfu": "FRACTION", "--model": "NAME",
     "--no-compile-cache": "switch", "--no-point-plots": "switch", "--noise": "SD",
     "--num-chips": "N", "--num-processes": "N", "--out": "DIR", "--point-plots": "switch",

@@ -116,12 +116,12 @@ def test_a_layout_the_model_cannot_take_says_why_without_compiling(monkeypatch):
 
 @pytest.mark.parametrize("argv, says", [
     (["--chip", "tpu-v9"], "known chips"),
-    (["--layout", "pp"], "valid: dp, fsdp, tp, fsdp_tp"),
+    (["--layout", "pp"], "valid: dp, fsdp, tp, fsdp_tp, dp_tp"),
     (["--topology", "2x4x8"], "as 4x4x4"),
     (["--topology", "3x3x1"], "valid slices nearby: 8 (v5p:2x2x2), 12 (v5p:2x2x3)"),
     (["--batch", "1000", "--seq-len", "16"], "multiple of 16"),
     (["--batch", "lots"], "256seq"),
-    (["llama_decode"], "valid: llama_train"),
+    (["llama_prefill"], "valid: llama_train, llama_decode"),  # llama_decode: serving (issue 55)
 ])
 def test_bad_input_is_one_line_exit_2(capsys, argv, says):
     assert main(["plan", *argv]) == 2

@@ -81,12 +81,12 @@ def module_for(modules: Mapping, key: ProgramKey) -> Module | None:
     return same[0] if len(same) == 1 else None
 
 
-def predicted(module: Module | None, chip, trace: TraceEvents) -> pd.DataFrame:
+def predicted(module: Module | None, chip, trace: TraceEvents, system=None) -> pd.DataFrame:
     """One compilation's predicted OPS table, ops named as the trace names them (empty
-    without a module)."""
+    without a module); on ``system``, collectives priced at the network levels they cross."""
     if module is None:
         return schema.empty(schema.OPS_PREDICTED)
-    predicted = hlo_costs(module, chip, async_on=trace.async_time_on)
+    predicted = hlo_costs(module, chip, async_on=trace.async_time_on, system=system)
     # the trace names an async op (``fusion-start.3`` in the HLO text) by the op it wraps
     if trace.async_names:
         predicted[schema.OP] = predicted[schema.OP].replace(trace.async_names)

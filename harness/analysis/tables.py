@@ -67,7 +67,8 @@ class Context:
     times of the untraced and the traced steps (``harness.capture.steps``). ``book``: the book's
     estimate of the workload's step on this chip (``predictions.step.Analytic``). ``memory``:
     XLA's memory figures of the run (``harness.capture.memory.host_note``). ``notes`` come first in
-    the report.
+    the report. ``system``: the network past one node or slice the user declared
+    (``predictions.network``): each collective priced at the levels its groups cross.
     """
 
     program: str = ""
@@ -82,6 +83,7 @@ class Context:
     expected_collectives: Mapping[str, int] | None = None
     memory: Mapping = field(default_factory=dict)
     notes: Sequence[str] = ()
+    system: object | None = None  # predictions.network.System: collectives priced by level
 
 
 def host_cores() -> int:
@@ -112,7 +114,7 @@ def derive(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
     ctx, notes = context, list(context.notes)
     events, shared = trace.events, trace.shares_cores
     ran = list(trace.ran)  # (found once per trace: the decode read them first)
-    costed = {key: predicted(module_for(modules, key), chip, trace) for key in ran}
+    costed = {key: predicted(module_for(modules, key), chip, trace, ctx.system) for key in ran}
     if shared:  # an op's share of the host counts every program running beside it
         opcodes = {op: code for p in costed.values()
                    for op, code in zip(p[schema.OP].astype(str), p[schema.OPCODE])

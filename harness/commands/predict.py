@@ -10,6 +10,10 @@
     harness predict collective all-gather --bytes 67.1e6 --mesh X=32,Y=8 --over X --chip h100 \
         --system dgx-h100-superpod
     harness predict matmul --B 1024 --D 8192 --F 28672 --chip tpu-v5e
+    harness predict pipeline --model llama3-405b --chip h100 --mesh stage=16,model=8,data=128 \
+        --batch 16e6 --microbatches 16
+    harness predict serve --model llama3-70b --chip tpu-v5e --context 8192 --generate 512
+    harness predict speculative --acceptance 0.8 --draft-tokens 4 --draft-cost 0.05
     harness predict chips
 
 Each prints the answer, the bound and the formula terms (``--format json``/``md``/``csv``), as
@@ -19,68 +23,18 @@ turns into one line and exit code 2.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
-
-from rich.console import Console
-from rich.table import Table
 
 from harness.commands import MESH_METAVAR, add_format, add_layout, add_network, deprecated
+from harness.commands.answers import emit as _emit
+from harness.commands.answers import num as _num
+from harness.commands.predict_serve import add_serve, add_speculative
 from harness.plan import book
-from harness.units import json_text
 from predictions import collectives, hardware, transformer
 from predictions.mesh import parse_mesh
 
 # checked before anything is computed (harness.commands.check_options)
 CHECKED = {"chip": "chip"}
 WRITES = ("text", "md", "json", "csv")
-
-
-def _num(name: str, text: str | None, integer: bool = False) -> float | int | None:
-    """'15e12' -> 1.5e13; ValueError names the flag (argparse's own errors print usage too)."""
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"--{name} must be a number, got {text!r}") from None
-    if integer:
-        if value != int(value):
-            raise ValueError(f"--{name} must be a whole number, got {text!r}")
-        return int(value)
-    return value
-
-
-def _emit(args, answer) -> int:
-    if args.format == "json":
-        print(json_text(answer.data, indent=2))
-        return 0
-    if args.format in ("md", "csv"):
-        print(_table(answer, args.format), end="")
-        return 0
-    table = Table(title=answer.title, title_justify="left")
-    for col in answer.columns:
-        table.add_column(col)
-    for row in answer.rows:
-        table.add_row(*row)
-    console = Console()
-    if not console.is_terminal:  # pipes and files: no wrapping at rich's default 80 columns
-        console = Console(width=160)
-    console.print(table)
-    return 0
-
-
-def _table(answer, fmt: str) -> str:
-    """The answer's table as Markdown (its title a heading) or CSV."""
-    if fmt == "csv":
-        out = io.StringIO()
-        csv.writer(out, lineterminator="\n").writerows([answer.columns, *answer.rows])
-        return out.getvalue()
-    cell = lambda text: str(text).replace("|", "\\|")  # noqa: E731
-    lines = [f"**{answer.title}**", "", "| " + " | ".join(map(cell, answer.columns)) + " |",
-             "|" + "|".join("---" for _ in answer.columns) + "|"]
-    lines += ["| " + " | ".join(map(cell, row)) + " |" for row in answer.rows]
-    return "\n".join(lines) + "\n"
 
 
 def _chip_and_model(args):
@@ -236,13 +190,46 @@ def _add_matmul(sub, common) -> None:
     p.set_defaults(_run=_matmul)
 
 
+def _pipeline(args) -> int:
+    from predictions import pipeline
+
+    given = parse_mesh(args.mesh)
+    if given.positional or "stage" not in given.shape:
+        raise ValueError(f"--mesh {args.mesh}: name the axes by role, a stage axis among them "
+                         f"(stage=16,model=8,data=128; roles stage, data, fsdp, model)")
+    shape, cfg = given.shape, transformer.model(args.model)
+    X = shape.get("data", 1) * shape.get("fsdp", 1)
+    rows, data = pipeline.answer(args.chip, cfg.L, cfg.D, cfg.F, _num("batch", args.batch),
+                                 shape["stage"], _num("microbatches", args.microbatches, True),
+                                 X, shape.get("model", 1), _num("repeats", args.repeats, True))
+    title = (f"{args.model} pipelined over {args.mesh} on {data['chip']}: {data['M']} "
+             f"microbatches of {data['B_pipeline'] / data['M']:,.0f} tokens")
+    return _emit(args, book.Answer(title, rows, data))
+
+
+def _add_pipeline(sub, common) -> None:
+    p = sub.add_parser("pipeline", parents=[common],
+                       help="pipeline bubble, stage transfers, DP/ZeRO thresholds (gpus.md)")
+    p.add_argument("--model", required=True, metavar="NAME",
+                   help=f"one of {', '.join(transformer.MODELS)}")
+    _chip_arg(p)
+    p.add_argument("--mesh", required=True, metavar=MESH_METAVAR,
+                   help="the job's mesh by role: stage=S, and data/fsdp=X, model=Y")
+    p.add_argument("--batch", required=True, metavar="N", help="global batch in tokens")
+    p.add_argument("--microbatches", required=True, metavar="N", help="N_MB, M")
+    p.add_argument("--repeats", default="1", metavar="N",
+                   help="layer chunks per stage, v (circular, interleaved; default 1)")
+    p.set_defaults(_run=_pipeline)
+
+
 def _add_chips(sub, common) -> None:
     sub.add_parser("chips", parents=[common], help="list the chip registry").set_defaults(
         _run=_chips)
 
 
 # the questions, in --help's order: each adds its parser (its options and its answer)
-QUESTIONS = (_add_train, _add_serving, _add_collective, _add_matmul, _add_chips)
+QUESTIONS = (_add_train, _add_serving, add_serve, add_speculative, _add_collective, _add_matmul,
+             _add_pipeline, _add_chips)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

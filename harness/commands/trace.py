@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import schema
-from harness.commands import add_format, add_warmup, count, deprecated
+from harness.commands import add_format, add_network, add_warmup, count, deprecated
 from harness.errors import HarnessError
 
 # checked before the trace is read (harness.commands.check_options)
@@ -26,6 +26,7 @@ def add_arguments(p) -> None:
                    help="predict for this chip (default: the trace's accelerator)")
     p.add_argument("--hlo", type=Path, metavar="FILE", help="the program's optimized HLO, for a "
                    "trace that holds none (an XLA dump, *after_optimizations.txt)")
+    add_network(p)
     p.add_argument("--top", type=count, default=20, metavar="N",
                    help="rows to print (default 20; 0 = all)")
     add_warmup(p, 0, "annotated steps to drop from the start, warm-up")
@@ -64,7 +65,7 @@ def main(args) -> int:
     try:
         run = pipeline.analyze_trace(args.path, chip=args.chip, hlo=args.hlo,
                                      warmup_steps=args.warmup, space=space,
-                                     program=args.program)
+                                     program=args.program, network=_network(args))
     except NoHlo as e:
         if args.chip:  # predictions were asked for: say what they need
             raise
@@ -111,3 +112,12 @@ def _measured_only(space, label: str, args, notes: list[str]) -> int:
     _write(args, csv=lambda: tables.to_csv(ops), json=lambda: tables.to_json(ops),
            html=lambda: render(page, "html"))
     return 0
+
+
+def _network(args):
+    """The network declared past one node or slice (``harness.chip.network``), None where
+    no flag declares one."""
+    from harness.chip.network import declared
+
+    found = declared(args)
+    return found if found.given else None

@@ -42,12 +42,16 @@ class Candidate:
 
 def check_layouts(names: Sequence[str]) -> list[str]:
     """The layouts asked for (those the registry plans by default when none), HarnessError
-    naming the valid."""
+    naming the valid: a registered layout plan cannot size yet (the pipelined ones) too."""
     for name in names:
         try:
             registry.layout(name)
         except ValueError as e:
             raise HarnessError(str(e)) from None
+        if not registry.layout(name).sized:
+            valid = [n for n, e in registry.LAYOUTS.items() if e.sized]
+            raise HarnessError(f"layout {name}: harness plan cannot size it yet (it runs with "
+                               f"harness run); valid: {', '.join(valid)}")
     return list(dict.fromkeys(names)) or registry.planned()
 
 

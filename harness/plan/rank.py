@@ -79,9 +79,11 @@ class Plan:
 
 
 def check_workload(name: str) -> None:
+    from harness.plan.serve_plan import PLANNED  # planned as serving (harness plan's PLANS)
+
     if name not in PLANNABLE:
         raise HarnessError(f"workload {name!r} has no layouts to plan; valid: "
-                           f"{', '.join(PLANNABLE)}")
+                           f"{', '.join([*PLANNABLE, *PLANNED])}")
 
 
 def _book(setting: Setting, cand: Candidate, cfg, tokens: int) -> dict:

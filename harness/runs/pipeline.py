@@ -28,6 +28,8 @@ from harness.analysis.tables import Context, derive
 from harness.capture.environment import git_state
 from harness.capture.steps import STEPS, Capture, capture
 from harness.chip import drift
+from harness.chip.network import describe as describe_network
+from harness.chip.network import resolve as resolve_network
 from harness.chip.resolve import chip_for_run
 from harness.errors import UserError
 from harness.explain import for_run
@@ -46,7 +48,8 @@ from harness.trace.located import Located, locate
 def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, workload=None,
                  meta: dict | None = None, notes: list[str] | tuple = (),
                  title: str | None = None, device=None, host_drift: dict | None = None,
-                 trace: TraceEvents | None = None, program: str | None = None) -> Run:
+                 trace: TraceEvents | None = None, program: str | None = None,
+                 network=None) -> Run:
     """The Run of one capture.
 
     ``chip``: a name or ``Chip`` (None: the device's, calibrated on a CPU host, with the
@@ -58,9 +61,15 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
     ``trace``: the EVENTS to analyse when they are not the capture's own trace (a multi-host
     run merges every process's: its ops get the per-host columns). ``program``: the program
     (name, id or ``all``) whose ops to report (default: the captured one; "" the step program).
+    ``network``: the network past one node or slice the user declared
+    (``harness.chip.network.Declared``), which prices each collective at the levels it crosses.
     """
     entry, chip_notes, chip_meta = chip_for_run(chip, device, host_drift)
     notes = list(notes) + chip_notes
+    system = resolve_network(network, entry, cap.meta.get(schema.DEVICE_COUNT)) \
+        if network is not None else None
+    if system is not None:
+        notes.append(describe_network(system))
     if decoded is not None and decoded.damaged:
         notes.append(f"the trace's embedded HLO of {', '.join(decoded.damaged[:4])} is "
                      f"damaged: those programs are measured only")
@@ -81,7 +90,7 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
                   graph_step_s=m.get(schema.GRAPH_STEP_S), graph_note=m.get(schema.GRAPH_NOTE, ""),
                   cost_analysis=cap.cost_analysis, book=estimate,
                   expected_collectives=workload.expected_collectives() if workload else None,
-                  memory={**m, **(meta or {})}, notes=notes)
+                  memory={**m, **(meta or {})}, notes=notes, system=system)
     t = derive(events, modules, entry, ctx)
     if events.format == MERGED:  # a job's EVENTS: the per-host columns, and the largest skew
         t = with_host_columns(t, events.events)
@@ -93,7 +102,8 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
     named, mesh_notes = program_meshes(modules, full_meta, events.events)
     main = (t.meta.get(schema.PROGRAM, ""), t.meta.get(schema.PROGRAM_ID, ""))
     explained = for_run(modules, t.ops, t.step, run_mesh(full_meta), main=main,
-                        program_meshes=named, arguments=full_meta.get(schema.ARGUMENT_PATHS))
+                        program_meshes=named, arguments=full_meta.get(schema.ARGUMENT_PATHS),
+                        system=system)
     shown = len(t.ops.groupby([c for c in (schema.PROGRAM, schema.PROGRAM_ID)
                                if c in t.ops.columns]).size()) if len(t.ops) else 1
     what = main[0] if shown <= 1 else f"{shown} programs (step program {program_name(main)})"
@@ -158,7 +168,7 @@ def profile(fn: Callable, *args, **kwargs) -> Run:
 
 def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
                   warmup_steps: int = 0, space=None, workload=None, program: str = "",
-                  mesh: dict | None = None) -> Run:
+                  mesh: dict | None = None, network=None) -> Run:
     """Analyse a profiler trace someone else captured (``jax.profiler``) per op.
 
     The program's optimized HLO comes from ``hlo`` (an XLA dump, ``*after_optimizations.txt``),
@@ -170,7 +180,8 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     (default: the program ``harness`` captured, for a trace it saved; else the step program,
     ``harness.analysis.programs.step_program``).
     ``mesh``: the named mesh axes ({"X": 4, "Y": 2}) the collectives ran over, for a trace
-    that does not record them (``harness.explain``).
+    that does not record them (``harness.explain``); ``network``: the network declared past
+    one node or slice (``from_capture``).
     A directory whose newest trace has others beside it (one per host of a multi-host job,
     ``harness.trace.hosts``) is read as one job: every host's trace decoded in parallel,
     the first one's HLO, a ``host`` column and the per-host columns of a multi-host run; one
@@ -188,7 +199,7 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     # the chip its device planes describe (harness.chip.resolve), else the kind it names
     return from_capture(cap, chip=chip, decoded=decoded, workload=workload,
                         device=found.device or meta.get(schema.DEVICE_KIND) or None,
-                        program=program, notes=found.notes)
+                        program=program, notes=found.notes, network=network)
 
 
 def _trace_meta(found: Located, decoded: Decoded, mesh: dict | None) -> dict:

@@ -14,9 +14,12 @@ materialised attention scores of the hand-written path) are counted once.
 """
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 
-from predictions import transformer
+from predictions import layouts, transformer
+from workloads.llama import schedules
 from workloads.llama.config import book_model
 from workloads.llama.sharding import Split, split_of
 from workloads.mesh import AnyMesh, axis_size
@@ -48,10 +51,57 @@ def _logits(cfg, tokens: float, act: int) -> float:
     return 2 * tokens * cfg.V * 4 / chunks + gathered
 
 
+def _stages(cfg, mesh: AnyMesh | None) -> int:
+    """S: devices along the layout's stage axes (1 without a pipeline)."""
+    if mesh is None or getattr(cfg, "stages", 1) == 1:
+        return 1
+    shape = dict(mesh.shape)
+    axes = layouts.stage_axes(layouts.layout(cfg.parallelism), shape)
+    return math.prod(shape[a] for a in axes) if axes else 1
+
+
+def _pipelined(cfg, mesh, need: dict[str, float], S: int, b: int, m: int) -> dict[str, float]:
+    """A pipeline's per-stage bytes (`training.md`, `gpus.md`; ``predictions.pipeline``): each
+    stage holds L/S layers' weights, gradients and moments (embedding and head whole); its
+    activations are the microbatches its schedule holds (GPipe, circular: all M; 1F1B: the
+    stage inputs of min(M, 2S − 1) in flight and one microbatch's layers while recomputed);
+    the loop's buffers of stage inputs and outputs, [M, B/M, T, D] each; the loss head runs
+    with the batch also split over the stages (1F1B: on the last stage, a microbatch at a
+    time); ZeRO-1 splits the moments over the batch axes too."""
+    model, act = book_model(cfg), _nbytes(cfg.param_dtype)
+    P = transformer.param_count(model)
+    outer = 2 * cfg.D * cfg.V + cfg.D                  # embedding, unembedding, final norm
+    share = ((P - outer) / S + outer) / P
+    M, tokens = cfg.microbatches, cfg.B * cfg.T / b
+    widths = act * cfg.remat_policy().hbm_width(cfg) / m
+    if schedules.SCHEDULES[cfg.schedule].autodiff:
+        held = tokens * cfg.L / S * widths
+        logits = need["logits"] / S
+    else:
+        held = (min(M, 2 * S - 1) * tokens / M * cfg.D * act / m
+                + tokens / M * cfg.L / S * widths)
+        logits = need["logits"] / M
+    out = {k: v * share for k, v in need.items() if k in ("parameters", "gradients",
+                                                          "optimizer")}
+    if cfg.zero1:
+        out["optimizer"] /= b
+    return {**need, **out, "activations": held, "logits": logits,
+            "pipeline buffers": 2 * tokens * cfg.D * act / m}
+
+
 def train_bytes(cfg, mesh: AnyMesh | None = None) -> dict[str, float]:
     """Per-device bytes of one ``llama_train`` step: parameters, gradients, AdamW moments,
     saved activations, the fp32 logits (and their gradient; one chunk's of ``num_vocab_tiling``),
-    one layer's transients."""
+    one layer's transients; pipelined, per stage (``_pipelined``)."""
+    need = _train_bytes(cfg, mesh)
+    S = _stages(cfg, mesh)
+    if S > 1:
+        _, b, m = _splits(cfg, mesh)
+        return _pipelined(cfg, mesh, need, S, b, m)
+    return need
+
+
+def _train_bytes(cfg, mesh: AnyMesh | None = None) -> dict[str, float]:
     model, (w, b, m) = book_model(cfg), _splits(cfg, mesh)
     P = transformer.param_count(model)
     act = _nbytes(cfg.param_dtype)

@@ -17,6 +17,7 @@ Layers run under ``lax.scan`` (``scan_layers``) with the ``remat`` policy named
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -26,7 +27,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from workloads.base import Workload, WorkloadError, check_choice, smaller
-from workloads.llama import book, fit, loss, memory, model, remat
+from workloads.llama import book, fit, loss, memory, microbatches, model, pipeline, remat, schedules
 from workloads.llama.config import MODEL_DIMS, Dims, dims_of, fix_dtypes
 from workloads.llama.sharding import PARALLELISMS, Sharder
 from workloads.mesh import AnyMesh, build_args, named
@@ -57,12 +58,26 @@ class TrainConfig(Dims):
     eps: float = 1e-8
     weight_decay: float = 0.1
     seed: int = 0
+    # pipeline parallelism (parallelism=pp, pp+dp, pp+fsdp, ...; workloads.llama.pipeline): S
+    # stages over the mesh's stage axis, M microbatches (without a stage axis: gradient
+    # accumulation over M microbatches), the schedule, its layer repeats (circular only)
+    stages: int = 1
+    microbatches: int = 1
+    schedule: str = "gpipe"
+    repeats: int = 1
+    # ZeRO-1: the AdamW moments also split over the axes that split the batch (the weights
+    # stay whole per stage, as Meta's 405B and DeepSeek-V3 ran)
+    zero1: bool = False
+    # stages x repeats need not divide L: the stack padded with identity layers at the first
+    # and last stages (Meta's 405B: 126 layers on 16 stages; workloads.llama.pipeline)
+    pad_layers: bool = False
 
     def __post_init__(self):
         self.check_dims()
         fix_dtypes(self, "param_dtype", "opt_dtype")
         check_choice("parallelism", self.parallelism, PARALLELISMS)
         self.remat_policy()   # WorkloadError naming the valid policies or names
+        schedules.check_config(self)
         if self.num_vocab_tiling < 1 or self.T % self.num_vocab_tiling:
             raise WorkloadError(f"num_vocab_tiling must be a positive divisor of T={self.T} "
                                 f"(the loss runs over T/num_vocab_tiling tokens at a time), "
@@ -78,6 +93,10 @@ def _preset(name: str, **run) -> TrainConfig:
 
 PRESETS: dict[str, TrainConfig] = {
     "tiny": _preset("tiny"),
+    # tiny, pipelined on 8 devices: 4 stages x 2 data-parallel replicas, 8 microbatches of 2
+    # sequences; L = 8 so a circular schedule can repeat twice (--set schedule=circular
+    # --set repeats=2)
+    "tiny_pp": _preset("tiny", L=8, B=16, parallelism="pp", stages=4, microbatches=8),
     # a GPU/TPU preset: on 8 CPU devices XLA needs 15.6 GB of host RAM (6.2 with remat=full)
     "100m": _preset("100m", B=16, T=512),
     # the largest that fits one 80 GB GPU: ~12 bytes/param of state, matmul outputs saved
@@ -86,6 +105,16 @@ PRESETS: dict[str, TrainConfig] = {
     "8b": _preset("8b", B=256, T=4096, remat="full"),
     "70b": _preset("70b", B=256, T=4096, remat="full"),
     "405b": _preset("405b", B=256, T=4096, remat="full"),
+    # LLaMA-3.1 405B as Meta trained it (Llama 3 paper; gpus.md "What does LLaMA-3 do?"): 16M
+    # tokens a step (2048 x 8192), 8-way TP in a node x 16-way PP x 128-way ZeRO-1 DP on 16,384
+    # H100s, 126 layers on 16 stages (one fewer on the first and last: pad_layers), 16
+    # microbatches of one sequence a replica, layers interleaved twice over the stages (Meta's
+    # interleaved 1F1B runs here as the circular schedule: 1f1b beside TP and DP aborts XLA's
+    # partitioner, pipeline._check_1f1b). For ahead-of-time compiles (predict-hlo, plan) on
+    # --mesh stage=16,data=X,model=8 at a reduced X with B = 16·X, scaled to 128.
+    "405b_meta": _preset("405b", B=2048, T=8192, remat="full", parallelism="pp+dp_tp",
+                         stages=16, microbatches=16, schedule="circular", repeats=2,
+                         pad_layers=True, zero1=True),
 }
 
 
@@ -127,9 +156,17 @@ def adamw(params, grads, opt, cfg: TrainConfig):
     return pick(0), {"mu": pick(1), "nu": pick(2), "step": step}
 
 
-def make_step(cfg: TrainConfig, sh: Sharder):
+def make_step(cfg: TrainConfig, sh: Sharder, stage: tuple[str, ...] = ()):
+    """The train step; pipelined over the ``stage`` mesh axes when given
+    (``workloads.llama.pipeline``), else over ``microbatches`` accumulated when > 1."""
+    if stage:
+        return pipeline.make_step(cfg, sh, dims_of(cfg), stage, adamw)
+    grads_of = jax.value_and_grad(loss_fn)
+    if cfg.microbatches > 1:
+        grads_of = microbatches.accumulate(grads_of, cfg.microbatches)
+
     def train_step(params, opt_state, inputs_BT, targets_BT):
-        loss, grads = jax.value_and_grad(loss_fn)(params, inputs_BT, targets_BT, cfg, sh)
+        loss, grads = grads_of(params, inputs_BT, targets_BT, cfg, sh)
         params, opt_state = adamw(params, grads, opt_state, cfg)
         return params, opt_state, loss
     return train_step
@@ -146,11 +183,13 @@ def build(cfg: TrainConfig, mesh: AnyMesh | None, abstract: bool = False):
     """``(train_step, (params, opt_state, inputs_BT, targets_BT))``; ``mesh=None`` is unsharded."""
     d = dims_of(cfg)
     sh = Sharder(mesh, cfg.parallelism, d)
-    p_abs = model.abstract_params(d, cfg.param_dtype)
+    stage = pipeline.check_mesh(cfg, mesh)
+    stacked = dataclasses.replace(d, L=pipeline.stack_rows(cfg)) if stage else d
+    p_abs = model.abstract_params(stacked, cfg.param_dtype)
     moment = lambda p: jax.ShapeDtypeStruct(p.shape, jnp.dtype(cfg.opt_dtype))  # noqa: E731
     o_abs = {"mu": jax.tree.map(moment, p_abs), "nu": jax.tree.map(moment, p_abs),
              "step": jax.ShapeDtypeStruct((), jnp.int32)}
-    step = make_step(cfg, sh)
+    step = make_step(cfg, sh, stage)
     if cfg.donate_state and not abstract:
         raise WorkloadError("donate_state=true is for ahead-of-time compiles (predict-hlo): a "
                             "donated step consumes its inputs, and a run calls it repeatedly "
@@ -161,16 +200,20 @@ def build(cfg: TrainConfig, mesh: AnyMesh | None, abstract: bool = False):
         fn = jax.jit(step, donate_argnums=donate)
     else:
         sh.check_params(p_abs)
-        sh.check_act("BTD", (cfg.B, cfg.T, cfg.D))
-        p_sh = sh.param_shardings(p_abs)
-        o_sh = {"mu": p_sh, "nu": p_sh, "step": named(mesh, P())}
+        sh.check_act("BTD", (cfg.B // cfg.microbatches, cfg.T, cfg.D))
+        p_specs = pipeline.stage_param_specs(sh, p_abs, stage) if stage else \
+            sh.param_specs(p_abs)
+        o_specs = microbatches.zero1_specs(p_specs, p_abs, sh) if cfg.zero1 else p_specs
+        p_sh, m_sh = (jax.tree.map(lambda s: named(mesh, s), t, is_leaf=lambda x: isinstance(x, P))
+                      for t in (p_specs, o_specs))
+        o_sh = {"mu": m_sh, "nu": m_sh, "step": named(mesh, P())}
         tok = sh.sharding("BT")
         shardings = (p_sh, o_sh, tok, tok)
         fn = jax.jit(step, in_shardings=shardings, out_shardings=(p_sh, o_sh, named(mesh, P())),
                      donate_argnums=donate)
 
     def host():
-        params = model.init_params(d, cfg.seed, cfg.param_dtype)
+        params = model.init_params(stacked, cfg.seed, cfg.param_dtype)
         return params, init_opt_state(params, cfg), *batch(cfg)
 
     tok_abs = jax.ShapeDtypeStruct((cfg.B, cfg.T), jnp.int32)
@@ -184,7 +227,8 @@ WORKLOAD = Workload(
     Config=TrainConfig,
     build=build,
     presets=PRESETS,
-    description="LLaMA-3 training step (forward, backward, AdamW) under dp/fsdp/tp/fsdp_tp/dp_tp",
+    description="LLaMA-3 training step (forward, backward, AdamW) under dp/fsdp/tp/fsdp_tp/dp_tp "
+                "and pipelined (pp, pp+...: gpipe, 1f1b, circular)",
     memory=memory.train_bytes,
     book=book.train,
     # training.md: remat trades FLOPs for activation memory

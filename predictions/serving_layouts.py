@@ -1,0 +1,154 @@
+"""Where a decode step's weights and KV cache lie (inference.md §7.4; reference §7.4), priced.
+
+On N = X * Y chips the weights are model-parallel over Y (Megatron: heads, F and V split; never
+FSDP, which would move the weights every step) and replicated over X, which splits the batch.
+The KV cache of the B/X sequences a replica holds is laid out one of three ways:
+
+- ``heads``: over the KV heads, at most K-way; beyond K the K/V heads are replicated, so each
+  chip reads Y/K times its share of the cache;
+- ``batch``: the book's layout KV[2, B_Z, S, K_Y, H]: heads K-way, then the batch over the
+  Z = Y/K chips that share a head, costing two AllToAlls per attention layer (the queries to
+  batch sharding and the outputs back);
+- ``sequence``: heads K-way, then the sequence over Z: an AllGather of the queries and a
+  flash-style combine (an AllReduce of the partial outputs) per layer; for long contexts.
+
+A chip's step: its KV read and the layout's collectives (attention, bandwidth-bound), plus the
+model-parallel layer's max(T_params, T_flops, T_ici) (``predictions.serving``).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from predictions import collectives, hardware, transformer
+from predictions.hardware import Chip
+from predictions.serving import ACT_BYTES, Precision, mp_ici_time, precision, torus_axes
+from predictions.transformer import Config
+
+LONG_CONTEXT = 16384  # tokens per sequence from which the sequence-sharded cache is tried
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """How one replica's cache splits over its Y chips: ``share`` the fraction of the cache a
+    chip holds, ``comm`` the seconds of the layout's own collectives per step."""
+
+    name: str
+    about: str
+    share: Callable[[Config, int], float]
+    comm: Callable[[Config, float, int, Chip], float]
+
+
+def _heads_share(cfg: Config, Y: int) -> float:
+    return 1 / min(Y, cfg.K)  # §7.4: over KV heads at most K-way, replicated beyond
+
+
+def _full_share(cfg: Config, Y: int) -> float:
+    return 1 / Y  # heads K-way, then batch (or sequence) over Z = Y/K
+
+
+def _q_bytes(cfg: Config, B: float) -> float:
+    """The queries (and attention outputs) of one KV head group: B * (N/K) * H in bf16."""
+    return ACT_BYTES * B * cfg.N / cfg.K * cfg.H
+
+
+def _group(cfg: Config, Y: int, chip: Chip) -> tuple[int, ...]:
+    return torus_axes(chip, max(1, Y // cfg.K))
+
+
+def _batch_comm(cfg: Config, B: float, Y: int, chip: Chip) -> float:
+    """§7.4: two AllToAlls per attention layer over the Z chips sharing a head."""
+    if Y <= cfg.K:
+        return 0.0
+    return cfg.L * 2 * collectives.all_to_all(_q_bytes(cfg, B), _group(cfg, Y, chip), chip)
+
+
+def _sequence_comm(cfg: Config, B: float, Y: int, chip: Chip) -> float:
+    """§7.4: AllGather the queries over Z, combine the partial outputs flash-style (AllReduce)."""
+    if Y <= cfg.K:
+        return 0.0
+    g = _group(cfg, Y, chip)
+    q = _q_bytes(cfg, B)
+    return cfg.L * (collectives.all_gather(q, g, chip) + collectives.all_reduce(q, g, chip))
+
+
+KV_LAYOUTS: dict[str, KVLayout] = {k.name: k for k in (
+    KVLayout("heads", "KV over heads up to K-way, replicated beyond", _heads_share,
+             lambda cfg, B, Y, chip: 0.0),
+    KVLayout("batch", "KV[2, B_Z, S, K_Y, H]: heads K-way, batch over Y/K; 2 AllToAlls a layer",
+             _full_share, _batch_comm),
+    KVLayout("sequence", "heads K-way, sequence over Y/K; AllGather Q, combine flash-style",
+             _full_share, _sequence_comm),
+)}
+
+
+@dataclass(frozen=True)
+class LayoutPrice:
+    """One serving layout on X replicas x Y model-parallel chips at batch B, priced."""
+
+    kv_layout: str
+    X: int
+    Y: int
+    B: int
+    weights_bytes: float  # per chip
+    kv_bytes: float       # per chip
+    fits: bool
+    B_max: int            # the largest batch whose caches fit this layout
+    kv_s: float
+    kv_comm_s: float
+    params_s: float
+    flops_s: float
+    ici_s: float
+    step_s: float
+    tokens_per_s_per_chip: float
+
+    @property
+    def mesh(self) -> str:
+        return f"{self.X}x{self.Y}"
+
+
+def price(cfg: Config, chip: Chip | str, kv_layout: str, X: int, Y: int, B: int, S: float,
+          prec: str | Precision = "bf16", dtype: str = "bf16") -> LayoutPrice:
+    """One layout's step (inference.md §7.3-7.4) and memory per chip at batch B (split over the
+    X replicas) with S cached tokens per sequence."""
+    c, pr, lay = hardware.chip_entry(chip), precision(prec), KV_LAYOUTS[kv_layout]
+    P = transformer.param_count(cfg)
+    weights = P * pr.weight_bytes / Y  # model-parallel over Y, replicated over X
+    per_seq = transformer.kv_cache_bytes(cfg, S, pr.kv_bytes) * lay.share(cfg, Y)
+    B_max = max(0, math.floor((c.hbm_bytes - weights) / per_seq)) * X
+    Br = B / X
+    kv = Br * per_seq
+    kv_s = kv / c.hbm_bytes_per_s  # inference.md: attention always reads its cache from HBM
+    comm = lay.comm(cfg, Br, Y, c)
+    params_s = weights / c.hbm_bytes_per_s
+    flops_s = 2 * P * B / (X * Y * c.flops_per_s(dtype))  # inference.md: 2 * P * B / (N * C)
+    ici = mp_ici_time(cfg, Br, Y, c)
+    step = kv_s + comm + max(params_s, flops_s, ici)  # §7.4: the model-parallel layer's max
+    return LayoutPrice(kv_layout, X, Y, B, weights, kv, weights + kv <= c.hbm_bytes, B_max,
+                       kv_s, comm, params_s, flops_s, ici, step, B / (step * X * Y))
+
+
+def candidates(cfg: Config, N: int, S: float, B: int) -> list[tuple[str, int, int]]:
+    """(KV layout, X, Y) to price on N chips: every power-of-two Y with X = N/Y dividing B;
+    ``heads`` always, ``batch`` where Y > K, ``sequence`` where Y > K and S >= LONG_CONTEXT."""
+    out = []
+    Y = 1
+    while Y <= N:
+        X = N // Y
+        if N % Y == 0 and B % X == 0:
+            out.append(("heads", X, Y))
+            if Y > cfg.K:
+                out.append(("batch", X, Y))
+                if S >= LONG_CONTEXT:
+                    out.append(("sequence", X, Y))
+        Y *= 2
+    return out
+
+
+def ranked(cfg: Config, chip: Chip | str, N: int, B: int, S: float,
+           prec: str | Precision = "bf16", dtype: str = "bf16") -> list[LayoutPrice]:
+    """Every candidate priced, those that fit first, fastest step first."""
+    priced = [price(cfg, chip, k, X, Y, B, S, prec, dtype) for k, X, Y in
+              candidates(cfg, N, S, B)]
+    return sorted(priced, key=lambda p: (not p.fits, p.step_s))
