@@ -111,7 +111,10 @@ def _device(platform: str, stats: dict[str, object]) -> Device:
 def trace_device(space: Space) -> Device | None:
     """The accelerator of a trace: the first device plane that describes itself (all of one
     trace's planes describe the same chip), with the number of device planes. None when the
-    trace has no ``/device:TPU:n`` or ``/device:GPU:n`` plane."""
+    trace has no ``/device:TPU:n`` or ``/device:GPU:n`` plane. A trace read from elsewhere
+    than an XSpace names its own (``harness.trace.chrome.ChromeTrace.device``)."""
+    if isinstance(getattr(space, "device", None), Device):
+        return space.device
     planes = [p for p in space.planes if DEVICE_PLANE.match(p.name)]
     if not planes:
         return None

@@ -9,6 +9,8 @@ DataFrame. Steps are attributed here: ``-1`` marks an execution outside every me
 - TPU: planes ``/device:TPU:<n>``, line ``XLA Ops`` (the op is the event's display name, its
   time the stat ``device_duration_ps``), modules from the ``XLA Modules`` line, steps from the
   ``Steps`` line; an async pair's time is its ``-done``'s wait (``harness.trace.tpu``).
+- TPU, Chrome JSON (``tpu-json``): jax.profiler's ``*.trace.json.gz`` where no XSpace is at
+  hand: the same lines as threads of ``/device:TPU:<n>`` processes (``harness.trace.chrome``).
 - GPU: planes ``/device:GPU:<n>``, kernel events on per-stream lines with ``hlo_op`` /
   ``hlo_module`` stats; consecutive kernels of one HLO op fold into one execution whose duration
   is the sum of its kernels'. Steps come from a ``Steps`` line or the host step annotations.
@@ -19,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.trace import cpu, gpu, tpu
+from harness.trace import chrome, cpu, gpu, tpu
 from harness.trace.planes import Columns
 from harness.trace.space import Space
 
@@ -41,7 +43,9 @@ class Format:
 
 
 # Order matters: device planes first; the CPU format also matches the host plane of GPU runs.
+# A Chrome JSON trace (``chrome.ChromeTrace``) has no planes: only its own format matches it.
 FORMATS: dict[str, Format] = {
+    "tpu-json": Format(chrome.detect, chrome.extract, async_time_on=tpu.ASYNC_TIME_ON),
     "tpu": Format(tpu.detect, tpu.extract, async_time_on=tpu.ASYNC_TIME_ON, start=tpu.start),
     "gpu": Format(gpu.detect, gpu.extract, uses_hlo=True, start=gpu.start),
     "cpu": Format(cpu.detect, cpu.extract, shares_cores=True, start=cpu.start),

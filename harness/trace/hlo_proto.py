@@ -90,7 +90,13 @@ def embedded_modules(space: Space, damaged: list | None = None
     """(module name, program id) -> serialized ``HloModuleProto``, for every module whose HLO
     the trace holds (the id is "" where the metadata's name carries none); empty when it holds
     none. A trace embeds every module compiled while it ran, not only those that ran. A module
-    whose proto cannot be read is left out, its metadata name appended to ``damaged``."""
+    whose proto cannot be read is left out, its metadata name appended to ``damaged``. A trace
+    that carries its HLO as text (``harness.trace.chrome.ChromeTrace.hlo_texts``: rebuilt from
+    a Chrome JSON trace's ops) gives that text instead of the proto (``module_text`` passes it
+    through)."""
+    texts = getattr(space, "hlo_texts", None)
+    if texts is not None:
+        return dict(texts)
     meta = plane(space, METADATA_PLANE)
     if meta is None:
         return {}
@@ -147,7 +153,10 @@ def _print_options():
 def module_text(module_bytes: bytes) -> str:
     """The HLO text of a serialized ``HloModuleProto`` (what ``compiled.as_text()`` prints),
     with each instruction's metadata where jaxlib can print it, and the replica groups and
-    partition count that an older jaxlib's printer leaves out (``restore_groups``)."""
+    partition count that an older jaxlib's printer leaves out (``restore_groups``). HLO text
+    already (``embedded_modules`` of a trace that carries text) is returned as it is."""
+    if isinstance(module_bytes, str):
+        return module_bytes
     try:
         computation = _xla_computation()(module_bytes)
         options = _print_options()
@@ -209,7 +218,10 @@ def restore_groups(text: str, module_bytes: bytes) -> str:
 def async_names(module_bytes: bytes) -> dict[str, str]:
     """``{async-start name: name of the instruction it wraps}`` for the async ops of a module
     (``fusion-start.18`` -> ``loop_dynamic_slice_fusion.37``). The trace names such an op by
-    the wrapped instruction; the printed HLO only by the ``-start``."""
+    the wrapped instruction; the printed HLO only by the ``-start``. HLO text (a Chrome JSON
+    trace's, which names every op as its text does): none."""
+    if isinstance(module_bytes, str):
+        return {}
     module = _PROTO["HloModuleProto"].FromString(module_bytes)
     roots = {}
     for comp in module.computations:

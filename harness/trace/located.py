@@ -1,10 +1,10 @@
 """A trace given by path, found as the trace stage finds one: the newest ``*.xplane.pb`` under
-the path (``opener.find_trace_file``), the other hosts' traces of its profile
-(``hosts.host_traces``), the segments of a trace recorded in segments (``harness profile``:
-``segments.segment_traces``), its XSpace opened, what its device planes say about the hardware
-(``device.trace_device``) and what ``harness`` saved beside it when it captured it
-(``saved_beside``: ``capture.json``, ``module.hlo.txt``). ``harness.trace.decode`` reads what
-was found.
+the path, else jax.profiler's Chrome JSON (``opener.find_trace_file``, ``chrome``), the other
+hosts' traces of its profile (``hosts.host_traces``), the segments of a trace recorded in
+segments (``harness profile``: ``segments.segment_traces``), its XSpace opened, what its device
+planes say about the hardware (``device.trace_device``) and what ``harness`` saved beside it
+when it captured it (``saved_beside``: ``capture.json``, ``module.hlo.txt``).
+``harness.trace.decode`` reads what was found.
 """
 from __future__ import annotations
 
@@ -42,6 +42,12 @@ class Located:
         """The meta ``harness`` saved with its capture ({} for a trace captured elsewhere)."""
         return self.saved.get("meta", {})
 
+    @property
+    def notes(self) -> list[str]:
+        """What a report of it must say of how it was read: a Chrome JSON trace's HLO rebuilt
+        from its ops' texts (``harness.trace.chrome``); [] for an XSpace."""
+        return list(getattr(self.space, "notes", ()))
+
 
 def locate(path: str | os.PathLike, space=None) -> Located:
     """The trace at ``path`` (a file, or the newest below a directory, with its segments where
@@ -51,8 +57,9 @@ def locate(path: str | os.PathLike, space=None) -> Located:
     found = host_traces(path)
     space, _ = read_xspace(trace_file if space is None else space)
     saved = saved_beside(trace_file, Path(path))
-    return Located(trace_file, found, space, trace_device(space), saved, segment_traces(path),
-                   str(path))
+    # a Chrome JSON trace (no *.xplane.pb beside it) is one host's
+    return Located(trace_file, found or [trace_file], space, trace_device(space), saved,
+                   segment_traces(path), str(path))
 
 
 def saved_beside(trace_file: Path, root: Path) -> dict:

@@ -11,17 +11,19 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 
 from harness.errors import TraceError
+from harness.trace import chrome
 from harness.trace.formats import FORMATS
 from harness.trace.space import Source, Space
 
 log = logging.getLogger(__name__)
 
 TRACE_SUFFIX = ".xplane.pb"
-GZIP_MAGIC = b"\x1f\x8b"  # what a *.trace.json.gz starts with
 
 
 def find_trace_file(path: str | os.PathLike) -> Path:
-    """The ``*.xplane.pb`` at ``path``, or the newest one below a directory."""
+    """The ``*.xplane.pb`` at ``path``, or the newest one below a directory; where a directory
+    holds none, the newest of jax.profiler's Chrome JSON traces (``*.trace.json.gz``, read by
+    ``harness.trace.chrome``): an XSpace, when there is one, wins."""
     p = Path(path)
     if not p.exists():
         raise TraceError(f"{p}: no such file or directory")
@@ -29,10 +31,11 @@ def find_trace_file(path: str | os.PathLike) -> Path:
         return p
     found = sorted(p.rglob(f"*{TRACE_SUFFIX}"), key=lambda f: f.stat().st_mtime)
     if not found:
-        json_traces = [f.name for f in p.rglob("*.json*")][:3]
-        hint = (f" (only Chrome/Perfetto JSON traces, {', '.join(json_traces)}: harness reads "
-                f"XSpace, which jax.profiler writes as *{TRACE_SUFFIX})" if json_traces else "")
-        raise TraceError(f"{p}: no *{TRACE_SUFFIX} trace below this directory{hint}")
+        found = sorted((f for suffix in chrome.SUFFIXES for f in p.rglob(f"*{suffix}")),
+                       key=lambda f: f.stat().st_mtime)
+    if not found:
+        raise TraceError(f"{p}: no *{TRACE_SUFFIX} trace (nor a jax.profiler "
+                         f"*{chrome.SUFFIXES[0]}) below this directory")
     if len(found) > 1:
         log.info("%s: %d traces found, using the newest %s", p, len(found), found[-1])
     return found[-1]
@@ -42,9 +45,10 @@ def read_xspace(source: str | os.PathLike | bytes | Space) -> tuple[Space, str]:
     """Open an XSpace (``harness.trace.space``: its planes' metadata read, its lines left on
     disk until a format reads them); returns it with a label naming where it came from (for
     errors). A ``Space`` is returned as it is; a protobuf ``XSpace`` message is read from its
-    bytes."""
-    if isinstance(source, Space):
-        return source, "<xspace>"
+    bytes. A Chrome JSON trace is read whole as a ``chrome.ChromeTrace``, which stands where
+    the XSpace stands (jax.profiler's TPU trace; any other, one line saying what it lacks)."""
+    if isinstance(source, (Space, chrome.ChromeTrace)):
+        return source, getattr(source, "label", "<xspace>")
     if hasattr(source, "SerializeToString"):
         source, label = source.SerializeToString(), "<xspace>"
     elif isinstance(source, (bytes, bytearray, memoryview)):
@@ -56,11 +60,8 @@ def read_xspace(source: str | os.PathLike | bytes | Space) -> tuple[Space, str]:
     head = bytes(src.read(0, 64))
     if not head:
         raise TraceError(f"{label}: empty trace file")
-    if head[:2] == GZIP_MAGIC or head.lstrip()[:1] in (b"{", b"["):
-        raise TraceError(f"{label}: a Chrome/Perfetto JSON trace (as PyTorch, TensorBoard and "
-                         f"jax.profiler's *.trace.json.gz hold), not an XSpace; harness reads "
-                         f"the *{TRACE_SUFFIX} that jax.profiler writes beside it "
-                         f"(plugins/profile/<run>/)")
+    if chrome.looks_like_json(head):
+        return chrome.read(bytes(src.read(0, src.size)), label), label
     try:
         space = Space(src)
     except DecodeError as e:
