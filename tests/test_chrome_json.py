@@ -245,3 +245,14 @@ def test_a_made_up_module_prices_its_fusion_by_the_traces_flops():
     assert costs.loc["add_fusion", schema.HBM_BYTES] == 2 * 256 * 4  # f32[256] in and out
     assert costs.loc["all-reduce.3", schema.GROUP_SIZE] == 4
     assert costs.loc["all-reduce.3", schema.COMM_BYTES] == 256 * 4
+
+
+def test_harness_trace_asks_for_the_chip_a_chrome_json_does_not_name():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "harness", "trace", str(TRACE.parent)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.strip().splitlines()
+    assert "names no chip" in line and "--chip" in line and "tpu-v5e" in line

@@ -57,6 +57,12 @@ def main(args) -> int:
     from harness.runs import pipeline
     from harness.trace.decode import NoHlo
 
+    if trace_format == "tpu-json" and args.chip is None:  # a Chrome JSON names no chip
+        from predictions.hardware import CHIPS
+
+        tpus = [n for n, c in CHIPS.items() if c.kind == "tpu"]
+        raise HarnessError(f"{label}: a Chrome JSON trace names no chip; give the TPU it ran "
+                           f"on with --chip (one of {', '.join(tpus)})")
     found, notes = (None, []) if args.chip else chip_from_trace(space)
     # a CPU trace names no chip: it is predicted for this host's calibrated cpu chip
     on_cpu = trace_format == "cpu"
