@@ -108,15 +108,21 @@ def add_network(p) -> None:
     g.add_argument("--slices", type=positive, metavar="N", help="TPU slices joined by DCN")
 
 
-def positive(text: str) -> int:
-    """An argparse type: a whole number >= 1."""
+def _whole(text: str, minimum: int, too_small: str) -> int:
+    """``text`` as a whole number of at least ``minimum`` (argparse's one-line error else;
+    ``too_small`` says why a smaller one is refused, ``{n}`` in it the number)."""
     try:
         n = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{n} is not a whole number >= 1")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= {minimum}") from None
+    if n < minimum:
+        raise argparse.ArgumentTypeError(too_small.format(n=n))
     return n
+
+
+def positive(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    return _whole(text, 1, "{n} is not a whole number >= 1")
 
 
 def level(text: str) -> float:
@@ -132,13 +138,7 @@ def level(text: str) -> float:
 
 def count(text: str) -> int:
     """An argparse type: a whole number >= 0 (``--top 0`` = all rows)."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"{n} is negative; give a number >= 0 (0 = all)")
-    return n
+    return _whole(text, 0, "{n} is negative; give a number >= 0 (0 = all)")
 
 
 def parse_sets(items: list[str]) -> dict[str, str]:
