@@ -122,32 +122,14 @@ def _ring(kind: str, V: float, axes: tuple[int, ...], wraps, c: Chip):
 MODELS: dict[str, Callable] = {"tpu": _tpu, "gpu": _gpu, "cpu": _ring}
 
 
-def _by_levels(kind: str, nbytes: float, axes, system, groups, placement) -> CollectiveTime:
-    """A collective priced at the network levels its groups cross (``predictions.levels``);
-    without ``groups``, one group of prod(axes) devices 0.. in order (packed into nodes)."""
-    from predictions import levels, network  # levels imports this module for the ICI terms
-    s = network.system(system)
-    ax = parse_axes(axes) if axes is not None else (max(len(g) for g in groups),)
-    t = levels.price(kind, nbytes, groups or (tuple(range(math.prod(ax))),), s, placement)
-    where = ", ".join(f"{c.level}: D={c.D} G={c.G}" for c in t.crossings)
-    return CollectiveTime(kind, s.chip.name, t.nbytes, ax, tuple(True for _ in ax),
-                          t.t_bandwidth_s, t.t_latency_s, f"{t.formula} [{where}] on {s.name}")
-
-
 def estimate(kind: str, nbytes: float, axes: int | str | Sequence[int], chip: Chip | str,
              wraparound: bool | Sequence[bool] | None = None,
-             slice_shape: Sequence[int] | None = None, *, system=None,
-             groups: Sequence[Sequence[int]] | None = None,
-             placement: Sequence[int] | None = None) -> CollectiveTime:
+             slice_shape: Sequence[int] | None = None) -> CollectiveTime:
     """All terms of one collective. ``wraparound``: None infers it from the chip's topology
     (optionally from the whole ``slice_shape``), a bool applies to every axis, or one per axis.
-    ``system`` (a ``predictions.network`` System or name): price the collective at the levels
-    its ``groups`` (device ids; default one packed group) cross on it, ``placement`` putting
-    device d in slot placement[d] (gpus.md's per-level formulas; TPU slices over DCN)."""
+    Past one GPU node or TPU slice: ``predictions.levels.estimate`` on a network system."""
     if kind not in KINDS:
         raise ValueError(f"unknown collective {kind!r}; known: {', '.join(KINDS)}")
-    if system is not None:
-        return _by_levels(kind, _check_bytes(nbytes), axes, system, groups, placement)
     c = hardware.chip_entry(chip)
     V = _check_bytes(nbytes)
     ax = topology.check_axes(c, parse_axes(axes))

@@ -27,7 +27,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from predictions import network, topology
+from predictions import collectives, network, topology
 from predictions.network import Level, System
 
 Groups = Sequence[Sequence[int]]
@@ -123,7 +123,6 @@ def _counts(items) -> dict:
 
 def _ici(kind: str, V: float, D: int, sys: System) -> float:
     # sharding.md on the slice's torus: the in-slice members laid onto its physical axes
-    from predictions import collectives  # collectives imports this module for ``system=``
     return collectives.estimate(kind, V, topology.physical_axes(sys.chip, (D,)), sys.chip).seconds
 
 
@@ -204,3 +203,19 @@ def seconds_per_byte(groups: Groups, sys: System | str, outer_only: bool = False
     terms = _terms("all-gather", 1.0, max(len(g) for g in groups), cross, s)
     k = max(range(len(terms)), key=terms.__getitem__)
     return terms[k], cross[k][0].name
+
+
+def estimate(kind: str, nbytes: float, axes, system: System | str,
+             groups: Groups | None = None, placement: Sequence[int] | None = None
+             ) -> collectives.CollectiveTime:
+    """``collectives.estimate``'s terms of one collective priced at the network levels its
+    ``groups`` (device ids; default one group of prod(axes) devices 0.. in order, packed into
+    nodes) cross on ``system``, ``placement`` putting device d in slot placement[d] (gpus.md's
+    per-level formulas; TPU slices over DCN)."""
+    s = network.system(system)
+    ax = collectives.parse_axes(axes) if axes is not None else (max(len(g) for g in groups),)
+    t = price(kind, nbytes, groups or (tuple(range(math.prod(ax))),), s, placement)
+    where = ", ".join(f"{c.level}: D={c.D} G={c.G}" for c in t.crossings)
+    return collectives.CollectiveTime(kind, s.chip.name, t.nbytes, ax, tuple(True for _ in ax),
+                                      t.t_bandwidth_s, t.t_latency_s,
+                                      f"{t.formula} [{where}] on {s.name}")

@@ -115,8 +115,8 @@ def comm_time(cost: Cost, chip: Chip | str, system=None) -> float:
     if cost.collective != "collective-permute" and math.prod(cost.group_axes) == 1:
         return 0.0  # a group of one device moves nothing
     if system is not None and cost.collective in levels.PRICED:
-        return collectives.estimate(cost.collective, cost.comm_bytes, cost.group_axes, chip,
-                                    system=system, groups=cost.groups).seconds
+        return levels.estimate(cost.collective, cost.comm_bytes, cost.group_axes, system,
+                               groups=cost.groups).seconds
     if cost.collective not in collectives.TIME_BY_COLLECTIVE:
         raise ValueError(f"unknown collective {cost.collective!r}; "
                          f"known: {', '.join(collectives.TIME_BY_COLLECTIVE)}")

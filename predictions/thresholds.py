@@ -18,6 +18,7 @@ from predictions import levels, network
 from predictions.costs import positive
 from predictions.hardware import Chip
 from predictions.network import System
+from predictions.verdicts import Verdict, _num
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,6 @@ def network_verdict(strategy: str, tokens: float, chip: Chip | str, X: int, Y: i
     apply (TPUs, one node, GPUs with no registered network). ``inner``: further model-parallel
     devices (PP, EP) between the data and the TP axes, mesh (X, inner, Y)."""
     from predictions import hardware
-    from predictions.training import Verdict, _num
 
     c = hardware.chip_entry(chip)
     s = _system(c, system) if system is not None or network.default_system(c) else None

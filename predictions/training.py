@@ -11,10 +11,11 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from predictions import hardware, roofline, transformer
+from predictions import hardware, roofline, thresholds, transformer
 from predictions.costs import positive
 from predictions.hardware import Chip
 from predictions.transformer import Config
+from predictions.verdicts import Verdict, _num  # noqa: F401 (Verdict: the type verdict returns)
 
 log = logging.getLogger(__name__)
 
@@ -229,23 +230,6 @@ def step_time(cfg: Config, batch_tokens: float, chip: Chip | str, num_chips: int
 
 
 # --- the book's verdict on one layout (training.md §6.2) ---------------------------------------
-@dataclass(frozen=True)
-class Verdict:
-    """training.md's compute-bound condition for one layout: ``have`` against ``need``
-    (``have > need`` is compute-bound, except TP: ``have < need``), and the condition in words."""
-
-    strategy: str
-    have: float
-    need: float
-    bound: str      # "compute" | "comm"
-    condition: str
-
-
-def _num(x: float) -> str:
-    """850, 2,550, 16.9: whole numbers from 100 up, three figures below."""
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
-
-
 def _tp_verdict(tokens, chip, N, X, Y, m_x, m_y, F, dtype) -> Verdict:
     # training.md: TP stays compute-bound while Y < M_Y * F / alpha
     need = max_tp(F, chip, m_y, dtype)
@@ -284,7 +268,6 @@ def verdict(strategy: str, tokens: float, chip: Chip | str, X: int, Y: int,
     node: gpus.md's condition at the network level crossed (``predictions.thresholds``)."""
     if strategy not in VERDICTS:
         raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(VERDICTS)}")
-    from predictions import thresholds  # it builds this module's Verdict
     net = thresholds.network_verdict(strategy, positive("tokens", tokens), chip, X, Y, F,
                                      dtype, system, inner)
     if net is not None:

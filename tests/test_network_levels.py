@@ -32,7 +32,7 @@ def test_the_old_packing_was_ten_times_too_fast():
     V = 2 * 8192 * 32768 / 8
     packed = collectives.all_gather(V, 32, "h100")
     assert packed == pytest.approx(V * 7 / (8 * 450e9))  # unchanged without a system
-    spread = collectives.estimate("all-gather", V, 32, "h100", system=SUPERPOD,
+    spread = levels.estimate("all-gather", V, 32, SUPERPOD,
                                   groups=levels.mesh_groups((32, 8), (0,))).seconds
     assert spread / packed == pytest.approx((31 / (32 * 50e9)) / (7 / (8 * 450e9)))
     assert spread / packed > 9
@@ -155,7 +155,7 @@ def test_estimate_without_a_system_is_unchanged_and_tpu_still_refuses():
         collectives.all_gather(1e6, 32, "tpu-v5e")
     # with slices over DCN: a group of 32 on two v5e 16-chip slices
     s = network.tpu_slices("tpu-v5e", 16, 2)
-    t = collectives.estimate("all-gather", 1e9, 32, "tpu-v5e", system=s)
+    t = levels.estimate("all-gather", 1e9, 32, s)
     assert "dcn: D=2" in t.formula and t.seconds > 0
 
 

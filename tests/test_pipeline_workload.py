@@ -12,7 +12,7 @@ import pytest
 
 import workloads
 from workloads.base import WorkloadError, with_layout
-from workloads.llama import microbatches, model, pipeline, schedules, train
+from workloads.llama import microbatches, model, pipeline, pipelined, schedules, train
 from workloads.llama.config import dims_of
 from workloads.llama.sharding import Sharder
 from workloads.mesh import abstract_mesh, make_mesh
@@ -98,7 +98,7 @@ def piped(reference):
             order = [pipeline.model_layer(i, cfg.L, cfg.stages, v) for i in range(cfg.L)]
             stored = dict(params, layers=jax.tree.map(lambda a: a[np.array(order)],
                                                       params["layers"]))
-            fn = pipeline.value_and_grads(cfg, Sharder(mesh, cfg.parallelism, dims_of(cfg)),
+            fn = pipelined.value_and_grads(cfg, Sharder(mesh, cfg.parallelism, dims_of(cfg)),
                                           dims_of(cfg), stage)
             compiled = jax.jit(fn).lower(stored, inputs, targets).compile()
             value, grads = compiled(stored, inputs, targets)
@@ -133,7 +133,7 @@ def test_a_padded_stack_runs_the_models_layers(name):
         p, inputs, targets, cfg, Sharder(None, "dp", d))))(params)
     mesh = make_mesh("2x4")
     pad = jax.tree.map(lambda a: np.concatenate([a[:1] * 0 + 7, a]), params["layers"])
-    fn = pipeline.value_and_grads(cfg, Sharder(mesh, "pp", d), d, pipeline.check_mesh(cfg, mesh))
+    fn = pipelined.value_and_grads(cfg, Sharder(mesh, "pp", d), d, pipeline.check_mesh(cfg, mesh))
     value, grads = jax.jit(fn)(dict(params, layers=pad), inputs, targets)
     assert float(value) == pytest.approx(float(ref_value), rel=1e-6)
     got = jax.tree.map(lambda a: np.asarray(a), grads["layers"])

@@ -273,25 +273,3 @@ def loss_fn(params, inputs_BT, targets_BT, cfg, sh: Sharder, d, stage: tuple[str
                 d, stage)
     x_BTD = outer.act(unmicrobatch(y), "BTD")
     return loss.cross_entropy(params, x_BTD, targets_BT, d, outer, cfg.num_vocab_tiling)
-
-
-def value_and_grads(cfg, sh: Sharder, d, stage: tuple[str, ...]):
-    """``f(params, inputs_BT, targets_BT) -> (loss, grads)`` pipelined: autodiff of the loop
-    (GPipe, circular) or 1F1B's explicit backward."""
-    if not schedules.SCHEDULES[cfg.schedule].autodiff:
-        from workloads.llama import one_f_one_b
-        return one_f_one_b.value_and_grads(cfg, sh, d, stage)
-    grad = jax.value_and_grad(loss_fn)
-    return lambda params, inputs_BT, targets_BT: grad(params, inputs_BT, targets_BT, cfg, sh,
-                                                      d, stage)
-
-
-def make_step(cfg, sh: Sharder, d, stage: tuple[str, ...], adamw):
-    """The pipelined train step: its loss and gradients, then ``adamw``."""
-    grads_of = value_and_grads(cfg, sh, d, stage)
-
-    def train_step(params, opt_state, inputs_BT, targets_BT):
-        value, grads = grads_of(params, inputs_BT, targets_BT)
-        params, opt_state = adamw(params, grads, opt_state, cfg)
-        return params, opt_state, value
-    return train_step

@@ -27,7 +27,18 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from workloads.base import Workload, WorkloadError, check_choice, smaller
-from workloads.llama import book, fit, loss, memory, microbatches, model, pipeline, remat, schedules
+from workloads.llama import (
+    book,
+    fit,
+    loss,
+    memory,
+    microbatches,
+    model,
+    pipeline,
+    pipelined,
+    remat,
+    schedules,
+)
 from workloads.llama.config import MODEL_DIMS, Dims, dims_of, fix_dtypes
 from workloads.llama.sharding import PARALLELISMS, Sharder
 from workloads.mesh import AnyMesh, build_args, named
@@ -160,7 +171,7 @@ def make_step(cfg: TrainConfig, sh: Sharder, stage: tuple[str, ...] = ()):
     """The train step; pipelined over the ``stage`` mesh axes when given
     (``workloads.llama.pipeline``), else over ``microbatches`` accumulated when > 1."""
     if stage:
-        return pipeline.make_step(cfg, sh, dims_of(cfg), stage, adamw)
+        return pipelined.make_step(cfg, sh, dims_of(cfg), stage, adamw)
     grads_of = jax.value_and_grad(loss_fn)
     if cfg.microbatches > 1:
         grads_of = microbatches.accumulate(grads_of, cfg.microbatches)
