@@ -178,8 +178,9 @@ def has_graph_nodes(args: Sequence, kwargs: dict) -> bool:
     nnx = sys.modules.get("flax.nnx")
     if nnx is None:
         return False
-    is_node = nnx.graph.is_graph_node
-    return any(is_node(x) for x in jax.tree.leaves((tuple(args), dict(kwargs)), is_leaf=is_node))
+    is_node = nnx.graph.is_graph_node  # which takes a jax.Ref for one: it is not NNX's
+    return any(is_node(x) and not _is_ref(x)
+               for x in jax.tree.leaves((tuple(args), dict(kwargs)), is_leaf=is_node))
 
 
 def donated_copies(lowered) -> Callable[[tuple], tuple] | None:
