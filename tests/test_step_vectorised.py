@@ -87,3 +87,46 @@ def test_a_devices_own_late_start_times_its_arrival_not_its_group():
         [[0] * 4, [0, 1, 2, 3]], names=[schema.STEP, schema.DEVICE]))
     found = leads(arr, {}, schema.DEVICE, starts)
     assert found["unit"].tolist() == [3] and found["lead_ns"].tolist() == [1600 - 1000]
+
+
+def _paired_per_pair(events: pd.DataFrame, pairs: dict) -> tuple[pd.DataFrame, np.ndarray]:
+    """``inflight.paired`` as a rule per pair: on each device the k-th start meets the k-th
+    done; the rows of no pair first, then pair by pair its dones and its lone starts."""
+    op = events[schema.OP].astype(str)
+    keep = ~op.isin(set(pairs) | set(pairs.values()))
+    spans, own = [events[keep]], [events.loc[keep, schema.DURATION_NS].to_numpy()]
+    for start, done in pairs.items():
+        s = events[op == start].sort_values([schema.DEVICE, schema.START_NS], kind="stable")
+        d = events[op == done].sort_values([schema.DEVICE, schema.START_NS], kind="stable")
+        s = s.assign(_k=s.groupby(schema.DEVICE).cumcount())
+        d = d.assign(_k=d.groupby(schema.DEVICE).cumcount())
+        both = d.merge(s[[schema.DEVICE, "_k", schema.START_NS]], on=[schema.DEVICE, "_k"],
+                       how="left", suffixes=("", "_s"))
+        first = both[schema.START_NS + "_s"].fillna(both[schema.START_NS]).astype(np.int64)
+        first = np.minimum(first, both[schema.START_NS])
+        end = both[schema.START_NS] + both[schema.DURATION_NS]
+        spans.append(both.assign(**{schema.START_NS: first, schema.DURATION_NS: end - first})
+                     .drop(columns=["_k", schema.START_NS + "_s"]))
+        own.append(both[schema.DURATION_NS].to_numpy())
+        lone = s.merge(d[[schema.DEVICE, "_k"]], how="left", indicator=True)
+        lone = lone[lone["_merge"] == "left_only"].drop(columns=["_k", "_merge"])
+        spans.append(lone)
+        own.append(lone[schema.DURATION_NS].to_numpy())
+    return pd.concat(spans, ignore_index=True), np.concatenate(own)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_async_pairs_are_the_rule_per_pair(seed):
+    from harness.step.inflight import paired
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 120))
+    names = ["copy-start.1", "copy-done.1", "ag-start", "ag-done", "fusion.2", "dot.3"]
+    events = pd.DataFrame({
+        schema.OP: rng.choice(names, n), schema.DEVICE: rng.integers(0, 3, n),
+        schema.START_NS: rng.integers(0, 30, n) * 10, schema.DURATION_NS: rng.integers(1, 9, n)})
+    pairs = {"copy-start.1": "copy-done.1", "ag-start": "ag-done"}
+    got, own = paired(events, pairs)
+    want, want_own = _paired_per_pair(events, pairs)
+    pd.testing.assert_frame_equal(got, want, check_exact=True, check_dtype=False)
+    assert np.array_equal(own, want_own)
