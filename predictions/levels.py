@@ -31,7 +31,7 @@ from predictions import collectives, network, topology
 from predictions.network import Level, System
 
 Groups = Sequence[Sequence[int]]
-PRICED = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all")
+PRICED = collectives.KINDS  # every kind ``collectives.estimate`` prices has its level formula
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ def main(args) -> int:
     # the decode starts in worker processes now; pandas and the analysis are imported below,
     # beside it (a large trace's decode takes longer than those imports)
     trace_format = start_decode(space, label)
+    from harness.chip.network import declared
     from harness.chip.resolve import chip_from_trace
     from harness.report import render, tables
     from harness.runs import pipeline
@@ -71,7 +72,7 @@ def main(args) -> int:
     try:
         run = pipeline.analyze_trace(args.path, chip=args.chip, hlo=args.hlo,
                                      warmup_steps=args.warmup, space=space,
-                                     program=args.program, network=_network(args))
+                                     program=args.program, network=declared(args))
     except NoHlo as e:
         if args.chip:  # predictions were asked for: say what they need
             raise
@@ -118,12 +119,3 @@ def _measured_only(space, label: str, args, notes: list[str]) -> int:
     _write(args, csv=lambda: tables.to_csv(ops), json=lambda: tables.to_json(ops),
            html=lambda: render(page, "html"))
     return 0
-
-
-def _network(args):
-    """The network declared past one node or slice (``harness.chip.network``), None where
-    no flag declares one."""
-    from harness.chip.network import declared
-
-    found = declared(args)
-    return found if found.given else None
