@@ -14,6 +14,8 @@
         --batch 16e6 --microbatches 16
     harness predict serve --model llama3-70b --chip tpu-v5e --context 8192 --generate 512
     harness predict speculative --acceptance 0.8 --draft-tokens 4 --draft-cost 0.05
+    harness predict moe --model deepseek_v3 --chip h100 --system h800-cluster \
+        --mesh stage=16,data=2,expert=64
     harness predict chips
 
 Each prints the answer, the bound and the formula terms (``--format json``/``md``/``csv``), as
@@ -27,6 +29,7 @@ import argparse
 from harness.commands import MESH_METAVAR, add_format, add_layout, add_network, deprecated
 from harness.commands.answers import emit as _emit
 from harness.commands.answers import num as _num
+from harness.commands.predict_moe import add_moe
 from harness.commands.predict_serve import add_serve, add_speculative
 from harness.plan import book
 from predictions import collectives, hardware, transformer
@@ -229,7 +232,7 @@ def _add_chips(sub, common) -> None:
 
 # the questions, in --help's order: each adds its parser (its options and its answer)
 QUESTIONS = (_add_train, _add_serving, add_serve, add_speculative, _add_collective, _add_matmul,
-             _add_pipeline, _add_chips)
+             _add_pipeline, add_moe, _add_chips)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
