@@ -4,8 +4,8 @@ docs/moe.md): parameters total and active, FLOPs, the critical batch with E/k, m
 with the experts sharded, the dispatch and combine all-to-alls at each network level, and the
 expert-parallel verdicts.
 
-    harness predict moe --model deepseek_v3 --chip h800 --mesh data=2,expert=64 \
-        --batch 1048576
+    harness predict moe --model deepseek_v3 --chip h100 --system h800-cluster \
+        --mesh data=2,expert=64 --batch 1048576
     harness predict moe --model mixtral_8x7b --chip tpu-v5p --mesh data=8,expert=8
     harness predict moe --model mixtral_8x7b --E 16 --k 4 --chip h100
 """
