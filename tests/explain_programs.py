@@ -1,4 +1,5 @@
-"""Four sharded JAX programs in the public patterns of issue 58, tiny, for ``harness explain``.
+"""Sharded JAX programs in the public patterns of issue 58 (and 53, 54), tiny, for ``harness
+explain``.
 
 Each is written as the book's JAX chapter (`jax-stuff.md`) and JAX's own documentation write
 them, not as the harness's workloads do:
@@ -11,12 +12,16 @@ them, not as the harness's workloads do:
   W_out[F_Y, D_X], x[B_X, D]) and its gradient: weights all-gathered over X, activations
   summed over Y, weight gradients reduce-scattered over X;
 - ``ref_fsdp_step``: an FSDP training step whose parameters and optimizer state live in
-  ``jax.Ref``s (``jax.new_ref``), updated in place.
+  ``jax.Ref``s (``jax.new_ref``), updated in place;
+- ``shard_map_pipeline``, ``fsdp_microbatches``, ``shard_map_moe``: a pipeline of ``ppermute``s,
+  FSDP in a microbatch scan, an MoE layer of ``all_to_all``s (issues 53, 54; below).
 
 Each builder returns ``(fn, args)``; shapes are module constants so tests derive bytes from
 them by arithmetic.
 """
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
@@ -30,14 +35,7 @@ CM_MESH = {"X": 2, "Y": 4}
 
 def mesh(shape: tuple[int, ...], names: tuple[str, ...], kind=AxisType.Explicit):
     return jax.make_mesh(shape, names, axis_types=(kind,) * len(names),
-                         devices=jax.devices()[:_prod(shape)])
-
-
-def _prod(shape) -> int:
-    out = 1
-    for s in shape:
-        out *= s
-    return out
+                         devices=jax.devices()[:math.prod(shape)])
 
 
 def collective_matmul_allgather_lhs_contracting(lhs, rhs):
@@ -212,3 +210,91 @@ def out_sharded():
     w = jax.device_put(jnp.ones((MM_K, MM_N)), NamedSharding(m, P("X", None)))
     out = NamedSharding(m, P("X", None))
     return jax.jit(lambda x, w: jnp.einsum("mk,kn->mn", x, w, out_sharding=out)), (x, w)
+
+
+# --- issue 53: S stages x 2 replicas, M microbatches of B/M sequences of T tokens, width D ---
+PP_S, PP_M, PP_B, PP_T, PP_D, PP_MESH = 4, 4, 16, 8, 32, {"stage": 4, "data": 2}
+
+
+def _stages(ws, xs):
+    """Over (stage, data): ``ws`` [1, D, D] this stage's layer, ``xs`` [M, B/M/X, T, D]. GPipe,
+    M + S - 1 ticks: every stage runs its layer, then one ``ppermute`` to the next stage."""
+    s, n = jax.lax.axis_index("stage"), jax.lax.axis_size("stage")
+
+    def tick(t, carry):
+        state, outs = carry
+        y = jnp.tanh(jnp.where(s == 0, xs[t % PP_M], state) @ ws[0])  # stage 0 takes a new one
+        outs = outs.at[(t + 1 - n) % PP_M].set(jnp.where(s == n - 1, y, outs[(t + 1 - n) % PP_M]))
+        return jax.lax.ppermute(y, "stage", [(i, (i + 1) % n) for i in range(n)]), outs
+
+    init = jax.lax.pcast((jnp.zeros_like(xs[0]), jnp.zeros_like(xs)), "stage", to="varying")
+    _, outs = jax.lax.fori_loop(0, PP_M + n - 1, tick, init)
+    return jax.lax.psum(jnp.where(s == n - 1, outs, 0.0), "stage")
+
+
+def shard_map_pipeline(grad: bool = False):
+    """(fn, args): the pipeline's loss, or (``grad``) its gradient in the weights."""
+    m = mesh((PP_S, 2), ("stage", "data"))
+    put = lambda a, spec: jax.device_put(a, NamedSharding(m, spec))
+    ws, xs = put(jnp.full((PP_S, PP_D, PP_D), 0.05), P("stage")), put(
+        jnp.ones((PP_M, PP_B // PP_M, PP_T, PP_D)), P(None, "data"))
+    run = jax.shard_map(_stages, mesh=m, in_specs=(P("stage"), P(None, "data")),
+                        out_specs=P(None, "data"))
+    loss = lambda ws, xs: jnp.mean(run(ws, xs) ** 2)
+    return jax.jit(jax.grad(loss) if grad else loss), (ws, xs)
+
+
+GA_L, GA_M, GA_B, GA_D, GA_MESH = 2, 4, 64, 64, {"X": 8}  # issue 53: FSDP in a microbatch scan
+
+
+def _accumulated(ws, xs):
+    """The gradient summed over microbatches by a scan; each W[D_X, D] gathered in the layer
+    scan just in time (ZeRO-3), again for each microbatch."""
+    step = lambda x, w: (jnp.tanh(x @ jax.lax.all_gather(w, "X", tiled=True)), None)
+    layers = lambda ws, x: jax.lax.scan(step, x, ws)[0]
+    micro = lambda acc, x: (acc + jax.grad(lambda v: jnp.mean(layers(v, x) ** 2))(ws), None)
+    return jax.lax.scan(micro, jnp.zeros_like(ws), xs)[0]
+
+
+def fsdp_microbatches():
+    """(fn, args): ``_accumulated`` in ``shard_map`` on a mesh X=8."""
+    m = mesh((8,), ("X",))
+    ws = jax.device_put(jnp.full((GA_L, GA_D, GA_D), 0.01), NamedSharding(m, P(None, "X")))
+    xs = jax.device_put(jnp.ones((GA_M, GA_B // GA_M, GA_D)), NamedSharding(m, P(None, "X")))
+    return jax.jit(jax.shard_map(_accumulated, mesh=m, in_specs=(P(None, "X"), P(None, "X")),
+                                 out_specs=P(None, "X"))), (ws, xs)
+
+
+# --- issue 54: E experts over Z devices, k a token, T tokens of width D a device, MLPs [D, F];
+# C = 2·T·k/E slots an expert (capacity factor 2: half are padding when routing is even) ------
+MOE_E, MOE_Z, MOE_K, MOE_T, MOE_D, MOE_F, MOE_CAPACITY = 8, 4, 2, 32, 32, 64, 2
+MOE_C, MOE_MESH = MOE_CAPACITY * MOE_T * MOE_K // MOE_E, {"expert": MOE_Z}
+
+
+def _moe(x, router, w_in, w_out):
+    """Tokens ``x`` [T, D] to their top k experts: a one-hot einsum into [E, C, D], all_to_all,
+    the per-expert MLP (w_in [E/Z, D, F], w_out [E/Z, F, D]), all_to_all back, combined."""
+    gates, chosen = jax.lax.top_k(jax.nn.softmax(x @ router), MOE_K)      # [T, k]
+    picked = jax.nn.one_hot(chosen, MOE_E)                                 # [T, k, E]
+    slot = (jnp.cumsum(picked.reshape(-1, MOE_E), axis=0).reshape(picked.shape) * picked - 1
+            ).astype(jnp.int32)
+    kept = jax.nn.one_hot(slot, MOE_C) * (slot < MOE_C)[..., None]         # [T, k, E, C]
+    buf = jnp.einsum("td,tec->ecd", x, kept.sum(1))                        # [E, C, D]
+    buf = jax.lax.all_to_all(buf, "expert", 0, 1, tiled=True)              # [E/Z, Z·C, D]
+    out = jnp.einsum("ecf,efd->ecd", jax.nn.relu(jnp.einsum("ecd,edf->ecf", buf, w_in)), w_out)
+    out = jax.lax.all_to_all(out, "expert", 1, 0, tiled=True)              # [E, C, D]
+    return jnp.einsum("ecd,tec->td", out, (kept * gates[..., None, None]).sum(1))
+
+
+def shard_map_moe(grad: bool = False):
+    """(fn, args): the MoE layer's loss, or (``grad``) its gradient in the expert weights."""
+    m = mesh((MOE_Z,), ("expert",))
+    put = lambda a, spec: jax.device_put(a, NamedSharding(m, spec))
+    x = put(jnp.linspace(-1, 1, MOE_Z * MOE_T * MOE_D).reshape(-1, MOE_D), P("expert"))
+    router = put(jnp.linspace(-1, 1, MOE_D * MOE_E).reshape(MOE_D, MOE_E), P())
+    w_in, w_out = (put(jnp.full(s, 0.02), P("expert")) for s in ((MOE_E, MOE_D, MOE_F),
+                                                                  (MOE_E, MOE_F, MOE_D)))
+    layer = jax.shard_map(_moe, mesh=m, in_specs=(P("expert"), P(), P("expert"), P("expert")),
+                          out_specs=P("expert"))
+    loss = lambda w_in, w_out, x, router: jnp.mean(layer(x, router, w_in, w_out) ** 2)
+    return jax.jit(jax.grad(loss, argnums=(0, 1)) if grad else loss), (w_in, w_out, x, router)

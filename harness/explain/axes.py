@@ -55,3 +55,22 @@ def describe(instr: Instruction, module: Module, mesh: dict[str, int] | None) ->
     shown = " ".join("{" + ",".join(map(str, g)) + "}" for g in groups[:2])
     what = "pairs" if is_permute else "groups"
     return shown + (f" ... ({len(groups)} {what})" if len(groups) > 2 else "")
+
+
+def shift_axis(pairs, mesh: dict[str, int] | None) -> str:
+    """The one named axis along which every (source, target) pair of a permute moves a device
+    by one position, from every position of the axis but at most one (a ring, wrapping or a
+    chain, either direction: a pipeline's stage-to-stage hand-off); "" where the pairs do
+    otherwise or no mesh is known."""
+    if not pairs or not mesh or max(max(p) for p in pairs) >= math.prod(mesh.values()):
+        return ""
+    shape = tuple(mesh.values())
+    src, dst = _coords([p[0] for p in pairs], shape), _coords([p[-1] for p in pairs], shape)
+    moved = {k for k in range(len(shape)) if (src[:, k] != dst[:, k]).any()}
+    if len(moved) != 1:
+        return ""
+    (k,) = moved
+    n = shape[k]
+    step = {int(d) % n for d in dst[:, k] - src[:, k]}
+    every = len(set(src[:, k].tolist())) >= n - 1  # each stage sends (a chain: all but the last)
+    return list(mesh)[k] if every and len(step) == 1 and step <= {1, n - 1} else ""

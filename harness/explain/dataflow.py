@@ -11,31 +11,65 @@
   sharded, a reduce-scatter, and the backend lowered it as an all-reduce and a slice (XLA:CPU
   does so; XLA:GPU's and XLA:TPU's reduce-scatter creator turn the pair into one
   reduce-scatter, book §4.2).
+- ``stage``: a pipeline's stage transfer (book §6.1 "pipeline", §6.2; gpus.md): a permute whose
+  shifted value feeds the layer matmuls of the device it arrives on (in this iteration of a
+  loop or, carried, the next) while the device that sends it multiplies it no further: the
+  output of one stage's layers handed to the next (a ring shift by one along the stage axis,
+  ``axes.shift_axis``). A collective matmul's chunk is multiplied on both sides (``ring``).
+- ``expert_role``: an all-to-all that feeds per-expert matmuls (a dot with a batch dimension,
+  a ``ragged-dot``, a grouped-matmul kernel) is an MoE's "dispatch" (tokens sent to their
+  experts); one whose value comes from them is its "combine" (results brought back) (book §5.4).
+
+The loops a value is carried through (and an all-gather's value gathered again in each
+iteration): ``harness.explain.loops``.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from harness.explain import loops
 from harness.explain.site import PASS, dot_in, forward_users
 from harness.hlo.ir import Computation, Instruction, Module
 from harness.hlo.walk import async_done
 
 MAX_HOPS = 6  # ops followed from the collective before giving up
+CARRY_HOPS = 10  # the same, into the next iteration and the layer scan it starts
 _SUMS = frozenset({"add", "fusion"})  # where partial products meet (a fusion holding an add)
+
+
+def _reached_dot(instr: Instruction, comp: Computation, module: Module, skip: str = "",
+                 hops: int = MAX_HOPS, carry: bool = False,
+                 match: Callable = dot_in, seen: set | None = None) -> Instruction | None:
+    """The first dot (inside its fusion where fused; ``match``: another test) that reads
+    ``instr``'s value, through ops that pass it on (``carry``: and into a loop's next
+    iteration or into a loop it starts, a layer scan); ``skip``: a user not followed (the
+    permute itself); ``seen``: instructions already followed."""
+    seen = set() if seen is None else seen
+    if hops <= 0:
+        return None
+    for user in forward_users(module, comp, instr.name):
+        if user.name == skip or (comp.name, user.name) in seen:
+            continue
+        seen.add((comp.name, user.name))
+        found = match(user, module)
+        nxt = [(user, comp)] if user.opcode in PASS else []
+        if carry:
+            nxt += [(g, comp) for g in loops.carried(module, comp, user, instr.name)]
+            nxt += loops.into_loop(module, comp, user, instr.name)
+        for n, c in nxt if found is None else ():
+            found = _reached_dot(n, c, module, skip, hops - 1, carry, match, seen)
+            if found is not None:
+                break
+        if found is not None:
+            return found
+    return None
 
 
 def _reaches_dot(instr: Instruction, comp: Computation, module: Module, skip: str = "",
                  hops: int = MAX_HOPS) -> bool:
     """Some dot (or a fusion holding one) reads ``instr``'s value, through ops that pass it
     on; ``skip``: a user not followed (the permute itself)."""
-    if hops <= 0:
-        return False
-    for user in forward_users(module, comp, instr.name):
-        if user.name == skip:
-            continue
-        if dot_in(user, module) is not None:
-            return True
-        if user.opcode in PASS and _reaches_dot(user, comp, module, skip, hops - 1):
-            return True
-    return False
+    return _reached_dot(instr, comp, module, skip, hops) is not None
 
 
 def _from_dot(name: str, comp: Computation, module: Module, hops: int = MAX_HOPS) -> bool:
@@ -111,3 +145,68 @@ def sliced(instr: Instruction, module: Module) -> bool:
     users = [(v, leaf.shapes[0].elements) for leaf in leaves
              for v in forward_users(module, comp, leaf.name)]
     return bool(users) and all(_slices_by_partition(u, comp, module, n) for u, n in users)
+
+
+def _arrived(instr: Instruction, module: Module) -> Instruction:
+    """The instruction whose result is the collective's: its ``-done`` for an async pair."""
+    return (async_done(module, instr) if instr.opcode.endswith("-start") else instr) or instr
+
+
+def stage(instr: Instruction, module: Module) -> Instruction | None:
+    """The layer matmul of the next stage that reads what the permute ``instr`` hands on,
+    where it hands a stage's output to the next stage (module docstring); None otherwise."""
+    if instr.opcode.removesuffix("-start") != "collective-permute" or not instr.operand_names:
+        return None
+    comp = module.computation(instr.computation)
+    source = comp.by_name.get(instr.operand_names[0])
+    if source is None or _reaches_dot(source, comp, module, skip=instr.name):
+        return None  # multiplied where it is sent from too: a collective matmul's chunk
+    return _reached_dot(_arrived(instr, module), comp, module, hops=CARRY_HOPS, carry=True)
+
+
+RAGGED = ("ragged-dot", "ragged_dot", "gmm")  # a grouped matmul: its opcode or kernel's name
+
+
+def ragged(instr: Instruction) -> bool:
+    """``instr`` is a grouped matmul: a ``ragged-dot``, or a kernel whose op_name names
+    ``ragged_dot`` or megablox's ``gmm``."""
+    return instr.opcode == "ragged-dot" or (instr.opcode == "custom-call" and any(
+        w in instr.op_name for w in RAGGED))
+
+
+def expert_dot(instr: Instruction, module: Module) -> Instruction | None:
+    """``instr`` as a per-expert matmul: a grouped matmul (``ragged``), a dot with a batch
+    dimension or a convolution with a window (the TPU compiler's batched matmul), alone or in
+    a fusion."""
+    if ragged(instr):
+        return instr
+    dot = dot_in(instr, module)
+    if dot is None:
+        return None
+    batched = dot.attrs.get("lhs_batch_dims") or (
+        dot.opcode == "convolution" and any(s > 1 for s in
+                                            (dot.attrs.get("window") or {}).get("size", ())))
+    return dot if batched else None
+
+
+def _from_expert(name: str, comp: Computation, module: Module, hops: int = MAX_HOPS) -> bool:
+    """``name``'s value is a per-expert matmul's result, through ops that pass it on."""
+    instr = comp.by_name.get(name)
+    if instr is None or hops <= 0:
+        return False
+    if expert_dot(instr, module) is not None:
+        return True
+    return instr.opcode in PASS and any(_from_expert(n, comp, module, hops - 1)
+                                        for n in instr.operand_names)
+
+
+def expert_role(instr: Instruction, module: Module) -> str:
+    """"dispatch", "combine" or "" for the all-to-all ``instr`` (module docstring)."""
+    if instr.opcode.removesuffix("-start") not in ("all-to-all", "ragged-all-to-all"):
+        return ""
+    comp = module.computation(instr.computation)
+    if _reached_dot(_arrived(instr, module), comp, module, match=expert_dot) is not None:
+        return "dispatch"
+    if any(_from_expert(n, comp, module) for n in instr.operand_names):
+        return "combine"
+    return ""

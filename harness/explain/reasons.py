@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from harness.explain import parallelism as par
 from harness.explain.site import Site
 
 
@@ -28,7 +29,11 @@ class Facts:
     read from the dataflow (``harness.explain.dataflow``): the permute's place in a collective
     matmul's ring (``ring``) and an all-reduce each device slices (``sliced``: the program
     asked for a reduce-scatter); an all-gather of a weight whose gradient the same program
-    reduces over the same axes (``fsdp``)."""
+    reduces over the same axes (``fsdp``); a permute that hands a stage's output to the next
+    along one mesh axis (``stage_axis``, ``dataflow.stage``), an MoE all-to-all's role
+    ("dispatch" or "combine", ``expert``), the iterations of a loop that gathers the same
+    weight in each (``regathered``); its result's bytes and element type on one device
+    (``nbytes``, ``dtype``)."""
 
     kind: str
     axes: str
@@ -44,6 +49,11 @@ class Facts:
     ring: str = ""  # "gather"/"scatter": a step of a collective matmul's ring (dataflow.ring)
     sliced: bool = False  # an all-reduce cut to each device's slice (dataflow.sliced)
     fsdp: bool = False  # a gathered weight whose gradient the program reduces over its axes
+    stage_axis: str = ""  # the axis a pipeline's stage transfer shifts along
+    expert: str = ""  # "dispatch" / "combine": an MoE all-to-all (dataflow.expert_role)
+    regathered: int = 0  # iterations of a loop gathering the same weight in each
+    nbytes: float = 0.0
+    dtype: str = ""
 
     @property
     def gradient(self) -> bool:
@@ -142,6 +152,23 @@ _SLICED = ("; the program asks for the result sharded {over} (a reduce-scatter):
            "lowers that as this all-reduce and a slice, XLA:GPU and XLA:TPU as one "
            "reduce-scatter (half the bytes, book §4.2)")
 
+def _padded(f: Facts) -> bool:
+    """The all-to-all moves capacity-padded slots (a ragged one moves the tokens alone)."""
+    return "ragged" not in f.source_op
+
+
+def _crosses(f: Facts) -> bool:
+    """Not priced inside one node or slice (unknown, or crossing a slower level)."""
+    return not f.level.startswith("within")
+
+
+def _always(f: Facts) -> bool:
+    return True
+
+
+_EXPERT_FIXES = tuple(Fix(t, _padded if "capacity" in t else _crosses if "inside" in t
+                          else _always) for t in par.EXPERT_FIXES)
+
 REASONS: tuple[Reason, ...] = (
     # §4.2: a collective over one device moves nothing over a link
     Reason("one device",
@@ -151,6 +178,21 @@ REASONS: tuple[Reason, ...] = (
                      f"a program compiled for one device; book §4.2's cost is zero)",
            (Fix("leave the collective out where its axis has one device (it still reads and "
                 "writes its whole buffer)"),)),
+    # §6.1 "pipeline", §6.2 (gpus.md): one microbatch's activations from a stage to the next
+    Reason("stage transfer",
+           lambda f: f.kind == "collective-permute" and bool(f.stage_axis),
+           par.stage_why),
+    # §5.4, gpus.md "Expert parallelism": an MoE layer's two all-to-alls
+    Reason("expert dispatch",
+           lambda f: f.kind == "all-to-all" and f.expert == "dispatch",
+           par.expert_why, _EXPERT_FIXES),
+    Reason("expert combine",
+           lambda f: f.kind == "all-to-all" and f.expert == "combine",
+           par.expert_why, _EXPERT_FIXES),
+    # §6.2: ZeRO-3 inside a microbatch loop gathers each weight once per microbatch
+    Reason("weight gathered per microbatch",
+           lambda f: f.regathered > 1 and _feeds_dot(f),
+           par.regather_why, (Fix(par.REGATHER_FIX),)),
     # §6.1: data parallelism sums each weight's gradient over the batch shards
     Reason("gradient reduction",
            lambda f: f.kind in ("all-reduce", "reduce-scatter") and f.gradient,

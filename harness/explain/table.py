@@ -19,6 +19,8 @@ import pandas as pd
 
 from harness import schema
 from harness.explain import axes, dataflow, gradients, reasons, site
+from harness.explain.loops import regathered as regathered_times
+from harness.explain.loops import regathered_parameter
 from harness.hlo.desc import to_desc
 from harness.hlo.groups import replica_groups
 from harness.hlo.ir import Instruction, Module
@@ -63,15 +65,37 @@ def _level(instr: Instruction, module: Module, kind: str, system) -> str:
     return binding_text(levels.price(kind, nbytes, groups, system), system)
 
 
+# the reasons whose sentence says how much of the collective the step waited for
+EXPOSURE_NAMED = frozenset({"stage transfer", "expert dispatch", "expert combine"})
+
+
+def exposure(exposed_s: float, measured_s: float) -> str:
+    """"; exposed: the step waited 1.2 ms of its 1.5 ms" or "; hidden under compute: ..."
+    ("" where the run measured neither)."""
+    from harness.units import fmt_seconds
+
+    if math.isnan(exposed_s) or math.isnan(measured_s):
+        return ""
+    if exposed_s <= 0:
+        return f"; hidden under compute: the step waited none of its {fmt_seconds(measured_s)}"
+    return f"; exposed: the step waited {fmt_seconds(exposed_s)} of its {fmt_seconds(measured_s)}"
+
+
 def _facts(instr: Instruction, module: Module, kind: str, mesh_axes: str,
            loops: dict[str, bool], system=None, names=None,
-           reduced: frozenset = frozenset()) -> reasons.Facts:
+           reduced: frozenset = frozenset(), mesh: dict[str, int] | None = None
+           ) -> reasons.Facts:
     """What the reasons read of one collective (``reduced``: (parameter, axes) of every
     gradient the program reduces)."""
     comp = module.computation(instr.computation)
     where = site.locate(instr, module, kind)
+    regathered = regathered_times(instr, module)
     if kind == "all-gather":
-        where = replace(where, parameter=gradients.parameter_of(instr, comp, names))
+        where = replace(where, parameter=gradients.parameter_of(instr, comp, names) or (
+            regathered_parameter(instr, module, names) if regathered else ""))
+    stage_axis, stage_dot = _stage(instr, module, mesh)
+    if stage_dot is not None:
+        where = replace(where, dot=stage_dot)
     reduces = kind in ("all-reduce", "reduce-scatter")
     largest = max(instr.shapes, key=lambda s: s.elements, default=None)
     axes_text = mesh_axes if "{" not in mesh_axes else ""
@@ -84,7 +108,25 @@ def _facts(instr: Instruction, module: Module, kind: str, mesh_axes: str,
                          weight_free=site.free_dims(where.dot) if where.dot is not None
                          else None, level=_level(instr, module, kind, system),
                          ring=dataflow.ring(instr, module), sliced=dataflow.sliced(instr, module),
-                         fsdp=(where.parameter, mesh_axes) in reduced)
+                         fsdp=(where.parameter, mesh_axes) in reduced,
+                         stage_axis=stage_axis,
+                         expert=dataflow.expert_role(instr, module),
+                         regathered=regathered,
+                         nbytes=_bytes(instr, module),
+                         dtype=largest.dtype if largest is not None else "")
+
+
+def _stage(instr: Instruction, module: Module, mesh: dict[str, int] | None
+           ) -> tuple[str, Instruction | None]:
+    """(the mesh axis a pipeline's stage transfer shifts along, the next stage's layer matmul
+    that reads it); ("", None) for any other collective (``dataflow.stage``,
+    ``axes.shift_axis``)."""
+    dot = dataflow.stage(instr, module)
+    if dot is None:
+        return "", None
+    if not mesh:  # no names: the pairs' ring itself
+        return "its ring of devices", dot
+    return axes.shift_axis(instr.attrs.get("source_target_pairs"), mesh), dot
 
 
 def _reduced(module: Module, mesh: dict[str, int] | None, names) -> frozenset:
@@ -158,8 +200,10 @@ def collectives(module: Module, *, mesh: dict[str, int] | None = None,
             continue
         mesh_axes = axes.describe(instr, module, mesh)
         name, why, fix = reasons.explain(_facts(instr, module, kind, mesh_axes, loops, system,
-                                                names, reduced))
+                                                names, reduced, mesh))
         op_names = _names(instr, module)
+        if name in EXPOSURE_NAMED:
+            why += exposure(_sum(exposed, op_names), _sum(measured, op_names))
         rows.append({
             schema.PROGRAM: module.name, schema.PROGRAM_ID: program_id, schema.OP: instr.name,
             schema.COLLECTIVE: kind,

@@ -244,6 +244,8 @@ PARSERS = {
     "rhs_contracting_dims": int_list,
     "lhs_batch_dims": int_list,
     "rhs_batch_dims": int_list,
+    "lhs_ragged_dims": int_list,  # ragged-dot (jax.lax.ragged_dot): the ragged dimension
+    "rhs_group_dims": int_list,   # ragged-dot: the rhs dimension indexing the groups
     "dimensions": int_list,
     "index": integer,
     "channel_id": integer,

@@ -50,6 +50,9 @@ CUSTOM_CALL_CATEGORY: dict[str, str] = {
 }
 
 ATTENTION_WORDS = ("attention", "softmax", "flash", "fmha")
+# a grouped (routed) matmul kernel's name: libtpu's ``ragged-dot-*`` Mosaic kernel that
+# jax.lax.ragged_dot compiles to, MaxText's megablox ``gmm`` / ``tgmm``
+GROUPED_MATMUL_WORDS = ("ragged-dot", "ragged_dot", "gmm")
 
 FUSION_PRIORITY = (COLLECTIVE, MATMUL, REDUCTION, ELEMENTWISE, COPY, OTHER)
 
@@ -65,6 +68,8 @@ def _custom_call(instr: Instruction) -> str:
     by_rule = rules.category(calls.to_desc(instr).opcode)   # a splash kernel: fused attention
     if by_rule != OTHER:
         return by_rule
+    if any(w in calls.kernel_name(instr).lower() for w in GROUPED_MATMUL_WORDS):
+        return MATMUL
     target = str(instr.attrs.get("custom_call_target", "")).lower()
     return next((cat for key, cat in CUSTOM_CALL_CATEGORY.items() if key in target), OTHER)
 

@@ -101,7 +101,7 @@ def compute_dtype(instr: Instruction, module: Module) -> str:
         candidates = [i for i in fused_instructions(module, instr)
                       if i.opcode in ("dot", "convolution")] or [instr]
     first = candidates[0]
-    if first.opcode in ("dot", "convolution") and first.operand_shapes:
+    if first.opcode in ("dot", "convolution", "ragged-dot") and first.operand_shapes:
         return first.operand_shapes[0][0].dtype
     if first.opcode == "custom-call":  # costed as a dot when its config gives dot dimensions
         desc = to_desc(first, module)

@@ -81,6 +81,21 @@ def _plain(instr: Instruction, module: Module) -> OpDesc:
                   groups=replica_groups(instr, module))
 
 
+def _ragged_dot(instr: Instruction, module: Module) -> OpDesc:
+    """A ``ragged-dot`` (``jax.lax.ragged_dot``: lhs [m, k] whose rows fall in g groups by
+    ``group_sizes`` [g], rhs [g, k, n]) as the dot it computes: every row meets the one group's
+    matrix it belongs to, so 2·m·k·n FLOPs whatever the split (roofline.md's 2 x every
+    distinct dimension, the group dimension not among them). Described as a dot whose rhs group
+    dimension is a batch dimension of the rhs alone (``rules._dot``: 2 x lhs elements x the
+    rhs's free dimensions); the same holds where the ragged dimension is contracted (the
+    weight gradient, result [g, k, n]) or a batch one. Bytes: every operand (the whole [g, k,
+    n] weight and the group sizes) and the result, once."""
+    desc = _plain(instr, module)
+    groups = instr.attrs.get("rhs_group_dims", ())
+    return OpDesc("dot", desc.results, desc.operands, desc.lhs_contracting,
+                  desc.rhs_contracting, desc.lhs_batch, tuple(desc.rhs_batch) + tuple(groups))
+
+
 def _async_collective(instr: Instruction, module: Module) -> OpDesc:
     """``all-gather-start`` -> an ``all-gather`` desc whose result is what the ``-done`` returns
     (the ``-start`` result tuple also holds the input buffers and context scalars)."""
@@ -265,6 +280,7 @@ DESC_BUILDERS: dict[str, Callable[[Instruction, Module], OpDesc]] = {
     **{f"{s}-start": _async_slice for s in ASYNC_SLICES},
     "async-start": _async_start,
     "convolution": _convolution,
+    "ragged-dot": _ragged_dot,
     "custom-call": _custom_call,
     "fusion": _fusion,
     "fusion-start": _fusion,  # an async fusion, printed with the async syntax sugar
