@@ -50,15 +50,18 @@ def _row(table, step, device=0):
     return table[(table[schema.STEP] == step) & (table[schema.DEVICE] == device)].iloc[0]
 
 
-def test_the_period_runs_to_the_next_steps_first_op_and_the_gap_between_is_dispatch():
+def test_the_period_runs_to_the_next_steps_first_op_and_the_gap_between_is_the_hosts():
     table, untold = waits(TWO_STEPS, _host(LAUNCHES))
     first, last = _row(table, 0), _row(table, 1)
     assert first[schema.PERIOD_S] == pytest.approx(100 * NS)  # 0 -> 100
-    assert first[schema.WAIT_DISPATCH_S] == pytest.approx(70 * NS)  # 30 -> 100
+    # 30 -> 100 waits for the host: the launches' 40 -> 45 and 95 -> 99 are the runtime's,
+    # the other 61 ns no runtime event covers (the host's own work)
+    assert first[schema.WAIT_DISPATCH_S] == pytest.approx((5 + 4) * NS)
+    assert first[schema.WAIT_PYTHON_S] == pytest.approx((70 - 9) * NS)
     assert first[schema.WAIT_UNEXPLAINED_S] == pytest.approx(10 * NS)  # 10 -> 20, in the program
     assert first[schema.WAITING_S] == pytest.approx(80 * NS)  # the period less its 20 ns of ops
     assert last[schema.PERIOD_S] == pytest.approx(30 * NS)  # the last: to its last op's end
-    assert last[schema.WAIT_DISPATCH_S] == 0 and untold == ""
+    assert last[schema.WAIT_DISPATCH_S] == last[schema.WAIT_PYTHON_S] == 0 and untold == ""
     causes = table[list(schema.WAIT_CAUSES)].sum(axis=1)
     assert np.allclose(causes, table[schema.WAITING_S])
 
@@ -68,14 +71,16 @@ def test_copies_to_the_device_and_callbacks_take_their_part_first():
     row = _row(waits(TWO_STEPS, host)[0], 0)
     assert row[schema.WAIT_INPUT_S] == pytest.approx(20 * NS)
     assert row[schema.WAIT_HOST_S] == pytest.approx(10 * NS)  # device 3's callback is not 0's
-    assert row[schema.WAIT_DISPATCH_S] == pytest.approx(40 * NS)  # 70 less 20 and 10
+    # the launch at 40 -> 45 lies under the copy (input's): 95 -> 99 is the runtime's own
+    assert row[schema.WAIT_DISPATCH_S] == pytest.approx(4 * NS)
+    assert row[schema.WAIT_PYTHON_S] == pytest.approx((70 - 20 - 10 - 4) * NS)
 
 
 def test_without_launch_events_the_waits_between_executions_stay_unexplained():
     for host in (None, _host([("input", -1, 40, 60)])):
         table, untold = waits(TWO_STEPS, host)
         row = _row(table, 0)
-        assert row[schema.WAIT_DISPATCH_S] == 0
+        assert row[schema.WAIT_DISPATCH_S] == row[schema.WAIT_PYTHON_S] == 0
         assert row[schema.WAIT_UNEXPLAINED_S] == pytest.approx((80 - (20 if host is not None
                                                                        else 0)) * NS)
         assert "no host launch events" in untold
@@ -85,10 +90,13 @@ def test_without_launch_events_the_waits_between_executions_stay_unexplained():
 def test_two_programs_in_a_step_wait_for_dispatch_between_them():
     ev = _events([("p", "a", 0, 0, 0, 10), ("q", "b", 0, 0, 25, 30), ("p", "a", 0, 1, 40, 50)])
     row = _row(waits(ev, _host([*LAUNCHES, ("dispatch", -1, 12, 14)]))[0], 0)
-    assert row[schema.WAIT_DISPATCH_S] == pytest.approx((15 + 10) * NS)
+    # 10 -> 25 holds q's launch, 12 -> 14; 30 -> 40 ends where p's launch starts
+    assert row[schema.WAIT_DISPATCH_S] == pytest.approx(2 * NS)
+    assert row[schema.WAIT_PYTHON_S] == pytest.approx((15 - 2 + 10) * NS)
     # q's launch not in the trace: the gap before it is no claim
     row = _row(waits(ev, _host(LAUNCHES))[0], 0)
-    assert row[schema.WAIT_DISPATCH_S] == pytest.approx(10 * NS)  # 30 -> 40, p's launch at 40
+    assert row[schema.WAIT_DISPATCH_S] == 0
+    assert row[schema.WAIT_PYTHON_S] == pytest.approx(10 * NS)  # 30 -> 40, p's launch at 40
     assert row[schema.WAIT_UNEXPLAINED_S] == pytest.approx(15 * NS)
 
 
@@ -191,9 +199,14 @@ def _figures(**causes):
 
 def test_a_dominant_cause_gives_one_line_of_verdict_and_fix():
     line = verdict(_figures(dispatch=0.9e-3, unexplained=0.05e-3), [])
-    assert line.startswith("dispatch-bound: the devices idle 900 us per step while the host "
-                           "dispatches (90% of the 1 ms period)")
-    assert "jit the loop body" in line
+    assert line.startswith("dispatch-bound: the devices idle 900 us per step while the runtime "
+                           "launches programs (90% of the 1 ms period)")
+    assert "fewer, larger programs" in line
+    line = verdict(_figures(python=0.9e-3, dispatch=0.05e-3), [])
+    assert line.startswith("python-bound: the devices idle 900 us per step while the host runs "
+                           "its own code between steps")
+    assert "dispatch the next step before blocking on the last" in line
+    assert "prefetch" in line and "larger programs" not in line
     assert verdict(_figures(input=0.38e-3), []).startswith("input-bound: 38% of the period")
     assert verdict(_figures(dispatch=0.3e-3, input=0.3e-3, peers=0.3e-3), []) == ""  # none
     assert verdict(_figures(dispatch=0.05e-3), []) == ""  # 5% of the period: not worth a line
@@ -206,10 +219,12 @@ def test_a_dominant_cause_gives_one_line_of_verdict_and_fix():
 def test_the_harness_paced_steps_wait_for_its_loop_not_for_dispatch():
     """The harness's own capture waits on each step before dispatching the next: the idle
     between steps is its measuring loop's, and the line says so instead of a fix."""
-    line = verdict(_figures(dispatch=0.9e-3), [], paced=True)
-    assert line.startswith("paced by the harness: it waits on each step before dispatching the "
-                           "next, so the devices idle 900 us between steps (90% of the 1 ms")
-    assert "jit the loop body" not in line
+    for cause in ("dispatch", "python"):  # its launches, or its own Python between steps
+        line = verdict(_figures(**{cause: 0.9e-3}), [], paced=True)
+        assert line.startswith("paced by the harness: it waits on each step before dispatching "
+                               "the next, so the devices idle 900 us between steps (90% of the "
+                               "1 ms")
+        assert "jit the loop body" not in line and "prefetch" not in line
     table, untold = waits(TWO_STEPS, _host(LAUNCHES))
     assert wait_figures(table, untold, [], paced=True)[schema.WAIT_BOUND] == \
         "paced by the harness"
@@ -220,13 +235,15 @@ def test_the_step_object_holds_the_median_steps_waits_and_reports_print_them():
     figures = wait_figures(table, untold, [])
     # the last step, with no gap after it, is left out of the median
     assert figures[schema.PERIOD_S] == pytest.approx(100 * NS)
-    assert figures[schema.WAIT_DISPATCH_S] == pytest.approx(70 * NS)
-    assert figures[schema.WAIT_BOUND] == "dispatch-bound"
+    assert figures[schema.WAIT_DISPATCH_S] == pytest.approx(9 * NS)
+    assert figures[schema.WAIT_PYTHON_S] == pytest.approx(61 * NS)
+    assert figures[schema.WAIT_BOUND] == "python-bound"
     step = {schema.STEP_S: 30 * NS, schema.COMPUTE_S: 20 * NS, schema.IDLE_S: 10 * NS,
             **figures}
     lines = step_lines(step)
-    assert lines[1] == "waiting 80 ns of the 100 ns period = dispatch 70 ns + unexplained 10 ns"
-    assert lines[2].startswith("verdict: dispatch-bound")
+    assert lines[1] == ("waiting 80 ns of the 100 ns period = dispatch 9 ns + python 61 ns + "
+                        "unexplained 10 ns")
+    assert lines[2].startswith("verdict: python-bound")
 
 
 # --- the H100 fixtures: a claim cites the trace's events ------------------------------------

@@ -1,11 +1,12 @@
 """Programs made to wait, on CPU (``harness.step.waits``): a jitted step over 8 devices traced
 with the harness's profiler options (``host_tracer_level`` 1), with a host sleep between steps,
 then fed from a fresh host array each step (a zero-copy ``device_put``: no transfer event, so
-the wait is the host's dispatch, not input), each against the same loop with nothing injected;
-and two processes (``jax.distributed.initialize``) of which one sleeps before each step, read as
-one job as ``harness trace DIR`` reads it: the late process is named. Each report must name the
-cause with its time per step within 10% of the delay injected per step (beyond the same loop's
-own), with at most 10% of the delay unexplained; nothing injected, no straggler is named."""
+the wait is the host's own work between steps, python, not input), each against the same loop
+with nothing injected; and two processes (``jax.distributed.initialize``) of which one sleeps
+before each step, read as one job as ``harness trace DIR`` reads it: the late process is
+named. Each report must name the cause with its time per step within 10% of the delay
+injected per step (the host's time between steps as its own clock measured it), with at most
+10% of the delay unexplained; nothing injected, no straggler is named."""
 from __future__ import annotations
 
 import os
@@ -25,9 +26,11 @@ DELAY_S = 0.03
 STEPS = 8
 
 
-def _loop(out: Path, between=None):
+def _loop(out: Path, between=None) -> list[float]:
     """Trace ``STEPS`` steps of a sharded jitted step; ``between(i)`` runs on the host before
-    step i and gives its input (None: the last one's)."""
+    step i and gives its input (None: the last one's); the seconds the host spent between
+    each step's end (its outputs ready) and the next one's call, by its own clock (a sleep on
+    a loaded host oversleeps, and a thread waits for a core)."""
     import jax
     import jax.numpy as jnp
     from jax.sharding import Mesh, NamedSharding
@@ -40,12 +43,17 @@ def _loop(out: Path, between=None):
     x = jax.device_put(np.ones((256, 64), np.float32), sharding)
     step(x).block_until_ready()
     start_lean_trace(out)
+    took, done = [], None
     for i in range(STEPS):
         fed = between(i, sharding) if between else None
         x = fed if fed is not None else x
         with jax.profiler.StepTraceAnnotation("step", step_num=i):
+            if done is not None:
+                took.append(time.perf_counter() - done)
             step(x).block_until_ready()
+            done = time.perf_counter()
     jax.profiler.stop_trace()
+    return took
 
 
 def _sleep(i, sharding):
@@ -62,11 +70,13 @@ def _feed(i, sharding):
     return x
 
 
-def _step(tmp_path: Path, name: str, between=None) -> dict:
+def _step(tmp_path: Path, name: str, between=None) -> tuple[dict, float]:
+    """The step object of the loop traced, and the median seconds the host spent between
+    steps (``_loop``)."""
     from harness.runs.pipeline import analyze_trace
 
-    _loop(tmp_path / name, between)
-    return analyze_trace(tmp_path / name, chip="cpu").step
+    took = _loop(tmp_path / name, between)
+    return analyze_trace(tmp_path / name, chip="cpu").step, float(np.median(took))
 
 
 def _report(name, step):
@@ -74,18 +84,21 @@ def _report(name, step):
         f"{c} {step[c] * 1e3:.3f} ms" for c in schema.WAIT_CAUSES if step.get(c)))
 
 
-def test_a_host_sleep_or_a_host_fed_input_between_steps_is_waiting_for_dispatch(tmp_path):
-    base = _step(tmp_path, "none")
+def test_a_host_sleep_or_a_host_fed_input_between_steps_is_the_hosts_own_work(tmp_path):
+    base, _ = _step(tmp_path, "none")
     _report("nothing injected", base)
     assert not base[schema.STRAGGLERS]
     for name, between in (("sleep", _sleep), ("feed", _feed)):
-        step = _step(tmp_path, name, between)
+        step, took = _step(tmp_path, name, between)
         _report(name, step)
-        dispatch = step[schema.WAIT_DISPATCH_S] - base[schema.WAIT_DISPATCH_S]
-        assert abs(dispatch - DELAY_S) <= 0.1 * DELAY_S, (name, dispatch)
+        # python: the host's time between steps as its own clock measured it (DELAY_S asked: a
+        # loaded host oversleeps), within 10% of the delay
+        python = step[schema.WAIT_PYTHON_S]
+        assert abs(python - took) <= 0.1 * DELAY_S, (name, python, took)
+        assert python >= 0.9 * DELAY_S
         assert step[schema.WAIT_UNEXPLAINED_S] <= 0.1 * DELAY_S
         assert step[schema.WAIT_INPUT_S] == 0  # zero-copy: no transfer to wait on
-        assert step[schema.WAIT_BOUND] == "dispatch-bound"
+        assert step[schema.WAIT_BOUND] == "python-bound"
         assert not step[schema.STRAGGLERS]
         assert schema.WAITS_UNTOLD not in step
 

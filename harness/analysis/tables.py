@@ -45,6 +45,7 @@ from harness.measure.programs import ProgramKey
 from harness.measure.shares import apart, host_shares, op_timing
 from harness.record import Tables
 from harness.step import containers, simulated, step_figures
+from harness.step.bubble import bubble
 from harness.step.transfers import transfers
 from harness.trace.load import TraceEvents
 
@@ -147,7 +148,8 @@ def derive(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
     predicted_step, predicted_spans = simulated(module, main_ops, main_events, step,
                                                 trace_names=trace.async_names,
                                                 time_on=trace.async_time_on, apart=held)
-    step.update(predicted_step)
+    step.update({**predicted_step, **bubble(ctx.memory.get(schema.CONFIG), module, main_events,
+                                            step)})  # (the run's meta holds its config)
     t_step = _step_s(ctx.step_times_s, step, main_events)
     peak = chip.flops_per_s(peak_dtype(chip))
     summ = summary(main_ops, step_s=t_step, peak_flops_per_s=peak, devices=devices,

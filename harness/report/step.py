@@ -87,6 +87,7 @@ def bounds_line(step: Mapping) -> str:
 
 # each cause's word in the waits line (harness.step.waits)
 _CAUSES = {schema.WAIT_DISPATCH_S: "dispatch", schema.WAIT_INPUT_S: "input",
+           schema.WAIT_PYTHON_S: "python",
            schema.WAIT_PEERS_S: "peers", schema.WAIT_CORE_S: "a core",
            schema.WAIT_HOST_S: "host callbacks", schema.WAIT_UNEXPLAINED_S: "unexplained"}
 
@@ -115,5 +116,5 @@ def step_lines(step: Mapping) -> list[str]:
     untold = step.get(schema.WAITS_UNTOLD)
     return [line + (f"  [{where}]" if where else ""),
             *filter(None, [bounds_line(step), waits_line(step),
-                           verdict and f"verdict: {verdict}",
+                           verdict and f"verdict: {verdict}", step.get(schema.BUBBLE_LINE),
                            untold and f"waits: {untold}"])]

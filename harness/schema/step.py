@@ -75,7 +75,11 @@ PERIOD_S = term("period_s", "the step's period: its first op's start to the next
 WAITING_S = term("waiting_s", "time in the period a device waited: idle, and at collectives for "
                  "its peers")
 WAIT_DISPATCH_S = term("wait_dispatch_s", "waiting for the host to dispatch: idle between two "
-                       "programs' executions (between steps) while the host launched the next")
+                       "programs' executions (between steps) while the runtime launched the "
+                       "next (its Execute events)")
+WAIT_PYTHON_S = term("wait_python_s", "waiting on the host's own work: idle between two "
+                     "executions while the host ran code no runtime event covers (the user's "
+                     "Python between steps: data loading, logging)")
 WAIT_INPUT_S = term("wait_input_s", "waiting on input: idle while a host-to-device copy or an "
                     "infeed ran")
 WAIT_PEERS_S = term("wait_peers_s", "waiting for peers: in a collective before the last device "
@@ -85,15 +89,15 @@ WAIT_CORE_S = term("wait_core_s", "waiting for a CPU core: idle inside a program
 WAIT_HOST_S = term("wait_host_s", "waiting on the host: idle while a host callback or a "
                    "device-to-host transfer ran")
 WAIT_UNEXPLAINED_S = term("wait_unexplained_s", "waiting no event of the trace explains")
-WAIT_CAUSES = (WAIT_DISPATCH_S, WAIT_INPUT_S, WAIT_PEERS_S, WAIT_CORE_S, WAIT_HOST_S,
-               WAIT_UNEXPLAINED_S)
+WAIT_CAUSES = (WAIT_DISPATCH_S, WAIT_PYTHON_S, WAIT_INPUT_S, WAIT_PEERS_S, WAIT_CORE_S,
+               WAIT_HOST_S, WAIT_UNEXPLAINED_S)
 # The step object's waits (STEP_OBJECT): PERIOD_S, WAITING_S and each cause of the median
 # step (by period; each figure its devices' mean), the verdict line where one cause dominates,
 # the causes the trace cannot tell apart (a sentence), the stragglers named
 WAIT_VERDICT = "wait_verdict"
-WAIT_BOUND = term("wait_bound", "why the devices wait, where one cause dominates "
-                  "(dispatch-bound, input-bound, sync-bound, core-bound, host-callback-bound) or "
-                  "a straggler is named (straggler: process 1)")
+WAIT_BOUND = term("wait_bound", "the cause that dominates the devices' wait (dispatch-, "
+                  "python-, input-, sync-, core- or host-callback-bound) or the straggler "
+                  "named (straggler: process 1)")
 WAITS_UNTOLD = "waits_untold"
 WAIT_EVENTS = "wait_events"          # the host events the causes were read from: kind -> count
 #                                      (within the measured steps; harness.trace.host_events)
@@ -103,6 +107,15 @@ STRAGGLER_ID = "id"
 LATE_S = term("late_s", "per step, how much later a device reached its collectives than the "
               "next-latest of its group (the time the group waited for it alone)")
 LAST_SHARE = "last_share"            # the share of steps in which it arrived last
+# --- the pipeline bubble (harness.step.bubble): a pipelined run's stage iterations that carry
+# no microbatch, counted from the schedule it ran (its config), priced in time
+BUBBLE = "bubble"                    # the count: stages, microbatches, schedule, repeats, slots,
+#                                      idle_slots, ticks, loop_s (the stage loop's time)
+BUBBLE_SHARE = term("bubble_share", "share of a pipelined step's stage iterations (stage, tick, "
+                    "forward or backward) that carry no microbatch, counted from its schedule")
+BUBBLE_S = term("bubble_s", "the pipeline bubble's time per step: the schedule's bubble share "
+                "of stage-time x the measured stage loop")
+BUBBLE_LINE = "bubble_line"          # the sentence the report prints
 # Host events (harness.trace.host_events): what the host did that a device can wait on
 # (KIND: "dispatch", "input" or "host", the causes harness.step.waits reads them as; DEVICE -1:
 # every device of the host)

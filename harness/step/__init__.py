@@ -5,9 +5,11 @@
 ``bounds``: the book beside it (T_math, T_comms, the overlap and serial bounds, the regime).
 ``figures``: the run's step object from those parts.
 ``waits``: why the devices wait: each step's period and the waiting in it split by cause
-(dispatch, input, peers, a core, host callbacks, unexplained); ``stragglers``: the devices or
-processes the others wait for at collectives; ``verdict``: the step object's waits and their
-one line of verdict and fix.
+(dispatch, python, input, peers, a core, host callbacks, unexplained; ``between``: the host's
+time between executions by what the trace shows); ``stragglers``: the devices or processes the
+others wait for at collectives; ``verdict``: the step object's waits and their one line of
+verdict and fix. ``bubble``: a pipelined run's bubble, counted from the schedule it ran and
+priced on its stage loop.
 ``replay``: measured durations for the replay.
 ``simulate``: the predicted step, the compiled program's schedule played out in XLA's order
 with every op at its roofline time (``roofline``) or at its measured duration (``replay``);

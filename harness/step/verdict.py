@@ -1,8 +1,10 @@
 """The step object's waits (``harness.step.waits``): the figures of the median step, and one line
 of verdict and fix where one cause dominates (``VERDICTS``) or a straggler is named.
 
-    dispatch-bound: the devices idle 20.3 ms per step while the host dispatches (91% of the
-    22.4 ms period): jit the loop body, fewer small programs
+    dispatch-bound: the devices idle 20.3 ms per step while the runtime launches programs
+    (91% of the 22.4 ms period): fewer, larger programs (jit the loop body)
+    python-bound: the devices idle 20.1 ms per step while the host runs its own code between
+    steps, outside the runtime (95% of the 21.2 ms period): ...
     process 1 reaches each all-reduce.3 19.8 ms late (last in 100% of steps)
 
 ("host" stays the regression verdicts' word for a busier machine: a wait on the host here is
@@ -22,11 +24,21 @@ _FIGURES = (schema.PERIOD_S, schema.WAITING_S, *schema.WAIT_CAUSES)
 
 
 def _dispatch(t, share, period):
-    return (f"dispatch-bound: the devices idle {fmt_seconds(t)} per step while the host "
-            f"dispatches ({share:.0%} of the {fmt_seconds(period)} period): jit the loop body, "
-            f"fewer small programs")
+    return (f"dispatch-bound: the devices idle {fmt_seconds(t)} per step while the runtime "
+            f"launches programs ({share:.0%} of the {fmt_seconds(period)} period): fewer, "
+            f"larger programs (jit the loop body)")
 
 
+def _python(t, share, period):
+    return (f"python-bound: the devices idle {fmt_seconds(t)} per step while the host runs its "
+            f"own code between steps, outside the runtime ({share:.0%} of the "
+            f"{fmt_seconds(period)} period; no runtime event covers it: data loading, logging, "
+            f"Python): dispatch the next step before blocking on the last, prefetch its input, "
+            f"move the work off the step path")
+
+
+# the causes of the time between steps a measuring loop spends (dispatching, its own Python)
+_HOST_LOOP = (schema.WAIT_DISPATCH_S, schema.WAIT_PYTHON_S)
 PACED = "paced by the harness"  # the bound of a step the harness's capture loop paced
 
 
@@ -59,7 +71,8 @@ def _host(t, share, period):
             f"device-to-host transfers ({fmt_seconds(t)} per step): keep them out of the step")
 
 
-VERDICTS = {schema.WAIT_DISPATCH_S: _dispatch, schema.WAIT_INPUT_S: _input,
+VERDICTS = {schema.WAIT_DISPATCH_S: _dispatch, schema.WAIT_PYTHON_S: _python,
+            schema.WAIT_INPUT_S: _input,
             schema.WAIT_PEERS_S: _peers, schema.WAIT_CORE_S: _core, schema.WAIT_HOST_S: _host}
 
 
@@ -76,8 +89,8 @@ def straggler_line(s: dict) -> str:
 
 def verdict(figures: dict, stragglers: list[dict], paced: bool = False) -> str:
     """The line: the straggler named, else the dominant cause's, else "". ``paced``: the
-    harness's capture loop waited on each step, so a dispatch wait is its loop's
-    (``_paced``), not the program's."""
+    harness's capture loop waited on each step, so a wait for dispatch or for the host's own
+    work between steps is its loop's (``_paced``), not the program's."""
     if stragglers:
         return "; ".join(straggler_line(s) for s in stragglers)
     period, waiting = figures.get(schema.PERIOD_S, 0.0), figures.get(schema.WAITING_S, 0.0)
@@ -87,7 +100,7 @@ def verdict(figures: dict, stragglers: list[dict], paced: bool = False) -> str:
     t = figures.get(cause, 0.0)
     if t < DOMINANT * waiting or t < WORTH * period:
         return ""
-    say = _paced if paced and cause == schema.WAIT_DISPATCH_S else VERDICTS[cause]
+    say = _paced if paced and cause in _HOST_LOOP else VERDICTS[cause]
     return say(t, t / period, period)
 
 

@@ -8,10 +8,16 @@ piece of idle is given to one cause (``schema.WAIT_CAUSES``), first that applies
 
 - input: a host-to-device copy or infeed ran (``harness.trace.host_events``);
 - host: a host callback or a device-to-host transfer ran;
-- dispatch: the piece lies between two executions (the ops before and after it are of two steps
-  or two programs) and the host launched an execution during it (a launch event meets it): the
-  device waited for the host to launch the next (HTA's host wait; xprof's
-  host-processing-bound);
+- between two executions (the ops before and after the piece are of two steps or two
+  programs) where the host launched an execution during it (a launch event meets it), the
+  device waited for the host (HTA's host wait; xprof's host-processing-bound), split by what
+  the host did:
+  - dispatch: the part the runtime's launch events cover (PjRt's ``Execute``): the runtime
+    launching the program (core, where the host's cores all ran ops meanwhile: the device's
+    own launch waited for one);
+  - python: the rest, which no runtime event covers: the host busy with its own work between
+    steps (the user's Python: data loading, logging, a sleep);
+  (``harness.step.between``);
 - core: inside one execution, on a host whose devices are threads on shared cores
   (``cores`` known), while at least as many ops ran on the host as it has cores (threads
   waiting in a collective are not running);
@@ -33,9 +39,9 @@ import pandas as pd
 from harness import schema
 from harness.measure.arrivals import Groups, arrivals
 from harness.step import runs
+from harness.step.between import launch, launching, union
 from harness.step.gaps import Gaps, host_ids
 from harness.step.runs import covered
-from harness.step.timeline import merged
 from harness.trace.host_events import DISPATCH, HOST, INPUT
 
 _NS = 1e-9
@@ -68,22 +74,6 @@ def _saturated(device: np.ndarray, s: np.ndarray, e: np.ndarray, cores: int
     return runs.joined(t[:-1][keep], t[1:][keep])
 
 
-def _union(host: pd.DataFrame, kind: str, device: int) -> tuple[np.ndarray, np.ndarray]:
-    h = host[(host[schema.KIND] == kind) & host[schema.DEVICE].isin([-1, device])]
-    s = h[schema.START_NS].to_numpy(np.int64)
-    return merged(s, s + h[schema.DURATION_NS].to_numpy(np.int64))
-
-
-def _launching(a: np.ndarray, b: np.ndarray, host: pd.DataFrame) -> np.ndarray:
-    """Per gap [a, b]: whether the host was launching an execution in it (a launch event
-    of ``host`` meets it): the intervals that start by b, less those that ended before a."""
-    h = host[host[schema.KIND] == DISPATCH]
-    s = np.sort(h[schema.START_NS].to_numpy(np.int64))
-    e = np.sort(s if not len(h) else
-                (h[schema.START_NS] + h[schema.DURATION_NS]).to_numpy(np.int64))
-    return np.searchsorted(s, b, side="right") - np.searchsorted(e, a, side="left") > 0
-
-
 def _device_waits(g: Gaps, host: pd.DataFrame, sat: dict) -> pd.DataFrame:
     """Per (host, device, step) of the gaps ``g``, sorted by them: its period and its idle
     by cause (module docstring); ``host``: the HOST_EVENTS, ``sat``: per host, the intervals
@@ -99,22 +89,30 @@ def _device_waits(g: Gaps, host: pd.DataFrame, sat: dict) -> pd.DataFrame:
     # between two executions: the ops either side are of two steps or two programs (few)
     between = np.flatnonzero((g.step[g.prev] != g.step[g.next]) |
                              (g.prog[g.prev] != g.prog[g.next]))
-    dispatch = np.zeros(len(between), np.int64)  # of those between
+    launched = np.zeros(len(between), bool)  # of those between: the host launched in it
     busy = np.zeros(len(a), np.int64)
     each = np.unique(g.host[g.new])
     for h, lo, hi in zip(each, np.searchsorted(on, each), np.searchsorted(on, each, "right")):
         # the host's gaps between executions while it launched one; while its cores all ran
         at = slice(*np.searchsorted(between, [lo, hi]))
         i = between[at]
-        dispatch[at] = np.where(_launching(a[i], b[i], host[host[schema.HOST] == h]), rest[i], 0)
+        launched[at] = launching(a[i], b[i], host[host[schema.HOST] == h])
         busy[lo:hi] = covered(a[lo:hi], b[lo:hi], *sat[int(h)])
+    # the host's wait split: the runtime's launch, the part of it while the cores all ran ops
+    # (the device's launch waited for a core), the rest the host's own work
+    own, cored = launch(host, g, on, between, sat)
+    r = rest[between]
+    dispatch = np.where(launched, np.minimum(own, r), 0)
+    cored = np.where(launched, np.minimum(cored, r - dispatch), 0)
+    python = np.where(launched, r - dispatch - cored, 0)
     core = np.minimum(rest, busy)
-    core[between] = 0
+    core[between] = cored
     unexplained = rest - core
-    unexplained[between] -= dispatch
+    unexplained[between] -= dispatch + python
     out, owner = g.steps()  # a gap is its earlier op's step's
     n = len(out)
     out[schema.WAIT_DISPATCH_S] = _summed(owner, n, dispatch, between)
+    out[schema.WAIT_PYTHON_S] = _summed(owner, n, python, between)
     out[schema.WAIT_INPUT_S] = _summed(owner, n, inp)
     out[schema.WAIT_HOST_S] = _summed(owner, n, on_host)
     out[schema.WAIT_CORE_S] = _summed(owner, n, core)
@@ -143,7 +141,7 @@ def _covered_by(host: pd.DataFrame, kind: str, g: Gaps, on: np.ndarray) -> np.nd
     for h in np.intersect1d(g.host[g.new], mine[schema.HOST].to_numpy(np.int64)).tolist():
         for d in np.unique(g.device[g.new & (g.host == h)]).tolist():
             m = (on == h) & (device == d)
-            out[m] = covered(g.a[m], g.b[m], *_union(mine[mine[schema.HOST] == h], kind, d))
+            out[m] = covered(g.a[m], g.b[m], *union(mine[mine[schema.HOST] == h], d))
     return out
 
 
@@ -236,7 +234,7 @@ def untold(host: pd.DataFrame, hosts, cores: int | None) -> str:
     who = "" if len(missing) == len(list(hosts)) else \
         f" of process(es) {', '.join(map(str, missing))}"
     return (f"the trace{who} holds no host launch events: waiting between executions "
-            f"(dispatch, input, host callbacks) is unexplained; a trace taken with "
+            f"(dispatch, python, input, host callbacks) is unexplained; a trace taken with "
             f"jax.profiler.ProfileOptions().host_tracer_level = 1 records them, as harness run "
             f"and harness profile do")
 
