@@ -93,11 +93,15 @@ def test_a_host_sleep_or_a_host_fed_input_between_steps_is_the_hosts_own_work(tm
         _report(name, step)
         # python: the host's time between steps as its own clock measured it (DELAY_S asked: a
         # loaded host oversleeps), within 10% of the delay
+        # (with the put's own call, input, beside it)
         python = step[schema.WAIT_PYTHON_S]
-        assert abs(python - took) <= 0.1 * DELAY_S, (name, python, took)
+        host = python + step[schema.WAIT_INPUT_S]
+        assert abs(host - took) <= 0.1 * DELAY_S, (name, python, took)
         assert python >= 0.9 * DELAY_S
         assert step[schema.WAIT_UNEXPLAINED_S] <= 0.1 * DELAY_S
-        assert step[schema.WAIT_INPUT_S] == 0  # zero-copy: no transfer to wait on
+        # a 64 KiB put (256 x 64 x 4 bytes) is jaxlib's call alone, zero-copy on the CPU: under
+        # 5% of the delay; the sleep puts nothing
+        assert step[schema.WAIT_INPUT_S] <= (0.05 * DELAY_S if name == "feed" else 0)
         assert step[schema.WAIT_BOUND] == "python-bound"
         assert not step[schema.STRAGGLERS]
         assert schema.WAITS_UNTOLD not in step

@@ -33,6 +33,8 @@ KINDS = {
     "tpu::System::TransferToDevice": INPUT, "tpu::System::TransferFromDevice": HOST,
     "MemcpyH2D": INPUT, "TransferToDevice": INPUT, "TransferLiteralToDevice": INPUT,
     "TransferToInfeed": INPUT, "Infeed": INPUT, "BufferFromHostBuffer": INPUT,
+    # jax.device_put of a host array: jaxlib's call, and XLA:CPU's copy on its own thread
+    "DevicePutWithSharding": INPUT, "H2D Dispatch": INPUT,
     "MemcpyD2H": HOST, "TransferFromOutfeed": HOST, "TransferLiteralFromDevice": HOST,
     "CopyToHost": HOST, "CopyRawToHost": HOST, "ToLiteral": HOST, "HostCallback": HOST,
     "CpuCallback": HOST, "xla_python_cpu_callback": HOST, "xla_ffi_python_cpu_callback": HOST,
