@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from predictions import training
 from predictions.topology import spans
 
-# role of a mesh axis -> what it splits (a later issue adds "expert")
+# role of a mesh axis -> what it splits
 ROLES: dict[str, str] = {
     "data": "splits the batch; weights replicated, gradients all-reduced (data parallelism)",
     "fsdp": "splits the batch and the weights' D, gathered just in time; gradients "
@@ -38,6 +38,9 @@ ROLES: dict[str, str] = {
              "parallelism)",
     "stage": "splits the layers: each stage holds L/S consecutive layers, activations pass "
              "stage to stage (pipeline parallelism, training.md and gpus.md, reference §6.2)",
+    "expert": "splits each MoE layer's E experts and the batch: tokens go to their experts' "
+              "devices and back by two all-to-alls a layer, dispatch and combine (expert "
+              "parallelism, transformers.md and gpus.md, reference §5.4 and §6.2)",
 }
 # Sizing: (F, batch tokens, chips, the slice's topology) -> (size of each of the layout's mesh
 # axes, a note); how plan and predict train split the chips among the layout's axes.
@@ -133,22 +136,52 @@ register(compose("fsdp_tp", FSDP, TP, strategy="fsdp_tp", sizes=_book_split,
 # book's FSDP+TP model on the same X and Y (training.md); plan tries it when asked
 register(compose("dp_tp", DP, TP, strategy="fsdp_tp", sizes=_book_split, planned=False,
                  about="replicas over the first axis, tensor parallel over the rest (§7.4)"))
+# serving (inference.md; reference §7.4): dp_tp's weights with the KV cache KV[2, B_Z, S, K_Y, H],
+# heads K-way and the batch over the Z = Y/K model devices that share a head
+# (predictions.serving_layouts.WORKLOAD_PARALLELISMS; workloads.llama.sharding.batch_kv_mesh)
+register(compose("dp_tp_kv_batch", DP, TP, strategy="fsdp_tp", sizes=_book_split, planned=False,
+                 about="dp_tp; the KV cache on the batch over the model devices that share a "
+                       "head (inference.md)"))
 
 
 # Pipeline parallelism (training.md, gpus.md; reference §6.2): the layers over a `stage` axis.
 # `pp` alone pipelines over the first axis and keeps data-parallel replicas of the pipeline on
 # the rest (how every published pipeline runs: 4 stages x 2 replicas on 8 devices); in a
 # composition `pp+b` it contributes the stage axis only (PARTS), `b` the rest. Priced by the
-# book's model of what splits the batch (plan ranks pipelines in a later issue: not planned).
+# book's model of what splits the batch. Their sizes are searched (S, M and the schedule, within
+# the memory that fits: harness.plan.pipeline), not split from F and the batch alone, so they
+# are not in ``planned()``; harness plan adds its pipelines itself.
 STAGE = Layout("stage", ("stage",), (), (), (), "dp", "the layers over the stage axis",
                planned=False)
 # a name's part in a composition `a+b`, where it is not the registered entry itself
 PARTS: dict[str, Layout] = {"pp": STAGE}
-register(compose("pp", STAGE, DP, planned=False,
+
+
+def _searched(F: float, tokens: float, n: int, topology: Sequence[int]):
+    raise ValueError("a pipeline's stages, microbatches and schedule are searched within the "
+                     "memory that fits (harness.plan.pipeline), not split from F and B alone")
+
+
+register(compose("pp", STAGE, DP, planned=False, sizes=_searched,
                  about="pipeline: the layers over the first axis (stage), the batch over the "
                        "rest (data-parallel replicas of the pipeline)"))
 for _part in ("dp", "fsdp", "tp", "fsdp_tp", "dp_tp"):
-    register(compose(f"pp+{_part}", STAGE, LAYOUTS[_part], planned=False))
+    register(compose(f"pp+{_part}", STAGE, LAYOUTS[_part], planned=False, sizes=_searched))
+
+
+# Expert parallelism (transformers.md "Sparsity and Mixture-of-Experts", gpus.md "Expert
+# parallelism"; reference §5.4, §6.2): E experts over the `expert` axis, which also splits the
+# batch (attention and the dense weights see it as data parallelism, as DeepSeek-V3 runs it);
+# `workloads.llama.moe` dispatches and combines tokens over it by all-to-all. Priced by the
+# book's model of what splits the batch (plan ranks expert layouts in a later issue).
+EP = register(Layout("ep", ("expert",), ("expert",), (), (), "dp",
+                     "expert parallel: the experts and the batch over every axis",
+                     planned=False))
+register(compose("dp_ep", DP, EP, planned=False,
+                 about="replicas over the first axis, the experts over the rest (the batch "
+                       "over both)"))
+for _part in ("fsdp", "tp", "fsdp_tp", "dp_tp"):
+    register(compose(f"ep+{_part}", EP, LAYOUTS[_part], planned=False))
 
 
 def layout(name: str) -> Layout:
@@ -228,13 +261,20 @@ def degrees(entry: Layout, shape: Mapping[str, int]) -> tuple[int, int]:
     axes, and over the model axes (training.md's letters)."""
     by_role = axes_by_role(entry, tuple(shape))
     size = lambda roles: math.prod(shape[a] for r in roles for a in by_role.get(r, ()))  # noqa
-    return size(("data", "fsdp")), size(("model",))
+    # the expert axis splits the batch too: data parallelism to the dense weights (§6.2)
+    return size(("data", "fsdp", "expert")), size(("model",))
 
 
 def stage_axes(entry: Layout, shape: Mapping[str, int]) -> tuple[str, ...]:
     """The mesh axes (of a mesh of ``shape``) that split the layers into pipeline stages; ()
     for a layout without a ``stage`` role."""
     return axes_by_role(entry, tuple(shape)).get("stage", ())
+
+
+def expert_axes(entry: Layout, shape: Mapping[str, int]) -> tuple[str, ...]:
+    """The mesh axes (of a mesh of ``shape``) that split the experts of each MoE layer; () for
+    a layout without an ``expert`` role."""
+    return axes_by_role(entry, tuple(shape)).get("expert", ())
 
 
 def role_sizes(entry: Layout, F: float, tokens: float, topology: Sequence[int]

@@ -10,6 +10,7 @@ Stdlib only, like the rest of predictions/.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from predictions.costs import positive
 from predictions.hardware import Chip, chip_entry
@@ -157,6 +158,58 @@ def link_bytes_per_s(chip: Chip | str, over: str = "node") -> float:
         valid = ", ".join(k for k, w in table.items() if w)
         raise ValueError(f"{c.name} has no {over} bandwidth in the book; valid: {valid}")
     return table[over]
+
+
+def stage_memory(P: float, L: float, D: float, schedule: str, S: float, M: float, X: float,
+                 Y: float, tokens: float, v: float = 1, n_ckpt: float = 1,
+                 zero1: bool = True, act_bytes: float = 2) -> dict[str, float]:
+    """Bytes per chip of a pipelined layout (S stages x X replicas x Y-way TP) training on
+    ``tokens`` a step: each stage holds L/S of the layers' P (training.md, reference §6.3:
+    bf16 weights and gradients, 2 + 2 bytes/param, over Y; fp32 AdamW moments, 8 bytes/param,
+    also over the X replicas with ZeRO-1, gpus.md's LLaMA-3 setup), and its schedule's held
+    microbatches of checkpoints, each 2·D·(B/(X·M))·n_ckpt·L/S bytes over Y
+    (applied-training.md's 2·D·B·n_ckpt·L, reference §6.3; ``activation_bytes``)."""
+    S, X = _whole("stages", S), _whole("X", X)
+    per_stage = positive("P", P) / S / positive("Y", Y)
+    per_microbatch = (act_bytes * positive("D", D) * positive("tokens", tokens)
+                      / (X * _whole("microbatches", M)) * n_ckpt * positive("L", L) / S / Y)
+    return {"weights": 2 * per_stage, "gradients": 2 * per_stage,
+            "optimizer": 8 * per_stage / (X if zero1 else 1),
+            "activations": activation_bytes(schedule, S, M, per_microbatch, v)}
+
+
+@dataclass(frozen=True)
+class PipelineStep:
+    """A pipelined step (seconds): the stage's work stretched by the bubble, the part of the
+    data-parallel gradient reduction left exposed, and the stage hops of the fill and drain."""
+
+    bubble: float
+    work_s: float
+    busy_s: float
+    bubble_s: float
+    dp_s: float
+    dp_exposed_s: float
+    hops_s: float
+    step_s: float
+
+
+def pipelined_step(work_s: float, dp_s: float, hop: float, schedule: str, S: float, M: float,
+                   v: float = 1, regather_s: float = 0.0) -> PipelineStep:
+    """The step of one pipeline replica whose slowest stage does ``work_s`` of compute (and TP)
+    a step: busy = work, or M·max(work/M, regather) where ZeRO-3 gathers the stage's weights
+    again for each microbatch (``regather_s`` each, overlapping it; gpus.md); stretched by the
+    bubble, busy/(1 − bubble); plus the gradient reduction over the replicas (``dp_s``), which
+    cannot start before the last microbatch has left the stage (gpus.md, reference §6.2), so
+    only the last microbatch's backward (2/3 of its work, transformers.md's 4 of 6 FLOPs per
+    weight per token) hides it; plus the fill's and the drain's 2(S − 1) ``hop``s, the only
+    stage transfers on the critical path (the steady state's overlap the work)."""
+    share = bubble(schedule, S, M, v)
+    busy = _whole("microbatches", M) * max(positive("work_s", work_s) / M, regather_s)
+    stretched = busy / (1.0 - share)
+    exposed = max(0.0, dp_s - 2.0 / 3.0 * work_s / M)
+    hops = 2 * (_whole("stages", S) - 1) * hop
+    return PipelineStep(share, work_s, busy, stretched - busy, dp_s, exposed, hops,
+                        stretched + exposed + hops)
 
 
 def _t(seconds: float) -> str:

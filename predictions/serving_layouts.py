@@ -83,6 +83,40 @@ KV_LAYOUTS: dict[str, KVLayout] = {k.name: k for k in (
 )}
 
 
+# The llama workloads' parallelism that builds a KV layout (``workloads.llama.sharding``):
+# name -> (the weights' layout in ``predictions.layouts``, the cache's layout here). ``heads`` is
+# any plain layout (``dp_tp``); a KV layout not listed is priced here, not built. Each is a
+# layout of ``predictions.layouts`` too (registered there), so ``--set parallelism=`` and
+# ``--layout`` take it like any other.
+WORKLOAD_PARALLELISMS: dict[str, tuple[str, str]] = {"dp_tp_kv_batch": ("dp_tp", "batch")}
+
+
+def batch_kv_axes(shape: dict[str, int], model: tuple[str, ...], K: int
+                  ) -> tuple[dict[str, int], tuple[str, ...], tuple[str, ...]]:
+    """The book's KV[2, B_Z, S, K_Y, H] on a mesh of ``shape`` (axis -> size, in order) whose
+    ``model`` axes hold Y > K devices (§7.4): the leading model axes for the K heads, the rest
+    (Z = Y/K) for the batch, an axis cut in two where K falls inside it (``Y`` of 8 with K = 4:
+    ``Y`` of 4 then ``Y_z`` of 2, device y = k*Z + z). Returns (the new shape, the heads' axes,
+    the Z axes); ValueError where K does not fall on a cut."""
+    out, heads, z, acc = {}, [], [], 1
+    for a, n in shape.items():
+        if a not in model or acc == K:
+            out[a] = n
+            z += [a] if a in model else []
+            continue
+        r = min(n, K // acc)
+        if K % acc or n % r:
+            raise ValueError(f"dp_tp_kv_batch: K={K} KV heads do not split the model axes "
+                             f"{', '.join(f'{x}={shape[x]}' for x in model)}; valid: model axes "
+                             f"whose leading sizes multiply to K")
+        out[a], acc = r, acc * r
+        heads.append(a)
+        if r < n:
+            out[f"{a}_z"] = n // r
+            z.append(f"{a}_z")
+    return out, tuple(heads), tuple(z)
+
+
 @dataclass(frozen=True)
 class LayoutPrice:
     """One serving layout on X replicas x Y model-parallel chips at batch B, priced."""

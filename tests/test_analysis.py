@@ -161,13 +161,15 @@ def test_a_run_stored_by_the_previous_version_reads_back_as_it_printed(tmp_path)
     for it then (saved beside it, .report.json), figure for figure. Two differences are
     deliberate (run format 3): what the summary called ``step_s`` (the untraced wall time) is
     named ``wall_step_s``, and the report carries a step object, empty for a run stored before
-    the step was measured."""
+    the step was measured; and a memory section (issue 56), for a run made without
+    ``--memory`` a note saying how to get one."""
     old = Path(__file__).parent / "fixtures" / "runs" / "format1-matmul"
     assert "format" not in json.loads((old / "meta.json").read_text())
     printed = json.loads((old.parent / "format1-matmul.report.json").read_text())
     run = Run.load(old)
     again = json.loads(report.render(run, "json"))
     assert again.pop(schema.STEP_OBJECT) == {}
+    assert "harness run --memory" in again.pop(schema.MEMORY)["note"]
     then = printed[schema.SUMMARY]
     assert again[schema.SUMMARY] == {(schema.WALL_STEP_S if k == "step_s" else k): v
                                      for k, v in then.items()}

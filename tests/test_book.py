@@ -64,7 +64,8 @@ def test_decode_flops_are_2_p_per_sequence():
 
 def test_every_workload_has_a_book_model():
     assert {n: w.book is not None for n, w in workloads.WORKLOADS.items()} == dict.fromkeys(
-        ("matmul", "collective", "llama_train", "llama_prefill", "llama_decode"), True)
+        ("matmul", "collective", "llama_train", "llama_prefill", "llama_decode",
+         "llama_generate"), True)
 
 
 def test_several_axes_spelt_with_plus_are_one_group():

@@ -18,7 +18,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "commands.md"
 FLAGS = {
     "--alpha": "P", "--allow-busy": "switch", "--B": "N", "--D": "N", "--F": "N",
     "--baseline": "WHICH", "--batch": "N", "--bytes": "BYTES", "--chip": "CHIP",
-    "--command-buffers": "switch", "--compiler": "{auto,cpu,tpu}", "--confirm": "N",
+    "--command-buffers": "switch", "--compiler": "{auto,cpu,none,tpu}", "--confirm": "N",
     "--context": "N", "--coordinator": "HOST:PORT", "--csv": "FILE", "--devices": "N",
     "--devices-per-process": "N", "--distributed": "switch", "--dry-run": "switch",
     "--dtype": "DTYPE", "--fail-on": "METRIC=PCT", "--format": "{text,md,html,json,csv}",
@@ -27,10 +27,13 @@ FLAGS = {
     "--int8": "switch", "--json": "FILE", "--junit": "FILE", "--keep-trace": "DIR",
     "--kv-bytes": "BYTES", "--layout": "LAYOUT", "--links": "N", "--list": "switch",
     "--microbatches": "N", "--repeats": "N",   # predict pipeline (issue 53)
+    "--memory": "switch",   # run: the memory section (issue 56)
     # predict serve, predict speculative, plan llama_decode (issue 55)
     "--prompt": "N", "--generate": "N", "--latency": "S", "--price": "USD",
     "--acceptance": "FRACTION", "--draft-tokens": "N", "--draft-cost": "FRACTION",
     "--compile": "N",
+    # predict moe (issue 54)
+    "--E": "N", "--k": "N", "--L": "N", "--shared": "N", "--capacity": "FACTOR",
     "--mesh": "NAME=N,...", "--mfu": "FRACTION", "--model": "NAME",
     "--no-compile-cache": "switch", "--no-point-plots": "switch", "--noise": "SD",
     "--num-chips": "N", "--num-processes": "N", "--out": "DIR", "--point-plots": "switch",

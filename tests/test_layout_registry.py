@@ -76,8 +76,11 @@ def test_a_shape_is_not_read_from_axes_named_out_of_order():
 
 # --- the one registry of layouts ---------------------------------------------------------
 def test_the_registry_holds_todays_layouts_and_their_book_models():
-    # pipelines (issue 53) register pp and pp+<each of the above>: tests/test_pipeline_*.py
-    today = {n: e for n, e in layouts.LAYOUTS.items() if "stage" not in e.axes}
+    # pipelines (issue 53) register pp and pp+<each of the above>: tests/test_pipeline_*.py;
+    # experts (issue 54) ep and ep+<each>: tests/test_workloads_moe.py; serving (issue 55) the
+    # batch-sharded KV cache's dp_tp_kv_batch, dp_tp's weights: tests/test_serving_kv_batch.py
+    today = {n: e for n, e in layouts.LAYOUTS.items()
+             if not {"stage", "expert"} & set(e.axes) and n != "dp_tp_kv_batch"}
     assert list(today) == ["dp", "fsdp", "tp", "fsdp_tp", "dp_tp"]
     assert {n: e.axes for n, e in today.items()} == {
         "dp": ("data",), "fsdp": ("fsdp",), "tp": ("model",), "fsdp_tp": ("fsdp", "model"),
@@ -86,7 +89,10 @@ def test_the_registry_holds_todays_layouts_and_their_book_models():
     assert {n: e.strategy for n, e in today.items()} == {
         "dp": "dp", "fsdp": "fsdp", "tp": "tp", "fsdp_tp": "fsdp_tp", "dp_tp": "fsdp_tp"}
     assert layouts.planned() == ["dp", "fsdp", "tp", "fsdp_tp"]
-    assert set(layouts.ROLES) == {"data", "fsdp", "model", "stage"}
+    assert set(layouts.ROLES) == {"data", "fsdp", "model", "stage", "expert"}
+    kv = layouts.LAYOUTS["dp_tp_kv_batch"]
+    assert (kv.axes, kv.batch, kv.model, kv.strategy, kv.planned) == (
+        ("data", "model"), ("data",), ("model",), "fsdp_tp", False)
 
 
 # the MLP on a 4x2 mesh (workloads/llama/sharding.py's table): batch, weights' D, model's F

@@ -4,6 +4,7 @@ roofline flagged, titles that say what ran, tables that fit a terminal or keep o
 and plot labels that never overlap."""
 import math
 import random
+import re
 from types import SimpleNamespace
 
 import pandas as pd
@@ -172,20 +173,22 @@ def test_a_figure_that_is_text_wraps_in_the_html_summary():
     assert "<td>100.0%</td>" in html
 
 
-def test_a_column_too_wide_for_one_unit_names_each_cells_unit():
-    # 194.4 ms beside 6 ns: the median (6 ns) sets ns, where 194.4 ms is 194434268 ns, a number
-    # no one reads; each cell says its own unit instead, the header none
+def test_a_column_too_wide_for_one_unit_keeps_one_unit_in_its_header():
+    # 194.4 ms beside 6 ns: one unit per column (README), chosen so the largest cell stays under
+    # 1e6 of it: 194434268 ns is too wide, 194434.268 us is not; 6 ns = 0.006 us
     labels, rows = _cells(pd.DataFrame({schema.MEASURED_S: [0.194434268, 8.153799e-3, 6e-9,
                                                             5e-9, 1e-9, 3e-9, 3e-9]}))
-    assert labels == ["measured"]
-    assert [r[0] for r in rows] == ["194 ms", "8.15 ms", "6 ns", "5 ns", "1 ns", "3 ns", "3 ns"]
-    # a gap of 1088127 ns beside 10 ns ones: 1.09 ms (1088127 / 1e6 = 1.088)
+    assert labels == ["measured (us)"]
+    assert [r[0] for r in rows] == ["194434", "8154", "0.0060", "0.0050", "0.0010", "0.0030",
+                                    "0.0030"]
+    # a gap of 1088127 ns beside 10 ns ones: 1088.127 us and 0.01 us
     labels, rows = _cells(pd.DataFrame({schema.GAP_S: [1.088127e-3, 1e-8, -2e-8, 1.5e-8]}))
-    assert labels == ["gap"] and [r[0] for r in rows] == ["1.09 ms", "10 ns", "-20 ns", "15 ns"]
-    # bytes likewise: 3 GiB beside 512 B (3 * 2**30 B = 3.00 GiB)
+    assert labels == ["gap (us)"]
+    assert [r[0] for r in rows] == ["1088", "0.0100", "-0.0200", "0.0150"]
+    # bytes likewise: 3 GiB = 3072 MiB beside 512 B = 512 / 2**20 = 0.00049 MiB
     labels, rows = _cells(pd.DataFrame({schema.DEVICE_BYTES: [3 * 2**30, 512, 512]}))
-    assert labels == ["device"] and [r[0] for r in rows] == ["3.00 GiB", "512 B", "512 B"]
-    # a column within 1e4 of its unit keeps one unit in its header (1080 ms < 1e4 ms)
+    assert labels == ["device (MiB)"] and [r[0] for r in rows] == ["3072", "0.0005", "0.0005"]
+    # a column within 1e4 of its unit keeps its own unit (1080 ms < 1e4 ms)
     labels, _ = _cells(pd.DataFrame({schema.STEP_S: [2.48e-4, 5e-3, 1.08]}))
     assert labels == ["step (ms)"]
 
@@ -230,11 +233,12 @@ def test_a_traced_report_reads_in_units_and_leaves_out_blank_columns(capsys):
     from harness.cli import main
 
     trace = "tests/fixtures/external/tpu-v6e-inference"
-    # the step program's op times span 194 ms (copy-done.4: 194434268 ns in the trace) to 1 ns
+    # the step program's op times span 194 ms (copy-done.4: 194434268 ns in the trace) to 1 ns:
+    # one unit for the column, us (194434268 ns / 1e3 = 194434 us, under 1e6)
     assert main(["trace", trace, "--top", "0"]) == 0
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if "│ copy-done.4 " in line)
-    assert "│   194 ms │" in row and "194434268" not in out
+    assert re.search(r"│ +194434 │", row) and "194434268" not in out and " ms │" not in row
     # every program: its one collective (a one-device all-reduce) has no exposed time to show,
     # so no "exposed_comm (s)" column of "-" only, and no legend entry for it
     assert main(["trace", trace, "--program", "all", "--top", "0"]) == 0

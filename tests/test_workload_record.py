@@ -144,6 +144,8 @@ def test_registered_workloads_keep_their_knobs_and_name_real_fields():
                          "a smaller --set T",
         "llama_decode": "--mesh over more devices, a smaller --set B, a smaller --set S, "
                         "a smaller --set T",
+        "llama_generate": "--mesh over more devices, a smaller --set B, a smaller --set S, "
+                          "a smaller --set T",
     }
     mesh = SimpleNamespace(shape={"X": 4, "Y": 2})
     for w in workloads.WORKLOADS.values():

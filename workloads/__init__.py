@@ -17,6 +17,7 @@ from typing import Any
 
 from workloads import collectives, matmul
 from workloads.base import Workload, WorkloadError, check_choice, config_dict, replace_config
+from workloads.llama import generate as _llama_generate
 from workloads.llama import serve as _llama_serve
 from workloads.llama import train as _llama_train
 
@@ -26,6 +27,7 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
     _llama_train.WORKLOAD,
     _llama_serve.PREFILL,
     _llama_serve.DECODE,
+    _llama_generate.WORKLOAD,
 )}
 
 __all__ = ["WORKLOADS", "Workload", "WorkloadError", "get", "make_config", "config_dict"]

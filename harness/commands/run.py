@@ -48,6 +48,11 @@ def add_arguments(p) -> None:
                    help="GPU: trace the executable with XLA's command buffers (CUDA graphs) on, "
                         "as compiled by default; its kernels are then attributed to ops from "
                         "the HLO schedule (default: traced without, timed with as well)")
+    p.add_argument("--memory", action="store_true",
+                   help="add the memory section: the peak per device measured, compiled and "
+                        "the book's, what holds it, the buffers at the peak and live bytes over "
+                        "the step (a second compile, with XLA's dump; harness memory RUN later "
+                        "gives the same)")
     p.add_argument("--out", type=Path, default=Path("results"), metavar="DIR",
                    help="directory that receives the run (default results/)")
     p.add_argument("--top", type=count, default=15, metavar="N",
@@ -69,10 +74,14 @@ def main(args) -> int:
 
         compile_cache.enable()
     if args.distributed:
+        if args.memory:
+            raise HarnessError("--memory: not with --distributed; run harness memory RUN on "
+                               "the stored run instead")
         return _main_distributed(args)
     run = run_workload(args.workload, preset=args.preset, overrides=_overrides(args),
                        mesh=args.mesh, steps=args.steps, warmup=args.warmup, out=args.out,
-                       chip=args.chip, command_buffers=args.command_buffers)
+                       chip=args.chip, command_buffers=args.command_buffers,
+                       with_memory=args.memory)
     _print_report(run, args)
     return 0
 

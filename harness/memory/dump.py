@@ -82,6 +82,21 @@ def _command(name: str, preset: str, overrides: Mapping[str, str] | None, mesh: 
     return cmd
 
 
+def dump_here(lowered, platform: str = "") -> Dump:
+    """Compile ``lowered`` (a ``jax.stages.Lowered``: a user's own function) once more in this
+    process with XLA's dump on, for this compile alone (``compiler_options``: XLA reads them
+    per compile, where ``XLA_FLAGS`` it reads once per process), and read what it wrote."""
+    from workloads.aot import memory_stats
+
+    with tempfile.TemporaryDirectory(prefix="harness-memory-") as tmp:
+        options = {"xla_dump_to": tmp, **{flag.lstrip("-"): True for flag in DUMP_FLAGS}}
+        compiled = lowered.compile(compiler_options=options)
+        result = read_dump(Path(tmp))
+    result.memory = memory_stats(compiled)
+    result.compiler = f"XLA:{platform.upper()}" if platform else "XLA"
+    return result
+
+
 def compile_dump(name: str, preset: str = "tiny", overrides: Mapping[str, str] | None = None,
                  mesh: str = "1", tpu_chip: str | None = None,
                  timeout_s: float = TIMEOUT_S) -> Dump:

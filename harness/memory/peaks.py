@@ -124,8 +124,9 @@ def explain(rows: pd.DataFrame, book: float, compiled: float, dtype_bytes: int) 
 def holds_table(buffers: pd.DataFrame, book: Mapping[str, float], dtype_bytes: int = 2
                 ) -> pd.DataFrame:
     """``schema.HOLDS_TABLE``: per kind, the book's bytes, the compiled peak's, their
-    difference and why; then the total."""
-    want = book_by_kind(book)
+    difference and why; then the total. Without a book model (a user's own program) the
+    book's column is blank, not 0, and each kind names its largest makers."""
+    want, nobook = book_by_kind(book), not book
     have = buffers.groupby(schema.HOLDS)[schema.BUFFER_BYTES].sum() if len(buffers) else {}
     rows = []
     for kind in kinds.KINDS:
@@ -133,11 +134,13 @@ def holds_table(buffers: pd.DataFrame, book: Mapping[str, float], dtype_bytes: i
         if not b and not c:
             continue
         mine = buffers[buffers[schema.HOLDS] == kind] if len(buffers) else buffers
-        rows.append({schema.HOLDS: kind, schema.BOOK_BYTES: b, schema.COMPILED_BYTES: c,
-                     schema.DIFFERENCE: c / b - 1 if b else None,
-                     schema.EXPLAINED: explain(mine, b, c, dtype_bytes)})
+        rows.append({schema.HOLDS: kind, schema.BOOK_BYTES: None if nobook else b,
+                     schema.COMPILED_BYTES: c, schema.DIFFERENCE: c / b - 1 if b else None,
+                     schema.EXPLAINED: _scopes(mine, dtype_bytes) if nobook
+                     else explain(mine, b, c, dtype_bytes)})
     tb, tc = sum(want.values()), float(sum(have[k] for k in have.index)) if len(have) else 0.0
-    rows.append({schema.HOLDS: "peak", schema.BOOK_BYTES: tb, schema.COMPILED_BYTES: tc,
+    rows.append({schema.HOLDS: "peak", schema.BOOK_BYTES: None if nobook else tb,
+                 schema.COMPILED_BYTES: tc,
                  schema.DIFFERENCE: tc / tb - 1 if tb else None,
                  schema.EXPLAINED: _peak_reason(buffers, tb, tc, dtype_bytes)})
     return pd.DataFrame(rows, columns=list(schema.HOLDS_TABLE))

@@ -4,74 +4,16 @@ buffers live at the compiled peak, live bytes over the step; made from XLA's dum
 as the dict a run keeps under ``schema.MEMORY`` (``to_dict``/``from_dict``)."""
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
-
-import pandas as pd
-
-from harness import schema, units
 from harness.hlo import parse_module
 from harness.hlo.attrs import HloParseError
 from harness.memory import assignment, buffers, peaks
-from harness.memory.dump import Dump, compile_dump
+from harness.memory.dump import Dump, compile_dump, dump_here
+from harness.record.memory import ANALYSIS, MemoryReport, compiled_line, peaks_line
+
+__all__ = ["ANALYSIS", "MemoryReport", "compiled_line", "of_dump", "of_function", "of_run",
+           "of_workload", "peaks_line"]
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8, "int8": 1}
-
-
-@dataclass
-class MemoryReport:
-    """Per device. ``compiled``: ``memory_analysis()`` (``workloads.aot.MEMORY_FIELDS`` keys);
-    ``live_peak``: the bytes live at XLA's peak (the buffers' sum); ``book``: the book's terms;
-    ``measured``/``measured_note``: the allocator's peak or why there is none;
-    ``capacity``: what a device holds, where known; ``refused``: the compiler's
-    out-of-memory message where it refused the program."""
-
-    title: str
-    program: str = ""
-    compiler: str = ""
-    compiled: dict = field(default_factory=dict)
-    live_peak: int | None = None
-    book: dict = field(default_factory=dict)
-    measured: int | None = None
-    measured_note: str = ""
-    capacity: int | None = None
-    refused: str = ""
-    holds: pd.DataFrame = field(default_factory=pd.DataFrame)
-    buffers: pd.DataFrame = field(default_factory=pd.DataFrame)
-    timeline: pd.DataFrame = field(default_factory=pd.DataFrame)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def fits(self) -> bool | None:
-        """Whether the compiled peak fits ``capacity`` (None: either unknown)."""
-        if self.refused:
-            return False
-        peak = self.live_peak or self.compiled.get("peak")
-        return None if peak is None or self.capacity is None else peak <= self.capacity
-
-    def to_dict(self) -> dict:
-        frame = lambda df: json.loads(df.to_json(orient="records")) if len(df) else []  # noqa
-        return {"title": self.title, "program": self.program, "compiler": self.compiler,
-                "compiled": self.compiled, "live_peak_bytes": self.live_peak,
-                "book": self.book, "measured_bytes": self.measured,
-                "measured_note": self.measured_note, "capacity_bytes": self.capacity,
-                "fits": self.fits, "refused": self.refused, "holds": frame(self.holds),
-                "buffers": frame(self.buffers), "timeline": frame(self.timeline),
-                "notes": self.notes}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> MemoryReport:
-        """A report as a run keeps it (``to_dict``); missing fields take their defaults."""
-        frame = lambda rows, cols: pd.DataFrame(rows or [], columns=list(cols))  # noqa: E731
-        return cls(title=d.get("title", ""), program=d.get("program", ""),
-                   compiler=d.get("compiler", ""), compiled=d.get("compiled") or {},
-                   live_peak=d.get("live_peak_bytes"), book=d.get("book") or {},
-                   measured=d.get("measured_bytes"), measured_note=d.get("measured_note", ""),
-                   capacity=d.get("capacity_bytes"), refused=d.get("refused", ""),
-                   holds=frame(d.get("holds"), schema.HOLDS_TABLE),
-                   buffers=frame(d.get("buffers"), schema.BUFFERS),
-                   timeline=frame(d.get("timeline"), schema.TIMELINE),
-                   notes=list(d.get("notes") or []))
 
 
 def of_dump(dump: Dump, title: str, book: dict | None = None, dtype_bytes: int = 2,
@@ -146,16 +88,31 @@ def of_workload(name: str, preset: str = "tiny", overrides: dict | None = None,
     return report
 
 
-def peaks_line(r: MemoryReport) -> str:
-    """One line: the three peaks side by side."""
-    book = sum(r.book.values()) if r.book else None
-    fmt = lambda b: units.fmt_bytes(b) if b is not None else "-"  # noqa: E731
-    compiled = r.live_peak if r.live_peak is not None else r.compiled.get("peak")
-    line = (f"peak per device: measured {fmt(r.measured)}, compiled {fmt(compiled)}, "
-            f"book {fmt(book)}")
-    if book and compiled:
-        line += f" (compiled {compiled / book - 1:+.0%} vs book)"
-    if r.capacity is not None:
-        line += f"; a device holds {fmt(r.capacity)}: " + ("fits" if r.fits else
-                                                           "DOES NOT FIT")
-    return line
+def of_run(name: str, preset: str, overrides: dict | None, mesh: str | None,
+           chip: str | None, devices) -> MemoryReport:
+    """The memory of a run of workload ``name`` (``harness run --memory``): ``of_workload``'s
+    report, with the peak the allocator of the ``devices`` that ran it measured (their
+    process's whole life; none on CPU, ``peaks.measured_peak``)."""
+    report = of_workload(name, preset, overrides, mesh, chip)
+    report.measured, report.measured_note = peaks.measured_peak(list(devices))
+    return report
+
+
+def of_function(fn, args: tuple, kwargs: dict, devices) -> MemoryReport | None:
+    """The memory of a user's own function (``harness.analyze(..., memory=True)``): compiled
+    once more, in this process, with XLA's dump on (``dump.dump_here``); no book model (the
+    note says so); measured: set it after the run (``peaks.measured_peak``). None for a
+    program compiled already (``jax.jit(f).lower(...).compile()``): it cannot be compiled
+    again with the dump."""
+    from harness.capture.program import Program
+
+    program = Program(fn, tuple(args), dict(kwargs))
+    if program.compiled is not None:
+        return None
+    devices = list(devices)
+    platform = getattr(devices[0], "platform", "") if devices else ""
+    found = dump_here(program.jitted.lower(*args, **kwargs), platform)
+    report = of_dump(found, program.name, capacity=_capacity(None), measured=(None, ""))
+    report.notes.append("the book has no model of a user's own program's memory: the compiled "
+                        "peak and what holds it are XLA's alone")
+    return report

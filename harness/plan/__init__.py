@@ -1,5 +1,7 @@
 """Before running: ``harness plan``'s layouts of a workload ranked (compiled ahead of time,
-priced at the roofline, set beside the book's verdict; ``layouts``, ``rank``, ``request``),
+priced at the roofline, set beside the book's verdict; ``layouts``, ``rank``, ``request``;
+pipelines searched within the memory that fits, priced by the book first: ``pipeline``,
+``pipeline_book``),
 ``predict-hlo``'s ahead-of-time prediction (``compiles``, ``workload``, ``predict``, ``fit``,
 ``remat``, ``render``) and ``harness predict``'s answers from the book (``book``).
 

@@ -18,8 +18,11 @@ COMPILERS = {
     "auto": "the TPU compiler for TPU chips when libtpu is installed (and XLA:CPU beside it)",
     "tpu": "the TPU compiler only (needs libtpu)",
     "cpu": "XLA:CPU on virtual devices only",
+    "none": "harness plan only: nothing compiled, every layout priced by the book's arithmetic "
+            "(the sizes no host compiles: 405B on thousands of chips)",
 }
 CPU = "cpu"  # the compile key of the virtual-CPU compile; a TPU compile's key is its chip
+NONE = "none"  # harness plan's book-only ranking
 
 
 def compile_keys(chip_names: list[str], compiler: str, have_libtpu: bool
@@ -28,6 +31,10 @@ def compile_keys(chip_names: list[str], compiler: str, have_libtpu: bool
     (one line each). HarnessError when ``--compiler tpu`` cannot be honoured."""
     from workloads import tpu
 
+    if compiler == NONE:
+        raise HarnessError("--compiler none is harness plan's, for llama_train's layouts (the "
+                           "book's arithmetic only); valid here: "
+                           f"{', '.join(k for k in COMPILERS if k != NONE)}")
     keys, notes = {}, []
     for name in chip_names:
         has_topology = name in tpu.TOPOLOGIES

@@ -12,15 +12,17 @@ physical axes has M times the links).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from harness.errors import HarnessError
 from predictions import layouts as registry
 from predictions.topology import spans  # noqa: F401 (re-exported: harness.plan.spans)
 
-# the one registry of layouts; plan tries registry.planned() unless told
+# the one registry of layouts; plan tries registry.planned() and the pipelines unless told
 LAYOUTS = registry.LAYOUTS
+# the pipelined layouts harness.plan.pipeline searches (ZeRO-1: weights whole per stage)
+PIPELINED = ("pp", "pp+tp", "pp+dp_tp")
 
 
 @dataclass(frozen=True)
@@ -34,10 +36,41 @@ class Candidate:
     M_X: int
     M_Y: int
     note: str = ""
+    # a pipeline (harness.plan.pipeline): S stages, M microbatches, the schedule, its repeats
+    S: int = 1
+    microbatches: int = 1
+    schedule: str = ""
+    repeats: int = 1
+    compile: bool = True  # False: priced by the book only
+
+    @property
+    def shape(self) -> dict[str, int] | None:
+        """A pipeline's mesh by role (stage, data, model: the layout's axes); None flat."""
+        if self.S <= 1:
+            return None
+        size = {"stage": self.S, "data": self.X, "fsdp": self.X, "model": self.Y}
+        return {r: size[r] for r in registry.layout(self.layout).axes}
 
     @property
     def mesh(self) -> str:
+        if self.shape is not None:
+            return ",".join(f"{r}={n}" for r, n in self.shape.items())
         return f"{self.X}x{self.Y}"
+
+
+def _llama_model(cfg):
+    from workloads.llama.config import book_model
+    return book_model(cfg)
+
+
+# workloads whose config names a parallelism -> their model in the book's letters
+PLANNABLE: dict[str, Callable] = {"llama_train": _llama_model}
+
+
+def n_ckpt(cfg) -> float:
+    """Width-D checkpoints a layer keeps per token under the config's remat policy
+    (applied-training.md's n_ckpt; ``workloads.llama.remat``)."""
+    return cfg.remat_policy().hbm_width(cfg) / cfg.D
 
 
 def check_layouts(names: Sequence[str]) -> list[str]:
@@ -48,11 +81,25 @@ def check_layouts(names: Sequence[str]) -> list[str]:
             registry.layout(name)
         except ValueError as e:
             raise HarnessError(str(e)) from None
-        if not registry.layout(name).sized:
-            valid = [n for n, e in registry.LAYOUTS.items() if e.sized]
-            raise HarnessError(f"layout {name}: harness plan cannot size it yet (it runs with "
-                               f"harness run); valid: {', '.join(valid)}")
-    return list(dict.fromkeys(names)) or registry.planned()
+        if not registry.layout(name).sized or (staged(name) and name not in PIPELINED):
+            valid = plannable()
+            why = ("harness plan searches ZeRO-1 pipelines (gpus.md: ZeRO-3 in a pipeline "
+                   "gathers the weights again for every microbatch)" if staged(name)
+                   else "harness plan cannot size it yet (it runs with harness run)")
+            raise HarnessError(f"layout {name}: {why}; valid: {', '.join(valid)}")
+    return list(dict.fromkeys(names)) or [*registry.planned(), *PIPELINED]
+
+
+def plannable() -> list[str]:
+    """Every layout ``harness plan`` can rank: the registry's sized ones, the pipelines
+    searched (``harness.plan.pipeline``)."""
+    return [n for n, e in registry.LAYOUTS.items()
+            if e.sized and ("stage" not in e.axes or n in PIPELINED)]
+
+
+def staged(name: str) -> bool:
+    """Whether the layout pipelines (a ``stage`` role): harness.plan.pipeline sizes it."""
+    return "stage" in registry.layout(name).axes
 
 
 def candidates(names: Sequence[str], F: float, tokens: float, topology: Sequence[int]
@@ -60,6 +107,8 @@ def candidates(names: Sequence[str], F: float, tokens: float, topology: Sequence
     """One ``Candidate`` per layout name on the ``prod(topology)`` chips."""
     out = []
     for name in check_layouts(names):
+        if staged(name):  # searched: harness.plan.pipeline
+            continue
         entry = registry.layout(name)
         try:
             sizes, note = registry.role_sizes(entry, F, tokens, topology)

@@ -27,7 +27,8 @@ from harness.capture.memory import memory_fit
 from harness.errors import HarnessError
 from harness.hlo import parse_module
 from harness.plan.fit import RefusalUnreadable, parse_refusal
-from harness.plan.layouts import Candidate
+from harness.plan.layouts import PLANNABLE, Candidate, n_ckpt
+from harness.plan.pipeline import BOOK_BYTES
 from harness.plan.predict import predict_module
 from harness.units import fmt_bytes, fmt_decimal_bytes
 from predictions import layouts, training
@@ -38,19 +39,11 @@ from predictions.step import book_dtype
 log = logging.getLogger(__name__)
 
 YES, NO = "yes", "no"
+BOOK_YES, BOOK_NO = "yes (book)", "no (book)"  # not compiled: the book's memory says
 # what went wrong, in rank order after the layouts that fit (harness plan ranks them last)
 DOES_NOT_FIT, NOT_BUILT = "does not fit", "cannot be built"
-_ORDER = {YES: 0, NO: 1, NOT_BUILT: 2}
+_ORDER = {YES: 0, BOOK_YES: 0, NO: 1, BOOK_NO: 1, NOT_BUILT: 2}
 TIE = 1e-6  # book steps this close (relative) are one place in the book's order
-
-
-def _llama_model(cfg):
-    from workloads.llama.config import book_model
-    return book_model(cfg)
-
-
-# workloads whose config names a parallelism -> their model in the book's letters
-PLANNABLE: dict[str, Callable] = {"llama_train": _llama_model}
 
 
 @dataclass(frozen=True)
@@ -87,32 +80,57 @@ def check_workload(name: str) -> None:
 
 
 def _book(setting: Setting, cand: Candidate, cfg, tokens: int) -> dict:
-    """The book's verdict and step for one layout (training.md §6.2)."""
+    """The book's verdict and step for one layout (training.md §6.2), and its memory per chip
+    (``BOOK_BYTES``); a pipeline's from ``harness.plan.pipeline.book_row``."""
+    from harness.plan import pipeline
+    from harness.plan.pipeline_book import flat_network_s
+
     model = PLANNABLE[setting.workload](cfg)
     strategy, dtype = layouts.layout(cand.layout).strategy, book_dtype(cfg.param_dtype)
+    levels = pipeline_levels(setting.system, cand)
+    if cand.S > 1:
+        return {**pipeline.book_row(cand, model, tokens, cfg.T, setting.chip, setting.system,
+                                    n_ckpt(cfg), dtype), schema.LEVELS: levels}
     axes = (cand.M_X, cand.M_Y)
     v = training.verdict(strategy, tokens, setting.chip, cand.X, cand.Y, axes, model.F, dtype,
                          system=setting.system)  # past one node: gpus.md at the level crossed
     st = training.step_time(model, tokens, setting.chip, cand.X * cand.Y, strategy, cand.X,
                             cand.Y, axes, dtype=dtype, seq_len=cfg.T)
+    analytic = st.t_step_s
+    if setting.system is not None:  # the outer axis at the network level its groups cross
+        analytic = flat_network_s(strategy, model, tokens, setting.chip, cand.X, cand.Y,
+                                  cand.M_Y, cfg.T, setting.system)
+    shards = {"dp": 1, "tp": cand.Y, "dp_tp": cand.Y}.get(cand.layout, cand.X * cand.Y)
+    mem = training.memory_per_chip(model, tokens, cand.X * cand.Y, shards, n_ckpt=n_ckpt(cfg))
     return {schema.BOOK_CONDITION: v.condition, schema.BOOK_BOUND: v.bound,
-            schema.ANALYTIC_S: st.t_step_s, schema.LEVELS: axis_levels(setting.system, cand)}
+            schema.ANALYTIC_S: analytic, schema.LEVELS: levels,
+            BOOK_BYTES: mem.total_bytes}
 
 
-def axis_levels(system: System | None, cand: Candidate) -> str | None:
+def pipeline_levels(system: System | None, cand: Candidate) -> str | None:
+    """``axis_levels`` of a candidate, a pipeline's over its three axes (stage, data, model,
+    row-major)."""
+    if cand.S <= 1:
+        return axis_levels(system, cand)
+    return axis_levels(system, cand, (("stage", cand.S), ("X", cand.X), ("Y", cand.Y)))
+
+
+def axis_levels(system: System | None, cand: Candidate, axes=None) -> str | None:
     """The network level that binds a collective over each mesh axis of the layout, the mesh
     row-major (its model axis Y inside a node or slice): "X: crosses 32 nodes: leaf, ...;
-    Y: within one node: 8 GPUs over NVLink, ..." (None without a network)."""
+    Y: within one node: 8 GPUs over NVLink, ..." (None without a network). ``axes``: (name,
+    size) of each mesh axis (default X and Y)."""
     from harness.explain.levels import binding_text
     from predictions import levels
 
     if system is None:
         return None
+    axes = axes or (("X", cand.X), ("Y", cand.Y))
+    dims = tuple(n for _, n in axes)
     said = []
-    for k, (name, n) in enumerate((("X", cand.X), ("Y", cand.Y))):
+    for k, (name, n) in enumerate(axes):
         if n > 1:  # 1 GB a device: bandwidth, not the hops' latency, sets which level binds
-            t = levels.price("all-gather", 1e9, levels.mesh_groups((cand.X, cand.Y), (k,)),
-                             system)
+            t = levels.price("all-gather", 1e9, levels.mesh_groups(dims, (k,)), system)
             said.append(f"{name}: {binding_text(t, system)}")
     return "; ".join(said) or "one device"
 
@@ -129,21 +147,26 @@ def evaluate(setting: Setting, cand: Candidate, progress: Callable[[str], None])
     """One row of the plan: the compiled layout's predicted step, MFU, exposed communication
     and peak memory, and the book's verdict beside it."""
     import workloads
+    from harness.plan.pipeline import pipeline_sets
     from workloads.aot import HbmExhausted, start_compile
     from workloads.base import WorkloadError
 
     row = {schema.LAYOUT: cand.layout, schema.MESH: cand.mesh,
            schema.SPANS: f"{cand.M_X}x{cand.M_Y}", schema.PLAN_NOTE: cand.note}
-    overrides = {**setting.overrides, "parallelism": cand.layout}
+    base = workloads.make_config(setting.workload, setting.preset, setting.overrides)
+    overrides = {**setting.overrides, "parallelism": cand.layout, **pipeline_sets(cand, base)}
     wl = workloads.get(setting.workload)
     cfg = workloads.make_config(setting.workload, setting.preset, overrides)
     tokens = cfg.B * cfg.T
     row.update(_book(setting, cand, cfg, tokens))
+    book_bytes = row[BOOK_BYTES]
     try:
         _check_builds(wl, cfg, cand.mesh)
     except WorkloadError as e:
         progress(f"{cand.layout} on {cand.mesh}: {NOT_BUILT}: {e}")
         return {**row, schema.FITS: NOT_BUILT, schema.PLAN_NOTE: f"{NOT_BUILT}: {e}"}
+    if not cand.compile:
+        return _book_only(row, book_bytes, setting.chip)
     progress(f"{cand.layout} on {cand.mesh}: compiling ...")
     t0 = time.perf_counter()
     try:
@@ -166,7 +189,7 @@ def evaluate(setting: Setting, cand: Candidate, progress: Callable[[str], None])
     progress(f"{cand.layout} on {cand.mesh}: "
              + (f"cached (compiled in {aot.compile_s:.0f} s)" if aot.cached
                 else f"done in {time.perf_counter() - t0:.0f} s"))
-    mesh = SimpleNamespace(shape=dict(zip(wl.mesh_axes, (cand.X, cand.Y))))
+    mesh = SimpleNamespace(shape=cand.shape or dict(zip(wl.mesh_axes, (cand.X, cand.Y))))
     model_flops = wl.book(cfg, mesh, setting.chip).model_flops if wl.book else None
     pred = predict_module(parse_module(aot.hlo_text), setting.chip, devices=aot.devices,
                           model_flops=model_flops, system=setting.system)
@@ -188,13 +211,33 @@ def evaluate(setting: Setting, cand: Candidate, progress: Callable[[str], None])
     return row
 
 
+def _book_only(row: dict, book_bytes: float, chip: Chip) -> dict:
+    """A row priced by the book alone (not compiled): its fit by the book's memory."""
+    fits = book_bytes <= chip.hbm_bytes
+    said = "not compiled"
+    return {**row, schema.FITS: BOOK_YES if fits else BOOK_NO,
+            schema.PLAN_NOTE: "; ".join(t for t in (row.get(schema.PLAN_NOTE), said) if t)}
+
+
 def ranked(rows: Sequence[dict]) -> pd.DataFrame:
-    """Layouts that fit by predicted step, then those that do not fit, then those that cannot
-    be built (the columns of ``schema.PLAN``)."""
-    df = pd.DataFrame(list(rows)).reindex(columns=list(schema.PLAN))
+    """Layouts that fit by predicted step (those priced by the book alone after them, by the
+    book's step), then those that do not fit, then those that cannot be built (the columns
+    of ``schema.PLAN``, and a pipeline's where one is ranked)."""
+    from harness.plan.pipeline import COLUMNS
+
+    df = pd.DataFrame(list(rows))
+    extra = [c for c in COLUMNS if c in df.columns]
+    book = [BOOK_BYTES] if BOOK_BYTES in df.columns else []
+    df = df.reindex(columns=[*schema.PLAN[:3], *extra, *schema.PLAN[3:8], *book,
+                             *schema.PLAN[8:]])
+    for c in extra[:2]:  # stages, microbatches: whole numbers, blank on the flat rows
+        df[c] = df[c].astype("Int64")
     order = df[schema.FITS].map(_ORDER).fillna(0)
-    key = pd.DataFrame({"o": order, "s": df[schema.PREDICTED_STEP_S].fillna(float("inf"))})
-    return df.loc[key.sort_values(["o", "s"], kind="stable").index].reset_index(drop=True)
+    book = pd.Series(float("inf"), index=df.index) if schema.ANALYTIC_S not in df else \
+        df[schema.ANALYTIC_S].fillna(float("inf"))
+    key = pd.DataFrame({"o": order, "c": df[schema.PREDICTED_STEP_S].isna(),
+                        "s": df[schema.PREDICTED_STEP_S].fillna(book)})
+    return df.loc[key.sort_values(["o", "c", "s"], kind="stable").index].reset_index(drop=True)
 
 
 def plan(setting: Setting, candidates: Sequence[Candidate],
@@ -210,9 +253,12 @@ def plan(setting: Setting, candidates: Sequence[Candidate],
     import workloads
 
     cfg = workloads.make_config(setting.workload, setting.preset, setting.overrides)
-    # the two orders over the layouts that have a prediction and fit (the book has no memory)
-    priced = table[table[schema.PREDICTED_STEP_S].notna() & (table[schema.FITS] != NO)]
-    book = priced.sort_values(schema.ANALYTIC_S, kind="stable")
+    # the two orders over the layouts that fit: the book's over those it prices (compiled or
+    # not), the prediction's over those compiled
+    fit = ~table[schema.FITS].isin([NO, BOOK_NO, NOT_BUILT])
+    priced = table[table[schema.PREDICTED_STEP_S].notna() & fit]
+    book = table[fit & table[schema.ANALYTIC_S].notna()].sort_values(schema.ANALYTIC_S,
+                                                                      kind="stable")
     groups: list[list[str]] = []  # layouts the book's step cannot tell apart share a group
     last = None
     for layout, t in zip(book[schema.LAYOUT], book[schema.ANALYTIC_S]):

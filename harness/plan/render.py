@@ -140,11 +140,18 @@ def plan_json(p: LayoutPlan) -> dict:
 def plan_text(p: LayoutPlan, fmt: str) -> str:
     """``harness plan``'s report: the header, notes, the ranked table (``fmt``: ``text`` or
     ``md``) and the book's order beside the prediction's."""
+    from harness.plan.pipeline import BUBBLE
+
     r = p.plan
     book = " < ".join(" = ".join(group) for group in r.book_order)
     # the levels column says something only on several nodes or slices
-    columns = [c for c in schema.PLAN if c != schema.LEVELS or r.table[c].notna().any()]
+    columns = [c for c in r.table.columns if c != schema.LEVELS or r.table[c].notna().any()]
+    table = r.table.copy()
+    if BUBBLE in table:  # a share of the stage-time: shown as a percentage
+        table[BUBBLE] = table[BUBBLE].map(lambda v: "" if v != v else f"{v:.1%}")
     return "".join(f"{line}\n" for line in [p.header, *p.notes]) \
-        + tables.render(r.table, fmt, columns) \
+        + tables.render(table, fmt, columns) \
         + (f"the book's order: {book or '-'}; the prediction's: "
-           f"{' < '.join(r.predicted_order) or '-'} ({'agree' if p.agree else 'differ'})\n")
+           f"{' < '.join(r.predicted_order) or '-'} ("
+           f"{'nothing compiled' if not r.predicted_order else 'agree' if p.agree else 'differ'}"
+           f")\n")

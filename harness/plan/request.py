@@ -6,14 +6,16 @@ axes as libtpu names them), the global batch (tokens or sequences) and where to 
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import HarnessError
-from harness.plan.compiles import CPU, compile_keys
-from harness.plan.layouts import candidates
+from harness.plan.compiles import CPU, NONE, compile_keys
+from harness.plan.layouts import candidates, staged
+from harness.plan.pipeline import PINNED, plan_candidates
 from harness.plan.rank import Plan, Setting, orders_agree, plan
 from predictions import roofline
 from predictions.hardware import Chip
@@ -118,11 +120,16 @@ def plan_layouts(workload: str, preset: str, overrides: dict, chip: Chip,
     import workloads  # deferred: importing workloads imports jax
     from workloads import tpu
 
+    # --set stages/microbatches/schedule/repeats pin the pipeline search, set per candidate
+    pinned = {k: overrides[k] for k in PINNED if k in overrides}
+    overrides = {k: v for k, v in overrides.items() if k not in PINNED}
     given = workloads.make_config(workload, preset, overrides)
     overrides = {**overrides, **batch_overrides(batch, seq, given.B, given.T)}
     cfg = workloads.make_config(workload, preset, overrides)
-    keys, notes = compile_keys([chip.name], compiler, tpu.libtpu_available())
-    tpu_chip = None if keys[chip.name] == CPU else chip.name
+    compiled = compiler != NONE
+    keys, notes = (compile_keys([chip.name], compiler, tpu.libtpu_available()) if compiled
+                   else ({chip.name: NONE}, []))
+    tpu_chip = None if keys[chip.name] in (CPU, NONE) else chip.name
     if tpu_chip and system is not None and system.levels[-1].kind == "dcn" and \
             math.prod(topology) > system.domain:
         tpu_chip = None  # libtpu compiles one slice per program (DCN as megascale transfers)
@@ -135,10 +142,18 @@ def plan_layouts(workload: str, preset: str, overrides: dict, chip: Chip,
     if cfg.T >= LONG_CONTEXT:
         notes.append(f"T={cfg.T}: {workload} has no sequence-sharded layout, so none is tried")
     setting = Setting(workload, preset, overrides, chip, topology, tpu_chip, cache_dir, system)
-    result = plan(setting, candidates(layouts, cfg.F, tokens, topology), progress)
+    flat = [c if compiled else dataclasses.replace(c, compile=False)
+            for c in candidates(layouts, cfg.F, tokens, topology)]
+    piped, searched = plan_candidates(workload, cfg, chip, topology, system,
+                                      [n for n in layouts if staged(n)], pinned, compiled,
+                                      alone=all(staged(n) for n in layouts))
+    notes += [searched] if searched else []
+    result = plan(setting, flat + piped, progress)
     alpha = roofline.critical_intensity(chip, "bf16", "ici")
+    how = ("nothing compiled (the book's arithmetic)" if not compiled
+           else f"{'XLA:TPU' if tpu_chip else 'XLA:CPU'} compiles")
     header = (f"{workload} ({preset}) on {chip.name} {'x'.join(map(str, topology))} "
-              f"({math.prod(topology)} chips), {'XLA:TPU' if tpu_chip else 'XLA:CPU'} compiles; "
+              f"({math.prod(topology)} chips), {how}; "
               f"B = {tokens:,} tokens ({cfg.B} x {cfg.T}); alpha = C/W_ici = {alpha:,.0f}")
     agree = orders_agree(result.book_order, result.predicted_order)
     return LayoutPlan(result, header, tokens, alpha, agree, notes)

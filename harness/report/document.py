@@ -17,7 +17,7 @@ from harness.chip import spells
 from harness.errors import HarnessError
 from harness.measure.shares import ON_HOST
 from harness.record import Run
-from harness.report import drawn, heading, page, tables
+from harness.report import collectives, drawn, heading, memory, page, serving_loop, tables
 from harness.report.step import step_lines
 from harness.units import json_text
 from predictions.hardware import CHIPS
@@ -36,7 +36,7 @@ PROGRAM_COLUMNS = (schema.PROGRAM, schema.PROGRAM_ID, schema.EXECUTIONS, schema.
 # the op's name says its kind: all-gather.3), narrow enough for a 1024 px screen
 EXPLAINED_COLUMNS = (schema.OP, schema.SOURCE_LINE, schema.MESH_AXES,
                      schema.DEVICE_BYTES, schema.REASON, schema.PREDICTED_S, schema.MEASURED_S,
-                     schema.EXPOSED_COMM_S, schema.FIX)
+                     schema.SPAN_S, schema.EXPOSED_COMM_S, schema.FIX)
 
 
 def _programs(r) -> pd.DataFrame | None:
@@ -147,6 +147,13 @@ def _step(r) -> list[str]:
     return step_lines(getattr(r, "step", None) or {})
 
 
+def _collectives(r) -> pd.DataFrame | None:
+    """The collectives table with the op table's measured time and the timeline's span, each
+    named for what it is (``harness.report.collectives``)."""
+    return collectives.shown(getattr(r, "collectives", None), r.ops,
+                             getattr(r, "step", None), r.meta)
+
+
 def _tables(r, top: int | None) -> list[tuple[str, pd.DataFrame, tuple]]:
     """(heading, table, columns) of each table a report shows, in order."""
     ops = r.ops.head(top) if top else r.ops
@@ -157,7 +164,7 @@ def _tables(r, top: int | None) -> list[tuple[str, pd.DataFrame, tuple]]:
     if r.unexpected is not None and not r.unexpected.empty:
         out.append(("Collectives the layout did not call for", r.unexpected,
                     tuple(r.unexpected.columns)))
-    explained = getattr(r, "collectives", None)
+    explained = _collectives(r)
     if explained is not None and len(explained):
         out.append(("Collectives explained, by exposed time", explained,
                     _named(explained, EXPLAINED_COLUMNS)))
@@ -178,6 +185,9 @@ def to_text(r: Run, top: int | None = 20) -> str:
         parts.append(tables.to_text(shown, title=name if i else None, spread=run_spread(r)))
         if i == 0:
             parts += [f"unmodeled {op}: {why}\n" for op, why in unmodeled_reasons(r.ops)]
+    parts.append(memory.to_text(r))  # the memory section (issue 56), its columns in the legend
+    parts += [f"{line}\n" for line in serving_loop.lines(r)]  # llama_generate's loop (issue 55)
+    shown_columns.update(dict.fromkeys(memory.columns(r)))
     parts.append(tables.legend_text(list(shown_columns), width=LEGEND_WIDTH, spread=run_spread(r))
                  + "\n")
     parts.append("  ".join(f"{_label(k)}: {_fmt_figure(k, v, run_spread(r))}"
@@ -211,6 +221,8 @@ def to_markdown(r: Run, top: int | None = 30, plots: bool = True) -> str:
         if reasons:
             out.append("\n### Unmodeled ops: why\n\n" + "".join(f"- `{op}`: {why}\n"
                                                                for op, why in reasons))
+    out.append(memory.to_markdown(r, png=memory.MEMORY_PNG in pngs))
+    out.append(serving_loop.to_markdown(r))
     return "".join(out)
 
 
@@ -244,18 +256,21 @@ def to_html(r: Run, top: int | None = 50, plots: bool = True) -> str:
             body.append("<h3>Unmodeled ops: why</h3><ul>" + "".join(
                 f"<li><code>{page.esc(op)}</code>: {page.esc(why)}</li>" for op, why in reasons)
                 + "</ul>")
+    body.append(memory.to_html(r, png=pngs.get(memory.MEMORY_PNG)))
+    body.append(serving_loop.to_html(r))
     return page.document(heading.title(r), body)
 
 
 def to_json(r: Run, top: int | None = None) -> str:
-    out = {schema.TITLE: r.title, "meta": r.meta, schema.SUMMARY: r.summary,
+    out = {schema.TITLE: r.title, "meta": {k: v for k, v in r.meta.items() if k != schema.MEMORY},
+           schema.MEMORY: memory.to_json(r), schema.SUMMARY: r.summary,
            schema.NOTES: r.notes, schema.STEP_OBJECT: getattr(r, "step", None) or {},
            "ops": json.loads(r.ops.to_json(orient="records")),
            "categories": json.loads(r.categories.to_json(orient="records"))}
     programs = getattr(r, "programs", None)
     if programs is not None and len(programs):
         out["programs"] = json.loads(programs.to_json(orient="records"))
-    explained = getattr(r, "collectives", None)
+    explained = _collectives(r)
     if explained is not None and len(explained):
         out["collectives"] = json.loads(explained.to_json(orient="records"))
     return json_text(out, indent=1) + "\n"  # strict: a NaN figure is null

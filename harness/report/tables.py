@@ -3,9 +3,10 @@
 A shown table has one unit per column, named in its header: a column's unit comes from its name
 (``_s`` time, ``_bytes`` bytes, ``_GBps`` 1e9 bytes/s, ``schema.FRACTIONS`` percent,
 ``schema.RATIOS`` multiples) and its scale from its values (``measured (ms)`` holding 0.143 and
-1.93), so every table in the tool reads the same way. A column of times or sizes too wide for one
-unit (194 ms beside 6 ns: ``WIDE``) gives each cell its own (``harness.units``), its header none;
-a column with a unit and no value in any row is left out of the shown table (``shown``). A
+1.93), so every table in the tool reads the same way. A column of times or sizes that spans many
+units (194 ms beside 6 ns) keeps one, the smallest its largest value reads under ``WIDE`` in
+("194434" and "0.0060" us): a cell never names a unit of its own (issue 58); a column with a
+unit and no value in any row is left out of the shown table (``shown``). A
 fraction of a roofline above what it allows (``harness.analysis.gaps.beats_roofline``) is flagged
 where it stands (``FLAG``); on a CPU chip, one above it by less than the host's spread
 (``spread``, ``harness.chip.spells``) is marked within it (``WITHIN``). ``legend`` gives each
@@ -36,7 +37,6 @@ from harness.units import (
     BINARY_BYTES,
     TIME_FLOOR_S,
     TIME_UNITS,
-    fmt_bytes,
     fmt_seconds,
     json_text,
     scale_of,
@@ -45,9 +45,9 @@ from harness.units import (
 
 FLAG = "!"  # after a figure above what the roofline allows (text and Markdown)
 WITHIN = "~"  # after one above the roofline by less than the host's spread (a CPU chip's)
-# A column whose largest cell would reach this in the column's unit (194434268 ns) is too wide
-# for one unit: each of its cells names its own ("194 ms", "6 ns").
-WIDE = 1e4
+# A column whose largest cell would reach this in the unit its typical value chooses (194434268
+# ns) reads in a larger one (194434 us), so that no cell runs past six digits before the point.
+WIDE = 1e6
 
 
 def _missing(x) -> bool:
@@ -163,14 +163,15 @@ def _scaled(units, values: pd.Series) -> tuple[str, float]:
                 next(((u, s) for u, s in units if typical >= s * 0.9995), units[-1]))
 
 
-def _in_unit(name: str, units, values: pd.Series, each: Callable[[float], str],
-             floor: float = 0.0) -> Column:
-    """A column in one unit of ``units``; one too wide for any (``WIDE``) in ``each`` cell's
-    own unit, its header without one. A value within ``floor`` of 0 is float error: "0"."""
+def _in_unit(name: str, units, values: pd.Series, floor: float = 0.0) -> Column:
+    """A column in one unit of ``units``, its header naming it: the one ``_scaled`` chooses,
+    or the smallest larger one its largest value reads under ``WIDE`` in. A value within
+    ``floor`` of 0 is float error: "0"."""
     unit, scale = _scaled(units, values)
     top = pd.to_numeric(values, errors="coerce").abs().max()
-    if not _missing(top) and top / scale >= WIDE:
-        return Column(name, "", lambda x: "-" if _missing(x) else each(float(x)))
+    larger = [(u, s) for u, s in units if s > scale]  # largest first: pop() the next one up
+    while not _missing(top) and top / scale >= WIDE and larger:
+        unit, scale = larger.pop()
     return Column(name, unit, lambda x: "-" if _missing(x)
                   else plain(unsigned_zero(float(x), floor) / scale))
 
@@ -182,9 +183,9 @@ def column(name: str, values: pd.Series) -> Column:
         return Column(name, "", lambda v: fmt_number(v) if isinstance(v, (int, float))
                       else ("" if _missing(v) else str(v)))
     if name.endswith("_s"):
-        return _in_unit(name, TIME_UNITS, values, fmt_seconds, TIME_FLOOR_S)
+        return _in_unit(name, TIME_UNITS, values, TIME_FLOOR_S)
     if name.endswith("_bytes"):
-        return _in_unit(name, BINARY_BYTES, values, fmt_bytes)
+        return _in_unit(name, BINARY_BYTES, values)
     if name.endswith("_GBps"):
         return Column(name, "GB/s", lambda x: "-" if _missing(x) else plain(float(x)))
     if name in FRACTIONS:

@@ -38,6 +38,8 @@ from harness.hlo import parse_module
 from harness.measure.ops import by_execution, op_times
 from harness.measure.per_host import with_host_columns
 from harness.measure.programs import program_name
+from harness.memory.peaks import measured_peak
+from harness.memory.report import of_function
 from harness.record import Run
 from harness.trace.decode import Decoded, decode, select
 from harness.trace.hosts import MERGED
@@ -115,7 +117,8 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
 
 def analyze(fn: Callable, *args, chip=None, steps: int = STEPS, warmup: int = 2,
             out_dir: str | Path | None = None, carry: Callable | None = None,
-            command_buffers: bool = False, keep_state: bool = False, **kwargs) -> Run:
+            command_buffers: bool = False, keep_state: bool = False, memory: bool = False,
+            **kwargs) -> Run:
     """Capture ``fn(*args, **kwargs)`` (jitted, any shardings) and analyse it per op: the
     ``harness.analyze`` of the README.
 
@@ -128,7 +131,8 @@ def analyze(fn: Callable, *args, chip=None, steps: int = STEPS, warmup: int = 2,
     copied afresh before each step. Warm-up lasts while the program compiles anew (outputs laid
     out otherwise than its inputs; a note says what changed). ``command_buffers=True``: on
     GPU, trace the executable with XLA's command buffers. ``run.save(dir)`` stores the result
-    for ``harness compare``.
+    for ``harness compare``. ``memory=True``: the report's memory section (issue 56), from one
+    more compile with XLA's dump (``harness.memory.report.of_function``; no book model).
 
     ``fn`` runs ``warmup`` + 2 x ``steps`` times (``steps`` + 1 more on GPU): a Flax NNX module
     or optimizer among the arguments is updated in place by each call, as by as many training
@@ -142,6 +146,8 @@ def analyze(fn: Callable, *args, chip=None, steps: int = STEPS, warmup: int = 2,
     out = Path(tempfile.mkdtemp(prefix="harness-")) if temporary else Path(out_dir)
     try:
         before = drift.probe(jax.local_devices())  # the host's speed around it, as run_built's
+        # compiled before the steps run, while the arguments are the caller's (donated ones too)
+        held = of_function(fn, args, kwargs, jax.local_devices()) if memory else None
         try:
             cap = capture(fn, args, kwargs=kwargs, warmup=warmup, steps=steps, out_dir=out,
                           carry=carry, command_buffers=command_buffers, keep_state=keep_state)
@@ -149,6 +155,8 @@ def analyze(fn: Callable, *args, chip=None, steps: int = STEPS, warmup: int = 2,
             raise e.with_traceback(None)  # theirs, in one line: not the harness's frames
         run = from_capture(cap, chip=chip, notes=cap.notes,
                            host_drift=drift.record(before, drift.probe(jax.local_devices())))
+        if memory:
+            _with_memory(run, held, jax.local_devices())
     except BaseException:
         if temporary:
             shutil.rmtree(out, ignore_errors=True)
@@ -156,6 +164,17 @@ def analyze(fn: Callable, *args, chip=None, steps: int = STEPS, warmup: int = 2,
     if temporary:  # the run's own (run.save moves it into the stored run)
         weakref.finalize(run, shutil.rmtree, str(out), ignore_errors=True)
     return run
+
+
+def _with_memory(run: Run, report, devices) -> None:
+    """The run's memory section (``schema.MEMORY``), the allocator's peak measured after the
+    steps; a note for a program compiled already, which cannot be compiled with the dump."""
+    if report is None:
+        run.notes.append("memory: a compiled program is not compiled again with XLA's dump; "
+                         "pass the jitted function for the memory section")
+        return
+    report.measured, report.measured_note = measured_peak(list(devices))
+    run.meta[schema.MEMORY] = report.to_dict()
 
 
 def profile(fn: Callable, *args, **kwargs) -> Run:

@@ -19,6 +19,7 @@ from harness.chip import drift
 from harness.errors import HarnessError
 from harness.record import Run
 from harness.report import files as report_files
+from harness.report import serving_loop
 from harness.report.heading import mesh_str
 from harness.runs.pipeline import from_capture
 from harness.runs.scratch import clean_stale_scratch, scratch_prefix
@@ -112,11 +113,14 @@ def build_workload(name: str, preset: str = "tiny", overrides: dict | None = Non
 def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = None,
                  mesh: str | None = None, steps: int = STEPS, warmup: int = 2,
                  out: Path = Path("results"), chip=None,
-                 command_buffers: bool = False, with_plots: bool = True) -> Run:
+                 command_buffers: bool = False, with_plots: bool = True,
+                 with_memory: bool = False) -> Run:
     """Run workload ``name`` and store it under ``out`` (``run.path``), its report beside it
     (``harness.report.files``). ``command_buffers``: on GPU, trace the executable with XLA's
     command buffers on; ``with_plots`` False: store the run without its PNG plots (a sweep
-    point: matplotlib costs more than the step)."""
+    point: matplotlib costs more than the step); ``with_memory``: add the memory section
+    (``harness.memory.report.of_run``: a second compile, with XLA's dump) under
+    ``schema.MEMORY`` in its meta."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise HarnessError(f"--out {out}: is a file; give a directory for the runs "
@@ -139,6 +143,12 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
             run = run_built(built, preset=preset, overrides=overrides, steps=steps,
                             warmup=warmup, out_dir=scratch / "trace", chip=chip,
                             command_buffers=command_buffers)
+        if with_memory:
+            run.meta[schema.MEMORY] = _memory(built, preset, overrides, run).to_dict()
+        loop = getattr(built.workload, "loop", None)  # a serving workload's request stream
+        if loop is not None:
+            with memory.oom_as_error(what, _knobs(name)):
+                run.meta[serving_loop.LOOP] = loop(built.cfg, built.mesh, run.chip)
         run.save(out / new_run_name(name), files=lambda r: report_files(r, plots=with_plots))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -159,6 +169,18 @@ def run_built(built: Built, *, preset: str, overrides: dict | None, out_dir: Pat
     return from_capture(cap, chip=chip, workload=built, host_drift=host, notes=cap.notes,
                         meta=dict(meta or {}, **built.run_meta(preset, overrides)),
                         title=built.title(preset))
+
+
+def _memory(built: Built, preset: str, overrides: dict | None, run: Run):
+    """The run's memory report (``harness.memory.report.of_run``), compiled as ``harness
+    memory RUN`` compiles it (the run's workload, preset, overrides and mesh by role), for the
+    TPU slice the run ran on where it ran on one (else on virtual CPU devices)."""
+    from harness.memory.report import of_run
+    from predictions.mesh import mesh_label
+
+    chip = getattr(run.chip, "name", None) if run.meta.get("platform") == "tpu" else None
+    return of_run(built.workload.name, preset, overrides,
+                  mesh_label(built.meta[schema.MESH]) or None, chip, built.mesh.devices.flat)
 
 
 def _knobs(name: str) -> str:

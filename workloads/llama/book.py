@@ -4,6 +4,11 @@ Each maps a config, a mesh and a chip to ``predictions.step.Analytic``: the step
 over all devices (for MFU), the book's step time, and its parts (matmul, collective, memory,
 overlap) for ``harness.plan.predict.book_gap``.
 
+A MoE model (E > 0) is priced as its active part (``config.book_model``: an MLP of width
+(k + shared)·F, plus the routers; reference §5.4, §6.4: 6·P_active per training token); its total
+parameters are ``moe_params``'. The book's step time here leaves out the expert all-to-alls and
+prices FSDP's weight traffic by the active weights (``predictions`` prices MoE in issue 54).
+
 MFU counts the work the hardware must do (as MaxText does): 6 (training) or 2 (inference) x
 the parameters that take part in matmuls x tokens, plus attention. The input embedding is a
 gather and the norms are elementwise, so neither counts; the output projection does. The book's
@@ -34,6 +39,8 @@ MFU_FORMULA = {
     "prefill": "2*P_matmul*tokens + 4*B*T*T*N*H*L, P_matmul = L*(3DF + 2D(N+K)H) + DV",
     "decode": "2*P_matmul*B + 4*B*S*N*H*L, P_matmul = L*(3DF + 2D(N+K)H) + DV",
 }
+# MoE (E > 0): P_matmul counts the active parameters, F -> (k + shared)*F plus the router's
+# D*E per layer (reference §5.4: FLOPs follow the active parameters; ``moe_params``)
 
 
 def matmul_params(model: transformer.Config) -> int:
@@ -41,6 +48,28 @@ def matmul_params(model: transformer.Config) -> int:
     the output projection (D x V, shared with the input embedding when tied)."""
     return model.L * (transformer.mlp_params(model) + transformer.attention_params(model)) \
         + model.D * model.V
+
+
+def moe_params(cfg) -> tuple[int, int]:
+    """(total, active) parameters (`transformers.md` MoE, reference §5.4): a MoE layer holds
+    E·3DF routed parameters and a D·E router, k·3DF of them active per token (plus the
+    shared expert's 3DF, always on); a dense model's are both its count."""
+    active = transformer.param_count(book_model(cfg))
+    if not getattr(cfg, "E", 0):
+        return active, active
+    router = _router_params(cfg)
+    idle = cfg.L * (cfg.E - cfg.k) * 3 * cfg.D * cfg.F   # the experts a token skips, 3DF each
+    return active + router + idle, active + router
+
+
+def _router_params(cfg) -> int:
+    """The routers' D·E per layer: matmul parameters the active model's count leaves out."""
+    return cfg.L * cfg.D * cfg.E if getattr(cfg, "E", 0) else 0
+
+
+def _active_matmul(cfg, model: transformer.Config) -> int:
+    """Matmul parameters a token meets: the active model's and, for MoE, the routers."""
+    return matmul_params(model) + _router_params(cfg)
 
 
 def _devices(mesh) -> tuple[int, ...]:
@@ -74,9 +103,10 @@ def train(cfg, mesh, chip) -> Analytic:
              MEMORY: BookPart(0.0, 0.0, "not in the book's training model")}
     parts = with_overlap(st.t_step_s, parts, "per layer max(T_math, T_comms), not the sum")
     # transformers.md: 6 * P * tokens plus attention for training (P: matmul parameters)
-    return Analytic(6.0 * matmul_params(model) * tokens + attention, st.t_step_s,
+    # MoE (reference §5.4, §6.4): 6 * P_active * tokens, the routers' D*E per layer with them
+    return Analytic(6.0 * _active_matmul(cfg, model) * tokens + attention, st.t_step_s,
                     f"training.md {strategy} step, X={X} Y={Y}", MFU_FORMULA["train"],
-                    book_flops, parts)
+                    book_flops + 6.0 * _router_params(cfg) * tokens, parts)
 
 
 def prefill(cfg, mesh, chip) -> Analytic:
@@ -93,7 +123,7 @@ def prefill(cfg, mesh, chip) -> Analytic:
              MEMORY: BookPart(est.param_time_s, est.param_time_s * c.hbm_bytes_per_s,
                               "weights read once, W_bytes / (N*W_hbm)")}
     parts = with_overlap(est.seconds, parts, "max(FLOPs time, weight-read time)")
-    return Analytic(2.0 * matmul_params(model) * tokens + attention, est.seconds,
+    return Analytic(2.0 * _active_matmul(cfg, model) * tokens + attention, est.seconds,
                     "2*P*tokens/(N*C) vs W_bytes/(N*W_hbm) (inference.md)",
                     MFU_FORMULA["prefill"], est.flops, parts)
 
@@ -113,6 +143,6 @@ def decode(cfg, mesh, chip) -> Analytic:
     parts = with_overlap(step.step_s, parts, "max(FLOPs time, weight-read time)")
     # inference.md: a decode step is 2 * P FLOPs per sequence, plus its queries' attention
     attention = transformer.attention_flops(model, cfg.B, cfg.S)
-    return Analytic(2.0 * matmul_params(model) * cfg.B + attention, step.step_s,
+    return Analytic(2.0 * _active_matmul(cfg, model) * cfg.B + attention, step.step_s,
                     "B*KV/(N*W_hbm) + max(2*B*P/(N*C), W/(N*W_hbm)) (inference.md)",
                     MFU_FORMULA["decode"], 2.0 * transformer.param_count(model) * cfg.B, parts)

@@ -12,6 +12,10 @@ from predictions import dtypes, transformer
 from workloads.base import WORKLOAD_DTYPES, WorkloadError, canonical_dtype
 
 ATTENTIONS = ("fused", "naive")
+# How a MoE layer runs its experts (workloads.llama.moe): token dropping into [E, C, D] capacity
+# buffers; dropless grouped matmuls by jax.lax.ragged_dot (MaxText's megablox path); dropless by
+# a loop over tiles of each expert's tokens, its trip count following the routing.
+EXPERTS_IMPLS = ("capacity", "ragged", "tiled")
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,20 @@ class Dims:
     # MaxText's defaults; its tuned v6e recipes use 2048 and the fused backward kernel.
     splash_block: int = 512
     splash_fused_bwd: bool = False
+    # Mixture of experts (transformers.md "Sparsity and Mixture-of-Experts", reference §5.4):
+    # E routed experts of width F per layer (0: a dense MLP), k of them active per token, plus
+    # shared_experts (0 or 1) always on; experts_impl (EXPERTS_IMPLS) and, for "capacity", the
+    # capacity factor (C = ceil(factor·tokens·k/E) per expert and group; 0 = dropless);
+    # balance_loss weighs the load-balancing loss; router_bias is added to expert 0's router
+    # logit (a router biased to one expert); expert_tile: tokens per tile of "tiled".
+    E: int = 0
+    k: int = 1
+    shared_experts: int = 0
+    capacity_factor: float = 0.0
+    balance_loss: float = 0.01
+    router_bias: float = 0.0
+    experts_impl: str = "ragged"
+    expert_tile: int = 8
 
     def check_dims(self) -> None:
         if self.attention not in ATTENTIONS:
@@ -51,6 +69,26 @@ class Dims:
             raise WorkloadError(f"grouped-query attention needs K | N; got N={self.N}, K={self.K}")
         if self.H % 2:
             raise WorkloadError(f"RoPE rotates pairs, so H must be even; got H={self.H}")
+        if self.E:
+            self.check_experts()
+
+    def check_experts(self) -> None:
+        """A MoE config's routing fields (WorkloadError naming the valid choices)."""
+        if self.E < 0 or not 1 <= self.k <= self.E:
+            raise WorkloadError(f"k={self.k} experts per token with E={self.E} experts; valid: "
+                                f"E >= 1 and 1 <= k <= E (E=0: a dense MLP)")
+        if self.experts_impl not in EXPERTS_IMPLS:
+            raise WorkloadError(f"unknown experts_impl {self.experts_impl!r}; valid: "
+                                f"{', '.join(EXPERTS_IMPLS)}")
+        if self.shared_experts not in (0, 1):
+            raise WorkloadError(f"shared_experts must be 0 or 1, got {self.shared_experts}")
+        dropping = self.experts_impl == "capacity"
+        if self.capacity_factor < 0 or dropping != (self.capacity_factor > 0):
+            raise WorkloadError(f"capacity_factor={self.capacity_factor} with experts_impl="
+                                f"{self.experts_impl}: valid: > 0 with capacity, 0 (dropless) "
+                                f"with ragged or tiled")
+        if self.expert_tile < 1:
+            raise WorkloadError(f"expert_tile must be positive, got {self.expert_tile}")
 
     @property
     def G(self) -> int:
@@ -59,8 +97,11 @@ class Dims:
 
 
 def book_model(cfg: Dims) -> transformer.Config:
-    """The architecture as the book's model shape (``predictions.transformer.Config``)."""
-    return transformer.Config(L=cfg.L, D=cfg.D, F=cfg.F, N=cfg.N, K=cfg.K, H=cfg.H, V=cfg.V)
+    """The architecture as the book's model shape (``predictions.transformer.Config``); a MoE
+    model as its active part, an MLP of width (k + shared)·F (reference §5.4: FLOPs follow the
+    active parameters; the total, for bytes, is ``workloads.llama.book.moe_params``)."""
+    F = cfg.F * (cfg.k + cfg.shared_experts) if getattr(cfg, "E", 0) else cfg.F
+    return transformer.Config(L=cfg.L, D=cfg.D, F=F, N=cfg.N, K=cfg.K, H=cfg.H, V=cfg.V)
 
 
 def dims_of(cfg: Dims) -> Dims:

@@ -9,8 +9,10 @@ tensors per layer and token; full, the layer input; the others, the layer input 
 projection outputs they save); the KV cache is ``kv_cache_bytes`` per token.
 Each term is divided by the mesh axes that split it (``workloads.llama.sharding``: weights over
 the FSDP and model axes, activations and the cache over the batch axes, and over the model axes
-where heads, F or V are split). Transients of a single layer (one layer's MLP activations, the
-materialised attention scores of the hand-written path) are counted once.
+where heads, F or V are split; a MoE model's routed experts also over the expert axes, and
+its activations as the active model's, ``config.book_model``). Transients of a single layer
+(one layer's MLP activations, the materialised attention scores of the hand-written path) are
+counted once.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import math
 import jax.numpy as jnp
 
 from predictions import layouts, transformer
-from workloads.llama import schedules
+from workloads.llama import book, schedules
 from workloads.llama.config import book_model
 from workloads.llama.sharding import Split, split_of
 from workloads.mesh import AnyMesh, axis_size
@@ -36,6 +38,19 @@ def _splits(cfg, mesh: AnyMesh | None) -> tuple[int, int, int]:
     layout: Split = split_of(cfg.parallelism, mesh)
     size = lambda axes: axis_size(mesh, axes) if axes else 1
     return size(layout.fsdp + layout.model), size(layout.batch), size(layout.model)
+
+
+def _params(cfg, mesh: AnyMesh | None) -> float:
+    """Parameters per device: each over the weight shards (FSDP and model axes), a MoE
+    model's routed experts over the expert axes too (`gpus.md`, expert parallelism: W_in[E_Z,
+    D, F]; the total count, reference §5.4: ``book.moe_params``)."""
+    total, _ = book.moe_params(cfg)
+    w, _, _ = _splits(cfg, mesh)
+    if not getattr(cfg, "E", 0) or mesh is None:
+        return total / w
+    experts = cfg.L * cfg.E * 3 * cfg.D * cfg.F
+    z = axis_size(mesh, split_of(cfg.parallelism, mesh).expert or None)
+    return (total - experts) / w + experts / (w * z)
 
 
 def _attention_scores(cfg, tokens: float, keys: float) -> float:
@@ -102,15 +117,15 @@ def train_bytes(cfg, mesh: AnyMesh | None = None) -> dict[str, float]:
 
 
 def _train_bytes(cfg, mesh: AnyMesh | None = None) -> dict[str, float]:
-    model, (w, b, m) = book_model(cfg), _splits(cfg, mesh)
-    P = transformer.param_count(model)
+    _, b, m = _splits(cfg, mesh)
+    P = _params(cfg, mesh)     # per device
     act = _nbytes(cfg.param_dtype)
     tokens = cfg.B * cfg.T / b
     layer = tokens * (2 * cfg.F + (cfg.N + 2 * cfg.K) * cfg.H + 2 * cfg.D) * act / m
     return {
-        "parameters": P * act / w,
-        "gradients": P * act / w,
-        "optimizer": 2 * P * _nbytes(cfg.opt_dtype) / w,
+        "parameters": P * act,
+        "gradients": P * act,
+        "optimizer": 2 * P * _nbytes(cfg.opt_dtype),
         # transformers.md: checkpoint bytes = bytes · tokens · L · Σ(saved widths)
         "activations": act * tokens * cfg.L * cfg.remat_policy().hbm_width(cfg) / m,
         "logits": _logits(cfg, tokens, act) / m,
@@ -132,7 +147,7 @@ def host_bytes(cfg, mesh: AnyMesh | None = None) -> float:
 def serve_bytes(cfg, mesh: AnyMesh | None = None, prefill: bool = False) -> dict[str, float]:
     """Per-device bytes of ``llama_prefill`` / ``llama_decode``: weights, the KV cache (one
     copy: decode updates it in place), one layer's transients and the logits."""
-    model, (w, b, m) = book_model(cfg), _splits(cfg, mesh)
+    model, (_, b, m) = book_model(cfg), _splits(cfg, mesh)
     act = _nbytes(cfg.dtype)
     kv = transformer.kv_cache_bytes(model, cfg.B * cfg.S, 1 if cfg.int8_kv else act) / b
     kv_split = m if cfg.K % m == 0 else 1          # K/V replicated beyond K-way (§7.4)
@@ -140,7 +155,7 @@ def serve_bytes(cfg, mesh: AnyMesh | None = None, prefill: bool = False) -> dict
     keys = cfg.T if prefill else cfg.S
     layer = tokens * (2 * cfg.F + (cfg.N + 2 * cfg.K) * cfg.H + 2 * cfg.D) * act / m
     return {
-        "parameters": transformer.param_count(model) * (1 if cfg.int8_weights else act) / w,
+        "parameters": _params(cfg, mesh) * (1 if cfg.int8_weights else act),
         "kv_cache": kv / kv_split,
         "transients": layer + _attention_scores(cfg, tokens, keys) / m,
         "logits": cfg.B / b * cfg.V * act / m,

@@ -10,7 +10,10 @@ Parameters are a dict; the L layers are stacked along a leading axis (``params["
             mlp_norm_D, w_gate_DF, w_up_DF, w_down_FD}
 
 That is L(3DF + 2D(N+K)H + 2D) + D + 2DV parameters (reference §5.1 plus two norm vectors per
-layer and the final norm). int8 weights are ``{"q8": int8[...], "scale": [output dims]}``.
+layer and the final norm). A MoE layer (E > 0, ``workloads.llama.moe``) holds router_DE,
+w_gate_EDF, w_up_EDF, w_down_EFD in place of the MLP's three (kept as the shared expert with
+``shared_experts=1``): E·3DF + DE routed parameters (reference §5.4). int8 weights are
+``{"q8": int8[...], "scale": [output dims]}``.
 """
 from __future__ import annotations
 
@@ -20,23 +23,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from workloads.llama import moe, splash
 from workloads.llama import remat as remat_policies
-from workloads.llama import splash
 from workloads.llama.attention import attention
 from workloads.llama.config import Dims
 from workloads.llama.remat import name
-from workloads.llama.sharding import LAYER_KEYS, SCALE_DIMS, Sharder, letters
+from workloads.llama.sharding import LAYER_KEYS, SCALE_DIMS, Sharder, layer_keys, letters
 
 NORM_KEYS = ("attn_norm_D", "mlp_norm_D", "final_norm_D")
 
 
 def param_shapes(d: Dims) -> dict:
     """Shapes by key, layer params with their leading L."""
-    sizes = {"L": d.L, "D": d.D, "F": d.F, "N": d.N, "K": d.K, "H": d.H, "V": d.V}
+    sizes = {"L": d.L, "D": d.D, "F": d.F, "N": d.N, "K": d.K, "H": d.H, "V": d.V, "E": d.E}
     shape = lambda name: tuple(sizes[c] for c in letters(name))  # noqa: E731
     return {
         "embed_VD": shape("embed_VD"),
-        "layers": {k: (d.L,) + shape(k) for k in LAYER_KEYS},
+        "layers": {k: (d.L,) + shape(k) for k in layer_keys(d)},
         "final_norm_D": shape("final_norm_D"),
         "unembed_DV": shape("unembed_DV"),
     }
@@ -84,10 +87,11 @@ def count_params(tree) -> int:
 
 
 def quantize(params: dict) -> dict:
-    """Symmetric per-output-channel int8: ``q8 = round(w / scale)``, ``scale = max|w| / 127``."""
+    """Symmetric per-output-channel int8: ``q8 = round(w / scale)``, ``scale = max|w| / 127``.
+    A MoE router stays in its dtype (D·E per layer: its logits choose the experts)."""
     def q(path, w):
         name = path[-1].key
-        if name in NORM_KEYS:
+        if name in NORM_KEYS or name == "router_DE":
             return w
         lead = 1 if name in LAYER_KEYS else 0
         kept = {lead + i for i in SCALE_DIMS[name]} | set(range(lead))
@@ -160,6 +164,12 @@ def block(x_BTD, w, pos_BT, d: Dims, sh: Sharder, kv_fn=None):
     ``cached`` says whether to attend over the cache slots by position (decode) or causally over
     the layer's own T keys (training, and prefill from slot 0, as MaxText does).
     """
+    return routed_block(x_BTD, w, pos_BT, d, sh, kv_fn)[:2]
+
+
+def routed_block(x_BTD, w, pos_BT, d: Dims, sh: Sharder, kv_fn=None):
+    """``block``, and its MLP's routing (``moe.ROUTING``; None for a dense MLP): the MLP is
+    the routed one of ``workloads.llama.moe`` where E > 0."""
     h = rms_norm(x_BTD, w["attn_norm_D"], d.norm_eps)
     q, k, v = qkv(h, w, pos_BT, d, sh)
     k_all, v_all, cached, extra = (k, v, False, None) if kv_fn is None else kv_fn(k, v)
@@ -168,7 +178,8 @@ def block(x_BTD, w, pos_BT, d: Dims, sh: Sharder, kv_fn=None):
     o = sh.act(o, "BTNH")
     x_BTD = sh.act(x_BTD + name(project("btnh,nhd->btd", o, w["w_o_NHD"]), "out_proj"), "BTD")
     h = rms_norm(x_BTD, w["mlp_norm_D"], d.norm_eps)
-    return sh.act(x_BTD + mlp(h, w, sh), "BTD"), extra
+    y, routing = moe.moe_mlp(h, w, d, sh) if d.E else (mlp(h, w, sh), None)
+    return sh.act(x_BTD + y, "BTD"), extra, routing
 
 
 def logits(params, x_BTD, d: Dims, sh: Sharder):
@@ -212,12 +223,19 @@ def decoder(params, tokens_BT, d: Dims, sh: Sharder, dtype, scan: bool = True,
             remat: remat_policies.Remat = remat_policies.NONE):
     """The residual stream [B, T, D] after the last layer, before the final norm and the
     unembedding (``logits``): what a chunked loss (``workloads.llama.loss``) projects."""
+    return routed_decoder(params, tokens_BT, d, sh, dtype, scan, remat)[0]
+
+
+def routed_decoder(params, tokens_BT, d: Dims, sh: Sharder, dtype, scan: bool = True,
+                   remat: remat_policies.Remat = remat_policies.NONE):
+    """``decoder``, and each layer's routing stacked over the L layers (``moe.ROUTING``, a
+    leading L; None for a dense model)."""
     B, T = tokens_BT.shape
     x = sh.act(embed(params["embed_VD"], tokens_BT).astype(dtype), "BTD")
     pos_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
 
     def body(x, w):
-        return block(x, w, pos_BT, d, sh)[0], None
+        x, _, routing = routed_block(x, w, pos_BT, d, sh)
+        return x, routing
 
-    x, _ = run_layers(body, x, params["layers"], scan, remat)
-    return x
+    return run_layers(body, x, params["layers"], scan, remat)

@@ -4,6 +4,7 @@
   positions [0, T) into a fresh cache of S slots and keeps the last token's logits (§7.1).
 - decode: ``fn(params, cache, tokens_B1, pos) -> (logits_BV, cache)`` appends one token per
   sequence at slot ``pos`` (the same for every sequence) and attends over slots [0, pos].
+- a MoE model (E > 0) returns its routing as a third output (``workloads.llama.moe_step``).
 
 The cache is ``{"k_LBKSH", "v_LBKSH"}``, sharded [B_batch, K_model, S, H] (reference §7.4); with
 ``int8_kv`` it holds int8 values plus per-(token, head) scales ``k_scale_LBKS``/``v_scale_LBKS``.
@@ -27,7 +28,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from workloads.base import Workload, WorkloadError, check_choice, smaller
-from workloads.llama import book, memory, model
+from workloads.llama import book, memory, model, moe_presets, moe_step
 from workloads.llama.config import MODEL_DIMS, Dims, dims_of, fix_dtypes
 from workloads.llama.sharding import PARALLELISMS, Sharder
 from workloads.mesh import AnyMesh, build_args, named
@@ -75,6 +76,7 @@ PRESETS: dict[str, ServeConfig] = {
     "8b": _preset("8b", B=32, T=2048, S=8192),
     "70b": _preset("70b", B=32, T=2048, S=8192),
     "405b": _preset("405b", B=32, T=2048, S=8192),
+    **moe_presets.serve(lambda dims, **run: ServeConfig(**{**vars(dims), **run})),   # MoE
 }
 
 
@@ -91,7 +93,7 @@ def cache_shapes(cfg: ServeConfig) -> dict:
 
 
 def cache_specs(cfg: ServeConfig, sh: Sharder) -> dict:
-    lbksh = (None, sh.batch, sh.kv, None, None)
+    lbksh = (None, sh.kv_batch, sh.kv, None, None)
     return {k: P(*lbksh[:len(v.shape)]) for k, v in cache_shapes(cfg).items()}
 
 
@@ -131,7 +133,13 @@ def _read(c: dict, layer, name: str, dtype):
 
 
 def extend(params, cache, tokens_BT, pos, cfg: ServeConfig, sh: Sharder):
-    """Run T new tokens at slots [pos, pos + T): returns (logits [B, T or 1, V], updated cache).
+    """``routed_extend`` without the routing."""
+    return routed_extend(params, cache, tokens_BT, pos, cfg, sh)[:2]
+
+
+def routed_extend(params, cache, tokens_BT, pos, cfg: ServeConfig, sh: Sharder):
+    """Run T new tokens at slots [pos, pos + T): returns (logits [B, T or 1, V], updated cache,
+    the step's routing output: ``moe_step.stacked``, () for a dense model).
 
     The stacked cache rides in the layer loop's carry and layer l writes its slice in place
     (a scan's per-layer outputs would be a second cache-sized buffer). With ``pos`` the Python
@@ -160,13 +168,14 @@ def extend(params, cache, tokens_BT, pos, cfg: ServeConfig, sh: Sharder):
                 return k, v, False, c_new
             return _read(c_new, layer, "k", dtype), _read(c_new, layer, "v", dtype), True, c_new
 
-        return model.block(x, w, pos_BT, d, sh, kv_fn), None
+        x, c, routing = model.routed_block(x, w, pos_BT, d, sh, kv_fn)
+        return (x, c), routing
 
     layers = (params["layers"], jnp.arange(cfg.L, dtype=jnp.int32))
-    (x, cache), _ = model.run_layers(body, (x, cache), layers, cfg.scan_layers)
+    (x, cache), routing = model.run_layers(body, (x, cache), layers, cfg.scan_layers)
     if not cached:   # prefill: only the last token's logits are used (skips 2·D·V·(T-1)·B FLOPs)
         x = x[:, -1:]
-    return model.logits(params, x, d, sh), cache
+    return model.logits(params, x, d, sh), cache, moe_step.stacked(routing)
 
 
 # --- building ---------------------------------------------------------------------------------
@@ -201,6 +210,7 @@ def tokens(cfg: ServeConfig, T: int) -> np.ndarray:
 def build_prefill(cfg: ServeConfig, mesh: AnyMesh | None, abstract: bool = False):
     """``(prefill, (params, tokens_BT))``."""
     d, sh, p_abs = _setup(cfg, mesh)
+    mesh = sh.mesh   # the batch-sharded cache's mesh splits the model axes (sharding.py)
     c_specs = cache_specs(cfg, sh)
 
     def prefill(params, tokens_BT):
@@ -208,8 +218,8 @@ def build_prefill(cfg: ServeConfig, mesh: AnyMesh | None, abstract: bool = False
         if mesh is not None:
             cache = {n: jax.lax.with_sharding_constraint(a, named(mesh, c_specs[n]))
                      for n, a in cache.items()}
-        logits_BTV, cache = extend(params, cache, tokens_BT, 0, cfg, sh)
-        return logits_BTV[:, -1], cache
+        logits_BTV, cache, routing = routed_extend(params, cache, tokens_BT, 0, cfg, sh)
+        return (logits_BTV[:, -1], cache) + routing
 
     tok_abs = jax.ShapeDtypeStruct((cfg.B, cfg.T), jnp.int32)
     if mesh is None:
@@ -217,6 +227,7 @@ def build_prefill(cfg: ServeConfig, mesh: AnyMesh | None, abstract: bool = False
     else:
         shardings = (sh.param_shardings(p_abs), sh.sharding("BT"))
         out = (named(mesh, P(sh.batch, sh.model)), _shard(mesh, c_specs))
+        out += moe_step.out_shardings(cfg, mesh)
         fn = jax.jit(prefill, in_shardings=shardings, out_shardings=out)
     args = build_args(abstract, (p_abs, tok_abs), shardings,
                       lambda: (host_params(cfg), tokens(cfg, cfg.T)))
@@ -226,11 +237,12 @@ def build_prefill(cfg: ServeConfig, mesh: AnyMesh | None, abstract: bool = False
 def build_decode(cfg: ServeConfig, mesh: AnyMesh | None, abstract: bool = False):
     """``(decode, (params, cache, tokens_B1, pos))`` with a zero cache and ``pos = decode_pos``."""
     d, sh, p_abs = _setup(cfg, mesh)
+    mesh = sh.mesh
     c_specs = cache_specs(cfg, sh)
 
     def decode(params, cache, tokens_B1, pos):
-        logits_BTV, cache = extend(params, cache, tokens_B1, pos, cfg, sh)
-        return logits_BTV[:, -1], cache
+        logits_BTV, cache, routing = routed_extend(params, cache, tokens_B1, pos, cfg, sh)
+        return (logits_BTV[:, -1], cache) + routing
 
     abs_tree = (p_abs, cache_shapes(cfg), jax.ShapeDtypeStruct((cfg.B, 1), jnp.int32),
                 jax.ShapeDtypeStruct((), jnp.int32))
@@ -240,7 +252,8 @@ def build_decode(cfg: ServeConfig, mesh: AnyMesh | None, abstract: bool = False)
         c_sh = _shard(mesh, c_specs)
         shardings = (sh.param_shardings(p_abs), c_sh, sh.sharding("BT"), named(mesh, P()))
         fn = jax.jit(decode, in_shardings=shardings, donate_argnums=1,
-                     out_shardings=(named(mesh, P(sh.batch, sh.model)), c_sh))
+                     out_shardings=(named(mesh, P(sh.batch, sh.model)), c_sh)
+                     + moe_step.out_shardings(cfg, mesh))
 
     def host():
         cache = {n: np.zeros(s.shape, s.dtype) for n, s in cache_shapes(cfg).items()}

@@ -20,17 +20,20 @@ the roles go by position (``predictions.layouts.axes_by_role``).
 Attention follows Megatron: W_Q[D, N_Y, H], W_K/W_V[D, K_Y, H], W_O[N_Y, H, D]. When the model
 axes outnumber the KV heads, K/V are replicated beyond K-way (`inference.md`, reference §7.4) and
 each KV head is repeated ``kv_repeat`` times so the grouped heads still split evenly. The KV cache
-is [B_batch, S, K_model, H] (reference §7.4: KV[2, B_Z, S, K_Y, H]).
+is [B_batch, S, K_model, H]; under ``dp_tp_kv_batch`` (``serving_layouts.WORKLOAD_PARALLELISMS``)
+it is the book's KV[2, B_Z, S, K_Y, H] (reference §7.4): heads K-way, the batch over the Z = Y/K
+model devices that share a head (``batch_kv_mesh``), no K/V repeated.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import jax
 from jax.sharding import PartitionSpec as P
 
 from predictions import layouts
+from predictions.serving_layouts import WORKLOAD_PARALLELISMS, batch_kv_axes
 from workloads.base import WorkloadError, check_choice
 from workloads.mesh import AnyMesh, axis_size, check_spec, named
 
@@ -43,6 +46,7 @@ class Split:
     batch: tuple[str, ...]
     fsdp: tuple[str, ...]
     model: tuple[str, ...]
+    expert: tuple[str, ...] = ()   # the MoE experts' E (workloads.llama.moe)
 
 
 def split_of(parallelism: str, mesh: AnyMesh | Mapping[str, int] | None) -> Split:
@@ -54,9 +58,10 @@ def split_of(parallelism: str, mesh: AnyMesh | Mapping[str, int] | None) -> Spli
     try:
         entry = layouts.layout(parallelism)
         by = layouts.split(entry, shape)
+        experts = layouts.expert_axes(entry, shape)
     except ValueError as e:
         raise WorkloadError(str(e)) from None
-    return Split(by["batch"], by["weights"], by["model"])
+    return Split(by["batch"], by["weights"], by["model"], experts)
 
 
 def _names_only(name: str) -> Callable[[tuple[str, ...]], Split]:
@@ -115,9 +120,29 @@ class Sharder:
                                 f"one must divide the other to shard or replicate K/V")
         # Beyond K-way, replicate K/V and repeat each head (reference §7.4).
         self.kv_repeat = 1 if kv_split else n_model // dims.K
-        b, f, m = (_axes(t) for t in (self.layout.batch, self.layout.fsdp, self.layout.model))
-        kv = m if kv_split else None
+        self.kv_layout = WORKLOAD_PARALLELISMS.get(parallelism, ("", "heads"))[1]
+        heads, z = self.layout.model if kv_split else (), ()
+        if self.kv_layout == "batch" and not kv_split:
+            # the book's KV[2, B_Z, S, K_Y, H]: heads K-way, the batch over Z = Y/K (§7.4)
+            self.mesh, self.layout, heads, z = batch_kv_mesh(mesh, self.layout, dims.K)
+            self.kv_repeat = 1
+        # FSDP's axes lead the batch's: with the batch over (expert, fsdp) in that order beside
+        # a model axis, XLA:CPU's SPMD partitioner (jax 0.10.2) computes x·W_O[N_Y, H, D_X]
+        # wrong (an error of 36 on unit normals); over (fsdp, expert) it is right
+        lead = tuple(a for a in self.layout.batch if a in self.layout.fsdp)
+        batch = lead + tuple(a for a in self.layout.batch if a not in lead)
+        b, f, m = (_axes(t) for t in (batch, self.layout.fsdp, self.layout.model))
+        kv = _axes(heads)
         self.batch, self.fsdp, self.model, self.kv = b, f, m, kv
+        self.expert = _axes(self.layout.expert)
+        n_expert = axis_size(mesh, self.layout.expert) if mesh is not None else 1
+        if getattr(dims, "E", 0) % n_expert:
+            raise WorkloadError(f"{parallelism}: E={dims.E} experts are not divisible by "
+                                f"{n_expert} expert devices; valid: E a multiple of "
+                                f"{n_expert}, or fewer devices on the expert axes")
+        # the KV cache's batch split: the batch's axes, then Z (the batch-sharded cache, whose
+        # queries XLA moves to its split and back: an AllToAll over Z each way)
+        self.kv_batch = kvb = _axes(batch + z)
         # Activation specs by book letters; the residual stream is [B, T, D_model] (§6.1 TP).
         self.act_specs: dict[str, P] = {
             "BT": P(b, None),
@@ -126,15 +151,15 @@ class Sharder:
             "BTV": P(b, None, m),
             "BTNH": P(b, None, m, None),
             "BTKH": P(b, None, kv, None),
-            "BSKH": P(b, None, kv, None),
-            "BSK": P(b, None, kv),                 # int8 KV-cache scales
+            "BSKH": P(kvb, None, kv, None),
+            "BSK": P(kvb, None, kv),               # int8 KV-cache scales
             "DV": P(None, m),    # the unembedding gathered over FSDP (chunked loss)
         }
 
     # --- parameters -------------------------------------------------------------------------
     def param_spec(self, name: str) -> P:
         """Spec for a parameter by its key; stacked layer params get a leading unsplit L."""
-        f, m, kv = self.fsdp, self.model, self.kv
+        f, m, kv, e = self.fsdp, self.model, self.kv, self.expert
         both = _axes(self.layout.fsdp + self.layout.model)
         table: dict[str, P] = {
             "embed_VD": P(None, both),    # lookup output lands D-split, like the residual
@@ -149,6 +174,11 @@ class Sharder:
             "w_gate_DF": P(f, m),         # W_in[D_X, F_Y] (training.md, FSDP + TP)
             "w_up_DF": P(f, m),
             "w_down_FD": P(m, f),         # W_out[F_Y, D_X]
+            # MoE (gpus.md, expert parallelism): W_in[E_Z, D_X, F_Y], W_out[E_Z, F_Y, D_X]
+            "router_DE": P(f, None),
+            "w_gate_EDF": P(e, f, m),
+            "w_up_EDF": P(e, f, m),
+            "w_down_EFD": P(e, m, f),
         }
         spec = tuple(table[name])
         return P(None, *spec) if name in LAYER_KEYS else P(*spec)
@@ -202,14 +232,44 @@ class Sharder:
                        letters_)
 
 
-LAYER_KEYS = ("attn_norm_D", "mlp_norm_D", "w_q_DNH", "w_k_DKH", "w_v_DKH", "w_o_NHD",
-              "w_gate_DF", "w_up_DF", "w_down_FD")
+def batch_kv_mesh(mesh: AnyMesh, layout: Split, K: int):
+    """The mesh with its model axes cut into K for the KV heads and Z = Y/K for the batch of the
+    batch-sharded cache (``serving_layouts.batch_kv_axes``; reference §7.4). Returns (mesh, the
+    layout on it, the heads' axes, the Z axes)."""
+    try:
+        shape, heads, z = batch_kv_axes(dict(mesh.shape), layout.model, K)
+    except ValueError as e:
+        raise WorkloadError(str(e)) from None
+    names, dims, types = tuple(shape), tuple(shape.values()), (mesh.axis_types[0],) * len(shape)
+    if isinstance(mesh, jax.sharding.Mesh):
+        new = jax.sharding.Mesh(mesh.devices.reshape(dims), names, axis_types=types)
+    else:
+        new = jax.sharding.AbstractMesh(dims, names, axis_types=types)
+    return new, replace(layout, model=heads + z), heads, z
+
+
+DENSE_LAYER_KEYS = ("attn_norm_D", "mlp_norm_D", "w_q_DNH", "w_k_DKH", "w_v_DKH", "w_o_NHD",
+                    "w_gate_DF", "w_up_DF", "w_down_FD")
+# a MoE layer's router and routed experts (workloads.llama.moe)
+EXPERT_KEYS = ("router_DE", "w_gate_EDF", "w_up_EDF", "w_down_EFD")
+# every key a layer may hold
+LAYER_KEYS = DENSE_LAYER_KEYS + EXPERT_KEYS
+
+
+def layer_keys(d) -> tuple[str, ...]:
+    """The keys of one layer: dense, or MoE (its experts, and the dense MLP's keys as the
+    shared expert with ``shared_experts=1``)."""
+    if not getattr(d, "E", 0):
+        return DENSE_LAYER_KEYS
+    mlp = DENSE_LAYER_KEYS[6:] if d.shared_experts else ()
+    return DENSE_LAYER_KEYS[:6] + EXPERT_KEYS + mlp
 
 
 # Output dims (of the unstacked weight) that an int8 per-channel scale keeps.
 SCALE_DIMS: dict[str, tuple[int, ...]] = {
     "embed_VD": (0,), "unembed_DV": (1,), "w_q_DNH": (1, 2), "w_k_DKH": (1, 2),
     "w_v_DKH": (1, 2), "w_o_NHD": (2,), "w_gate_DF": (1,), "w_up_DF": (1,), "w_down_FD": (1,),
+    "router_DE": (1,), "w_gate_EDF": (0, 2), "w_up_EDF": (0, 2), "w_down_EFD": (0, 2),
 }
 
 

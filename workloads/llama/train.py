@@ -1,7 +1,8 @@
 """``llama_train``: one LLaMA-3 training step — forward, backward, AdamW — under DP, FSDP, TP,
 FSDP x TP or DP x TP (reference §6.1; specs in ``workloads.llama.sharding``).
 
-``fn(params, opt_state, inputs_BT, targets_BT) -> (params, opt_state, loss)``. B counts
+``fn(params, opt_state, inputs_BT, targets_BT) -> (params, opt_state, loss)`` (a MoE model,
+E > 0: ``(..., loss, routing)``, ``workloads.llama.moe_step``). B counts
 sequences of T tokens (the book's B is tokens: B·T here). Params and activations are
 ``param_dtype`` (bf16 by default), AdamW moments ``opt_dtype`` (fp32): 2 + 4 + 4 = 10 bytes per
 parameter as in `training.md` (reference §6.3); no fp32 master copy. (MaxText's default keeps
@@ -34,6 +35,8 @@ from workloads.llama import (
     memory,
     microbatches,
     model,
+    moe_presets,
+    moe_step,
     pipeline,
     pipelined,
     remat,
@@ -89,6 +92,7 @@ class TrainConfig(Dims):
         check_choice("parallelism", self.parallelism, PARALLELISMS)
         self.remat_policy()   # WorkloadError naming the valid policies or names
         schedules.check_config(self)
+        moe_step.check(self)
         if self.num_vocab_tiling < 1 or self.T % self.num_vocab_tiling:
             raise WorkloadError(f"num_vocab_tiling must be a positive divisor of T={self.T} "
                                 f"(the loss runs over T/num_vocab_tiling tokens at a time), "
@@ -126,6 +130,9 @@ PRESETS: dict[str, TrainConfig] = {
     "405b_meta": _preset("405b", B=2048, T=8192, remat="full", parallelism="pp+dp_tp",
                          stages=16, microbatches=16, schedule="circular", repeats=2,
                          pad_layers=True, zero1=True),
+    # mixture of experts (workloads.llama.moe_presets): tiny_moe* on 8 CPU devices; Mixtral
+    # 8x7B, DeepSeek-V3, LLaMA-4 Maverick as published, for ahead-of-time analysis
+    **moe_presets.train(lambda dims, **run: TrainConfig(**{**vars(dims), **run})),
 }
 
 
@@ -172,6 +179,8 @@ def make_step(cfg: TrainConfig, sh: Sharder, stage: tuple[str, ...] = ()):
     (``workloads.llama.pipeline``), else over ``microbatches`` accumulated when > 1."""
     if stage:
         return pipelined.make_step(cfg, sh, dims_of(cfg), stage, adamw)
+    if cfg.E:   # MoE: the balance loss, and the routing as a fourth output (moe_step)
+        return moe_step.make_step(cfg, sh, adamw)
     grads_of = jax.value_and_grad(loss_fn)
     if cfg.microbatches > 1:
         grads_of = microbatches.accumulate(grads_of, cfg.microbatches)
@@ -220,8 +229,8 @@ def build(cfg: TrainConfig, mesh: AnyMesh | None, abstract: bool = False):
         o_sh = {"mu": m_sh, "nu": m_sh, "step": named(mesh, P())}
         tok = sh.sharding("BT")
         shardings = (p_sh, o_sh, tok, tok)
-        fn = jax.jit(step, in_shardings=shardings, out_shardings=(p_sh, o_sh, named(mesh, P())),
-                     donate_argnums=donate)
+        outs = (p_sh, o_sh, named(mesh, P())) + moe_step.out_shardings(cfg, mesh)
+        fn = jax.jit(step, in_shardings=shardings, out_shardings=outs, donate_argnums=donate)
 
     def host():
         params = model.init_params(stacked, cfg.seed, cfg.param_dtype)
@@ -238,8 +247,9 @@ WORKLOAD = Workload(
     Config=TrainConfig,
     build=build,
     presets=PRESETS,
-    description="LLaMA-3 training step (forward, backward, AdamW) under dp/fsdp/tp/fsdp_tp/dp_tp "
-                "and pipelined (pp, pp+...: gpipe, 1f1b, circular)",
+    description="LLaMA-3 training step (forward, backward, AdamW) under dp/fsdp/tp/fsdp_tp/dp_tp, "
+                "pipelined (pp, pp+...: gpipe, 1f1b, circular) and MoE over an expert axis (ep, "
+                "dp_ep, ep+...)",
     memory=memory.train_bytes,
     book=book.train,
     # training.md: remat trades FLOPs for activation memory

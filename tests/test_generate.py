@@ -1,0 +1,174 @@
+"""``llama_generate``: the request loop's counts from arithmetic, its greedy tokens against a
+plain prefill + decode of the same request, int8 weights and KV, bad options, the report's
+section. One tiny model on one device, its three programs compiled once for the module."""
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+import workloads
+from harness.cli import main
+from harness.report import serving_loop
+from workloads.llama import generate, generate_loop, serve
+
+# L=1 layer, B=2 slots, prompts padded to T=8, S=32 cache slots; float32 so that the two paths
+# (scatter per slot vs a uniform position) agree to the last bit of the argmax
+SETS = {"L": "1", "B": "2", "T": "8", "S": "32", "dtype": "float32"}
+
+
+def config(**more) -> generate.GenerateConfig:
+    return workloads.make_config("llama_generate", "tiny", {**SETS, **more})
+
+
+@pytest.fixture(scope="module")
+def progs():
+    return generate.programs(config(), None)
+
+
+def stream(progs, **more):
+    cfg = config(**more)
+    prefix, reqs = generate_loop.requests(cfg)
+    return cfg, reqs, generate_loop.run_stream(cfg, progs, prefix, reqs)
+
+
+def test_counts_from_arithmetic(progs):
+    """R = 5 requests of g = 3 tokens through B = 2 slots, all arriving at once: 15 tokens out;
+    each request's first token comes from its prefill and 2 more from generate steps, in three
+    waves (2, 2, 1 requests) of 2 steps: 6 steps carrying 5 * 2 = 10 slot-tokens, occupancy
+    10 / (6 * 2); every request shares the prefix: 5 hits."""
+    cfg, reqs, s = stream(progs, R="5", g_min="3", g_max="3", shared="1.0")
+    fig = generate_loop.figures(cfg, None, None, s)
+    assert fig["tokens_out"] == 5 * 3
+    assert fig["prefix_hits"] == 5
+    assert fig["generate_steps"] == 3 * 2
+    m = fig["measured"]
+    assert m["occupancy_mean"] == pytest.approx(10 / 12)
+    assert (m["occupancy_min"], m["occupancy_max"]) == (0.5, 1.0)
+    assert 0 < m["ttft_median_s"] <= m["ttft_p90_s"]
+    assert m["tokens_per_s"] == pytest.approx(15 / s.wall_s)
+    assert [len(x.tokens) for x in s.served] == [3] * 5
+
+
+def test_no_prefix_no_hits_and_drawn_lengths(progs):
+    cfg, reqs, s = stream(progs, R="4", shared="0.0", g_min="1", g_max="4", p_min="3",
+                          p_max="5", seed="7")
+    assert s.prefix_hits == 0
+    assert all(3 <= len(r.prompt) <= 5 and 1 <= r.g <= 4 for r in reqs)
+    assert sum(len(x.tokens) for x in s.served) == sum(r.g for r in reqs)
+    assert generate_loop.requests(cfg)[1][2].prompt.tolist() == reqs[2].prompt.tolist()
+
+
+def test_poisson_arrivals_are_seeded_and_ordered():
+    cfg = config(R="50", rate="100")
+    a = [r.arrival_s for r in generate_loop.requests(cfg)[1]]
+    assert a[0] == 0 and a == sorted(a)
+    # 49 exponential gaps of mean 1/100 s: their mean is within 4 standard errors of 0.01
+    assert abs(np.mean(np.diff(a)) - 0.01) < 4 * 0.01 / math.sqrt(49)
+    assert a == [r.arrival_s for r in generate_loop.requests(cfg)[1]]
+
+
+def _reference(cfg, T: int):
+    """Greedy tokens of one request of T prompt tokens by llama_prefill then llama_decode
+    (B = 1, the whole prompt at once, a uniform decode position): the plain path, no slots, no
+    prefix cache. Compiled once; returns ``tokens(prompt, g)``."""
+    one = dataclasses.replace(serve.ServeConfig(**{
+        f.name: getattr(cfg, f.name) for f in dataclasses.fields(serve.ServeConfig)}), B=1, T=T)
+    prefill, (params, _) = serve.build_prefill(one, None)
+    decode, _ = serve.build_decode(one, None)
+
+    def tokens(prompt: np.ndarray, g: int) -> list[int]:
+        logits, cache = prefill(params, prompt[None].astype(np.int32))
+        out = [int(np.argmax(logits[0]))]
+        for i in range(g - 1):
+            logits, cache = decode(params, cache, np.array([[out[-1]]], np.int32),
+                                   np.int32(T + i))
+            out.append(int(np.argmax(logits[0])))
+        return out
+
+    return tokens
+
+
+def test_greedy_tokens_equal_plain_prefill_and_decode(progs):
+    """Three requests through two slots (one waits for a slot), the prefix cached: each one's
+    tokens equal a plain prefill of prefix + prompt followed by decode steps."""
+    cfg, reqs, s = stream(progs, R="3", g_min="4", g_max="4", p_min="5", p_max="5",
+                          shared="1.0")
+    prefix, _ = generate_loop.requests(cfg)
+    plain = _reference(cfg, len(prefix) + 5)
+    for r, got in zip(reqs, s.served):
+        assert got.tokens == plain(np.concatenate([prefix, r.prompt]), r.g)
+
+
+def test_int8_weights_and_kv_serve():
+    cfg = config(int8_weights="true", int8_kv="true", R="3", g_min="2", g_max="2")
+    progs8 = generate.programs(cfg, None)
+    prefix, reqs = generate_loop.requests(cfg)
+    s = generate_loop.run_stream(cfg, progs8, prefix, reqs)
+    assert sum(len(x.tokens) for x in s.served) == 3 * 2
+    assert all(0 <= t < cfg.V for x in s.served for t in x.tokens)
+    assert progs8.cache_B["k_LBKSH"].dtype == np.int8
+
+
+def test_prediction_on_a_named_chip():
+    """The book's decode step at B slots over S cached tokens on one H100, by hand: weights
+    (2 bytes each) and every slot's KV read once from HBM (inference.md §7.3)."""
+    from predictions import hardware, transformer
+    from workloads.llama.config import book_model
+
+    cfg = config()
+    p = generate_loop.predicted(cfg, None, "h100")
+    c, model = hardware.chip_entry("h100"), book_model(cfg)
+    kv = cfg.B * transformer.kv_cache_bytes(model, cfg.S, 2)
+    weights = transformer.param_count(model) * 2
+    flops = 2 * transformer.param_count(model) * cfg.B / c.flops_per_s("f32")
+    assert p["tpot_s"] == pytest.approx(kv / c.hbm_bytes_per_s
+                                        + max(weights / c.hbm_bytes_per_s, flops))
+    assert p["tokens_per_s"] == pytest.approx(cfg.B / p["tpot_s"])
+
+
+@pytest.mark.parametrize("sets, says", [
+    (["p_max=9"], "p_max <= T=8"),
+    (["shared=1.5"], "[0, 1]"),
+    (["prefix=30"], "S=32"),
+    (["rate=-1"], "rate"),
+])
+def test_bad_options_one_line_rc2(capsys, sets, says):
+    argv = ["run", "llama_generate", *[a for s in sets for a in ("--set", s)],
+            "--set", "T=8", "--set", "S=32"]
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert says in err and "\n" not in err and "Traceback" not in err
+
+
+class _Run:
+    def __init__(self, meta):
+        self.meta = meta
+
+
+def test_report_section_shows_measured_beside_predicted():
+    fig = {"requests": 4, "slots": 2, "tokens_out": 12, "prefix_hits": 2, "generate_steps": 5,
+           "wall_s": 0.5, "notes": ["host-bound"],
+           "measured": {"ttft_median_s": 0.02, "ttft_p90_s": 0.03, "tpot_median_s": 0.01,
+                        "tpot_p90_s": 0.012, "tokens_per_s": 24.0, "occupancy_mean": 0.8,
+                        "occupancy_min": 0.5, "occupancy_max": 1.0},
+           "predicted": {"chip": "h100", "ttft_s": 1e-4, "tpot_s": 2e-5, "tokens_per_s": 1e5}}
+    text = "\n".join(serving_loop.lines(_Run({serving_loop.LOOP: fig})))
+    assert "4 requests through 2 slots, 12 tokens out" in text
+    assert "2 prefix-cache hits; predicted on h100" in text
+    row = next(line for line in text.splitlines() if "time per output token, median" in line)
+    assert "10 ms" in row and "20 us" in row
+    assert "note: host-bound" in text
+    assert serving_loop.lines(_Run({})) == []
+
+
+@pytest.mark.heavy
+def test_harness_run_prints_the_loop(tmp_path, capsys):
+    assert main(["run", "llama_generate", "--steps", "2", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "serving loop: 8 requests through 4 slots" in out
+    assert "time to first token, median" in out

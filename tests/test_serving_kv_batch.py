@@ -1,0 +1,113 @@
+"""The batch-sharded KV cache (inference.md, reference §7.4: KV[2, B_Z, S, K_Y, H], heads K-way,
+the batch over Z = Y/K, two AllToAlls a layer): the same numbers as the head-sharded cache, and
+its AllToAll bytes from the shapes."""
+import math
+
+import numpy as np
+import pytest
+
+import workloads
+from harness.hlo import executed, parse_module
+from workloads.base import WorkloadError
+from workloads.llama import serve
+from workloads.mesh import make_mesh
+
+POS = 5  # the decode slot: attends over slots [0, 5]
+
+
+def _decode(parallelism: str, mesh: str, **sets):
+    cfg = workloads.make_config("llama_decode", "tiny", {"parallelism": parallelism,
+                                                         "dtype": "float32", "pos": str(POS),
+                                                         **sets})
+    fn, (params, cache, tok, pos) = serve.build_decode(cfg, make_mesh(mesh))
+    return cfg, fn, (params, cache, tok, pos)
+
+
+def _random_cache(cache):
+    import jax
+    rng = np.random.default_rng(0)
+    return {k: jax.device_put(rng.standard_normal(v.shape).astype(v.dtype), v.sharding)
+            for k, v in cache.items()}
+
+
+@pytest.mark.parametrize("mesh, sets", [("1x8", {}), ("2x2x2", {"K": "2"})])
+def test_decode_equals_head_sharded(mesh, sets):
+    """The batch layout moves the queries, never the numbers: logits and the written cache
+    match the head-sharded (``dp_tp``) layout's on the same params, cache and tokens."""
+    got = {}
+    for par in ("dp_tp", "dp_tp_kv_batch"):
+        _, fn, (params, cache, tok, pos) = _decode(par, mesh, **sets)
+        logits, out = fn(params, _random_cache(cache), tok, pos)
+        got[par] = np.asarray(logits), {k: np.asarray(v) for k, v in out.items()}
+    np.testing.assert_allclose(got["dp_tp_kv_batch"][0], got["dp_tp"][0], rtol=1e-5, atol=1e-5)
+    for k, v in got["dp_tp"][1].items():
+        np.testing.assert_allclose(got["dp_tp_kv_batch"][1][k], v, rtol=1e-6, atol=1e-6)
+
+
+def test_prefill_equals_head_sharded():
+    got = {}
+    for par in ("dp_tp", "dp_tp_kv_batch"):
+        cfg = workloads.make_config("llama_prefill", "tiny", {"parallelism": par,
+                                                              "dtype": "float32"})
+        fn, args = serve.build_prefill(cfg, make_mesh("1x8"))
+        logits, cache = fn(*args)
+        got[par] = np.asarray(logits), np.asarray(cache["k_LBKSH"])
+    np.testing.assert_allclose(got["dp_tp_kv_batch"][0], got["dp_tp"][0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got["dp_tp_kv_batch"][1], got["dp_tp"][1], rtol=1e-6, atol=1e-6)
+
+
+def _all_to_alls(parallelism: str):
+    cfg, fn, args = _decode(parallelism, "1x8", scan_layers="false")
+    module = parse_module(fn.lower(*args).compile().as_text())
+    return cfg, [(i, n) for i, n in executed(module) if i.opcode.startswith("all-to-all")]
+
+
+def test_all_to_all_bytes_from_shapes():
+    """On 1x8 (X = 1, Y = 8) with K = 4: Z = Y/K = 2. Each layer moves the queries to the batch
+    split and the outputs back: two AllToAlls a layer, each of one device's [B/X, 1, N/Y, H]
+    block in f32 (4 bytes), exchanged within groups of Z devices."""
+    cfg, a2a = _all_to_alls("dp_tp_kv_batch")
+    X, Y = 1, 8
+    Z = Y // cfg.K
+    assert sum(n for _, n in a2a) == 2 * cfg.L
+    block = cfg.B // X * 1 * (cfg.N // Y) * cfg.H * 4
+    assert block == 8 * 1 * 1 * 8 * 4
+    for instr, _ in a2a:
+        assert sum(s.nbytes for s in instr.operand_leaves) == block
+        groups = instr.attrs["replica_groups"]
+        assert groups.group_size == Z
+
+
+def test_head_sharded_has_no_all_to_all():
+    assert _all_to_alls("dp_tp")[1] == []
+
+
+def test_unbuilt_layout_names_the_built_ones():
+    with pytest.raises(WorkloadError, match="dp_tp_kv_batch") as e:
+        workloads.make_config("llama_decode", "tiny", {"parallelism": "dp_tp_kv_seq"})
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("shape, model, K, want", [
+    ({"X": 1, "Y": 8}, ("Y",), 4, ({"X": 1, "Y": 4, "Y_z": 2}, ("Y",), ("Y_z",))),
+    ({"X": 2, "Y": 2, "Z": 2}, ("Y", "Z"), 2, ({"X": 2, "Y": 2, "Z": 2}, ("Y",), ("Z",))),
+    ({"X": 1, "Y": 2, "Z": 4}, ("Y", "Z"), 4,
+     ({"X": 1, "Y": 2, "Z": 2, "Z_z": 2}, ("Y", "Z"), ("Z_z",))),
+])
+def test_batch_kv_axes_cut_the_model_axes_at_K(shape, model, K, want):
+    """Heads over the leading model axes until their sizes multiply to K, the batch over the
+    rest (Z = Y/K: 8/4, 4/2, 8/4)."""
+    from predictions.serving_layouts import batch_kv_axes
+
+    got = batch_kv_axes(shape, model, K)
+    assert got == want
+    Z = math.prod(got[0][a] for a in got[2])
+    assert Z == math.prod(shape[a] for a in model) // K
+    assert math.prod(got[0][a] for a in got[1]) == K
+
+
+def test_batch_kv_axes_refuse_a_cut_inside_no_axis():
+    from predictions.serving_layouts import batch_kv_axes
+
+    with pytest.raises(ValueError, match="K=4 KV heads do not split the model axes Y=6"):
+        batch_kv_axes({"X": 1, "Y": 6}, ("Y",), 4)

@@ -1,0 +1,242 @@
+"""``llama_generate``: LLaMA-3 served as a server serves it (`inference.md` §7.3, continuous
+batching; JetStream's split into programs driven from Python).
+
+Three programs, each compiled once:
+
+- ``prefill(params, cache1, tokens_1T, start, length) -> (first token, cache1)``: one request's
+  prompt (padded to the bucket T) written into a one-sequence cache from slot ``start``; with a
+  cached shared prefix in ``cache1`` (``start`` = its length) only the rest of the prompt runs
+  (prefix caching); the greedy first token comes back.
+- ``insert(cache_B, cache1, slot) -> cache_B``: the request's cache into one of B slots.
+- ``generate(params, cache_B, tokens_B, pos_B) -> (next tokens_B, cache_B)``: one token for every
+  slot, each at its own position (``pos_B``), greedy.
+
+``generate_loop`` drives them over a seeded stream of requests (slots refilled as requests end)
+and measures time to first token, time per output token, tokens/s and the slots' occupancy.
+``build`` gives ``harness run`` the generate program at B slots (the bulk of serving's time); the
+record's ``loop`` serves the stream after the capture and the report shows its figures.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from workloads.base import Workload, WorkloadError, smaller
+from workloads.llama import book, generate_loop, memory, model, serve
+from workloads.llama.config import MODEL_DIMS, dims_of
+from workloads.llama.serve import ServeConfig
+from workloads.llama.sharding import Sharder
+from workloads.mesh import AnyMesh, build_args, named
+
+
+@dataclass(frozen=True)
+class GenerateConfig(ServeConfig):
+    """``ServeConfig`` read as a server: B slots, prompts padded to the bucket T, S cache slots a
+    sequence; R requests whose prompts have [p_min, p_max] tokens after a shared prefix of
+    ``prefix`` tokens (a ``shared`` fraction of them start with it), generating [g_min, g_max]
+    tokens, arriving as a Poisson process of ``rate`` requests/s (0: all at once); ``seed``
+    draws them."""
+
+    R: int = 8
+    p_min: int = 2
+    p_max: int = 8
+    g_min: int = 2
+    g_max: int = 6
+    prefix: int = 4
+    shared: float = 0.5
+    rate: float = 0.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        c = self
+        checks = (
+            (f"R={c.R}", c.R >= 1, "at least 1 request"),
+            (f"p_min={c.p_min}, p_max={c.p_max}", 1 <= c.p_min <= c.p_max <= c.T,
+             f"1 <= p_min <= p_max <= T={c.T} (the prefill bucket)"),
+            (f"g_min={c.g_min}, g_max={c.g_max}", 1 <= c.g_min <= c.g_max, "1 <= g_min <= g_max"),
+            (f"prefix={c.prefix}", c.prefix >= 0 and c.prefix + max(c.T, c.p_max + c.g_max) <= c.S,
+             f"prefix + max(T, p_max + g_max) <= S={c.S} (every sequence and its padded prompt "
+             f"fit a slot)"),
+            (f"shared={c.shared}", 0.0 <= c.shared <= 1.0, "a fraction in [0, 1]"),
+            (f"rate={c.rate}", c.rate >= 0.0, "requests per second >= 0 (0: all arrive at once)"),
+        )
+        for what, ok, valid in checks:
+            if not ok:
+                raise WorkloadError(f"llama_generate {what} does not fit; valid: {valid}")
+
+
+def _preset(name: str, **run) -> GenerateConfig:
+    return GenerateConfig(**{**vars(MODEL_DIMS[name]), **run})
+
+
+PRESETS: dict[str, GenerateConfig] = {
+    "tiny": _preset("tiny", B=4, T=8, S=32),
+    # a GPU-sized stream: 64 requests over 16 slots of a 100M model
+    "100m": _preset("100m", B=16, T=256, S=1024, R=64, p_min=64, p_max=256, g_min=32,
+                    g_max=256, prefix=128, shared=0.5),
+}
+
+
+@dataclass
+class Programs:
+    """The three jitted programs, the params placed, the empty one-sequence cache and the B
+    slots' cache (arrays, or their shapes for ahead-of-time lowering), and the Sharder."""
+
+    prefill: Callable
+    insert: Callable
+    generate: Callable
+    params: object
+    empty1: dict
+    cache_B: dict
+    sh: Sharder
+
+
+def _cache_sharding(cfg, sh: Sharder, B: int):
+    one = serve.cache_specs(cfg, sh)
+    if B == 1:   # one request's cache: not split on the batch
+        one = {n: P(None, None, *tuple(s)[2:]) for n, s in one.items()}
+    return None if sh.mesh is None else {n: named(sh.mesh, s) for n, s in one.items()}
+
+
+def _cache_abs(cfg, B: int) -> dict:
+    return {n: jax.ShapeDtypeStruct((s.shape[0], B, *s.shape[2:]), s.dtype)
+            for n, s in serve.cache_shapes(cfg).items()}
+
+
+def _zeros(cfg, B: int) -> dict:
+    return {n: np.zeros(s.shape, s.dtype) for n, s in _cache_abs(cfg, B).items()}
+
+
+def _write_rows(c: dict, layer, k_BTKH, v_BTKH, pos_B) -> dict:
+    """Each slot's new K/V (T = 1) at its own position ``pos_B[b]``: a scatter into the stacked
+    [L, B, K, S, H] cache (int8 with its scales where the cache is)."""
+    B = pos_B.shape[0]
+    rows = jnp.arange(B)
+    out = {}
+    for name, x in (("k", k_BTKH[:, 0]), ("v", v_BTKH[:, 0])):
+        if f"{name}_scale_LBKS" in c:
+            x, scale = serve._quantize_kv(x)
+            buf = c[f"{name}_scale_LBKS"]
+            out[f"{name}_scale_LBKS"] = buf.at[layer, rows, :, pos_B].set(scale.astype(buf.dtype))
+        buf = c[f"{name}_LBKSH"]
+        out[f"{name}_LBKSH"] = buf.at[layer, rows, :, pos_B].set(x.astype(buf.dtype))
+    return out
+
+
+def step_rows(params, cache, tokens_B1, pos_B, cfg, sh: Sharder):
+    """One token for each of B slots at positions ``pos_B``: (logits [B, V], cache)."""
+    d, dtype = dims_of(cfg), jnp.dtype(cfg.dtype)
+    x = sh.act(model.embed(params["embed_VD"], tokens_B1).astype(dtype), "BTD")
+    pos_BT = pos_B[:, None]
+    specs = serve.cache_specs(cfg, sh)
+
+    def body(carry, w_and_layer):
+        x, c = carry
+        w, layer = w_and_layer
+
+        def kv_fn(k, v):
+            c_new = _write_rows(c, layer, k, v, pos_B)
+            if sh.mesh is not None:   # the cache keeps its layout through the scatter
+                c_new = {n: jax.lax.with_sharding_constraint(a, named(sh.mesh, specs[n]))
+                         for n, a in c_new.items()}
+            return (serve._read(c_new, layer, "k", dtype), serve._read(c_new, layer, "v", dtype),
+                    True, c_new)
+
+        return model.block(x, w, pos_BT, d, sh, kv_fn), None
+
+    layers = (params["layers"], jnp.arange(cfg.L, dtype=jnp.int32))
+    (x, cache), _ = model.run_layers(body, (x, cache), layers, cfg.scan_layers)
+    return model.logits(params, x, d, sh)[:, -1], cache
+
+
+def programs(cfg: GenerateConfig, mesh: AnyMesh | None, abstract: bool = False) -> Programs:
+    """Compile-ready prefill, insert and generate on ``mesh`` (None: one device), params and the
+    empty caches placed (``abstract``: their shapes with shardings, for ahead-of-time
+    lowering)."""
+    d, sh, p_abs = serve._setup(cfg, mesh)
+    mesh = sh.mesh
+    plain = Sharder(None, "dp_tp", d)   # one request: let the weights' split lead (no B to split)
+    c1, cB = _cache_sharding(cfg, sh, 1), _cache_sharding(cfg, sh, cfg.B)
+
+    def prefill(params, cache1, tokens_1T, start, length):
+        logits, cache1 = serve.extend(params, cache1, tokens_1T, start, cfg, plain)
+        last = jax.lax.dynamic_index_in_dim(logits[0], length - 1, keepdims=False)
+        return jnp.argmax(last).astype(jnp.int32), cache1
+
+    def insert(cache_B, cache1, slot):
+        return {n: jax.lax.dynamic_update_slice_in_dim(cache_B[n], cache1[n], slot, axis=1)
+                for n in cache_B}
+
+    def generate(params, cache_B, tokens_B1, pos_B):
+        logits, cache_B = step_rows(params, cache_B, tokens_B1, pos_B, cfg, sh)
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)[:, None], cache_B
+
+    shapes = (p_abs, _cache_abs(cfg, 1), _cache_abs(cfg, cfg.B))
+    host = lambda: (serve.host_params(cfg), _zeros(cfg, 1), _zeros(cfg, cfg.B))  # noqa: E731
+    if mesh is None:
+        jits = (jax.jit(prefill), jax.jit(insert, donate_argnums=0),
+                jax.jit(generate, donate_argnums=1))
+        return Programs(*jits, *build_args(abstract, shapes, None, host), sh)
+    p_sh, rep = sh.param_shardings(p_abs), named(mesh, P())
+    tok = sh.sharding("BT")
+    jits = (jax.jit(prefill, in_shardings=(p_sh, c1, rep, rep, rep), out_shardings=(rep, c1)),
+            jax.jit(insert, in_shardings=(cB, c1, rep), out_shardings=cB, donate_argnums=0),
+            jax.jit(generate, in_shardings=(p_sh, cB, tok, named(mesh, P(sh.batch))),
+                    out_shardings=(tok, cB), donate_argnums=1))
+    return Programs(*jits, *build_args(abstract, shapes, (p_sh, c1, cB), host), sh)
+
+
+def build(cfg: GenerateConfig, mesh: AnyMesh | None, abstract: bool = False):
+    """``(generate, (params, cache_B, tokens_B1, pos_B))``: the generate program at B slots,
+    every slot at the last position (the full context read, as ``llama_decode`` reads it);
+    ``abstract``: their shapes, for ahead-of-time lowering (a TPU slice)."""
+    progs = programs(cfg, mesh, abstract)
+    sh = progs.sh
+    shapes = (jax.ShapeDtypeStruct((cfg.B, 1), jnp.int32),
+              jax.ShapeDtypeStruct((cfg.B,), jnp.int32))
+    shardings = None if sh.mesh is None else (sh.sharding("BT"), named(sh.mesh, P(sh.batch)))
+    tok, pos = build_args(abstract, shapes, shardings, lambda: (
+        serve.tokens(cfg, 1), np.full((cfg.B,), cfg.S - 1, np.int32)))
+    return progs.generate, (progs.params, progs.cache_B, tok, pos)
+
+
+def carry(args: tuple, out: tuple) -> tuple:
+    """The next step's arguments: the cache just returned (the one passed in was donated)."""
+    params, _, tokens_B1, pos_B = args
+    return params, out[1], tokens_B1, pos_B
+
+
+def serve_stream(cfg: GenerateConfig, mesh: AnyMesh | None, chip) -> dict:
+    """Build the programs on ``mesh``, serve the seeded stream of requests, and return its
+    figures beside the prediction on ``chip`` (None: none) (``generate_loop.figures``)."""
+    progs = programs(cfg, mesh)
+    prefix, reqs = generate_loop.requests(cfg)
+    stream = generate_loop.run_stream(cfg, progs, prefix, reqs)
+    return generate_loop.figures(cfg, progs.sh.mesh, chip, stream)
+
+
+@dataclass(frozen=True)
+class ServingWorkload(Workload):
+    """A workload with a request loop beside its step: ``loop(cfg, mesh, chip) -> dict`` serves
+    the stream and returns its measured and predicted figures (``generate_loop.figures``)."""
+
+    loop: Callable[[object, object, object], dict] | None = None
+
+
+WORKLOAD = ServingWorkload(
+    name="llama_generate",
+    Config=GenerateConfig,
+    build=build,
+    presets=PRESETS,
+    description="LLaMA-3 serving: R requests through B slots, continuous batching, prefix cache",
+    carry=carry,
+    memory=memory.serve_bytes,
+    book=book.decode,
+    memory_knobs=smaller("B", "S", "T"),
+    loop=serve_stream,
+)
