@@ -128,5 +128,5 @@ def test_an_out_sharding_the_backend_lowered_as_all_reduce_and_slice_gets_no_sca
     assert getattr(row, schema.REASON) == "case 3: partial sums"
     assert getattr(row, schema.MESH_AXES) == "X"
     assert getattr(row, schema.DEVICE_BYTES) == ep.MM_M * ep.MM_N * F32
-    assert "XLA:GPU and XLA:TPU as one reduce-scatter" in getattr(row, schema.WHY)
+    assert "XLA:TPU fuses the pair into one all-reduce-scatter op" in getattr(row, schema.WHY)
     assert "reduce-scatter" not in getattr(row, schema.FIX)

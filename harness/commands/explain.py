@@ -4,7 +4,10 @@ A stored run directory (its COLLECTIVES table, or for a run saved before there w
 from the HLO its trace carries), or any profiler trace (``*.xplane.pb`` or a directory holding
 one), analysed through the same path as ``harness trace`` (``pipeline.analyze_trace``). Prints
 the table ranked by exposed time, then each collective's reason in a sentence and the book's
-fix; ``--format md|json|csv`` prints it so instead (json and csv: every row, each whole);
+fix, and where the program has an MoE's routed matmuls, their table after it (FLOPs as
+computed, the routed tokens', the waste: ``harness.explain.routed``); ``--format md|json|csv``
+prints it so instead (json and csv: every row, each whole; csv: the routed matmuls a second
+table after one blank line);
 ``--json``/``--csv`` write the full table. A program with no collectives says so (exit 0).
 A file of compiled HLO text is explained as it is, not run (``--chip`` for roofline times).
 The report: ``harness.runs.explained``.

@@ -9,8 +9,11 @@
 - ``sliced``: an all-reduce whose every result is cut to this device's slice by its partition
   id (a ``dynamic-slice`` indexed by ``partition-id``): the program asked for the result
   sharded, a reduce-scatter, and the backend lowered it as an all-reduce and a slice (XLA:CPU
-  does so; XLA:GPU's and XLA:TPU's reduce-scatter creator turn the pair into one
-  reduce-scatter, book §4.2).
+  does so; XLA:TPU most often fuses the pair into one all-reduce-scatter op,
+  ``harness.explain.fused``; book §4.2) ("slice"); or an all-reduce of a block the device
+  chose by its partition id before the matmul (a dot that reads an offset computed from the
+  partition id, the sum's users a ``collective-permute`` that hands each block to the device
+  that keeps it: XLA:TPU's form where other mesh axes can share the matmul) ("block").
 - ``stage``: a pipeline's stage transfer (book §6.1 "pipeline", §6.2; gpus.md): a permute whose
   shifted value feeds the layer matmuls of the device it arrives on (in this iteration of a
   loop or, carried, the next) while the device that sends it multiplies it no further: the
@@ -131,12 +134,47 @@ def _slices_by_partition(user: Instruction, comp: Computation, module: Module,
                     any(_by_partition(n, comp, module) for n in user.operand_names))
 
 
-def sliced(instr: Instruction, module: Module) -> bool:
-    """Every non-scalar result of the all-reduce ``instr`` is used only through a slice by
-    the device's partition id (see the module's docstring)."""
+def _block(instr: Instruction, comp: Computation, module: Module) -> bool:
+    """The all-reduce sums a matmul of a block chosen by the partition id (a dot, or a fusion
+    holding one, one of whose scalar operands comes from the partition id), and hands the sum
+    on through collective-permutes alone."""
+    src = comp.by_name.get(instr.operand_names[0]) if len(instr.operand_names) == 1 else None
+    if src is None or dot_in(src, module) is None:
+        return False
+    chosen = any(_by_partition(n, comp, module, hops=BLOCK_HOPS) for n in src.operand_names
+                 if (o := comp.by_name.get(n)) is not None and o.shapes and
+                 o.shapes[0].elements == 1)
+    users = forward_users(module, comp, _arrived(instr, module).name)
+    return chosen and bool(users) and all(
+        u.opcode.removesuffix("-start") == "collective-permute" for u in users)
+
+
+BLOCK_HOPS = 8  # ops from a dot's offset back to the partition id (a table lookup, a clamp)
+
+
+def sliced(instr: Instruction, module: Module) -> str:
+    """"slice" where every non-scalar result of the all-reduce ``instr`` is used only through
+    a slice by the device's partition id, "block" where it sums a block the partition id
+    chose and a permute hands it on (see the module's docstring), "" otherwise."""
     if instr.opcode.removesuffix("-start") != "all-reduce":
+        return ""
+    comp = module.computation(instr.computation)
+    if _block(instr, comp, module):
+        return "block"
+    return "slice" if _slices(instr, comp, module) else ""
+
+
+def hands_block(instr: Instruction, module: Module) -> bool:
+    """The permute ``instr`` hands on an all-reduced block (``sliced`` "block")."""
+    if instr.opcode.removesuffix("-start") != "collective-permute" or not instr.operand_names:
         return False
     comp = module.computation(instr.computation)
+    src = comp.by_name.get(instr.operand_names[0])
+    return src is not None and sliced(src, module) == "block"
+
+
+def _slices(instr: Instruction, comp: Computation, module: Module) -> bool:
+    """Every non-scalar result of the all-reduce is used only through a partition's slice."""
     done = (async_done(module, instr) if instr.opcode.endswith("-start") else instr) or instr
     leaves = [done]
     if len(instr.shapes) > 1:  # a tuple: each element through its get-tuple-element

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from harness.explain.site import MAX_HOPS, PASS, dot_in, forward_users
 from harness.hlo.ir import Computation, Instruction, Module
 from harness.hlo.signature import Parameter, parameters
+from harness.hlo.walk import async_done
 
 BACKWARD = "transpose("  # in the op_name of every op JAX's autodiff made for the backward pass
 _PLACEHOLDER = re.compile(r"^Arg_(\d+)\.\d+$")  # JAX's name for an argument it could not name
@@ -87,6 +88,87 @@ def _weight(grad: Instruction, comp: Computation, module: Module,
     return ""
 
 
+_MOVES = frozenset({"bitcast", "copy", "convert", "reshape", "transpose", "copy-start",
+                    "copy-done"}) | _GATHERS
+
+
+def _direct_parameter(name: str, comp: Computation) -> Instruction | None:
+    """The entry parameter ``name``'s value is, through ops that only move it (gathers too)."""
+    instr = comp.by_name.get(name)
+    for _ in range(MAX_HOPS):
+        if instr is None or instr.opcode == "parameter":
+            break
+        instr = comp.by_name.get(instr.operand_names[0]) if instr.opcode in _MOVES and \
+            instr.operand_names else None
+    return instr if instr is not None and instr.opcode == "parameter" and comp.is_entry \
+        else None
+
+
+def _forward_side(value: Instruction, comp: Computation, module: Module,
+                  hops: int = MAX_HOPS) -> str:
+    """"lhs" or "rhs": the side of the first forward matmul (no ``transpose(``) that reads
+    ``value`` through ops that only move it; "" where none does."""
+    from harness.explain.site import DOTS, _into_fusion
+
+    for user in forward_users(module, comp, value.name) if hops > 0 else ():
+        if BACKWARD in user.op_name:
+            continue
+        if dot_in(user, module) is not None:
+            if user.opcode in DOTS:
+                return "lhs" if user.operand_names[0] == value.name else "rhs"
+            found = _into_fusion(user, user.operand_names.index(value.name), None, module)
+            if found is not None and found.dot is not None:
+                return found.side
+        elif user.opcode in _MOVES:
+            side = _forward_side(user, comp, module, hops - 1)
+            if side:
+                return side
+    return ""
+
+
+def input_gradient(grad: Instruction, comp: Computation, module: Module) -> bool:
+    """``grad`` (a backward dot or a fusion holding one) is dX = G . W^T, the gradient of a
+    forward matmul's input: one of its operands is an entry parameter the forward pass
+    multiplies as its weight (x @ W's rhs). Its sum is an activation's, no weight's."""
+    if dot_in(grad, module) is None:
+        return False
+    for a in grad.operand_names:
+        param = _direct_parameter(a, comp)
+        if param is not None and _forward_side(param, comp, module) == "rhs":
+            return True
+    return False
+
+
+def _read_forward(param: Instruction, comp: Computation, module: Module, skip: str) -> bool:
+    """The forward pass reads the parameter (a weight, not an optimizer state): some user of
+    it other than ``skip`` carries no ``transpose(`` in its name."""
+    return any(u.name != skip and BACKWARD not in u.op_name
+               for u in forward_users(module, comp, param.name))
+
+
+def _updated(instr: Instruction, k: int, comp: Computation, module: Module,
+             hops: int = 3) -> int | None:
+    """The index of the entry parameter the step updates with result ``k`` of the reduction
+    (an optimizer's p - lr·g: an op that combines the summed gradient, or its slice, with a
+    parameter the forward pass reads); None where none does."""
+    leaf = async_done(module, instr) if instr.opcode.endswith("-start") else instr
+    if leaf is not None and len(instr.shapes) > 1:
+        leaf = next((u for u in forward_users(module, comp, leaf.name)
+                     if u.opcode == "get-tuple-element" and u.attrs.get("index") == k), None)
+    todo = [leaf] if leaf is not None else []
+    for _ in range(hops):
+        nxt = []
+        for user in (u for v in todo for u in forward_users(module, comp, v.name)):
+            for a in user.operand_names:
+                param = _direct_parameter(a, comp)
+                if param is not None and _read_forward(param, comp, module, user.name):
+                    return int(param.literal.strip())
+            if user.opcode in PASS - {"get-tuple-element"}:
+                nxt.append(user)
+        todo = nxt
+    return None
+
+
 def _by_shape(free: list[tuple[tuple, str, Parameter]], dims: set[tuple]) -> tuple | None:
     """A parameter of one of ``dims`` on this device, else of the whole array's shape, each
     first as it is, then transposed."""
@@ -113,9 +195,14 @@ def gradients(instr: Instruction, module: Module, names: Sequence[str] | None = 
             continue
         dims = {tuple(src.shapes[0].dims)} | ({tuple(instr.shapes[k].dims)}
                                               if k < len(instr.shapes) else set())
+        if input_gradient(src, comp, module):
+            continue  # dX = G . W^T: an activation's gradient (tensor parallelism's)
+        # the parameter the step updates with it, else the dataflow's weight where the
+        # gradient has its shape (dX = G . W^T has x's), else one of its shape
+        updated = _updated(instr, k, comp, module)
+        hit = next((p for p in free if p[2].index == updated), None)
         weight = _weight(src, comp, module, names)
-        # the dataflow's weight where the gradient has its shape (dX = G . W^T has x's)
-        hit = _by_shape([p for p in free if p[1] == weight], dims) if weight else None
+        hit = hit or (_by_shape([p for p in free if p[1] == weight], dims) if weight else None)
         hit = hit or _by_shape(free, dims)
         if hit is not None:
             free.remove(hit)

@@ -20,6 +20,7 @@ import pandas as pd
 
 from harness import schema
 from harness.explain.axes import device_groups, mesh_axes
+from harness.explain.fused import collective_op
 from harness.explain.table import collective_kind
 from harness.hlo.ir import Module
 from harness.hlo.signature import parameters
@@ -43,10 +44,11 @@ def _collective_axes(module: Module, axes: dict[str, int]) -> tuple | None:
     combines devices along no whole axes of it."""
     out = []
     for instr, _ in executed(module):
-        if not collective_kind(instr):
+        if not collective_kind(instr, module):
             continue
-        groups = device_groups(instr, module)
-        found = mesh_axes(groups, axes, pairs="replica_groups" not in instr.attrs) \
+        groups = device_groups(collective_op(instr, module), module)
+        found = mesh_axes(groups, axes, pairs="replica_groups" not in
+                          collective_op(instr, module).attrs) \
             if groups else ()
         if found is None:
             return None

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.explain import parallelism as par
+from harness.explain.fused import SLICED
 from harness.explain.site import Site
 
 
@@ -32,8 +33,8 @@ class Facts:
     reduces over the same axes (``fsdp``); a permute that hands a stage's output to the next
     along one mesh axis (``stage_axis``, ``dataflow.stage``), an MoE all-to-all's role
     ("dispatch" or "combine", ``expert``), the iterations of a loop that gathers the same
-    weight in each (``regathered``); its result's bytes and element type on one device
-    (``nbytes``, ``dtype``)."""
+    weight in each (``regathered``); the TPU fusion it is (``fused``, ``fused.note``); its
+    result's bytes and element type on one device (``nbytes``, ``dtype``)."""
 
     kind: str
     axes: str
@@ -47,11 +48,14 @@ class Facts:
     weight_free: tuple[int, ...] | None = None
     level: str = ""
     ring: str = ""  # "gather"/"scatter": a step of a collective matmul's ring (dataflow.ring)
-    sliced: bool = False  # an all-reduce cut to each device's slice (dataflow.sliced)
+    sliced: str = ""  # "slice"/"block": a reduce-scatter lowered so (dataflow.sliced)
     fsdp: bool = False  # a gathered weight whose gradient the program reduces over its axes
     stage_axis: str = ""  # the axis a pipeline's stage transfer shifts along
     expert: str = ""  # "dispatch" / "combine": an MoE all-to-all (dataflow.expert_role)
     regathered: int = 0  # iterations of a loop gathering the same weight in each
+    megatron: bool = False  # the row-parallel half of Megatron's pair (megatron.megatron)
+    handoff: bool = False  # a permute handing on an all-reduced block (dataflow.hands_block)
+    fused: str = ""  # "; XLA:TPU runs it as one all-reduce-scatter fusion ..." (fused.note)
     nbytes: float = 0.0
     dtype: str = ""
 
@@ -93,8 +97,8 @@ def _scatters(f: Facts) -> bool:
 
 
 def _weight_splits(f: Facts) -> bool:
-    """The dot's weight has a non-contracting dimension the group can split."""
-    return f.splits(f.weight_free)
+    """The weight has a non-contracting dimension the group can split; not Megatron's yet."""
+    return not f.megatron and f.splits(f.weight_free)
 
 
 @dataclass(frozen=True)
@@ -146,11 +150,6 @@ _RING = {"gather": "of a chunk each device multiplies before passing it on (the 
          "scatter": "of a sum of partial matmuls, added to the next one (the ReduceScatter "
                     "form)",
          "": "inside a loop of partial matmuls"}
-
-# the backend lowered a reduce-scatter the program asked for as an all-reduce and a slice
-_SLICED = ("; the program asks for the result sharded {over} (a reduce-scatter): XLA:CPU "
-           "lowers that as this all-reduce and a slice, XLA:GPU and XLA:TPU as one "
-           "reduce-scatter (half the bytes, book §4.2)")
 
 def _padded(f: Facts) -> bool:
     """The all-to-all moves capacity-padded slots (a ragged one moves the tokens alone)."""
@@ -256,6 +255,12 @@ REASONS: tuple[Reason, ...] = (
            lambda f: f"a ring shift {f.over} {_RING.get(f.ring, _RING[''])}: a collective "
                      f"matmul overlapping the communication with the partial matmuls (book "
                      f"§4.1, the `jax-stuff.md` collective matmul)"),
+    # §4.2: the second half of a reduce-scatter XLA:TPU lowered as a block's all-reduce
+    Reason("reduced block handed on",
+           lambda f: f.kind == "collective-permute" and f.handoff,
+           lambda f: f"hands each device's all-reduced block of the sum to the device that "
+                     f"keeps it {f.over}: with the all-reduce before it, the reduce-scatter the "
+                     f"program asked for, as XLA:TPU lowered it (book §4.2)"),
     # §4.2: AllToAll moves a sharding from one dimension to another
     Reason("resharding (all-to-all)",
            lambda f: f.kind == "all-to-all",
@@ -291,5 +296,5 @@ def explain(facts: Facts) -> tuple[str, str, str]:
     reason = next(r for r in REASONS if r.applies(facts))
     # past one node or slice: the level its groups cross and the one that binds
     level = f"; {facts.level} (docs/networks.md)" if facts.level else ""
-    lowered = _SLICED.format(over=facts.over) if facts.sliced else ""
-    return reason.name, reason.why(facts) + lowered + level, reason.fix(facts)
+    lowered = SLICED[facts.sliced].format(over=facts.over) if facts.sliced else ""
+    return reason.name, reason.why(facts) + lowered + facts.fused + level, reason.fix(facts)

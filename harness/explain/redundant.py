@@ -118,3 +118,14 @@ def program_factor(hlo_flops_per_device: float | None, devices: int | None,
     if not hlo_flops_per_device or not devices or not model_flops:
         return None
     return hlo_flops_per_device * devices / model_flops
+
+
+def repeated_lines(module: Module, mesh: dict) -> list[str]:
+    """One line per dot that repeats its work over some mesh axes, with the book's fix (§6.1)."""
+    lines = []
+    for _, r in repeated_dots(module, mesh).iterrows():
+        where = f" ({r[schema.SOURCE_LINE]})" if r[schema.SOURCE_LINE] else ""
+        lines.append(f"{r[schema.OP]}{where} repeats its work {r[schema.REPEAT]:g}x over "
+                     f"{r[schema.REPLICATED_AXES]}: no operand is split over it "
+                     f"(fix: shard the batch or a weight dimension over it, book §6.1)")
+    return lines

@@ -16,7 +16,8 @@ Found from what the compiled program shows, not from names:
   the routed copies T·k (T: the tokens the dispatch einsum contracts on this device; k: the
   router's ``TopK`` width) and the padding alike.
 
-Columns are named here (``ROUTED``) until the schema holds them.
+Columns: ``harness.schema.routed`` (``schema.ROUTED``); ``harness explain`` prints the table
+under the collectives (``harness.runs.explained``).
 """
 from __future__ import annotations
 
@@ -32,11 +33,8 @@ from harness.hlo.ir import Computation, Instruction, Module
 from harness.hlo.source import source_line
 from harness.hlo.walk import async_done, executed
 
-FORM = "form"                  # how the matmul covers the routed tokens (``FORMS``)
-ROUTED_FLOPS = "routed_flops"  # 2 · tokens · k · D · F: the FLOPs of the routed copies alone
-WASTE = "waste"                # computed FLOPs that no routed token needed, over the computed
-ROUTED = (schema.OP, schema.SOURCE_LINE, schema.SOURCE_OP, FORM, schema.COUNT, schema.FLOPS,
-          ROUTED_FLOPS, WASTE)
+# the columns (``harness.schema.routed``), named here too for callers of this module
+FORM, ROUTED_FLOPS, WASTE, ROUTED = schema.FORM, schema.ROUTED_FLOPS, schema.WASTE, schema.ROUTED
 
 FORMS = {
     "ragged": "each row meets only its expert's weights (ragged_dot, a grouped matmul): what "

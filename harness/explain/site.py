@@ -206,6 +206,9 @@ def _backward(instr: Instruction, comp: Computation, module: Module, hops: int
     dot = dot_in(src, module)
     if dot is not None:
         return dot
+    if src.opcode == "fusion" and any(i.opcode == "reduce" for i in module.computation(
+            src.called("calls")[0]).instructions):
+        return None  # it sums a reduction of the dot's result (a loss), not its partial sums
     return _backward(src, comp, module, hops - 1) if src.opcode in PASS else None
 
 
@@ -216,9 +219,13 @@ def locate(instr: Instruction, module: Module, kind: str) -> Site:
     if kind in ("all-reduce", "reduce-scatter"):
         dot = _backward(instr, comp, module, MAX_HOPS)
         return Site(dot, "output", dot_op_name=dot.op_name) if dot is not None else Site()
-    dims = instr.attrs.get("dimensions", ())
+    from harness.explain import fused
+
+    dims = fused.collective_op(instr, module).attrs.get("dimensions", ())
     dim = dims[0] if kind == "all-gather" and len(dims) == 1 else None
-    start = async_done(module, instr) if instr.opcode.endswith("-start") else instr
+    # an async pair, or a TPU collective chain, is read from where its result arrives
+    start = async_done(module, instr) if instr.opcode.endswith("-start") else \
+        fused.done(instr, module) or instr
     return _forward(start or instr, dim, comp, module, MAX_HOPS) or Site()
 
 

@@ -18,7 +18,7 @@ from dataclasses import replace
 import pandas as pd
 
 from harness import schema
-from harness.explain import axes, dataflow, gradients, reasons, site
+from harness.explain import axes, dataflow, fused, gradients, megatron, reasons, site
 from harness.explain.loops import regathered as regathered_times
 from harness.explain.loops import regathered_parameter
 from harness.hlo.desc import to_desc
@@ -29,15 +29,20 @@ from harness.hlo.walk import async_done, executed
 from predictions.rules import COLLECTIVE_OPCODES
 
 
-def collective_kind(instr: Instruction) -> str:
+def collective_kind(instr: Instruction, module: Module | None = None) -> str:
     """The collective an instruction is (``all-gather-start`` -> all-gather), "" for none and
-    for the ``-done`` half of an async pair."""
-    return COLLECTIVE_OPCODES.get(instr.opcode.removesuffix("-start"), "")
+    for the ``-done`` half of an async pair; given its ``module``, a TPU fusion that wraps one
+    too (``harness.explain.fused``: an all-reduce-scatter fusion is a reduce-scatter)."""
+    kind = COLLECTIVE_OPCODES.get(instr.opcode.removesuffix("-start"), "")
+    if kind or module is None:
+        return kind
+    found = fused.fused(instr, module)
+    return found[0] if found is not None else ""
 
 
 def _bytes(instr: Instruction, module: Module) -> float:
     """The larger of the collective's input and output on one device (book §4.2's V)."""
-    desc = to_desc(instr, module)
+    desc = to_desc(fused.collective_op(instr, module), module)
     return max(sum(s.nbytes for s in desc.operands), sum(s.nbytes for s in desc.results))
 
 
@@ -58,7 +63,8 @@ def _level(instr: Instruction, module: Module, kind: str, system) -> str:
     from harness.explain.levels import binding_text
     from predictions import levels
 
-    groups = replica_groups(instr, module) if system is not None else None
+    groups = replica_groups(fused.collective_op(instr, module), module) \
+        if system is not None else None
     if not groups or kind not in levels.PRICED:
         return ""
     nbytes = _bytes(instr, module) or 1.0  # the level that binds does not depend on V
@@ -111,7 +117,9 @@ def _facts(instr: Instruction, module: Module, kind: str, mesh_axes: str,
                          fsdp=(where.parameter, mesh_axes) in reduced,
                          stage_axis=stage_axis,
                          expert=dataflow.expert_role(instr, module),
-                         regathered=regathered,
+                         regathered=regathered, fused=fused.note(instr, module),
+                         handoff=dataflow.hands_block(instr, module),
+                         megatron=megatron.megatron(instr, module),
                          nbytes=_bytes(instr, module),
                          dtype=largest.dtype if largest is not None else "")
 
@@ -134,21 +142,22 @@ def _reduced(module: Module, mesh: dict[str, int] | None, names) -> frozenset:
     program reduces."""
     out = set()
     for instr, _ in executed(module):
-        if collective_kind(instr) in ("all-reduce", "reduce-scatter"):
-            out |= {(p, axes.describe(instr, module, mesh)) for p in
-                    gradients.gradients(instr, module, names)}
+        if collective_kind(instr, module) in ("all-reduce", "reduce-scatter"):
+            over = axes.describe(fused.collective_op(instr, module), module, mesh)
+            out |= {(p, over) for p in gradients.gradients(instr, module, names)}
     return frozenset(out)
 
 
 def _group(instr: Instruction, module: Module) -> int:
     """Devices in the collective's largest group (0 where its groups are not known)."""
-    groups = axes.device_groups(instr, module)
+    groups = axes.device_groups(fused.collective_op(instr, module), module)
     return max((len(g) for g in groups), default=0) if groups else 0
 
 
 def _names(instr: Instruction, module: Module) -> list[str]:
     """The op names the trace and the OPS table may give the collective: start and done."""
-    done = async_done(module, instr) if instr.opcode.endswith("-start") else None
+    done = async_done(module, instr) if instr.opcode.endswith("-start") else \
+        fused.done(instr, module)
     return [instr.name] + ([done.name] if done is not None else [])
 
 
@@ -195,10 +204,11 @@ def collectives(module: Module, *, mesh: dict[str, int] | None = None,
                 **{r[schema.OP]: r[schema.COMM_S] for r in listed}}
     rows = []
     for instr, count in executed(module):
-        kind = collective_kind(instr)
+        kind = collective_kind(instr, module)
         if not kind:
             continue
-        mesh_axes = axes.describe(instr, module, mesh)
+        inner = fused.collective_op(instr, module)
+        mesh_axes = axes.describe(inner, module, mesh)
         name, why, fix = reasons.explain(_facts(instr, module, kind, mesh_axes, loops, system,
                                                 names, reduced, mesh))
         op_names = _names(instr, module)
@@ -207,7 +217,9 @@ def collectives(module: Module, *, mesh: dict[str, int] | None = None,
         rows.append({
             schema.PROGRAM: module.name, schema.PROGRAM_ID: program_id, schema.OP: instr.name,
             schema.COLLECTIVE: kind,
-            schema.SOURCE_LINE: source_line(instr, module), schema.SOURCE_OP: instr.op_name,
+            # a TPU chain's start fusion carries no metadata: its collective's
+            schema.SOURCE_LINE: source_line(instr, module) or source_line(inner, module),
+            schema.SOURCE_OP: instr.op_name or inner.op_name,
             schema.MESH_AXES: mesh_axes, schema.DEVICE_BYTES: _bytes(instr, module),
             schema.COUNT: count, schema.REASON: name,
             schema.PREDICTED_S: _sum(predicted, op_names),

@@ -26,12 +26,14 @@ SHOWN = (schema.OP, schema.COLLECTIVE, schema.SOURCE_LINE, schema.MESH_AXES,
 
 @dataclass
 class Explained:
-    """What is explained (its title), its COLLECTIVES table (None or empty: no collectives)
-    and one line per finding on the work the layout repeats."""
+    """What is explained (its title), its COLLECTIVES table (None or empty: no collectives),
+    one line per finding on the work the layout repeats and its routed matmuls (an MoE's
+    expert matmuls, ``schema.ROUTED``; None or empty: none)."""
 
     title: str
     table: pd.DataFrame | None
     extra: list[str]
+    routed: pd.DataFrame | None = None
 
 
 def explain_path(path: Path, chip: str | None = None, program: str = "",
@@ -41,6 +43,7 @@ def explain_path(path: Path, chip: str | None = None, program: str = "",
     run's), predicted for ``chip`` (default: the trace's accelerator); ``network`` (a
     ``harness.chip.network.Declared``): priced at the network levels each crosses, and each
     reason naming the level that binds."""
+    from harness.explain import routed_report
     from harness.report import heading
 
     if not path.exists():
@@ -51,7 +54,12 @@ def explain_path(path: Path, chip: str | None = None, program: str = "",
     check_mesh(mesh, run.meta.get(schema.DEVICE_COUNT))
     if network is not None and network.given:
         table = _on_network(run, path, chip, program, mesh, network)
-    return Explained(heading.title(run), table, _redundant(run, path, mesh))
+    try:
+        module = run_module(run, path)
+    except HarnessError:  # a run that keeps no trace: no HLO to read
+        module = None
+    return Explained(heading.title(run), table, _redundant(run, module, mesh),
+                     routed_report.table(module))
 
 
 def _on_network(run, path: Path, chip: str | None, program: str, mesh: dict | None, network):
@@ -118,7 +126,9 @@ def _json(e: Explained, top: int) -> str:
     from harness.units import json_text
 
     rows = [] if e.table is None else json.loads(e.table.to_json(orient="records"))
-    return json_text({"title": e.title, "collectives": rows, "repeated_work": e.extra}) + "\n"
+    routed = [] if e.routed is None else json.loads(e.routed.to_json(orient="records"))
+    return json_text({"title": e.title, "collectives": rows, "repeated_work": e.extra,
+                      "routed_matmuls": routed}) + "\n"
 
 
 def _csv(e: Explained, top: int) -> str:
@@ -130,7 +140,18 @@ FORMATS = {"text": explained_text, "md": _markdown, "json": _json, "csv": _csv}
 
 
 def rendered(e: Explained, fmt: str, top: int) -> str:
-    return FORMATS[fmt](e, top)
+    """The report in ``fmt``, an MoE's routed matmuls after the collectives (csv: a second
+    table after one blank line; json holds them in its object)."""
+    from harness.explain import routed_report as rr
+    from harness.report import tables as t
+
+    r = e.routed
+    after = {"text": lambda: t.to_text(rr.shown(r), title=rr.title(r)) + rr.forms(r) +
+             t.legend_text(list(rr.shown(r).columns)) + "\n",
+             "md": lambda: f"\n### {rr.title(r)}\n\n{t.to_markdown(rr.shown(r))}\n"
+                           f"{rr.forms(r, '- ')}",
+             "csv": lambda: "\n" + r.to_csv(index=False), "json": lambda: ""}
+    return FORMATS[fmt](e, top) + (after[fmt]() if r is not None and len(r) else "")
 
 
 def _trace_of(run, path: Path) -> Path:
@@ -221,7 +242,7 @@ def _step_program(run) -> str:
     return str(run.meta.get(schema.PROGRAM_ID) or run.meta.get(schema.PROGRAM) or "")
 
 
-def _redundant(run, path: Path, mesh: dict | None) -> list[str]:
+def _redundant(run, module, mesh: dict | None) -> list[str]:
     """Lines on the work the layout repeats: the program's FLOPs over the model's, and each
     dot that repeats its work over some mesh axes (``harness.explain.redundant``)."""
     from harness.analysis.mesh import run_mesh
@@ -237,26 +258,9 @@ def _redundant(run, path: Path, mesh: dict | None) -> list[str]:
                      f"FLOPs ({fmt_number(s[schema.HLO_FLOPS_PER_DEVICE])} per device x "
                      f"{s[schema.DEVICES]} devices / {fmt_number(s[schema.MODEL_FLOPS])})")
     mesh = mesh or run_mesh(run.meta)
-    if mesh is None:
+    if mesh is None or module is None:
         return lines
-    try:
-        module = run_module(run, path)
-    except HarnessError:
-        return lines
-    return lines + repeated_lines(module, mesh)
-
-
-def repeated_lines(module, mesh: dict) -> list[str]:
-    """One line per dot that repeats its work over some mesh axes, with the book's fix."""
-    from harness.explain import redundant
-
-    lines = []
-    for _, r in redundant.repeated_dots(module, mesh).iterrows():
-        where = f" ({r[schema.SOURCE_LINE]})" if r[schema.SOURCE_LINE] else ""
-        lines.append(f"{r[schema.OP]}{where} repeats its work {r[schema.REPEAT]:g}x over "
-                     f"{r[schema.REPLICATED_AXES]}: no operand is split over it "
-                     f"(fix: shard the batch or a weight dimension over it, book §6.1)")
-    return lines
+    return lines + redundant.repeated_lines(module, mesh)
 
 
 def check_mesh(mesh: dict | None, devices) -> None:
@@ -281,7 +285,7 @@ def _static(path: Path, chip: str | None, mesh: dict | None, network=None) -> Ex
     where one is given (at the levels it crosses on a declared ``network``), nothing
     measured."""
     from harness.chip.network import resolve
-    from harness.explain import collectives
+    from harness.explain import collectives, redundant, routed_report
     from harness.hlo import hlo_costs, parse_module
 
     module = parse_module(path.read_text())
@@ -291,5 +295,6 @@ def _static(path: Path, chip: str | None, mesh: dict | None, network=None) -> Ex
     said = f", predicted for {chip}" if chip else " (--chip for roofline times)"
     said += f" on {system.name}" if system is not None else ""
     title = f"{module.name} ({path.name}: HLO text, not run{said})"
-    extra = repeated_lines(module, mesh) if mesh is not None else []
-    return Explained(title, collectives(module, mesh=mesh, ops=ops, system=system), extra)
+    extra = redundant.repeated_lines(module, mesh) if mesh is not None else []
+    return Explained(title, collectives(module, mesh=mesh, ops=ops, system=system), extra,
+                     routed_report.table(module))

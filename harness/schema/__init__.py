@@ -12,7 +12,8 @@ measured, predicted and compared columns, categories), ``step`` (the step as a w
 step object, simulated step), ``summary`` (a run's and a sweep's summary figures), ``compare``
 (baseline vs candidate, two layouts side by side), ``collectives`` (every collective explained),
 ``plan`` (candidate layouts, the book's gap), ``serving`` (the frontier, serving layouts),
-``memory`` (the three peaks, the buffers at the peak), ``meta`` (a run's meta.json keys) and
+``memory`` (the three peaks, the buffers at the peak), ``routed`` (an MoE's routed matmuls),
+``meta`` (a run's meta.json keys) and
 ``glossary`` (``term`` and ``GLOSSARY``).
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ from harness.schema.memory import *  # noqa: F403
 from harness.schema.meta import *  # noqa: F403
 from harness.schema.ops import *  # noqa: F403
 from harness.schema.plan import *  # noqa: F403
+from harness.schema.routed import *  # noqa: F403
 from harness.schema.serving import *  # noqa: F403
 from harness.schema.step import *  # noqa: F403
 from harness.schema.summary import *  # noqa: F403

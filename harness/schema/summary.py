@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from harness.schema.glossary import term
 from harness.schema.ops import COLLECTIVE, DEVICES, EFFICIENCY, GROUP_SIZE, SHARE, WAIT_S
+from harness.schema.routed import WASTE
 from harness.schema.step import (
     EXPOSED_COMM_S,
     IDLE_S,
@@ -83,7 +84,7 @@ FIGURES = (STEP_S, WALL_STEP_S, GRAPH_STEP_S, TRACE_OVERHEAD, MEASURED_OPS_S, PR
            BUS_BYTES, MEASURED_BUS_GBPS, PREDICTED_BUS_GBPS)
 # shown as percentages
 FRACTIONS = (EFFICIENCY, SHARE, COVERAGE, MFU, MFU_BOOK, HFU, MFU_AT_ROOFLINE, MATMUL_EFFICIENCY,
-             HOST_SPEED)
+             HOST_SPEED, WASTE)
 # repeated work (harness.explain.redundant)
 REPEAT = term("repeat", "how many devices compute the same thing: the product of the axes the "
               "op's work is not split over (1.0x: no repeated work)")
