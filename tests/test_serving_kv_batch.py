@@ -56,9 +56,13 @@ def test_prefill_equals_head_sharded():
     np.testing.assert_allclose(got["dp_tp_kv_batch"][1], got["dp_tp"][1], rtol=1e-6, atol=1e-6)
 
 
-def _all_to_alls(parallelism: str):
+def _compiled(parallelism: str):
     cfg, fn, args = _decode(parallelism, "1x8", scan_layers="false")
-    module = parse_module(fn.lower(*args).compile().as_text())
+    return cfg, parse_module(fn.lower(*args).compile().as_text())
+
+
+def _all_to_alls(parallelism: str):
+    cfg, module = _compiled(parallelism)
     return cfg, [(i, n) for i, n in executed(module) if i.opcode.startswith("all-to-all")]
 
 
@@ -76,6 +80,17 @@ def test_all_to_all_bytes_from_shapes():
         assert sum(s.nbytes for s in instr.operand_leaves) == block
         groups = instr.attrs["replica_groups"]
         assert groups.group_size == Z
+
+
+def test_the_caches_all_to_alls_are_not_an_experts_dispatch():
+    """The queries' AllToAll feeds attention's batched matmuls, whose batch dims are the batch
+    and the heads (two or more), not an expert's one: explain does not call it a dispatch."""
+    from harness.explain.dataflow import expert_role
+
+    cfg, module = _compiled("dp_tp_kv_batch")
+    roles = [expert_role(i, module) for i, _ in executed(module)
+             if i.opcode.startswith("all-to-all")]
+    assert len(roles) == 2 * cfg.L and set(roles) == {""}
 
 
 def test_head_sharded_has_no_all_to_all():

@@ -19,9 +19,10 @@
   loop or, carried, the next) while the device that sends it multiplies it no further: the
   output of one stage's layers handed to the next (a ring shift by one along the stage axis,
   ``axes.shift_axis``). A collective matmul's chunk is multiplied on both sides (``ring``).
-- ``expert_role``: an all-to-all that feeds per-expert matmuls (a dot with a batch dimension,
-  a ``ragged-dot``, a grouped-matmul kernel) is an MoE's "dispatch" (tokens sent to their
-  experts); one whose value comes from them is its "combine" (results brought back) (book §5.4).
+- ``expert_role``: an all-to-all of routed tokens (a router's top-k upstream) that feeds
+  per-expert matmuls (a dot with a batch dimension, a ``ragged-dot``, a grouped-matmul kernel)
+  is an MoE's "dispatch" (tokens sent to their experts); one whose value comes from them is its
+  "combine" (results brought back) (book §5.4).
 
 The loops a value is carried through (and an all-gather's value gathered again in each
 iteration): ``harness.explain.loops``.
@@ -238,11 +239,37 @@ def _from_expert(name: str, comp: Computation, module: Module, hops: int = MAX_H
                                         for n in instr.operand_names)
 
 
+# how a router picks its k experts: lax.top_k (a TopK custom call on CPU/GPU, a sort or an
+# approximate top-k on TPU)
+_TOP_K = ("topk", "top_k", "approxtopk")
+ROUTED_SEARCH = 400  # ops looked at upstream of an all-to-all for its router's top-k
+
+
+def routed(instr: Instruction, comp: Computation) -> bool:
+    """A top-k (a sort or a TopK call) lies upstream of ``instr`` in its computation: the
+    tokens it moves were routed. Attention's all-to-alls (inference.md's batch-sharded KV
+    cache) move queries no router chose, though they feed batched matmuls too."""
+    seen, todo = set(), list(instr.operand_names)
+    while todo and len(seen) < ROUTED_SEARCH:
+        name = todo.pop()
+        if name in seen or (op := comp.by_name.get(name)) is None:
+            continue
+        seen.add(name)
+        target = str(op.attrs.get("custom_call_target", "")).lower().replace("-", "")
+        if op.opcode == "sort" or any(t in target for t in _TOP_K):
+            return True
+        todo += op.operand_names
+    return False
+
+
 def expert_role(instr: Instruction, module: Module) -> str:
-    """"dispatch", "combine" or "" for the all-to-all ``instr`` (module docstring)."""
+    """"dispatch", "combine" or "" for the all-to-all ``instr`` (module docstring): one that
+    moves routed tokens (``routed``) to per-expert matmuls or back from them."""
     if instr.opcode.removesuffix("-start") not in ("all-to-all", "ragged-all-to-all"):
         return ""
     comp = module.computation(instr.computation)
+    if not routed(instr, comp):
+        return ""
     if _reached_dot(_arrived(instr, module), comp, module, match=expert_dot) is not None:
         return "dispatch"
     if any(_from_expert(n, comp, module) for n in instr.operand_names):
