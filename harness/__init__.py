@@ -26,6 +26,7 @@ EXPORTS: dict[str, str] = {
     "Run": "harness.record",
     "analyze": "harness.runs.pipeline",  # capture fn(*args, **kwargs) and analyse it
     "analyze_trace": "harness.runs.pipeline",
+    "memory_of": "harness.memory.ahead",  # fn's memory ahead of time, on a named chip
     "run_workload": "harness.runs.workload",
     "compare": "harness.regress.judge",
 }

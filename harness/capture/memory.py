@@ -121,8 +121,10 @@ def check_fits(compiled, devices: Sequence | None = None,
     have = min(caps) if caps else None
     if need is not None and have is not None and need > have:
         kind = devices[0].device_kind if devices else "device"
-        raise OutOfMemory(f"the program needs {units.fmt_bytes(need)} per device but a {kind} "
+        err = OutOfMemory(f"the program needs {units.fmt_bytes(need)} per device but a {kind} "
                           f"has {units.fmt_bytes(have)}; what helps: {knobs}")
+        err.need, err.capacity = need, have  # for the answer (harness.memory.oom)
+        raise err
     return need, have
 
 

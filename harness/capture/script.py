@@ -144,7 +144,8 @@ def run_script(script: Path, args: list[str], root: Path, *, devices: int | None
     given = {k: env[k] for k in ("XLA_FLAGS", DEVICE_COUNT_ENV) if k in env}
     if devices is not None:
         env = forced_device_count(env, devices)
-    cmd = [sys.executable, "-m", "harness.capture.child", str(root), repr(float(segment_s)),
+    # harness.capture.child with the out-of-memory guard (harness.memory.guard)
+    cmd = [sys.executable, "-m", "harness.memory.guard", str(root), repr(float(segment_s)),
            str(script), *args]
     # SIGINT handled here (not ignored, as a background job starts): passed on to the script's
     # process, which starts with Python's default handling of it (a handled signal is reset at

@@ -1,5 +1,9 @@
-"""``harness memory WORKLOAD|RUN``: the peak per device, predicted and compiled, what holds it,
-and the buffers live at it.
+"""``harness memory WORKLOAD|RUN|FILE.py:NAME``: the peak per device, predicted and compiled,
+what holds it, and the buffers live at it.
+
+``FILE.py:NAME`` is a user's own function (``harness.memory.ahead.memory_of``): NAME() returns
+``(fn, args)`` or ``(fn, args, kwargs)``; compiled here, or with ``--chip tpu-*`` for that TPU
+slice through libtpu, and where it does not fit, the cheapest ways to fit as advice.
 
 A registered workload (``--preset``, ``--set``, ``--mesh``; ``--chip tpu-*`` compiles for that
 TPU slice through libtpu, another chip prices its HBM as the limit) or a stored run directory
@@ -23,8 +27,9 @@ CHECKED = {"chip": "chip", "json": "file"}
 
 
 def add_arguments(p) -> None:
-    p.add_argument("target", metavar="WORKLOAD|RUN",
-                   help="a registered workload (harness list) or a stored run directory")
+    p.add_argument("target", metavar="WORKLOAD|RUN|FILE.py:NAME",
+                   help="a registered workload (harness list), a stored run directory, or a "
+                        "function of your own: NAME() in FILE.py returns (fn, args[, kwargs])")
     p.add_argument("--preset", default="tiny", metavar="NAME",
                    help="the workload's preset (default tiny)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -53,17 +58,33 @@ def _from_run(path: Path) -> tuple[str, str, dict, str | None]:
         dict(run.meta.get(schema.OVERRIDES) or {}), mesh
 
 
+def _is_function(target: str) -> bool:
+    """``FILE.py:NAME``: a user's own function (``harness.memory.ahead.load_target``)."""
+    return target.rpartition(":")[0].endswith(".py")
+
+
 def main(args) -> int:
     from harness.memory import of_workload
     from harness.memory.render import render, to_json
 
     target = Path(args.target)
-    if target.is_dir():
+    if _is_function(args.target):
+        name = preset = mesh = None
+    elif target.suffix == ".py":
+        raise HarnessError(f"{target}: name the function in it, {target}:NAME, where NAME() "
+                           "returns (fn, args) or (fn, args, kwargs)")
+    elif target.is_dir():
         name, preset, overrides, mesh = _from_run(target)
         overrides.update(parse_sets(args.overrides))
     else:
         name, preset, overrides, mesh = args.target, args.preset, parse_sets(args.overrides), None
-    report = of_workload(name, preset, overrides, args.mesh or mesh, args.chip)
+    if _is_function(args.target):  # FILE.py:NAME, a user's own function (harness.memory.ahead)
+        from harness.memory.ahead import load_target, memory_of
+
+        fn, fargs, fkwargs = load_target(args.target)
+        report = memory_of(fn, *fargs, chip=args.chip, **fkwargs)
+    else:
+        report = of_workload(name, preset, overrides, args.mesh or mesh, args.chip)
     print(render(report, args.format, args.top), end="")
     if args.json is not None:
         try:

@@ -67,7 +67,7 @@ def add_arguments(p) -> None:
 def main(args) -> int:
     from harness import report
     from harness.capture.script import run_script
-    from harness.runs.script import analyze_script
+    from harness.runs.script import analyze_script, oom_answer
     from harness.runs.workload import new_run_name
 
     if not args.script.is_file():
@@ -76,7 +76,8 @@ def main(args) -> int:
     try:
         ran = run_script(args.script, list(args.script_args), root, devices=args.devices,
                          segment_s=args.segment_s)
-        if ran.ended():
+        answer = oom_answer(ran)  # out of memory: the answer, after what it ran before
+        if ran.ended() and not answer:
             print(f"harness profile: {args.script} {ran.ended()}; reporting what it ran before",
                   file=sys.stderr)
         try:
@@ -85,7 +86,8 @@ def main(args) -> int:
         except HarnessError as e:  # no trace, or none with an op: the script's end comes first
             if not ran.exit_code:
                 raise
-            print(f"harness profile: error: {e}", file=sys.stderr)
+            print(f"{args.script}: {answer}" if answer else f"harness profile: error: {e}",
+                  file=sys.stdout if answer else sys.stderr)
             return ran.exit_code
         stored = (run.save(args.out / new_run_name(args.script.stem), files=report.files)
                   if args.out else None)
@@ -93,6 +95,8 @@ def main(args) -> int:
             run.meta.pop(schema.TRACE_FILE, None)
         print(report.render(run, args.format, top=args.top if args.format == "text" else None),
               end="")
+        if answer:
+            print(f"{args.script}: {answer}")
         if stored:
             print(f"run: {stored}")
         if args.keep_trace:

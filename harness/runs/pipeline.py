@@ -26,6 +26,7 @@ from harness import schema
 from harness.analysis.mesh import run_mesh
 from harness.analysis.tables import Context, derive
 from harness.capture.environment import git_state
+from harness.capture.memory import OutOfMemory, is_oom
 from harness.capture.steps import STEPS, Capture, capture
 from harness.chip import drift
 from harness.chip.network import describe as describe_network
@@ -38,6 +39,7 @@ from harness.hlo import parse_module
 from harness.measure.ops import by_execution, op_times
 from harness.measure.per_host import with_host_columns
 from harness.measure.programs import program_name
+from harness.memory import oom
 from harness.memory.peaks import measured_peak
 from harness.memory.report import of_function
 from harness.record import Run
@@ -153,6 +155,10 @@ def analyze(fn: Callable, *args, chip=None, steps: int = STEPS, warmup: int = 2,
                           carry=carry, command_buffers=command_buffers, keep_state=keep_state)
         except UserError as e:
             raise e.with_traceback(None)  # theirs, in one line: not the harness's frames
+        except Exception as e:  # out of memory: the would-be peak, what holds it, remedies
+            if not isinstance(e, OutOfMemory) and not is_oom(e):
+                raise
+            raise oom.for_function(fn, args, kwargs, jax.local_devices(), e, held) from None
         run = from_capture(cap, chip=chip, notes=cap.notes,
                            host_drift=drift.record(before, drift.probe(jax.local_devices())))
         if memory:

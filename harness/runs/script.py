@@ -100,6 +100,24 @@ def ending_note(ran: ScriptRun) -> str:
     return f"the script {ended}; this is the report of what it ran before" if ended else ""
 
 
+def oom_answer(ran: ScriptRun) -> str:
+    """The answer for a script that ran out of memory ("" for one that did not): the guard's
+    in its process (``harness.memory.guard``), else one made from XLA's message alone."""
+    from harness.capture.child import MESSAGE
+    from harness.capture.memory import OOM_MARKERS
+    from harness.memory import oom
+    from harness.memory.guard import OOM_FILE
+
+    try:
+        return str(json.loads((ran.root / OOM_FILE).read_text())["answer"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    said = ran.status.get(MESSAGE, "")
+    if not any(m in said for m in OOM_MARKERS):
+        return ""
+    return str(oom.answer(ran.script.name, None, None, None, error=said))
+
+
 def analyze_script(ran: ScriptRun, *, chip=None, program: str = "", keep: bool = False) -> Run:
     """The run of everything the script ran (``program``: one compilation or name), predicted
     for ``chip`` (default: the device it ran on). Its trace folder, the meta's
