@@ -39,7 +39,7 @@ from harness.capture.interrupt import (
 )
 from harness.capture.meshes import MeshLog
 from harness.capture.segments import SegmentTracer, after_import, write_json
-from harness.errors import one_line
+from harness.errors import HarnessError, one_line
 
 STATUS_FILE = "script.json"
 LAST_FRAMES = 5  # frames of a raising script's traceback printed (its last ones)
@@ -82,7 +82,8 @@ def run(script: Path) -> dict:
         # the SIGINT handler that raised KeyboardInterrupt is no frame of the script's
         shown.stack = traceback.StackSummary.from_list(
             [f for f in shown.stack if f.filename != interrupt.__file__])
-        print("".join(shown.format()), end="", file=sys.stderr)
+        if not isinstance(e, HarnessError):  # the harness's own answer (out of memory) is
+            print("".join(shown.format()), end="", file=sys.stderr)  # printed by the parent
         if isinstance(e, KeyboardInterrupt):
             return {OUTCOME: INTERRUPTED, CODE: 130, MESSAGE: "was interrupted by SIGINT",
                     FRAME: _last_frame(script, tb)}
