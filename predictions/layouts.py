@@ -174,14 +174,22 @@ for _part in ("dp", "fsdp", "tp", "fsdp_tp", "dp_tp"):
 # batch (attention and the dense weights see it as data parallelism, as DeepSeek-V3 runs it);
 # `workloads.llama.moe` dispatches and combines tokens over it by all-to-all. Priced by the
 # book's model of what splits the batch (plan ranks expert layouts in a later issue).
+# Their sizes are searched (Z, the other axes and the capacity factor, within the memory
+# that fits: harness.plan.experts), not split from F and the batch alone.
+def _expert_searched(F: float, tokens: float, n: int, topology: Sequence[int]):
+    raise ValueError("an expert layout's Z, other axes and capacity factor are searched within "
+                     "the memory that fits (harness.plan.experts), not split from F and B alone")
+
+
 EP = register(Layout("ep", ("expert",), ("expert",), (), (), "dp",
                      "expert parallel: the experts and the batch over every axis",
-                     planned=False))
-register(compose("dp_ep", DP, EP, planned=False,
+                     sizes=_expert_searched, planned=False))
+register(compose("dp_ep", DP, EP, planned=False, sizes=_expert_searched,
                  about="replicas over the first axis, the experts over the rest (the batch "
                        "over both)"))
 for _part in ("fsdp", "tp", "fsdp_tp", "dp_tp"):
-    register(compose(f"ep+{_part}", EP, LAYOUTS[_part], planned=False))
+    register(compose(f"ep+{_part}", EP, LAYOUTS[_part], planned=False,
+                     sizes=_expert_searched))
 
 
 def layout(name: str) -> Layout:

@@ -23,6 +23,8 @@ from predictions.topology import spans  # noqa: F401 (re-exported: harness.plan.
 LAYOUTS = registry.LAYOUTS
 # the pipelined layouts harness.plan.pipeline searches (ZeRO-1: weights whole per stage)
 PIPELINED = ("pp", "pp+tp", "pp+dp_tp")
+# the expert layouts harness.plan.experts searches (a MoE config; pp+dp_ep by the book only)
+EXPERT_LAYOUTS = ("ep", "dp_ep", "ep+fsdp", "ep+tp", "ep+fsdp_tp", "pp+dp_ep")
 
 
 @dataclass(frozen=True)
@@ -42,10 +44,16 @@ class Candidate:
     schedule: str = ""
     repeats: int = 1
     compile: bool = True  # False: priced by the book only
+    # an expert layout (harness.plan.experts): its mesh by role, row-major, and the capacity
+    # factor (None: dropless)
+    roles: tuple[tuple[str, int], ...] = ()
+    capacity: float | None = None
 
     @property
     def shape(self) -> dict[str, int] | None:
-        """A pipeline's mesh by role (stage, data, model: the layout's axes); None flat."""
+        """A pipeline's or an expert layout's mesh by role (the layout's axes); None flat."""
+        if self.roles:
+            return dict(self.roles)
         if self.S <= 1:
             return None
         size = {"stage": self.S, "data": self.X, "fsdp": self.X, "model": self.Y}
@@ -81,6 +89,8 @@ def check_layouts(names: Sequence[str]) -> list[str]:
             registry.layout(name)
         except ValueError as e:
             raise HarnessError(str(e)) from None
+        if name in EXPERT_LAYOUTS:
+            continue
         if not registry.layout(name).sized or (staged(name) and name not in PIPELINED):
             valid = plannable()
             why = ("harness plan searches ZeRO-1 pipelines (gpus.md: ZeRO-3 in a pipeline "
@@ -94,7 +104,7 @@ def plannable() -> list[str]:
     """Every layout ``harness plan`` can rank: the registry's sized ones, the pipelines
     searched (``harness.plan.pipeline``)."""
     return [n for n, e in registry.LAYOUTS.items()
-            if e.sized and ("stage" not in e.axes or n in PIPELINED)]
+            if e.sized and ("stage" not in e.axes or n in PIPELINED)] + [EXPERT_LAYOUTS[-1]]
 
 
 def staged(name: str) -> bool:
@@ -107,7 +117,7 @@ def candidates(names: Sequence[str], F: float, tokens: float, topology: Sequence
     """One ``Candidate`` per layout name on the ``prod(topology)`` chips."""
     out = []
     for name in check_layouts(names):
-        if staged(name):  # searched: harness.plan.pipeline
+        if staged(name) or name in EXPERT_LAYOUTS:  # searched: plan.pipeline, plan.experts
             continue
         entry = registry.layout(name)
         try:

@@ -85,6 +85,10 @@ def _book(setting: Setting, cand: Candidate, cfg, tokens: int) -> dict:
     from harness.plan import pipeline
     from harness.plan.pipeline_book import flat_network_s
 
+    if cand.roles:  # an expert layout (a MoE config): harness.plan.experts
+        from harness.plan.experts import book_row
+        return {**book_row(cand, cfg, setting.chip, setting.topology, setting.system),
+                schema.LEVELS: pipeline_levels(setting.system, cand)}
     model = PLANNABLE[setting.workload](cfg)
     strategy, dtype = layouts.layout(cand.layout).strategy, book_dtype(cfg.param_dtype)
     levels = pipeline_levels(setting.system, cand)
@@ -109,7 +113,9 @@ def _book(setting: Setting, cand: Candidate, cfg, tokens: int) -> dict:
 
 def pipeline_levels(system: System | None, cand: Candidate) -> str | None:
     """``axis_levels`` of a candidate, a pipeline's over its three axes (stage, data, model,
-    row-major)."""
+    row-major), an expert layout's over its roles."""
+    if cand.roles:
+        return axis_levels(system, cand, cand.roles)
     if cand.S <= 1:
         return axis_levels(system, cand)
     return axis_levels(system, cand, (("stage", cand.S), ("X", cand.X), ("Y", cand.Y)))
@@ -155,11 +161,16 @@ def evaluate(setting: Setting, cand: Candidate, progress: Callable[[str], None])
            schema.SPANS: f"{cand.M_X}x{cand.M_Y}", schema.PLAN_NOTE: cand.note}
     base = workloads.make_config(setting.workload, setting.preset, setting.overrides)
     overrides = {**setting.overrides, "parallelism": cand.layout, **pipeline_sets(cand, base)}
+    if cand.roles:  # an expert layout: its capacity factor (harness.plan.experts)
+        from harness.plan.experts import expert_sets
+        overrides.update(expert_sets(cand))
     wl = workloads.get(setting.workload)
     cfg = workloads.make_config(setting.workload, setting.preset, overrides)
     tokens = cfg.B * cfg.T
     row.update(_book(setting, cand, cfg, tokens))
     book_bytes = row[BOOK_BYTES]
+    if "stage" in dict(cand.roles):  # a pipelined MoE step is not built: the book's only
+        return _book_only(row, book_bytes, setting.chip)
     try:
         _check_builds(wl, cfg, cand.mesh)
     except WorkloadError as e:
@@ -223,14 +234,15 @@ def ranked(rows: Sequence[dict]) -> pd.DataFrame:
     """Layouts that fit by predicted step (those priced by the book alone after them, by the
     book's step), then those that do not fit, then those that cannot be built (the columns
     of ``schema.PLAN``, and a pipeline's where one is ranked)."""
+    from harness.plan import experts
     from harness.plan.pipeline import COLUMNS
 
     df = pd.DataFrame(list(rows))
-    extra = [c for c in COLUMNS if c in df.columns]
+    extra = [c for c in (*COLUMNS, *experts.COLUMNS) if c in df.columns]
     book = [BOOK_BYTES] if BOOK_BYTES in df.columns else []
     df = df.reindex(columns=[*schema.PLAN[:3], *extra, *schema.PLAN[3:8], *book,
                              *schema.PLAN[8:]])
-    for c in extra[:2]:  # stages, microbatches: whole numbers, blank on the flat rows
+    for c in [c for c in extra if c in (*COLUMNS[:2], experts.Z_COL)]:  # whole numbers
         df[c] = df[c].astype("Int64")
     order = df[schema.FITS].map(_ORDER).fillna(0)
     book = pd.Series(float("inf"), index=df.index) if schema.ANALYTIC_S not in df else \

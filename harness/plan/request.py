@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.plan import experts
 from harness.plan.compiles import CPU, NONE, compile_keys
 from harness.plan.layouts import candidates, staged
 from harness.plan.pipeline import PINNED, plan_candidates
@@ -142,11 +143,17 @@ def plan_layouts(workload: str, preset: str, overrides: dict, chip: Chip,
     if cfg.T >= LONG_CONTEXT:
         notes.append(f"T={cfg.T}: {workload} has no sequence-sharded layout, so none is tried")
     setting = Setting(workload, preset, overrides, chip, topology, tpu_chip, cache_dir, system)
-    flat = [c if compiled else dataclasses.replace(c, compile=False)
-            for c in candidates(layouts, cfg.F, tokens, topology)]
-    piped, searched = plan_candidates(workload, cfg, chip, topology, system,
-                                      [n for n in layouts if staged(n)], pinned, compiled,
-                                      alone=all(staged(n) for n in layouts))
+    if getattr(cfg, "E", 0):  # a MoE config: every layout searched as an expert layout
+        flat, searched = experts.plan_candidates(cfg, chip, topology, system,
+                                                 experts.names(layouts), compiled, preset)
+        piped = []
+    else:
+        experts.check_dense(layouts)
+        flat = [c if compiled else dataclasses.replace(c, compile=False)
+                for c in candidates(layouts, cfg.F, tokens, topology)]
+        piped, searched = plan_candidates(workload, cfg, chip, topology, system,
+                                          [n for n in layouts if staged(n)], pinned, compiled,
+                                          alone=all(staged(n) for n in layouts))
     notes += [searched] if searched else []
     result = plan(setting, flat + piped, progress)
     alpha = roofline.critical_intensity(chip, "bf16", "ici")
