@@ -17,7 +17,7 @@ from harness.chip import spells
 from harness.errors import HarnessError
 from harness.measure.shares import ON_HOST
 from harness.record import Run
-from harness.report import collectives, drawn, heading, memory, page, serving_loop, tables
+from harness.report import collectives, drawn, heading, memory, page, routing, serving_loop, tables
 from harness.report.step import step_lines
 from harness.units import json_text
 from predictions.hardware import CHIPS
@@ -187,6 +187,7 @@ def to_text(r: Run, top: int | None = 20) -> str:
             parts += [f"unmodeled {op}: {why}\n" for op, why in unmodeled_reasons(r.ops)]
     parts.append(memory.to_text(r))  # the memory section (issue 56), its columns in the legend
     parts += [f"{line}\n" for line in serving_loop.lines(r)]  # llama_generate's loop (issue 55)
+    parts += [f"{line}\n" for line in routing.lines(r)]  # an MoE's routing (issue 54)
     shown_columns.update(dict.fromkeys(memory.columns(r)))
     parts.append(tables.legend_text(list(shown_columns), width=LEGEND_WIDTH, spread=run_spread(r))
                  + "\n")
@@ -222,7 +223,7 @@ def to_markdown(r: Run, top: int | None = 30, plots: bool = True) -> str:
             out.append("\n### Unmodeled ops: why\n\n" + "".join(f"- `{op}`: {why}\n"
                                                                for op, why in reasons))
     out.append(memory.to_markdown(r, png=memory.MEMORY_PNG in pngs))
-    out.append(serving_loop.to_markdown(r))
+    out.append(serving_loop.to_markdown(r) + routing.to_markdown(r))  # issues 55, 54
     return "".join(out)
 
 
@@ -257,7 +258,7 @@ def to_html(r: Run, top: int | None = 50, plots: bool = True) -> str:
                 f"<li><code>{page.esc(op)}</code>: {page.esc(why)}</li>" for op, why in reasons)
                 + "</ul>")
     body.append(memory.to_html(r, png=pngs.get(memory.MEMORY_PNG)))
-    body.append(serving_loop.to_html(r))
+    body.append(serving_loop.to_html(r) + routing.to_html(r))  # issues 55, 54
     return page.document(heading.title(r), body)
 
 
@@ -273,6 +274,7 @@ def to_json(r: Run, top: int | None = None) -> str:
     explained = _collectives(r)
     if explained is not None and len(explained):
         out["collectives"] = json.loads(explained.to_json(orient="records"))
+    out.update({"routing": routing.to_json(r)} if routing.of(r) else {})  # MoE (issue 54)
     return json_text(out, indent=1) + "\n"  # strict: a NaN figure is null
 
 

@@ -23,6 +23,7 @@ from harness.report import serving_loop
 from harness.report.heading import mesh_str
 from harness.runs.pipeline import from_capture
 from harness.runs.scratch import clean_stale_scratch, scratch_prefix
+from harness.step import routing
 from harness.units import fmt_bytes
 from predictions import hardware
 from predictions.step import Analytic
@@ -149,6 +150,9 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
         if loop is not None:
             with memory.oom_as_error(what, _knobs(name)):
                 run.meta[serving_loop.LOOP] = loop(built.cfg, built.mesh, run.chip)
+        moe = _routing(built, run, scratch / "trace")  # an MoE's routing, measured (issue 54)
+        if moe:
+            run.meta[routing.ROUTING] = moe
         run.save(out / new_run_name(name), files=lambda r: report_files(r, plots=with_plots))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -181,6 +185,18 @@ def _memory(built: Built, preset: str, overrides: dict | None, run: Run):
     chip = getattr(run.chip, "name", None) if run.meta.get("platform") == "tpu" else None
     return of_run(built.workload.name, preset, overrides,
                   mesh_label(built.meta[schema.MESH]) or None, chip, built.mesh.devices.flat)
+
+
+def _routing(built: Built, run: Run, trace: Path) -> dict | None:
+    """The routing section of an MoE run (``harness.step.routing.of_built``; None if dense)."""
+    if not getattr(built.cfg, "E", 0):
+        return None
+    from harness.capture.steps import HLO_FILE
+    from harness.explain.routed import routed_matmuls
+    from harness.hlo import parse_module
+
+    module = parse_module((trace / HLO_FILE).read_text())
+    return routing.of_built(built, run, module, routed_matmuls(module))
 
 
 def _knobs(name: str) -> str:

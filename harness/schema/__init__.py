@@ -30,6 +30,7 @@ from harness.schema.meta import *  # noqa: F403
 from harness.schema.ops import *  # noqa: F403
 from harness.schema.plan import *  # noqa: F403
 from harness.schema.routed import *  # noqa: F403
+from harness.schema.routing import *  # noqa: F403
 from harness.schema.serving import *  # noqa: F403
 from harness.schema.step import *  # noqa: F403
 from harness.schema.summary import *  # noqa: F403
