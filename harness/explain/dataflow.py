@@ -228,14 +228,16 @@ def expert_dot(instr: Instruction, module: Module) -> Instruction | None:
     return dot if batched else None
 
 
-def _from_expert(name: str, comp: Computation, module: Module, hops: int = MAX_HOPS) -> bool:
-    """``name``'s value is a per-expert matmul's result, through ops that pass it on."""
+def _from_expert(name: str, comp: Computation, module: Module, hops: int = MAX_HOPS,
+                 match: Callable = expert_dot) -> bool:
+    """``name``'s value is a per-expert matmul's result (``match``), through ops that pass it
+    on."""
     instr = comp.by_name.get(name)
     if instr is None or hops <= 0:
         return False
-    if expert_dot(instr, module) is not None:
+    if match(instr, module) is not None:
         return True
-    return instr.opcode in PASS and any(_from_expert(n, comp, module, hops - 1)
+    return instr.opcode in PASS and any(_from_expert(n, comp, module, hops - 1, match)
                                         for n in instr.operand_names)
 
 
@@ -245,21 +247,29 @@ _TOP_K = ("topk", "top_k", "approxtopk")
 ROUTED_SEARCH = 400  # ops looked at upstream of an all-to-all for its router's top-k
 
 
-def routed(instr: Instruction, comp: Computation) -> bool:
-    """A top-k (a sort or a TopK call) lies upstream of ``instr`` in its computation: the
-    tokens it moves were routed. Attention's all-to-alls (inference.md's batch-sharded KV
-    cache) move queries no router chose, though they feed batched matmuls too."""
-    seen, todo = set(), list(instr.operand_names)
+def _top_k(op: Instruction) -> bool:
+    target = str(op.attrs.get("custom_call_target", "")).lower().replace("-", "")
+    return op.opcode == "sort" or any(t in target for t in _TOP_K)
+
+
+def routed(instr: Instruction, comp: Computation, module: Module) -> bool:
+    """A top-k (a sort or a TopK call) lies upstream of ``instr`` in its computation, or, in a
+    loop body whose values come in from outside (a backward pass's layer scan), anywhere in
+    the program: the tokens it moves were routed. Attention's all-to-alls (inference.md's
+    batch-sharded KV cache) move queries no router chose, though they feed batched matmuls
+    too."""
+    seen, todo, outside = set(), list(instr.operand_names), False
     while todo and len(seen) < ROUTED_SEARCH:
         name = todo.pop()
         if name in seen or (op := comp.by_name.get(name)) is None:
             continue
         seen.add(name)
-        target = str(op.attrs.get("custom_call_target", "")).lower().replace("-", "")
-        if op.opcode == "sort" or any(t in target for t in _TOP_K):
+        if _top_k(op):
             return True
+        outside |= op.opcode == "parameter" and not comp.is_entry
         todo += op.operand_names
-    return False
+    return outside and any(_top_k(op) for c in module.computations.values()
+                           for op in c.instructions)
 
 
 def expert_role(instr: Instruction, module: Module) -> str:
@@ -268,10 +278,13 @@ def expert_role(instr: Instruction, module: Module) -> str:
     if instr.opcode.removesuffix("-start") not in ("all-to-all", "ragged-all-to-all"):
         return ""
     comp = module.computation(instr.computation)
-    if not routed(instr, comp):
+    if not routed(instr, comp, module):
         return ""
-    if _reached_dot(_arrived(instr, module), comp, module, match=expert_dot) is not None:
-        return "dispatch"
-    if any(_from_expert(n, comp, module) for n in instr.operand_names):
-        return "combine"
+    # a per-expert matmul first; then any matmul, for routed tokens reach their experts' dots
+    # unbatched too (one expert a device; ragged_dot lowered densely on XLA:CPU)
+    for match in (expert_dot, dot_in):
+        if _reached_dot(_arrived(instr, module), comp, module, match=match) is not None:
+            return "dispatch"
+        if any(_from_expert(n, comp, module, match=match) for n in instr.operand_names):
+            return "combine"
     return ""
