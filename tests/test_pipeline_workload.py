@@ -250,3 +250,42 @@ def test_microbatches_that_do_not_split_over_the_batch_axes_are_one_line():
                                             r"the 2 devices of the batch axes Y; valid "
                                             r"microbatches: 1, 2, 4 \(or a larger --set B\)"):
         pipeline.check_mesh(cfg, abstract_mesh("2x2"))
+
+
+# --- compiled for a TPU slice by libtpu (splash in the stage loop, the embedding's gather) -----
+@pytest.mark.slow   # one small pipelined compile by libtpu: about a minute on a shared host
+@pytest.mark.libtpu
+def test_a_pipeline_with_data_and_tensor_parallelism_compiles_for_tpu():
+    # 2 stages x 2 replicas x 2-way TP on a v5p 2x2x2 slice, T = 256 so splash attention runs
+    # inside the stage loop (its shard_map nested in the stage's); libtpu once refused it ("the
+    # context mesh ... should match the mesh passed to shard_map") and then the embedding's
+    # gather ("Slice dim size 64 greater than dynamic slice dimension: 32": D over 2-way TP)
+    from harness.hlo import executed, parse_module
+    from workloads.aot import compile_in_subprocess
+
+    aot = compile_in_subprocess("llama_train", "tiny_pp", {
+        "parallelism": "pp+dp_tp", "stages": "2", "microbatches": "2", "B": "8", "T": "256",
+        "H": "128", "schedule": "gpipe"}, "stage=2,data=2,model=2", tpu_chip="tpu-v5p")
+    module = parse_module(aot.hlo_text)
+    ran = [i for i, _ in executed(module)]
+    assert "splash_mha_fwd_residuals" in {i.name.split(".")[0] for i in ran}
+    assert any(i.opcode.startswith("collective-permute") for i in ran)   # the stage hand-off
+
+
+def test_a_failed_compile_reports_the_error_line_not_the_last_line():
+    from workloads.aot import failure_line
+
+    # a child's traceback as jax 0.10 prints it: the exception, its message's continuation,
+    # then where in our code it came from
+    output = "\n".join([
+        "Traceback (most recent call last):",
+        '  File "/work/main/workloads/aot.py", line 71, in compile_here',
+        "    compiled = lowered.compile()",
+        "jax.errors.JaxRuntimeError: INVALID_ARGUMENT: during context [post-layout]: Slice "
+        "dim size 64 greater than dynamic slice dimension: 32.",
+        "\t, for instruction %dynamic-slice.4998 = bf16[2,256,64] dynamic-slice(...)",
+        "Suspected Python Code Location:",
+        "  /work/main/workloads/llama/model.py:124:11 [embed]", ""])
+    assert failure_line(output).startswith("jax.errors.JaxRuntimeError: INVALID_ARGUMENT")
+    assert failure_line("ValueError: a\nValueError: b\n  trailing") == "ValueError: b"
+    assert failure_line("killed\n") == "killed" and failure_line("") == "no output"

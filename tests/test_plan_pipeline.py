@@ -180,13 +180,6 @@ def test_a_tiny_pipeline_is_compiled_and_ranked(capsys, tmp_path, monkeypatch):
 
 @pytest.mark.heavy  # LLaMA-3.1 405B pipelined, compiled by libtpu for a v5p slice: 5-10 min
 @pytest.mark.libtpu
-@pytest.mark.xfail(reason="the workload's real-size pipelined TPU compile fails (jax 0.10.2, "
-                   "libtpu 0.0.42.1): splash attention's shard_map inside the stage loop "
-                   "('context mesh ... should match the mesh passed to shard_map'); with "
-                   "attention=naive, 'Slice dim size 16384 greater than dynamic slice "
-                   "dimension: 1024' (2048 on Meta's mesh) at the embedding gather. plan "
-                   "ranks the row as 'cannot be built' with the compiler's last line",
-                   strict=False)
 def test_405b_pipeline_compiled_for_a_v5p_slice(capsys):
     # 1M tokens on 128 v5p chips: the book's best pipeline is 4 stages x 2 replicas x 16-way
     # TP, 128 microbatches, circular (1.2% bubble, 79 GB a chip by the book)

@@ -24,6 +24,7 @@ import json
 import logging
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -87,9 +88,22 @@ def _child_env(devices: int, tpu_chip: str | None) -> dict:
     return env
 
 
+# a traceback's exception line: "jax.errors.JaxRuntimeError: INVALID_ARGUMENT: ..."
+ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exhausted|Exit)\b(: |$)")
+
+
+def failure_line(output: str) -> str:
+    """The line of a failed child's output that names its error: the last exception line of
+    its traceback (the lines after it are the message's continuation, jax's "Suspected Python
+    Code Location" or its note on filtered frames), else its last line."""
+    lines = [x.strip() for x in output.strip().splitlines() if x.strip()]
+    named = [x for x in lines if ERROR_LINE.match(x)]
+    return (named or lines or ["no output"])[-1]
+
+
 class CompileJob:
     """A compile running in a child process; ``result()`` waits for it (WorkloadError with the
-    child's last line on failure)."""
+    line of the child's output that names its error on failure, ``failure_line``)."""
 
     def __init__(self, name: str, preset: str, overrides: Mapping[str, str] | None,
                  mesh_shape: str, tpu_chip: str | None, timeout_s: float):
@@ -136,9 +150,9 @@ class CompileJob:
             if self._proc.returncode == OOM_EXIT and oom.exists():
                 raise HbmExhausted(f"{self.compiler} for {self.topology}: {oom.read_text()}")
             if self._proc.returncode != 0:
-                last = (output.strip().splitlines() or ["no output"])[-1]
                 where = f" for {self.topology}" if self.topology else ""
-                raise WorkloadError(f"AOT compile of {self.what}{where} failed: {last}")
+                raise WorkloadError(f"AOT compile of {self.what}{where} failed: "
+                                    f"{failure_line(output)}")
             out = Path(self._dir.name)
             timings = json.loads((out / "timings.json").read_text())
             return AotResult((out / "compiled.hlo.txt").read_text(), timings["lower_s"],

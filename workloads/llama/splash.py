@@ -102,5 +102,18 @@ def attention(q_BTNH, k_BSKH, v_BSKH, sh, blocks: Blocks = MAXTEXT, interpret: b
     if sh.mesh is None:
         return local(q_BTNH, k_BSKH, v_BSKH)
     spec = P(sh.batch, None, sh.model, None)
-    return jax.shard_map(local, mesh=sh.mesh, in_specs=(spec, spec, spec), out_specs=spec,
-                         check_vma=False)(q_BTNH, k_BSKH, v_BSKH)
+    mesh, axes = _mesh_here(sh.mesh)
+    return jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec,
+                         axis_names=axes, check_vma=False)(q_BTNH, k_BSKH, v_BSKH)
+
+
+def _mesh_here(mesh):
+    """The mesh and axes of splash's ``shard_map``: ``mesh``'s, or inside a ``shard_map``
+    already manual over some axes (a pipeline's stage loop) the context's abstract mesh and
+    the axes still automatic there (jax 0.10: a nested ``shard_map`` must name the context's
+    mesh)."""
+    here = jax.sharding.get_abstract_mesh()
+    manual = set(getattr(here, "manual_axes", ()) or ())
+    if not manual:
+        return mesh, frozenset()
+    return here, frozenset(a for a in here.axis_names if a not in manual)
