@@ -157,6 +157,7 @@ def test_the_all_reduces_are_priced(run):
     assert any("rebuilt from the Chrome JSON" in n for n in run.notes)
 
 
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_explain_names_the_all_reduces(capsys):
     assert cli.main(["explain", str(TRACE), "--chip", CHIP, "--top", "3"]) == 0
     out = capsys.readouterr().out

@@ -161,6 +161,7 @@ def test_the_next_run_removes_a_killed_runs_scratch_but_not_a_live_ones(tmp_path
         live.wait()
 
 
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_no_compile_cache_leaves_the_cache_alone(tmp_path, monkeypatch):
     monkeypatch.setenv("SCALING_HARNESS_CACHE", str(tmp_path / "cache"))
     code = ("import sys; from harness.cli import main; sys.exit(main(['run', 'matmul', "

@@ -50,6 +50,7 @@ def test_predict_module_totals_are_sums_of_op_terms():
     assert set(pred.categories[schema.CATEGORY]) == {"matmul", "collective"}
 
 
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_cli_compiles_tiny_train_step_on_16_devices(capsys):
     rc = main(["predict-hlo", "llama_train", "--mesh", "4x4", "--chip", "tpu-v5e",
                "--chip", "h100", "--format", "json"])

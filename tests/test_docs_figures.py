@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "docs" / "make_figures.py"
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -26,6 +28,7 @@ def _linked() -> set[str]:
             for m in re.findall(r"!\[[^\]]*\]\(((?:docs/)?[\w.-]+\.png)\)", p.read_text())}
 
 
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_the_script_draws_every_picture_the_pages_show(tmp_path):
     done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], cwd=ROOT, check=True,
                           capture_output=True, text=True, timeout=300,

@@ -53,6 +53,7 @@ def _joined(name, xprof, runs) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_one_row_per_program_id_and_op_that_xprof_lists(name, xprof, runs):
     j = _joined(name, xprof, runs)
     assert (j["_merge"] == "both").all(), j.loc[j["_merge"] != "both",

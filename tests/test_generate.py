@@ -89,6 +89,7 @@ def _reference(cfg, T: int):
     return tokens
 
 
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_greedy_tokens_equal_plain_prefill_and_decode(progs):
     """Three requests through two slots (one waits for a slot), the prefix cached: each one's
     tokens equal a plain prefill of prefix + prompt followed by decode steps."""

@@ -284,6 +284,7 @@ def test_predict_hlo_compiles_for_the_tpu_slice(capsys):
 
 
 @pytest.mark.libtpu
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_text_report_names_compiler_topology_and_fit(capsys):
     assert main(["predict-hlo", "llama_decode", "--mesh", "2x2", "--chip", "tpu-v5p",
                  "--top", "3"]) == 0
@@ -331,6 +332,7 @@ def test_without_libtpu_a_tpu_chip_costs_the_cpu_compile_and_says_so(capsys, mon
 
 
 @pytest.mark.libtpu
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_a_second_run_reads_the_compile_from_the_cache(capsys):
     argv = ["predict-hlo", "matmul", "--mesh", "2x2", "--chip", "tpu-v5e", "--compiler", "tpu",
             "--set", "B=128", "--format", "json"]

@@ -49,6 +49,7 @@ def test_tiny_train_peaks_side_by_side(tiny_train):
 
 
 @pytest.mark.libtpu
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_past_a_small_limit_on_v5e_ends_in_the_report(monkeypatch, capsys):
     pytest.importorskip("libtpu")
     monkeypatch.setenv("SCALING_HARNESS_DEVICE_MEMORY", "64KiB")

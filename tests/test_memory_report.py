@@ -117,6 +117,7 @@ ARGV = ["predict-hlo", "llama_train", "--mesh", "2x2", "--chip", "tpu-v5e", "--s
         "--set", "remat=none", "--top", "3"]
 
 
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_a_refused_config_says_so_first_and_prints_no_tpu_mfu(capsys, monkeypatch):
     _refused_compile(monkeypatch, _real("100m_b64_t2048_naive"))
     assert main(ARGV) == 0

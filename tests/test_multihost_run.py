@@ -58,6 +58,7 @@ def _only_run(out: Path) -> Path:
 
 # --- acceptance: 2 processes x 4 devices, one merged run ------------------------------------
 @pytest.mark.parametrize("workload", ["collective", "llama_train"])
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_two_processes_merge_into_one_run_with_all_devices(tmp_path, workload):
     from harness.runs.workload import run_workload
 
@@ -132,6 +133,7 @@ nbytes = [4096]
 """
 
 
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_a_sweep_across_two_processes_stores_every_point_once(tmp_path):
     sweep_file = tmp_path / "job.toml"
     sweep_file.write_text(SWEEP)
@@ -156,6 +158,7 @@ def test_a_sweep_across_two_processes_stores_every_point_once(tmp_path):
 
 
 # --- a process killed mid-run ---------------------------------------------------------------
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_killing_a_process_stops_the_launch_and_leaves_no_run(tmp_path):
     out = tmp_path / "results"
     cmd = [*HARNESS, "launch", "--processes", "2", "--devices-per-process", "4", "--", "-v",
@@ -201,6 +204,7 @@ def _run_distributed(tmp_path, port, process_id, num_processes, timeout="2"):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
 
 
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_wrong_coordinator_or_process_count_fails_in_bounded_time(tmp_path):
     no_coordinator, missing_peer, pair = _free_port(), _free_port(), _free_port()
     t0 = time.monotonic()

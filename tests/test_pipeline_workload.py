@@ -111,6 +111,7 @@ def piped(reference):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_pipelined_gradients_equal_the_unpipelined_ones(name, reference, piped):
     *_, ref_value, ref_grads = reference
     _, value, grads, _ = piped(name)
@@ -122,6 +123,7 @@ def test_pipelined_gradients_equal_the_unpipelined_ones(name, reference, piped):
 
 
 @pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_a_padded_stack_runs_the_models_layers(name):
     # L=3 on 2 stages: 4 rows, an identity row first (stage 0: pad, layer 0; stage 1: 1, 2)
     cfg = _cfg(L=3, parallelism="pp", schedule=name, stages=2, microbatches=2, pad_layers=True)

@@ -129,6 +129,7 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, says):
     assert len(err) == 1 and says in err[0], err
 
 
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_tiny_plan_through_the_cpu_compiler(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("SCALING_HARNESS_CACHE", str(tmp_path))
     rc = main(["plan", "--chip", "tpu-v5p", "--topology", "2x2x2", "--compiler", "cpu",

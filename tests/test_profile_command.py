@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from harness import schema
 from harness.record import Run
 
@@ -37,6 +39,7 @@ def _harness(tmp_path, *argv, timeout=240):
                           env=_env(tmp_path), cwd=tmp_path, check=False)
 
 
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_profile_reports_the_step_program_lists_every_program_and_stores_it(tmp_path):
     (tmp_path / "mine.py").write_text(SCRIPT)
     done = _harness(tmp_path, "profile", "--format", "json", "--out", "runs", "mine.py", "128")
@@ -61,6 +64,7 @@ def test_profile_reports_the_step_program_lists_every_program_and_stores_it(tmp_
         p[schema.PROGRAM_ID] for p in report["programs"]}
 
 
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_a_script_that_fails_still_reports_what_it_ran_and_exits_1(tmp_path):
     (tmp_path / "mine.py").write_text(SCRIPT)
     done = _harness(tmp_path, "profile", "mine.py", "64", "boom")
@@ -69,6 +73,7 @@ def test_a_script_that_fails_still_reports_what_it_ran_and_exits_1(tmp_path):
     assert "programs ran" in done.stdout  # the report of both programs, printed anyway
 
 
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_a_plain_jax_profiler_trace_of_your_function_gives_its_full_table(tmp_path):
     """RNG programs run before the profile starts; the trace holds only the user's program,
     which is the one reported (predicted for this host's cpu chip), not an empty table."""

@@ -13,6 +13,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 from profiling import HARNESS, env_for, executions, harness, report_of
 
 from harness import schema
@@ -118,6 +119,7 @@ def _interrupted(tmp_path: Path, body: str, *argv: str, background: bool = False
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, "".join(seen) + err), took
 
 
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_ctrl_c_ends_the_script_at_once_with_exit_130_and_the_report(tmp_path):
     done, took = _interrupted(tmp_path, """
         run(4)
@@ -134,6 +136,7 @@ def test_ctrl_c_ends_the_script_at_once_with_exit_130_and_the_report(tmp_path):
     assert not list(tmp_path.glob("harness-profile-*"))
 
 
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_ctrl_c_ends_the_script_when_harness_started_as_a_background_job(tmp_path):
     """A background job of a shell without job control starts with SIGINT ignored (CI scripts,
     ``pytest &``): harness profile still takes the SIGINT, passes it on, and the script's process

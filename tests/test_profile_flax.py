@@ -66,6 +66,7 @@ SCRIPT = textwrap.dedent(f"""
 """)
 
 
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_a_flax_nnx_step_has_its_collectives_named_by_the_scripts_axes(tmp_path):
     (tmp_path / "train.py").write_text(SCRIPT)
     done = harness(tmp_path, "profile", "--chip", "cpu", "--format", "json", "--out", "runs",

@@ -174,6 +174,7 @@ def test_devices_are_forced_over_the_scripts_own_flags():
     assert device_count_flag("--xla_cpu_foo=1") is None
 
 
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_an_interrupted_script_that_does_not_stop_is_killed(monkeypatch):
     """Ctrl-C, then a process that ignores it (its own process ends itself at once, writing
     nothing more: harness.capture.child): killed KILL_AFTER_S after the Ctrl-C."""

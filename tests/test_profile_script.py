@@ -38,6 +38,7 @@ OWN_FLAGS = ('import os\n'
     (True, None, 2, 2, "--devices 2"),
     (False, 2, None, 2, "XLA_FLAGS in the environment"),
 ])
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_the_script_keeps_its_own_device_count(tmp_path, own, flags, devices, count, why):
     (tmp_path / "mine.py").write_text((OWN_FLAGS if own else "") + SHARDED)
     extra = {"XLA_FLAGS": f"--xla_force_host_platform_device_count={flags}"} if flags else {}
@@ -70,6 +71,7 @@ def test_a_device_count_the_script_asks_jax_for_is_named(tmp_path):
         report["notes"]
 
 
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_the_cpu_chip_is_calibrated_on_the_scripts_devices(tmp_path):
     (tmp_path / "mine.py").write_text(OWN_FLAGS + SHARDED)
     done = harness(tmp_path, "profile", "--format", "json", "mine.py")

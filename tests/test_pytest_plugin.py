@@ -49,6 +49,7 @@ def this_checkout(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
 
 
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_harness_run_profiles_steps_and_saves_runs_for_compare(pytester, tmp_path,
                                                                this_checkout):
     pytester.makepyfile(test_inner=INNER)
@@ -88,6 +89,7 @@ def test_extra_info_is_json_plain():
 USER_MODEL = Path(__file__).parent / "fixtures" / "regress" / "user_model.py"
 
 
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_a_users_own_benchmark_as_a_nightly_job(pytester, tmp_path, monkeypatch, capsys,
                                                 this_checkout):
     """The nightly flow end to end on a benchmark the harness does not contain: a baseline saved

@@ -36,6 +36,7 @@ def runs(tmp_path_factory):
 
 @pytest.mark.parametrize(("name", "overrides"), POINTS,
                          ids=[f"{n}-{'-'.join(map(str, o.values()))}" for n, o in POINTS])
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_the_step_adds_up_on_all_eight_devices(name, overrides, runs):
     run = runs(name, overrides)
     step = run.step

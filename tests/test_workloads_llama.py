@@ -111,6 +111,7 @@ def test_unsharded_loss_matches_numpy(reference_losses):
     ("dp_tp", "2x4", {}),
     ("fsdp_tp", "4x2", {"remat": "full", "scan_layers": False}),
 ])
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_train_step_matches_unsharded(parallelism, mesh_shape, extra, reference_losses):
     cfg = _tiny32(parallelism=parallelism, **extra)
     fn, (p, o, x, y) = train.build(cfg, make_mesh(mesh_shape))
@@ -169,6 +170,7 @@ def _decode_vs_forward(overrides, mesh_shape="4x2", steps=4, prompt=8):
 
 
 @pytest.mark.parametrize("parallelism,mesh_shape", [("dp_tp", "4x2"), ("tp", "8")])
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_decode_with_cache_matches_full_forward(parallelism, mesh_shape):
     got, want = _decode_vs_forward({"parallelism": parallelism}, mesh_shape)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -80,6 +80,7 @@ def _train_losses(attention, dtype, mesh=None, steps=2):
     return losses
 
 
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_train_loss_fused_matches_naive():
     # fp32: the same function up to summation order; bf16: within bf16's 2^-8 relative step
     assert _train_losses("fused", "float32") == pytest.approx(_train_losses("naive", "float32"),

@@ -33,6 +33,7 @@ def _loss_and_grads(cfg, mesh_shape):
 
 @pytest.mark.parametrize("mesh_shape,parallelism", [(None, "dp"), ("8x1", "fsdp"),
                                                     ("4x2", "fsdp_tp")])
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_the_chunked_loss_and_its_gradients_are_the_whole_ones(mesh_shape, parallelism):
     whole = _loss_and_grads(_cfg(1, parallelism=parallelism), mesh_shape)
     for chunks in (2, 4, 16):     # T = 16: chunks of 8, 4 and 1 tokens
@@ -51,6 +52,7 @@ def _compiled(cfg):
 LOGIT_HEAVY = {"V": 8192, "B": 4, "T": 128, "L": 1}
 
 
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_the_chunked_loss_keeps_one_chunks_logits_live():
     logits = 4 * 128 * 8192 * 4
     whole = _compiled(_cfg(1, **LOGIT_HEAVY)).memory_analysis()

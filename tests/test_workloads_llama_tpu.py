@@ -85,6 +85,7 @@ def test_fused_picks_splash_on_tpu_for_causal_attention_over_128_tokens(monkeypa
 
 
 @pytest.mark.libtpu
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_the_train_step_compiles_splash_kernels_for_a_tpu_slice():
     from workloads.aot import compile_in_subprocess
 
@@ -203,6 +204,7 @@ def test_offloading_lowers_the_peak_through_libtpu():
 
 
 @pytest.mark.libtpu
+@pytest.mark.slow  # over 12 s on a 2-core host: CI's slow step runs it
 def test_maxtexts_tuned_recipe_compiles_fused_backward_and_offloads_the_layer_input():
     # 2 layers of D = 64 (32 per device on the model axis), 512 tokens in 256 blocks
     from workloads.aot import compile_in_subprocess
