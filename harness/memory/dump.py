@@ -13,6 +13,7 @@ compilers holds no live ranges: the dump is the one source that gives both on ev
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -82,6 +83,25 @@ def _command(name: str, preset: str, overrides: Mapping[str, str] | None, mesh: 
     return cmd
 
 
+@contextlib.contextmanager
+def _no_persistent_cache():
+    """jax's persistent compilation cache off for one compile: on (``harness run`` turns it
+    on), it hands back an executable compiled before, with no compile to dump (its key leaves
+    the dump options out). jax decides once per process whether it uses the cache, so the
+    decision is reset on the way in and out."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    enabled = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", enabled)
+        compilation_cache.reset_cache()
+
+
 def dump_here(lowered, platform: str = "") -> Dump:
     """Compile ``lowered`` (a ``jax.stages.Lowered``: a user's own function) once more in this
     process with XLA's dump on, for this compile alone (``compiler_options``: XLA reads them
@@ -90,7 +110,8 @@ def dump_here(lowered, platform: str = "") -> Dump:
 
     with tempfile.TemporaryDirectory(prefix="harness-memory-") as tmp:
         options = {"xla_dump_to": tmp, **{flag.lstrip("-"): True for flag in DUMP_FLAGS}}
-        compiled = lowered.compile(compiler_options=options)
+        with _no_persistent_cache():
+            compiled = lowered.compile(compiler_options=options)
         result = read_dump(Path(tmp))
     result.memory = memory_stats(compiled)
     result.compiler = f"XLA:{platform.upper()}" if platform else "XLA"
