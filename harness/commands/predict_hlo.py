@@ -51,6 +51,11 @@ def add_arguments(p) -> None:
                    help="op rows to print per chip (default 15; 0 = all)")
     add_format(p, ("text", "md", "json"))
     add_network(p)
+    p.add_argument("--compile", dest="fit_compiles", type=count, default=1, metavar="N",
+                   help="with no remat given: the fit search compiles the settings the memory "
+                        "model keeps, cheapest first, until N are placed and uses the cheapest "
+                        "(default 1; 0: the ranking alone, nothing compiled); every setting is "
+                        "listed ranked under the prediction")
 
 
 def main(args) -> int:
@@ -66,7 +71,8 @@ def main(args) -> int:
     prediction = predict_workload(
         args.workload, args.preset, overrides, args.mesh, chips, args.compiler,
         aot_cache_dir() if args.compile_cache else None,
-        lambda line: print(line, file=sys.stderr, flush=True), declared(args))
+        lambda line: print(line, file=sys.stderr, flush=True), declared(args),
+        args.fit_compiles)
     top = args.top or 1 << 30  # --top 0: every op, as in every command
     if args.format == "json":
         print(json_text(prediction_json(prediction, top), indent=1))

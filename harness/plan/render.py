@@ -29,7 +29,8 @@ def prediction_json(p: WorkloadPrediction, top: int) -> dict:
     ok = p.compiled
     return {
         "header": p.header, "notes": p.notes,
-        "cross_check": next(iter(ok.values()))[2],
+        "cross_check": next(iter(ok.values()))[2] if ok else None,
+        "fit_settings": None if p.fit_table is None else _records(p.fit_table),
         "refused": {name: js for name, (_, js) in p.refusals.items()},
         "compiles": {k: {"compiler": a.compiler, "topology": a.topology,
                          "devices": a.devices, "lower_s": a.lower_s,
@@ -74,7 +75,17 @@ def prediction_text(p: WorkloadPrediction, fmt: str, top: int) -> str:
             out.append(tables.render(r.gap, fmt))
             out.append(gap_line(r.gap, "tpu" if r.compile != CPU else CPU) + "\n")
         out.append(tables.render(r.prediction.ops.head(top), fmt, OP_COLUMNS))
+    if p.fit_table is not None:
+        out.append(f"\n{FIT_TITLE}\n")
+        out.append(tables.render(p.fit_table, fmt))
     return "".join(out)
+
+
+FIT_TITLE = ("the settings the fit search weighed (no remat given), those the memory model keeps "
+             "first, ranked by predicted step time (max of the FLOPs at the chip's peak and the "
+             "offloads over PCIe); hbm, host: the model's bytes a device (in GiB; the note's HBM "
+             "budget is in GB); added_flops: FLOPs a device beyond the setting doing the "
+             "fewest; libtpu: its verdict on those compiled")
 
 
 def step_lines(sim, totals: dict) -> list[str]:

@@ -14,6 +14,13 @@ refuses a program whose temporaries exceed the HBM early in the compile
 with the loss in as many more chunks as the model needs to save that much. The one that fits is
 used (its compile is cached, so ``predict-hlo`` reads it back) and a note names the knobs set,
 their predicted step time, the settings pruned and the compiles made, with their time.
+
+Beside the pick, ``search`` returns the ranking (issue 56 part 3, "the cheapest way to fit"):
+every setting the workload offers, those the memory model keeps first, cheapest first by
+``predicted_s``, each with its bytes in HBM and host memory, the FLOPs it adds over the setting
+that does the fewest, the model's verdict and, for those compiled, libtpu's. ``compiles``
+(``predict-hlo --compile K``, default 1) compiles until K settings are placed (the pick: the
+cheapest of them) or every kept one is tried; 0 compiles none and ranks by the model alone.
 """
 from __future__ import annotations
 
@@ -21,6 +28,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pandas as pd
 
 from harness.plan.fit import RefusalUnreadable, parse_refusal
 from harness.units import fmt_bytes, fmt_decimal_bytes
@@ -129,38 +138,118 @@ def prune(name: str, trials: list, budget: float, host: float | None) -> tuple[l
     return kept, words
 
 
+# the ranking's columns (``table``): a setting's knobs, its stage, its step time, the bytes the
+# memory model gives it a device, the FLOPs a device it adds over the setting that does the
+# fewest (recomputation, a chunked loss' second output projection), the model's verdict, and
+# libtpu's for a setting compiled ("" for one not compiled)
+RANK, SETTING, STAGE, PREDICTED_S = "rank", "setting", "stage", "predicted_s"
+HBM, HOST, ADDED = "hbm_bytes", "host_bytes", "added_flops"
+MODEL, LIBTPU = "model", "libtpu"
+FITS, PAST_HBM, PAST_HOST = "fits", "past HBM", "past host memory"
+PLACED, REFUSED = "placed", "refused"
+
+
+def verdict(trial, budget: float, host: float | None) -> str:
+    """The memory model's word on ``trial``: fits, past the HBM, or past the host memory."""
+    if trial.need_bytes > budget:
+        return PAST_HBM
+    return PAST_HOST if host is not None and trial.host_bytes > host else FITS
+
+
+def table(trials: list, tpu_chip: str, budget: float, host: float | None,
+          compiled: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """Every setting in ``trials``, those the model keeps first, each group cheapest first by
+    ``predicted_s`` (``ordered``), ranked 1.. where kept; ``compiled``: libtpu's verdict by
+    ``knobs(trial.sets)``. Knobs every trial sets alike (the state donated) are left out of
+    the setting's words."""
+    compiled = compiled or {}
+    same = {k for k, v in trials[0].sets.items() if all(t.sets.get(k) == v for t in trials)}
+    least = min(t.flops for t in trials)
+    said = [(verdict(t, budget, host), t) for t in ordered(trials, tpu_chip)]
+    rows, rank = [], 0
+    for model, t in [s for s in said if s[0] == FITS] + [s for s in said if s[0] != FITS]:
+        rank += model == FITS
+        rows.append({RANK: rank if model == FITS else None,
+                     SETTING: knobs({k: v for k, v in t.sets.items() if k not in same}),
+                     STAGE: t.stage, PREDICTED_S: predicted_s(t, tpu_chip),
+                     HBM: t.need_bytes, HOST: t.host_bytes, ADDED: t.flops - least,
+                     MODEL: model, LIBTPU: compiled.get(knobs(t.sets), "")})
+    return pd.DataFrame(rows)
+
+
+@dataclass
+class Fit:
+    """The search's answer: ``sets`` (the overrides with the knobs set), its ``note`` (one
+    line) and the ranking (``table``)."""
+
+    sets: dict
+    note: str
+    table: pd.DataFrame
+
+
 def choose(workload, preset: str, overrides: Mapping[str, str], mesh_shape: str,
            tpu_chip: str, cache_dir: Path | None,
            progress: Callable[[str], None] = lambda line: None) -> tuple[dict, str]:
-    """``(overrides with the knobs set, one line saying which and why)``: of the
-    ``workload.fit_trials`` the memory model keeps, cheapest first by ``predicted_s``, the
-    first whose compile for ``tpu_chip`` fits; when none does, the last refused (or, none
-    compiled, the one the model gives the fewest bytes), whose compile then reports the
-    refusal."""
+    """``(overrides with the knobs set, one line saying which and why)``: ``search`` with one
+    setting placed."""
+    fit = search(workload, preset, overrides, mesh_shape, tpu_chip, cache_dir, progress)
+    return fit.sets, fit.note
+
+
+def search(workload, preset: str, overrides: Mapping[str, str], mesh_shape: str,
+           tpu_chip: str, cache_dir: Path | None,
+           progress: Callable[[str], None] = lambda line: None, compiles: int = 1) -> Fit:
+    """Of the ``workload.fit_trials`` the memory model keeps, cheapest first by
+    ``predicted_s``, compile for ``tpu_chip`` until ``compiles`` are placed (a refused one
+    retried with more loss chunks, ``_retry``); the pick is the cheapest placed; when none
+    is, the last refused (or, none compiled, the one the model gives the fewest bytes),
+    whose compile then reports the refusal; ``compiles`` 0: the model's cheapest, nothing
+    compiled. With the ranking of every setting, retries included."""
     import workloads
     from workloads.mesh import abstract_mesh
 
     cfg = workloads.make_config(workload.name, preset, overrides)
     mesh = abstract_mesh(mesh_shape, workload.mesh_axes)
-    budget = hardware.chip_entry(tpu_chip).hbm_bytes
+    budget, host = hardware.chip_entry(tpu_chip).hbm_bytes, _host_budget(tpu_chip)
     trials = workload.fit_trials(cfg, mesh, budget, overrides)
-    kept, pruned = prune(workload.name, trials, budget, _host_budget(tpu_chip))
-    log, last = Compiles(), min(trials, key=lambda t: t.need_bytes)
-    for trial in ordered(kept, tpu_chip):
+    kept, pruned = prune(workload.name, trials, budget, host)
+    log, last, placed, said = Compiles(), min(trials, key=lambda t: t.need_bytes), [], {}
+    for trial in ordered(kept, tpu_chip) if compiles else ():
         need = trial.need_bytes
-        while trial is not None:
+        while trial is not None and len(placed) < compiles:
             sets = {**overrides, **trial.sets}
+            trials += [trial] if trial not in trials else []
             over = _compile(workload, preset, sets, mesh_shape, tpu_chip, cache_dir, log,
                             progress, knobs(trial.sets))
+            said[knobs(trial.sets)] = REFUSED if over is not None else PLACED
             if over is None:
-                refused = f" ({'; '.join(log.refused)}: refused)" if log.refused else ""
-                return sets, (f"{knobs(trial.sets)} (no remat given): the first setting that "
-                              f"fits {tpu_chip}'s HBM, cheapest first by predicted step time "
-                              f"({predicted_s(trial, tpu_chip):.1f} s, FLOPs at peak and "
-                              f"offloads over PCIe); {pruned}; {log.line()}{refused}")
+                placed.append(trial)
+                break
             log.refused.append(knobs(trial.sets))
             last, nxt = trial, _retry(workload, cfg, mesh, overrides, trial, need, over)
             need, trial = (nxt.need_bytes, nxt) if nxt else (need, None)
+    ranking = table(trials, tpu_chip, budget, host, said)
+    return Fit(*_pick(placed, kept, last, overrides, tpu_chip, pruned, log, compiles), ranking)
+
+
+def _pick(placed: list, kept: list, last, overrides: Mapping[str, str], tpu_chip: str,
+          pruned: str, log: Compiles, compiles: int) -> tuple[dict, str]:
+    """``(the overrides with the chosen knobs, the note)`` (``search``)."""
+    if not compiles and kept:
+        best = ordered(kept, tpu_chip)[0]
+        return ({**overrides, **best.sets},
+                f"{knobs(best.sets)} (no remat given): the memory model's cheapest setting "
+                f"for {tpu_chip} ({predicted_s(best, tpu_chip):.1f} s), nothing compiled "
+                f"(--compile 0); {pruned}")
+    if placed:
+        best = ordered(placed, tpu_chip)[0]
+        which = ("the first setting that fits" if compiles == 1 else
+                 f"the cheapest of the {len(placed)} settings placed in")
+        refused = f" ({'; '.join(log.refused)}: refused)" if log.refused else ""
+        return ({**overrides, **best.sets},
+                f"{knobs(best.sets)} (no remat given): {which} {tpu_chip}'s HBM, cheapest "
+                f"first by predicted step time ({predicted_s(best, tpu_chip):.1f} s, FLOPs at "
+                f"peak and offloads over PCIe); {pruned}; {log.line()}{refused}")
     return ({**overrides, **last.sets},
             f"no setting fits {tpu_chip}'s HBM: {pruned}; {log.line()}"
             + (f", every one refused ({'; '.join(log.refused)})" if log.refused else ""))

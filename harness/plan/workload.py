@@ -21,6 +21,7 @@ import pandas as pd
 
 from harness import schema
 from harness.capture.memory import memory_fit
+from harness.errors import HarnessError
 from harness.plan import search
 from harness.plan.compiles import CPU, compile_all, compile_keys
 from harness.plan.fit import describe_refusal
@@ -59,6 +60,7 @@ class WorkloadPrediction:
     compiles: dict   # key -> (AotResult, Module, cross-check), or libtpu's refusal (exception)
     refusals: dict   # chip -> (lines, json) of the refusal, for a chip libtpu refused
     chips: list[ChipResult]
+    fit_table: pd.DataFrame | None = None  # the fit search's ranking (search.table), if run
 
     @property
     def compiled(self) -> dict:
@@ -69,14 +71,16 @@ class WorkloadPrediction:
 def predict_workload(workload: str, preset: str, overrides: dict, mesh_shape: str,
                      chips: list[Chip], compiler: str, cache_dir: Path | None,
                      progress: Callable[[str], None] = lambda line: None,
-                     network=None) -> WorkloadPrediction:
+                     network=None, fit_compiles: int = 1) -> WorkloadPrediction:
     """Compile ``workload`` for ``chips`` (``compiler``: a key of ``compiles.COMPILERS``) on
     the mesh ``mesh_shape`` ("8x8"), setting the memory knobs when no remat is given (each
     trial compile's line handed to ``progress``), and price it on each chip; ``network`` (a
     ``harness.chip.network.Declared``): collectives at the network levels they cross, the
     mesh's devices row-major over the declared nodes or slices (a TPU program is compiled as
     one slice of all of them: libtpu's multi-slice program moves DCN bytes as megascale
-    transfers, which are not priced as collectives)."""
+    transfers, which are not priced as collectives); ``fit_compiles``: the settings the fit
+    search places (``search.search``; 0: it ranks them by the memory model, nothing is
+    compiled and no chip priced)."""
     import workloads  # deferred: importing workloads imports jax
     from harness.chip.network import describe, resolve
     from predictions.mesh import parse_mesh
@@ -95,12 +99,19 @@ def predict_workload(workload: str, preset: str, overrides: dict, mesh_shape: st
     for key in set(keys.values()) - {CPU}:  # before any compile: a slice libtpu can build
         tpu.check_slice(key, mesh_dims(mesh_shape))
     tpu_key = next((k for k in keys.values() if k != CPU), None)
-    chose_remat = search.wanted(wl, overrides, tpu_key)
+    chose_remat, ranking = search.wanted(wl, overrides, tpu_key), None
+    header = f"{workload} ({preset}) on mesh {mesh_str(dict(mesh.shape))}"
+    if not chose_remat and not fit_compiles:
+        raise HarnessError("--compile 0 ranks the fit search's settings without compiling: "
+                           "only with no remat given, for a TPU chip with libtpu")
     if chose_remat:  # no remat given: the cheapest knobs that fit
-        overrides, note = search.choose(wl, preset, overrides, mesh_shape, tpu_key, cache_dir,
-                                        progress)
-        notes.append(note)
+        fit = search.search(wl, preset, overrides, mesh_shape, tpu_key, cache_dir, progress,
+                            fit_compiles)
+        overrides, ranking = fit.sets, fit.table
+        notes.append(fit.note)
         cfg = workloads.make_config(workload, preset, overrides)
+        if not fit_compiles:  # the ranking alone
+            return WorkloadPrediction(header, mesh_shape, notes, {}, {}, [], ranking)
     compiles = compile_all(workload, preset, overrides, mesh_shape, keys, compiler, cache_dir)
     refusals, results = {}, []
     for chip in chips:
@@ -117,8 +128,7 @@ def predict_workload(workload: str, preset: str, overrides: dict, mesh_shape: st
             result.fit = {"fits": False, "refused": refusals[chip.name][1]}
             result.totals = {k: v for k, v in result.totals.items() if k not in NOT_FOR_REFUSED}
         results.append(result)
-    header = f"{workload} ({preset}) on mesh {mesh_str(dict(mesh.shape))}"
-    return WorkloadPrediction(header, mesh_shape, notes, compiles, refusals, results)
+    return WorkloadPrediction(header, mesh_shape, notes, compiles, refusals, results, ranking)
 
 
 def _price(chip: Chip, key: str, compiles: dict, book, system=None) -> ChipResult:
