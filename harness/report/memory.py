@@ -63,6 +63,10 @@ def absent(r) -> str:
     need = r.meta.get(schema.MEMORY_NEEDED_BYTES) if r.meta.get("platform") != "cpu" else None
     have = (f"XLA's memory_analysis gives {fmt_bytes(need)} per device "
             f"(arguments + outputs - aliased + temporaries); " if need else "")
+    if r.meta.get(schema.TRACE_FILE) and not r.meta.get(schema.WORKLOAD):
+        return (f"memory: {have}a trace holds no buffer assignment: the peaks and the buffers "
+                f"at the peak come from a compile with XLA's dump (harness memory WORKLOAD, "
+                f"or harness.analyze(fn, *args, memory=True) for your own function)")
     if r.meta.get(schema.WORKLOAD):
         where = getattr(r, "path", None) or "RUN"
         return (f"memory: {have}the peaks side by side (measured, compiled, the book's) and the "
