@@ -181,7 +181,8 @@ def test_zero1_shards_the_moments_not_the_weights():
 # --- one line naming the valid choices ---------------------------------------------------------
 @pytest.mark.parametrize("sets, says", [
     (dict(parallelism="pp", stages=3), "stages=3 x repeats=1 does not divide the L=2 layers; "
-                                       "valid stages: 1, 2 (or --set pad_layers=true"),
+                                       "valid stages: 1, 2 (or more layers, --set L=6 or "
+                                       "--preset tiny_pp; or --set pad_layers=true"),
     (dict(parallelism="pp", microbatches=3), "microbatches=3 does not divide the batch B=8; "
                                              "valid: 1, 2, 4, 8"),
     (dict(parallelism="fsdp", stages=2), "valid: pp, pp+dp, pp+fsdp, pp+tp, pp+fsdp_tp"),

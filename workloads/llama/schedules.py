@@ -192,7 +192,8 @@ def check_config(cfg) -> None:
     if cfg.L % (S * v) and not cfg.pad_layers:
         ok = ", ".join(str(k) for k in range(1, cfg.L + 1) if cfg.L % (k * v) == 0)
         raise WorkloadError(f"stages={S} x repeats={v} does not divide the L={cfg.L} layers; "
-                            f"valid stages: {ok} (or --set pad_layers=true: identity layers on "
+                            f"valid stages: {ok} (or more layers, --set L={S * v * 2} or "
+                            f"--preset tiny_pp; or --set pad_layers=true: identity layers on "
                             f"the first and last stages)")
     staged = "stage" in layouts.layout(cfg.parallelism).axes
     if S > 1 and not staged:
