@@ -14,6 +14,7 @@ from conftest import FIXTURES
 
 from harness import schema
 from harness.capture import child, environment, script, segments
+from harness.capture.interrupt import raising_sigint
 from harness.capture.script import ScriptRun
 from harness.capture.segments import segment_dir
 from harness.devices import DEVICE_COUNT_ENV, device_count_flag, forced_device_count
@@ -186,10 +187,12 @@ def test_an_interrupted_script_that_does_not_stop_is_killed(monkeypatch):
     monkeypatch.setattr(script, "KILL_AFTER_S", 0.2)
     stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time; "
                                  "signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)"])
-    # the terminal's Ctrl-C, caught by _wait
+    # the terminal's Ctrl-C, caught by _wait; raised as run_script raises it (Python's default
+    # handling, where pytest itself runs as a background job with SIGINT ignored)
     threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
     try:
-        returncode, interrupted_s, killed = script._wait(stubborn)
+        with raising_sigint():
+            returncode, interrupted_s, killed = script._wait(stubborn)
     finally:
         stubborn.kill()
     assert killed and returncode == -signal.SIGKILL and interrupted_s is not None
