@@ -92,8 +92,9 @@ def _host_ram() -> int | None:
         return None
 
 
-def capacity_bytes(device, local_devices: int = 1) -> int | None:
-    """What ``device`` can hold: the override, its ``bytes_limit``, or a share of host RAM."""
+def capacity_bytes(device, local_devices: int = 1, host_share: bool = True) -> int | None:
+    """What ``device`` can hold: the override, its ``bytes_limit``, or (``host_share``) a
+    CPU device's share of host RAM."""
     if os.environ.get(MEMORY_ENV):
         return parse_bytes(os.environ[MEMORY_ENV])
     try:
@@ -102,7 +103,7 @@ def capacity_bytes(device, local_devices: int = 1) -> int | None:
         stats = None
     if stats and stats.get("bytes_limit"):
         return int(stats["bytes_limit"])
-    if getattr(device, "platform", "") == "cpu":
+    if host_share and getattr(device, "platform", "") == "cpu":
         ram = _host_ram()
         return ram // max(1, local_devices) if ram else None
     return None

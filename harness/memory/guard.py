@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import tempfile
 import threading
 from pathlib import Path
 
-from harness.capture.memory import MEMORY_ENV, OutOfMemory, footprint, is_oom, parse_bytes
+from harness.capture.memory import OutOfMemory, capacity_bytes, footprint, is_oom
 from harness.memory import oom
 
 log = logging.getLogger(__name__)
@@ -42,17 +41,10 @@ class _Compiled:
 
 
 def limit(devices) -> int | None:
-    """The device limit the guard holds a program to (None: none known)."""
-    if os.environ.get(MEMORY_ENV):
-        return parse_bytes(os.environ[MEMORY_ENV])
-    limits = []
-    for d in devices:
-        try:
-            stats = d.memory_stats()
-        except Exception:  # noqa: BLE001 - not implemented on every backend
-            stats = None
-        if stats and stats.get("bytes_limit"):
-            limits.append(int(stats["bytes_limit"]))
+    """The device limit the guard holds a program to (None: none known): the smallest
+    ``capacity_bytes`` of ``devices``, a CPU's share of the host's RAM left out (the script
+    runs as it would alone)."""
+    limits = [c for d in devices if (c := capacity_bytes(d, host_share=False)) is not None]
     return min(limits) if limits else None
 
 
