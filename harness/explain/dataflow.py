@@ -268,8 +268,16 @@ def routed(instr: Instruction, comp: Computation, module: Module) -> bool:
             return True
         outside |= op.opcode == "parameter" and not comp.is_entry
         todo += op.operand_names
-    return outside and any(_top_k(op) for c in module.computations.values()
-                           for op in c.instructions)
+    return outside and _has_top_k(module)
+
+
+def _has_top_k(module: Module) -> bool:
+    """Whether any computation of ``module`` holds a top-k, worked out once per module."""
+    found = module.derived.routing
+    if "top_k" not in found:
+        found["top_k"] = any(_top_k(op) for c in module.computations.values()
+                             for op in c.instructions)
+    return found["top_k"]
 
 
 def expert_role(instr: Instruction, module: Module) -> str:

@@ -91,6 +91,7 @@ class Derived:
     chain_roles: dict = field(default_factory=dict)  # fusion -> role in a TPU chain (hlo.tpu)
     transfers: list = field(default_factory=list)    # [its TransferOps] (step.transfers)
     frames: dict = field(default_factory=dict)       # stack frame id -> Frame (hlo.source)
+    routing: dict = field(default_factory=dict)      # "top_k" -> has one (explain.dataflow)
 
 
 @dataclass(slots=True)
