@@ -22,7 +22,7 @@ from harness import schema
 from harness.errors import HarnessError
 from harness.plan.experts_book import PUBLISHED, ExpertPriced, moe_config, price, spans_rule
 from harness.plan.layouts import PLANNABLE, Candidate, n_ckpt
-from harness.plan.pipeline import BOOK_BYTES, BUBBLE, MICROBATCHES, SCHEDULE, STAGES, _tp_degrees
+from harness.plan.pipeline import BOOK_BYTES, BUBBLE, MICROBATCHES, SCHEDULE, STAGES, tp_degrees
 from harness.units import fmt_decimal_bytes, fmt_seconds
 from predictions.hardware import Chip
 from predictions.network import System
@@ -108,7 +108,7 @@ def _meshes(name: str, N: int, cfg, chip: Chip, system: System | None
     roles = ROLES[name]
     zs = [z for z in (2 ** i for i in range(1, int(math.log2(N)) + 1))
           if cfg.E % z == 0 and N % z == 0] if "expert" in roles else [1]
-    ys = [y for y in _tp_degrees(cfg, chip, N, system) if y > 1] if "model" in roles else [1]
+    ys = [y for y in tp_degrees(cfg, chip, N, system) if y > 1] if "model" in roles else [1]
     ss = [s for s in STAGE_COUNTS if s <= cfg.L] if "stage" in roles else [1]
     for S in ss:
         for Z in zs:

@@ -101,7 +101,7 @@ def divisors(n: int, low: int = 1, high: int | None = None) -> list[int]:
     return [k for k in range(low, min(n, high or n) + 1) if n % k == 0]
 
 
-def _tp_degrees(cfg, chip: Chip, N: int, system: System | None) -> list[int]:
+def tp_degrees(cfg, chip: Chip, N: int, system: System | None) -> list[int]:
     """Y: powers of two dividing N and the query heads, K dividing Y or Y dividing K, within
     a GPU's NVLink domain (gpus.md) or up to ``TPU_MAX_TP``."""
     top = (system.domain if system is not None else chip.chips_per_node) \
@@ -132,7 +132,7 @@ def search(cfg, model: Config, chip: Chip, topology: Sequence[int], system: Syst
     budget, P = chip.hbm_bytes, None
     kept, tried, over, least = [], 0, 0, None
     valid: dict[str, set] = {k: set() for k in PINNED}
-    for Y in _tp_degrees(cfg, chip, N, system):
+    for Y in tp_degrees(cfg, chip, N, system):
         for S in divisors(N // Y, 2, model.L):
             X = N // (S * Y)
             name = _layout(X, Y, names)
