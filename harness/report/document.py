@@ -274,7 +274,7 @@ def to_json(r: Run, top: int | None = None) -> str:
     explained = _collectives(r)
     if explained is not None and len(explained):
         out["collectives"] = json.loads(explained.to_json(orient="records"))
-    out.update({"routing": routing.to_json(r)} if routing.of(r) else {})  # MoE (issue 54)
+    out.update({schema.ROUTING: routing.to_json(r)} if routing.of(r) else {})  # MoE (issue 54)
     return json_text(out, indent=1) + "\n"  # strict: a NaN figure is null
 
 
