@@ -18,27 +18,19 @@ from harness.analysis import recompiles
 from harness.analysis.gaps import join, workload_efficiency
 from harness.hlo import Module, hlo_costs
 from harness.measure.ops import by_execution, executions, named, op_sums, op_times, step_samples
-from harness.measure.programs import ALL, ProgramKey, chosen, program_name
+from harness.measure.programs import (
+    ALL,
+    ProgramKey,
+    chosen,
+    module_for,
+    program_name,
+    row_keys,
+)
 from harness.trace.load import TraceEvents
 
 # A program that ran this often is a step (a training or serving loop's body); one that ran
 # fewer times is set-up (initialisation, a first eager call) or an occasional evaluation.
 STEP_EXECUTIONS = 3
-
-
-def row_keys(table: pd.DataFrame) -> list[ProgramKey]:
-    """The (name, program id) of each row of a table with a program column (OPS,
-    COLLECTIVES; id "" where the table has none)."""
-    ids = (table[schema.PROGRAM_ID].astype(str) if schema.PROGRAM_ID in table.columns
-           else [""] * len(table))
-    return list(zip(table[schema.PROGRAM].astype(str), ids))
-
-
-def compilations(table: pd.DataFrame) -> list[ProgramKey]:
-    """The compilations a table's rows are of, in the order they first appear."""
-    if schema.PROGRAM not in table.columns:
-        return []
-    return list(dict.fromkeys(row_keys(table)))
 
 
 def of_program(table: pd.DataFrame, program: str) -> pd.DataFrame:
@@ -71,14 +63,6 @@ def reported(per: Mapping[ProgramKey, Measured], program: str) -> list[ProgramKe
         return []
     main = step_program(picked)
     return [main] if not program else [main, *(k for k in picked if k != main)]
-
-
-def module_for(modules: Mapping, key: ProgramKey) -> Module | None:
-    """The module of one compilation: by (name, id), else the only one of that name."""
-    if key in modules:
-        return modules[key]
-    same = [m for (name, _), m in modules.items() if name == key[0]]
-    return same[0] if len(same) == 1 else None
 
 
 def predicted(module: Module | None, chip, trace: TraceEvents, system=None) -> pd.DataFrame:

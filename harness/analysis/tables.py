@@ -30,7 +30,6 @@ from harness.analysis.gaps import (
 )
 from harness.analysis.programs import (
     measure,
-    module_for,
     predicted,
     program_notes,
     program_table,
@@ -41,7 +40,7 @@ from harness.capture.memory import host_note
 from harness.hlo import Module, cross_check, cross_check_skip
 from harness.measure.arrivals import collective_ops, named_collectives, replica_groups
 from harness.measure.ops import named, step_time
-from harness.measure.programs import ProgramKey
+from harness.measure.programs import ProgramKey, module_for
 from harness.measure.shares import apart, host_shares, op_timing
 from harness.record import Tables
 from harness.step import containers, simulated, step_figures
@@ -137,10 +136,9 @@ def derive(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
     module = module_for(modules, main)
     devices = int(ctx.devices or events[schema.DEVICE].nunique())
     main_events = per[main].events if main in per else events
-    est = ctx.book
     held = containers(costed.get(main, schema.empty(schema.OPS_PREDICTED)), main_events)
     step, spans = step_figures(main_events, main_ops, pairs=_pairs(module, trace), apart=held,
-                               devices=range(devices) if ctx.devices else (), book=est,
+                               devices=range(devices) if ctx.devices else (), book=ctx.book,
                                host=trace.host, groups=groups_of(modules),
                                cores=host_cores() if shared else None,
                                beside=_beside(events, costed) if trace.stepped else None,
@@ -151,18 +149,7 @@ def derive(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
     step.update({**predicted_step, **bubble(ctx.memory.get(schema.CONFIG), module, main_events,
                                             step)})  # (the run's meta holds its config)
     t_step = _step_s(ctx.step_times_s, step, main_events)
-    peak = chip.flops_per_s(peak_dtype(chip))
-    summ = summary(main_ops, step_s=t_step, peak_flops_per_s=peak, devices=devices,
-                   model_flops=est.model_flops if est else None,
-                   analytic_s=est.analytic_s if est else None,
-                   bus_bytes=est.bus_bytes if est else None)
-    summ = _step_figures(summ, step, ctx.step_times_s)
-    if est is not None and est.formula:
-        summ[schema.ANALYTIC_FORMULA] = est.formula
-    if est is not None and est.flops_formula and summ.get(schema.MFU) is not None:
-        summ[schema.MFU_FORMULA] = est.flops_formula
-        if est.book_flops and t_step > 0:  # the book's 6P, printed beside it
-            summ[schema.MFU_BOOK] = est.book_flops / (t_step * devices * peak)
+    summ = _summary(main_ops, step, t_step, chip, devices, ctx)
     notes += _timing(summ, ctx)
     check = _cross_check(module, ctx.cost_analysis, summ, notes)
     notes += program_notes(ran, shown, per, modules, main, ctx.mesh)
@@ -185,6 +172,26 @@ def derive(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
                   unexpected=unexpected, cross_check=check, programs=program_table(per),
                   step=step, step_spans=spans, predicted_spans=predicted_spans,
                   meta=_found(shared, main))
+
+
+def _summary(main_ops: pd.DataFrame, step: dict, t_step: float, chip, devices: int,
+             ctx: Context) -> dict:
+    """The step program's summary at the step time ``t_step``: its MFU against the chip's
+    peak, beside the workload's book estimate (``ctx.book``) where there is one."""
+    est = ctx.book
+    peak = chip.flops_per_s(peak_dtype(chip))
+    summ = summary(main_ops, step_s=t_step, peak_flops_per_s=peak, devices=devices,
+                   model_flops=est.model_flops if est else None,
+                   analytic_s=est.analytic_s if est else None,
+                   bus_bytes=est.bus_bytes if est else None)
+    summ = _step_figures(summ, step, ctx.step_times_s)
+    if est is not None and est.formula:
+        summ[schema.ANALYTIC_FORMULA] = est.formula
+    if est is not None and est.flops_formula and summ.get(schema.MFU) is not None:
+        summ[schema.MFU_FORMULA] = est.flops_formula
+        if est.book_flops and t_step > 0:  # the book's 6P, printed beside it
+            summ[schema.MFU_BOOK] = est.book_flops / (t_step * devices * peak)
+    return summ
 
 
 def _found(shared: bool, main: tuple[str, str]) -> dict:

@@ -48,12 +48,6 @@ def segment_dir(root: Path, k: int) -> Path:
     return root / f"{SEGMENT_PREFIX}{k:03d}"
 
 
-def segment_number(folder: Path) -> int | None:
-    """``k`` of a ``segment_dir`` (None for any other folder)."""
-    rest = folder.name.removeprefix(SEGMENT_PREFIX)
-    return int(rest) if folder.name.startswith(SEGMENT_PREFIX) and rest.isdigit() else None
-
-
 def open_segment(root: Path) -> dict | None:
     """``OPEN``'s record under ``root``: the segment not yet written (None: none)."""
     try:

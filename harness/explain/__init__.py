@@ -9,9 +9,9 @@ from collections.abc import Mapping
 import pandas as pd
 
 from harness import schema
-from harness.analysis.programs import compilations, module_for
 from harness.errors import HarnessError
 from harness.explain.table import collectives
+from harness.measure.programs import compilations, module_for
 
 log = logging.getLogger(__name__)
 

@@ -6,6 +6,8 @@ predicts each on its own (``harness.analysis.programs``).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -43,3 +45,27 @@ def chosen(key: ProgramKey, program: str) -> bool:
 def program_name(key: ProgramKey) -> str:
     """``name(program id)``, or the name where the trace gives no id."""
     return f"{key[0]}({key[1]})" if key[1] else key[0]
+
+
+def row_keys(table: pd.DataFrame) -> list[ProgramKey]:
+    """The (name, program id) of each row of a table with a program column (OPS,
+    COLLECTIVES; id "" where the table has none)."""
+    ids = (table[schema.PROGRAM_ID].astype(str) if schema.PROGRAM_ID in table.columns
+           else [""] * len(table))
+    return list(zip(table[schema.PROGRAM].astype(str), ids))
+
+
+def compilations(table: pd.DataFrame) -> list[ProgramKey]:
+    """The compilations a table's rows are of, in the order they first appear."""
+    if schema.PROGRAM not in table.columns:
+        return []
+    return list(dict.fromkeys(row_keys(table)))
+
+
+def module_for(modules: Mapping, key: ProgramKey) -> object | None:
+    """The module (``harness.hlo.Module``) of one compilation: by (name, id), else the only
+    one of that name."""
+    if key in modules:
+        return modules[key]
+    same = [m for (name, _), m in modules.items() if name == key[0]]
+    return same[0] if len(same) == 1 else None

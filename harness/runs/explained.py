@@ -88,7 +88,7 @@ def explained_text(e: Explained, top: int) -> str:
     extra = "".join(f"{line}\n" for line in e.extra)
     if e.table is None or not len(e.table):
         return f"{e.title}: no collectives: every op runs on its own device's data\n" + extra
-    from harness.analysis.programs import compilations
+    from harness.measure.programs import compilations
 
     shown = e.table if top == 0 else e.table.head(top)
     n = len(e.table)
@@ -221,8 +221,7 @@ def _load(path: Path, chip: str | None, program: str, mesh: dict | None):
 def _holds(run, program: str) -> bool:
     """Whether the stored run's ops are of ``program`` (a name, a program id; all: of every
     program its programs table lists)."""
-    from harness.analysis.programs import compilations
-    from harness.measure.programs import ALL, chosen
+    from harness.measure.programs import ALL, chosen, compilations
 
     stored = compilations(run.ops)
     if program == ALL:
@@ -231,8 +230,7 @@ def _holds(run, program: str) -> bool:
 
 
 def _stored(run) -> str:
-    from harness.analysis.programs import compilations
-    from harness.measure.programs import program_name
+    from harness.measure.programs import compilations, program_name
 
     return ", ".join(program_name(k) for k in compilations(run.ops)) or "none"
 

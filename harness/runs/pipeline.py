@@ -70,8 +70,8 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
     """
     entry, chip_notes, chip_meta = chip_for_run(chip, device, host_drift)
     notes = list(notes) + chip_notes
-    system = resolve_network(network, entry, cap.meta.get(schema.DEVICE_COUNT)) \
-        if network is not None else None
+    system = (resolve_network(network, entry, cap.meta.get(schema.DEVICE_COUNT))
+              if network is not None else None)
     if system is not None:
         notes.append(describe_network(system))
     if decoded is not None and decoded.damaged:
@@ -103,9 +103,10 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
     if host_drift:  # kept whatever the chip: harness compare reads the host's speed from it
         full_meta.setdefault(drift.HOST_DRIFT, host_drift)
     devices = int(m.get(schema.DEVICE_COUNT, events.events[schema.DEVICE].nunique()))
+    mesh = run_mesh(full_meta)
     named, mesh_notes = program_meshes(modules, full_meta, events.events)
     main = (t.meta.get(schema.PROGRAM, ""), t.meta.get(schema.PROGRAM_ID, ""))
-    explained = for_run(modules, t.ops, t.step, run_mesh(full_meta), main=main,
+    explained = for_run(modules, t.ops, t.step, mesh, main=main,
                         program_meshes=named, arguments=full_meta.get(schema.ARGUMENT_PATHS),
                         system=system)
     shown = len(t.ops.groupby([c for c in (schema.PROGRAM, schema.PROGRAM_ID)
@@ -114,7 +115,7 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
     title = title or (f"{what} on {devices}x {m.get(schema.DEVICE_KIND, '?')} "
                       f"(predicted for {entry.name})")
     return Run.of(t, title=title, meta=full_meta, notes=t.notes + mesh_notes,
-                  collectives=explained, chip=entry, capture=cap, trace=events)
+                  collectives=explained, chip=entry, capture=cap, trace=events, modules=modules)
 
 
 def analyze(fn: Callable, *args, chip=None, steps: int = STEPS, warmup: int = 2,

@@ -12,12 +12,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import schema
-from harness.capture.segments import segment_number
+from harness.capture.segments import SEGMENT_PREFIX
 from harness.trace.device import plane_stats
 from harness.trace.opener import TRACE_SUFFIX
 
 SESSION_PLANE = "Task Environment"  # the profiler session's plane: when it started and stopped
 WINDOW_STATS = ("profile_start_time", "profile_stop_time")  # ns since the epoch
+
+
+def segment_number(folder: Path) -> int | None:
+    """``k`` of a segment's folder (``harness.capture.segments.segment_dir``; None for any
+    other folder)."""
+    rest = folder.name.removeprefix(SEGMENT_PREFIX)
+    return int(rest) if folder.name.startswith(SEGMENT_PREFIX) and rest.isdigit() else None
 
 
 def segment_traces(root) -> list[Path]:
