@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+from collections import Counter
 
 import pytest
 
@@ -41,14 +43,39 @@ def test_tiles_follow_the_tokens():
     assert "expert 0 got 128 of 128 tokens (4x the mean)" in routing.imbalance_line(d)
 
 
+PARSED: Counter = Counter()  # HLO text -> times parse_module read it, in the tiled run
+
+
+def _counted(parse):
+    def parse_module(text):
+        PARSED[text] += 1
+        return parse(text)
+    return parse_module
+
+
 @pytest.fixture(scope="module")
 def tiled_run(tmp_path_factory):
+    from harness.hlo import parse
     from harness.runs.workload import run_workload
 
-    # priced on a named chip: no calibration of the host's CPU (the counts do not need it)
-    return run_workload("llama_train", preset="tiny_moe_tiled", mesh="expert=8",
-                        overrides={"router_bias": 10.0}, steps=1, warmup=1, chip="h100",
-                        out=tmp_path_factory.mktemp("runs"), with_plots=False)
+    original = parse.parse_module
+    counted = _counted(original)
+    with pytest.MonkeyPatch.context() as mp:  # in every module imported that holds it by name
+        for module in list(sys.modules.values()):
+            if getattr(module, "parse_module", None) is original:
+                mp.setattr(module, "parse_module", counted)
+        # priced on a named chip: no calibration of the host's CPU (the counts do not need it)
+        return run_workload("llama_train", preset="tiny_moe_tiled", mesh="expert=8",
+                            overrides={"router_bias": 10.0}, steps=1, warmup=1, chip="h100",
+                            out=tmp_path_factory.mktemp("runs"), with_plots=False)
+
+
+def test_each_module_parsed_once(tiled_run):
+    # the routing section reads the HLO the analysis parsed (run.modules), not a second parse
+    assert tiled_run.capture.hlo_text in PARSED
+    assert max(PARSED.values()) == 1, sorted(PARSED.values())
+    assert any(m is not None and m.name == tiled_run.capture.program
+               for m in tiled_run.modules.values())
 
 
 def test_biased_tiled_run_names_expert_0(tiled_run):

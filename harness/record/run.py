@@ -61,7 +61,9 @@ class Run(Tables):
     it was predicted for), ``capture`` (``harness.capture.steps.Capture``: trace directory,
     HLO, cost) and ``trace`` (``harness.trace.TraceEvents``: EVENTS, format, async names) are
     what a fresh run was made from; a loaded run has its trace on disk instead. ``plots``: the
-    report's PNGs by file name, once drawn (``harness.report.drawn.plots``)."""
+    report's PNGs by file name, once drawn (``harness.report.drawn.plots``). ``modules``: a
+    fresh run's parsed HLO, (program, program id) -> ``harness.hlo.Module`` of each program
+    that ran, as the analysis parsed it (not saved: a loaded run's is empty)."""
 
     title: str = ""
     chip: object | None = None
@@ -69,6 +71,7 @@ class Run(Tables):
     trace: object | None = None
     plots: dict[str, bytes] = field(default_factory=dict)
     path: Path | None = None
+    modules: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(cls, tables: Tables, **more) -> Run:

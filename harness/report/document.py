@@ -17,7 +17,7 @@ from harness.chip import spells
 from harness.errors import HarnessError
 from harness.measure.shares import ON_HOST
 from harness.record import Run
-from harness.report import collectives, drawn, heading, memory, page, routing, serving_loop, tables
+from harness.report import collectives, drawn, heading, page, sections, tables
 from harness.report.step import step_lines
 from harness.units import json_text
 from predictions.hardware import CHIPS
@@ -185,10 +185,9 @@ def to_text(r: Run, top: int | None = 20) -> str:
         parts.append(tables.to_text(shown, title=name if i else None, spread=run_spread(r)))
         if i == 0:
             parts += [f"unmodeled {op}: {why}\n" for op, why in unmodeled_reasons(r.ops)]
-    parts.append(memory.to_text(r))  # the memory section (issue 56), its columns in the legend
-    parts += [f"{line}\n" for line in serving_loop.lines(r)]  # llama_generate's loop (issue 55)
-    parts += [f"{line}\n" for line in routing.lines(r)]  # an MoE's routing (issue 54)
-    shown_columns.update(dict.fromkeys(memory.columns(r)))
+    for section in sections.shown(r):  # memory, serving loop, routing: their columns too
+        parts.append(section.text(r))
+        shown_columns.update(dict.fromkeys(section.legend(r)))
     parts.append(tables.legend_text(list(shown_columns), width=LEGEND_WIDTH, spread=run_spread(r))
                  + "\n")
     parts.append("  ".join(f"{_label(k)}: {_fmt_figure(k, v, run_spread(r))}"
@@ -222,8 +221,7 @@ def to_markdown(r: Run, top: int | None = 30, plots: bool = True) -> str:
         if reasons:
             out.append("\n### Unmodeled ops: why\n\n" + "".join(f"- `{op}`: {why}\n"
                                                                for op, why in reasons))
-    out.append(memory.to_markdown(r, png=memory.MEMORY_PNG in pngs))
-    out.append(serving_loop.to_markdown(r) + routing.to_markdown(r))  # issues 55, 54
+    out += [section.markdown(r, pngs) for section in sections.shown(r)]
     return "".join(out)
 
 
@@ -257,14 +255,14 @@ def to_html(r: Run, top: int | None = 50, plots: bool = True) -> str:
             body.append("<h3>Unmodeled ops: why</h3><ul>" + "".join(
                 f"<li><code>{page.esc(op)}</code>: {page.esc(why)}</li>" for op, why in reasons)
                 + "</ul>")
-    body.append(memory.to_html(r, png=pngs.get(memory.MEMORY_PNG)))
-    body.append(serving_loop.to_html(r) + routing.to_html(r))  # issues 55, 54
+    body += [section.html(r, pngs) for section in sections.shown(r)]
     return page.document(heading.title(r), body)
 
 
 def to_json(r: Run, top: int | None = None) -> str:
-    out = {schema.TITLE: r.title, "meta": {k: v for k, v in r.meta.items() if k != schema.MEMORY},
-           schema.MEMORY: memory.to_json(r), schema.SUMMARY: r.summary,
+    lifted = sections.json_objects(r, replacing=True)  # the memory section's, beside the meta
+    out = {schema.TITLE: r.title, "meta": {k: v for k, v in r.meta.items() if k not in lifted},
+           **lifted, schema.SUMMARY: r.summary,
            schema.NOTES: r.notes, schema.STEP_OBJECT: getattr(r, "step", None) or {},
            "ops": json.loads(r.ops.to_json(orient="records")),
            "categories": json.loads(r.categories.to_json(orient="records"))}
@@ -274,7 +272,7 @@ def to_json(r: Run, top: int | None = None) -> str:
     explained = _collectives(r)
     if explained is not None and len(explained):
         out["collectives"] = json.loads(explained.to_json(orient="records"))
-    out.update({schema.ROUTING: routing.to_json(r)} if routing.of(r) else {})  # MoE (issue 54)
+    out.update(sections.json_objects(r, replacing=False))  # an MoE's routing
     return json_text(out, indent=1) + "\n"  # strict: a NaN figure is null
 
 

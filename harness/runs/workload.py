@@ -150,7 +150,7 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
         if loop is not None:
             with memory.oom_as_error(what, _knobs(name)):
                 run.meta[serving_loop.LOOP] = loop(built.cfg, built.mesh, run.chip)
-        moe = _routing(built, run, scratch / "trace")  # an MoE's routing, measured (issue 54)
+        moe = _routing(built, run)  # an MoE's routing, measured (issue 54)
         if moe:
             run.meta[routing.ROUTING] = moe
         run.save(out / new_run_name(name), files=lambda r: report_files(r, plots=with_plots))
@@ -187,16 +187,17 @@ def _memory(built: Built, preset: str, overrides: dict | None, run: Run):
                   mesh_label(built.meta[schema.MESH]) or None, chip, built.mesh.devices.flat)
 
 
-def _routing(built: Built, run: Run, trace: Path) -> dict | None:
-    """The routing section of an MoE run (``harness.step.routing.of_built``; None if dense)."""
+def _routing(built: Built, run: Run) -> dict | None:
+    """The routing section of an MoE run (``harness.step.routing.of_built``; None if dense),
+    from the captured program's HLO as the analysis parsed it (``run.modules``: not again)."""
     if not getattr(built.cfg, "E", 0):
         return None
-    from harness.capture.steps import HLO_FILE
     from harness.explain.routed import routed_matmuls
-    from harness.hlo import parse_module
 
-    module = parse_module((trace / HLO_FILE).read_text())
-    return routing.of_built(built, run, module, routed_matmuls(module))
+    captured = getattr(run.capture, "program", "")
+    module = next((m for (name, _), m in run.modules.items() if name == captured), None)
+    return routing.of_built(built, run, module,
+                            routed_matmuls(module) if module is not None else None)
 
 
 def _knobs(name: str) -> str:
