@@ -4,8 +4,9 @@ launch (its ``Execute`` events: dispatch, or a core where the host's cores all r
 copies and callbacks (input, host), or for the host's own work that no runtime event covers
 (python). On event tables whose answers are arithmetic, then on two programs made to wait, run
 under ``harness profile`` as a user runs them (``tests/programs/``): a 20 ms sleep between steps
-is python within 10% of the sleep as the host's clock measured it; a fresh 64 MB input each
-step is input or python, never dispatch with the dispatch fix."""
+is python within 10% of the sleep as the host's clock measured it, named by the
+``TraceAnnotation`` it sleeps in where it sleeps in one; a fresh 64 MB input each step is input
+or python, never dispatch with the dispatch fix."""
 from __future__ import annotations
 
 import json
@@ -37,7 +38,7 @@ def _host(rows) -> pd.DataFrame:
     """HOST_EVENTS from (kind, device, start, end) rows, host 0."""
     df = pd.DataFrame(rows, columns=[schema.KIND, schema.DEVICE, schema.START_NS, "end"])
     df[schema.DURATION_NS] = df.pop("end") - df[schema.START_NS]
-    return df.assign(**{schema.HOST: 0})[list(schema.HOST_EVENTS)]
+    return df.assign(**{schema.HOST: 0, schema.EVENT_NAME: ""})[list(schema.HOST_EVENTS)]
 
 
 def _row(table, step, device=0):
@@ -149,6 +150,19 @@ def test_a_sleep_between_steps_is_the_hosts_own_work_not_dispatch(tmp_path):
     assert step[schema.WAIT_BOUND] == "python-bound"
     assert "prefetch" in step[schema.WAIT_VERDICT]
     assert "larger programs" not in step[schema.WAIT_VERDICT]
+    assert schema.WAIT_PYTHON_NAMES not in step  # no annotation of the user's: none named
+
+
+def test_a_sleep_inside_a_trace_annotation_names_the_python_wait(tmp_path):
+    step = _profile(tmp_path, "sleep_between_steps.py", "0.020", "12", "took.json", "load_batch")
+    took = float(np.median(json.loads((tmp_path / "took.json").read_text())))
+    names = step.get(schema.WAIT_PYTHON_NAMES, {})
+    print(f"between steps {took * 1e3:.2f} ms by the host's clock: {_line(step)}; named "
+          f"{ {k: round(v * 1e3, 2) for k, v in names.items()} }")
+    python = step[schema.WAIT_PYTHON_S]
+    assert list(names)[:1] == ["load_batch"]
+    assert abs(names["load_batch"] - python) <= 0.1 * python  # the sleep is the python wait
+    assert names["load_batch"] >= 0.9 * 0.020
 
 
 def test_a_fresh_64mb_input_each_step_is_input_or_the_hosts_own_work_never_dispatch(tmp_path):

@@ -95,13 +95,24 @@ _CAUSES = {schema.WAIT_DISPATCH_S: "dispatch", schema.WAIT_INPUT_S: "input",
 def waits_line(step: Mapping) -> str:
     """``waiting 21.4 ms of the 22.4 ms period = dispatch 20.8 ms + peers 588 us + unexplained
     104 ns``: why the devices wait (``harness.step.waits``), the causes that took any time
-    (unexplained always); "" without the waits."""
+    (unexplained always), python with the names the trace gives its time where it gives any
+    (``python 20.4 ms (load_batch 20.1 ms)``); "" without the waits."""
     if not step.get(schema.PERIOD_S):
         return ""
-    parts = [f"{word} {fmt_seconds(step.get(c, 0.0))}" for c, word in _CAUSES.items()
+    parts = [f"{word} {fmt_seconds(step.get(c, 0.0))}{_named(step, c)}"
+             for c, word in _CAUSES.items()
              if step.get(c, 0.0) > 0 or c == schema.WAIT_UNEXPLAINED_S]
     return (f"waiting {fmt_seconds(step.get(schema.WAITING_S, 0.0))} of the "
             f"{fmt_seconds(step[schema.PERIOD_S])} period = " + " + ".join(parts))
+
+
+def _named(step: Mapping, cause: str) -> str:
+    """`` (load_batch 20.1 ms, log 1.2 ms)``: the names of a cause's time (the python wait's,
+    ``schema.WAIT_PYTHON_NAMES``), "" for none."""
+    names = step.get(schema.WAIT_PYTHON_NAMES) if cause == schema.WAIT_PYTHON_S else None
+    if not names:
+        return ""
+    return " (" + ", ".join(f"{k} {fmt_seconds(v)}" for k, v in names.items()) + ")"
 
 
 def step_lines(step: Mapping) -> list[str]:

@@ -101,6 +101,8 @@ WAIT_BOUND = term("wait_bound", "the cause that dominates the devices' wait (dis
 WAITS_UNTOLD = "waits_untold"
 WAIT_EVENTS = "wait_events"          # the host events the causes were read from: kind -> count
 #                                      (within the measured steps; harness.trace.host_events)
+WAIT_PYTHON_NAMES = "wait_python_names"  # the python wait's names: name -> seconds, the
+#                                      median step's few longest (WAIT_NAMES; verdict.named)
 STRAGGLERS = "stragglers"            # [{unit ("device"/"process"), id, op, late_s, last_share}]
 STRAGGLER_UNIT = "unit"
 STRAGGLER_ID = "id"
@@ -117,9 +119,14 @@ BUBBLE_S = term("bubble_s", "the pipeline bubble's time per step: the schedule's
                 "of stage-time x the measured stage loop")
 BUBBLE_LINE = "bubble_line"          # the sentence the report prints
 # Host events (harness.trace.host_events): what the host did that a device can wait on
-# (KIND: "dispatch", "input" or "host", the causes harness.step.waits reads them as; DEVICE -1:
-# every device of the host)
-HOST_EVENTS = (HOST, KIND, DEVICE, START_NS, DURATION_NS)
+# (KIND: "dispatch", "input" or "host", the causes harness.step.waits reads them as, or
+# "annotation": the user's TraceAnnotations and Python frames, which name the host's own work;
+# DEVICE -1: every device of the host), each with its name as the trace gives it
+EVENT_NAME = "event_name"
+HOST_EVENTS = (HOST, KIND, DEVICE, START_NS, DURATION_NS, EVENT_NAME)
+# The python part of each (step, host, device)'s wait (WAIT_PYTHON_S) by the name of the user's
+# annotation or Python frame that covers it (harness.step.between.python_names)
+WAIT_NAMES = (STEP, HOST, DEVICE, EVENT_NAME, WAIT_PYTHON_S)
 
 # --- tables -------------------------------------------------------------------------------
 STEP_TIMES = (STEP, DEVICE, TIMELINE_STEP_S, COMPUTE_S, COMM_S, OVERLAPPED_COMM_S, EXPOSED_COMM_S,

@@ -30,7 +30,7 @@ from harness.step.stragglers import last_by_op, stragglers
 from harness.step.timeline import async_spans, measure
 from harness.step.transfers import roofline_durations, transfers
 from harness.step.verdict import wait_figures
-from harness.step.waits import cited, waits
+from harness.step.waits import cited, waits_named
 from harness.trace import parallel
 from predictions.rules import ASYNC_PAIRS, COLLECTIVE_OPCODES, CONTAINERS
 
@@ -191,8 +191,8 @@ def _waits(seen: _Arrived, *, host: pd.DataFrame | None, cores: int | None,
            paced: bool) -> dict:
     """``step_waits`` of the EVENTS and ARRIVALS ``seen``."""
     ev, coll, offsets, arr = seen.events, seen.coll, seen.offsets, seen.arr
-    table, untold = waits(ev, host, collectives=coll, groups=seen.groups,
-                          clock_offsets_ns=offsets, cores=cores, arrived=arr)
+    table, untold, names = waits_named(ev, host, collectives=coll, groups=seen.groups,
+                                       clock_offsets_ns=offsets, cores=cores, arrived=arr)
     if table.empty:
         return {}
     late = []
@@ -200,7 +200,7 @@ def _waits(seen: _Arrived, *, host: pd.DataFrame | None, cores: int | None,
         period = float(table.groupby(schema.STEP)[schema.PERIOD_S].mean().median())
         starts = ev.groupby([schema.STEP, schema.DEVICE])[schema.START_NS].min()
         late = stragglers(arr, period, offsets or {}, starts)
-    return wait_figures(table, untold, late, cited(ev, host), paced=paced)
+    return wait_figures(table, untold, late, cited(ev, host), paced=paced, names=names)
 
 
 def simulated(module: Module, ops: pd.DataFrame, events: pd.DataFrame, step: Mapping, *,

@@ -106,11 +106,12 @@ def verdict(figures: dict, stragglers: list[dict], paced: bool = False) -> str:
 
 def wait_figures(table: pd.DataFrame, untold: str = "",
                  stragglers: list[dict] | None = None, events: dict | None = None,
-                 paced: bool = False) -> dict:
+                 paced: bool = False, names: pd.DataFrame | None = None) -> dict:
     """The step object's waits from ``schema.WAITS``: each figure the mean over devices of the
     step whose mean period is the median (the lower of an even count: its causes add up as
     that step's did), the verdict, the causes not told apart, the stragglers and the host
-    events the causes were read from (``events``: kind -> count); ``paced``: ``verdict``'s."""
+    events the causes were read from (``events``: kind -> count); ``paced``: ``verdict``'s;
+    ``names``: the python part by name (``schema.WAIT_NAMES``; ``named``)."""
     if table.empty:
         return {}
     per = table.groupby(schema.STEP)[list(_FIGURES)].mean()
@@ -118,6 +119,10 @@ def wait_figures(table: pd.DataFrame, untold: str = "",
     ordered = full.sort_values(schema.PERIOD_S, kind="stable")
     row = ordered.iloc[(len(ordered) - 1) // 2]
     out = {c: float(row[c]) for c in _FIGURES}
+    top = named(names, row.name, int((table[schema.STEP] == row.name).sum()),
+                out[schema.WAIT_PYTHON_S])
+    if top:
+        out[schema.WAIT_PYTHON_NAMES] = top
     out[schema.STRAGGLERS] = list(stragglers or [])
     out[schema.WAIT_EVENTS] = dict(events or {})
     line = verdict(out, out[schema.STRAGGLERS], paced)
@@ -128,3 +133,21 @@ def wait_figures(table: pd.DataFrame, untold: str = "",
     if untold:
         out[schema.WAITS_UNTOLD] = untold
     return out
+
+
+# the python wait's names the step object keeps: the longest few, each this share of it or more
+NAMES_TOP = 3
+NAMES_SHARE = 0.05
+
+
+def named(names: pd.DataFrame | None, step: int, rows: int, part: float) -> dict[str, float]:
+    """The python ``part`` of step ``step`` (seconds, the mean over its ``rows`` devices) by
+    name, as ``wait_figures`` keeps it: each name's mean over the devices, the
+    ``NAMES_TOP`` longest of ``NAMES_SHARE`` of it or more, longest first ({} for none)."""
+    if names is None or names.empty or part <= 0 or not rows:
+        return {}
+    mine = names[names[schema.STEP] == step]
+    per = (mine.groupby(schema.EVENT_NAME, observed=True)[schema.WAIT_PYTHON_S].sum() / rows
+           ).sort_values(ascending=False, kind="stable")
+    per = per[per >= NAMES_SHARE * part].iloc[:NAMES_TOP]
+    return {str(k): float(v) for k, v in per.items()}

@@ -16,7 +16,8 @@ piece of idle is given to one cause (``schema.WAIT_CAUSES``), first that applies
     launching the program (core, where the host's cores all ran ops meanwhile: the device's
     own launch waited for one);
   - python: the rest, which no runtime event covers: the host busy with its own work between
-    steps (the user's Python: data loading, logging, a sleep);
+    steps (the user's Python: data loading, logging, a sleep), by the names of the user's
+    annotations or Python frames that cover it where the trace holds them;
   (``harness.step.between``);
 - core: inside one execution, on a host whose devices are threads on shared cores
   (``cores`` known), while at least as many ops ran on the host as it has cores (threads
@@ -39,10 +40,10 @@ import pandas as pd
 from harness import schema
 from harness.measure.arrivals import Groups, arrivals
 from harness.step import runs
-from harness.step.between import launch, launching, union
+from harness.step.between import launch, launching, python_names, union
 from harness.step.gaps import Gaps, host_ids
 from harness.step.runs import covered
-from harness.trace.host_events import DISPATCH, HOST, INPUT
+from harness.trace.host_events import ANNOTATION, DISPATCH, HOST, INPUT
 
 _NS = 1e-9
 
@@ -74,10 +75,11 @@ def _saturated(device: np.ndarray, s: np.ndarray, e: np.ndarray, cores: int
     return runs.joined(t[:-1][keep], t[1:][keep])
 
 
-def _device_waits(g: Gaps, host: pd.DataFrame, sat: dict) -> pd.DataFrame:
+def _device_waits(g: Gaps, host: pd.DataFrame, sat: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per (host, device, step) of the gaps ``g``, sorted by them: its period and its idle
-    by cause (module docstring); ``host``: the HOST_EVENTS, ``sat``: per host, the intervals
-    its cores all ran ops (``saturated``)."""
+    by cause (module docstring), and its python part by name (``schema.WAIT_NAMES``);
+    ``host``: the HOST_EVENTS, ``sat``: per host, the intervals its cores all ran ops
+    (``saturated``)."""
     a, b = g.a, g.b
     on = g.host[g.prev]  # each gap's host: the gaps are sorted by it
     inp = _covered_by(host, INPUT, g, on)  # (None: no such events, none covered)
@@ -117,7 +119,7 @@ def _device_waits(g: Gaps, host: pd.DataFrame, sat: dict) -> pd.DataFrame:
     out[schema.WAIT_HOST_S] = _summed(owner, n, on_host)
     out[schema.WAIT_CORE_S] = _summed(owner, n, core)
     out[schema.WAIT_UNEXPLAINED_S] = _summed(owner, n, unexplained)
-    return out
+    return out, python_names(host, g, on, between, python, owner, out)
 
 
 def _summed(owner: np.ndarray, n: int, v: np.ndarray | None, at: np.ndarray | None = None
@@ -145,33 +147,41 @@ def _covered_by(host: pd.DataFrame, kind: str, g: Gaps, on: np.ndarray) -> np.nd
     return out
 
 
-def waits(events: pd.DataFrame, host: pd.DataFrame | None = None, *,
-          collectives: Collection[str] = (), groups: Groups | None = None,
-          clock_offsets_ns: Mapping[int, int] | None = None,
-          cores: int | None = None, arrived: pd.DataFrame | None = None
+def waits(events: pd.DataFrame, host: pd.DataFrame | None = None, **kw
           ) -> tuple[pd.DataFrame, str]:
+    """``waits_named`` less the names."""
+    return waits_named(events, host, **kw)[:2]
+
+
+def waits_named(events: pd.DataFrame, host: pd.DataFrame | None = None, *,
+                collectives: Collection[str] = (), groups: Groups | None = None,
+                clock_offsets_ns: Mapping[int, int] | None = None,
+                cores: int | None = None, arrived: pd.DataFrame | None = None
+                ) -> tuple[pd.DataFrame, str, pd.DataFrame]:
     """``schema.WAITS`` of ``events`` (EVENTS, containers left out; a HOST column for several
-    hosts), and a sentence naming the causes the trace cannot tell apart ("" for none).
+    hosts), a sentence naming the causes the trace cannot tell apart ("" for none) and the
+    python part by the names of the user's annotations that cover it (``schema.WAIT_NAMES``,
+    ``harness.step.between.python_names``).
     ``host``: the trace's HOST_EVENTS (None or empty: none recorded); ``collectives``: the ops
     whose threads wait for their group, ``groups`` their replica groups, ``clock_offsets_ns``
     the hosts' clocks aligned (``harness.measure.arrivals``); ``cores``: the host's cores where
     its devices are threads on them (None: not such a host, or unknown); ``arrived``: the
     ARRIVALS of ``events`` on those clocks where the caller has them already."""
     if events.empty:
-        return schema.empty(schema.WAITS), ""
+        return schema.empty(schema.WAITS), "", schema.empty(schema.WAIT_NAMES)
     host = host if host is not None else schema.empty(schema.HOST_EVENTS)
     arr = (arrived if arrived is not None
            else arrivals(events, collectives, groups, clock_offsets_ns) if collectives
            else schema.empty(schema.ARRIVALS))
     g = Gaps(events)
     sat = _saturated_hosts(g, events.index, arr, cores)
-    out = _device_waits(g, host, sat)
+    out, names = _device_waits(g, host, sat)
     peers, core = _peer_waits(arr, out, sat)
     out[schema.WAIT_PEERS_S] = peers
     out[schema.WAIT_CORE_S] += core
     out[schema.WAITING_S] = out[list(schema.WAIT_CAUSES)].sum(axis=1)
     each = events[schema.HOST].unique() if schema.HOST in events.columns else [0]
-    return out[list(schema.WAITS)], untold(host, each, cores)
+    return out[list(schema.WAITS)], untold(host, each, cores), names
 
 
 def _saturated_hosts(g: Gaps, index: pd.Index, arr: pd.DataFrame, cores: int | None
@@ -241,7 +251,10 @@ def untold(host: pd.DataFrame, hosts, cores: int | None) -> str:
 
 def cited(events: pd.DataFrame, host: pd.DataFrame | None) -> dict[str, int]:
     """The host events the causes could be read from: per kind, how many lie (in part)
-    within the span of ``events``' steps on their host."""
+    within the span of ``events``' steps on their host (the runtime's: the user's annotations
+    name a cause, ``WAIT_PYTHON_NAMES``)."""
+    if host is not None:
+        host = host[host[schema.KIND] != ANNOTATION]
     if host is None or host.empty or events.empty:
         return {}
     on, s = host_ids(events), events[schema.START_NS]
