@@ -142,6 +142,10 @@ register(compose("dp_tp", DP, TP, strategy="fsdp_tp", sizes=_book_split, planned
 register(compose("dp_tp_kv_batch", DP, TP, strategy="fsdp_tp", sizes=_book_split, planned=False,
                  about="dp_tp; the KV cache on the batch over the model devices that share a "
                        "head (inference.md)"))
+# ... or KV[2, B_X, S_Z, K_Y, H]: the sequence over those Z, combined flash-style (long context)
+register(compose("dp_tp_kv_seq", DP, TP, strategy="fsdp_tp", sizes=_book_split, planned=False,
+                 about="dp_tp; the KV cache on the sequence over the model devices that share "
+                       "a head, combined flash-style (inference.md)"))
 
 
 # Pipeline parallelism (training.md, gpus.md; reference §6.2): the layers over a `stage` axis.

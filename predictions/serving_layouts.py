@@ -9,8 +9,9 @@ The KV cache of the B/X sequences a replica holds is laid out one of three ways:
 - ``batch``: the book's layout KV[2, B_Z, S, K_Y, H]: heads K-way, then the batch over the
   Z = Y/K chips that share a head, costing two AllToAlls per attention layer (the queries to
   batch sharding and the outputs back);
-- ``sequence``: heads K-way, then the sequence over Z: an AllGather of the queries and a
-  flash-style combine (an AllReduce of the partial outputs) per layer; for long contexts.
+- ``sequence``: heads K-way, then the sequence over Z: per layer an AllGather of the queries
+  and a flash-style combine of the Z partial softmaxes (an AllReduce of their maxima, then one
+  of the rescaled partial outputs with their sums, in f32); for long contexts.
 
 A chip's step: its KV read and the layout's collectives (attention, bandwidth-bound), plus the
 model-parallel layer's max(T_params, T_flops, T_ici) (``predictions.serving``).
@@ -27,6 +28,7 @@ from predictions.serving import ACT_BYTES, Precision, mp_ici_time, precision, to
 from predictions.transformer import Config
 
 LONG_CONTEXT = 16384  # tokens per sequence from which the sequence-sharded cache is tried
+COMBINE_BYTES = 4     # the sequence-sharded cache combines its partial softmaxes in f32
 
 
 @dataclass(frozen=True)
@@ -64,13 +66,24 @@ def _batch_comm(cfg: Config, B: float, Y: int, chip: Chip) -> float:
     return cfg.L * 2 * collectives.all_to_all(_q_bytes(cfg, B), _group(cfg, Y, chip), chip)
 
 
+def sequence_collectives(cfg: Config, B: float, act_bytes: float = ACT_BYTES
+                         ) -> tuple[tuple[str, float], ...]:
+    """One attention layer's collectives over the Z chips of the sequence-sharded cache, as
+    ``workloads.llama.attention_seq`` builds them (§7.4: AllGather Q, combine flash-style):
+    (kind, ``collectives``' bytes) for the AllGather of the B * (N/K) * H queries of a head group,
+    the AllReduce (max) of their B * (N/K) f32 maxima, then the AllReduce (sum) of the partial
+    outputs and sums, B * (N/K) * (H + 1) f32."""
+    rows = B * cfg.N / cfg.K
+    return (("all-gather", act_bytes * rows * cfg.H), ("all-reduce", COMBINE_BYTES * rows),
+            ("all-reduce", COMBINE_BYTES * rows * (cfg.H + 1)))
+
+
 def _sequence_comm(cfg: Config, B: float, Y: int, chip: Chip) -> float:
-    """§7.4: AllGather the queries over Z, combine the partial outputs flash-style (AllReduce)."""
     if Y <= cfg.K:
         return 0.0
     g = _group(cfg, Y, chip)
-    q = _q_bytes(cfg, B)
-    return cfg.L * (collectives.all_gather(q, g, chip) + collectives.all_reduce(q, g, chip))
+    return cfg.L * sum(collectives.estimate(kind, n, g, chip).seconds
+                       for kind, n in sequence_collectives(cfg, B))
 
 
 KV_LAYOUTS: dict[str, KVLayout] = {k.name: k for k in (
@@ -78,7 +91,8 @@ KV_LAYOUTS: dict[str, KVLayout] = {k.name: k for k in (
              lambda cfg, B, Y, chip: 0.0),
     KVLayout("batch", "KV[2, B_Z, S, K_Y, H]: heads K-way, batch over Y/K; 2 AllToAlls a layer",
              _full_share, _batch_comm),
-    KVLayout("sequence", "heads K-way, sequence over Y/K; AllGather Q, combine flash-style",
+    KVLayout("sequence", "heads K-way, sequence over Y/K; AllGather Q, combine flash-style "
+             "(AllReduce of the maxima, then of the partial outputs)",
              _full_share, _sequence_comm),
 )}
 
@@ -88,7 +102,8 @@ KV_LAYOUTS: dict[str, KVLayout] = {k.name: k for k in (
 # any plain layout (``dp_tp``); a KV layout not listed is priced here, not built. Each is a
 # layout of ``predictions.layouts`` too (registered there), so ``--set parallelism=`` and
 # ``--layout`` take it like any other.
-WORKLOAD_PARALLELISMS: dict[str, tuple[str, str]] = {"dp_tp_kv_batch": ("dp_tp", "batch")}
+WORKLOAD_PARALLELISMS: dict[str, tuple[str, str]] = {"dp_tp_kv_batch": ("dp_tp", "batch"),
+                                                     "dp_tp_kv_seq": ("dp_tp", "sequence")}
 
 
 def batch_kv_axes(shape: dict[str, int], model: tuple[str, ...], K: int
@@ -106,7 +121,7 @@ def batch_kv_axes(shape: dict[str, int], model: tuple[str, ...], K: int
             continue
         r = min(n, K // acc)
         if K % acc or n % r:
-            raise ValueError(f"dp_tp_kv_batch: K={K} KV heads do not split the model axes "
+            raise ValueError(f"K={K} KV heads do not split the model axes "
                              f"{', '.join(f'{x}={shape[x]}' for x in model)}; valid: model axes "
                              f"whose leading sizes multiply to K")
         out[a], acc = r, acc * r

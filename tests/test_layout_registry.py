@@ -78,9 +78,10 @@ def test_a_shape_is_not_read_from_axes_named_out_of_order():
 def test_the_registry_holds_todays_layouts_and_their_book_models():
     # pipelines (issue 53) register pp and pp+<each of the above>: tests/test_pipeline_*.py;
     # experts (issue 54) ep and ep+<each>: tests/test_workloads_moe.py; serving (issue 55) the
-    # batch-sharded KV cache's dp_tp_kv_batch, dp_tp's weights: tests/test_serving_kv_batch.py
+    # batch- and sequence-sharded KV caches' dp_tp_kv_batch and dp_tp_kv_seq, dp_tp's weights:
+    # tests/test_serving_kv_batch.py, tests/test_serving_kv_seq.py
     today = {n: e for n, e in layouts.LAYOUTS.items()
-             if not {"stage", "expert"} & set(e.axes) and n != "dp_tp_kv_batch"}
+             if not {"stage", "expert"} & set(e.axes) and not n.startswith("dp_tp_kv_")}
     assert list(today) == ["dp", "fsdp", "tp", "fsdp_tp", "dp_tp"]
     assert {n: e.axes for n, e in today.items()} == {
         "dp": ("data",), "fsdp": ("fsdp",), "tp": ("model",), "fsdp_tp": ("fsdp", "model"),

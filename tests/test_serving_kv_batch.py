@@ -97,9 +97,10 @@ def test_head_sharded_has_no_all_to_all():
     assert _all_to_alls("dp_tp")[1] == []
 
 
-def test_unbuilt_layout_names_the_built_ones():
-    with pytest.raises(WorkloadError, match="dp_tp_kv_batch") as e:
-        workloads.make_config("llama_decode", "tiny", {"parallelism": "dp_tp_kv_seq"})
+def test_an_unknown_layout_names_the_built_ones():
+    # both KV layouts are built (the sequence-sharded one: tests/test_serving_kv_seq.py)
+    with pytest.raises(WorkloadError, match="dp_tp_kv_batch, dp_tp_kv_seq") as e:
+        workloads.make_config("llama_decode", "tiny", {"parallelism": "dp_tp_kv_ring"})
     assert "\n" not in str(e.value)
 
 

@@ -83,7 +83,8 @@ def test_unknown_preset_and_choices():
                     "allgather", "reduce_scatter", "same_axis")
     # pp is a layout since issue 53 (pipelines); an unknown one names them all
     _one_line_error(lambda: workloads.make_config("llama_train", "tiny", {"parallelism": "pq"}),
-                    "dp, dp_ep, dp_tp, dp_tp_kv_batch, ep, ep+dp_tp", "pp+fsdp_tp, pp+tp, tp")
+                    "dp, dp_ep, dp_tp, dp_tp_kv_batch, dp_tp_kv_seq, ep, ep+dp_tp",
+                    "pp+fsdp_tp, pp+tp, tp")
     _one_line_error(lambda: workloads.make_config("collective", "tiny", {"kind": "gather"}),
                     "all_gather", "ppermute")
 

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from workloads.llama import splash
+from workloads.llama.attention_seq import seq_attention
 from workloads.llama.remat import name
 from workloads.llama.sharding import Sharder
 
@@ -92,7 +93,11 @@ ATTENTION = {"fused": fused_attention, "naive": naive_attention}
 def attention(q_BTNH, k_BSKH, v_BSKH, q_pos_BT, sh: Sharder, impl: str = "fused",
               blocks: splash.Blocks = splash.MAXTEXT):
     """Grouped-query attention by ``impl`` (``ATTENTION``); ``q_pos_BT=None`` is causal
-    self-attention, otherwise queries at positions ``q_pos_BT`` over S cache slots."""
+    self-attention, otherwise queries at positions ``q_pos_BT`` over S cache slots: over a
+    sequence-sharded cache (``Sharder.kv_seq``) those combine flash-style (``attention_seq``)."""
+    if q_pos_BT is not None and sh.kv_seq is not None:
+        with jax.named_scope("attention"):
+            return seq_attention(q_BTNH, k_BSKH, v_BSKH, q_pos_BT, sh)
     if sh.kv_repeat > 1:   # KV replicated past K-way: repeat heads so K' = K·r splits evenly
         k_BSKH = jnp.repeat(k_BSKH, sh.kv_repeat, axis=2)
         v_BSKH = jnp.repeat(v_BSKH, sh.kv_repeat, axis=2)

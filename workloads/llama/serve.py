@@ -28,7 +28,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from workloads.base import Workload, WorkloadError, check_choice, smaller
-from workloads.llama import book, memory, model, moe_presets, moe_step
+from workloads.llama import attention_seq, book, memory, model, moe_presets, moe_step
 from workloads.llama.config import MODEL_DIMS, Dims, dims_of, fix_dtypes
 from workloads.llama.sharding import PARALLELISMS, Sharder
 from workloads.mesh import AnyMesh, build_args, named
@@ -93,7 +93,7 @@ def cache_shapes(cfg: ServeConfig) -> dict:
 
 
 def cache_specs(cfg: ServeConfig, sh: Sharder) -> dict:
-    lbksh = (None, sh.kv_batch, sh.kv, None, None)
+    lbksh = (None, sh.kv_batch, sh.kv, sh.kv_seq, None)   # S over Z: dp_tp_kv_seq
     return {k: P(*lbksh[:len(v.shape)]) for k, v in cache_shapes(cfg).items()}
 
 
@@ -160,7 +160,8 @@ def routed_extend(params, cache, tokens_BT, pos, cfg: ServeConfig, sh: Sharder):
         w, layer = w_and_layer
 
         def kv_fn(k, v):
-            c_new = _write(c, layer, k, v, pos)
+            c_new = (_write(c, layer, k, v, pos) if sh.kv_seq is None else   # S over Z:
+                     attention_seq.write(c, layer, k, v, pos, sh, _quantize_kv))  # its owner
             if sh.mesh is not None:
                 c_new = {n: jax.lax.with_sharding_constraint(a, named(sh.mesh, c_specs[n]))
                          for n, a in c_new.items()}

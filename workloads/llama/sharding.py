@@ -22,7 +22,8 @@ axes outnumber the KV heads, K/V are replicated beyond K-way (`inference.md`, re
 each KV head is repeated ``kv_repeat`` times so the grouped heads still split evenly. The KV cache
 is [B_batch, S, K_model, H]; under ``dp_tp_kv_batch`` (``serving_layouts.WORKLOAD_PARALLELISMS``)
 it is the book's KV[2, B_Z, S, K_Y, H] (reference §7.4): heads K-way, the batch over the Z = Y/K
-model devices that share a head (``batch_kv_mesh``), no K/V repeated.
+model devices that share a head (``batch_kv_mesh``), no K/V repeated; under ``dp_tp_kv_seq`` the
+same cut puts the sequence over Z instead, KV[2, B_X, S_Z, K_Y, H] (``attention_seq``).
 """
 from __future__ import annotations
 
@@ -122,9 +123,12 @@ class Sharder:
         self.kv_repeat = 1 if kv_split else n_model // dims.K
         self.kv_layout = WORKLOAD_PARALLELISMS.get(parallelism, ("", "heads"))[1]
         heads, z = self.layout.model if kv_split else (), ()
-        if self.kv_layout == "batch" and not kv_split:
-            # the book's KV[2, B_Z, S, K_Y, H]: heads K-way, the batch over Z = Y/K (§7.4)
-            self.mesh, self.layout, heads, z = batch_kv_mesh(mesh, self.layout, dims.K)
+        z_dim = KV_Z_DIM.get(self.kv_layout, "")
+        if z_dim and not kv_split:
+            # heads K-way, the batch (KV[2, B_Z, S, K_Y, H]) or the sequence (KV[2, B, S_Z,
+            # K_Y, H]) over the Z = Y/K model devices that share a head (§7.4)
+            self.mesh, self.layout, heads, z = batch_kv_mesh(mesh, self.layout, dims.K,
+                                                             parallelism)
             self.kv_repeat = 1
         # FSDP's axes lead the batch's: with the batch over (expert, fsdp) in that order beside
         # a model axis, XLA:CPU's SPMD partitioner (jax 0.10.2) computes x·W_O[N_Y, H, D_X]
@@ -141,8 +145,10 @@ class Sharder:
                                 f"{n_expert} expert devices; valid: E a multiple of "
                                 f"{n_expert}, or fewer devices on the expert axes")
         # the KV cache's batch split: the batch's axes, then Z (the batch-sharded cache, whose
-        # queries XLA moves to its split and back: an AllToAll over Z each way)
-        self.kv_batch = kvb = _axes(batch + z)
+        # queries XLA moves to its split and back: an AllToAll over Z each way); its sequence
+        # split: Z for the sequence-sharded cache (attention_seq combines the Z partials)
+        self.kv_batch = kvb = _axes(batch + (z if z_dim == "B" else ()))
+        self.kv_seq = kvs = _axes(z if z_dim == "S" else ())
         # Activation specs by book letters; the residual stream is [B, T, D_model] (§6.1 TP).
         self.act_specs: dict[str, P] = {
             "BT": P(b, None),
@@ -151,8 +157,8 @@ class Sharder:
             "BTV": P(b, None, m),
             "BTNH": P(b, None, m, None),
             "BTKH": P(b, None, kv, None),
-            "BSKH": P(kvb, None, kv, None),
-            "BSK": P(kvb, None, kv),               # int8 KV-cache scales
+            "BSKH": P(kvb, kvs, kv, None),
+            "BSK": P(kvb, kvs, kv),                # int8 KV-cache scales
             "DV": P(None, m),    # the unembedding gathered over FSDP (chunked loss)
         }
 
@@ -232,14 +238,19 @@ class Sharder:
                        letters_)
 
 
-def batch_kv_mesh(mesh: AnyMesh, layout: Split, K: int):
-    """The mesh with its model axes cut into K for the KV heads and Z = Y/K for the batch of the
-    batch-sharded cache (``serving_layouts.batch_kv_axes``; reference §7.4). Returns (mesh, the
-    layout on it, the heads' axes, the Z axes)."""
+# the KV cache's dim over Z = Y/K (the model devices that share a KV head) by its KV layout
+# (``serving_layouts.KV_LAYOUTS``): B for the batch-sharded cache, S for the sequence-sharded one
+KV_Z_DIM: dict[str, str] = {"batch": "B", "sequence": "S"}
+
+
+def batch_kv_mesh(mesh: AnyMesh, layout: Split, K: int, parallelism: str = "dp_tp_kv_batch"):
+    """The mesh with its model axes cut into K for the KV heads and Z = Y/K for the batch (or
+    the sequence) of the cache (``serving_layouts.batch_kv_axes``; reference §7.4). Returns
+    (mesh, the layout on it, the heads' axes, the Z axes)."""
     try:
         shape, heads, z = batch_kv_axes(dict(mesh.shape), layout.model, K)
     except ValueError as e:
-        raise WorkloadError(str(e)) from None
+        raise WorkloadError(f"{parallelism}: {e}") from None
     names, dims, types = tuple(shape), tuple(shape.values()), (mesh.axis_types[0],) * len(shape)
     if isinstance(mesh, jax.sharding.Mesh):
         new = jax.sharding.Mesh(mesh.devices.reshape(dims), names, axis_types=types)
