@@ -38,6 +38,7 @@ from harness.capture.interrupt import (
     Interrupt,
 )
 from harness.capture.meshes import MeshLog
+from harness.capture.nnx_paths import NnxPaths
 from harness.capture.segments import SegmentTracer, after_import, write_json
 from harness.errors import HarnessError, one_line
 
@@ -99,10 +100,11 @@ def _commit(folder: Path) -> dict:
     return environment.git_state(folder) or {schema.GIT_SHA: ""}
 
 
-def _meta(script: Path, meshes: MeshLog, started: float) -> dict:
+def _meta(script: Path, meshes: MeshLog, started: float, nnx: NnxPaths) -> dict:
     """What each finished segment keeps beside its trace: this process's environment (its
-    devices, ``XLA_FLAGS`` as the script left them), the script's commit and meshes."""
-    found = meshes.snapshot()
+    devices, ``XLA_FLAGS`` as the script left them), the script's commit and meshes, and the
+    Flax NNX paths of its ``nnx.jit`` programs' parameters (``harness.capture.nnx_paths``)."""
+    found, paths = meshes.snapshot(), nnx.snapshot()
     commit = _commit(script.parent)
     meta = {**environment.environment(), **commit,
             schema.MESHES: found,
@@ -110,6 +112,8 @@ def _meta(script: Path, meshes: MeshLog, started: float) -> dict:
                 timespec="seconds")}
     if len(found) == 1:  # one mesh: the run's, as a workload's is
         meta[schema.MESH] = found[0]["axes"]
+    if paths:  # harness.explain names the parameters by them
+        meta[schema.ARGUMENT_PATHS] = paths
     return meta
 
 
@@ -136,14 +140,15 @@ def end_now(tracer: SegmentTracer, status_file: Path, status: dict) -> None:
 def main(argv: list[str]) -> int:
     root, segment_s, typed, args = Path(argv[0]), float(argv[1]), argv[2], argv[3:]
     script, started = Path(typed).resolve(), time.time()
-    meshes = MeshLog()
-    tracer = SegmentTracer(root, segment_s, lambda: _meta(script, meshes, started))
+    meshes, nnx = MeshLog(), NnxPaths()
+    tracer = SegmentTracer(root, segment_s, lambda: _meta(script, meshes, started, nnx))
 
     def watch(jax) -> None:
         meshes.watch(jax.sharding.Mesh)
         tracer.watch(jax)
 
     after_import("jax", watch)
+    after_import("flax.nnx", nnx.watch)  # nothing where the script never imports it
     status_file, status = root / STATUS_FILE, {}
     stuck = {OUTCOME: INTERRUPTED, CODE: 130, MESSAGE: f"was interrupted by SIGINT and, blocked "
                                                        f"outside Python, ended {GRACE_S:g} s later"}

@@ -17,7 +17,7 @@ argument names), the pytree path the capture gives parameter ``k`` (``names``).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from harness.explain.site import MAX_HOPS, PASS, dot_in, forward_users
 from harness.hlo.ir import Computation, Instruction, Module
@@ -30,11 +30,16 @@ _ESCAPED = re.compile(r"\\(.)")
 _GATHERS = frozenset({"all-gather", "all-gather-start", "all-gather-done"})
 
 
-def user_name(index: int, recorded: str, names: Sequence[str] | None = None) -> str:
+def user_name(index: int, recorded: str,
+              names: Sequence[str] | Mapping[str, str] | None = None) -> str:
     """Entry parameter ``index``'s name in the user's code: its metadata name (``recorded``,
     unescaped), or for JAX's placeholder ``Arg_k.n`` the capture's path of argument ``k``
-    (``names``); ``parameter <index>`` where neither says."""
+    (``names``); ``parameter <index>`` where neither says. ``names`` as a mapping (a profiled
+    script's ``nnx.jit`` program, ``harness.capture.nnx_paths``) renames by the metadata name:
+    ``model.states[0][3]`` -> ``model.linear1.kernel``."""
     recorded = _ESCAPED.sub(r"\1", recorded)
+    if isinstance(names, Mapping):
+        return names.get(recorded) or recorded or f"parameter {index}"
     m = _PLACEHOLDER.match(recorded)
     if names and (m or not recorded):
         k = int(m.group(1)) if m else index

@@ -28,7 +28,9 @@ ERROR = "error"                    # one line, for failed points
 STEPS = "steps"                    # measured steps per point
 WARMUP = "warmup"                  # untraced warm-up steps per point
 STEPS_RUN = "steps_run"            # steps a capture ran in all: warm-up, traced and timed
-ARGUMENT_PATHS = "argument_paths"  # program -> each entry parameter's path in the user's code
+# program -> each entry parameter's path in the user's code: a list by parameter number
+# (harness.analyze), or JAX's name -> path (harness profile's nnx.jit programs)
+ARGUMENT_PATHS = "argument_paths"
 HOST_DEVICE_COUNT = "host_device_count"  # the process's devices, where the program ran on fewer
 RUN = "run"                        # run directory, relative to the sweep directory
 STEP_S = term("step_s", "the measured step: first op's start to last op's end on the slowest "
