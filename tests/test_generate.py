@@ -1,15 +1,22 @@
 """``llama_generate``: the request loop's counts from arithmetic, its greedy tokens against a
-plain prefill + decode of the same request, int8 weights and KV, bad options, the report's
-section. One tiny model on one device, its three programs compiled once for the module."""
+plain prefill + decode of the same request, int8 weights and KV, bad options, the loop captured
+whole as ``harness run`` captures it (its programs' executions in the trace from arithmetic,
+the time between executions), the report's section. One tiny model on one device, its three
+programs compiled once for the module."""
 import dataclasses
 import math
 
+import jax
 import numpy as np
 import pytest
+from jax.sharding import Mesh
 
 import workloads
+from harness import schema
 from harness.cli import main
 from harness.report import serving_loop
+from harness.runs.loop import numbered, run_loop
+from harness.runs.workload import Built, build_workload
 from workloads.llama import generate, generate_loop, serve
 
 # L=1 layer, B=2 slots, prompts padded to T=8, S=32 cache slots; float32 so that the two paths
@@ -167,9 +174,122 @@ def test_report_section_shows_measured_beside_predicted():
     assert serving_loop.lines(_Run({})) == []
 
 
-@pytest.mark.heavy
-def test_harness_run_prints_the_loop(tmp_path, capsys):
-    assert main(["run", "llama_generate", "--steps", "2", "--out", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
+def _captured(tmp_path, one: bool, **more):
+    """``run_loop`` of the tiny preset's stream (``more`` set) on a 1x1 mesh (``one``) or on
+    every device, predicted on an H100 (no calibration here). Its bf16 programs: XLA:CPU runs
+    a small enough one (``SETS``' f32 insert) on the calling thread, with no device ops traced."""
+    if one:
+        mesh = Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("X", "Y"))
+        cfg = workloads.make_config("llama_generate", "tiny", more)
+        built = Built(generate.WORKLOAD, cfg, mesh, None, ())
+    else:
+        built = build_workload("llama_generate", "tiny", more)
+    return built, run_loop(built, preset="tiny", overrides=more, out_dir=tmp_path / "trace",
+                           chip="h100")
+
+
+def test_the_captured_stream_holds_the_three_programs(tmp_path):
+    """R = 5 requests of g = 3 tokens through the preset's B = 4 slots, all sharing its 4-token
+    prefix (T = 8): the trace holds ceil(4 / 8) + 5 prefills, 5 inserts and 2 waves (4
+    requests, then 1) x 2 generate steps; the report is of generate, the loop's figures are the
+    same stream's."""
+    built, run = _captured(tmp_path, True, L="1", R="5", g_min="3", g_max="3", shared="1.0")
+    d = run.meta[serving_loop.LOOP]
+    runs = dict(zip(run.programs[schema.PROGRAM], run.programs[schema.EXECUTIONS]))
+    assert runs == {"jit_prefill": 1 + 5, "jit_insert": 5, "jit_generate": 2 * 2}
+    assert runs == d["calls"] == {k: v[schema.EXECUTIONS] for k, v in d["programs"].items()}
+    assert (d["tokens_out"], d["prefix_hits"], d["generate_steps"]) == (5 * 3, 5, 2 * 2)
+    assert run.meta[schema.PROGRAM] == "jit_generate" and run.step[schema.STEPS] == 4
+    assert run.meta[schema.WORKLOAD] == "llama_generate" and run.meta[schema.DEVICE_COUNT] == 1
+    b = d["between"]
+    assert b["executions"] == 6 + 5 + 4
+    assert 0 < b[schema.WAITING_S] < b[schema.PERIOD_S]
+    assert b["host_s"] == pytest.approx(sum(b[c] for c in (
+        schema.WAIT_DISPATCH_S, schema.WAIT_PYTHON_S, schema.WAIT_INPUT_S, schema.WAIT_HOST_S)))
+    # the stream's span but for its waits is the device's op time over every execution of
+    # every program (one device; its ops do not overlap)
+    busy = sum(v[schema.TOTAL_S] for v in d["programs"].values())
+    assert b[schema.PERIOD_S] - b[schema.WAITING_S] == pytest.approx(busy, rel=0.05)
+    text = "\n".join(serving_loop.lines(run))
+    assert "captured: jit_prefill 6 executions (6 calls)" in text
+    assert "jit_generate 4 executions (4 calls)" in text
+    assert "between executions: of the stream's" in text
+    ops, other = b[schema.PERIOD_S] - b[schema.WAITING_S], b[schema.WAITING_S] - b["host_s"]
+    said = {"host-bound:": b["host_s"], "device-bound:": ops, "bound by the devices'": other}
+    assert f"\n  {max(said, key=said.get)} " in text
+
+
+@pytest.mark.slow  # the three programs compiled for 8 devices: over 12 s on a 2-core host
+def test_the_captured_stream_on_eight_devices(tmp_path):
+    """The preset's stream on 4x2: ceil(prefix / T) + R prefills, an insert a request of g >= 2,
+    generate as often as the loop stepped."""
+    cfg = workloads.make_config("llama_generate", "tiny", {})
+    built, run = _captured(tmp_path, False)
+    assert dict(built.mesh.shape) == {"X": 4, "Y": 2} and run.meta[schema.DEVICE_COUNT] == 8
+    d = run.meta[serving_loop.LOOP]
+    runs = dict(zip(run.programs[schema.PROGRAM], run.programs[schema.EXECUTIONS]))
+    prefix, reqs = generate_loop.requests(cfg)
+    assert runs == {"jit_prefill": -(-len(prefix) // cfg.T) + len(reqs),
+                    "jit_insert": sum(r.g >= 2 for r in reqs),
+                    "jit_generate": d["generate_steps"]} == d["calls"]
+    assert d["tokens_out"] == sum(r.g for r in reqs)
+    assert d["prefix_hits"] == sum(r.shared for r in reqs)
+    assert d["between"]["executions"] == sum(runs.values())
+
+
+def test_executions_numbered_in_the_order_they_started():
+    """Two programs, interleaved a, b, a on 2 devices (a: ops x then y; b: op z): the waits
+    read each execution as a step, numbered by start."""
+    import pandas as pd
+
+    rows = []
+    for dev in (0, 1):
+        for prog, ops, t0 in (("a", "xy", 0), ("b", "z", 100), ("a", "xy", 200)):
+            rows += [(prog, op, dev, t0 + 10 * i + dev) for i, op in enumerate(ops)]
+    ev = pd.DataFrame(rows, columns=[schema.PROGRAM, schema.OP, schema.DEVICE,
+                                     schema.START_NS]).assign(**{
+        schema.PROGRAM_ID: "", schema.STEP: 0, schema.DURATION_NS: 5})
+    got = numbered(ev, {"a": 2, "b": 1}).sort_values([schema.DEVICE, schema.START_NS])
+    assert got[schema.STEP].tolist() == [0, 0, 1, 2, 2] * 2
+
+
+def _between(period, ops, dispatch, python) -> dict:
+    host = dispatch + python
+    return {schema.PERIOD_S: period, schema.WAITING_S: period - ops, "executions": 10,
+            schema.WAIT_DISPATCH_S: dispatch, schema.WAIT_PYTHON_S: python,
+            schema.WAIT_UNEXPLAINED_S: period - ops - host, "host_s": host}
+
+
+@pytest.mark.parametrize("between, says", [
+    # 70 of 100 ms waiting for the host, 25 running ops: host-bound, the shares from the figures
+    (_between(0.1, 0.025, 0.05, 0.02), "host-bound: the devices waited for the host 70% of "
+                                       "the stream and ran ops 25%"),
+    (_between(0.1, 0.08, 0.01, 0.005), "device-bound: the devices ran ops 80% of the stream "
+                                       "and waited for the host 15%"),
+    # 30 ms ops, 20 ms host, 50 ms unexplained: the devices' own waits
+    (_between(0.1, 0.03, 0.01, 0.01), "bound by the devices' own waits: 50% of the stream "
+                                      "(unexplained the most), against ops 30% and the host 20%"),
+])
+def test_the_verdict_comes_from_the_shares(between, says):
+    lines = serving_loop.between_lines({"between": between})
+    assert lines[0].startswith("between executions: of the stream's 100 ms over 10 executions")
+    assert ": dispatch " in lines[0]
+    assert lines[1] == says or lines[1].startswith(says + ":")
+    assert serving_loop.between_lines({}) == []
+
+
+@pytest.mark.slow  # a whole run in a process of its own (compile, capture, report): ~30 s
+def test_harness_devices_1_run_prints_the_loop(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "harness", "--devices", "1", "run",
+                           "llama_generate", "--chip", "h100", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    assert "llama_generate (tiny) on mesh 1x1, 1x cpu" in out
     assert "serving loop: 8 requests through 4 slots" in out
-    assert "time to first token, median" in out
+    assert "captured: jit_prefill" in out and "between executions" in out
+    said = ("  host-bound: ", "  device-bound: ", "  bound by the devices' own waits: ")
+    assert sum(v in out for v in said) == 1

@@ -19,8 +19,8 @@ from harness.chip import drift
 from harness.errors import HarnessError
 from harness.record import Run
 from harness.report import files as report_files
-from harness.report import serving_loop
 from harness.report.heading import mesh_str
+from harness.runs.loop import run_loop
 from harness.runs.pipeline import from_capture
 from harness.runs.scratch import clean_stale_scratch, scratch_prefix
 from harness.step import routing
@@ -141,15 +141,15 @@ def run_workload(name: str, *, preset: str = "tiny", overrides: dict | None = No
     scratch = Path(tempfile.mkdtemp(prefix=scratch_prefix("capture"), dir=out))
     try:
         with memory.oom_as_error(what, _knobs(name)):
-            run = run_built(built, preset=preset, overrides=overrides, steps=steps,
-                            warmup=warmup, out_dir=scratch / "trace", chip=chip,
-                            command_buffers=command_buffers)
+            if getattr(built.workload, "loop", None) is not None:  # a loop of programs, whole
+                run = run_loop(built, preset=preset, overrides=overrides,
+                               out_dir=scratch / "trace", chip=chip)
+            else:
+                run = run_built(built, preset=preset, overrides=overrides, steps=steps,
+                                warmup=warmup, out_dir=scratch / "trace", chip=chip,
+                                command_buffers=command_buffers)
         if with_memory:
             run.meta[schema.MEMORY] = _memory(built, preset, overrides, run).to_dict()
-        loop = getattr(built.workload, "loop", None)  # a serving workload's request stream
-        if loop is not None:
-            with memory.oom_as_error(what, _knobs(name)):
-                run.meta[serving_loop.LOOP] = loop(built.cfg, built.mesh, run.chip)
         moe = _routing(built, run)  # an MoE's routing, measured (issue 54)
         if moe:
             run.meta[routing.ROUTING] = moe

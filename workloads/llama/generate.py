@@ -13,8 +13,10 @@ Three programs, each compiled once:
 
 ``generate_loop`` drives them over a seeded stream of requests (slots refilled as requests end)
 and measures time to first token, time per output token, tokens/s and the slots' occupancy.
-``build`` gives ``harness run`` the generate program at B slots (the bulk of serving's time); the
-record's ``loop`` serves the stream after the capture and the report shows its figures.
+``harness run`` captures that loop whole (the record's ``loop``, ``StreamLoop``: every program's
+executions and the host's time between them, generate the step program) and the report shows
+its figures from the same stream; ``build`` gives the generate program at B slots alone (ahead
+of time, ``harness predict-hlo``; the memory estimate).
 """
 from __future__ import annotations
 
@@ -211,21 +213,50 @@ def carry(args: tuple, out: tuple) -> tuple:
     return params, out[1], tokens_B1, pos_B
 
 
-def serve_stream(cfg: GenerateConfig, mesh: AnyMesh | None, chip) -> dict:
-    """Build the programs on ``mesh``, serve the seeded stream of requests, and return its
-    figures beside the prediction on ``chip`` (None: none) (``generate_loop.figures``)."""
-    progs = programs(cfg, mesh)
-    prefix, reqs = generate_loop.requests(cfg)
-    stream = generate_loop.run_stream(cfg, progs, prefix, reqs)
-    return generate_loop.figures(cfg, progs.sh.mesh, chip, stream)
+class StreamLoop:
+    """The request loop as ``harness run`` captures it (``harness.capture.loop``): ``warm``
+    builds the programs on the mesh and compiles all three, ``run`` serves the seeded stream
+    (what the trace holds: every prefill, insert and generate, and the host between them),
+    ``figures`` its record beside the prediction on a chip; ``programs`` names each program's
+    compilation as the trace does (``jit_`` and its function), ``step_program`` the one the
+    report is of: generate, the bulk of serving's time."""
+
+    def __init__(self, cfg: GenerateConfig, mesh: AnyMesh | None):
+        self.cfg, self.mesh = cfg, mesh
+        self.progs: Programs | None = None
+        self.slots: generate_loop.Slots | None = None
+        self.programs: dict[str, str] = {}
+
+    @property
+    def step_program(self) -> str:
+        return self.programs.get(generate_loop.GENERATE, "")
+
+    def warm(self) -> None:
+        self.progs = programs(self.cfg, self.mesh)
+        self.programs = {name: f"jit_{getattr(self.progs, name).__name__}"
+                         for name in generate_loop.PROGRAMS}
+        self.slots = generate_loop.warm_up(self.cfg, self.progs)
+
+    def run(self) -> generate_loop.Stream:
+        prefix, reqs = generate_loop.requests(self.cfg)
+        return generate_loop.serve(self.cfg, self.progs, prefix, reqs, self.slots)
+
+    def figures(self, stream: generate_loop.Stream, chip) -> dict:
+        """``generate_loop.figures`` on ``chip`` (None: no prediction), each program's calls
+        under its compilation's name."""
+        out = generate_loop.figures(self.cfg, self.progs.sh.mesh, chip, stream)
+        out["calls"] = {self.programs[k]: n for k, n in out["calls"].items()}
+        return out
 
 
 @dataclass(frozen=True)
 class ServingWorkload(Workload):
-    """A workload with a request loop beside its step: ``loop(cfg, mesh, chip) -> dict`` serves
-    the stream and returns its measured and predicted figures (``generate_loop.figures``)."""
+    """A workload whose run is a loop of several programs driven from Python:
+    ``loop(cfg, mesh)`` gives the loop ``harness run`` captures whole in place of ``build``'s
+    one program (``harness.capture.loop``: ``warm``, ``run``, ``figures``, ``programs``,
+    ``step_program``)."""
 
-    loop: Callable[[object, object, object], dict] | None = None
+    loop: Callable[[object, object], StreamLoop] | None = None
 
 
 WORKLOAD = ServingWorkload(
@@ -238,5 +269,5 @@ WORKLOAD = ServingWorkload(
     memory=memory.serve_bytes,
     book=book.decode,
     memory_knobs=smaller("B", "S", "T"),
-    loop=serve_stream,
+    loop=StreamLoop,
 )

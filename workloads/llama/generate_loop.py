@@ -25,6 +25,9 @@ from predictions import layouts, serving
 from predictions.step import book_dtype
 from workloads.llama.config import book_model
 
+PREFILL, INSERT, GENERATE = "prefill", "insert", "generate"  # the programs, by their function
+PROGRAMS = (PREFILL, INSERT, GENERATE)
+
 
 @dataclass(frozen=True)
 class Request:
@@ -65,12 +68,14 @@ class Served:
 @dataclass
 class Stream:
     """What the loop did: each request's record (in request order), the active slots at each
-    generate step, the prefix-cache hits and the wall time."""
+    generate step, the prefix-cache hits, the wall time and the calls of each program
+    (``PROGRAMS``' names)."""
 
     served: list[Served]
     occupancy: list[int]
     prefix_hits: int
     wall_s: float
+    calls: dict[str, int] = field(default_factory=dict)
 
 
 def _pad(tokens: np.ndarray, T: int) -> np.ndarray:
@@ -89,27 +94,46 @@ def prefill_prefix(cfg, progs, prefix: np.ndarray):
     return cache
 
 
-def _warm(cfg, progs, cache_B, tokens_B, pos_B):
-    """Compile the three programs before the clock starts; the slots' contents do not matter
-    (insert overwrites a slot whole before it is used)."""
+@dataclass
+class Slots:
+    """The B slots a stream starts from: their cache (a copy of the programs': generate
+    donates it, so that the programs serve another stream after), tokens and positions."""
+
+    cache_B: dict
+    tokens_B: np.ndarray
+    pos_B: np.ndarray
+
+
+def warm_up(cfg, progs) -> Slots:
+    """Compile the three programs (one call each) before a stream is served, so that a stream
+    runs no compilation; the slots' contents do not matter (insert overwrites a slot whole
+    before it is used)."""
+    B = cfg.B
+    tokens_B, pos_B = np.zeros((B, 1), np.int32), np.zeros((B,), np.int32)
+    cache_B = jax.tree.map(jnp.copy, progs.cache_B)
     first, _ = progs.prefill(progs.params, progs.empty1, _pad(np.zeros(1, np.int32), cfg.T),
                              np.int32(0), np.int32(1))
     cache_B = progs.insert(cache_B, progs.empty1, np.int32(0))
     out, cache_B = progs.generate(progs.params, cache_B, tokens_B, pos_B)
     np.asarray(out), int(first)
-    return cache_B
+    return Slots(cache_B, tokens_B, pos_B)
 
 
 def run_stream(cfg, progs, prefix: np.ndarray, reqs: list[Request]) -> Stream:
-    """Serve ``reqs`` through ``cfg.B`` slots (module docstring); greedy tokens."""
-    B = cfg.B
-    tokens_B, pos_B = np.zeros((B, 1), np.int32), np.zeros((B,), np.int32)
-    # generate donates its cache: a copy, so that the programs serve another stream after
-    cache_B = _warm(cfg, progs, jax.tree.map(jnp.copy, progs.cache_B), tokens_B, pos_B)
+    """Serve ``reqs`` through ``cfg.B`` slots (module docstring), the programs warmed first."""
+    return serve(cfg, progs, prefix, reqs, warm_up(cfg, progs))
+
+
+def serve(cfg, progs, prefix: np.ndarray, reqs: list[Request], slots: Slots) -> Stream:
+    """Serve ``reqs`` through ``cfg.B`` slots from ``slots`` (``warm_up``'s); greedy tokens.
+    Its program calls: ceil(prefix / T) prefills of the prefix, then one prefill a request,
+    one insert a request of two tokens or more, one generate a step."""
+    B, cache_B, tokens_B, pos_B = cfg.B, slots.cache_B, slots.tokens_B, slots.pos_B
     prefix_cache = prefill_prefix(cfg, progs, prefix) if len(prefix) else None
     served = [Served(r.arrival_s, math.nan, math.nan) for r in reqs]
     queue = deque(sorted(range(len(reqs)), key=lambda i: reqs[i].arrival_s))
     free, active, occupancy = list(range(B)), {}, []
+    calls = {PREFILL: -(-len(prefix) // cfg.T), INSERT: 0, GENERATE: 0}
     t0 = time.perf_counter()
     clock = lambda: time.perf_counter() - t0  # noqa: E731
     while queue or active:
@@ -120,12 +144,14 @@ def run_stream(cfg, progs, prefix: np.ndarray, reqs: list[Request]) -> Stream:
             first, cache1 = progs.prefill(progs.params, prefix_cache if r.shared else
                                           progs.empty1, _pad(r.prompt, cfg.T),
                                           np.int32(start), np.int32(len(r.prompt)))
+            calls[PREFILL] += 1
             rec.tokens.append(int(first))
             rec.first_s = rec.last_s = clock()
             if r.g == 1:
                 free.append(slot)
                 continue
             cache_B = progs.insert(cache_B, cache1, np.int32(slot))
+            calls[INSERT] += 1
             tokens_B[slot, 0], pos_B[slot] = rec.tokens[-1], start + len(r.prompt)
             active[slot] = i
         if not active:
@@ -133,6 +159,7 @@ def run_stream(cfg, progs, prefix: np.ndarray, reqs: list[Request]) -> Stream:
                 time.sleep(max(0.0, reqs[queue[0]].arrival_s - clock()))
             continue
         out, cache_B = progs.generate(progs.params, cache_B, tokens_B, pos_B)
+        calls[GENERATE] += 1
         out = np.asarray(out)
         now = clock()
         occupancy.append(len(active))
@@ -144,7 +171,7 @@ def run_stream(cfg, progs, prefix: np.ndarray, reqs: list[Request]) -> Stream:
             if len(rec.tokens) == reqs[i].g:
                 del active[slot]
                 free.append(slot)
-    return Stream(served, occupancy, sum(r.shared for r in reqs), clock())
+    return Stream(served, occupancy, sum(r.shared for r in reqs), clock(), calls)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -183,25 +210,13 @@ def predicted(cfg, mesh, chip) -> dict:
 
 
 def figures(cfg, mesh, chip, stream: Stream) -> dict:
-    """The loop's record: counts, measured figures, the prediction on ``chip`` (None: none),
-    notes. Plain JSON-able data (a run keeps it in its meta)."""
-    out = {"requests": len(stream.served), "slots": cfg.B,
-           "tokens_out": sum(len(s.tokens) for s in stream.served),
-           "prefix_hits": stream.prefix_hits, "generate_steps": len(stream.occupancy),
-           "wall_s": stream.wall_s, "measured": measured(cfg, stream),
-           "predicted": predicted(cfg, mesh, chip) if chip is not None else {}, "notes": []}
-    platform = _platform(mesh)
-    if platform == "cpu":
-        out["notes"].append("on a few shared CPU cores the loop is host-bound: Python, dispatch "
-                            "and the token transfers between programs are in every measured "
-                            "time; the comparison that matters is on a GPU or TPU")
-    out["notes"].append("TTFT measured from arrival (queueing included); predicted: the "
-                        f"prefill of a T={cfg.T} bucket at the book's 50% MFU (inference.md)")
-    return out
-
-
-def _platform(mesh) -> str:
-    if mesh is not None and hasattr(mesh, "devices"):
-        return mesh.devices.flat[0].platform
-    return jax.default_backend()
-
+    """The loop's record: counts, each program's calls, measured figures, the prediction on
+    ``chip`` (None: none), notes. Plain JSON-able data (a run keeps it in its meta)."""
+    return {"requests": len(stream.served), "slots": cfg.B,
+            "tokens_out": sum(len(s.tokens) for s in stream.served),
+            "prefix_hits": stream.prefix_hits, "generate_steps": len(stream.occupancy),
+            "calls": dict(stream.calls), "wall_s": stream.wall_s,
+            "measured": measured(cfg, stream),
+            "predicted": predicted(cfg, mesh, chip) if chip is not None else {},
+            "notes": ["TTFT measured from arrival (queueing included); predicted: the prefill "
+                      f"of a T={cfg.T} bucket at the book's 50% MFU (inference.md)"]}
