@@ -3,6 +3,7 @@ trace's segments merged on one clock, the recorded mesh each program ran on, the
 commit, the device count forced over a script's own."""
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import subprocess
@@ -104,6 +105,27 @@ def test_segments_are_one_trace_on_the_first_ones_clock_with_steps_numbered_on()
     assert (merged.format, merged.stepped, merged.source) == ("cpu", False, "root (2 segments)")
 
 
+def _host(kinds, starts, names):
+    return pd.DataFrame({schema.HOST: 0, schema.KIND: kinds, schema.DEVICE: -1,
+                         schema.START_NS: starts, schema.DURATION_NS: [5] * len(starts),
+                         schema.EVENT_NAME: pd.Categorical(names)})
+
+
+def test_segments_keep_their_host_events_on_the_same_clock():
+    """The host's launches and annotations of each segment move with its ops (4000 ns for the
+    second here): without them a script traced in segments could not tell dispatch from its own
+    Python."""
+    a = dataclasses.replace(_segment(["jit_f"], [0], [100]), host=_host(["dispatch"], [90], [""]))
+    b = dataclasses.replace(_segment(["jit_f"], [0], [50]),
+                            host=_host(["annotation", "dispatch"], [10, 40], ["load_batch", ""]))
+    merged = merge_segments([a, b], [1_000, 5_000], "root (2 segments)")
+    host = merged.host
+    assert host[schema.START_NS].tolist() == [90, 4_010, 4_040]
+    assert host[schema.KIND].tolist() == ["dispatch", "annotation", "dispatch"]
+    assert host[schema.EVENT_NAME].astype(str).tolist() == ["", "load_batch", ""]
+    assert merge_segments([_segment(["jit_f"], [0], [1])], [0], "one").host is None
+
+
 def test_a_folder_of_segments_is_located_and_decoded_as_one_trace(tmp_path):
     """Two segments holding the same real trace (an MI300X's, on its own clock: both started
     at the same time) and a folder that is no segment: the segments found in order and read as
@@ -124,6 +146,10 @@ def test_a_folder_of_segments_is_located_and_decoded_as_one_trace(tmp_path):
     assert both.trace.events[schema.STEP].tolist() == (ev[schema.STEP].tolist()
                                                        + (ev[schema.STEP] + steps).tolist())
     assert both.trace.events[schema.START_NS].tolist() == 2 * ev[schema.START_NS].tolist()
+    # the host's launches of both segments, each as the one trace's (both began at once)
+    host = one.trace.host
+    assert len(host) and sorted(both.trace.host[schema.START_NS].tolist()) == sorted(
+        2 * host[schema.START_NS].tolist())
     # every program that ran has its HLO (the trace embeds each), the segments' as one's
     assert set(both.modules) == set(one.modules) == set(programs_ran(ev))
     assert select(both, "all") == "all"

@@ -24,7 +24,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from harness import report, schema
-from harness.analysis.programs import STEP_EXECUTIONS, Measured, step_program
+from harness.analysis.programs import STEP_EXECUTIONS, Measured, program_notes, step_program
 from harness.cli import main
 from harness.record import Run
 from harness.regress import headline, side_by_side
@@ -277,3 +277,14 @@ def test_a_different_function_of_the_same_name_is_said_so():
     assert "a different function of the same name: its ops come from other lines" in said
     same = note("jit_step", keys[0], keys[1], runs, dict(zip(keys, (a, module(_double, x)))))
     assert "a static argument or a compile option differs" in same
+
+
+def test_a_program_asked_for_by_name_is_said_to_be_so():
+    """A report of a program the caller named (``--program``, the generation loop's generate)
+    says so, not that it had the most device time (here it has the least)."""
+    per = {("jit_prefill", "1"): _measured(9.0, 9), ("jit_generate", "2"): _measured(2.0, 9)}
+    ran, main = list(per), ("jit_generate", "2")
+    (asked,) = program_notes(ran, [main], per, {}, main, asked="jit_generate")[:1]
+    assert "(the program asked for)" in asked and "most device time" not in asked
+    (default,) = program_notes(ran, [main], per, {}, main)[:1]
+    assert "(the most device time among the programs run 3 or more times)" in default

@@ -135,13 +135,15 @@ def program_table(per: Mapping[ProgramKey, Measured]) -> pd.DataFrame:
         drop=True)
 
 
-def program_notes(ran, shown, per, modules, main, mesh=None) -> list[str]:
-    """What a report says about the programs: which one it is about and where the others
-    are, what differs in each other compilation of its name (on ``mesh``'s axis names:
+def program_notes(ran, shown, per, modules, main, mesh=None, asked: str = "") -> list[str]:
+    """What a report says about the programs: which one it is about (``asked``: the program
+    the caller named, else the step program by device time) and where the others are, what
+    differs in each other compilation of its name (on ``mesh``'s axis names:
     ``harness.analysis.recompiles``), and any measured only."""
     notes = []
     others = [k for k in ran if k not in shown]
-    why = (f"the most device time among the programs run {STEP_EXECUTIONS} or more times"
+    why = ("the program asked for" if asked not in ("", ALL) and chosen(main, asked) else
+           f"the most device time among the programs run {STEP_EXECUTIONS} or more times"
            if per[main].executions >= STEP_EXECUTIONS else
            f"the most device time; none ran {STEP_EXECUTIONS} times")
     if len(shown) > 1:

@@ -152,7 +152,7 @@ def derive(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
     summ = _summary(main_ops, step, t_step, chip, devices, ctx)
     notes += _timing(summ, ctx)
     check = _cross_check(module, ctx.cost_analysis, summ, notes)
-    notes += program_notes(ran, shown, per, modules, main, ctx.mesh)
+    notes += program_notes(ran, shown, per, modules, main, ctx.mesh, asked=ctx.program)
     beating = ops_beating_roofline(ops, spread=chip.spread)
     if beating:
         notes.append(f"{beating} run {beats_roofline_reason(chip.name, chip.kind, chip.spread)}")

@@ -59,12 +59,14 @@ def merge_segments(parts: list, starts: list[int | None], label: str):
     from harness.trace.load import TraceEvents
 
     first = next((s for s in starts if s is not None), 0)
-    frames, next_step = [], 0
+    frames, hosts, next_step = [], [], 0
     for part, start in zip(parts, starts):
         ev = part.events
         shift = (start - first) if start is not None else 0
         frames.append(ev.assign(**{schema.START_NS: ev[schema.START_NS] + shift,
                                    schema.STEP: ev[schema.STEP] + next_step}))
+        if part.host is not None:  # the host's launches, copies, annotations: the same clock
+            hosts.append(part.host.assign(**{schema.START_NS: part.host[schema.START_NS] + shift}))
         if len(ev):
             next_step += int(ev[schema.STEP].max()) + 1
     merged = pd.concat(frames, ignore_index=True)
@@ -73,4 +75,18 @@ def merge_segments(parts: list, starts: list[int | None], label: str):
             merged[col] = union_categoricals([f[col].astype("category") for f in frames])
     async_names = {k: v for p in parts for k, v in p.async_names.items()}
     return TraceEvents(merged, parts[0].format, label, async_names,
-                       all(p.stepped for p in parts))
+                       all(p.stepped for p in parts), host=_hosts(hosts))
+
+
+def _hosts(hosts: list):
+    """The segments' host events as one table, sorted by start (None where none was read)."""
+    import pandas as pd
+    from pandas.api.types import union_categoricals
+
+    if not hosts:
+        return None
+    out = pd.concat(hosts, ignore_index=True)
+    for col in out.columns:  # a name column is categorical in each segment: over them all
+        if isinstance(hosts[0][col].dtype, pd.CategoricalDtype):
+            out[col] = union_categoricals([h[col].astype("category") for h in hosts])
+    return out.sort_values(schema.START_NS, kind="stable").reset_index(drop=True)
