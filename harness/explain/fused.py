@@ -7,8 +7,9 @@ none of them.
   all-reduce and each device's slice of it into one ``kind=kCustom`` fusion (its body: the
   all-reduce, then a ``dynamic-slice`` by the partition id; backend config emitter
   ``SingleInputAllReduceScatterFusion``, a ring): one reduce-scatter (book §4.2), a row of
-  its own. An all-reduce and a slice left apart (libtpu keeps them so for a ``psum_scatter``
-  of a flat array) are read as an all-reduce (``dataflow.sliced``).
+  its own (``harness.hlo.tpu.all_reduce_scatter`` recognises it, for the cost model too).
+  An all-reduce and a slice left apart (libtpu keeps them so for a ``psum_scatter`` of a
+  flat array) are read as an all-reduce (``dataflow.sliced``).
 - an async collective chain's start (``harness.hlo.tpu.chain_role`` "start"): the collective
   it starts; its continuations and done are the same transfer, never rows of their own.
 
@@ -45,31 +46,16 @@ SLICED = {
 }
 
 
-def _inner(fusion: Instruction, module: Module) -> Instruction | None:
-    """The collective a fusion's body holds (None for none)."""
-    calls = fusion.called("calls")
-    if not calls:
-        return None
-    return next((i for i in module.computation(calls[0]).instructions
-                 if i.opcode in tpu.COLLECTIVE_OPCODES), None)
-
-
-def _scatters(fusion: Instruction, inner: Instruction) -> bool:
-    """The fusion returns less than its all-reduce sums: each device keeps its slice."""
-    return inner.opcode == "all-reduce" and \
-        sum(s.elements for s in fusion.shapes) < sum(s.elements for s in inner.shapes)
-
-
-def _plain(fusion: Instruction, inner: Instruction) -> str:
-    if _scatters(fusion, inner):
-        return "reduce-scatter"
+def _plain(fusion: Instruction, inner: Instruction, module: Module) -> str:
+    if tpu.all_reduce_scatter(module, fusion) is not None:
+        return "reduce-scatter"  # each device keeps its slice of the sum (harness.hlo.tpu)
     return COLLECTIVE_OPCODES.get(inner.opcode, "")
 
 
 # what a fusion is -> (the collective's kind from the fusion and its inner collective)
-REGISTRY: dict[str, Callable[[Instruction, Instruction], str]] = {
+REGISTRY: dict[str, Callable[[Instruction, Instruction, Module], str]] = {
     "collective fusion": _plain,                                  # all-reduce-scatter, ...
-    "chain start": lambda f, inner: COLLECTIVE_OPCODES.get(inner.opcode, ""),
+    "chain start": lambda f, inner, module: COLLECTIVE_OPCODES.get(inner.opcode, ""),
 }
 
 
@@ -88,10 +74,10 @@ def fused(instr: Instruction, module: Module) -> tuple[str, Instruction] | None:
     if instr.opcode != "fusion":
         return None
     shape = _shape_of(instr, module)
-    inner = _inner(instr, module) if shape else None
+    inner = tpu.collective(module, instr) if shape else None
     if inner is None:
         return None
-    kind = REGISTRY[shape](instr, inner)
+    kind = REGISTRY[shape](instr, inner, module)
     return (kind, inner) if kind else None
 
 

@@ -31,7 +31,7 @@ from harness.hlo.source import source_line
 from harness.hlo.walk import async_done, async_start, executed, fused_instructions, trip_count
 from predictions import hardware, roofline, rules
 from predictions.roofline import OpTime
-from predictions.rules import CONTAINERS, STRUCTURAL, Cost
+from predictions.rules import CONTAINERS, STRUCTURAL, Cost, OpDesc
 
 log = logging.getLogger(__name__)
 _DONES = frozenset(rules.ASYNC_PAIRS.values())
@@ -74,7 +74,7 @@ def _cost(instr: Instruction, module: Module) -> Cost:
     if instr.opcode in ("fusion", "fusion-start"):
         if tpu.chain_role(module, instr) == "done":
             return Cost()  # waits for a chained TPU collective (harness.hlo.tpu)
-        inner = [to_desc(i, module) for i in fused_instructions(module, instr)
+        inner = [_as_scatter(i, module, instr) for i in fused_instructions(module, instr)
                  if not tpu.in_flight(module, instr, i)]
         return rules.fusion_cost(to_desc(instr, module), inner)
     cost = rules.cost(to_desc(instr, module))
@@ -82,6 +82,15 @@ def _cost(instr: Instruction, module: Module) -> Cost:
         cost = replace(cost, notes=(calls.why_unmodeled(instr) or
                                     f"custom call {calls.target(instr)}: {'; '.join(cost.notes)}",))
     return cost
+
+
+def _as_scatter(inner: Instruction, module: Module, fusion: Instruction) -> OpDesc:
+    """An instruction in a fusion as a desc; an all-reduce-scatter fusion's all-reduce as the
+    reduce-scatter it runs (``tpu.all_reduce_scatter``; book §4.2: V/W, not 2V/W)."""
+    desc = to_desc(inner, module)
+    results = tpu.all_reduce_scatter(module, fusion) \
+        if inner is tpu.collective(module, fusion) else None
+    return desc if results is None else replace(desc, opcode="reduce-scatter", results=results)
 
 
 def why_unmodeled(cost: Cost) -> str:

@@ -89,6 +89,7 @@ class Derived:
     users: dict = field(default_factory=dict)        # computation -> {name: users} (hlo.desc)
     costs: dict = field(default_factory=dict)        # (computation, name) -> instruction_cost
     chain_roles: dict = field(default_factory=dict)  # fusion -> role in a TPU chain (hlo.tpu)
+    scatters: dict = field(default_factory=dict)     # fusion -> tpu.all_reduce_scatter
     transfers: list = field(default_factory=list)    # [its TransferOps] (step.transfers)
     frames: dict = field(default_factory=dict)       # stack frame id -> Frame (hlo.source)
     routing: dict = field(default_factory=dict)      # "top_k" -> has one (explain.dataflow)
