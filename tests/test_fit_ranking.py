@@ -3,7 +3,9 @@ ranked by predicted step time (``harness.plan.search.table``), the ones the memo
 named, and LLaMA-3 70B on a v5p 16x16 slice at MaxText's v5p shape (4 sequences of 4096 tokens
 a chip, FSDP: ``MaxText/configs/v5p/llama2_70b.sh``, 4M tokens on v5p-512's 256 chips) ranked
 from its shape alone, with the compile skipped (``--compile 0``); marked ``heavy``, the search
-compiling the best two."""
+compiling the best two. Beside the remat and offload policies the ranking holds the ZeRO stages
+(at the dp layout), gradient accumulation over microbatches and a smaller batch, each checked
+here from the arithmetic of `training.md` (reference §6.1, §6.3)."""
 import json
 
 import pytest
@@ -12,7 +14,8 @@ import workloads
 from harness.cli import main
 from harness.plan import search
 from workloads import aot
-from workloads.base import FitTrial
+from workloads.base import FitCollective, FitTrial
+from workloads.llama import fit, memory
 from workloads.mesh import abstract_mesh
 
 TRAIN = workloads.get("llama_train")
@@ -60,11 +63,29 @@ def test_the_ranking_is_the_step_time_from_arithmetic_kept_settings_first():
     assert list(t[search.HBM]) == [10e9, 20e9, 40e9, 5e9]
 
 
+def test_collectives_over_ici_and_a_smaller_batchs_steps_in_the_predicted_time():
+    # sharding.md: an all-gather of V on a wrapped 16x16 takes V / (2 axes x 2 x W1); a v5p's
+    # W1 = 90 GB/s: 180 GB in 0.5 s, 4 of them 2 s; an all-reduce 2x. Under 4.59e14 FLOPs
+    # (1 s) the collectives set the step; 2 steps of a smaller batch, 4 s
+    gathers = (FitCollective("all-gather", 180e9, (16, 16), 4),)
+    a = FitTrial({}, "zero-3", "a", 10e9, flops=4.59e14, collectives=gathers)
+    assert search.ici_s(a, "tpu-v5p") == pytest.approx(2.0)
+    assert search.predicted_s(a, "tpu-v5p") == pytest.approx(2.0)
+    b = FitTrial({}, "smaller batch", "b", 10e9, flops=4.59e14, steps=2.0,
+                 collectives=(FitCollective("all-reduce", 180e9, (16, 16)),))
+    assert search.predicted_s(b, "tpu-v5p") == pytest.approx(2 * 1.0)  # 2 x max(1 s, 1 s)
+    assert search.ici_bytes(a) == 720e9 and search.ici_bytes(b) == 360e9  # all-reduce: 2V
+    t = search.table([a, b], "tpu-v5p", HBM, HOST)
+    assert list(t[search.ADDED]) == [0.0, 4.59e14]    # b's 2 steps: 9.18e14 FLOPs
+    assert t[search.STAGE][0] == "zero-3"      # a tie (2 s) goes to the batch asked for
+
+
 def test_the_settings_the_model_prunes_are_named_with_why():
     t = _table()
     past = dict(zip(t[search.SETTING], t[search.MODEL]))
     kept = {s for s, m in past.items() if m == "fits"}
-    assert sum(m == "fits" for m in past.values()) == 8 and len(past) == 14
+    # the 14 policies, 2 microbatch counts (B/M over the 256 chips: M = 2, 4), 1 smaller batch
+    assert sum(m == "fits" for m in past.values()) == 11 and len(past) == 17
     # save_dot_except_mlpwi keeps a layer's input, Q, K, V, out_proj and mlpwo: 80 layers x
     # 16384 tokens x (D + (N + 2K)H + 2D) x 2 B = 91.3 GB, with the state and one layer's
     # transients 97.3 GB, past 96 GB whatever the loss chunks
@@ -95,7 +116,8 @@ def test_maxtexts_70b_settings_fit_by_the_model_but_its_v5p_one_only_in_libtpus_
     # save_dot_except_mlpwi: 97.25 GB by the arithmetic above, past the book's 96 GB (so the
     # model prunes it) yet within the 95.74 GiB = 102.8 GB libtpu counts usable on a v5p
     llama2 = _table({**SHAPE, "V": "32000"})
-    row = llama2[llama2[search.SETTING].str.endswith("remat=save_dot_except_mlpwi")].iloc[0]
+    row = llama2[llama2[search.SETTING].str.endswith("remat=save_dot_except_mlpwi")
+                 & (llama2[search.STAGE] == "remat")].iloc[0]
     at_least = L * TOKENS * (3 * D + (N + 2 * K) * H) * 2 + _state(32000) + LAYER
     assert at_least == pytest.approx(97.25e9, rel=1e-3)
     assert row[search.MODEL] == "past HBM" and at_least <= row[search.HBM] <= 95.74 * 2**30
@@ -152,20 +174,126 @@ class _Job:
 
 
 def test_compile_k_places_k_and_keeps_the_cheapest_placed(monkeypatch):
-    # a stand-in libtpu that refuses the model's cheapest setting (context and mlpwo offloaded,
-    # 19.0 s) and places every other: with K = 2 the search compiles the first three ranked
+    # a stand-in libtpu that refuses the model's cheapest setting (4 microbatches, every
+    # projection output and the attention residuals kept: 15.5 s, no recomputation) and places
+    # every other: with K = 2 the search compiles the first three ranked it may build; the
+    # smaller batch tied with the first (the same FLOPs for the same tokens, ranked after the
+    # batch asked for) is never compiled (a different batch)
     tried = []
 
     def fake(name, preset, overrides, mesh, tpu_chip=None, cache_dir=None):
         tried.append(overrides.get("remat_offload", overrides["remat"]))
-        return _Job(overrides.get("remat_offload") == "context,mlpwo")
+        return _Job(overrides.get("microbatches") == "4")
 
     monkeypatch.setattr(aot, "start_compile", fake)
-    fit = search.search(TRAIN, "70b", SHAPE, "16x16", "tpu-v5p", None, compiles=2)
-    first3 = list(fit.table[search.SETTING][:3])
-    assert tried == ["context,mlpwo", OFFLOAD_ALL, "save_dot_except_mlp"]
-    assert list(fit.table[search.LIBTPU][:4]) == ["refused", "placed", "placed", ""]
-    # both placed predict 19.7 s (the tie goes to the fewer HBM bytes: the offload's 22.9 GB)
-    assert fit.sets["remat_offload"] == OFFLOAD_ALL and first3[1].endswith(OFFLOAD_ALL)
-    assert "the cheapest of the 2 settings placed in tpu-v5p's HBM" in fit.note
-    assert "3 compiles in" in fit.note and "remat_offload=context,mlpwo" in fit.note
+    found = search.search(TRAIN, "70b", SHAPE, "16x16", "tpu-v5p", None, compiles=2)
+    first4 = list(found.table[search.SETTING][:4])
+    assert tried == ["minimal_with_context", "save_dot_except_mlpwi", "context,mlpwo"]
+    assert list(found.table[search.LIBTPU][:5]) == ["refused", "modelled only", "placed", "placed",
+                                                  ""]
+    assert list(found.table[search.STAGE][:4]) == ["microbatch", "smaller batch", "microbatch",
+                                                 "offload"]
+    # the cheaper placed: 2 microbatches keeping all but the MLP's input projections (18.3 s)
+    # before the offload of the context and mlpwo (19.0 s)
+    assert found.sets["microbatches"] == "2" and found.sets["remat"] == "save_dot_except_mlpwi"
+    assert first4[2] == "num_vocab_tiling=1, microbatches=2, remat=save_dot_except_mlpwi"
+    assert "the cheapest of the 2 settings placed in tpu-v5p's HBM" in found.note
+    assert "3 compiles in" in found.note and "microbatches=4" in found.note
+
+
+# --- beyond remat: ZeRO, microbatches, a smaller batch (training.md, reference §6.1, §6.3) ---
+P70 = L * (3 * D * F + 2 * D * (N + K) * H + 2 * D) + D + 2 * D * V   # 70.55e9 parameters
+DP = {**SHAPE, "parallelism": "dp"}
+
+
+def _rows(shape=SHAPE) -> dict:
+    """stage -> [its FitTrials] of the search at ``shape``."""
+    cfg = workloads.make_config("llama_train", "70b", shape)
+    out = {}
+    for t in TRAIN.fit_trials(cfg, MESH, HBM, shape):
+        out.setdefault(t.stage, []).append(t)
+    return out
+
+
+def _bytes(shape, sets) -> dict:
+    return memory.train_bytes(workloads.make_config("llama_train", "70b", shape | sets), MESH)
+
+
+def test_zero_1_and_2_shard_the_moments_and_gradients_over_dps_256_chips():
+    assert P70 == pytest.approx(70.55e9, rel=1e-4)
+    rows = _rows(DP)
+    (one,), (two,) = rows["zero-1"], rows["zero-2"]
+    # fp32 AdamW moments, 2 x 4 B a parameter, over the 256 data devices: 2.20 GB a chip
+    # (dp keeps all 564 GB on each)
+    assert one.sets["zero1"] == "true" and 8 * P70 / 256 == pytest.approx(2.205e9, rel=1e-3)
+    assert _bytes(DP, one.sets)["optimizer"] == pytest.approx(8 * P70 / 256, rel=1e-9)
+    assert _bytes(DP, {})["optimizer"] == pytest.approx(8 * P70, rel=1e-9)
+    # ZeRO-2 shards the bf16 gradients too: 141.1 GB less 1/256 of it below ZeRO-1
+    assert one.need_bytes - two.need_bytes == pytest.approx(2 * P70 * 255 / 256, rel=1e-9)
+    # both keep dp's traffic (training.md: the same communication cost): the gradients
+    # reduce-scattered and the updated weights gathered, 2 x 141.1 GB, as dp's all-reduce
+    dp = rows["remat"][0]
+    assert [(c.kind, c.count) for c in dp.collectives] == [("all-reduce", 1)]
+    assert search.ici_bytes(one) == search.ici_bytes(dp) == pytest.approx(2 * 2 * P70)
+    t = search.table([*rows["remat"], one, two], "tpu-v5p", HBM, HOST)
+    libtpu = dict(zip(t[search.STAGE], t[search.LIBTPU]))
+    assert libtpu["zero-2"] == "modelled only" and libtpu["zero-1"] == ""   # zero1: a knob
+    # 141 GB of bf16 weights replicated: no dp setting fits 96 GB, ZeRO-1 and 2 neither
+    assert set(t[search.MODEL]) == {"past HBM"}
+
+
+def test_zero_3_is_fsdp_gathering_the_weights_twice_and_fits_where_dp_cannot():
+    (three,) = _rows(DP)["zero-3"]
+    assert three.sets["parallelism"] == "fsdp" and three.compilable
+    # training.md: FSDP all-gathers the bf16 weights in the forward and again in the backward
+    # and reduce-scatters the gradients: 3 x 141.1 GB a step to dp's all-reduce 2x
+    gathered = sum(c.nbytes * c.count for c in three.collectives if c.kind == "all-gather")
+    assert gathered == pytest.approx(2 * 2 * P70, rel=1e-9)
+    assert search.ici_bytes(three) == pytest.approx(3 * 2 * P70, rel=1e-9)
+    # on a v5p's wrapped 16x16 (sharding.md: V / (2 axes x 2 x 90 GB/s)), 0.392 s each,
+    # 1.18 s in all: under the step's FLOPs, which set its time
+    assert search.ici_s(three, "tpu-v5p") == pytest.approx(3 * 2 * P70 / (2 * 2 * 90e9))
+    assert search.predicted_s(three, "tpu-v5p") == pytest.approx(three.flops / 459e12)
+    t = search.table(TRAIN.fit_trials(workloads.make_config("llama_train", "70b", DP), MESH,
+                                      HBM, DP), "tpu-v5p", HBM, HOST)
+    assert t[search.STAGE][0] == "zero-3" and t[search.RANK][0] == 1 and t[search.RANK][
+        1:].isna().all()
+
+
+def test_four_microbatches_keep_a_quarter_of_the_activations_and_gather_4x():
+    micro = {t.sets["microbatches"]: t for t in _rows()["microbatch"]}
+    assert sorted(micro) == ["2", "4"] and (m4 := micro["4"])   # B/M = 512, 256 on 256 chips
+    # full remat keeps the layer input: 80 layers x 16384 / 4 tokens x 8192 x 2 B = 5.37 GB
+    full = {"remat": "full", "microbatches": "4"}
+    assert _bytes(SHAPE, full)["activations"] == pytest.approx(L * TOKENS / 4 * D * 2)
+    one = {k: v for k, v in m4.sets.items() if k != "microbatches"}
+    assert _bytes(SHAPE, m4.sets)["activations"] == pytest.approx(
+        _bytes(SHAPE, one)["activations"] / 4, rel=1e-12)
+    # one microbatch's bf16 gradients beside their fp32 sums: 6 B a parameter over 256 chips
+    assert _bytes(SHAPE, m4.sets)["gradients"] == pytest.approx(6 * P70 / 256, rel=1e-9)
+    # the same FLOPs as the whole batch at once; each microbatch gathers the weights twice
+    # and reduce-scatters its gradients: 4 x 3 x 141.1 GB
+    assert m4.flops == pytest.approx(_flops({**SHAPE, **one}), rel=1e-12)
+    assert search.ici_bytes(m4) == pytest.approx(4 * 3 * 2 * P70, rel=1e-9)
+
+
+def _flops(shape) -> float:
+    return fit.step_flops(workloads.make_config("llama_train", "70b", shape), MESH)
+
+
+def test_a_smaller_batch_is_priced_per_token_and_never_compiled():
+    (row,) = _rows()["smaller batch"]
+    # no remat fits at B = 1024 (409.6 GiB), 512 or 256 (~102 GiB at a sequence a chip);
+    # keeping every projection output and the attention residuals, 256
+    # fits (the model's bytes at 512 are past 96 GB): 4 steps of B = 256 carry the batch
+    assert row.sets["B"] == "256" and row.sets["remat"] == "minimal_with_context"
+    assert row.steps == 4 and not row.compilable and "changes the optimisation" in row.note
+    assert memory.total(_bytes(SHAPE, {"B": "512", "remat": "minimal_with_context",
+                                       "num_vocab_tiling": "4096"})) > HBM
+    # its 4 steps do the whole batch's FLOPs, nothing recomputed: 6 x matmul parameters x a
+    # chip's 16384 tokens + causal attention (6·T·N·H·L a token), at 459 TFLOP/s: 15.46 s,
+    # 3.69 us for each of the batch's 4.19M tokens
+    matmul = L * (3 * D * F + 2 * D * (N + K) * H) + D * V
+    flops = 6 * matmul * TOKENS + 6 * 4096 * N * H * L * TOKENS
+    assert search.predicted_s(row, "tpu-v5p") == pytest.approx(flops / 459e12, rel=1e-9)
+    assert search.predicted_s(row, "tpu-v5p") / (1024 * 4096) == pytest.approx(3.69e-6, rel=1e-2)

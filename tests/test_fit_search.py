@@ -169,7 +169,8 @@ def test_a_refused_setting_is_retried_with_the_chunks_that_save_the_excess(monke
     assert note.startswith(f"num_vocab_tiling=16, remat=custom, remat_offload={OFFLOAD_QKV}, "
                            "donate_state=true (no remat given): the first setting that fits "
                            "tpu-v6e's HBM")
-    assert "put 11 of 14 settings past its 32 GB of HBM and 1 past" in note
+    # the 14 policies, 5 microbatches (B/M = 256 over the 256 chips) and a smaller batch
+    assert "put 11 of 16 settings past its 32 GB of HBM and 1 past" in note
     assert "; 3 compiles in " in note and "num_vocab_tiling=8, remat=custom" in note
 
 
@@ -178,11 +179,13 @@ def test_when_nothing_fits_the_last_refused_setting_stays_and_the_note_says_so(m
     monkeypatch.setattr(aot, "start_compile",
                         lambda *a, **k: tried.append(a[2]) or _Job(40.0))   # no chunks save it
     overrides, note = search.choose(TRAIN, "70b", SHAPE, "16x16", "tpu-v6e", None)
-    assert len(tried) == 2                       # the two the model kept, no retry
+    # the three the model kept that the search may build (the smaller batch it ranks is not),
+    # no retry
+    assert len(tried) == 3 and tried[1]["microbatches"] == "5"
     assert overrides == {**SHAPE, **tried[-1]} and overrides["remat_offload"] == (
         "decoder_layer_input")
-    assert note.startswith("no setting fits tpu-v6e's HBM: the memory model put 11 of 14")
-    assert "2 compiles in" in note and note.count("refused") == 1
+    assert note.startswith("no setting fits tpu-v6e's HBM: the memory model put 11 of 16")
+    assert "3 compiles in" in note and note.count("refused") == 1
 
 
 def test_only_without_remat_for_a_tpu_compile_of_a_workload_with_knobs():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from predictions import dtypes
 from predictions.step import Analytic
@@ -43,15 +43,32 @@ class SweepFigures:
     bus: BusBytes | None = None
 
 
+class FitCollective(NamedTuple):
+    """A collective a fit setting's step runs (``predictions.collectives``' convention):
+    ``kind`` (``"all-gather"``), ``nbytes`` (the book's V: bytes a device holds after an
+    all-gather, before a reduce-scatter, of the array an all-reduce reduces), the sizes of the
+    mesh axes it runs over, and how many times a step runs it."""
+
+    kind: str
+    nbytes: float
+    axes: tuple[int, ...]
+    count: int = 1
+
+
 @dataclass(frozen=True)
 class FitTrial:
     """One setting of a workload's memory knobs that ``predict-hlo``'s fit search may compile
     (``harness.plan.search``): the config values it sets, the search's stage that offers it
-    (``REMAT_STAGE`` or ``OFFLOAD_STAGE``), the policy it tries (a retry with the loss in more
-    chunks keeps it), the bytes per device the workload's memory model gives it: in HBM
-    and, for activations offloaded, in host memory, and the FLOPs per device of its step,
-    recomputation included (the search prices ``flops`` and ``host_bytes`` on the chip to
-    compile the cheapest first)."""
+    (``REMAT_STAGE``, ``OFFLOAD_STAGE``, a ZeRO stage, ``MICROBATCH_STAGE``, ``BATCH_STAGE``),
+    the policy it tries (a retry with the loss in more chunks keeps it), the bytes per device
+    the workload's memory model gives it: in HBM and, for activations offloaded, in host
+    memory, the FLOPs per device of its step, recomputation included, and the collectives its
+    weights and gradients take (the search prices ``flops``, ``host_bytes`` and
+    ``collectives`` on the chip to compile the cheapest first). ``steps``: steps of this
+    setting that carry the tokens of the batch asked for (a smaller batch: B / B'; the search
+    prices them all); ``compilable``: False for a setting the workload cannot build (a ZeRO
+    stage it has no knob for) or one that changes the optimisation (a smaller batch): ranked,
+    never compiled; ``note``: what its row says beyond its knobs."""
 
     sets: Mapping[str, str]
     stage: str
@@ -59,9 +76,17 @@ class FitTrial:
     need_bytes: float
     host_bytes: float = 0.0
     flops: float = 0.0
+    collectives: tuple[FitCollective, ...] = ()
+    steps: float = 1.0
+    compilable: bool = True
+    note: str = ""
 
 
 REMAT_STAGE, OFFLOAD_STAGE = "remat", "offload"
+# training.md (reference §6.1): ZeRO-1/2/3 shard the optimizer state / + the gradients / + the
+# weights over the data axes; gradient accumulation over microbatches; a smaller batch
+ZERO_STAGES = {1: "zero-1", 2: "zero-2", 3: "zero-3"}
+MICROBATCH_STAGE, BATCH_STAGE = "microbatch", "smaller batch"
 
 
 @dataclass(frozen=True)

@@ -82,10 +82,13 @@ def prediction_text(p: WorkloadPrediction, fmt: str, top: int) -> str:
 
 
 FIT_TITLE = ("the settings the fit search weighed (no remat given), those the memory model keeps "
-             "first, ranked by predicted step time (max of the FLOPs at the chip's peak and the "
-             "offloads over PCIe); hbm, host: the model's bytes a device (in GiB; the note's HBM "
-             "budget is in GB); added_flops: FLOPs a device beyond the setting doing the "
-             "fewest; libtpu: its verdict on those compiled")
+             "first, ranked by predicted step time (max of the FLOPs at the chip's peak, the "
+             "offloads over PCIe and the weights' and gradients' collectives over ICI; a smaller "
+             "batch's for the steps that carry the batch asked for); hbm, host: the model's "
+             "bytes a device (in GiB; the note's HBM budget is in GB); ici: the bytes those "
+             "collectives move a device a step (an all-reduce twice its array); added_flops: "
+             "FLOPs a device beyond the setting doing the fewest; libtpu: its verdict on those "
+             "compiled (modelled only: never compiled)")
 
 
 def step_lines(sim, totals: dict) -> list[str]:

@@ -1,14 +1,18 @@
 """``predict-hlo`` with no ``remat`` given: the cheapest setting of the memory knobs that fits.
 
 A workload lists the settings its fit search may compile (``Workload.fit_trials``;
-``llama_train``: ``workloads.llama.fit``): its remat and offload policies, each with the loss
-in as few chunks as its memory model needs, the bytes a device it gives them in HBM and in host
-memory, and the FLOPs a device of the step, recomputation included. The search prunes every
-setting the model puts past the chip's HBM (or the host memory libtpu gives a chip) before
-compiling, then compiles the rest for the TPU chip cheapest first by predicted step time
-(``predicted_s``: `roofline.md`'s max(T_math, T_comms), the FLOPs at the chip's peak against
-the offloaded bytes to host and back over PCIe, which overlap the compute; `transformers.md`,
-reference §5.2: remat trades FLOPs for activation memory) until libtpu places one: libtpu
+``llama_train``: ``workloads.llama.fit`` and ``fit_more``): its remat and offload policies, the
+ZeRO stages, microbatches and a smaller batch, each with the loss in as few chunks as its
+memory model needs, the bytes a device it gives them in HBM and in host memory, the FLOPs a
+device of the step, recomputation included, and its weights' and gradients' collectives. The
+search prunes every setting the model puts past the chip's HBM (or the host memory libtpu gives
+a chip) before compiling, then compiles the rest it can build for the TPU chip cheapest first by
+predicted step time (``predicted_s``: `roofline.md`'s max(T_math, T_comms), the FLOPs at the
+chip's peak against the offloaded bytes to host and back over PCIe and the collectives over
+ICI, which overlap the compute; `transformers.md`, reference §5.2: remat trades FLOPs for
+activation memory; `training.md`: ZeRO-3 and microbatches trade ICI bytes for it) until
+libtpu places one (a setting it cannot build, ``FitTrial.compilable`` False, is ranked and
+never compiled): libtpu
 refuses a program whose temporaries exceed the HBM early in the compile
 (``workloads.aot.HbmExhausted``) and says by how much, and a refused setting is tried at once
 with the loss in as many more chunks as the model needs to save that much. The one that fits is
@@ -17,8 +21,9 @@ their predicted step time, the settings pruned and the compiles made, with their
 
 Beside the pick, ``search`` returns the ranking (issue 56 part 3, "the cheapest way to fit"):
 every setting the workload offers, those the memory model keeps first, cheapest first by
-``predicted_s``, each with its bytes in HBM and host memory, the FLOPs it adds over the setting
-that does the fewest, the model's verdict and, for those compiled, libtpu's. ``compiles``
+``predicted_s``, each with its bytes in HBM and host memory, the bytes its collectives move, the
+FLOPs it adds over the setting that does the fewest, the model's verdict, for those compiled
+libtpu's (``modelled only`` for one never compiled) and its note. ``compiles``
 (``predict-hlo --compile K``, default 1) compiles until K settings are placed (the pick: the
 cheapest of them) or every kept one is tried; 0 compiles none and ranks by the model alone.
 """
@@ -33,7 +38,7 @@ import pandas as pd
 
 from harness.plan.fit import RefusalUnreadable, parse_refusal
 from harness.units import fmt_bytes, fmt_decimal_bytes
-from predictions import hardware
+from predictions import collectives, hardware
 
 REMAT = "remat"
 
@@ -93,8 +98,10 @@ def _retry(workload, cfg, mesh, given: Mapping[str, str], trial, need: float, ov
     by it (None: no chunking does)."""
     if over <= 0:
         return None
-    again = next(t for t in workload.fit_trials(cfg, mesh, need - over, given)
-                 if t.policy == trial.policy)
+    again = next((t for t in workload.fit_trials(cfg, mesh, need - over, given)
+                  if t.policy == trial.policy), None)
+    if again is None:
+        return None
     return again if again.need_bytes <= need - over and again.sets != trial.sets else None
 
 
@@ -104,21 +111,44 @@ def _host_budget(tpu_chip: str) -> float | None:
     return tpu.TOPOLOGIES[tpu_chip].host_bytes
 
 
+def ici_s(trial, tpu_chip: str) -> float:
+    """T_ici: the seconds of ``trial``'s collectives (its weights' and gradients'), each
+    ``predictions.collectives.estimate``'s on the chip's ICI (`sharding.md`) times its count
+    (0 where the mesh's axes do not fit one slice: not priced)."""
+    try:
+        return sum(c.count * collectives.estimate(c.kind, c.nbytes, c.axes, tpu_chip).seconds
+                   for c in trial.collectives)
+    except ValueError:
+        return 0.0
+
+
+def ici_bytes(trial) -> float:
+    """Bytes ``trial``'s collectives move a device a step, the book's count (`training.md`:
+    an all-reduce twice its array, dp's gradients 2x the weights, FSDP's gathers and
+    reduce-scatter 3x)."""
+    return sum(c.count * c.nbytes * (2 if c.kind == "all-reduce" else 1)
+               for c in trial.collectives)
+
+
 def predicted_s(trial, tpu_chip: str) -> float:
-    """The step time the search orders ``trial`` by: T = max(T_math, T_host) (`roofline.md`'s
+    """The time the search orders ``trial`` by: T = max(T_math, T_host, T_ici) (`roofline.md`'s
     lower bound, perfect overlap: offloaded activations move over the host link while the
-    layers compute, which is why MaxText offloads), T_math = its FLOPs a device over the chip's
-    bf16 peak, T_host = its offloaded bytes to host in the forward and back in the backward,
-    2 · host bytes / W_pcie (not priced where the book gives no PCIe rate)."""
+    layers compute, which is why MaxText offloads, and FSDP gathers the next layer's weights
+    during this one's, `training.md`), T_math = its FLOPs a device over the chip's bf16 peak,
+    T_host = its offloaded bytes to host in the forward and back in the backward, 2 · host
+    bytes / W_pcie (not priced where the book gives no PCIe rate), T_ici = ``ici_s``; times
+    ``trial.steps``, the steps that carry the batch asked for (a smaller batch's)."""
     chip = hardware.chip_entry(tpu_chip)
     host = 2 * trial.host_bytes / chip.pcie_bytes_per_s if chip.pcie_bytes_per_s else 0.0
-    return max(trial.flops / chip.flops_per_s("bf16"), host)
+    step = max(trial.flops / chip.flops_per_s("bf16"), host, ici_s(trial, tpu_chip))
+    return trial.steps * step
 
 
 def ordered(trials: list, tpu_chip: str) -> list:
-    """``trials`` cheapest first by ``predicted_s``; a tie goes to the fewer HBM bytes (more
-    headroom, likelier placed at the first compile), then to the workload's order."""
-    return sorted(trials, key=lambda t: (predicted_s(t, tpu_chip), t.need_bytes))
+    """``trials`` cheapest first by ``predicted_s``; a tie goes to the batch asked for (the
+    fewer ``steps``), then to the fewer HBM bytes (more headroom, likelier placed at the first
+    compile), then to the workload's order."""
+    return sorted(trials, key=lambda t: (predicted_s(t, tpu_chip), t.steps, t.need_bytes))
 
 
 def prune(name: str, trials: list, budget: float, host: float | None) -> tuple[list, str]:
@@ -138,15 +168,18 @@ def prune(name: str, trials: list, budget: float, host: float | None) -> tuple[l
     return kept, words
 
 
-# the ranking's columns (``table``): a setting's knobs, its stage, its step time, the bytes the
-# memory model gives it a device, the FLOPs a device it adds over the setting that does the
-# fewest (recomputation, a chunked loss' second output projection), the model's verdict, and
-# libtpu's for a setting compiled ("" for one not compiled)
+# the ranking's columns (``table``): a setting's knobs, its stage, its step time (a smaller
+# batch's: its steps that carry the batch asked for), the bytes the memory model gives it a
+# device, the bytes its weights' and gradients' collectives move a device a step
+# (``ici_bytes``), the FLOPs a device it adds over the setting that does the fewest
+# (recomputation, a chunked loss' second output projection), the model's verdict, libtpu's
+# for a setting compiled ("" for one not compiled; ``MODELLED`` for one never compiled) and
+# what the row says beyond its knobs (``FitTrial.note``)
 RANK, SETTING, STAGE, PREDICTED_S = "rank", "setting", "stage", "predicted_s"
-HBM, HOST, ADDED = "hbm_bytes", "host_bytes", "added_flops"
-MODEL, LIBTPU = "model", "libtpu"
+HBM, HOST, ICI, ADDED = "hbm_bytes", "host_bytes", "ici_bytes", "added_flops"
+MODEL, LIBTPU, NOTE = "model", "libtpu", "note"
 FITS, PAST_HBM, PAST_HOST = "fits", "past HBM", "past host memory"
-PLACED, REFUSED = "placed", "refused"
+PLACED, REFUSED, MODELLED = "placed", "refused", "modelled only"
 
 
 def verdict(trial, budget: float, host: float | None) -> str:
@@ -164,7 +197,7 @@ def table(trials: list, tpu_chip: str, budget: float, host: float | None,
     the setting's words."""
     compiled = compiled or {}
     same = {k for k, v in trials[0].sets.items() if all(t.sets.get(k) == v for t in trials)}
-    least = min(t.flops for t in trials)
+    least = min(t.flops * t.steps for t in trials)
     said = [(verdict(t, budget, host), t) for t in ordered(trials, tpu_chip)]
     rows, rank = [], 0
     for model, t in [s for s in said if s[0] == FITS] + [s for s in said if s[0] != FITS]:
@@ -172,8 +205,10 @@ def table(trials: list, tpu_chip: str, budget: float, host: float | None,
         rows.append({RANK: rank if model == FITS else None,
                      SETTING: knobs({k: v for k, v in t.sets.items() if k not in same}),
                      STAGE: t.stage, PREDICTED_S: predicted_s(t, tpu_chip),
-                     HBM: t.need_bytes, HOST: t.host_bytes, ADDED: t.flops - least,
-                     MODEL: model, LIBTPU: compiled.get(knobs(t.sets), "")})
+                     HBM: t.need_bytes, HOST: t.host_bytes, ICI: ici_bytes(t),
+                     ADDED: t.flops * t.steps - least, MODEL: model,
+                     LIBTPU: compiled.get(knobs(t.sets), "") if t.compilable else MODELLED,
+                     NOTE: t.note})
     return pd.DataFrame(rows)
 
 
@@ -213,8 +248,9 @@ def search(workload, preset: str, overrides: Mapping[str, str], mesh_shape: str,
     budget, host = hardware.chip_entry(tpu_chip).hbm_bytes, _host_budget(tpu_chip)
     trials = workload.fit_trials(cfg, mesh, budget, overrides)
     kept, pruned = prune(workload.name, trials, budget, host)
-    log, last, placed, said = Compiles(), min(trials, key=lambda t: t.need_bytes), [], {}
-    for trial in ordered(kept, tpu_chip) if compiles else ():
+    buildable = [t for t in trials if t.compilable] or trials
+    log, last, placed, said = Compiles(), min(buildable, key=lambda t: t.need_bytes), [], {}
+    for trial in [t for t in ordered(kept, tpu_chip) if t.compilable] if compiles else ():
         need = trial.need_bytes
         while trial is not None and len(placed) < compiles:
             sets = {**overrides, **trial.sets}
@@ -235,6 +271,7 @@ def search(workload, preset: str, overrides: Mapping[str, str], mesh_shape: str,
 def _pick(placed: list, kept: list, last, overrides: Mapping[str, str], tpu_chip: str,
           pruned: str, log: Compiles, compiles: int) -> tuple[dict, str]:
     """``(the overrides with the chosen knobs, the note)`` (``search``)."""
+    kept = [t for t in kept if t.compilable]
     if not compiles and kept:
         best = ordered(kept, tpu_chip)[0]
         return ({**overrides, **best.sets},
@@ -249,7 +286,8 @@ def _pick(placed: list, kept: list, last, overrides: Mapping[str, str], tpu_chip
         return ({**overrides, **best.sets},
                 f"{knobs(best.sets)} (no remat given): {which} {tpu_chip}'s HBM, cheapest "
                 f"first by predicted step time ({predicted_s(best, tpu_chip):.1f} s, FLOPs at "
-                f"peak and offloads over PCIe); {pruned}; {log.line()}{refused}")
+                f"peak, offloads over PCIe, collectives over ICI); {pruned}; {log.line()}"
+                f"{refused}")
     return ({**overrides, **last.sets},
             f"no setting fits {tpu_chip}'s HBM: {pruned}; {log.line()}"
             + (f", every one refused ({'; '.join(log.refused)})" if log.refused else ""))

@@ -15,18 +15,25 @@ and ``host_bytes``; the FLOPs a device are the step's (`transformers.md`: 6 · m
 parameters · tokens plus the attention, halved by the causal mask as splash does it), what the
 policy recomputes (``remat.Remat.recompute_flops``: block remat one more forward, reference
 §5.2) and, with the loss in chunks, the output projection once more in the backward
-(2·D·V a token, ``loss.py``).
+(2·D·V a token, ``loss.py``). Each also carries the collectives its weights and gradients take
+(``collectives``, `training.md`), which the search prices over the chip's ICI; the settings
+beyond remat and offload (ZeRO stages, microbatches, a smaller batch) are
+``workloads.llama.fit_more``'s.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
 
+import jax.numpy as jnp
+
 from predictions import transformer
-from workloads.base import OFFLOAD_STAGE, REMAT_STAGE, FitTrial, replace_config
+from workloads.base import OFFLOAD_STAGE, REMAT_STAGE, FitCollective, FitTrial, replace_config
 from workloads.llama import memory, remat
-from workloads.llama.book import matmul_params
+from workloads.llama.book import matmul_params, moe_params
 from workloads.llama.config import book_model
+from workloads.llama.sharding import split_of
+from workloads.mesh import axis_size
 
 CHUNKS = "num_vocab_tiling"
 DONATE = "donate_state"
@@ -47,14 +54,15 @@ def divisors(T: int) -> list[int]:
     return [n for n in range(1, T + 1) if T % n == 0]
 
 
-def chunked(cfg, mesh, sets: Mapping[str, str], budget: float,
-            given: Mapping[str, str]) -> tuple[dict[str, str], float]:
+def chunked(cfg, mesh, sets: Mapping[str, str], budget: float, given: Mapping[str, str],
+            zero: int | None = None) -> tuple[dict[str, str], float]:
     """``(sets with num_vocab_tiling, modelled bytes)``: the fewest chunks that bring the step
-    within ``budget`` bytes a device, else the most (the given count, if one was given)."""
+    within ``budget`` bytes a device, else the most (the given count, if one was given);
+    ``zero``: the ZeRO stage the bytes are modelled at (``memory.train_bytes``)."""
     counts = [int(given[CHUNKS])] if CHUNKS in given else divisors(cfg.T)
     for n in counts:
         trial = {CHUNKS: str(n), **sets}
-        need = memory.total(memory.train_bytes(replace_config(cfg, trial), mesh))
+        need = memory.total(memory.train_bytes(replace_config(cfg, trial), mesh, zero))
         if need <= budget:
             break
     return trial, need
@@ -74,18 +82,59 @@ def step_flops(cfg, mesh) -> float:
     return flops / (math.prod(mesh.axis_sizes) if mesh is not None else 1)
 
 
+def collectives(cfg, mesh, zero: int | None = None) -> tuple[FitCollective, ...]:
+    """The collectives of one step's weights and gradients (`training.md`, reference §6.1), of
+    W = the bf16 weights a device holds gathered (P / model devices): over FSDP axes, W
+    all-gathered in the forward and again in the backward and the gradients reduce-scattered
+    (3W a step); over data axes (the weights replicated), the gradients all-reduced (2W; the
+    book's DP), or under ZeRO-1/2 (``zero``; None: 1 with ``zero1``) reduce-scattered and the
+    updated weights all-gathered (2W, the same traffic). Over ``microbatches`` accumulated
+    each microbatch gathers the weights and reduces its gradients (the loop's body holds them;
+    XLA does not hoist them), the updated weights are gathered once. TP's activations move the
+    same bytes whatever these knobs and are left out; none for a MoE or pipelined step."""
+    if mesh is None or getattr(cfg, "E", 0) or memory.pipelined(cfg, mesh):
+        return ()
+    layout, shape = split_of(cfg.parallelism, mesh), dict(mesh.shape)
+    data = tuple(a for a in layout.batch if a not in layout.fsdp + layout.model)
+    sizes = lambda axes: tuple(shape[a] for a in axes)  # noqa: E731
+    W = moe_params(cfg)[0] * jnp.dtype(cfg.param_dtype).itemsize / axis_size(mesh, layout.model)
+    M, out = cfg.microbatches, []
+    if layout.fsdp:
+        over = sizes(layout.fsdp)
+        out += [FitCollective("all-gather", W, over, 2 * M),
+                FitCollective("reduce-scatter", W, over, M)]
+    if data:
+        V, over = W / axis_size(mesh, layout.fsdp), sizes(data)
+        if ((1 if cfg.zero1 else 0) if zero is None else zero) in (1, 2):
+            out += [FitCollective("reduce-scatter", V, over, M),
+                    FitCollective("all-gather", V, over, 1)]
+        else:
+            out.append(FitCollective("all-reduce", V, over, M))
+    return tuple(out)
+
+
+def trial(cfg, mesh, sets: Mapping[str, str], stage: str, policy: str, need: float,
+          zero: int | None = None, **more) -> FitTrial:
+    """The ``FitTrial`` of ``sets`` on ``cfg``: its host bytes, FLOPs and collectives from the
+    config they make (``more``: ``steps``, ``compilable``, ``note``)."""
+    at = replace_config(cfg, sets)
+    return FitTrial(dict(sets), stage, policy, need, memory.host_bytes(at, mesh),
+                    step_flops(at, mesh), collectives(at, mesh, zero), **more)
+
+
+def donated(given: Mapping[str, str]) -> dict[str, str]:
+    """``donate_state=true`` unless it was given (``trials``)."""
+    return {} if DONATE in given else {DONATE: "true"}
+
+
 def trials(cfg, mesh, budget: float, given: Mapping[str, str]) -> list[FitTrial]:
     """Every policy with its loss chunks, its bytes and its FLOPs (module docstring), in the
     order of ``policies``; each donates the state to the step unless ``donate_state`` was
     given, as MaxText's train step does and as the memory model counts it (the parameters
     and optimizer state once, written over in place; not donated, XLA keeps them twice)."""
     out = []
-    donate = {} if DONATE in given else {DONATE: "true"}
     for stage, sets in policies():
-        trial, need = chunked(cfg, mesh, sets, budget, given)
-        trial = {**trial, **donate}
+        chosen, need = chunked(cfg, mesh, sets, budget, given)
         label = ", ".join(f"{k}={v}" for k, v in sets.items())
-        at = replace_config(cfg, trial)
-        out.append(FitTrial(trial, stage, label, need, memory.host_bytes(at, mesh),
-                            step_flops(at, mesh)))
+        out.append(trial(cfg, mesh, {**chosen, **donated(given)}, stage, label, need))
     return out

@@ -75,6 +75,11 @@ def _stages(cfg, mesh: AnyMesh | None) -> int:
     return math.prod(shape[a] for a in axes) if axes else 1
 
 
+def pipelined(cfg, mesh: AnyMesh | None) -> bool:
+    """Whether ``cfg`` runs as a pipeline on ``mesh`` (more than one stage)."""
+    return _stages(cfg, mesh) > 1
+
+
 def _pipelined(cfg, mesh, need: dict[str, float], S: int, b: int, m: int) -> dict[str, float]:
     """A pipeline's per-stage bytes (`training.md`, `gpus.md`; ``predictions.pipeline``): each
     stage holds L/S layers' weights, gradients and moments (embedding and head whole); its
@@ -104,27 +109,49 @@ def _pipelined(cfg, mesh, need: dict[str, float], S: int, b: int, m: int) -> dic
             "pipeline buffers": 2 * tokens * cfg.D * act / m}
 
 
-def train_bytes(cfg, mesh: AnyMesh | None = None) -> dict[str, float]:
+# training.md (reference §6.1): ZeRO-1 shards the optimizer state over the data axes, ZeRO-2
+# the gradients too (ZeRO-3 the weights as well: the fsdp layouts, ``_params``)
+ZERO_SHARDED = {0: (), 1: ("optimizer",), 2: ("optimizer", "gradients")}
+
+
+def data_degree(cfg, mesh: AnyMesh | None) -> int:
+    """Devices along the axes that split the batch and not the weights (``dp``: every axis;
+    ``dp_tp``: the first; ``fsdp``: none, 1): what ZeRO-1/2 shard the state over
+    (``microbatches.zero1_specs``)."""
+    if mesh is None:
+        return 1
+    layout: Split = split_of(cfg.parallelism, mesh)
+    data = tuple(a for a in layout.batch if a not in layout.fsdp + layout.model)
+    return axis_size(mesh, data) if data else 1
+
+
+def train_bytes(cfg, mesh: AnyMesh | None = None, zero: int | None = None) -> dict[str, float]:
     """Per-device bytes of one ``llama_train`` step: parameters, gradients, AdamW moments,
     saved activations, the fp32 logits (and their gradient; one chunk's of ``num_vocab_tiling``),
-    one layer's transients; pipelined, per stage (``_pipelined``)."""
-    need = _train_bytes(cfg, mesh)
+    one layer's transients; pipelined, per stage (``_pipelined``). Unpipelined, over
+    ``microbatches`` accumulated (``microbatches.accumulate``) the activations, logits and
+    transients are one microbatch's and the gradients gain their fp32 sums; ``zero`` (None:
+    1 with ``zero1``, else 0) divides what ``ZERO_SHARDED`` names by ``data_degree``."""
     S = _stages(cfg, mesh)
     if S > 1:
         _, b, m = _splits(cfg, mesh)
-        return _pipelined(cfg, mesh, need, S, b, m)
-    return need
+        return _pipelined(cfg, mesh, _train_bytes(cfg, mesh), S, b, m)
+    need = _train_bytes(cfg, mesh, cfg.microbatches)
+    stage = (1 if cfg.zero1 else 0) if zero is None else zero
+    n = data_degree(cfg, mesh)
+    return {k: v / n if k in ZERO_SHARDED[stage] else v for k, v in need.items()}
 
 
-def _train_bytes(cfg, mesh: AnyMesh | None = None) -> dict[str, float]:
+def _train_bytes(cfg, mesh: AnyMesh | None = None, M: int = 1) -> dict[str, float]:
     _, b, m = _splits(cfg, mesh)
     P = _params(cfg, mesh)     # per device
     act = _nbytes(cfg.param_dtype)
-    tokens = cfg.B * cfg.T / b
+    tokens = cfg.B * cfg.T / b / M
     layer = tokens * (2 * cfg.F + (cfg.N + 2 * cfg.K) * cfg.H + 2 * cfg.D) * act / m
     return {
         "parameters": P * act,
-        "gradients": P * act,
+        # over M > 1 microbatches, one microbatch's gradients beside their fp32 sums
+        "gradients": P * act + (P * _nbytes("float32") if M > 1 else 0.0),
         "optimizer": 2 * P * _nbytes(cfg.opt_dtype),
         # transformers.md: checkpoint bytes = bytes · tokens · L · Σ(saved widths)
         "activations": act * tokens * cfg.L * cfg.remat_policy().hbm_width(cfg) / m,
@@ -138,9 +165,9 @@ def host_bytes(cfg, mesh: AnyMesh | None = None) -> float:
     remat policy moves there, bytes · tokens · L · Σ(offloaded widths) as in HBM (LLaMA-3.1
     70B at 5 x 8192 tokens a chip, the layer input, Q, K, V and the attention output
     offloaded: 2 · 40960 · 80 · 26624 = 174.5 GB = 162.5 GiB, libtpu's "Used 162.50G of
-    128.00G host")."""
+    128.00G host"); unpipelined, one microbatch's of ``microbatches``)."""
     _, b, m = _splits(cfg, mesh)
-    tokens = cfg.B * cfg.T / b
+    tokens = cfg.B * cfg.T / b / (cfg.microbatches if _stages(cfg, mesh) == 1 else 1)
     return _nbytes(cfg.param_dtype) * tokens * cfg.L * cfg.remat_policy().host_width(cfg) / m
 
 

@@ -30,7 +30,7 @@ from jax.sharding import PartitionSpec as P
 from workloads.base import Workload, WorkloadError, check_choice, smaller
 from workloads.llama import (
     book,
-    fit,
+    fit_more,
     loss,
     memory,
     microbatches,
@@ -255,5 +255,5 @@ WORKLOAD = Workload(
     # training.md: remat trades FLOPs for activation memory
     memory_knobs={**smaller("B", "T"), "remat": "--set remat=full"},
     remat_order=tuple(remat.POLICIES),   # MaxText's order: least recomputation first
-    fit_trials=fit.trials,
+    fit_trials=fit_more.trials,
 )
