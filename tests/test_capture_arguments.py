@@ -156,3 +156,70 @@ def test_an_error_in_the_users_carry_is_named_as_theirs(tmp_path):
                                         rf"in carry\)$"):
         capture(jax.jit(lambda v: v + 1), (jnp.ones(3),), warmup=1, steps=1,
                 out_dir=tmp_path, carry=carry)
+
+
+def _flat(prefix: str, node) -> dict[str, tuple]:
+    """``prefix`` + each array's path in an NNX node's state (``nnx.state``, written here as
+    code reads it: ``.opt_state[0].mu.linear1.kernel``) -> its shape."""
+    from flax import nnx
+
+    return {prefix + "".join(f".{p}" if isinstance(p, str) else f"[{p}]" for p in path):
+            tuple(v.get_value().shape) for path, v in nnx.to_flat_state(nnx.state(node))}
+
+
+def test_an_nnx_jit_programs_parameters_are_named_by_their_nnx_paths():
+    """``nnx_names``: JAX's name of each parameter an nnx.jit step takes for its model's and
+    optimizer's arrays (``model.states[0][k]``) -> the NNX path of an array of that parameter's
+    shape; the batch, which JAX names itself, is not among them."""
+    import optax
+    from flax import nnx
+
+    from harness.hlo import parse_module
+    from harness.hlo.signature import parameters
+
+    class MLP(nnx.Module):
+        def __init__(self, rngs):
+            self.linear1 = nnx.Linear(8, 32, rngs=rngs)
+            self.linear2 = nnx.Linear(32, 4, rngs=rngs)
+
+        def __call__(self, x):
+            return self.linear2(nnx.relu(self.linear1(x)))
+
+    @nnx.jit
+    def step(model, optimizer, x):
+        grads = nnx.grad(lambda m: jnp.mean(m(x) ** 2))(model)
+        optimizer.update(model, grads)
+
+    model = MLP(nnx.Rngs(0))
+    optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+    args = (model, optimizer, jnp.ones((2, 8)))
+    lowered = step.lower(*args)
+    named = arguments.nnx_names(step, lowered, args, {})
+    expected = {**_flat("model", model), **_flat("optimizer", optimizer)}
+    assert "model.linear1.kernel" in expected and "optimizer.opt_state[0].mu.linear2.bias" in (
+        expected)
+    assert sorted(named.values()) == sorted(expected)
+    shown = {p.name: tuple(p.dims) for p in parameters(parse_module(lowered.compile().as_text()))}
+    assert {named[k]: dims for k, dims in shown.items() if k in named} == expected
+    assert "x" in shown and "x" not in named
+    assert arguments.nnx_names(sgd_by_name, sgd_by_name.lower(*_w_x(), lr=0.1), _w_x(),
+                               {"lr": 0.1}) == {}  # no NNX object: nothing to rename
+
+
+def test_a_recompile_note_names_parameters_jax_left_unnamed_by_the_recorded_paths():
+    """A program taking a ``jax.Ref`` records no parameter names; the capture's paths by
+    parameter number (``argument_paths``) name them in what differs between compilations."""
+    from harness.analysis.recompiles import differences
+    from harness.hlo import parse_module
+
+    def scale(state, x):
+        state["w"][...] = state["w"][...] * x
+        return x * 2
+
+    jitted, state = jax.jit(scale), {"w": jax.new_ref(jnp.ones((4,)))}
+    lowered = [jitted.lower(state, jnp.ones((n,))) for n in (4, 1)]
+    a, b = (parse_module(low.compile().as_text()) for low in lowered)
+    names = arguments.argument_paths(lowered[0], arguments.parameter_names(scale))
+    assert names == ["state['w']", "x"]
+    assert differences(a, b) == ["parameter 1: f32[4] -> f32[1]"]  # JAX's record: no names
+    assert differences(a, b, names=names) == ["parameter 1 'x': f32[4] -> f32[1]"]

@@ -135,11 +135,13 @@ def program_table(per: Mapping[ProgramKey, Measured]) -> pd.DataFrame:
         drop=True)
 
 
-def program_notes(ran, shown, per, modules, main, mesh=None, asked: str = "") -> list[str]:
+def program_notes(ran, shown, per, modules, main, mesh=None, asked: str = "",
+                  arguments=None) -> list[str]:
     """What a report says about the programs: which one it is about (``asked``: the program
     the caller named, else the step program by device time) and where the others are, what
-    differs in each other compilation of its name (on ``mesh``'s axis names:
-    ``harness.analysis.recompiles``), and any measured only."""
+    differs in each other compilation of its name (on ``mesh``'s axis names, its parameters
+    by the paths ``arguments`` records: ``harness.analysis.recompiles``), and any measured
+    only."""
     notes = []
     others = [k for k in ran if k not in shown]
     why = ("the program asked for" if asked not in ("", ALL) and chosen(main, asked) else
@@ -158,7 +160,8 @@ def program_notes(ran, shown, per, modules, main, mesh=None, asked: str = "") ->
                      f"table: --program NAME|ID|all to report them")
     runs = {k: m.executions for k, m in per.items()}
     again = [k for k in ran if k[0] == main[0] and k != main]
-    notes += [recompiles.note(main[0], main, k, runs, modules, mesh)
+    names = (arguments or {}).get(main[0])  # schema.ARGUMENT_PATHS: per program name
+    notes += [recompiles.note(main[0], main, k, runs, modules, mesh, names)
               for k in again[:recompiles.NOTES]]
     if len(again) > recompiles.NOTES:
         notes.append(f"{main[0]} compiled {len(again) - recompiles.NOTES} more time(s): the "

@@ -1,15 +1,17 @@
 """What differs between two compilations of one program: the entry parameters whose shape,
 dtype or sharding changed (``jax.jit`` compiles a function again for each new signature of its
 arguments, ``harness.hlo.signature``), for the note a report gives on a program compiled more
-than once.
+than once. Each parameter is named as the user's code names it where the capture recorded its
+path (``schema.ARGUMENT_PATHS``: a Flax ``nnx.jit`` program's ``model.states[0][3]`` as
+``model.linear1.kernel``; ``harness.hlo.signature.user_name``).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from harness.hlo.ir import Module
 from harness.hlo.shardings import split_axes
-from harness.hlo.signature import Parameter, parameters
+from harness.hlo.signature import Parameter, parameters, user_name
 
 SHOWN = 3  # parameters named per note; the rest counted
 NOTES = 3  # other compilations a report gives a note each (the most device time first)
@@ -36,15 +38,22 @@ def _times(n: int) -> str:
     return "1 execution" if n == 1 else f"{n} executions"
 
 
-def _named(p: Parameter) -> str:
-    return f"parameter {p.index}" + (f" {p.name!r}" if p.name else "")
+Names = Sequence[str] | Mapping[str, str] | None  # a program's schema.ARGUMENT_PATHS
 
 
-def differences(before: Module, after: Module, mesh: Mapping[str, int] | None = None
-                ) -> list[str]:
+def _named(p: Parameter, names: Names = None) -> str:
+    plain = f"parameter {p.index}"
+    shown = user_name(p.index, p.name, names)
+    return plain + (f" {shown!r}" if shown != plain else "")
+
+
+def differences(before: Module, after: Module, mesh: Mapping[str, int] | None = None,
+                names: Names = None) -> list[str]:
     """One phrase per entry parameter that differs from ``before`` to ``after``, by index:
     ``parameter 14 'x': f32[64,128] -> f32[32,128]``, its sharding where that changed
-    (``replicated -> P('model')``); a parameter only one of them takes is said so."""
+    (``replicated -> P('model')``); a parameter only one of them takes is said so. ``names``:
+    the program's recorded paths (``schema.ARGUMENT_PATHS``, either form), which name a
+    parameter where JAX's name does not say (``model.states[0][3]``, ``Arg_0.1``)."""
     a = {p.index: p for p in parameters(before)}
     b = {p.index: p for p in parameters(after)}
     out = []
@@ -52,7 +61,7 @@ def differences(before: Module, after: Module, mesh: Mapping[str, int] | None = 
         pa, pb = a.get(i), b.get(i)
         if pa is None or pb is None:
             p = pa or pb
-            out.append(f"{_named(p)} ({_shape(p)}) only in the "
+            out.append(f"{_named(p, names)} ({_shape(p)}) only in the "
                        f"{'first' if pb is None else 'second'}")
             continue
         moved = []
@@ -62,22 +71,23 @@ def differences(before: Module, after: Module, mesh: Mapping[str, int] | None = 
         if sa != sb:
             moved.append(f"{sa} -> {sb}")
         if moved:
-            out.append(f"{_named(pb)}: {', '.join(moved)}")
+            out.append(f"{_named(pb, names)}: {', '.join(moved)}")
     return out
 
 
 def note(name: str, main: tuple[str, str], other: tuple[str, str], runs: Mapping,
-         modules: Mapping, mesh: Mapping[str, int] | None = None) -> str:
+         modules: Mapping, mesh: Mapping[str, int] | None = None, names: Names = None) -> str:
     """The report's line on ``other``, another compilation of the reported program ``main``:
     its executions and what differs between them (``differences``, the lower program id
-    first: on CPU and GPU, ids count up as programs compile)."""
+    first: on CPU and GPU, ids count up as programs compile; ``names``: the program's
+    recorded paths)."""
     first, second = sorted((main, other), key=lambda k: (len(k[1]), k[1]))
     head = (f"{name} compiled again: program {other[1]} ({_times(runs[other])}) beside the "
             f"reported {main[1]} ({_times(runs[main])})")
     ma, mb = modules.get(first), modules.get(second)
     if ma is None or mb is None or ma is mb:
         return head + "; no HLO of each to tell what differs"
-    found = differences(ma, mb, mesh)
+    found = differences(ma, mb, mesh, names)
     la, lb = _lines(ma), _lines(mb)
     if not found and la and lb and not la & lb:
         return head + "; a different function of the same name: its ops come from other lines"

@@ -69,6 +69,8 @@ class Context:
     XLA's memory figures of the run (``harness.capture.memory.host_note``). ``notes`` come first in
     the report. ``system``: the network past one node or slice the user declared
     (``predictions.network``): each collective priced at the levels its groups cross.
+    ``arguments``: each program's parameters' paths in the user's code
+    (``schema.ARGUMENT_PATHS``), which a recompiled program's note names them by.
     """
 
     program: str = ""
@@ -84,6 +86,7 @@ class Context:
     memory: Mapping = field(default_factory=dict)
     notes: Sequence[str] = ()
     system: object | None = None  # predictions.network.System: collectives priced by level
+    arguments: Mapping | None = None
 
 
 def host_cores() -> int:
@@ -152,7 +155,8 @@ def derive(trace: TraceEvents, modules: Mapping[ProgramKey, Module], chip,
     summ = _summary(main_ops, step, t_step, chip, devices, ctx)
     notes += _timing(summ, ctx)
     check = _cross_check(module, ctx.cost_analysis, summ, notes)
-    notes += program_notes(ran, shown, per, modules, main, ctx.mesh, asked=ctx.program)
+    notes += program_notes(ran, shown, per, modules, main, ctx.mesh, asked=ctx.program,
+                           arguments=ctx.arguments)
     beating = ops_beating_roofline(ops, spread=chip.spread)
     if beating:
         notes.append(f"{beating} run {beats_roofline_reason(chip.name, chip.kind, chip.spread)}")

@@ -15,6 +15,8 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 
+from harness.capture.nnx_paths import jax_names
+
 # jax is imported inside the functions that run it, on purpose: importing this module must
 # leave XLA_FLAGS settable (harness.devices) and stay cheap for commands that never run jax.
 
@@ -240,3 +242,20 @@ def argument_paths(lowered, names: Sequence[str] = ()) -> list[str]:
     except (AttributeError, KeyError, TypeError):
         return paths
     return [p for i, p in enumerate(paths) if i in kept]
+
+
+def nnx_names(fn: Callable, lowered, args: Sequence, kwargs: dict) -> dict[str, str]:
+    """For an ``nnx.jit`` program lowered for ``fn(*args, **kwargs)``: JAX's name of each
+    parameter that holds a Flax NNX object's array (``model.states[0][3]``: ``nnx.jit``
+    passes each module and optimizer as a list of its arrays) -> its NNX path
+    (``model.linear1.kernel``), by ``harness.capture.nnx_paths.jax_names`` (the arguments'
+    nodes flattened as ``nnx.jit`` flattened them, paired with the lowering's ``args_info``);
+    {} where no NNX object is among the arguments or the pairing fails."""
+    nnx = sys.modules.get("flax.nnx")
+    info = getattr(lowered, "args_info", None)
+    if nnx is None or info is None or not has_graph_nodes(args, kwargs):
+        return {}
+    try:
+        return jax_names(nnx, fn, tuple(args), dict(kwargs), info) or {}
+    except Exception:  # noqa: BLE001 - a flax of other internals: JAX's names are kept
+        return {}

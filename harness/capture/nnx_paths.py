@@ -13,10 +13,12 @@ its arguments: no work), and when JAX traces the function for a new compilation
 the same order with one ``RefMap`` as ``nnx.jit`` does, with their paths: leaf ``k`` of node
 ``model``'s state is ``model.linear1.kernel``. Per program (``jit_update``): JAX's name of each
 parameter -> its path, kept in the capture's meta as ``schema.ARGUMENT_PATHS``, which
-``harness.explain`` reads (``harness.explain.gradients.user_name``). Nothing the script sees
-changes; a flax whose internals differ (a missing method, another state layout: the count of a
-node's leaves differs from what ``nnx.jit`` passed) keeps JAX's names. Standard library only
-at import, as ``harness.capture.child``.
+``harness.explain`` reads (``harness.hlo.signature.user_name``). ``jax_names`` is that
+naming on its own, which ``harness.analyze`` applies to the step it lowers
+(``harness.capture.arguments.nnx_names``). Nothing the script sees changes; a flax whose
+internals differ (a missing method, another state layout: the count of a node's leaves
+differs from what ``nnx.jit`` passed) keeps JAX's names. Standard library only at import, as
+``harness.capture.child``.
 """
 from __future__ import annotations
 
@@ -84,22 +86,11 @@ class NnxPaths:
         compilation = sys.modules.get("flax.nnx.transforms.compilation")
         outer = getattr(compilation, "JitWrapped", None)
         inner = getattr(compilation, "JitFn", None)
-        states = getattr(sys.modules.get("flax.nnx.extract"), "NodeStates", None)
-        graph = getattr(nnx, "graph", None)
-        needed = (getattr(graph, "flatten", None), getattr(graph, "RefMap", None),
-                  getattr(graph, "is_graph_node", None), getattr(nnx, "Variable", None))
-        if outer is None or inner is None or states is None or None in needed:
+        if outer is None or inner is None or _flatten_flags(nnx) is None:
             log.debug("flax.nnx without the jit internals known: JAX's parameter names kept")
             return
-        try:
-            params = inspect.signature(graph.flatten).parameters
-        except (TypeError, ValueError):
-            return
-        if not {"with_paths", "ref_index"} <= params.keys():
-            return
-        flags = {"with_paths": True, **({"graph": True} if "graph" in params else {})}
         self._wrap_call(outer)
-        self._wrap_trace(inner, functools.partial(self._record, nnx, states, flags))
+        self._wrap_trace(inner, functools.partial(self._record, nnx))
 
     def _stack(self) -> list:
         if not hasattr(self._calls, "stack"):
@@ -135,38 +126,68 @@ class NnxPaths:
 
         cls.__call__ = traced
 
-    def _record(self, nnx, states: type, flags: dict, fn, args: tuple, kwargs: dict,
-                pure) -> None:
+    def _record(self, nnx, fn, args: tuple, kwargs: dict, pure) -> None:
         """Name the parameters of ``fn``'s program being traced (``pure``: what ``nnx.jit``
         passed it, each graph node as ``NodeStates``) after its call's ``args``' nodes."""
-        import jax
-
-        graph = nnx.graph
-        is_node = lambda x: graph.is_graph_node(x) or isinstance(x, nnx.Variable)
-        passed = [len(s.states[0]) if len(s.states) == 1 and isinstance(s.states[0], list)
-                  else None  # a state split by filters (in_shardings) is named otherwise
-                  for s in jax.tree.leaves(pure, is_leaf=lambda x: isinstance(x, states))
-                  if isinstance(s, states)]
-        refs, found, n = graph.RefMap(), {}, 0
-        for name, value in bound_arguments(fn, args, kwargs):
-            for keys, node in jax.tree_util.tree_flatten_with_path(value, is_leaf=is_node)[0]:
-                if not is_node(node):
-                    continue
-                paths = _paths(graph.flatten(node, ref_index=refs, **flags)[1])
-                where = name + jax.tree_util.keystr(keys)
-                if n < len(passed) and passed[n] == len(paths):
-                    found.update({f"{where}.states[0][{k}]": where + path_text(tuple(p))
-                                  for k, p in enumerate(paths)})
-                n += 1
-        if n != len(passed):  # the nodes do not pair with what nnx.jit passed
-            return
-        self._add(jitted_name(fn), found)
+        found = jax_names(nnx, fn, args, kwargs, pure)
+        if found is not None:
+            self._add(jitted_name(fn), found)
 
     def _add(self, program: str, found: dict[str, str]) -> None:
         with self._lock:
             names = self.programs.setdefault(program, {})
             for k, v in found.items():
                 names[k] = v if names.get(k, v) == v else ""  # two functions disagree: neither
+
+
+def _flatten_flags(nnx) -> dict | None:
+    """The keywords that make ``nnx.graph.flatten`` give paths as ``nnx.jit`` flattens (one
+    ``RefMap`` for all arguments); None for a flax without the internals ``jax_names`` reads."""
+    graph = getattr(nnx, "graph", None)
+    needed = (getattr(sys.modules.get("flax.nnx.extract"), "NodeStates", None),
+              getattr(graph, "flatten", None), getattr(graph, "RefMap", None),
+              getattr(graph, "is_graph_node", None), getattr(nnx, "Variable", None))
+    if None in needed:
+        return None
+    try:
+        params = inspect.signature(graph.flatten).parameters
+    except (TypeError, ValueError):
+        return None
+    if not {"with_paths", "ref_index"} <= params.keys():
+        return None
+    return {"with_paths": True, **({"graph": True} if "graph" in params else {})}
+
+
+def jax_names(nnx, fn, args: tuple, kwargs: dict, pure) -> dict[str, str] | None:
+    """JAX's name of each parameter an ``nnx.jit`` program of ``fn(*args, **kwargs)`` takes
+    for a graph node's array -> its NNX path (``model.states[0][3]`` -> ``model.linear1.kernel``):
+    the arguments' nodes flattened in order with one ``RefMap``, as ``nnx.jit`` does. ``pure``:
+    what ``nnx.jit`` passed JAX for them (each node as ``NodeStates``, whose arrays may be
+    ``ArgInfo``s: a lowering's ``args_info``); a node whose count of arrays differs is left
+    unnamed, and None where the nodes do not pair with it (or ``nnx`` lacks the internals)."""
+    import jax
+
+    flags, graph = _flatten_flags(nnx), getattr(nnx, "graph", None)
+    if flags is None:
+        return None
+    states = sys.modules["flax.nnx.extract"].NodeStates
+    is_node = lambda x: graph.is_graph_node(x) or isinstance(x, nnx.Variable)
+    passed = [len(s.states[0]) if len(s.states) == 1 and isinstance(s.states[0], list)
+              else None  # a state split by filters (in_shardings) is named otherwise
+              for s in jax.tree.leaves(pure, is_leaf=lambda x: isinstance(x, states))
+              if isinstance(s, states)]
+    refs, found, n = graph.RefMap(), {}, 0
+    for name, value in bound_arguments(fn, args, kwargs):
+        for keys, node in jax.tree_util.tree_flatten_with_path(value, is_leaf=is_node)[0]:
+            if not is_node(node):
+                continue
+            paths = _paths(graph.flatten(node, ref_index=refs, **flags)[1])
+            where = name + jax.tree_util.keystr(keys)
+            if n < len(passed) and passed[n] == len(paths):
+                found.update({f"{where}.states[0][{k}]": where + path_text(tuple(p))
+                              for k, p in enumerate(paths)})
+            n += 1
+    return found if n == len(passed) else None
 
 
 def _paths(flat) -> list[tuple]:

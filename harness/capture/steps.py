@@ -193,8 +193,11 @@ def _capture(program: Program, args: tuple, kwargs: dict, warmup: int, steps: in
                  schema.MEMORY_NEEDED_BYTES: need, schema.MEMORY_CAPACITY_BYTES: have,
                  schema.TIME: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                  schema.STEPS_RUN: run.ran[0], **_commit(program.jitted)})
-    paths = arguments.argument_paths(exe.lowered, program.names)
-    if paths:  # harness.explain names parameters JAX left unnamed (jax.Ref state) by them
+    # harness.explain names parameters by them: those JAX left unnamed (jax.Ref state) by
+    # number, an nnx.jit program's (model.states[0][3]) by JAX's name -> NNX path
+    paths = (arguments.nnx_names(program.jitted, exe.lowered, args, kwargs)
+             or arguments.argument_paths(exe.lowered, program.names))
+    if paths:
         meta[schema.ARGUMENT_PATHS] = {name: paths}
     used = _devices(exe.compiled)
     if used and used != meta[schema.DEVICE_COUNT]:  # the program's devices, not the process's

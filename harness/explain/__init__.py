@@ -28,7 +28,8 @@ def _mesh_of(meshes: Mapping | None, key: tuple[str, str], mesh: dict | None) ->
 def for_run(modules: Mapping, ops: pd.DataFrame, step: dict | None,
             mesh: dict[str, int] | None, main: tuple[str, str] = ("", ""),
             program_meshes: Mapping[tuple[str, str], dict[str, int]] | None = None,
-            system=None, arguments: Mapping[str, list[str]] | None = None) -> pd.DataFrame:
+            system=None, arguments: Mapping[str, list[str] | Mapping[str, str]] | None = None
+            ) -> pd.DataFrame:
     """The COLLECTIVES table of every compilation a run reports (``ops``' programs and program
     ids), each from its own parsed module (``modules``: (name, program id) -> Module) and its
     own ops' times, its axes named after the mesh matched to that compilation

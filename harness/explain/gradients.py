@@ -16,36 +16,15 @@ argument names), the pytree path the capture gives parameter ``k`` (``names``).
 """
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from harness.explain.site import MAX_HOPS, PASS, dot_in, forward_users
 from harness.hlo.ir import Computation, Instruction, Module
-from harness.hlo.signature import Parameter, parameters
+from harness.hlo.signature import Parameter, parameters, user_name
 from harness.hlo.walk import async_done
 
 BACKWARD = "transpose("  # in the op_name of every op JAX's autodiff made for the backward pass
-_PLACEHOLDER = re.compile(r"^Arg_(\d+)\.\d+$")  # JAX's name for an argument it could not name
-_ESCAPED = re.compile(r"\\(.)")
 _GATHERS = frozenset({"all-gather", "all-gather-start", "all-gather-done"})
-
-
-def user_name(index: int, recorded: str,
-              names: Sequence[str] | Mapping[str, str] | None = None) -> str:
-    """Entry parameter ``index``'s name in the user's code: its metadata name (``recorded``,
-    unescaped), or for JAX's placeholder ``Arg_k.n`` the capture's path of argument ``k``
-    (``names``); ``parameter <index>`` where neither says. ``names`` as a mapping (a profiled
-    script's ``nnx.jit`` program, ``harness.capture.nnx_paths``) renames by the metadata name:
-    ``model.states[0][3]`` -> ``model.linear1.kernel``."""
-    recorded = _ESCAPED.sub(r"\1", recorded)
-    if isinstance(names, Mapping):
-        return names.get(recorded) or recorded or f"parameter {index}"
-    m = _PLACEHOLDER.match(recorded)
-    if names and (m or not recorded):
-        k = int(m.group(1)) if m else index
-        if 0 <= k < len(names) and names[k]:
-            return names[k]
-    return recorded or f"parameter {index}"
 
 
 def parameter_of(instr: Instruction, comp: Computation, names: Sequence[str] | None = None,

@@ -7,18 +7,21 @@ The compiled (post-SPMD) HLO gives each parameter's per-device shape and its sha
 annotation (``sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}``); the whole array's
 shape is the per-device one times the tiles of each dimension. JAX names an entry parameter
 by its argument in the metadata ``op_name`` (``x``, ``params['w1']``,
-``model.states[0][1]``).
+``model.states[0][1]``); ``user_name`` names it as the user's code does, by the paths a
+capture recorded (``schema.ARGUMENT_PATHS``) where JAX's name does not say.
 """
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from harness.hlo.ir import Module
 
 _TILES_RE = re.compile(r"devices=\[([\d,]+)\]")
 _ESCAPED = re.compile(r"\\(.)")  # the HLO text escapes quotes in a name: params[\'w1\']
+_PLACEHOLDER = re.compile(r"^Arg_(\d+)\.\d+$")  # JAX's name for an argument it could not name
 
 
 @dataclass(frozen=True)
@@ -68,3 +71,21 @@ def parameters(module: Module) -> list[Parameter]:
                              tuple(shape.dims),
                              str(instr.attrs.get("sharding", "")).strip().strip("{}")))
     return sorted(out, key=lambda p: p.index)
+
+
+def user_name(index: int, recorded: str,
+              names: Sequence[str] | Mapping[str, str] | None = None) -> str:
+    """Entry parameter ``index``'s name in the user's code: its metadata name (``recorded``,
+    unescaped), or for JAX's placeholder ``Arg_k.n`` the capture's path of argument ``k``
+    (``names``); ``parameter <index>`` where neither says. ``names`` as a mapping (a profiled
+    script's ``nnx.jit`` program, ``harness.capture.nnx_paths``) renames by the metadata name:
+    ``model.states[0][3]`` -> ``model.linear1.kernel``."""
+    recorded = _ESCAPED.sub(r"\1", recorded)
+    if isinstance(names, Mapping):
+        return names.get(recorded) or recorded or f"parameter {index}"
+    m = _PLACEHOLDER.match(recorded)
+    if names and (m or not recorded):
+        k = int(m.group(1)) if m else index
+        if 0 <= k < len(names) and names[k]:
+            return names[k]
+    return recorded or f"parameter {index}"

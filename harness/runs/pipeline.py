@@ -94,7 +94,8 @@ def from_capture(cap: Capture, *, chip=None, decoded: Decoded | None = None, wor
                   graph_step_s=m.get(schema.GRAPH_STEP_S), graph_note=m.get(schema.GRAPH_NOTE, ""),
                   cost_analysis=cap.cost_analysis, book=estimate,
                   expected_collectives=workload.expected_collectives() if workload else None,
-                  memory={**m, **(meta or {})}, notes=notes, system=system)
+                  memory={**m, **(meta or {})}, notes=notes, system=system,
+                  arguments={**m, **(meta or {})}.get(schema.ARGUMENT_PATHS))
     t = derive(events, modules, entry, ctx)
     if events.format == MERGED:  # a job's EVENTS: the per-host columns, and the largest skew
         t = with_host_columns(t, events.events)
