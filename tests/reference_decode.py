@@ -90,8 +90,10 @@ def device_planes(space, pattern: str):
 
 
 def cpu_rows(space) -> tuple[list, bool]:
-    """(program, program id, op, device, step, start, duration) of every op event of the XLA
-    thread-pool lines: an event kind is an op if its first event has an ``hlo_op`` stat."""
+    """(program, program id, op, device, step, start, duration) of every op event of the host's
+    lines: on XLA's thread-pool lines an event kind is an op if its first event there has an
+    ``hlo_op`` stat; on the others (the caller's, where XLA:CPU ran a program inline), an event
+    is an op if it has one itself."""
     host = next(p for p in space.planes if p.name == "/host:CPU")
     idx = Plane(host)
     ids = [idx.stat_ids.get(n) for n in ("hlo_op", "hlo_module", "device_ordinal", "run_id",
@@ -99,15 +101,18 @@ def cpu_rows(space) -> tuple[list, bool]:
     steps, run_step = host_steps(space)
     is_op, op_names, rows, programs = {}, {}, [], {}
     for line in host.lines:
-        if not line.name.startswith("tf_"):
-            continue
+        pool = line.name.startswith("tf_")
         for ev, start, dur in events_of(line):
             by_id = {st.metadata_id: st for st in ev.stats}
-            if ev.metadata_id not in is_op:
+            if not pool:
+                if ids[0] not in by_id:
+                    continue
+                op_names.setdefault(ev.metadata_id, idx.value(by_id[ids[0]]))
+            elif ev.metadata_id not in is_op:
                 is_op[ev.metadata_id] = ids[0] in by_id
                 if ids[0] in by_id:
-                    op_names[ev.metadata_id] = idx.value(by_id[ids[0]])
-            if not is_op[ev.metadata_id]:
+                    op_names.setdefault(ev.metadata_id, idx.value(by_id[ids[0]]))
+            if pool and not is_op[ev.metadata_id]:
                 continue
             device, run = (st.int64_value or st.uint64_value if st is not None else -1
                            for st in (by_id.get(ids[2]), by_id.get(ids[3])))
@@ -139,8 +144,6 @@ def _completions(host, idx: Plane) -> dict:
     after the op's event end (its start), else the marker."""
     out = {}
     for line in host.lines:
-        if not line.name.startswith("tf_"):
-            continue
         events = [(idx.event_names.get(ev.metadata_id, ""), start, start + dur,
                    idx.stats(ev.stats)) for ev, start, dur in events_of(line)]
         for name, at, _, stats in events:

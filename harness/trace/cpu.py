@@ -1,7 +1,12 @@
-"""The CPU format: op executions on XLA's thread-pool lines of ``/host:CPU`` (`profiling.md`).
+"""The CPU format: op executions on the lines of ``/host:CPU`` (`profiling.md`).
 
 Op events carry stats ``hlo_op``, ``hlo_module``, ``device_ordinal`` and ``run_id``; ``end: <op>``
-markers, ``Rendezvous`` and thread-pool events are not ops. The markers say when each op's work
+markers, ``Rendezvous`` and thread-pool events are not ops. Most run on XLA's thread-pool lines
+(``tf_*``), where an event is an op as its kind's first event says (``_Kinds``); XLA:CPU runs a
+small program (an f32 cache update on one device) inline on the thread that called it, the
+user's Python thread, so that thread's line holds its ops too, among the caller's own events
+(``Execute``, annotations, Python frames): there an event is an op where it carries an
+``hlo_op`` stat itself (``_caller_ops``). The markers say when each op's work
 completed: an op XLA runs asynchronously (an Eigen matmul) lasts from its start to its
 completion, not only its event (``harness.trace.completions``). Dispatch is asynchronous, so ops are
 tied to steps through ``run_id``: the host-side ``CommonPjRtLoadedExecutable::Execute`` event
@@ -118,55 +123,83 @@ class _LineOps:
     marks: tuple
 
 
-def _cpu_line(line: Line, ids: dict, idx: PlaneIndex, kinds: _Kinds,
-              marking: tuple) -> _LineOps:
-    """The op executions of one XLA thread-pool line, its op kinds those of ``kinds`` (learning
-    the kinds it does not know yet). A run_id is one execution of one program, so the program
-    (its name and id) is read once per run."""
-    kinds.learn(line, ids, idx)
-    ev = line.events(np.flatnonzero(kinds.ops(line.metadata_id)))
+def _caller_ops(line: Line, ids: dict, idx: PlaneIndex) -> tuple[Events, dict]:
+    """The op events of a line not XLA's pool's (the caller's: module docstring), those with
+    an ``hlo_op`` stat of their own (of the events whose bytes may hold one, ``Line.holding``,
+    read where their kinds lay it out, ``planned_values``), and each of their kinds' op name
+    (its first op event's ``hlo_op``)."""
+    if ids["hlo_op"] is None:
+        return line.events(np.zeros(0, np.int64)), {}
+    ev = line.events(line.holding(ids["hlo_op"]))
+    codes, values = planned_values(ev, [ids["hlo_op"]])
+    op = codes[:, 0] >= 0
+    kinds, first = firsts(ev.metadata_id[op])
+    names = {k: idx.entry_value(values, e) for k, e in
+             zip(kinds.tolist(), codes[op, 0][first].tolist())}
+    return line.events(ev.index[op]), names
+
+
+def _cpu_line(line: Line, ids: dict, idx: PlaneIndex, kinds: _Kinds, marking: tuple,
+              pool: bool = True) -> _LineOps:
+    """The op executions of one line: of an XLA thread-pool line (``pool``), its op kinds
+    those of ``kinds`` (learning the kinds it does not know yet); of another, the events that
+    carry an ``hlo_op`` (``_caller_ops``: it tells ``kinds`` nothing). A run_id is one
+    execution of one program, so the program (its name and id) is read once per run."""
+    if pool:
+        kinds.learn(line, ids, idx)
+        ev = line.events(np.flatnonzero(kinds.ops(line.metadata_id)))
+        is_op, op_names = kinds.is_op, kinds.op_names
+        held = np.unique(line.metadata_id).tolist()  # the kinds this line holds
+    else:
+        ev, op_names = _caller_ops(line, ids, idx)
+        is_op, held = {}, list(op_names)
     device, run, flow, has_flow = _op_stats(ev, ids)
     runs, rows = firsts(run)
     st = ev.stats(rows, [ids["hlo_module"], ids["program_id"]])
     module, program_id = (idx.entry_texts(st, st.entry(ids[k], len(ev))[rows])
                           for k in ("hlo_module", "program_id"))
     programs = dict(zip(runs.tolist(), zip(module, program_id)))
-    held = np.unique(line.metadata_id).tolist()  # the kinds this line holds
     # op kinds and devices are small numbers: half the bytes to send back and join
     op = ev.metadata_id.astype(np.int32) if len(ev) and ev.metadata_id.max() < 2**31 else (
         ev.metadata_id)
     return _LineOps((op, device.astype(np.int32), run, ev.start_ns, ev.duration_ns, flow,
-                     has_flow), {k: kinds.is_op[k] for k in held},
-                    {k: kinds.op_names[k] for k in held if k in kinds.op_names}, programs,
+                     has_flow), {k: is_op[k] for k in held if k in is_op},
+                    {k: op_names[k] for k in held if k in op_names}, programs,
                     _marks(line, ids, marking))
+
+
+def _pool(ref) -> bool:
+    """Whether a line is one of XLA's thread pool's."""
+    return ref.name.startswith(XLA_THREAD_PREFIX)
 
 
 def _read_line(context, ref) -> _LineOps:
     """One line read on its own (in a worker process, maybe): its op kinds those whose first
     event in this line is an op."""
     ids, idx, marking = context
-    return _cpu_line(read_line(ref.raw()), ids, idx, _Kinds(), marking)
+    return _cpu_line(read_line(ref.raw()), ids, idx, _Kinds(), marking, _pool(ref))
 
 
 def _work(space: Space) -> tuple:
     """The context, parts and size of ``_read_line``'s work: (stat ids, the host plane's
-    index, its completion markers' and continuations' kinds), its XLA thread-pool lines, their
-    bytes."""
+    index, its completion markers' and continuations' kinds), its lines (every one: the
+    caller's may hold ops, module docstring), their bytes."""
     idx = PlaneIndex(plane(space, HOST_PLANE))
     ids = {name: idx.stat_ids.get(name) for name in STATS}
-    refs = idx.refs(lambda name: name.startswith(XLA_THREAD_PREFIX))
+    refs = idx.refs()
     return (ids, idx, completions.kinds(idx.event_names)), refs, sum(r.size for r in refs)
 
 
 def start(space: Space) -> None:
-    """Start reading the thread-pool lines in worker processes (``parallel.start``)."""
+    """Start reading the host's lines in worker processes (``parallel.start``)."""
     parallel.start(space, _read_line, *_work(space))
 
 
 def extract(space: Space) -> Columns:
-    """The op executions of every XLA thread-pool line. Lines are read independently (in
-    parallel where cores allow); a kind is an op or not as its first event in line order says,
-    and a line that read a kind it holds otherwise is read again."""
+    """The op executions of every line of the host. Lines are read independently (in
+    parallel where cores allow); on the thread-pool lines a kind is an op or not as its first
+    event among theirs, in line order, says, and a line that read a kind it holds otherwise
+    is read again (a caller's line tells no kind, ``_cpu_line``)."""
     (ids, idx, marking), refs, size = _work(space)
     steps, run_step = host_steps(space, idx)
     lines = parallel.in_parallel(_read_line, (ids, idx, marking), refs, size, owner=space)
