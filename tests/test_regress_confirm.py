@@ -147,3 +147,30 @@ def test_a_confirmation_weighs_its_few_runs_by_students_t():
     c = confirm.with_reruns(judge.compare(same[0], slow[0]), slow[1:], judge.Rule(),
                             [[same[0]]], same[1:])
     assert c.verdict == judge.REGRESSION and c.noise["df"] == 4
+
+
+def test_compare_confirm_decides_a_pair_the_noise_left_inconclusive(reruns, tmp_path,
+                                                                     monkeypatch, capsys):
+    """A candidate doing 1.3x the work, measured 1.2x slower within the noise of one run a side
+    (inconclusive: the shared runner's trips test, 2 of 6 tries): its reruns decide it, here a
+    regression (every rerun 1.3x); a pair measured as fast is not rerun."""
+    import json
+
+    from harness.cli import main
+
+    asked, speed = reruns
+    speed["step"] = 1.3
+    monkeypatch.setattr(confirm, "git_state", lambda: {schema.GIT_SHA: SHA})
+    base, cand = workload(), workload(12.0, cpu=1.2, work=1.3, spread=0.3)
+    assert judge.compare(base, cand).verdict == judge.INCONCLUSIVE  # the premise
+    base.save(tmp_path / "base" / "r0")
+    cand.save(tmp_path / "cand" / "r0")
+    args = ["--root", str(tmp_path / "root"), "--confirm", "2", "--format", "json"]
+    code = main(["compare", str(tmp_path / "base"), str(tmp_path / "cand"), *args])
+    pair = json.loads(capsys.readouterr().out)["pairs"][0]
+    assert len(asked) == 4 and (code, pair[schema.VERDICT]) == (1, judge.REGRESSION)
+    assert pair["message"].startswith("confirmed by 2 rerun(s)")
+    asked.clear()
+    workload().save(tmp_path / "same" / "r0")
+    assert main(["compare", str(tmp_path / "base"), str(tmp_path / "same"), *args]) == 0
+    assert asked == []

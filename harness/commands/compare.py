@@ -66,7 +66,8 @@ def add_arguments(p) -> None:
                    help="run-to-run sd of a log median step, for a point with fewer than 3 runs "
                         f"of one code (else its own spread) (default {judge.Rule.noise})")
     p.add_argument("--confirm", type=count, default=0, metavar="N",
-                   help="rerun each workload run that looks like a regression N times in fresh "
+                   help="rerun each workload run that looks like a regression or is "
+                        "inconclusive (slower, within the noise) N times in fresh "
                         "processes (stored under --root/confirmations) before its verdict "
                         "(default 0: no reruns; a nightly job: 2, docs/regression.md)")
     add_format(p, ("text", "md", "json"))

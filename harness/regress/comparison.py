@@ -22,6 +22,9 @@ from harness.record import store
 from harness.regress import judge, noise, pairs
 
 CONFIRMATIONS = "confirmations"  # under the root: the reruns that confirmed a regression
+# the verdicts ``--confirm`` reruns: a regression, and a pair slower than the threshold that the
+# noise of its runs (or a moving host) left undecided: its reruns decide it either way
+SUSPECT = (judge.REGRESSION, judge.INCONCLUSIVE)
 
 
 @dataclass
@@ -77,7 +80,7 @@ def compare_sides(candidate: str, baseline: str | None, root: Path, rule: judge.
         from harness.regress import confirm as confirming  # deferred: it may run workloads
 
         verdicts = [confirming.rerun_pair(v, confirm, Path(root) / CONFIRMATIONS, rule,
-                                          [base, past]) if v.verdict == judge.REGRESSION else v
+                                          [base, past]) if v.verdict in SUSPECT else v
                     for v in verdicts]
     return Comparison(rule, verdicts, only_b, only_c, (name, candidate))
 
