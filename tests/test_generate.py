@@ -293,3 +293,33 @@ def test_harness_devices_1_run_prints_the_loop(tmp_path):
     assert "captured: jit_prefill" in out and "between executions" in out
     said = ("  host-bound: ", "  device-bound: ", "  bound by the devices' own waits: ")
     assert sum(v in out for v in said) == 1
+
+
+class _Made(Exception):
+    """Stops ``run_loop`` once it has made its loop (the capture is not what is tested)."""
+
+
+def test_the_loop_serves_on_the_params_build_placed(tmp_path):
+    """``harness run``'s path (the workload's ``build``, as ``build_workload`` calls it, then
+    ``run_loop``) on one device: the loop ``run_loop`` makes warms its programs on the very
+    params and B slots' cache ``build`` placed, not a second copy of them."""
+    loops = []
+
+    def spy(cfg, mesh, args=None):
+        loops.append(generate.StreamLoop(cfg, mesh, args))
+        raise _Made
+
+    mesh = Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("X", "Y"))
+    cfg = workloads.make_config("llama_generate", "tiny", {"L": "1"})
+    built = Built(dataclasses.replace(generate.WORKLOAD, loop=spy), cfg, mesh,
+                  *generate.build(cfg, mesh))
+    params, cache_B = built.args[:2]
+    with pytest.raises(_Made):
+        run_loop(built, preset="tiny", overrides={}, out_dir=tmp_path / "trace")
+    loops[0].warm()
+    progs = loops[0].progs
+    assert progs.params is params and progs.cache_B is cache_B
+    pointers = lambda tree: [a.unsafe_buffer_pointer() for a in jax.tree.leaves(tree)]  # noqa: E731
+    assert pointers(progs.params) == pointers(params)
+    # the warm-up copies the slots' cache before generate donates it: build's is still whole
+    assert not any(a.is_deleted() for a in jax.tree.leaves(built.args))

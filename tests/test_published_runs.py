@@ -190,23 +190,29 @@ def _kept(run: str) -> list:
     return kept
 
 
-# The book's chips (tpus.md): bf16 FLOP/s and PCIe bytes/s each way, per chip
-BOOK_CHIP = {"tpu-v6e": (920e12, 32e9), "tpu-v5p": (459e12, 16e9)}
+# The book's chips (tpus.md): bf16 FLOP/s, PCIe bytes/s each way and ICI bytes/s a link both
+# ways, per chip
+BOOK_CHIP = {"tpu-v6e": (920e12, 32e9, 1.8e11), "tpu-v5p": (459e12, 16e9, 1.8e11)}
 ALL_NAMES = ("query_proj", "key_proj", "value_proj", "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo",
              "context")
 
 
-def _seconds(run: str, sets: dict) -> float:
-    """The step a setting is predicted at, from the book alone: max(T_math, T_host)
-    (roofline.md, the host transfers overlapping the compute). T_math: a chip's 6 · matmul
-    parameters · tokens + causal attention (6·T·N·H·L a token), the forward of every name the
-    policy neither keeps nor offloads once more in each layer, and 2·D·V a token for a chunked
-    loss; T_host: the offloaded widths' bf16 bytes, to host and back."""
+def _parts(run: str, sets: dict) -> tuple[float, float, float, float]:
+    """``(steps, T_math, T_host, T_ici)`` of a setting from the book alone, a step each: T_math,
+    a chip's 6 · matmul parameters · tokens + causal attention (6·T·N·H·L a token), the forward
+    of every name the policy neither keeps nor offloads once more in each layer, and 2·D·V a
+    token for a chunked loss; T_host, the offloaded widths' bf16 bytes, to host and back;
+    T_ici, FSDP's weights (P bf16 parameters, P = L(3DF + 2D(N+K)H + 2D) + D + 2DV) gathered
+    twice and their gradients reduce-scattered once a microbatch (`training.md`), each V/W_bidi
+    over each of the mesh's two axes at once (`sharding.md`). A smaller batch B' (``B`` set)
+    takes B/B' steps of B'/chips sequences a chip."""
     from workloads.llama import remat
 
     _, cfg = _config(run)
     L, D, F, N, K, H, V, T = (cfg.L, cfg.D, cfg.F, cfg.N, cfg.K, cfg.H, cfg.V, cfg.T)
-    tokens = int(MEASURED[run]["batch/device"]) * T
+    chips = cfg.B // int(MEASURED[run]["batch/device"])
+    B = int(sets.get("B", cfg.B))
+    tokens = B // chips * T
     forward = {"query_proj": 2 * D * N * H, "key_proj": 2 * D * K * H,
                "value_proj": 2 * D * K * H, "out_proj": 2 * N * H * D, "mlpwi_0": 2 * D * F,
                "mlpwi_1": 2 * D * F, "mlpwo": 2 * F * D, "context": 2 * T * N * H}
@@ -220,8 +226,17 @@ def _seconds(run: str, sets: dict) -> float:
              + 6 * T * N * H * L * tokens + L * tokens * sum(forward[n] for n in again)
              + (2 * D * V * tokens if int(sets["num_vocab_tiling"]) > 1 else 0))
     host = 2 * tokens * L * sum(width[n] for n in pol.offloaded)
-    peak, pcie = BOOK_CHIP[PREDICTED[run]["chip"]]
-    return max(flops / peak, 2 * host / pcie)
+    peak, pcie, ici = BOOK_CHIP[PREDICTED[run]["chip"]]
+    weights = 2 * (L * (3 * D * F + 2 * D * (N + K) * H + 2 * D) + D + 2 * D * V)
+    gathers = 3 * int(sets.get("microbatches", 1)) * weights
+    return cfg.B / B, flops / peak, 2 * host / pcie, gathers / (2 * ici)
+
+
+def _seconds(run: str, sets: dict) -> float:
+    """The time a setting is predicted at, from the book alone: steps x max(T_math, T_host,
+    T_ici) (roofline.md, the host transfers and collectives overlapping the compute)."""
+    steps, *times = _parts(run, sets)
+    return steps * max(times)
 
 
 @pytest.mark.parametrize("run", sorted(MEASURED))
@@ -233,13 +248,15 @@ def test_the_search_compiles_the_kept_settings_cheapest_first_by_predicted_step(
         assert predicted_s(t, chip) == pytest.approx(_seconds(run, t.sets), rel=1e-9)
     book = sorted(kept, key=lambda t: (_seconds(run, t.sets), t.need_bytes))
     assert ordered(kept, chip) == book
-    assert ordered(kept, chip)[0].policy == FIRST_COMPILED[run]
+    assert ordered(kept, chip)[0].policy == FIRST_POLICY[run]
 
 
-# What the search compiles first for each run's shape (docs/published-runs.md, "From the shapes
-# alone"), and why: every kept setting's offloads cross PCIe in less time than its FLOPs take,
-# so it is the one that recomputes least (with the fewest loss chunks).
-FIRST_COMPILED = {
+# The first of the remat and offload policies (``fit.trials``) for each run's shape, and why:
+# every kept policy's offloads cross PCIe in less time than its FLOPs take, so it is the one
+# that recomputes least (with the fewest loss chunks). The whole ranking (``fit_more``: the
+# microbatches and a smaller batch beside them) puts a microbatched setting before it for 8B and
+# LLaMA-2 70B (test_predict_hlos_ranking_from_the_shape_is_the_pages).
+FIRST_POLICY = {
     # 8B and LLaMA-2 70B: the policies that recompute only the attention (minimal, dots) or
     # less are past 32 GB; MaxText's 405B offload, context and mlpwo to the host, recomputes
     # Q, K, V, out_proj and the MLP's input projections, less than any other kept
@@ -250,6 +267,68 @@ FIRST_COMPILED = {
                         "value_proj",
     "llama3.1-405b-v5p": "remat=custom, remat_offload=context,mlpwo",
 }
+
+
+SHAPES = _table("From the shapes alone")
+FIRST = "first in the ranking (model: HBM, host; predicted)"
+
+
+def _ranking(run: str) -> tuple:
+    """``(config values, ranking)`` of ``predict-hlo`` on a run's shape with ``--compile 0``:
+    ``harness.plan.search.search`` as ``predict_workload`` calls it, nothing compiled."""
+    from harness.plan.search import search
+
+    argv = _shape_argv(run)
+    shape = dict(a.split("=", 1) for a in argv[argv.index("--set") + 1::2])
+    fit = search(workloads.get("llama_train"), argv[argv.index("--preset") + 1], shape,
+                 argv[argv.index("--mesh") + 1], PREDICTED[run]["chip"], None, compiles=0)
+    return fit.sets, fit.table
+
+
+@pytest.mark.parametrize("run", sorted(MEASURED))
+def test_predict_hlos_ranking_from_the_shape_is_the_pages(run):
+    # the page's "From the shapes alone" row is the ranking predict-hlo prints (its first row,
+    # the setting the search compiles first, and the settings pruned), and the ranking's order
+    # of the kept settings is the book's: steps x max(T_math, T_host, T_ici) (``_parts``), every
+    # T_ici under T_math (FSDP's weight traffic, microbatched or not, hides under the FLOPs),
+    # a tie to the batch asked for (fewer steps), then to the fewer HBM bytes
+    from harness.plan import search as s
+
+    sets, table = _ranking(run)
+    page = SHAPES[run]
+    first = re.fullmatch(r"`([^`]*)` \(([\d.]+) GB, (?:([\d.]+) GB host|none to host); "
+                         r"([\d.]+) s\)", page[FIRST]).groups()
+    kept = table[table[s.RANK].notna()]
+    top = kept.iloc[0]
+    assert top[s.SETTING] == first[0] and sets == {**_shape_sets(run), **_setting(first[0]),
+                                                   "donate_state": "true"}
+    assert top[s.HBM] / 1e9 == pytest.approx(float(first[1]), abs=0.05)
+    assert top[s.HOST] / 1e9 == pytest.approx(float(first[2] or 0), abs=0.05)
+    assert top[s.PREDICTED_S] == pytest.approx(float(first[3]), abs=0.005)
+    hbm, host = (int((table[s.MODEL] == v).sum()) for v in (s.PAST_HBM, s.PAST_HOST))
+    budget = hardware.chip_entry(PREDICTED[run]["chip"]).hbm_bytes / 1e9
+    said = f"{hbm} of {len(table)} past {budget:.0f} GB"
+    said += (f", {host} past the 128 GiB of host memory libtpu gives a "
+             f"{PREDICTED[run]['chip'][4:]} chip" if host else "")
+    assert page["pruned before compiling"] == said
+    rows = [(_setting(r[s.SETTING]), r) for _, r in kept.iterrows()]
+    for setting, r in rows:
+        steps, math_s, _, ici_s = _parts(run, setting)
+        assert ici_s < math_s
+        assert r[s.PREDICTED_S] == pytest.approx(_seconds(run, setting), rel=1e-9)
+    book = sorted(rows, key=lambda x: (round(_seconds(run, x[0]), 9), _parts(run, x[0])[0],
+                                       x[1][s.HBM]))
+    assert [r[s.SETTING] for _, r in book] == list(kept[s.SETTING])
+
+
+def _shape_sets(run: str) -> dict:
+    argv = _shape_argv(run)
+    return dict(a.split("=", 1) for a in argv[argv.index("--set") + 1::2])
+
+
+def _setting(words: str) -> dict:
+    """``"num_vocab_tiling=2, remat=custom, remat_offload=context,mlpwo"`` as config values."""
+    return dict(kv.split("=", 1) for kv in words.split(", "))
 
 
 def test_the_405b_search_compiles_maxtexts_offload_before_full_remat():

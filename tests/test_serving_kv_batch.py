@@ -127,3 +127,49 @@ def test_batch_kv_axes_refuse_a_cut_inside_no_axis():
 
     with pytest.raises(ValueError, match="K=4 KV heads do not split the model axes Y=6"):
         batch_kv_axes({"X": 1, "Y": 6}, ("Y",), 4)
+
+
+# The memory model's KV cache a device (workloads.llama.memory.serve_bytes), from arithmetic:
+# 2·L·B·S·K·H·bytes over the devices the layout splits it over (reference §7.4). tiny: L=2,
+# B=8, S=32, K=4, H=8, bf16: 65536 bytes in all; 70b: L=80, B=32, S=8192, K=8, H=128: 85.9e9.
+TINY_CACHE = 2 * 2 * 8 * 32 * 4 * 8 * 2
+CACHE_70B = 2 * 80 * 32 * 8192 * 8 * 128 * 2
+KV_LAYOUTS = ("dp_tp", "dp_tp_kv_batch", "dp_tp_kv_seq")
+
+
+@pytest.mark.parametrize("preset, mesh, want", [
+    # 1x8, K = 4 < Y = 8: dp_tp replicates K/V over Y (its cache has no head axis to cut 8
+    # ways); the KV layouts put heads 4-way and the batch (the sequence) over Z = 2: /8
+    ("tiny", "1x8", (TINY_CACHE, TINY_CACHE / 8, TINY_CACHE / 8)),
+    # K = 8 = Y: heads 8-way in every layout, Z = 1
+    ("70b", "1x8", (CACHE_70B / 8,) * 3),
+    # Y = 16 > K = 8: replicated under dp_tp, heads 8-way x Z = 2 under the KV layouts
+    ("70b", "1x16", (CACHE_70B, CACHE_70B / 16, CACHE_70B / 16)),
+    # X = 2 splits the batch in every layout, heads 8-way over Y = 8
+    ("70b", "2x8", (CACHE_70B / 16,) * 3),
+])
+def test_the_memory_models_cache_follows_the_kv_layout(preset, mesh, want):
+    from workloads.llama import memory
+    from workloads.mesh import abstract_mesh
+
+    got = [memory.serve_bytes(workloads.make_config("llama_decode", preset, {"parallelism": p}),
+                              abstract_mesh(mesh, ("X", "Y")))["kv_cache"] for p in KV_LAYOUTS]
+    assert got == list(want)
+
+
+@pytest.mark.parametrize("parallelism", KV_LAYOUTS)
+def test_the_compiled_caches_argument_bytes_are_the_memory_models(parallelism):
+    """XLA's argument bytes a device (``memory_analysis`` of the decode step compiled for 8 CPU
+    devices), less the params', tokens' and slot's shards, are the cache the model counts."""
+    import jax
+
+    from workloads.llama import memory
+
+    cfg = workloads.make_config("llama_decode", "tiny", {"parallelism": parallelism})
+    mesh = make_mesh("1x8")
+    fn, (params, cache, tok, pos) = serve.build_decode(cfg, mesh, abstract=True)
+    args = fn.lower(params, cache, tok, pos).compile().memory_analysis().argument_size_in_bytes
+    others = sum(math.prod(x.sharding.shard_shape(x.shape)) * np.dtype(x.dtype).itemsize
+                 for x in jax.tree.leaves((params, tok, pos)))
+    want = TINY_CACHE if parallelism == "dp_tp" else TINY_CACHE / 8
+    assert args - others == want == memory.serve_bytes(cfg, mesh)["kv_cache"]

@@ -5,7 +5,8 @@ once in this process under the profiler as ``harness profile`` traces a script
 ``capture.json``), so that the trace holds every program's executions and the host's time
 between them, and ``harness.runs.pipeline.analyze_trace`` reads it as it reads a script's.
 
-A loop (the workload record's ``loop(cfg, mesh)``) has
+A loop (the workload record's ``loop(cfg, mesh, args)``, ``args`` the arguments its ``build``
+placed, which the loop reuses rather than place the parameters a second time) has
 
 - ``warm()``: build and compile every program it runs, untraced (the trace holds no
   compilation, as a function's warm-up steps are left out of its capture);

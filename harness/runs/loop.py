@@ -34,7 +34,7 @@ def run_loop(built, *, preset: str, overrides: dict | None, out_dir: Path, chip=
     """Capture ``built``'s loop into ``out_dir`` and make its Run (not saved; its trace is
     ``out_dir``, the run's to store): the step program's tables, as a script's, and the loop's
     figures (``serving_loop.LOOP``) on the chip the run is predicted for."""
-    loop = built.workload.loop(built.cfg, built.mesh)
+    loop = built.workload.loop(built.cfg, built.mesh, built.args)  # build's params, not again
     result = capture_loop(loop, out_dir, built.run_meta(preset, overrides),
                           devices=list(built.mesh.devices.flat))
     run = analyze_trace(out_dir, chip=chip, workload=built, program=loop.step_program)

@@ -156,10 +156,26 @@ def step_rows(params, cache, tokens_B1, pos_B, cfg, sh: Sharder):
     return model.logits(params, x, d, sh)[:, -1], cache
 
 
-def programs(cfg: GenerateConfig, mesh: AnyMesh | None, abstract: bool = False) -> Programs:
+def _arrays(cfg: GenerateConfig, abstract: bool, shapes: tuple, shardings: tuple | None,
+            placed: tuple | None) -> tuple:
+    """``(params, empty one-sequence cache, B slots' cache)``: placed afresh from the host, or,
+    given ``placed`` (``build``'s params and B slots' cache, already on the mesh), those same
+    arrays with only the one-sequence cache placed beside them."""
+    if placed is None:
+        return tuple(build_args(abstract, shapes, shardings, lambda: (
+            serve.host_params(cfg), _zeros(cfg, 1), _zeros(cfg, cfg.B))))
+    params, cache_B = placed
+    empty1 = build_args(abstract, shapes[1], None if shardings is None else shardings[1],
+                        lambda: _zeros(cfg, 1))
+    return params, empty1, cache_B
+
+
+def programs(cfg: GenerateConfig, mesh: AnyMesh | None, abstract: bool = False,
+             placed: tuple | None = None) -> Programs:
     """Compile-ready prefill, insert and generate on ``mesh`` (None: one device), params and the
     empty caches placed (``abstract``: their shapes with shardings, for ahead-of-time
-    lowering)."""
+    lowering; ``placed``: ``(params, cache_B)`` a ``build`` on the same mesh placed, used as
+    they are rather than placed a second time)."""
     d, sh, p_abs = serve._setup(cfg, mesh)
     mesh = sh.mesh
     plain = Sharder(None, "dp_tp", d)   # one request: let the weights' split lead (no B to split)
@@ -179,18 +195,17 @@ def programs(cfg: GenerateConfig, mesh: AnyMesh | None, abstract: bool = False) 
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)[:, None], cache_B
 
     shapes = (p_abs, _cache_abs(cfg, 1), _cache_abs(cfg, cfg.B))
-    host = lambda: (serve.host_params(cfg), _zeros(cfg, 1), _zeros(cfg, cfg.B))  # noqa: E731
     if mesh is None:
         jits = (jax.jit(prefill), jax.jit(insert, donate_argnums=0),
                 jax.jit(generate, donate_argnums=1))
-        return Programs(*jits, *build_args(abstract, shapes, None, host), sh)
+        return Programs(*jits, *_arrays(cfg, abstract, shapes, None, placed), sh)
     p_sh, rep = sh.param_shardings(p_abs), named(mesh, P())
     tok = sh.sharding("BT")
     jits = (jax.jit(prefill, in_shardings=(p_sh, c1, rep, rep, rep), out_shardings=(rep, c1)),
             jax.jit(insert, in_shardings=(cB, c1, rep), out_shardings=cB, donate_argnums=0),
             jax.jit(generate, in_shardings=(p_sh, cB, tok, named(mesh, P(sh.batch))),
                     out_shardings=(tok, cB), donate_argnums=1))
-    return Programs(*jits, *build_args(abstract, shapes, (p_sh, c1, cB), host), sh)
+    return Programs(*jits, *_arrays(cfg, abstract, shapes, (p_sh, c1, cB), placed), sh)
 
 
 def build(cfg: GenerateConfig, mesh: AnyMesh | None, abstract: bool = False):
@@ -215,14 +230,17 @@ def carry(args: tuple, out: tuple) -> tuple:
 
 class StreamLoop:
     """The request loop as ``harness run`` captures it (``harness.capture.loop``): ``warm``
-    builds the programs on the mesh and compiles all three, ``run`` serves the seeded stream
+    builds the programs on the mesh and compiles all three, on the params and B slots' cache
+    ``args`` (``build``'s arguments, already placed: not placed twice; None: placed here),
+    ``run`` serves the seeded stream
     (what the trace holds: every prefill, insert and generate, and the host between them),
     ``figures`` its record beside the prediction on a chip; ``programs`` names each program's
     compilation as the trace does (``jit_`` and its function), ``step_program`` the one the
     report is of: generate, the bulk of serving's time."""
 
-    def __init__(self, cfg: GenerateConfig, mesh: AnyMesh | None):
+    def __init__(self, cfg: GenerateConfig, mesh: AnyMesh | None, args: tuple | None = None):
         self.cfg, self.mesh = cfg, mesh
+        self.placed = tuple(args[:2]) if args else None   # (params, cache_B)
         self.progs: Programs | None = None
         self.slots: generate_loop.Slots | None = None
         self.programs: dict[str, str] = {}
@@ -232,7 +250,7 @@ class StreamLoop:
         return self.programs.get(generate_loop.GENERATE, "")
 
     def warm(self) -> None:
-        self.progs = programs(self.cfg, self.mesh)
+        self.progs = programs(self.cfg, self.mesh, placed=self.placed)
         self.programs = {name: f"jit_{getattr(self.progs, name).__name__}"
                          for name in generate_loop.PROGRAMS}
         self.slots = generate_loop.warm_up(self.cfg, self.progs)
@@ -252,11 +270,11 @@ class StreamLoop:
 @dataclass(frozen=True)
 class ServingWorkload(Workload):
     """A workload whose run is a loop of several programs driven from Python:
-    ``loop(cfg, mesh)`` gives the loop ``harness run`` captures whole in place of ``build``'s
-    one program (``harness.capture.loop``: ``warm``, ``run``, ``figures``, ``programs``,
-    ``step_program``)."""
+    ``loop(cfg, mesh, args)`` gives the loop ``harness run`` captures whole in place of
+    ``build``'s one program, reusing the arrays ``build`` placed (``args``) (``harness.capture.
+    loop``: ``warm``, ``run``, ``figures``, ``programs``, ``step_program``)."""
 
-    loop: Callable[[object, object], StreamLoop] | None = None
+    loop: Callable[[object, object, tuple | None], StreamLoop] | None = None
 
 
 WORKLOAD = ServingWorkload(

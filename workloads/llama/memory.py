@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from predictions import layouts, transformer
 from workloads.llama import book, schedules
 from workloads.llama.config import book_model
-from workloads.llama.sharding import Split, split_of
+from workloads.llama.sharding import Sharder, Split, split_of
 from workloads.mesh import AnyMesh, axis_size
 
 
@@ -171,19 +171,31 @@ def host_bytes(cfg, mesh: AnyMesh | None = None) -> float:
     return _nbytes(cfg.param_dtype) * tokens * cfg.L * cfg.remat_policy().host_width(cfg) / m
 
 
+def _cache_ways(cfg, mesh: AnyMesh | None) -> int:
+    """Devices one KV cache splits over, as the workload's ``Sharder`` lays it out (its batch,
+    heads and Z axes; reference §7.4): ``dp_tp`` the heads over the model axes where they
+    divide K, else replicated over them; ``dp_tp_kv_batch`` / ``dp_tp_kv_seq`` the book's
+    KV[2, B_Z, S, K_Y, H]: heads K-way, the batch (or the sequence) over the Z = Y/K model
+    devices that share a head, so data · K-way · Z devices in all."""
+    if mesh is None:
+        return 1
+    sh = Sharder(mesh, cfg.parallelism, cfg)
+    return math.prod(axis_size(sh.mesh, a) for a in (sh.kv_batch, sh.kv, sh.kv_seq))
+
+
 def serve_bytes(cfg, mesh: AnyMesh | None = None, prefill: bool = False) -> dict[str, float]:
     """Per-device bytes of ``llama_prefill`` / ``llama_decode``: weights, the KV cache (one
-    copy: decode updates it in place), one layer's transients and the logits."""
+    copy: decode updates it in place; 2·L·B·S·K·H bytes over ``_cache_ways``), one layer's
+    transients and the logits."""
     model, (_, b, m) = book_model(cfg), _splits(cfg, mesh)
     act = _nbytes(cfg.dtype)
-    kv = transformer.kv_cache_bytes(model, cfg.B * cfg.S, 1 if cfg.int8_kv else act) / b
-    kv_split = m if cfg.K % m == 0 else 1          # K/V replicated beyond K-way (§7.4)
+    kv = transformer.kv_cache_bytes(model, cfg.B * cfg.S, 1 if cfg.int8_kv else act)
     tokens = cfg.B * (cfg.T if prefill else 1) / b
     keys = cfg.T if prefill else cfg.S
     layer = tokens * (2 * cfg.F + (cfg.N + 2 * cfg.K) * cfg.H + 2 * cfg.D) * act / m
     return {
         "parameters": _params(cfg, mesh) * (1 if cfg.int8_weights else act),
-        "kv_cache": kv / kv_split,
+        "kv_cache": kv / _cache_ways(cfg, mesh),
         "transients": layer + _attention_scores(cfg, tokens, keys) / m,
         "logits": cfg.B / b * cfg.V * act / m,
     }
