@@ -6,9 +6,11 @@ registered workload: ``meta`` names its workload, preset, overrides, mesh, steps
 is re-run from what its meta says, each time in a spawned process (``harness.sweep.repeat``),
 stored under the confirmation directory. Its verdict then uses them: the candidate's runs (the
 first and its confirmations, one code) give the point's spread where it had none
-(``harness.regress.noise``) and are judged together, by their mean, against the baseline's runs
-of its code: the regression stands only when that mean is still slower beyond the threshold and
-the spread (a first run that landed in a slow mode is outvoted by its reruns). Where the
+(``harness.regress.noise``), and the reruns are judged by their mean against the baseline's
+(its reruns where it has some, else its runs of its code): the regression stands only when the
+reruns are still slower beyond the threshold and the spread. The first run is no evidence
+for it: the pair was chosen for looking slower (a first run that landed in a slow mode, or a
+baseline that landed in a fast one, would otherwise vote for what chose it). Where the
 baseline's commit is the one installed too (a night with no new commit), the baseline is re-run
 as often, interleaved with the candidate: runs of one code minutes apart land in one mode more
 often than not (a CPU all-reduce at 0.8 ms in one sweep, then 1.3 ms in the next and in both
@@ -93,10 +95,12 @@ def with_reruns(v: judge.Verdict, runs: list[Run], rule: judge.Rule,
     base += list(base_runs)
     spread = noise.spread([base, cand, *noise.history_groups(sides, [*base, *cand],
                                                              pairs.key(v.candidate))])
-    j = judge.compare(v.baseline, v.candidate, rule, spread=spread, reps=(base, cand),
-                      student=True)
+    # the first runs made the pair a suspect (it was chosen for looking slower): they widen
+    # the spread, but the means compared are of the reruns, where each side has some
+    judged = (list(base_runs) or base, list(runs) or cand)
+    j = judge.compare(v.baseline, v.candidate, rule, spread=spread, reps=judged, student=True)
     said = "confirmed" if j.verdict == judge.REGRESSION else "not confirmed"
     each = " of each side, interleaved," if base_runs else ""
+    whose = "both sides' reruns" if base_runs else f"the candidate's {n} reruns"
     return dataclasses.replace(j, message=f"{said} by {n} rerun(s){each} in fresh processes, "
-                                          f"the candidate's {n + 1} runs judged by their mean: "
-                                          f"{j.message}")
+                                          f"{whose} judged by their mean: {j.message}")
