@@ -26,8 +26,9 @@ whose runs land at 2.2 ms or 4.6 ms (the wall step and the CPU time per step tog
 ``spin``, one whose runs land at 911 us or 865 us wall with 1.29x the CPU time per step in the
 faster mode (threads spinning while they wait). Each is judged with the constant noise term
 (``judge.Rule.noise``) and with the point's own spread from ``--history`` earlier runs of the
-same code beside the baseline (``harness.regress.noise``), and then with each regression
-confirmed by two reruns of the candidate (``harness.regress.confirm``): A/A false alarms,
+same code beside the baseline (``harness.regress.noise``), and then with each suspect pair
+(a regression, or slower and inconclusive) confirmed by three reruns of the candidate
+(``harness.regress.confirm``): A/A false alarms,
 unstable points, and the power against a 1.3x slowdown (wall and CPU time).
 
 Short histories (``--short N``): per point kind and per length of 5 to 10 nights, N histories
@@ -58,6 +59,7 @@ from harness import schema  # noqa: E402
 from harness.chip import drift  # noqa: E402
 from harness.record import Run  # noqa: E402
 from harness.regress import confirm, history, judge, noise, trend  # noqa: E402
+from harness.regress.comparison import SUSPECT  # noqa: E402
 from harness.regress.figures import CPU  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "regress_cpu.json"
@@ -156,10 +158,10 @@ def simulate_points(runs: list[dict], n: int, history: int, slowdown: float, rng
                     seen.setdefault((kind, term, case), Counter())[v.verdict] += 1
                     if spread is None:
                         continue
-                    if v.verdict == judge.REGRESSION:  # confirmed by 2 reruns of the candidate
-                        v = confirm.with_reruns(v, [scaled(one(), f) for _ in range(2)], rule,
+                    if v.verdict in SUSPECT:  # confirmed by 3 reruns of the candidate
+                        v = confirm.with_reruns(v, [scaled(one(), f) for _ in range(3)], rule,
                                                 [base])
-                    seen.setdefault((kind, "own + confirm 2", case), Counter())[v.verdict] += 1
+                    seen.setdefault((kind, "own + confirm 3", case), Counter())[v.verdict] += 1
     return seen
 
 

@@ -61,7 +61,7 @@ def test_added_collectives_within_the_noise_are_inconclusive_and_the_headline_sa
     # the cause whatever the noise: the 4 all-reduces B adds and their 4 ms exposed
     assert f". The program changed: +{LAYERS} all-reduces, +4 ms exposed (" in v.message
     assert "measured 1.2x slower, within the noise of one run a side" in v.message
-    assert "harness sweep --repeat 3" in v.message and "--confirm 2" in v.message
+    assert "harness sweep --repeat 3" in v.message and "--confirm 3" in v.message
 
 
 def test_added_collectives_beyond_the_noise_are_a_regression_of_the_program():

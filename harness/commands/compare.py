@@ -9,7 +9,7 @@ Each side is a run, a sweep or any directory of saved runs (``results/``, a pyte
 included), 1 a regression, 2 bad input. ``--json FILE`` writes the verdict object, ``--junit
 FILE`` one test case per pair (a regression fails it, an inconclusive or unstable one is
 skipped). ``--confirm N`` reruns each workload run that looks like a regression before its
-verdict (``harness.regress.confirm``): the documented nightly job passes ``--confirm 2``
+verdict (``harness.regress.confirm``): the documented nightly job passes ``--confirm 3``
 (one run a side and no confirmation called a tiny all-reduce a regression in 2 of 4 A/A
 comparisons of one commit's quick sweeps; confirmed, in none), so it stays explicit here: a
 compare that reruns workloads unasked would time other code than a user meant, and cost a night.

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 RERUN = "rerun on a steady host to tell"
 DECIDE = ("to decide, give each side more runs of its code (harness sweep --repeat 3) or "
-          "confirm the candidate (harness compare --confirm 2)")
+          "confirm the candidate (harness compare --confirm 3)")
 
 
 def stats(e: Evidence) -> str:
