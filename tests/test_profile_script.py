@@ -21,10 +21,11 @@ from harness.record import Run
 # the flags the script sets (first line, when it sets any), the environment or --devices
 STEPS = 3
 SHARDED = textwrap.dedent(f"""
-    import jax, jax.numpy as jnp
+    import jax, numpy as np
     from jax.sharding import NamedSharding, PartitionSpec as P
     mesh = jax.make_mesh((jax.device_count(),), ("data",))
-    x = jax.device_put(jnp.ones((64, 32)), NamedSharding(mesh, P("data")))
+    # a copy, no program (an eager jnp.ones is one, which XLA:CPU may run inline, traced)
+    x = jax.device_put(np.ones((64, 32), np.float32), NamedSharding(mesh, P("data")))
     total = jax.jit(lambda x: (x * 2.0).sum())
     for _ in range({STEPS}):
         total(x).block_until_ready()
