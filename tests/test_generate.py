@@ -323,3 +323,30 @@ def test_the_loop_serves_on_the_params_build_placed(tmp_path):
     assert pointers(progs.params) == pointers(params)
     # the warm-up copies the slots' cache before generate donates it: build's is still whole
     assert not any(a.is_deleted() for a in jax.tree.leaves(built.args))
+
+
+@pytest.mark.libtpu
+def test_the_three_programs_compile_ahead_of_time_for_a_tpu_slice():
+    """prefill, insert and generate lowered from their shapes on a v5e 2x4 slice (mesh 2x4) and
+    compiled by XLA:TPU; insert and generate alias the B slots' cache they write (donated: a
+    chip holds its share once, at least the whole cache over the 8 chips)."""
+    import jax
+
+    from workloads.llama.generate import programs
+    from workloads.tpu import topology_mesh
+
+    cfg = workloads.make_config("llama_generate", "tiny", {})
+    mesh, _ = topology_mesh("tpu-v5e", "2x4", workloads.get("llama_generate").mesh_axes)
+    progs = programs(cfg, mesh, abstract=True)
+    tok1 = jax.ShapeDtypeStruct((1, cfg.T), np.int32)
+    one = jax.ShapeDtypeStruct((), np.int32)
+    tokB = jax.ShapeDtypeStruct((cfg.B, 1), np.int32)
+    posB = jax.ShapeDtypeStruct((cfg.B,), np.int32)
+    compiled = {
+        "prefill": progs.prefill.lower(progs.params, progs.empty1, tok1, one, one).compile(),
+        "insert": progs.insert.lower(progs.cache_B, progs.empty1, one).compile(),
+        "generate": progs.generate.lower(progs.params, progs.cache_B, tokB, posB).compile()}
+    cache_B = sum(int(np.prod(a.shape)) * a.dtype.itemsize
+                  for a in jax.tree.leaves(progs.cache_B)) // 8     # over the 8 chips at most
+    for name in ("insert", "generate"):
+        assert compiled[name].memory_analysis().alias_size_in_bytes >= cache_B, name
