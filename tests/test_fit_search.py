@@ -204,9 +204,10 @@ def test_libtpu_refuses_keeping_everything_and_a_policy_that_keeps_less_fits():
     sets = {"L": "32", "D": "512", "F": "2048", "N": "8", "K": "4", "H": "128", "B": "16",
             "T": "8192", "parallelism": "fsdp"}
     overrides, note = search.choose(TRAIN, "tiny", sets, "2x2", "tpu-v5e", None)
-    assert overrides["remat"] != "none"
-    assert note.startswith(f"num_vocab_tiling={overrides['num_vocab_tiling']}, "
-                           f"remat={overrides['remat']}") and "(no remat given)" in note
+    # kept less: a remat policy, or microbatches (each keeps 1/M of the activations)
+    assert overrides["remat"] != "none" or int(overrides.get("microbatches", "1")) > 1, overrides
+    assert note.startswith(f"num_vocab_tiling={overrides['num_vocab_tiling']}, ")
+    assert f"remat={overrides['remat']}" in note and "(no remat given)" in note
 
 
 def test_the_search_donates_the_state_unless_told_otherwise():
