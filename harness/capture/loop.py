@@ -28,8 +28,7 @@ from harness.capture.segments import SegmentTracer
 
 # Seconds per segment of a loop's trace: one segment for any loop a run serves. Segments keep a
 # script's trace when its process dies; a loop runs in the harness's own process, whose death
-# leaves no report to keep them for (and a merged trace of segments holds no host launch
-# events: harness.trace.segments).
+# leaves no report to keep them for.
 LOOP_SEGMENT_S = 3600.0
 
 
