@@ -108,6 +108,24 @@ def test_greedy_tokens_equal_plain_prefill_and_decode(progs):
         assert got.tokens == plain(np.concatenate([prefix, r.prompt]), r.g)
 
 
+def test_eight_model_devices_serve_the_tokens_of_one_each_caching_1_over_K():
+    """On 1x8 (dp_tp, Y = 8 model devices > K = 4 KV heads) the slots' cache stores each head
+    twice, split over the 8 (§7.4: heads K-way, replicated beyond): each device holds one head,
+    [L, B, 1, S, H], 1/K of the cache; the tokens served equal one device's."""
+    from workloads.mesh import make_mesh
+
+    cfg = config(R="3", g_min="3", g_max="3")
+    prefix, reqs = generate_loop.requests(cfg)
+    one = generate_loop.run_stream(cfg, generate.programs(cfg, None), prefix, reqs)
+    mesh = make_mesh("1x8", workloads.get("llama_generate").mesh_axes)
+    progs8 = generate.programs(cfg, mesh)
+    eight = generate_loop.run_stream(cfg, progs8, prefix, reqs)
+    assert [x.tokens for x in eight.served] == [x.tokens for x in one.served]
+    k = progs8.cache_B["k_LBKSH"]
+    assert k.shape == (cfg.L, cfg.B, 2 * cfg.K, cfg.S, cfg.H)
+    assert {s.data.shape for s in k.addressable_shards} == {(cfg.L, cfg.B, 1, cfg.S, cfg.H)}
+
+
 def test_int8_weights_and_kv_serve():
     cfg = config(int8_weights="true", int8_kv="true", R="3", g_min="2", g_max="2")
     progs8 = generate.programs(cfg, None)

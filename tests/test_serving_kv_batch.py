@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+from kv_caches import heads, random_cache
 
 import workloads
 from harness.hlo import executed, parse_module
@@ -23,22 +24,15 @@ def _decode(parallelism: str, mesh: str, **sets):
     return cfg, fn, (params, cache, tok, pos)
 
 
-def _random_cache(cache):
-    import jax
-    rng = np.random.default_rng(0)
-    return {k: jax.device_put(rng.standard_normal(v.shape).astype(v.dtype), v.sharding)
-            for k, v in cache.items()}
-
-
 @pytest.mark.parametrize("mesh, sets", [("1x8", {}), ("2x2x2", {"K": "2"})])
 def test_decode_equals_head_sharded(mesh, sets):
     """The batch layout moves the queries, never the numbers: logits and the written cache
     match the head-sharded (``dp_tp``) layout's on the same params, cache and tokens."""
     got = {}
     for par in ("dp_tp", "dp_tp_kv_batch"):
-        _, fn, (params, cache, tok, pos) = _decode(par, mesh, **sets)
-        logits, out = fn(params, _random_cache(cache), tok, pos)
-        got[par] = np.asarray(logits), {k: np.asarray(v) for k, v in out.items()}
+        cfg, fn, (params, cache, tok, pos) = _decode(par, mesh, **sets)
+        logits, out = fn(params, random_cache(cache, cfg.K), tok, pos)
+        got[par] = np.asarray(logits), {k: heads(np.asarray(v), cfg.K) for k, v in out.items()}
     np.testing.assert_allclose(got["dp_tp_kv_batch"][0], got["dp_tp"][0], rtol=1e-5, atol=1e-5)
     for k, v in got["dp_tp"][1].items():
         np.testing.assert_allclose(got["dp_tp_kv_batch"][1][k], v, rtol=1e-6, atol=1e-6)
@@ -51,7 +45,7 @@ def test_prefill_equals_head_sharded():
                                                               "dtype": "float32"})
         fn, args = serve.build_prefill(cfg, make_mesh("1x8"))
         logits, cache = fn(*args)
-        got[par] = np.asarray(logits), np.asarray(cache["k_LBKSH"])
+        got[par] = np.asarray(logits), heads(np.asarray(cache["k_LBKSH"]), cfg.K)
     np.testing.assert_allclose(got["dp_tp_kv_batch"][0], got["dp_tp"][0], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got["dp_tp_kv_batch"][1], got["dp_tp"][1], rtol=1e-6, atol=1e-6)
 
@@ -138,13 +132,15 @@ KV_LAYOUTS = ("dp_tp", "dp_tp_kv_batch", "dp_tp_kv_seq")
 
 
 @pytest.mark.parametrize("preset, mesh, want", [
-    # 1x8, K = 4 < Y = 8: dp_tp replicates K/V over Y (its cache has no head axis to cut 8
-    # ways); the KV layouts put heads 4-way and the batch (the sequence) over Z = 2: /8
-    ("tiny", "1x8", (TINY_CACHE, TINY_CACHE / 8, TINY_CACHE / 8)),
+    # 1x8, K = 4 < Y = 8: dp_tp splits the heads K-way and replicates them beyond (each of the
+    # Y devices caches its own head, stored twice over the 8: 1/K = /4); the KV layouts put
+    # heads 4-way and the batch (the sequence) over Z = 2: /8
+    ("tiny", "1x8", (TINY_CACHE / 4, TINY_CACHE / 8, TINY_CACHE / 8)),
     # K = 8 = Y: heads 8-way in every layout, Z = 1
     ("70b", "1x8", (CACHE_70B / 8,) * 3),
-    # Y = 16 > K = 8: replicated under dp_tp, heads 8-way x Z = 2 under the KV layouts
-    ("70b", "1x16", (CACHE_70B, CACHE_70B / 16, CACHE_70B / 16)),
+    # Y = 16 > K = 8: heads 8-way and replicated beyond under dp_tp, heads 8-way x Z = 2
+    # under the KV layouts
+    ("70b", "1x16", (CACHE_70B / 8, CACHE_70B / 16, CACHE_70B / 16)),
     # X = 2 splits the batch in every layout, heads 8-way over Y = 8
     ("70b", "2x8", (CACHE_70B / 16,) * 3),
 ])
@@ -171,5 +167,5 @@ def test_the_compiled_caches_argument_bytes_are_the_memory_models(parallelism):
     args = fn.lower(params, cache, tok, pos).compile().memory_analysis().argument_size_in_bytes
     others = sum(math.prod(x.sharding.shard_shape(x.shape)) * np.dtype(x.dtype).itemsize
                  for x in jax.tree.leaves((params, tok, pos)))
-    want = TINY_CACHE if parallelism == "dp_tp" else TINY_CACHE / 8
+    want = TINY_CACHE / (4 if parallelism == "dp_tp" else 8)   # 1/K, else 1/(K·Z)
     assert args - others == want == memory.serve_bytes(cfg, mesh)["kv_cache"]

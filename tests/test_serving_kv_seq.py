@@ -6,6 +6,7 @@ import collections
 
 import numpy as np
 import pytest
+from kv_caches import heads, random_cache
 
 import workloads
 from harness.hlo import executed, parse_module
@@ -23,16 +24,9 @@ def _decode(parallelism: str, mesh: str, pos: int, **sets):
     return cfg, fn, args
 
 
-def _random_cache(cache):
-    import jax
-    rng = np.random.default_rng(0)
-    return {k: jax.device_put(rng.standard_normal(v.shape).astype(v.dtype), v.sharding)
-            for k, v in cache.items()}
-
-
 def _run(parallelism, mesh, pos, **sets):
     cfg, fn, (params, cache, tok, p) = _decode(parallelism, mesh, pos, **sets)
-    logits, out = fn(params, _random_cache(cache), tok, p)
+    logits, out = fn(params, random_cache(cache, cfg.K), tok, p)
     return cfg, np.asarray(logits), out
 
 
@@ -48,8 +42,8 @@ def test_decode_equals_head_sharded(mesh, pos, sets):
     cfg, got_logits, got = _run("dp_tp_kv_seq", mesh, pos, **sets)
     np.testing.assert_allclose(got_logits, want_logits, rtol=1e-5, atol=1e-5)
     for k, v in want.items():
-        np.testing.assert_allclose(np.asarray(got[k], np.float32), np.asarray(v, np.float32),
-                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(got[k], np.float32),
+                                   heads(v, cfg.K).astype(np.float32), rtol=1e-5, atol=1e-5)
     # each device holds S/Z slots of its batch's heads: [L, B/X, K/K, S/Z, H] with Z = Y/K
     X = int(mesh.split("x")[0])
     Z = (8 // X) // cfg.K
@@ -66,7 +60,7 @@ def test_prefill_writes_each_slot_on_its_device():
                                                               "dtype": "float32"})
         fn, args = serve.build_prefill(cfg, make_mesh("1x8"))
         logits, cache = fn(*args)
-        got[par] = np.asarray(logits), np.asarray(cache["k_LBKSH"])
+        got[par] = np.asarray(logits), heads(cache["k_LBKSH"], cfg.K)
     np.testing.assert_allclose(got["dp_tp_kv_seq"][0], got["dp_tp"][0], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got["dp_tp_kv_seq"][1], got["dp_tp"][1], rtol=1e-5, atol=1e-5)
     assert not got["dp_tp_kv_seq"][1][:, :, :, cfg.T:].any()

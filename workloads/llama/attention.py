@@ -98,7 +98,9 @@ def attention(q_BTNH, k_BSKH, v_BSKH, q_pos_BT, sh: Sharder, impl: str = "fused"
     if q_pos_BT is not None and sh.kv_seq is not None:
         with jax.named_scope("attention"):
             return seq_attention(q_BTNH, k_BSKH, v_BSKH, q_pos_BT, sh)
-    if sh.kv_repeat > 1:   # KV replicated past K-way: repeat heads so K' = K·r splits evenly
+    if sh.kv_repeat > 1 and k_BSKH.shape[2] == sh.dims.K:
+        # KV replicated past K-way: repeat heads so K' = K·r splits evenly (a cache read
+        # holds them repeated already: serve.stored)
         k_BSKH = jnp.repeat(k_BSKH, sh.kv_repeat, axis=2)
         v_BSKH = jnp.repeat(v_BSKH, sh.kv_repeat, axis=2)
     with jax.named_scope("attention"):   # the report's attention category (harness.hlo)

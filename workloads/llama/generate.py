@@ -100,18 +100,18 @@ class Programs:
 
 def _cache_sharding(cfg, sh: Sharder, B: int):
     one = serve.cache_specs(cfg, sh)
-    if B == 1:   # one request's cache: not split on the batch
-        one = {n: P(None, None, *tuple(s)[2:]) for n, s in one.items()}
+    if B == 1:   # one request's cache: not split on the batch, its K heads not repeated
+        one = {n: P(None, None, sh.kv, *tuple(s)[3:]) for n, s in one.items()}
     return None if sh.mesh is None else {n: named(sh.mesh, s) for n, s in one.items()}
 
 
-def _cache_abs(cfg, B: int) -> dict:
+def _cache_abs(cfg, B: int, repeat: int = 1) -> dict:
     return {n: jax.ShapeDtypeStruct((s.shape[0], B, *s.shape[2:]), s.dtype)
-            for n, s in serve.cache_shapes(cfg).items()}
+            for n, s in serve.cache_shapes(cfg, repeat).items()}
 
 
-def _zeros(cfg, B: int) -> dict:
-    return {n: np.zeros(s.shape, s.dtype) for n, s in _cache_abs(cfg, B).items()}
+def _zeros(shapes: dict) -> dict:
+    return {n: np.zeros(s.shape, s.dtype) for n, s in shapes.items()}
 
 
 def _write_rows(c: dict, layer, k_BTKH, v_BTKH, pos_B) -> dict:
@@ -142,7 +142,7 @@ def step_rows(params, cache, tokens_B1, pos_B, cfg, sh: Sharder):
         w, layer = w_and_layer
 
         def kv_fn(k, v):
-            c_new = _write_rows(c, layer, k, v, pos_B)
+            c_new = _write_rows(c, layer, serve.stored(k, sh), serve.stored(v, sh), pos_B)
             if sh.mesh is not None:   # the cache keeps its layout through the scatter
                 c_new = {n: jax.lax.with_sharding_constraint(a, named(sh.mesh, specs[n]))
                          for n, a in c_new.items()}
@@ -163,10 +163,10 @@ def _arrays(cfg: GenerateConfig, abstract: bool, shapes: tuple, shardings: tuple
     arrays with only the one-sequence cache placed beside them."""
     if placed is None:
         return tuple(build_args(abstract, shapes, shardings, lambda: (
-            serve.host_params(cfg), _zeros(cfg, 1), _zeros(cfg, cfg.B))))
+            serve.host_params(cfg), _zeros(shapes[1]), _zeros(shapes[2]))))
     params, cache_B = placed
     empty1 = build_args(abstract, shapes[1], None if shardings is None else shardings[1],
-                        lambda: _zeros(cfg, 1))
+                        lambda: _zeros(shapes[1]))
     return params, empty1, cache_B
 
 
@@ -187,14 +187,16 @@ def programs(cfg: GenerateConfig, mesh: AnyMesh | None, abstract: bool = False,
         return jnp.argmax(last).astype(jnp.int32), cache1
 
     def insert(cache_B, cache1, slot):
-        return {n: jax.lax.dynamic_update_slice_in_dim(cache_B[n], cache1[n], slot, axis=1)
+        # the request's cache (prefilled unsplit, K heads) stored as the slots' are (K' heads)
+        return {n: jax.lax.dynamic_update_slice_in_dim(
+                    cache_B[n], jnp.repeat(cache1[n], sh.kv_repeat, axis=2), slot, axis=1)
                 for n in cache_B}
 
     def generate(params, cache_B, tokens_B1, pos_B):
         logits, cache_B = step_rows(params, cache_B, tokens_B1, pos_B, cfg, sh)
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)[:, None], cache_B
 
-    shapes = (p_abs, _cache_abs(cfg, 1), _cache_abs(cfg, cfg.B))
+    shapes = (p_abs, _cache_abs(cfg, 1), _cache_abs(cfg, cfg.B, sh.kv_repeat))
     if mesh is None:
         jits = (jax.jit(prefill), jax.jit(insert, donate_argnums=0),
                 jax.jit(generate, donate_argnums=1))

@@ -171,22 +171,24 @@ def host_bytes(cfg, mesh: AnyMesh | None = None) -> float:
     return _nbytes(cfg.param_dtype) * tokens * cfg.L * cfg.remat_policy().host_width(cfg) / m
 
 
-def _cache_ways(cfg, mesh: AnyMesh | None) -> int:
-    """Devices one KV cache splits over, as the workload's ``Sharder`` lays it out (its batch,
-    heads and Z axes; reference §7.4): ``dp_tp`` the heads over the model axes where they
-    divide K, else replicated over them; ``dp_tp_kv_batch`` / ``dp_tp_kv_seq`` the book's
+def _cache_share(cfg, mesh: AnyMesh | None) -> float:
+    """The share of one KV cache a device holds, as the workload's ``Sharder`` lays it out
+    (its batch, heads and Z axes; reference §7.4): ``dp_tp`` the heads over the model axes,
+    at most K-way (past K each head is stored once per model device that shares it,
+    ``Sharder.kv_cached``: 1/K of the cache); ``dp_tp_kv_batch`` / ``dp_tp_kv_seq`` the book's
     KV[2, B_Z, S, K_Y, H]: heads K-way, the batch (or the sequence) over the Z = Y/K model
-    devices that share a head, so data · K-way · Z devices in all."""
+    devices that share a head, so 1/(data · K-way · Z)."""
     if mesh is None:
-        return 1
+        return 1.0
     sh = Sharder(mesh, cfg.parallelism, cfg)
-    return math.prod(axis_size(sh.mesh, a) for a in (sh.kv_batch, sh.kv, sh.kv_seq))
+    ways = math.prod(axis_size(sh.mesh, a) for a in (sh.kv_batch, sh.kv_cached, sh.kv_seq))
+    return sh.kv_repeat / ways
 
 
 def serve_bytes(cfg, mesh: AnyMesh | None = None, prefill: bool = False) -> dict[str, float]:
     """Per-device bytes of ``llama_prefill`` / ``llama_decode``: weights, the KV cache (one
-    copy: decode updates it in place; 2·L·B·S·K·H bytes over ``_cache_ways``), one layer's
-    transients and the logits."""
+    copy: decode updates it in place; 2·L·B·S·K·H bytes, each device its ``_cache_share``),
+    one layer's transients and the logits."""
     model, (_, b, m) = book_model(cfg), _splits(cfg, mesh)
     act = _nbytes(cfg.dtype)
     kv = transformer.kv_cache_bytes(model, cfg.B * cfg.S, 1 if cfg.int8_kv else act)
@@ -195,7 +197,7 @@ def serve_bytes(cfg, mesh: AnyMesh | None = None, prefill: bool = False) -> dict
     layer = tokens * (2 * cfg.F + (cfg.N + 2 * cfg.K) * cfg.H + 2 * cfg.D) * act / m
     return {
         "parameters": _params(cfg, mesh) * (1 if cfg.int8_weights else act),
-        "kv_cache": kv / _cache_ways(cfg, mesh),
+        "kv_cache": kv * _cache_share(cfg, mesh),
         "transients": layer + _attention_scores(cfg, tokens, keys) / m,
         "logits": cfg.B / b * cfg.V * act / m,
     }

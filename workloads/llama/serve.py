@@ -82,9 +82,11 @@ PRESETS: dict[str, ServeConfig] = {
 
 # --- KV cache --------------------------------------------------------------------------------
 
-def cache_shapes(cfg: ServeConfig) -> dict:
+def cache_shapes(cfg: ServeConfig, repeat: int = 1) -> dict:
+    """The stacked cache [L, B, K', S, H] (and its int8 scales): K' = K · ``repeat``, the heads
+    stored once per model device that shares them (``Sharder.kv_repeat``, §7.4)."""
     dtype = jnp.int8 if cfg.int8_kv else jnp.dtype(cfg.dtype)
-    kv = (cfg.L, cfg.B, cfg.K, cfg.S, cfg.H)
+    kv = (cfg.L, cfg.B, cfg.K * repeat, cfg.S, cfg.H)
     out = {"k_LBKSH": jax.ShapeDtypeStruct(kv, dtype), "v_LBKSH": jax.ShapeDtypeStruct(kv, dtype)}
     if cfg.int8_kv:
         scale = jax.ShapeDtypeStruct(kv[:-1], jnp.dtype(cfg.dtype))
@@ -93,8 +95,14 @@ def cache_shapes(cfg: ServeConfig) -> dict:
 
 
 def cache_specs(cfg: ServeConfig, sh: Sharder) -> dict:
-    lbksh = (None, sh.kv_batch, sh.kv, sh.kv_seq, None)   # S over Z: dp_tp_kv_seq
+    lbksh = (None, sh.kv_batch, sh.kv_cached, sh.kv_seq, None)   # S over Z: dp_tp_kv_seq
     return {k: P(*lbksh[:len(v.shape)]) for k, v in cache_shapes(cfg).items()}
+
+
+def stored(x_BTKH, sh: Sharder):
+    """New tokens' K or V as the cache stores them: each head ``kv_repeat`` times where K/V
+    are replicated past K-way (``cache_shapes``), else as they are."""
+    return x_BTKH if sh.kv_repeat == 1 else jnp.repeat(x_BTKH, sh.kv_repeat, axis=2)
 
 
 def _quantize_kv(x_BTKH):
@@ -160,7 +168,8 @@ def routed_extend(params, cache, tokens_BT, pos, cfg: ServeConfig, sh: Sharder):
         w, layer = w_and_layer
 
         def kv_fn(k, v):
-            c_new = (_write(c, layer, k, v, pos) if sh.kv_seq is None else   # S over Z:
+            c_new = (_write(c, layer, stored(k, sh), stored(v, sh), pos)
+                     if sh.kv_seq is None else   # S over Z:
                      attention_seq.write(c, layer, k, v, pos, sh, _quantize_kv))  # its owner
             if sh.mesh is not None:
                 c_new = {n: jax.lax.with_sharding_constraint(a, named(sh.mesh, c_specs[n]))
@@ -189,7 +198,7 @@ def _setup(cfg: ServeConfig, mesh: AnyMesh | None):
         p_abs = model.abstract_quantized(p_abs)
     if mesh is not None:
         sh.check_params(p_abs)
-        sh.check_act("BSKH", (cfg.B, cfg.S, cfg.K, cfg.H))
+        sh.check_act("BSKH", (cfg.B, cfg.S, cfg.K * sh.kv_repeat, cfg.H))
         sh.check_act("BTD", (cfg.B, 1, cfg.D))
     return d, sh, p_abs
 
@@ -215,7 +224,8 @@ def build_prefill(cfg: ServeConfig, mesh: AnyMesh | None, abstract: bool = False
     c_specs = cache_specs(cfg, sh)
 
     def prefill(params, tokens_BT):
-        cache = {n: jnp.zeros(s.shape, s.dtype) for n, s in cache_shapes(cfg).items()}
+        cache = {n: jnp.zeros(s.shape, s.dtype)
+                 for n, s in cache_shapes(cfg, sh.kv_repeat).items()}
         if mesh is not None:
             cache = {n: jax.lax.with_sharding_constraint(a, named(mesh, c_specs[n]))
                      for n, a in cache.items()}
@@ -245,8 +255,8 @@ def build_decode(cfg: ServeConfig, mesh: AnyMesh | None, abstract: bool = False)
         logits_BTV, cache, routing = routed_extend(params, cache, tokens_B1, pos, cfg, sh)
         return (logits_BTV[:, -1], cache) + routing
 
-    abs_tree = (p_abs, cache_shapes(cfg), jax.ShapeDtypeStruct((cfg.B, 1), jnp.int32),
-                jax.ShapeDtypeStruct((), jnp.int32))
+    abs_tree = (p_abs, cache_shapes(cfg, sh.kv_repeat),
+                jax.ShapeDtypeStruct((cfg.B, 1), jnp.int32), jax.ShapeDtypeStruct((), jnp.int32))
     if mesh is None:
         fn, shardings = jax.jit(decode, donate_argnums=1), None
     else:
@@ -257,7 +267,8 @@ def build_decode(cfg: ServeConfig, mesh: AnyMesh | None, abstract: bool = False)
                      + moe_step.out_shardings(cfg, mesh))
 
     def host():
-        cache = {n: np.zeros(s.shape, s.dtype) for n, s in cache_shapes(cfg).items()}
+        cache = {n: np.zeros(s.shape, s.dtype)
+                 for n, s in cache_shapes(cfg, sh.kv_repeat).items()}
         return host_params(cfg), cache, tokens(cfg, 1), np.int32(cfg.decode_pos)
 
     return fn, tuple(build_args(abstract, abs_tree, shardings, host))

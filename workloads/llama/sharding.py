@@ -20,10 +20,12 @@ the roles go by position (``predictions.layouts.axes_by_role``).
 Attention follows Megatron: W_Q[D, N_Y, H], W_K/W_V[D, K_Y, H], W_O[N_Y, H, D]. When the model
 axes outnumber the KV heads, K/V are replicated beyond K-way (`inference.md`, reference §7.4) and
 each KV head is repeated ``kv_repeat`` times so the grouped heads still split evenly. The KV cache
-is [B_batch, S, K_model, H]; under ``dp_tp_kv_batch`` (``serving_layouts.WORKLOAD_PARALLELISMS``)
-it is the book's KV[2, B_Z, S, K_Y, H] (reference §7.4): heads K-way, the batch over the Z = Y/K
-model devices that share a head (``batch_kv_mesh``), no K/V repeated; under ``dp_tp_kv_seq`` the
-same cut puts the sequence over Z instead, KV[2, B_X, S_Z, K_Y, H] (``attention_seq``).
+is [B_batch, S, K_model, H], with the repeated heads (K·kv_repeat) where K/V are replicated, so
+each device caches its own heads' K/V (1/K of the cache, not all of it); under
+``dp_tp_kv_batch`` (``serving_layouts.WORKLOAD_PARALLELISMS``) it is the book's
+KV[2, B_Z, S, K_Y, H] (reference §7.4): heads K-way, the batch over the Z = Y/K model devices
+that share a head (``batch_kv_mesh``), no K/V repeated; under ``dp_tp_kv_seq`` the same cut puts
+the sequence over Z instead, KV[2, B_X, S_Z, K_Y, H] (``attention_seq``).
 """
 from __future__ import annotations
 
@@ -138,6 +140,10 @@ class Sharder:
         b, f, m = (_axes(t) for t in (batch, self.layout.fsdp, self.layout.model))
         kv = _axes(heads)
         self.batch, self.fsdp, self.model, self.kv = b, f, m, kv
+        # the KV cache's heads: past K-way the cache stores each head kv_repeat times, split
+        # over the model axes, so each device keeps its own heads' K/V, 1/K of the cache (the
+        # book's "replicated beyond K-way", §7.4), not the whole cache on every model device
+        self.kv_cached = m if self.kv_repeat > 1 else kv
         self.expert = _axes(self.layout.expert)
         n_expert = axis_size(mesh, self.layout.expert) if mesh is not None else 1
         if getattr(dims, "E", 0) % n_expert:
@@ -157,8 +163,8 @@ class Sharder:
             "BTV": P(b, None, m),
             "BTNH": P(b, None, m, None),
             "BTKH": P(b, None, kv, None),
-            "BSKH": P(kvb, kvs, kv, None),
-            "BSK": P(kvb, kvs, kv),                # int8 KV-cache scales
+            "BSKH": P(kvb, kvs, self.kv_cached, None),
+            "BSK": P(kvb, kvs, self.kv_cached),    # int8 KV-cache scales
             "DV": P(None, m),    # the unembedding gathered over FSDP (chunked loss)
         }
 
