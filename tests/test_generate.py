@@ -13,6 +13,7 @@ from jax.sharding import Mesh
 
 import workloads
 from harness import schema
+from harness.chip import drift
 from harness.cli import main
 from harness.report import serving_loop
 from harness.runs.loop import numbered, run_loop
@@ -219,6 +220,11 @@ def test_the_captured_stream_holds_the_three_programs(tmp_path):
     assert (d["tokens_out"], d["prefix_hits"], d["generate_steps"]) == (5 * 3, 5, 2 * 2)
     assert run.meta[schema.PROGRAM] == "jit_generate" and run.step[schema.STEPS] == 4
     assert run.meta[schema.WORKLOAD] == "llama_generate" and run.meta[schema.DEVICE_COUNT] == 1
+    # the host's speed probed before and after the stream, as a one-program run's is: both
+    # sides' repeats kept, the best of each, which harness compare reads
+    probed = run.meta[drift.HOST_DRIFT]
+    assert [len(r) for r in probed[drift.RATES]] == [drift.REPEATS] * 2
+    assert probed[drift.REFERENCE] == [max(r) for r in probed[drift.RATES]]
     b = d["between"]
     assert b["executions"] == 6 + 5 + 4
     assert 0 < b[schema.WAITING_S] < b[schema.PERIOD_S]

@@ -16,6 +16,7 @@ import pandas as pd
 from harness import schema
 from harness.analysis.tables import groups_of, host_cores
 from harness.capture.loop import capture_loop
+from harness.chip import drift
 from harness.measure.arrivals import named_collectives
 from harness.measure.ops import by_execution
 from harness.record import Run
@@ -35,9 +36,12 @@ def run_loop(built, *, preset: str, overrides: dict | None, out_dir: Path, chip=
     ``out_dir``, the run's to store): the step program's tables, as a script's, and the loop's
     figures (``serving_loop.LOOP``) on the chip the run is predicted for."""
     loop = built.workload.loop(built.cfg, built.mesh, built.args)  # build's params, not again
-    result = capture_loop(loop, out_dir, built.run_meta(preset, overrides),
-                          devices=list(built.mesh.devices.flat))
-    run = analyze_trace(out_dir, chip=chip, workload=built, program=loop.step_program)
+    devices = list(built.mesh.devices.flat)
+    before = drift.probe(devices)   # the host's speed around the capture, as run_built's
+    result = capture_loop(loop, out_dir, built.run_meta(preset, overrides), devices=devices)
+    host = drift.record(before, drift.probe(devices))
+    run = analyze_trace(out_dir, chip=chip, workload=built, program=loop.step_program,
+                        host_drift=host)
     run.capture.trace_dir, run.capture.owned = out_dir, True
     record = loop.figures(result, run.chip)
     record[serving_loop.PROGRAMS_RAN] = executions(run, loop.programs.values())

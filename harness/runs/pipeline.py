@@ -195,7 +195,8 @@ def profile(fn: Callable, *args, **kwargs) -> Run:
 
 def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
                   warmup_steps: int = 0, space=None, workload=None, program: str = "",
-                  mesh: dict | None = None, network=None) -> Run:
+                  mesh: dict | None = None, network=None, host_drift: dict | None = None
+                  ) -> Run:
     """Analyse a profiler trace someone else captured (``jax.profiler``) per op.
 
     The program's optimized HLO comes from ``hlo`` (an XLA dump, ``*after_optimizations.txt``),
@@ -208,7 +209,8 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     ``harness.analysis.programs.step_program``).
     ``mesh``: the named mesh axes ({"X": 4, "Y": 2}) the collectives ran over, for a trace
     that does not record them (``harness.explain``); ``network``: the network declared past
-    one node or slice (``from_capture``).
+    one node or slice (``from_capture``); ``host_drift``: the host's speed measured around a
+    capture made in this process (``from_capture``).
     A directory whose newest trace has others beside it (one per host of a multi-host job,
     ``harness.trace.hosts``) is read as one job: every host's trace decoded in parallel,
     the first one's HLO, a ``host`` column and the per-host columns of a multi-host run; one
@@ -226,7 +228,8 @@ def analyze_trace(path: str | Path, *, chip=None, hlo: str | Path | None = None,
     # the chip its device planes describe (harness.chip.resolve), else the kind it names
     return from_capture(cap, chip=chip, decoded=decoded, workload=workload,
                         device=found.device or meta.get(schema.DEVICE_KIND) or None,
-                        program=program, notes=found.notes, network=network)
+                        program=program, notes=found.notes, network=network,
+                        host_drift=host_drift)
 
 
 def _trace_meta(found: Located, decoded: Decoded, mesh: dict | None) -> dict:
