@@ -88,7 +88,8 @@ FIT_TITLE = ("the settings the fit search weighed (no remat given), those the me
              "bytes a device (in GiB; the note's HBM budget is in GB); ici: the bytes those "
              "collectives move a device a step (an all-reduce twice its array); added_flops: "
              "FLOPs a device beyond the setting doing the fewest; libtpu: its verdict on those "
-             "compiled (modelled only: never compiled)")
+             "compiled (modelled only: never compiled); simulated: a placed one's compiled "
+             "schedule played at the roofline, which picks among those placed")
 
 
 def step_lines(sim, totals: dict) -> list[str]:

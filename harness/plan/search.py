@@ -36,8 +36,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness import schema
 from harness.plan.fit import RefusalUnreadable, parse_refusal
-from harness.units import fmt_bytes, fmt_decimal_bytes
+from harness.units import fmt_bytes, fmt_decimal_bytes, fmt_seconds
 from predictions import collectives, hardware
 
 REMAT = "remat"
@@ -63,6 +64,8 @@ class Compiles:
     cached: int = 0
     seconds: float = 0.0
     refused: list[str] = field(default_factory=list)
+    # a placed setting's compiled schedule played at the roofline (``simulated_s``), by knobs
+    simulated: dict[str, float] = field(default_factory=dict)
 
     def line(self) -> str:
         cache = f", {self.cached} read from the cache" if self.cached else ""
@@ -90,7 +93,24 @@ def _compile(workload, preset: str, sets: dict, mesh_shape: str, tpu_chip: str,
     log.count, log.seconds = log.count + 1, log.seconds + time.perf_counter() - t0
     log.cached += bool(getattr(aot, "cached", False))
     progress(f"{label}: fits {tpu_chip} ({time.perf_counter() - t0:.0f} s)")
+    step = simulated_s(getattr(aot, "hlo_text", ""), tpu_chip)
+    if step is not None:
+        log.simulated[label] = step
     return None
+
+
+def simulated_s(hlo_text: str, tpu_chip: str) -> float | None:
+    """A compiled step's schedule played with every op at its roofline time on ``tpu_chip``
+    (``harness.plan.predict``, as ``predict-hlo`` reports it): where the model's T = max(T_math,
+    T_ici) assumes every collective hides under the compute, this one exposes what the
+    schedule leaves exposed (a microbatched step's gradient reductions after its last
+    microbatch); None without the program's text."""
+    if not hlo_text:
+        return None
+    from harness.hlo import parse_module
+    from harness.plan.predict import predict_module
+
+    return float(predict_module(parse_module(hlo_text), tpu_chip).totals[schema.PREDICTED_STEP_S])
 
 
 def _retry(workload, cfg, mesh, given: Mapping[str, str], trial, need: float, over: float):
@@ -148,7 +168,11 @@ def ordered(trials: list, tpu_chip: str) -> list:
     """``trials`` cheapest first by ``predicted_s``; a tie goes to the batch asked for (the
     fewer ``steps``), then to the fewer HBM bytes (more headroom, likelier placed at the first
     compile), then to the workload's order."""
-    return sorted(trials, key=lambda t: (predicted_s(t, tpu_chip), t.steps, t.need_bytes))
+    return sorted(trials, key=lambda t: _order_key(t, tpu_chip))
+
+
+def _order_key(t, tpu_chip: str) -> tuple:
+    return predicted_s(t, tpu_chip), t.steps, t.need_bytes
 
 
 def prune(name: str, trials: list, budget: float, host: float | None) -> tuple[list, str]:
@@ -176,6 +200,7 @@ def prune(name: str, trials: list, budget: float, host: float | None) -> tuple[l
 # for a setting compiled ("" for one not compiled; ``MODELLED`` for one never compiled) and
 # what the row says beyond its knobs (``FitTrial.note``)
 RANK, SETTING, STAGE, PREDICTED_S = "rank", "setting", "stage", "predicted_s"
+SIMULATED_S = "simulated_s"   # a placed setting's compiled schedule (``simulated_s``), x steps
 HBM, HOST, ICI, ADDED = "hbm_bytes", "host_bytes", "ici_bytes", "added_flops"
 MODEL, LIBTPU, NOTE = "model", "libtpu", "note"
 FITS, PAST_HBM, PAST_HOST = "fits", "past HBM", "past host memory"
@@ -190,12 +215,14 @@ def verdict(trial, budget: float, host: float | None) -> str:
 
 
 def table(trials: list, tpu_chip: str, budget: float, host: float | None,
-          compiled: Mapping[str, str] | None = None) -> pd.DataFrame:
+          compiled: Mapping[str, str] | None = None,
+          simulated: Mapping[str, float] | None = None) -> pd.DataFrame:
     """Every setting in ``trials``, those the model keeps first, each group cheapest first by
     ``predicted_s`` (``ordered``), ranked 1.. where kept; ``compiled``: libtpu's verdict by
-    ``knobs(trial.sets)``. Knobs every trial sets alike (the state donated) are left out of
-    the setting's words."""
-    compiled = compiled or {}
+    ``knobs(trial.sets)``, ``simulated``: a placed one's simulated step (per step, the column
+    times the trial's steps; NaN where none). Knobs every trial sets alike (the state donated)
+    are left out of the setting's words."""
+    compiled, simulated = compiled or {}, simulated or {}
     same = {k for k, v in trials[0].sets.items() if all(t.sets.get(k) == v for t in trials)}
     least = min(t.flops * t.steps for t in trials)
     said = [(verdict(t, budget, host), t) for t in ordered(trials, tpu_chip)]
@@ -205,6 +232,7 @@ def table(trials: list, tpu_chip: str, budget: float, host: float | None,
         rows.append({RANK: rank if model == FITS else None,
                      SETTING: knobs({k: v for k, v in t.sets.items() if k not in same}),
                      STAGE: t.stage, PREDICTED_S: predicted_s(t, tpu_chip),
+                     SIMULATED_S: t.steps * simulated.get(knobs(t.sets), float("nan")),
                      HBM: t.need_bytes, HOST: t.host_bytes, ICI: ici_bytes(t),
                      ADDED: t.flops * t.steps - least, MODEL: model,
                      LIBTPU: compiled.get(knobs(t.sets), "") if t.compilable else MODELLED,
@@ -264,8 +292,26 @@ def search(workload, preset: str, overrides: Mapping[str, str], mesh_shape: str,
             log.refused.append(knobs(trial.sets))
             last, nxt = trial, _retry(workload, cfg, mesh, overrides, trial, need, over)
             need, trial = (nxt.need_bytes, nxt) if nxt else (need, None)
-    ranking = table(trials, tpu_chip, budget, host, said)
+    ranking = table(trials, tpu_chip, budget, host, said, log.simulated)
     return Fit(*_pick(placed, kept, last, overrides, tpu_chip, pruned, log, compiles), ranking)
+
+
+def _cheapest_placed(placed: list, tpu_chip: str, simulated: Mapping[str, float]
+                     ) -> tuple[object, str]:
+    """``(the placed setting to use, the words for how it was judged)``: by its compiled
+    schedule's simulated step times its steps (``simulated_s``) where every placed one has
+    one, which sees the collectives a schedule leaves exposed that the model's max(T_math,
+    T_ici) hides; else the model's order (``ordered``)."""
+    def played(t):
+        return t.steps * simulated[knobs(t.sets)]
+    if len(placed) > 1 and all(knobs(t.sets) in simulated for t in placed):
+        best = min(placed, key=lambda t: (played(t), *_order_key(t, tpu_chip)))
+        others = ", ".join(fmt_seconds(played(t)) for t in placed if t is not best)
+        return best, (f", by its compiled schedule's simulated step ({fmt_seconds(played(best))}"
+                      f" against {others})")
+    best = ordered(placed, tpu_chip)[0]
+    return best, (f" (simulated step {fmt_seconds(played(best))})"
+                  if knobs(best.sets) in simulated else "")
 
 
 def _pick(placed: list, kept: list, last, overrides: Mapping[str, str], tpu_chip: str,
@@ -279,15 +325,15 @@ def _pick(placed: list, kept: list, last, overrides: Mapping[str, str], tpu_chip
                 f"for {tpu_chip} ({predicted_s(best, tpu_chip):.1f} s), nothing compiled "
                 f"(--compile 0); {pruned}")
     if placed:
-        best = ordered(placed, tpu_chip)[0]
+        best, played = _cheapest_placed(placed, tpu_chip, log.simulated)
         which = ("the first setting that fits" if compiles == 1 else
                  f"the cheapest of the {len(placed)} settings placed in")
         refused = f" ({'; '.join(log.refused)}: refused)" if log.refused else ""
         return ({**overrides, **best.sets},
-                f"{knobs(best.sets)} (no remat given): {which} {tpu_chip}'s HBM, cheapest "
-                f"first by predicted step time ({predicted_s(best, tpu_chip):.1f} s, FLOPs at "
-                f"peak, offloads over PCIe, collectives over ICI); {pruned}; {log.line()}"
-                f"{refused}")
+                f"{knobs(best.sets)} (no remat given): {which} {tpu_chip}'s HBM{played}, "
+                f"tried cheapest first by predicted step time ({predicted_s(best, tpu_chip):.1f} "
+                f"s, FLOPs at peak, offloads over PCIe, collectives over ICI); {pruned}; "
+                f"{log.line()}{refused}")
     return ({**overrides, **last.sets},
             f"no setting fits {tpu_chip}'s HBM: {pruned}; {log.line()}"
             + (f", every one refused ({'; '.join(log.refused)})" if log.refused else ""))
