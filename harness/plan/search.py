@@ -23,21 +23,22 @@ Beside the pick, ``search`` returns the ranking (issue 56 part 3, "the cheapest 
 every setting the workload offers, those the memory model keeps first, cheapest first by
 ``predicted_s``, each with its bytes in HBM and host memory, the bytes its collectives move, the
 FLOPs it adds over the setting that does the fewest, the model's verdict, for those compiled
-libtpu's (``modelled only`` for one never compiled) and its note. ``compiles``
+libtpu's (``modelled only`` for one never compiled), for those placed their compiled
+schedule's simulated step (``fit_compile.simulated_s``), and its note. ``compiles``
 (``predict-hlo --compile K``, default 1) compiles until K settings are placed (the pick: the
-cheapest of them) or every kept one is tried; 0 compiles none and ranks by the model alone.
+one of them whose schedule simulates shortest, since the model's max(T_math, T_ici) hides
+the collectives a microbatched schedule leaves exposed) or every kept one is tried; 0
+compiles none and ranks by the model alone.
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from harness import schema
-from harness.plan.fit import RefusalUnreadable, parse_refusal
+from harness.plan.fit_compile import Compiles, compile_one, host_budget, retry
 from harness.units import fmt_bytes, fmt_decimal_bytes, fmt_seconds
 from predictions import collectives, hardware
 
@@ -53,82 +54,6 @@ def wanted(workload, overrides: Mapping[str, str], tpu_chip: str | None) -> bool
 def knobs(sets: Mapping[str, str]) -> str:
     """``{"num_vocab_tiling": "4", "remat": "full"}`` -> ``"num_vocab_tiling=4, remat=full"``."""
     return ", ".join(f"{k}={v}" for k, v in sets.items())
-
-
-@dataclass
-class Compiles:
-    """The search's compiles: how many, their seconds (wall clock, a cache read included) and
-    the settings libtpu refused."""
-
-    count: int = 0
-    cached: int = 0
-    seconds: float = 0.0
-    refused: list[str] = field(default_factory=list)
-    # a placed setting's compiled schedule played at the roofline (``simulated_s``), by knobs
-    simulated: dict[str, float] = field(default_factory=dict)
-
-    def line(self) -> str:
-        cache = f", {self.cached} read from the cache" if self.cached else ""
-        return f"{self.count} compile{'s' * (self.count != 1)} in {self.seconds:.0f} s{cache}"
-
-
-def _compile(workload, preset: str, sets: dict, mesh_shape: str, tpu_chip: str,
-             cache_dir: Path | None, log: Compiles, progress, label: str) -> float | None:
-    """Compile ``sets`` (its knobs: ``label``) for ``tpu_chip``: None when it fits, else the
-    bytes libtpu says the program is over (0 when its message does not say)."""
-    from workloads.aot import HbmExhausted, start_compile
-
-    progress(f"{label}: compiling for {tpu_chip} ...")
-    t0 = time.perf_counter()
-    try:
-        aot = start_compile(workload.name, preset, sets, mesh_shape, tpu_chip=tpu_chip,
-                            cache_dir=cache_dir).result()
-    except HbmExhausted as e:
-        log.count, log.seconds = log.count + 1, log.seconds + time.perf_counter() - t0
-        progress(f"{label}: does not fit {tpu_chip} ({e})")
-        try:
-            return parse_refusal(str(e)).over_bytes
-        except RefusalUnreadable:
-            return 0.0
-    log.count, log.seconds = log.count + 1, log.seconds + time.perf_counter() - t0
-    log.cached += bool(getattr(aot, "cached", False))
-    progress(f"{label}: fits {tpu_chip} ({time.perf_counter() - t0:.0f} s)")
-    step = simulated_s(getattr(aot, "hlo_text", ""), tpu_chip)
-    if step is not None:
-        log.simulated[label] = step
-    return None
-
-
-def simulated_s(hlo_text: str, tpu_chip: str) -> float | None:
-    """A compiled step's schedule played with every op at its roofline time on ``tpu_chip``
-    (``harness.plan.predict``, as ``predict-hlo`` reports it): where the model's T = max(T_math,
-    T_ici) assumes every collective hides under the compute, this one exposes what the
-    schedule leaves exposed (a microbatched step's gradient reductions after its last
-    microbatch); None without the program's text."""
-    if not hlo_text:
-        return None
-    from harness.hlo import parse_module
-    from harness.plan.predict import predict_module
-
-    return float(predict_module(parse_module(hlo_text), tpu_chip).totals[schema.PREDICTED_STEP_S])
-
-
-def _retry(workload, cfg, mesh, given: Mapping[str, str], trial, need: float, over: float):
-    """The same policy with the loss in more chunks, if the memory model saves ``over`` bytes
-    by it (None: no chunking does)."""
-    if over <= 0:
-        return None
-    again = next((t for t in workload.fit_trials(cfg, mesh, need - over, given)
-                  if t.policy == trial.policy), None)
-    if again is None:
-        return None
-    return again if again.need_bytes <= need - over and again.sets != trial.sets else None
-
-
-def _host_budget(tpu_chip: str) -> float | None:
-    from workloads import tpu
-
-    return tpu.TOPOLOGIES[tpu_chip].host_bytes
 
 
 def ici_s(trial, tpu_chip: str) -> float:
@@ -200,7 +125,7 @@ def prune(name: str, trials: list, budget: float, host: float | None) -> tuple[l
 # for a setting compiled ("" for one not compiled; ``MODELLED`` for one never compiled) and
 # what the row says beyond its knobs (``FitTrial.note``)
 RANK, SETTING, STAGE, PREDICTED_S = "rank", "setting", "stage", "predicted_s"
-SIMULATED_S = "simulated_s"   # a placed setting's compiled schedule (``simulated_s``), x steps
+SIMULATED_S = "simulated_s"   # a placed setting's schedule (``fit_compile.simulated_s``) x steps
 HBM, HOST, ICI, ADDED = "hbm_bytes", "host_bytes", "ici_bytes", "added_flops"
 MODEL, LIBTPU, NOTE = "model", "libtpu", "note"
 FITS, PAST_HBM, PAST_HOST = "fits", "past HBM", "past host memory"
@@ -264,16 +189,17 @@ def search(workload, preset: str, overrides: Mapping[str, str], mesh_shape: str,
            progress: Callable[[str], None] = lambda line: None, compiles: int = 1) -> Fit:
     """Of the ``workload.fit_trials`` the memory model keeps, cheapest first by
     ``predicted_s``, compile for ``tpu_chip`` until ``compiles`` are placed (a refused one
-    retried with more loss chunks, ``_retry``); the pick is the cheapest placed; when none
-    is, the last refused (or, none compiled, the one the model gives the fewest bytes),
-    whose compile then reports the refusal; ``compiles`` 0: the model's cheapest, nothing
-    compiled. With the ranking of every setting, retries included."""
+    retried with more loss chunks, ``fit_compile.retry``); the pick is the placed one whose
+    compiled schedule simulates shortest (``_cheapest_placed``); when none is, the last
+    refused (or, none compiled, the one the model gives the fewest bytes), whose compile then
+    reports the refusal; ``compiles`` 0: the model's cheapest, nothing compiled. With the
+    ranking of every setting, retries included."""
     import workloads
     from workloads.mesh import abstract_mesh
 
     cfg = workloads.make_config(workload.name, preset, overrides)
     mesh = abstract_mesh(mesh_shape, workload.mesh_axes)
-    budget, host = hardware.chip_entry(tpu_chip).hbm_bytes, _host_budget(tpu_chip)
+    budget, host = hardware.chip_entry(tpu_chip).hbm_bytes, host_budget(tpu_chip)
     trials = workload.fit_trials(cfg, mesh, budget, overrides)
     kept, pruned = prune(workload.name, trials, budget, host)
     buildable = [t for t in trials if t.compilable] or trials
@@ -283,14 +209,14 @@ def search(workload, preset: str, overrides: Mapping[str, str], mesh_shape: str,
         while trial is not None and len(placed) < compiles:
             sets = {**overrides, **trial.sets}
             trials += [trial] if trial not in trials else []
-            over = _compile(workload, preset, sets, mesh_shape, tpu_chip, cache_dir, log,
+            over = compile_one(workload, preset, sets, mesh_shape, tpu_chip, cache_dir, log,
                             progress, knobs(trial.sets))
             said[knobs(trial.sets)] = REFUSED if over is not None else PLACED
             if over is None:
                 placed.append(trial)
                 break
             log.refused.append(knobs(trial.sets))
-            last, nxt = trial, _retry(workload, cfg, mesh, overrides, trial, need, over)
+            last, nxt = trial, retry(workload, cfg, mesh, overrides, trial, need, over)
             need, trial = (nxt.need_bytes, nxt) if nxt else (need, None)
     ranking = table(trials, tpu_chip, budget, host, said, log.simulated)
     return Fit(*_pick(placed, kept, last, overrides, tpu_chip, pruned, log, compiles), ranking)
@@ -299,7 +225,7 @@ def search(workload, preset: str, overrides: Mapping[str, str], mesh_shape: str,
 def _cheapest_placed(placed: list, tpu_chip: str, simulated: Mapping[str, float]
                      ) -> tuple[object, str]:
     """``(the placed setting to use, the words for how it was judged)``: by its compiled
-    schedule's simulated step times its steps (``simulated_s``) where every placed one has
+    schedule's simulated step times its steps (``fit_compile``) where every placed one has
     one, which sees the collectives a schedule leaves exposed that the model's max(T_math,
     T_ici) hides; else the model's order (``ordered``)."""
     def played(t):
