@@ -1,6 +1,6 @@
 """Random KV caches that every serving layout reads the same: the same K heads, stored once per
 model device that shares them where a layout repeats them (``dp_tp`` past K-way: [L, B, K·r, S,
-H], ``workloads.llama.serve.stored``), and the K heads read back from such a cache."""
+H], ``workloads.llama.kv_cache.stored``), and the K heads read back from such a cache."""
 from __future__ import annotations
 
 import numpy as np

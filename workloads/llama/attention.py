@@ -100,7 +100,7 @@ def attention(q_BTNH, k_BSKH, v_BSKH, q_pos_BT, sh: Sharder, impl: str = "fused"
             return seq_attention(q_BTNH, k_BSKH, v_BSKH, q_pos_BT, sh)
     if sh.kv_repeat > 1 and k_BSKH.shape[2] == sh.dims.K:
         # KV replicated past K-way: repeat heads so K' = K·r splits evenly (a cache read
-        # holds them repeated already: serve.stored)
+        # holds them repeated already: kv_cache.stored)
         k_BSKH = jnp.repeat(k_BSKH, sh.kv_repeat, axis=2)
         v_BSKH = jnp.repeat(v_BSKH, sh.kv_repeat, axis=2)
     with jax.named_scope("attention"):   # the report's attention category (harness.hlo)

@@ -67,7 +67,7 @@ def seq_attention(q_BTNH, k_BSKH, v_BSKH, q_pos_BT, sh: Sharder):
     q_spec = P(sh.batch, None, sh.model, None)
     kv_spec = P(sh.kv_batch, sh.kv, sh.kv_seq, None)
     local = lambda q, k, v, pos: _local(q, k, v, pos, z_axes, Z)  # noqa: E731
-    # K/V as the cache stores them, [B, K, S, H] (serve._read's swap undone: no transpose)
+    # K/V as the cache stores them, [B, K, S, H] (kv_cache.read's swap undone: no transpose)
     k_BKSH, v_BKSH = (jnp.swapaxes(a, 1, 2) for a in (k_BSKH, v_BSKH))
     o = jax.shard_map(local, mesh=sh.mesh, in_specs=(q_spec, kv_spec, kv_spec, P(sh.batch, None)),
                       out_specs=q_spec, check_vma=False)(q_BTNH, k_BKSH, v_BKSH, q_pos_BT)

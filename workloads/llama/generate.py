@@ -29,7 +29,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from workloads.base import Workload, WorkloadError, smaller
-from workloads.llama import book, generate_loop, memory, model, serve
+from workloads.llama import book, generate_loop, kv_cache, memory, model, serve
 from workloads.llama.config import MODEL_DIMS, dims_of
 from workloads.llama.serve import ServeConfig
 from workloads.llama.sharding import Sharder
@@ -99,7 +99,7 @@ class Programs:
 
 
 def _cache_sharding(cfg, sh: Sharder, B: int):
-    one = serve.cache_specs(cfg, sh)
+    one = kv_cache.cache_specs(cfg, sh)
     if B == 1:   # one request's cache: not split on the batch, its K heads not repeated
         one = {n: P(None, None, sh.kv, *tuple(s)[3:]) for n, s in one.items()}
     return None if sh.mesh is None else {n: named(sh.mesh, s) for n, s in one.items()}
@@ -107,7 +107,7 @@ def _cache_sharding(cfg, sh: Sharder, B: int):
 
 def _cache_abs(cfg, B: int, repeat: int = 1) -> dict:
     return {n: jax.ShapeDtypeStruct((s.shape[0], B, *s.shape[2:]), s.dtype)
-            for n, s in serve.cache_shapes(cfg, repeat).items()}
+            for n, s in kv_cache.cache_shapes(cfg, repeat).items()}
 
 
 def _zeros(shapes: dict) -> dict:
@@ -122,7 +122,7 @@ def _write_rows(c: dict, layer, k_BTKH, v_BTKH, pos_B) -> dict:
     out = {}
     for name, x in (("k", k_BTKH[:, 0]), ("v", v_BTKH[:, 0])):
         if f"{name}_scale_LBKS" in c:
-            x, scale = serve._quantize_kv(x)
+            x, scale = kv_cache.quantize(x)
             buf = c[f"{name}_scale_LBKS"]
             out[f"{name}_scale_LBKS"] = buf.at[layer, rows, :, pos_B].set(scale.astype(buf.dtype))
         buf = c[f"{name}_LBKSH"]
@@ -135,19 +135,19 @@ def step_rows(params, cache, tokens_B1, pos_B, cfg, sh: Sharder):
     d, dtype = dims_of(cfg), jnp.dtype(cfg.dtype)
     x = sh.act(model.embed(params["embed_VD"], tokens_B1).astype(dtype), "BTD")
     pos_BT = pos_B[:, None]
-    specs = serve.cache_specs(cfg, sh)
+    specs = kv_cache.cache_specs(cfg, sh)
 
     def body(carry, w_and_layer):
         x, c = carry
         w, layer = w_and_layer
 
         def kv_fn(k, v):
-            c_new = _write_rows(c, layer, serve.stored(k, sh), serve.stored(v, sh), pos_B)
+            c_new = _write_rows(c, layer, kv_cache.stored(k, sh), kv_cache.stored(v, sh), pos_B)
             if sh.mesh is not None:   # the cache keeps its layout through the scatter
                 c_new = {n: jax.lax.with_sharding_constraint(a, named(sh.mesh, specs[n]))
                          for n, a in c_new.items()}
-            return (serve._read(c_new, layer, "k", dtype), serve._read(c_new, layer, "v", dtype),
-                    True, c_new)
+            read = (kv_cache.read(c_new, layer, n, dtype) for n in ("k", "v"))
+            return (*read, True, c_new)
 
         return model.block(x, w, pos_BT, d, sh, kv_fn), None
 

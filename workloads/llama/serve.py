@@ -6,11 +6,9 @@
   sequence at slot ``pos`` (the same for every sequence) and attends over slots [0, pos].
 - a MoE model (E > 0) returns its routing as a third output (``workloads.llama.moe_step``).
 
-The cache is ``{"k_LBKSH", "v_LBKSH"}``, sharded [B_batch, K_model, S, H] (reference §7.4); with
-``int8_kv`` it holds int8 values plus per-(token, head) scales ``k_scale_LBKS``/``v_scale_LBKS``.
-K before S: one layer's [B, K, S, H] has the batch dims of both attention matmuls (B, K) major
-and S, H minor, so they read it as it lies (in [B, S, K, H] every layer's K and V would be
-transposed, one more pass over the cache each step).
+The cache is ``workloads.llama.kv_cache``'s, sharded [B_batch, K_model, S, H] (reference §7.4),
+int8 with per-(token, head) scales under ``int8_kv`` (in [B, S, K, H] every layer's K and V
+would be transposed, one more pass over the cache each step).
 ``int8_weights`` stores every matrix as int8 with a per-output-channel scale and dequantises in
 the matmul. Default parallelism ``dp_tp``: batch over X, heads/F over Y — model parallelism for
 decode, since FSDP would move the weights every step (reference §7.4). Decode donates the cache
@@ -28,7 +26,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from workloads.base import Workload, WorkloadError, check_choice, smaller
-from workloads.llama import attention_seq, book, memory, model, moe_presets, moe_step
+from workloads.llama import attention_seq, book, kv_cache, memory, model, moe_presets, moe_step
 from workloads.llama.config import MODEL_DIMS, Dims, dims_of, fix_dtypes
 from workloads.llama.sharding import PARALLELISMS, Sharder
 from workloads.mesh import AnyMesh, build_args, named
@@ -80,66 +78,6 @@ PRESETS: dict[str, ServeConfig] = {
 }
 
 
-# --- KV cache --------------------------------------------------------------------------------
-
-def cache_shapes(cfg: ServeConfig, repeat: int = 1) -> dict:
-    """The stacked cache [L, B, K', S, H] (and its int8 scales): K' = K · ``repeat``, the heads
-    stored once per model device that shares them (``Sharder.kv_repeat``, §7.4)."""
-    dtype = jnp.int8 if cfg.int8_kv else jnp.dtype(cfg.dtype)
-    kv = (cfg.L, cfg.B, cfg.K * repeat, cfg.S, cfg.H)
-    out = {"k_LBKSH": jax.ShapeDtypeStruct(kv, dtype), "v_LBKSH": jax.ShapeDtypeStruct(kv, dtype)}
-    if cfg.int8_kv:
-        scale = jax.ShapeDtypeStruct(kv[:-1], jnp.dtype(cfg.dtype))
-        out.update(k_scale_LBKS=scale, v_scale_LBKS=scale)
-    return out
-
-
-def cache_specs(cfg: ServeConfig, sh: Sharder) -> dict:
-    lbksh = (None, sh.kv_batch, sh.kv_cached, sh.kv_seq, None)   # S over Z: dp_tp_kv_seq
-    return {k: P(*lbksh[:len(v.shape)]) for k, v in cache_shapes(cfg).items()}
-
-
-def stored(x_BTKH, sh: Sharder):
-    """New tokens' K or V as the cache stores them: each head ``kv_repeat`` times where K/V
-    are replicated past K-way (``cache_shapes``), else as they are."""
-    return x_BTKH if sh.kv_repeat == 1 else jnp.repeat(x_BTKH, sh.kv_repeat, axis=2)
-
-
-def _quantize_kv(x_BTKH):
-    scale = jnp.maximum(jnp.max(jnp.abs(x_BTKH.astype(jnp.float32)), axis=-1), 1e-12) / 127.0
-    q8 = jnp.clip(jnp.round(x_BTKH.astype(jnp.float32) / scale[..., None]), -127, 127)
-    return q8.astype(jnp.int8), scale.astype(x_BTKH.dtype)
-
-
-def _write(c: dict, layer, k_BTKH, v_BTKH, pos) -> dict:
-    """Write the new tokens' K/V into the stacked cache at (``layer``, slot ``pos``): a
-    dynamic-update-slice of the whole [L, B, S, K, H] buffer that touches only the update, so
-    the scan carry (and the donated argument) is updated in place."""
-    def at(buf, new_BTK):   # [B, T, K, ...] -> [1, B, K, T, ...] at (layer, 0, 0, pos, 0)
-        new = jnp.swapaxes(new_BTK, 1, 2)[None].astype(buf.dtype)
-        return jax.lax.dynamic_update_slice(buf, new, (layer, 0, 0, pos) + (0,) * (buf.ndim - 4))
-
-    out = {}
-    for name, x in (("k", k_BTKH), ("v", v_BTKH)):
-        if f"{name}_scale_LBKS" in c:
-            q8, scale = _quantize_kv(x)
-            out[f"{name}_LBKSH"] = at(c[f"{name}_LBKSH"], q8)
-            out[f"{name}_scale_LBKS"] = at(c[f"{name}_scale_LBKS"], scale)
-        else:
-            out[f"{name}_LBKSH"] = at(c[f"{name}_LBKSH"], x)
-    return out
-
-
-def _read(c: dict, layer, name: str, dtype):
-    """One layer's K or V from the stacked cache, dequantised to ``dtype``, as [B, S, K, H]
-    (a logical transpose of the stored [B, K, S, H] that XLA folds into the attention dots)."""
-    x = jax.lax.dynamic_index_in_dim(c[f"{name}_LBKSH"], layer, keepdims=False).astype(dtype)
-    if f"{name}_scale_LBKS" in c:
-        scale = jax.lax.dynamic_index_in_dim(c[f"{name}_scale_LBKS"], layer, keepdims=False)
-        x = x * scale[..., None].astype(dtype)
-    return jnp.swapaxes(x, 1, 2)
-
-
 def extend(params, cache, tokens_BT, pos, cfg: ServeConfig, sh: Sharder):
     """``routed_extend`` without the routing."""
     return routed_extend(params, cache, tokens_BT, pos, cfg, sh)[:2]
@@ -161,22 +99,25 @@ def routed_extend(params, cache, tokens_BT, pos, cfg: ServeConfig, sh: Sharder):
     cached = not (isinstance(pos, int) and pos == 0)
     x = sh.act(model.embed(params["embed_VD"], tokens_BT).astype(dtype), "BTD")
     pos_BT = pos + jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
-    c_specs = cache_specs(cfg, sh)
+    c_specs = kv_cache.cache_specs(cfg, sh)
 
     def body(carry, w_and_layer):
         x, c = carry
         w, layer = w_and_layer
 
         def kv_fn(k, v):
-            c_new = (_write(c, layer, stored(k, sh), stored(v, sh), pos)
-                     if sh.kv_seq is None else   # S over Z:
-                     attention_seq.write(c, layer, k, v, pos, sh, _quantize_kv))  # its owner
+            if sh.kv_seq is None:
+                c_new = kv_cache.write(c, layer, kv_cache.stored(k, sh), kv_cache.stored(v, sh),
+                                       pos)
+            else:   # S over Z: written on its owner
+                c_new = attention_seq.write(c, layer, k, v, pos, sh, kv_cache.quantize)
             if sh.mesh is not None:
                 c_new = {n: jax.lax.with_sharding_constraint(a, named(sh.mesh, c_specs[n]))
                          for n, a in c_new.items()}
             if not cached:
                 return k, v, False, c_new
-            return _read(c_new, layer, "k", dtype), _read(c_new, layer, "v", dtype), True, c_new
+            read = (kv_cache.read(c_new, layer, n, dtype) for n in ("k", "v"))
+            return (*read, True, c_new)
 
         x, c, routing = model.routed_block(x, w, pos_BT, d, sh, kv_fn)
         return (x, c), routing
@@ -221,11 +162,11 @@ def build_prefill(cfg: ServeConfig, mesh: AnyMesh | None, abstract: bool = False
     """``(prefill, (params, tokens_BT))``."""
     d, sh, p_abs = _setup(cfg, mesh)
     mesh = sh.mesh   # the batch-sharded cache's mesh splits the model axes (sharding.py)
-    c_specs = cache_specs(cfg, sh)
+    c_specs = kv_cache.cache_specs(cfg, sh)
 
     def prefill(params, tokens_BT):
         cache = {n: jnp.zeros(s.shape, s.dtype)
-                 for n, s in cache_shapes(cfg, sh.kv_repeat).items()}
+                 for n, s in kv_cache.cache_shapes(cfg, sh.kv_repeat).items()}
         if mesh is not None:
             cache = {n: jax.lax.with_sharding_constraint(a, named(mesh, c_specs[n]))
                      for n, a in cache.items()}
@@ -249,13 +190,13 @@ def build_decode(cfg: ServeConfig, mesh: AnyMesh | None, abstract: bool = False)
     """``(decode, (params, cache, tokens_B1, pos))`` with a zero cache and ``pos = decode_pos``."""
     d, sh, p_abs = _setup(cfg, mesh)
     mesh = sh.mesh
-    c_specs = cache_specs(cfg, sh)
+    c_specs = kv_cache.cache_specs(cfg, sh)
 
     def decode(params, cache, tokens_B1, pos):
         logits_BTV, cache, routing = routed_extend(params, cache, tokens_B1, pos, cfg, sh)
         return (logits_BTV[:, -1], cache) + routing
 
-    abs_tree = (p_abs, cache_shapes(cfg, sh.kv_repeat),
+    abs_tree = (p_abs, kv_cache.cache_shapes(cfg, sh.kv_repeat),
                 jax.ShapeDtypeStruct((cfg.B, 1), jnp.int32), jax.ShapeDtypeStruct((), jnp.int32))
     if mesh is None:
         fn, shardings = jax.jit(decode, donate_argnums=1), None
@@ -268,7 +209,7 @@ def build_decode(cfg: ServeConfig, mesh: AnyMesh | None, abstract: bool = False)
 
     def host():
         cache = {n: np.zeros(s.shape, s.dtype)
-                 for n, s in cache_shapes(cfg, sh.kv_repeat).items()}
+                 for n, s in kv_cache.cache_shapes(cfg, sh.kv_repeat).items()}
         return host_params(cfg), cache, tokens(cfg, 1), np.int32(cfg.decode_pos)
 
     return fn, tuple(build_args(abstract, abs_tree, shardings, host))
