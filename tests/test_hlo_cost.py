@@ -96,6 +96,46 @@ def test_fusion_reads_only_slices_and_writes_updates_in_place():
     assert dus.operands == (Shape("s32", ()), Shape("f32", (64, 128)))
 
 
+# libtpu's shape of a scanned layer's matmul (llama_decode 8b on v5e 4x2: fused_computation.9):
+# a kOutput fusion taking the whole stacked weight, whose nested kLoop fusion slices layer i
+# out of it for the convolution; smaller here, L = 32 layers of [256, 128]
+NESTED_SLICE = """HloModule scan_matmul, is_scheduled=true
+
+%slice_layer (p0: bf16[32,256,128], p1: s32[]) -> bf16[256,128] {
+  %p0 = bf16[32,256,128]{2,1,0} parameter(0)
+  %p1 = s32[] parameter(1)
+  %z = s32[] constant(0)
+  %ds = bf16[1,256,128]{2,1,0} dynamic-slice(%p0, %p1, %z, %z), dynamic_slice_sizes={1,256,128}
+  ROOT %b = bf16[256,128]{1,0} bitcast(%ds)
+}
+
+%matmul (q0: bf16[32,256,128], q1: s32[], q2: bf16[8,256]) -> bf16[8,128] {
+  %q2 = bf16[8,256]{1,0} parameter(2)
+  %q0 = bf16[32,256,128]{2,1,0} parameter(0)
+  %q1 = s32[] parameter(1)
+  %w = bf16[256,128]{1,0} fusion(%q0, %q1), kind=kLoop, calls=%slice_layer
+  ROOT %c = bf16[8,128]{1,0} convolution(%q2, %w), dim_labels=bf_io->bf
+}
+
+ENTRY %e (ws: bf16[32,256,128], i: s32[], x: bf16[8,256]) -> bf16[8,128] {
+  %ws = bf16[32,256,128]{2,1,0} parameter(0)
+  %i = s32[] parameter(1)
+  %x = bf16[8,256]{1,0} parameter(2)
+  ROOT %f = bf16[8,128]{1,0} fusion(%ws, %i, %x), kind=kOutput, calls=%matmul
+}
+"""
+
+
+def test_a_nested_fusion_that_slices_one_layer_reads_that_layer():
+    """The stacked weight is read one layer at a time, 256 x 128 of its 32 x 256 x 128
+    elements (1/L), not whole: L times fewer bytes than the operand's."""
+    m = hlo.parse_module(NESTED_SLICE)
+    f = desc(m, "f")
+    assert f.operands == (Shape("bf16", (256 * 128,)), Shape("s32", ()), Shape("bf16", (8, 256)))
+    row_f = row(hlo.hlo_costs(NESTED_SLICE, "tpu-v5e"), "f")
+    assert row_f[schema.HBM_BYTES] == 2 * (256 * 128 + 8 * 256 + 8 * 128) + 4
+
+
 def test_dimension_numbers_out_of_range_are_parse_errors():
     bad = (FIXTURES / "matmul_allreduce_mesh.txt").read_text().replace(
         "lhs_contracting_dims={1}", "lhs_contracting_dims={7}")

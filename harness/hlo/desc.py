@@ -194,10 +194,12 @@ def _elements(instr: Instruction) -> int:
     return sum(s.elements for s in instr.shapes)
 
 
-def _used_fraction(body: Computation, users: dict) -> dict[str, float]:
+def _used_fraction(body: Computation, users: dict, module: Module) -> dict[str, float]:
     """Per instruction, the fraction of its elements the fusion's outputs need (XLA's operand
     utilization): a slice or gather needs only what it picks; row-wise ops pass the fraction
-    of their output that is needed on to their input; any other use needs all of it."""
+    of their output that is needed on to their input; a fusion nested in this one (libtpu's
+    kLoop fusion that slices layer i of a stacked weight inside a matmul's output fusion)
+    needs what its own body needs of that operand (``_nested``); any other use needs all."""
     used: dict[str, float] = {}
     for instr in reversed(body.instructions):
         total = 1.0 if instr.is_root else 0.0
@@ -208,10 +210,22 @@ def _used_fraction(body: Computation, users: dict) -> dict[str, float]:
                 total += f * _elements(u) / max(_elements(instr), 1)
             elif u.opcode in _ROWWISE and (first or u.opcode != "reduce"):
                 total += f
+            elif u.opcode == "fusion" and f > 0:
+                total += _nested(u, instr.name, module) if f >= 1.0 else 1.0
             elif f > 0:
                 total += 1.0
         used[instr.name] = min(total, 1.0)
     return used
+
+
+def _nested(fusion: Instruction, name: str, module: Module) -> float:
+    """The fraction of operand ``name`` a nested ``fusion`` needs for its whole output: the
+    most its body needs of any parameter ``name`` is passed as."""
+    inner = module.computation(fusion.called("calls")[0])
+    used = _used_fraction(inner, _users(module, inner.name), module)
+    params = {int(p.literal): p.name for p in inner.instructions if p.opcode == "parameter"}
+    return max((used.get(params.get(k, ""), 1.0) for k, n in enumerate(fusion.operand_names)
+                if n == name), default=1.0)
 
 
 def _fusion(instr: Instruction, module: Module) -> OpDesc:
@@ -249,7 +263,7 @@ def _fusion(instr: Instruction, module: Module) -> OpDesc:
             results.append(leaves[k])
     if len(outs) == 1 and not in_place:
         results = list(leaves)
-    used = _used_fraction(body, users)
+    used = _used_fraction(body, users, module)
     for k, op_leaves in enumerate(instr.operand_shapes):
         p = params.get(k)
         if p is not None and p.name in in_place:
