@@ -176,6 +176,7 @@ def programs(cfg: GenerateConfig, mesh: AnyMesh | None, abstract: bool = False,
     empty caches placed (``abstract``: their shapes with shardings, for ahead-of-time
     lowering; ``placed``: ``(params, cache_B)`` a ``build`` on the same mesh placed, used as
     they are rather than placed a second time)."""
+    kv_cache.only_decode(cfg, "llama_generate")
     d, sh, p_abs = serve._setup(cfg, mesh)
     mesh = sh.mesh
     plain = Sharder(None, "dp_tp", d)   # one request: let the weights' split lead (no B to split)

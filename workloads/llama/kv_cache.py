@@ -11,7 +11,22 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
+from workloads.base import WorkloadError
 from workloads.llama.sharding import Sharder
+
+# Where the decode step's cache lies in memory (its in and out layouts; ``--set cache_layout=``).
+# XLA:TPU's attention puts the batch in the sublanes at B = 8 a chip, so a cache left row-major
+# is copied whole into that layout at every step's entry and back at its exit (LLaMA-3 8B on v5e
+# 4x2: four copies of 2.15 GB, 21 ms of a 48.6 ms simulated step); left to the compiler
+# (``Layout.AUTO``, as MaxText's MaxEngine compiles its decode state) it is kept in the layout
+# the step reads (none of those copies, 27.7 ms).
+# llama_decode's step only: prefill and the generation loop's programs keep the cache row-major
+# (one layout that all three must share; ``only_decode``).
+CACHE_LAYOUTS = {
+    "auto": "the compiler's on TPU, row-major elsewhere",
+    "compiler": "the layout the compiler picks for the step (Layout.AUTO), on any backend",
+    "default": "row-major, as jax places an array",
+}
 
 
 def cache_shapes(cfg, repeat: int = 1) -> dict:
@@ -70,3 +85,28 @@ def read(c: dict, layer, name: str, dtype):
         scale = jax.lax.dynamic_index_in_dim(c[f"{name}_scale_LBKS"], layer, keepdims=False)
         x = x * scale[..., None].astype(dtype)
     return jnp.swapaxes(x, 1, 2)
+
+
+def compiler_lays_out(cache_layout: str, mesh) -> bool:
+    """Whether the step's cache takes the compiler's layout (``CACHE_LAYOUTS``)."""
+    if cache_layout == "auto":
+        return mesh is not None and mesh.devices.flat[0].platform == "tpu"
+    return cache_layout == "compiler"
+
+
+def compiler_formats(jitted, abstract_args: tuple, shardings: dict) -> dict:
+    """The cache's formats (layout and sharding) the compiler picks for the step ``jitted(c_in)``
+    (a jit whose cache in and out are ``c_in``) when left free: compiled once on
+    ``abstract_args`` with ``Layout.AUTO``, read back from the compiled step's inputs. A jit with
+    ``Layout.AUTO`` cannot take placed arrays, so the step is jitted again with these."""
+    from jax.experimental.layout import Format, Layout
+
+    auto = {n: Format(Layout.AUTO, s) for n, s in shardings.items()}
+    return dict(jitted(auto).lower(*abstract_args).compile().input_formats[0][1])
+
+
+def only_decode(cfg, workload: str) -> None:
+    """``cache_layout`` is the decode step's: a layout asked of another workload is refused."""
+    if cfg.cache_layout != "auto":
+        raise WorkloadError(f"cache_layout={cfg.cache_layout} is llama_decode's (its step's cache "
+                            f"in and out); {workload} keeps its cache row-major: leave it unset")

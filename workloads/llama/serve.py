@@ -47,11 +47,13 @@ class ServeConfig(Dims):
     parallelism: str = "dp_tp"
     scan_layers: bool = True
     seed: int = 0
+    cache_layout: str = "auto"   # the decode step's (kv_cache.CACHE_LAYOUTS)
 
     def __post_init__(self):
         self.check_dims()
         fix_dtypes(self, "dtype")
         check_choice("parallelism", self.parallelism, PARALLELISMS)
+        check_choice("cache_layout", self.cache_layout, kv_cache.CACHE_LAYOUTS)
         if self.T > self.S:
             raise WorkloadError(f"prompt T={self.T} does not fit the cache of S={self.S} slots")
         if not -1 <= self.pos < self.S:
@@ -160,6 +162,7 @@ def tokens(cfg: ServeConfig, T: int) -> np.ndarray:
 
 def build_prefill(cfg: ServeConfig, mesh: AnyMesh | None, abstract: bool = False):
     """``(prefill, (params, tokens_BT))``."""
+    kv_cache.only_decode(cfg, "llama_prefill")
     d, sh, p_abs = _setup(cfg, mesh)
     mesh = sh.mesh   # the batch-sharded cache's mesh splits the model axes (sharding.py)
     c_specs = kv_cache.cache_specs(cfg, sh)
@@ -203,16 +206,30 @@ def build_decode(cfg: ServeConfig, mesh: AnyMesh | None, abstract: bool = False)
     else:
         c_sh = _shard(mesh, c_specs)
         shardings = (sh.param_shardings(p_abs), c_sh, sh.sharding("BT"), named(mesh, P()))
-        fn = jax.jit(decode, in_shardings=shardings, donate_argnums=1,
-                     out_shardings=(named(mesh, P(sh.batch, sh.model)), c_sh)
-                     + moe_step.out_shardings(cfg, mesh))
+
+        def jitted(c_in):   # the cache in and out as c_in (its shardings or formats)
+            return jax.jit(decode, in_shardings=(shardings[0], c_in, *shardings[2:]),
+                           donate_argnums=1,
+                           out_shardings=(named(mesh, P(sh.batch, sh.model)), c_in)
+                           + moe_step.out_shardings(cfg, mesh))
+        c_in = c_sh
+        if kv_cache.compiler_lays_out(cfg.cache_layout, mesh):
+            c_in = kv_cache.compiler_formats(jitted, build_args(True, abs_tree, shardings, None),
+                                             c_sh)
+        fn = jitted(c_in)
 
     def host():
         cache = {n: np.zeros(s.shape, s.dtype)
                  for n, s in kv_cache.cache_shapes(cfg, sh.kv_repeat).items()}
         return host_params(cfg), cache, tokens(cfg, 1), np.int32(cfg.decode_pos)
 
-    return fn, tuple(build_args(abstract, abs_tree, shardings, host))
+    args = tuple(build_args(abstract, abs_tree, shardings, host))
+    if mesh is not None and c_in is not c_sh:   # placed (or described) in the step's formats
+        params, cache, tok, pos = args
+        cache = {n: (jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=c_in[n]) if abstract
+                     else jax.device_put(a, c_in[n])) for n, a in cache.items()}
+        args = (params, cache, tok, pos)
+    return fn, args
 
 
 def carry_cache(args: tuple, out: tuple) -> tuple:
