@@ -88,9 +88,12 @@ def read(c: dict, layer, name: str, dtype):
 
 
 def compiler_lays_out(cache_layout: str, mesh) -> bool:
-    """Whether the step's cache takes the compiler's layout (``CACHE_LAYOUTS``)."""
+    """Whether the step's cache takes the compiler's layout (``CACHE_LAYOUTS``); never on an
+    ``AbstractMesh``, which has no devices to compile for (it is lowered only)."""
+    if not isinstance(mesh, jax.sharding.Mesh):
+        return False
     if cache_layout == "auto":
-        return mesh is not None and mesh.devices.flat[0].platform == "tpu"
+        return mesh.devices.flat[0].platform == "tpu"
     return cache_layout == "compiler"
 
 
