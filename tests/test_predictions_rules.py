@@ -224,8 +224,9 @@ def test_fusion_sums_inner_flops_and_charges_outer_bytes():
 
 def test_in_place_update_fusion_moves_only_the_update():
     # a decode step's KV-cache write: fusion(cache, new_kv, i) -> cache with DUS as its root.
-    # The HLO layer (harness.hlo.desc, which knows the updated parameter) hands fusion_cost the
-    # bytes that move: the cache is neither operand nor result, the result is the new rows.
+    # The HLO layer (harness.hlo.fusion_desc, which knows the updated parameter) hands
+    # fusion_cost the bytes that move: the cache is neither operand nor result, the result is
+    # the new rows.
     cache, new, idx = bf16(80, 8192, 1024), bf16(80, 1, 1024), Shape("s32", ())
     outer = op("fusion", [new], [new, idx])
     inner = [op("parameter", [cache]), op("parameter", [new]), op("parameter", [idx]),

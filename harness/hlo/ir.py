@@ -86,7 +86,7 @@ class Derived:
     executed: dict = field(default_factory=dict)     # loops_once -> walk.executed
     fused: dict = field(default_factory=dict)        # called computations -> fused_instructions
     done: dict = field(default_factory=dict)         # computation -> {start: waiter} (async_done)
-    users: dict = field(default_factory=dict)        # computation -> {name: users} (hlo.desc)
+    users: dict = field(default_factory=dict)        # computation -> {name: users} (fusion_desc)
     costs: dict = field(default_factory=dict)        # (computation, name) -> instruction_cost
     chain_roles: dict = field(default_factory=dict)  # fusion -> role in a TPU chain (hlo.tpu)
     scatters: dict = field(default_factory=dict)     # fusion -> tpu.all_reduce_scatter
