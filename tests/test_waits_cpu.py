@@ -98,6 +98,7 @@ def _report(name, step):
 
 
 def test_a_host_sleep_or_a_host_fed_input_between_steps_is_the_hosts_own_work(tmp_path):
+    PUT_S.clear()   # this test's puts only
     base, _, _ = _step(tmp_path, "none")
     _report("nothing injected", base)
     assert not base[schema.STRAGGLERS]

@@ -32,7 +32,7 @@ class Compiles:
 
 
 def compile_one(workload, preset: str, sets: dict, mesh_shape: str, tpu_chip: str,
-             cache_dir: Path | None, log: Compiles, progress, label: str) -> float | None:
+                cache_dir: Path | None, log: Compiles, progress, label: str) -> float | None:
     """Compile ``sets`` (its knobs: ``label``) for ``tpu_chip``: None when it fits, else the
     bytes libtpu says the program is over (0 when its message does not say)."""
     from workloads.aot import HbmExhausted, start_compile

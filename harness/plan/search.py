@@ -210,7 +210,7 @@ def search(workload, preset: str, overrides: Mapping[str, str], mesh_shape: str,
             sets = {**overrides, **trial.sets}
             trials += [trial] if trial not in trials else []
             over = compile_one(workload, preset, sets, mesh_shape, tpu_chip, cache_dir, log,
-                            progress, knobs(trial.sets))
+                               progress, knobs(trial.sets))
             said[knobs(trial.sets)] = REFUSED if over is not None else PLACED
             if over is None:
                 placed.append(trial)

@@ -190,7 +190,7 @@ def programs(cfg: GenerateConfig, mesh: AnyMesh | None, abstract: bool = False,
     def insert(cache_B, cache1, slot):
         # the request's cache (prefilled unsplit, K heads) stored as the slots' are (K' heads)
         return {n: jax.lax.dynamic_update_slice_in_dim(
-                    cache_B[n], jnp.repeat(cache1[n], sh.kv_repeat, axis=2), slot, axis=1)
+                    cache_B[n], kv_cache.stored(cache1[n], sh), slot, axis=1)
                 for n in cache_B}
 
     def generate(params, cache_B, tokens_B1, pos_B):

@@ -47,8 +47,9 @@ def cache_specs(cfg, sh: Sharder) -> dict:
 
 
 def stored(x_BTKH, sh: Sharder):
-    """New tokens' K or V as the cache stores them: each head ``kv_repeat`` times where K/V
-    are replicated past K-way (``cache_shapes``), else as they are."""
+    """K or V with its K heads on axis 2 (new tokens' [B, T, K, H], a request's cache
+    [L, 1, K, S, H]) as the cache stores them: each head ``kv_repeat`` times where K/V are
+    replicated past K-way (``cache_shapes``), else as they are."""
     return x_BTKH if sh.kv_repeat == 1 else jnp.repeat(x_BTKH, sh.kv_repeat, axis=2)
 
 
